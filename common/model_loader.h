@@ -1,0 +1,36 @@
+/*
+ * model_loader.h - turn a --model SPEC into a callable model.
+ *
+ * SPEC is one of
+ *     sim                       the built-in sim model, defaults
+ *     sim:key=value,...         sim with keys (see sim_model.h)
+ *     path/to/plugin.so         a plugin (model.h ABI), no arguments
+ *     path/to/plugin.so:ARGS    a plugin; ARGS is passed verbatim to create()
+ * A spec names a plugin when its part before the first ':' contains '/' or
+ * ends in ".so".
+ */
+#ifndef DYNBATCH_MODEL_LOADER_H
+#define DYNBATCH_MODEL_LOADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct model;
+
+/*
+ * Open the model SPEC names.  Returns NULL after writing a one-line
+ * reason naming the bad part of the spec into err.
+ */
+struct model *model_open(const char *spec, char *err, size_t err_len);
+
+/* Vocabulary size of an open model. */
+uint32_t model_vocab(const struct model *m);
+
+/* One batch step; see dynbatch_model_api.next.  0 or a negative errno. */
+int model_next(struct model *m, uint32_t n_rows, const int32_t *const *prefixes,
+	       const uint32_t *lengths, int32_t *next_tokens);
+
+/* Close the model (and dlclose a plugin).  Accepts NULL. */
+void model_close(struct model *m);
+
+#endif /* DYNBATCH_MODEL_LOADER_H */

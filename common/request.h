@@ -1,0 +1,75 @@
+/*
+ * request.h - one decoding request: parsing a JSON Lines input line into
+ * it, and formatting its result line (DESIGN.md section 3).
+ *
+ * Parsing uses jansson.  Every rule of DESIGN 3 that can be judged from the
+ * line alone is checked here (JSON syntax, required and typed fields,
+ * tokens in [0, vocab), empty stop sequences, prompt + max_tokens over the
+ * context limit); the duplicate-live-id rule needs engine state and is the
+ * coordinator's.  Unknown fields are ignored, as OpenAI-style servers do.
+ */
+#ifndef DYNBATCH_REQUEST_H
+#define DYNBATCH_REQUEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "strbuf.h"
+
+struct stop_matcher;
+
+#define REQUEST_DEFAULT_MAX_TOKENS 16u
+
+struct request_limits {
+	uint32_t vocab;		/* tokens must be in [0, vocab) */
+	uint32_t max_context;	/* n_prompt + max_tokens must be <= this */
+};
+
+struct request {
+	char *id;		/* malloc'd; NULL only when the line had none */
+	uint64_t line_no;	/* 1-based input line it came from */
+	int32_t *prompt;	/* malloc'd, n_prompt tokens (NULL when 0) */
+	uint32_t n_prompt;
+	uint32_t max_tokens;	/* most generated tokens */
+	bool include_stop;	/* keep the matched stop tokens in the output */
+	struct stop_matcher *stops; /* NULL when no stop token or sequence */
+};
+
+/*
+ * Parse one input line (len bytes, no newline needed, need not be
+ * NUL-terminated) into req.  Returns 0, or -EINVAL after writing
+ * "line N: <what is wrong>" into err; on error req->id is still set when
+ * the line had a string "id" (so the error result can name it) and every
+ * other member is released.  Call request_release() in both cases.
+ */
+int request_parse(const char *line, size_t len, uint64_t line_no,
+		  const struct request_limits *lim, struct request *req,
+		  char *err, size_t err_len);
+
+/* Free every member; req is zeroed.  Accepts a zeroed request. */
+void request_release(struct request *req);
+
+/* What a finished request reports. */
+struct result {
+	const char *id;		/* NULL is written as JSON null */
+	uint64_t line_no;
+	const int32_t *tokens;	/* generated tokens to report */
+	uint32_t n_tokens;
+	const char *finish_reason; /* "stop", "length", "error", "cancelled" */
+	const char *error;	/* message when finish_reason is "error" */
+	uint32_t n_prompt;	/* usage.prompt_tokens */
+	uint32_t n_generated;	/* usage.completion_tokens (before stop removal) */
+};
+
+/*
+ * Append r as one JSON object and a '\n' to out:
+ *   {"id":"a","tokens":[1,2],"finish_reason":"length",
+ *    "usage":{"prompt_tokens":3,"completion_tokens":2},"line":7}
+ * plus "error":"..." when r->error is set.  Strings are escaped as JSON
+ * requires.  0 or -ENOMEM (out unchanged).
+ */
+int result_format(const struct result *r, struct strbuf *out);
+
+#endif /* DYNBATCH_REQUEST_H */

@@ -1,0 +1,60 @@
+/*
+ * sim_model.h - the built-in simulated model (DESIGN.md 2.1, normative).
+ *
+ * The next token is a hash of the sequence length and the last four tokens
+ * of the prefix, so output is deterministic and cheap to recompute in a
+ * reference decoder.  Its cost per call can be configured so the engine can
+ * be measured against a model of known speed, and it can be told to crash
+ * or hang on a chosen token for fault tests.
+ *
+ * Keys of "sim:key=value,...":
+ *   vocab=N (32000)  seed=N (0)
+ *   call_us=N  row_us=N  token_ns=N   cost per call, per row, per prefix
+ *                                      token (all 0 by default)
+ *   mode=spin|sleep (spin)            burn the CPU or sleep for the cost
+ *   crash_token=T   abort() when a prefix given to the model ends in T
+ *   hang_token=T    never return when a prefix ends in T
+ */
+#ifndef DYNBATCH_SIM_MODEL_H
+#define DYNBATCH_SIM_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+
+struct sim_config {
+	uint32_t vocab;		/* tokens are in [0, vocab); > 0 */
+	uint64_t seed;
+	uint64_t call_us;	/* fixed cost per model call, microseconds */
+	uint64_t row_us;	/* cost per row of the batch, microseconds */
+	uint64_t token_ns;	/* cost per prefix token, nanoseconds */
+	bool mode_sleep;	/* true: sleep the cost; false: spin it */
+	bool has_crash_token;
+	int32_t crash_token;
+	bool has_hang_token;
+	int32_t hang_token;
+};
+
+/* splitmix64 finaliser. */
+uint64_t sim_mix(uint64_t x);
+
+/* The next token after p[0..n). */
+int32_t sim_next(const int32_t *p, size_t n, uint32_t vocab, uint64_t seed);
+
+/* Defaults: vocab 32000, seed 0, no cost, spin, no faults. */
+void sim_config_default(struct sim_config *cfg);
+
+/*
+ * Parse "key=value,..." (the part after "sim:"; "" for none) into cfg,
+ * starting from the defaults.  Returns 0, or -EINVAL after writing a
+ * reason naming the bad key or value into err.
+ */
+int sim_config_parse(const char *args, struct sim_config *cfg, char *err,
+		     size_t err_len);
+
+/* The model.h ABI table of the sim model; create() takes the same args. */
+const struct dynbatch_model_api *sim_model_api(void);
+
+#endif /* DYNBATCH_SIM_MODEL_H */
