@@ -35,6 +35,12 @@ struct request {
 	uint32_t max_tokens;	/* most generated tokens */
 	bool include_stop;	/* keep the matched stop tokens in the output */
 	struct stop_matcher *stops; /* NULL when no stop token or sequence */
+	/* The stop sequences as given (stop_token/stop_token_ids become
+	 * sequences of length one), kept for reference checks and streaming:
+	 * sequence i is stop_lens[i] tokens of stop_tokens, in order. */
+	int32_t *stop_tokens;	/* malloc'd, all sequences concatenated */
+	uint32_t *stop_lens;	/* malloc'd, n_stop_seqs lengths */
+	uint32_t n_stop_seqs;
 };
 
 /*
