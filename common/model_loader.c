@@ -1,0 +1,236 @@
+/*
+ * model_loader.c - turn a --model SPEC into a callable model; see
+ * model_loader.h for the spec grammar.
+ *
+ * NOTES ON THE DESIGN
+ *
+ * Both backends go through the same struct dynbatch_model_api table: the
+ * sim model's comes from sim_model_api(), a plugin's from the one symbol it
+ * exports.  The rest of the engine only sees struct model, so it cannot
+ * tell them apart.
+ *
+ * A plugin is third-party code, so everything it hands back is checked
+ * before it is trusted: the table must exist, carry our ABI version and
+ * the three mandatory callbacks (destroy is optional), and the model must
+ * report a vocabulary of at least one token.  After each step
+ * model_next() checks every token against that vocabulary, so a buggy
+ * plugin fails the step instead of feeding out-of-range tokens onward.
+ *
+ * A plugin path without a '/' ("my.so") is opened as "./my.so": the user
+ * named a file, and dlopen() would otherwise search the library path for
+ * it instead.  Plugins are opened RTLD_NOW (a missing symbol fails here,
+ * not mid-run in a worker) and RTLD_LOCAL (two plugins cannot collide).
+ */
+#include "model_loader.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "sim_model.h"
+
+#define MODEL_SPEC_HELP \
+	"(expected sim, sim:key=value,... or path/to/plugin.so[:args])"
+
+struct model {
+	const struct dynbatch_model_api *api;
+	void *handle;		/* what api->create() returned */
+	void *dl;		/* dlopen() handle; NULL for the sim model */
+	uint32_t vocab;		/* api->vocab(handle), read once at open */
+};
+
+/* Does name[0..len) name a plugin file rather than a built-in model? */
+static bool model_spec_is_path(const char *name, size_t len)
+{
+	return memchr(name, '/', len) != NULL ||
+	       (len >= 3 && memcmp(name + len - 3, ".so", 3) == 0);
+}
+
+/*
+ * dlopen() the plugin at path and return its checked API table in *api.
+ * Returns the dlopen() handle, or NULL after writing err (nothing open).
+ */
+static void *model_load_plugin(const char *path,
+			       const struct dynbatch_model_api **api,
+			       char *err, size_t err_len)
+{
+	dynbatch_model_plugin_fn entry;
+	const struct dynbatch_model_api *a;
+	const char *why;
+	void *dl, *sym;
+
+	dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!dl) {
+		why = dlerror();
+		snprintf(err, err_len, "cannot load model plugin '%s': %s",
+			 path, why ? why : "unknown dlopen error");
+		return NULL;
+	}
+	dlerror();
+	sym = dlsym(dl, DYNBATCH_MODEL_PLUGIN_SYMBOL);
+	if (!sym) {
+		why = dlerror();
+		snprintf(err, err_len, "model plugin '%s' has no %s(): %s",
+			 path, DYNBATCH_MODEL_PLUGIN_SYMBOL,
+			 why ? why : "symbol is NULL");
+		goto out_dlclose;
+	}
+	entry = (dynbatch_model_plugin_fn)sym;
+	a = entry();
+	if (!a) {
+		snprintf(err, err_len, "model plugin '%s': %s() returned NULL",
+			 path, DYNBATCH_MODEL_PLUGIN_SYMBOL);
+		goto out_dlclose;
+	}
+	if (a->abi_version != DYNBATCH_MODEL_ABI_VERSION) {
+		snprintf(err, err_len,
+			 "model plugin '%s' has ABI version %u, this dynbatch needs version %u (rebuild it against this model.h)",
+			 path, (unsigned)a->abi_version,
+			 (unsigned)DYNBATCH_MODEL_ABI_VERSION);
+		goto out_dlclose;
+	}
+	if (!a->create || !a->vocab || !a->next) {
+		snprintf(err, err_len,
+			 "model plugin '%s' leaves %s() NULL in its API table",
+			 path, !a->create ? "create" :
+			       !a->vocab ? "vocab" : "next");
+		goto out_dlclose;
+	}
+	*api = a;
+	return dl;
+
+out_dlclose:
+	dlclose(dl);
+	return NULL;
+}
+
+/*
+ * Split spec into the API table to use and the args for its create().
+ * Returns the dlopen() handle for a plugin (NULL for sim) in *dl.
+ * Returns 0, or a negative errno after writing err (nothing open).
+ */
+static int model_resolve(const char *spec,
+			 const struct dynbatch_model_api **api,
+			 const char **args, void **dl, char *err,
+			 size_t err_len)
+{
+	const char *colon = strchr(spec, ':');
+	size_t name_len = colon ? (size_t)(colon - spec) : strlen(spec);
+	char *path;
+
+	*args = colon ? colon + 1 : "";
+	*dl = NULL;
+	if (name_len == 3 && memcmp(spec, "sim", 3) == 0) {
+		*api = sim_model_api();
+		return 0;
+	}
+	if (!model_spec_is_path(spec, name_len)) {
+		snprintf(err, err_len, "unknown model '%.*s' " MODEL_SPEC_HELP,
+			 (int)name_len, spec);
+		return -EINVAL;
+	}
+	/* "./" + name + NUL; see the file comment for why "./" */
+	path = malloc(name_len + 3);
+	if (!path) {
+		snprintf(err, err_len, "out of memory opening model '%s'", spec);
+		return -ENOMEM;
+	}
+	if (memchr(spec, '/', name_len))
+		snprintf(path, name_len + 3, "%.*s", (int)name_len, spec);
+	else
+		snprintf(path, name_len + 3, "./%.*s", (int)name_len, spec);
+	*dl = model_load_plugin(path, api, err, err_len);
+	free(path);
+	return *dl ? 0 : -ENOENT;
+}
+
+struct model *model_open(const char *spec, char *err, size_t err_len)
+{
+	char why[256] = "";
+	char dummy[1];
+	const char *args;
+	struct model *m;
+
+	/* every failure below writes err unconditionally */
+	if (!err || !err_len) {
+		err = dummy;
+		err_len = sizeof(dummy);
+	}
+	err[0] = '\0';
+	if (!spec || !*spec) {
+		snprintf(err, err_len, "empty model spec " MODEL_SPEC_HELP);
+		return NULL;
+	}
+	m = calloc(1, sizeof(*m));
+	if (!m) {
+		snprintf(err, err_len, "out of memory opening model '%s'", spec);
+		return NULL;
+	}
+	if (model_resolve(spec, &m->api, &args, &m->dl, err, err_len))
+		goto out_free;
+
+	m->handle = m->api->create(args, why, sizeof(why));
+	if (!m->handle) {
+		/* the sim model prefixes its reasons with "sim: " itself */
+		if (m->dl)
+			snprintf(err, err_len, "model plugin '%.*s': %s",
+				 (int)strcspn(spec, ":"), spec,
+				 why[0] ? why : "create() failed");
+		else
+			snprintf(err, err_len, "%s",
+				 why[0] ? why : "sim: create() failed");
+		goto out_dlclose;
+	}
+	m->vocab = m->api->vocab(m->handle);
+	if (m->vocab == 0) {
+		snprintf(err, err_len,
+			 "model '%.*s' reports a vocabulary of 0 tokens",
+			 (int)strcspn(spec, ":"), spec);
+		goto out_destroy;
+	}
+	return m;
+
+out_destroy:
+	if (m->api->destroy)
+		m->api->destroy(m->handle);
+out_dlclose:
+	if (m->dl)
+		dlclose(m->dl);
+out_free:
+	free(m);
+	return NULL;
+}
+
+uint32_t model_vocab(const struct model *m)
+{
+	return m->vocab;
+}
+
+int model_next(struct model *m, uint32_t n_rows, const int32_t *const *prefixes,
+	       const uint32_t *lengths, int32_t *next_tokens)
+{
+	int ret;
+
+	ret = m->api->next(m->handle, n_rows, prefixes, lengths, next_tokens);
+	if (ret)
+		return ret < 0 ? ret : -EIO;
+	for (uint32_t i = 0; i < n_rows; i++)
+		if (next_tokens[i] < 0 || (uint32_t)next_tokens[i] >= m->vocab)
+			return -ERANGE;
+	return 0;
+}
+
+void model_close(struct model *m)
+{
+	if (!m)
+		return;
+	if (m->api->destroy)
+		m->api->destroy(m->handle);
+	if (m->dl)
+		dlclose(m->dl);
+	free(m);
+}

@@ -1,0 +1,335 @@
+/*
+ * test_model_loader.c - unit tests of model_open() and friends
+ * (common/model_loader.c): the sim specs, every kind of bad spec, and the
+ * example plugin loaded for real with dlopen().
+ *
+ * The plugin is found at $DYNBATCH_PLUGIN if set; else next to this test's
+ * build tree (BUILD/tests/test_model_loader -> BUILD/example_plugin.so, so
+ * `make asan` loads the plugin of its own tree); else build/example_plugin.so
+ * relative to the current directory (the tests run from the repo root).
+ * Its tokens are checked against the bigram formula recomputed here, not
+ * taken from the plugin's source.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "model_loader.h"
+#include "sim_model.h"
+
+static char plugin_path[PATH_MAX];
+
+/* Where the example plugin is; see the file comment. */
+static void find_plugin(void)
+{
+	const char *env = getenv("DYNBATCH_PLUGIN");
+	char exe[PATH_MAX];
+	ssize_t n;
+	char *slash;
+
+	if (env && *env) {
+		snprintf(plugin_path, sizeof(plugin_path), "%s", env);
+		return;
+	}
+	snprintf(plugin_path, sizeof(plugin_path), "build/example_plugin.so");
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n <= 0)
+		return;
+	exe[n] = '\0';
+	for (int up = 0; up < 2; up++) {	/* strip tests/test_model_loader */
+		slash = strrchr(exe, '/');
+		if (!slash)
+			return;
+		*slash = '\0';
+	}
+	if (strlen(exe) + sizeof("/example_plugin.so") > sizeof(exe))
+		return;
+	strcat(exe, "/example_plugin.so");
+	if (access(exe, R_OK) == 0)
+		snprintf(plugin_path, sizeof(plugin_path), "%s", exe);
+}
+
+/* The example plugin's model, recomputed independently. */
+static int32_t bigram(const int32_t *p, uint32_t n, uint32_t vocab, uint32_t a,
+		      uint32_t b)
+{
+	if (n == 0)
+		return (int32_t)(b % vocab);
+	return (int32_t)(((uint64_t)a * (uint64_t)p[n - 1] + b + n) % vocab);
+}
+
+static struct model *must_open(const char *spec)
+{
+	char err[512] = "";
+	struct model *m = model_open(spec, err, sizeof(err));
+
+	if (!m)
+		fail_msg("model_open('%s'): %s", spec, err);
+	assert_string_equal(err, "");
+	return m;
+}
+
+/* One row through model_next(). */
+static int32_t next_one(struct model *m, const int32_t *p, uint32_t n)
+{
+	const int32_t *const prefixes[1] = { p };
+	int32_t out = -1;
+
+	assert_int_equal(model_next(m, 1, prefixes, &n, &out), 0);
+	return out;
+}
+
+/* ----------------------------------------------------------------- sim */
+
+static void test_sim_default(void **state)
+{
+	static const int32_t p[] = { 1, 2, 3 };
+	struct model *m = must_open("sim");
+
+	assert_int_equal(model_vocab(m), 32000);
+	assert_int_equal(next_one(m, NULL, 0), 15535);
+	assert_int_equal(next_one(m, p, 3), 26355);
+	model_close(m);
+
+	/* "sim:" is "sim" with no keys */
+	m = must_open("sim:");
+	assert_int_equal(model_vocab(m), 32000);
+	assert_int_equal(next_one(m, p, 3), 26355);
+	model_close(m);
+}
+
+static void test_sim_args(void **state)
+{
+	static const int32_t p[] = { 7 };
+	struct model *m = must_open("sim:vocab=50,seed=42");
+
+	assert_int_equal(model_vocab(m), 50);
+	assert_int_equal(next_one(m, p, 1), 5);
+	model_close(m);
+}
+
+/* A batch through model_next() equals sim_next() row by row. */
+static void test_sim_batch(void **state)
+{
+	static const int32_t a[] = { 1, 2, 3, 4, 5, 6 };
+	const int32_t *const prefixes[4] = { a, a, NULL, a + 2 };
+	const uint32_t lengths[4] = { 6, 3, 0, 1 };
+	int32_t out[4];
+	struct model *m = must_open("sim:seed=9,vocab=1000");
+
+	assert_int_equal(model_next(m, 4, prefixes, lengths, out), 0);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(out[i],
+				 sim_next(prefixes[i], lengths[i], 1000, 9));
+	assert_int_equal(model_next(m, 0, NULL, NULL, NULL), 0);
+	model_close(m);
+}
+
+/* -------------------------------------------------------------- errors */
+
+struct bad_spec {
+	const char *spec;
+	const char *must_say;	/* a substring the error must contain */
+};
+
+static void test_bad_specs(void **state)
+{
+	static const struct bad_spec cases[] = {
+		{ "", "empty model spec" },
+		{ "gpt4", "unknown model 'gpt4'" },
+		{ "gpt4:vocab=5", "unknown model 'gpt4'" },
+		{ "simx", "unknown model 'simx'" },
+		{ "SIM", "unknown model 'SIM'" },
+		{ ":sim", "unknown model ''" },
+		{ "sim:colour=red", "'colour'" },
+		{ "sim:vocab=0", "'vocab'" },
+		{ "sim:vocab", "missing '='" },
+		{ "sim:mode=fast", "'fast'" },
+		{ "/nonexistent/dir/model.so", "/nonexistent/dir/model.so" },
+		{ "/nonexistent/dir/model.so:vocab=5", "/nonexistent/dir/model.so" },
+		{ "nonexistent_dynbatch_model.so", "nonexistent_dynbatch_model.so" },
+		{ "./nonexistent", "./nonexistent" },
+		{ "/dev/null", "/dev/null" },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char err[512] = "";
+		struct model *m = model_open(cases[i].spec, err, sizeof(err));
+
+		if (m)
+			fail_msg("model_open('%s') succeeded", cases[i].spec);
+		if (!err[0] || strchr(err, '\n'))
+			fail_msg("'%s': error is not one line: '%s'",
+				 cases[i].spec, err);
+		if (!strstr(err, cases[i].must_say))
+			fail_msg("'%s': error '%s' does not say '%s'",
+				 cases[i].spec, err, cases[i].must_say);
+	}
+
+	/* the unknown-model error tells what would have been right */
+	{
+		char err[512] = "";
+
+		assert_null(model_open("llama", err, sizeof(err)));
+		assert_non_null(strstr(err, "expected sim"));
+		assert_non_null(strstr(err, "plugin.so"));
+	}
+	/* no err buffer, no crash */
+	assert_null(model_open("gpt4", NULL, 0));
+	assert_null(model_open(NULL, NULL, 0));
+}
+
+/*
+ * A real shared object without the plugin symbol: libcmocka, which this
+ * test is linked against, found with dladdr() so no path is hard-coded.
+ */
+static void test_not_a_plugin(void **state)
+{
+	Dl_info info;
+	char err[1024] = "";
+
+	if (!dladdr((void *)_cmocka_run_group_tests, &info) ||
+	    !info.dli_fname || !strchr(info.dli_fname, '/')) {
+		skip();
+		return;
+	}
+	assert_null(model_open(info.dli_fname, err, sizeof(err)));
+	assert_non_null(strstr(err, DYNBATCH_MODEL_PLUGIN_SYMBOL));
+	assert_non_null(strstr(err, info.dli_fname));
+}
+
+static void test_close_null(void **state)
+{
+	model_close(NULL);
+}
+
+/* -------------------------------------------------------------- plugin */
+
+static void test_plugin(void **state)
+{
+	static const uint32_t lens[] = { 0, 1, 2, 5 };
+	char spec[PATH_MAX + 64];
+	int32_t seq[64];
+	struct model *m;
+
+	snprintf(spec, sizeof(spec), "%s:vocab=1000,a=3,b=5", plugin_path);
+	m = must_open(spec);
+	assert_int_equal(model_vocab(m), 1000);
+
+	/* decode a sequence from an empty prompt, checking every step */
+	for (uint32_t n = 0; n < 40; n++) {
+		seq[n] = next_one(m, seq, n);
+		assert_int_equal(seq[n], bigram(seq, n, 1000, 3, 5));
+	}
+	assert_int_equal(seq[0], 5);		/* b % vocab */
+	assert_int_equal(seq[1], 3 * 5 + 5 + 1);	/* 21 */
+
+	/* a batch of prefixes of mixed lengths */
+	{
+		static const int32_t p[] = { 999, 4, 0, 123, 998 };
+		const int32_t *prefixes[4];
+		int32_t out[4];
+
+		for (int i = 0; i < 4; i++)
+			prefixes[i] = p;
+		assert_int_equal(model_next(m, 4, prefixes, lens, out), 0);
+		for (int i = 0; i < 4; i++)
+			assert_int_equal(out[i], bigram(p, lens[i], 1000, 3, 5));
+	}
+	model_close(m);
+
+	/* big numbers: a * last must not wrap in 32 bits */
+	snprintf(spec, sizeof(spec),
+		 "%s:vocab=2147483647,a=4294967295,b=4294967295", plugin_path);
+	m = must_open(spec);
+	{
+		static const int32_t p[] = { 2147483646 };
+
+		assert_int_equal(next_one(m, p, 1),
+				 bigram(p, 1, 2147483647u, 4294967295u,
+					4294967295u));
+		assert_int_equal(next_one(m, NULL, 0),
+				 (int32_t)(4294967295u % 2147483647u));
+	}
+	model_close(m);
+}
+
+static void test_plugin_defaults(void **state)
+{
+	struct model *m;
+	int32_t p[] = { 100 };
+
+	m = must_open(plugin_path);
+	assert_true(model_vocab(m) > 0);
+	assert_int_equal(model_vocab(m), 32000);
+	assert_true(next_one(m, p, 1) < 32000);
+	model_close(m);
+}
+
+static void test_plugin_twice(void **state)
+{
+	char spec[PATH_MAX + 64];
+	struct model *m1, *m2;
+	int32_t p[] = { 6 };
+
+	/* two instances of one plugin are independent */
+	snprintf(spec, sizeof(spec), "%s:vocab=10,a=1,b=0", plugin_path);
+	m1 = must_open(spec);
+	snprintf(spec, sizeof(spec), "%s:vocab=100,a=2,b=1", plugin_path);
+	m2 = must_open(spec);
+	assert_int_equal(next_one(m1, p, 1), bigram(p, 1, 10, 1, 0));
+	assert_int_equal(next_one(m2, p, 1), bigram(p, 1, 100, 2, 1));
+	model_close(m1);
+	assert_int_equal(next_one(m2, p, 1), bigram(p, 1, 100, 2, 1));
+	model_close(m2);
+}
+
+static void test_plugin_bad_args(void **state)
+{
+	static const char *const bad[] = {
+		"vocab=0", "vocab=x", "colour=1", "a", "b=-1",
+	};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char spec[PATH_MAX + 64];
+		char err[1024] = "";
+
+		snprintf(spec, sizeof(spec), "%s:%s", plugin_path, bad[i]);
+		if (model_open(spec, err, sizeof(err)))
+			fail_msg("'%s' was accepted", spec);
+		/* the error names the plugin and carries its reason */
+		if (!strstr(err, plugin_path) || !strstr(err, "example: "))
+			fail_msg("'%s': error '%s'", spec, err);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_sim_default),
+		cmocka_unit_test(test_sim_args),
+		cmocka_unit_test(test_sim_batch),
+		cmocka_unit_test(test_bad_specs),
+		cmocka_unit_test(test_not_a_plugin),
+		cmocka_unit_test(test_close_null),
+		cmocka_unit_test(test_plugin),
+		cmocka_unit_test(test_plugin_defaults),
+		cmocka_unit_test(test_plugin_twice),
+		cmocka_unit_test(test_plugin_bad_args),
+	};
+
+	find_plugin();
+	printf("test_model_loader: plugin %s\n", plugin_path);
+	return cmocka_run_group_tests_name("model_loader", tests, NULL, NULL);
+}
