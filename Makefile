@@ -104,7 +104,7 @@ test: deps
 	$(MAKE) all
 	$(MAKE) unit e2e
 
-unit: $(TEST_BIN)
+unit: $(TEST_BIN) $(PLUGIN)
 	@set -e; for t in $(TEST_BIN); do echo "== $$t"; $$t; done
 
 e2e: all

@@ -1,0 +1,1195 @@
+/*
+ * engine.c - the coordinator's scheduler and event loop; see engine.h.
+ *
+ * NOTES ON THE DESIGN
+ *
+ * Trust.  Everything the coordinator must trust lives in its private
+ * memory: the slot table's private copy, the request pool, and for each
+ * shard the rows of the step in flight (slot, generation) under a dispatch
+ * id.  A result record is read field by field, once, into locals and
+ * accepted only if its sequence number, dispatch id, row count, each row's
+ * slot and generation and the token's range all match; anything else is
+ * counted as stale and dropped, and the affected rows are simply
+ * dispatched again.
+ *
+ * Faults.  A worker's exit shows up as its pidfd becoming readable on the
+ * io_uring loop.  The step it had in flight is forgotten (its result, if
+ * it wrote one, is drained from the ring as stale), the channel is reset,
+ * and a replacement is started, with back-off when starts keep failing.
+ * A death the request can be blamed for (a crash, a model error, a hang
+ * past --step-timeout that we killed) puts every row of that step under
+ * suspicion: the shard then runs its suspects one per step, so a request
+ * that kills the worker when alone is identified; after poison_attempts
+ * such lone failures it is failed with an error result, and everyone else
+ * continues with exactly the tokens a fault-free run gives (the model is a
+ * pure function of the prefix).  A SIGKILL or SIGTERM we did not send is
+ * an outside event (an operator, the OOM killer, the fault injector): the
+ * step is re-dispatched, nobody is blamed.
+ *
+ * Waking.  After a round with no progress the coordinator spins on the
+ * result rings for spin_us, then sets coordinator_sleeping, fences, looks
+ * once more, and sleeps in io_uring; a worker that publishes a result
+ * while the flag is set writes the eventfd.  The coordinator wakes a
+ * worker (sem_post) only when the worker has said it sleeps.
+ */
+#include "engine.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "io_ring.h"
+#include "line_reader.h"
+#include "log.h"
+#include "model_loader.h"
+#include "request.h"
+#include "request_pool.h"
+#include "shm_segment.h"
+#include "slot_table.h"
+#include "stats.h"
+#include "stop_matcher.h"
+#include "wait_queue.h"
+#include "worker_pool.h"
+
+#define ENGINE_READ_SIZE (64u * 1024)
+#define ENGINE_MAX_LINE (4u * 1024 * 1024)
+#define ENGINE_OUTPUT_HIGH (1u << 20)	/* stop admitting above this backlog */
+#define ENGINE_MAX_FAILED_STARTS 8	/* per shard, then give up on it */
+#define ENGINE_RESTART_MAX_NS (1000ull * 1000 * 1000)
+#define ENGINE_PROGRESS_NS (250ull * 1000 * 1000)
+
+struct shard {
+	uint32_t index;
+	uint32_t first_slot;		/* slots [first_slot, first_slot+n_slots) */
+	uint32_t n_slots;
+	/* the step in flight: private, trusted copy of what was dispatched */
+	uint64_t next_dispatch_id;	/* starts at 1; 0 means none */
+	uint64_t inflight_id;		/* 0 when no step is in flight */
+	uint32_t n_inflight;
+	struct shm_dispatch_row *inflight; /* n_slots rows */
+	uint64_t dispatched_ns;
+	uint64_t dispatch_pos;		/* next dispatch ring position */
+	uint64_t result_pos;		/* next result ring position */
+	/* the worker process */
+	pid_t pid;			/* 0 when none runs */
+	int pidfd;
+	bool hang_killed;		/* we SIGKILLed it past the step timeout */
+	bool failed_step;		/* its model returned an error */
+	uint64_t started_ns;
+	uint64_t restart_at_ns;		/* when dead: start a new one then */
+	uint32_t n_failed_starts;	/* consecutive deaths before ready */
+	uint32_t n_quick_deaths;	/* consecutive deaths soon after start */
+	/* isolation after a fault: slots (and generations) to run alone */
+	uint32_t *suspect_slot;
+	uint32_t *suspect_gen;
+	uint32_t n_suspects;
+};
+
+struct engine {
+	const struct engine_config *cfg;
+	struct model *model;
+	uint32_t vocab;
+	struct shm_segment seg;
+	struct slot_table slots;
+	struct wait_queue queue;
+	struct request_pool pool;
+	struct shard *shards;
+	uint32_t n_shards;
+	bool in_process;
+	char worker_path[PATH_MAX];
+	struct io_ring io;
+	int in_fd, out_fd, sig_fd, notify_fd;
+	uint64_t notify_buf;
+	struct signalfd_siginfo sig_buf;
+	/* input */
+	struct line_reader lines;
+	char *read_buf;
+	bool read_inflight;
+	bool input_eof;
+	/* output: results accumulate in fill while write is being written */
+	struct strbuf out_fill, out_write;
+	bool write_inflight;
+	/* state */
+	int n_signals;
+	bool failed;
+	char fail_msg[256];
+	bool progress_on;
+	uint64_t last_progress_ns;
+	uint64_t *slot_freed_ns;	/* per slot: when it last became free */
+	/* in-process stepping buffers, n_slots each */
+	const int32_t **prefixes;
+	uint32_t *lengths;
+	int32_t *next_tokens;
+	struct shm_result_row *inproc_rows;
+	struct engine_stats stats;
+};
+
+static void engine_fail(struct engine *e, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void engine_fail(struct engine *e, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (e->failed)
+		return;
+	e->failed = true;
+	va_start(ap, fmt);
+	vsnprintf(e->fail_msg, sizeof(e->fail_msg), fmt, ap);
+	va_end(ap);
+	LOG(LOG_ERROR, "%s", e->fail_msg);
+}
+
+/* ------------------------------------------------------------------------
+ * Results
+ * ---------------------------------------------------------------------- */
+
+static void engine_emit(struct engine *e, const struct result *r,
+			enum finish_reason reason)
+{
+	if (result_format(r, &e->out_fill))
+		engine_fail(e, "out of memory formatting a result");
+	e->stats.n_finished[reason]++;
+}
+
+/* A line that never became a live request (bad input, max_tokens 0). */
+static void engine_emit_unqueued(struct engine *e, const struct request *req,
+				 enum finish_reason reason, const char *error)
+{
+	struct result r = {
+		.id = req->id,
+		.line_no = req->line_no,
+		.finish_reason = finish_reason_names[reason],
+		.error = error,
+		.n_prompt = req->n_prompt,
+	};
+
+	engine_emit(e, &r, reason);
+}
+
+/*
+ * Write the result of live request handle and release it and its slot.
+ * The only way a live request ends, so each gets exactly one line.
+ */
+static void engine_finish(struct engine *e, uint32_t handle,
+			  enum finish_reason reason, const char *error)
+{
+	struct live_request *lr = request_pool_get(&e->pool, handle);
+	struct result r;
+	uint64_t now = clock_now_ns();
+
+	if (!lr)
+		return;
+	memset(&r, 0, sizeof(r));
+	r.id = lr->req.id;
+	r.line_no = lr->req.line_no;
+	r.finish_reason = finish_reason_names[reason];
+	r.error = error;
+	r.n_prompt = lr->req.n_prompt;
+	r.n_generated = lr->n_generated;
+	if (lr->slot != REQUEST_NONE) {
+		uint32_t n = lr->n_generated;
+
+		if (reason == FINISH_STOP && !lr->req.include_stop)
+			n -= lr->stop_len;
+		r.tokens = slot_table_tokens(&e->slots, lr->slot) + lr->req.n_prompt;
+		r.n_tokens = n;
+	}
+	engine_emit(e, &r, reason);
+	if (reason == FINISH_STOP || reason == FINISH_LENGTH)
+		stats_record_latency(&e->stats, now - lr->admitted_ns);
+	if (lr->slot != REQUEST_NONE) {
+		slot_table_release(&e->slots, lr->slot);
+		e->slot_freed_ns[lr->slot] = now;
+	}
+	request_pool_free(&e->pool, handle);
+}
+
+/* ------------------------------------------------------------------------
+ * Input and admission
+ * ---------------------------------------------------------------------- */
+
+/* Parse one input line into a live request, or answer it at once. */
+static void engine_admit_line(struct engine *e, const char *line, size_t len,
+			      uint64_t line_no)
+{
+	struct request_limits lim = { .vocab = e->vocab,
+				      .max_context = e->cfg->max_context };
+	struct request req;
+	char err[512];
+	uint32_t handle;
+	struct live_request *lr;
+
+	memset(&req, 0, sizeof(req));
+	if (request_parse(line, len, line_no, &lim, &req, err, sizeof(err))) {
+		req.line_no = line_no;
+		engine_emit_unqueued(e, &req, FINISH_ERROR, err);
+		request_release(&req);
+		return;
+	}
+	if (request_pool_find_id(&e->pool, req.id) != REQUEST_NONE) {
+		snprintf(err, sizeof(err), "line %llu: duplicate id '%.200s': a "
+			 "request with this id is still live",
+			 (unsigned long long)line_no, req.id);
+		engine_emit_unqueued(e, &req, FINISH_ERROR, err);
+		request_release(&req);
+		return;
+	}
+	if (req.max_tokens == 0) {
+		engine_emit_unqueued(e, &req, FINISH_LENGTH, NULL);
+		request_release(&req);
+		return;
+	}
+	handle = request_pool_alloc(&e->pool);
+	lr = request_pool_get(&e->pool, handle);
+	if (!lr) {	/* cannot happen: admission is gated on queue room */
+		engine_fail(e, "request pool exhausted");
+		request_release(&req);
+		return;
+	}
+	lr->req = req;
+	lr->admitted_ns = clock_now_ns();
+	request_pool_add_id(&e->pool, handle);
+	wait_queue_push(&e->queue, handle);
+}
+
+/* May another line be taken from the input now? */
+static bool engine_can_admit(const struct engine *e)
+{
+	return !e->n_signals && !e->failed && !wait_queue_full(&e->queue) &&
+	       !request_pool_full(&e->pool) && e->out_fill.len < ENGINE_OUTPUT_HIGH;
+}
+
+/* Take lines from the buffered input while there is room.  Returns true
+ * if it took any. */
+static bool engine_parse_input(struct engine *e)
+{
+	bool took = false;
+
+	while (engine_can_admit(e)) {
+		const char *line;
+		size_t len;
+		enum line_status st = line_reader_next(&e->lines, &line, &len);
+		char err[128];
+
+		if (st == LINE_NONE)
+			break;
+		took = true;
+		if (st == LINE_OVERLONG) {
+			struct request none = { .line_no = e->lines.line_no };
+
+			snprintf(err, sizeof(err), "line %llu: longer than %u bytes",
+				 (unsigned long long)e->lines.line_no, ENGINE_MAX_LINE);
+			engine_emit_unqueued(e, &none, FINISH_ERROR, err);
+			continue;
+		}
+		engine_admit_line(e, line, len, e->lines.line_no);
+	}
+	return took;
+}
+
+/* ------------------------------------------------------------------------
+ * Slots, dispatch, commit
+ * ---------------------------------------------------------------------- */
+
+/* Fill the shard's free slots from the waiting queue (FIFO). */
+static void shard_refill(struct engine *e, struct shard *s)
+{
+	uint64_t now = 0;
+
+	if (e->cfg->policy_static)
+		for (uint32_t i = 0; i < s->n_slots; i++)
+			if (e->slots.slots[s->first_slot + i].state != SHM_SLOT_FREE)
+				return;
+	for (uint32_t i = 0; i < s->n_slots; i++) {
+		uint32_t slot = s->first_slot + i;
+		struct live_request *lr;
+		uint32_t handle;
+
+		if (e->slots.slots[slot].state != SHM_SLOT_FREE)
+			continue;
+		if (!wait_queue_len(&e->queue))
+			engine_parse_input(e);
+		if (wait_queue_pop(&e->queue, &handle))
+			return;
+		lr = request_pool_get(&e->pool, handle);
+		if (!lr) {
+			engine_fail(e, "waiting queue held a bad handle %u", handle);
+			return;
+		}
+		if (slot_table_assign(&e->slots, slot, handle, lr->req.prompt,
+				      lr->req.n_prompt)) {
+			engine_finish(e, handle, FINISH_ERROR, "prompt does not fit a slot");
+			continue;
+		}
+		if (!now)
+			now = clock_now_ns();
+		lr->slot = slot;
+		lr->started_ns = now;
+		lr->matcher_state = STOP_MATCHER_ROOT;
+		if (e->slot_freed_ns[slot]) {
+			e->stats.refill_ns_sum += now - e->slot_freed_ns[slot];
+			e->stats.n_refills++;
+		}
+	}
+}
+
+/* Collect the rows of the shard's next step into s->inflight. */
+static uint32_t shard_collect_rows(struct engine *e, struct shard *s)
+{
+	uint32_t n = 0;
+
+	/* Isolation: run the first still-valid suspect alone. */
+	while (s->n_suspects) {
+		uint32_t slot = s->suspect_slot[0];
+		const struct slot_state *st = &e->slots.slots[slot];
+
+		if (st->state == SHM_SLOT_ACTIVE && st->generation == s->suspect_gen[0]) {
+			s->inflight[0] = (struct shm_dispatch_row){
+				.slot = slot, .generation = st->generation,
+				.n_tokens = st->n_tokens };
+			return 1;
+		}
+		s->n_suspects--;
+		memmove(s->suspect_slot, s->suspect_slot + 1, s->n_suspects * sizeof(uint32_t));
+		memmove(s->suspect_gen, s->suspect_gen + 1, s->n_suspects * sizeof(uint32_t));
+	}
+	for (uint32_t i = 0; i < s->n_slots; i++) {
+		uint32_t slot = s->first_slot + i;
+		const struct slot_state *st = &e->slots.slots[slot];
+
+		if (st->state != SHM_SLOT_ACTIVE)
+			continue;
+		s->inflight[n++] = (struct shm_dispatch_row){
+			.slot = slot, .generation = st->generation,
+			.n_tokens = st->n_tokens };
+	}
+	return n;
+}
+
+/* Publish the shard's next step to its worker. */
+static void shard_dispatch(struct engine *e, struct shard *s)
+{
+	struct shm_channel *ch;
+	struct shm_dispatch *d;
+	uint32_t n = shard_collect_rows(e, s);
+
+	if (!n)
+		return;
+	s->n_inflight = n;
+	s->inflight_id = s->next_dispatch_id++;
+	s->dispatched_ns = clock_now_ns();
+	if (e->in_process)
+		return;
+	ch = shm_channel_at(&e->seg, s->index);
+	d = shm_dispatch_at(e->seg.hdr, ch, s->dispatch_pos);
+	d->dispatch_id = s->inflight_id;
+	d->n_rows = n;
+	memcpy(d->rows, s->inflight, n * sizeof(d->rows[0]));
+	shm_entry_publish(&d->seq, s->dispatch_pos);
+	s->dispatch_pos++;
+	/* seq_cst: pairs with the fence in worker_wait_dispatch(). */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&ch->worker_sleeping, memory_order_relaxed))
+		sem_post(&ch->dispatch_sem);
+}
+
+/* Remove slot from the head of the suspects after it ran alone cleanly. */
+static void shard_clear_suspect(struct shard *s, uint32_t slot)
+{
+	if (s->n_suspects && s->suspect_slot[0] == slot) {
+		s->n_suspects--;
+		memmove(s->suspect_slot, s->suspect_slot + 1, s->n_suspects * sizeof(uint32_t));
+		memmove(s->suspect_gen, s->suspect_gen + 1, s->n_suspects * sizeof(uint32_t));
+	}
+}
+
+/* Commit one validated token to the request in slot; finish it if done. */
+static void engine_commit_token(struct engine *e, uint32_t slot, int32_t token)
+{
+	uint32_t handle = e->slots.slots[slot].request_handle;
+	struct live_request *lr = request_pool_get(&e->pool, handle);
+	uint32_t match = 0;
+
+	if (!lr || lr->slot != slot) {
+		engine_fail(e, "slot %u lost its request", slot);
+		return;
+	}
+	if (slot_table_append(&e->slots, slot, token)) {
+		engine_finish(e, handle, FINISH_ERROR, "context limit reached");
+		return;
+	}
+	lr->n_generated++;
+	e->stats.n_tokens++;
+	if (lr->req.stops) {
+		lr->matcher_state = stop_matcher_feed(lr->req.stops, lr->matcher_state,
+						      token, &match);
+		if (match) {
+			lr->stop_len = match;
+			engine_finish(e, handle, FINISH_STOP, NULL);
+			return;
+		}
+	}
+	if (lr->n_generated >= lr->req.max_tokens)
+		engine_finish(e, handle, FINISH_LENGTH, NULL);
+}
+
+/*
+ * Apply the result rows of the shard's step in flight.  rows/n_rows come
+ * from shared memory: each row is copied once and checked against the
+ * private copy of the dispatch.
+ */
+static void shard_commit(struct engine *e, struct shard *s,
+			 const struct shm_result_row *rows, uint32_t n_rows)
+{
+	uint32_t n_ok = 0;
+
+	if (n_rows != s->n_inflight) {
+		e->stats.n_stale++;
+		LOG(LOG_WARN, "shard %u: result with %u rows for a step of %u: "
+		    "rejected", s->index, n_rows, s->n_inflight);
+		return;
+	}
+	for (uint32_t i = 0; i < n_rows; i++) {
+		struct shm_result_row row = rows[i];	/* one read of shared memory */
+		const struct shm_dispatch_row *want = &s->inflight[i];
+		const struct slot_state *st;
+
+		if (row.slot != want->slot || row.generation != want->generation ||
+		    row.token < 0 || (uint32_t)row.token >= e->vocab) {
+			e->stats.n_stale++;
+			continue;
+		}
+		st = &e->slots.slots[want->slot];
+		if (st->state != SHM_SLOT_ACTIVE || st->generation != want->generation ||
+		    st->n_tokens != want->n_tokens) {
+			e->stats.n_stale++;
+			continue;
+		}
+		engine_commit_token(e, want->slot, row.token);
+		n_ok++;
+	}
+	if (n_ok == 1 && s->n_inflight == 1)
+		shard_clear_suspect(s, s->inflight[0].slot);
+	e->stats.n_steps++;
+	e->stats.n_step_rows += n_rows;
+	e->stats.n_step_capacity += s->n_slots;
+}
+
+/* Step done (committed or rejected): refill and dispatch the next. */
+static void shard_advance(struct engine *e, struct shard *s)
+{
+	s->inflight_id = 0;
+	s->n_inflight = 0;
+	shard_refill(e, s);
+	if (s->pid > 0)
+		shard_dispatch(e, s);
+}
+
+/* Kill the shard's worker; its exit is handled on the pidfd. */
+static void shard_kill(struct shard *s)
+{
+	if (s->pid > 0)
+		kill(s->pid, SIGKILL);
+}
+
+/* Read every published result of the shard.  Returns true on progress. */
+static bool shard_poll(struct engine *e, struct shard *s)
+{
+	struct shm_channel *ch;
+	bool progress = false;
+
+	if (e->in_process || s->pid <= 0)
+		return false;
+	ch = shm_channel_at(&e->seg, s->index);
+	for (;;) {
+		struct shm_result *r = shm_result_at(e->seg.hdr, ch, s->result_pos);
+		uint64_t id;
+		uint32_t n_rows;
+		int32_t status;
+
+		if (!shm_entry_ready(&r->seq, s->result_pos))
+			break;
+		id = r->dispatch_id;
+		n_rows = r->n_rows;
+		status = r->status;
+		s->result_pos++;
+		progress = true;
+		if (!s->inflight_id || id != s->inflight_id) {
+			e->stats.n_stale++;
+			continue;
+		}
+		if (status) {
+			LOG(LOG_WARN, "shard %u: model failed a step (%s); "
+			    "restarting the worker", s->index, strerror(-status));
+			s->failed_step = true;
+			shard_kill(s);
+			break;
+		}
+		shard_commit(e, s, r->rows, n_rows > s->n_slots ? s->n_slots + 1 : n_rows);
+		shard_advance(e, s);
+	}
+	return progress;
+}
+
+/* --workers 0: run the shard's step right here. */
+static bool shard_step_in_process(struct engine *e, struct shard *s)
+{
+	struct shm_result_row *rows = e->inproc_rows;
+	uint32_t n;
+	int ret;
+
+	shard_refill(e, s);
+	shard_dispatch(e, s);
+	n = s->n_inflight;
+	if (!n)
+		return false;
+	for (uint32_t i = 0; i < n; i++) {
+		e->prefixes[i] = slot_table_tokens(&e->slots, s->inflight[i].slot);
+		e->lengths[i] = s->inflight[i].n_tokens;
+	}
+	ret = model_next(e->model, n, e->prefixes, e->lengths, e->next_tokens);
+	if (ret) {
+		engine_fail(e, "model failed: %s", strerror(-ret));
+		return false;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		rows[i] = (struct shm_result_row){
+			.slot = s->inflight[i].slot,
+			.generation = s->inflight[i].generation,
+			.token = e->next_tokens[i] };
+	shard_commit(e, s, rows, n);
+	s->inflight_id = 0;
+	s->n_inflight = 0;
+	return true;
+}
+
+/* ------------------------------------------------------------------------
+ * Workers
+ * ---------------------------------------------------------------------- */
+
+static int shard_start_worker(struct engine *e, struct shard *s)
+{
+	struct worker_spawn_args a = {
+		.worker_path = e->worker_path,
+		.shm_name = e->seg.name,
+		.shard = s->index,
+		.model_spec = e->cfg->model_spec,
+		.notify_fd = e->notify_fd,
+		.spin_us = e->cfg->spin_us,
+		.garbage_every = e->cfg->garbage_every,
+	};
+	int ret;
+
+	shm_channel_reset(&e->seg, s->index, s->dispatch_pos, s->result_pos);
+	ret = worker_spawn(&a, &s->pid, &s->pidfd);
+	if (ret) {
+		LOG(LOG_ERROR, "cannot start worker %u: %s", s->index, strerror(-ret));
+		s->pid = 0;
+		return ret;
+	}
+	s->started_ns = clock_now_ns();
+	s->restart_at_ns = 0;
+	s->hang_killed = false;
+	s->failed_step = false;
+	e->stats.n_worker_starts++;
+	io_ring_poll_in(&e->io, s->pidfd, IO_TAG_PIDFD, s->index);
+	/* Anything already waiting for this shard goes out now. */
+	if (!s->inflight_id)
+		shard_advance(e, s);
+	return 0;
+}
+
+/* Blame the rows of a failed step; fail the ones that failed alone too often. */
+static void shard_blame_step(struct engine *e, struct shard *s, const char *why)
+{
+	uint32_t n = s->n_inflight;
+
+	if (n > 1) {
+		for (uint32_t i = 0; i < n; i++) {
+			s->suspect_slot[i] = s->inflight[i].slot;
+			s->suspect_gen[i] = s->inflight[i].generation;
+		}
+		s->n_suspects = n;
+		LOG(LOG_WARN, "shard %u: isolating the %u requests of the failed step",
+		    s->index, n);
+		return;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		const struct slot_state *st = &e->slots.slots[s->inflight[i].slot];
+		uint32_t handle = st->request_handle;
+		struct live_request *lr = request_pool_get(&e->pool, handle);
+		char msg[256];
+
+		if (!lr || st->generation != s->inflight[i].generation)
+			continue;
+		lr->n_failed_alone++;
+		if (lr->n_failed_alone < e->cfg->poison_attempts)
+			continue;
+		snprintf(msg, sizeof(msg), "line %llu: request failed %u model steps "
+			 "on its own (last: worker %s); giving up on it",
+			 (unsigned long long)lr->req.line_no, lr->n_failed_alone, why);
+		LOG(LOG_WARN, "poison request '%s': %s", lr->req.id, msg);
+		e->stats.n_poisoned++;
+		shard_clear_suspect(s, s->inflight[i].slot);
+		engine_finish(e, handle, FINISH_ERROR, msg);
+	}
+}
+
+/* The shard's worker exited: forget its step, blame, schedule a restart. */
+static void shard_on_exit(struct engine *e, struct shard *s, const char *why,
+			  int signo)
+{
+	struct shm_channel *ch = shm_channel_at(&e->seg, s->index);
+	bool was_ready = atomic_load(&ch->worker_ready_pid) == s->pid;
+	bool outside = (signo == SIGKILL || signo == SIGTERM || signo == SIGINT) &&
+		       !s->hang_killed;
+	uint64_t now = clock_now_ns();
+	uint64_t delay;
+
+	LOG(e->n_signals ? LOG_INFO : LOG_WARN, "worker %u (pid %d) %s%s", s->index,
+	    (int)s->pid, why, s->hang_killed ? " after the step timeout" : "");
+	close(s->pidfd);
+	s->pid = 0;
+	s->pidfd = -1;
+	e->stats.n_worker_deaths++;
+	/* Whatever it left in the ring answers a step we now abandon. */
+	while (shm_entry_ready(&shm_result_at(e->seg.hdr, ch, s->result_pos)->seq,
+			       s->result_pos)) {
+		s->result_pos++;
+		e->stats.n_stale++;
+	}
+	if (s->inflight_id && (!outside || s->failed_step))
+		shard_blame_step(e, s, why);
+	s->inflight_id = 0;
+	s->n_inflight = 0;
+
+	if (!was_ready)
+		s->n_failed_starts++;
+	else
+		s->n_failed_starts = 0;
+	if (now - s->started_ns < ENGINE_RESTART_MAX_NS)
+		s->n_quick_deaths++;
+	else
+		s->n_quick_deaths = 0;
+	if (s->n_failed_starts >= ENGINE_MAX_FAILED_STARTS) {
+		bool all_dead = true;
+
+		for (uint32_t i = 0; i < e->n_shards; i++)
+			if (e->shards[i].n_failed_starts < ENGINE_MAX_FAILED_STARTS)
+				all_dead = false;
+		if (all_dead)
+			engine_fail(e, "no worker can be kept alive: %u starts in a row "
+				    "failed on every shard (last worker %s); check "
+				    "--model and the worker's messages above",
+				    s->n_failed_starts, why);
+	}
+	delay = s->n_quick_deaths ? 5000000ull << (s->n_quick_deaths - 1 < 8 ?
+						   s->n_quick_deaths - 1 : 8) : 0;
+	if (delay > ENGINE_RESTART_MAX_NS)
+		delay = ENGINE_RESTART_MAX_NS;
+	s->restart_at_ns = now + delay;
+}
+
+static void engine_handle_pidfd(struct engine *e, uint32_t index)
+{
+	struct shard *s;
+	char why[96];
+	int signo;
+
+	if (index >= e->n_shards)
+		return;
+	s = &e->shards[index];
+	if (s->pid <= 0)
+		return;
+	if (!worker_reap(s->pid, why, sizeof(why), &signo)) {
+		io_ring_poll_in(&e->io, s->pidfd, IO_TAG_PIDFD, s->index);
+		return;
+	}
+	shard_on_exit(e, s, why, signo);
+}
+
+/* Start due replacements; kill workers past the step timeout.  Returns
+ * the time of the next such deadline (UINT64_MAX: none). */
+static uint64_t engine_check_workers(struct engine *e, uint64_t now)
+{
+	uint64_t next = UINT64_MAX;
+	uint64_t timeout = e->cfg->step_timeout_ms * 1000000ull;
+
+	for (uint32_t i = 0; i < e->n_shards && !e->in_process; i++) {
+		struct shard *s = &e->shards[i];
+
+		if (s->pid <= 0 && !e->failed && !(e->n_signals && !e->pool.n_live)) {
+			if (s->n_failed_starts >= ENGINE_MAX_FAILED_STARTS &&
+			    s->restart_at_ns < now)
+				s->restart_at_ns = now + ENGINE_RESTART_MAX_NS;
+			if (now >= s->restart_at_ns) {
+				if (shard_start_worker(e, s))
+					s->restart_at_ns = now + ENGINE_RESTART_MAX_NS;
+			}
+			if (s->pid <= 0 && s->restart_at_ns < next)
+				next = s->restart_at_ns;
+			continue;
+		}
+		if (s->pid > 0 && s->inflight_id && !s->hang_killed) {
+			if (now - s->dispatched_ns >= timeout) {
+				LOG(LOG_WARN, "worker %u (pid %d): step %llu took longer "
+				    "than %llu ms; killing it", s->index, (int)s->pid,
+				    (unsigned long long)s->inflight_id,
+				    (unsigned long long)e->cfg->step_timeout_ms);
+				s->hang_killed = true;
+				e->stats.n_hang_kills++;
+				shard_kill(s);
+			} else if (s->dispatched_ns + timeout < next) {
+				next = s->dispatched_ns + timeout;
+			}
+		}
+	}
+	return next;
+}
+
+/* ------------------------------------------------------------------------
+ * Signals, I/O events
+ * ---------------------------------------------------------------------- */
+
+static void engine_on_signal(struct engine *e, int signo)
+{
+	uint32_t handle;
+
+	e->n_signals++;
+	if (e->n_signals == 1) {
+		LOG(LOG_WARN, "%s: draining (no new requests; active ones finish, "
+		    "waiting ones are cancelled); signal again to stop now",
+		    strsignal(signo));
+		while (!wait_queue_pop(&e->queue, &handle))
+			engine_finish(e, handle, FINISH_CANCELLED, NULL);
+		return;
+	}
+	LOG(LOG_WARN, "%s again: cancelling every active request", strsignal(signo));
+	for (uint32_t slot = 0; slot < e->slots.n_slots; slot++)
+		if (e->slots.slots[slot].state == SHM_SLOT_ACTIVE)
+			engine_finish(e, e->slots.slots[slot].request_handle,
+				      FINISH_CANCELLED, NULL);
+	while (!wait_queue_pop(&e->queue, &handle))
+		engine_finish(e, handle, FINISH_CANCELLED, NULL);
+}
+
+static void engine_handle_event(struct engine *e, const struct io_event *ev)
+{
+	switch (ev->tag) {
+	case IO_TAG_INPUT:
+		e->read_inflight = false;
+		if (ev->res > 0) {
+			if (line_reader_feed(&e->lines, e->read_buf, (size_t)ev->res))
+				engine_fail(e, "out of memory reading input");
+		} else if (ev->res == 0) {
+			e->input_eof = true;
+			e->lines.eof = true;
+		} else {
+			engine_fail(e, "reading input: %s", strerror(-ev->res));
+		}
+		break;
+	case IO_TAG_OUTPUT:
+		e->write_inflight = false;
+		if (ev->res < 0) {
+			engine_fail(e, "writing output: %s", strerror(-ev->res));
+			strbuf_consume(&e->out_write, e->out_write.len);
+			break;
+		}
+		strbuf_consume(&e->out_write, (size_t)ev->res);
+		break;
+	case IO_TAG_SIGNAL:
+		if (ev->res == (int32_t)sizeof(e->sig_buf))
+			engine_on_signal(e, (int)e->sig_buf.ssi_signo);
+		io_ring_read(&e->io, e->sig_fd, &e->sig_buf, sizeof(e->sig_buf),
+			     IO_TAG_SIGNAL, 0);
+		break;
+	case IO_TAG_PIDFD:
+		engine_handle_pidfd(e, ev->index);
+		break;
+	case IO_TAG_NOTIFY:
+		io_ring_read(&e->io, e->notify_fd, &e->notify_buf,
+			     sizeof(e->notify_buf), IO_TAG_NOTIFY, 0);
+		break;
+	}
+}
+
+/* Queue the input read and output write that are due. */
+static void engine_arm_io(struct engine *e)
+{
+	if (!e->read_inflight && !e->input_eof && !e->n_signals && !e->failed &&
+	    line_reader_buffered(&e->lines) < ENGINE_READ_SIZE &&
+	    engine_can_admit(e)) {
+		io_ring_read(&e->io, e->in_fd, e->read_buf, ENGINE_READ_SIZE,
+			     IO_TAG_INPUT, 0);
+		e->read_inflight = true;
+	}
+	if (!e->write_inflight && (e->out_write.len || e->out_fill.len)) {
+		if (!e->out_write.len) {
+			struct strbuf t = e->out_write;
+
+			e->out_write = e->out_fill;
+			e->out_fill = t;
+		}
+		io_ring_write(&e->io, e->out_fd, e->out_write.data,
+			      e->out_write.len > (1u << 30) ? 1u << 30 :
+			      (uint32_t)e->out_write.len, IO_TAG_OUTPUT, 0);
+		e->write_inflight = true;
+	}
+}
+
+static bool engine_any_result_ready(struct engine *e)
+{
+	for (uint32_t i = 0; i < e->n_shards; i++) {
+		struct shard *s = &e->shards[i];
+
+		if (s->pid > 0 && shm_entry_ready(&shm_result_at(e->seg.hdr,
+				shm_channel_at(&e->seg, i), s->result_pos)->seq,
+				s->result_pos))
+			return true;
+	}
+	return false;
+}
+
+/* Nothing to do right now: spin briefly, then sleep in io_uring. */
+static void engine_wait(struct engine *e, uint64_t deadline_ns)
+{
+	uint64_t start = clock_now_ns();
+	uint64_t spin = (uint64_t)e->cfg->spin_us * 1000;
+	struct io_event ev;
+	uint64_t timeout;
+	int ret;
+
+	if (!e->in_process) {
+		while (clock_now_ns() - start < spin) {
+			if (engine_any_result_ready(e) || io_ring_has_event(&e->io))
+				return;
+			cpu_relax();
+		}
+		atomic_store(&e->seg.hdr->coordinator_sleeping, 1);
+		/* seq_cst: pairs with the fence in worker_step(). */
+		atomic_thread_fence(memory_order_seq_cst);
+		if (engine_any_result_ready(e)) {
+			atomic_store(&e->seg.hdr->coordinator_sleeping, 0);
+			return;
+		}
+	}
+	start = clock_now_ns();
+	timeout = deadline_ns <= start ? 1 : deadline_ns - start;
+	ret = io_ring_next(&e->io, timeout, &ev);
+	if (!e->in_process)
+		atomic_store(&e->seg.hdr->coordinator_sleeping, 0);
+	if (ret > 0)
+		engine_handle_event(e, &ev);
+	else if (ret < 0)
+		engine_fail(e, "io_uring wait: %s", strerror(-ret));
+}
+
+/* ------------------------------------------------------------------------
+ * The loop
+ * ---------------------------------------------------------------------- */
+
+static bool engine_done(const struct engine *e)
+{
+	bool input_done = e->input_eof || e->n_signals || e->failed;
+
+	return input_done && !e->pool.n_live && !e->write_inflight &&
+	       !e->out_fill.len && !e->out_write.len &&
+	       (e->n_signals || e->failed || !line_reader_buffered(&e->lines));
+}
+
+static void engine_loop(struct engine *e)
+{
+	struct io_event ev;
+
+	while (!engine_done(e)) {
+		bool progress = false;
+		uint64_t now, deadline;
+		int ret;
+
+		while ((ret = io_ring_next(&e->io, 0, &ev)) > 0) {
+			engine_handle_event(e, &ev);
+			progress = true;
+		}
+		if (ret < 0)
+			engine_fail(e, "io_uring: %s", strerror(-ret));
+		if (e->failed)
+			break;
+		progress |= engine_parse_input(e);
+		for (uint32_t i = 0; i < e->n_shards; i++) {
+			struct shard *s = &e->shards[i];
+
+			if (e->in_process) {
+				progress |= shard_step_in_process(e, s);
+				continue;
+			}
+			progress |= shard_poll(e, s);
+			if (!s->inflight_id && s->pid > 0) {
+				shard_advance(e, s);
+				progress |= s->inflight_id != 0;
+			}
+		}
+		now = clock_now_ns();
+		deadline = engine_check_workers(e, now);
+		if (e->progress_on && now - e->last_progress_ns >= ENGINE_PROGRESS_NS) {
+			stats_print_progress(&e->stats, now, wait_queue_len(&e->queue),
+					     e->slots.n_busy, stderr);
+			e->last_progress_ns = now;
+		}
+		if (e->progress_on && now + ENGINE_PROGRESS_NS < deadline)
+			deadline = now + ENGINE_PROGRESS_NS;
+		engine_arm_io(e);
+		if (io_ring_submit(&e->io))
+			engine_fail(e, "io_uring submit failed");
+		if (!progress && !engine_done(e))
+			engine_wait(e, deadline);
+	}
+}
+
+/* ------------------------------------------------------------------------
+ * Setup and teardown
+ * ---------------------------------------------------------------------- */
+
+static int open_input(const char *path)
+{
+	return strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : dup(STDIN_FILENO);
+}
+
+static int open_output(const char *path)
+{
+	return strcmp(path, "-") ?
+	       open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) :
+	       dup(STDOUT_FILENO);
+}
+
+static int engine_setup_shards(struct engine *e)
+{
+	uint32_t n = e->n_shards, b = e->cfg->n_slots;
+
+	e->shards = calloc(n, sizeof(*e->shards));
+	if (!e->shards)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) {
+		struct shard *s = &e->shards[i];
+
+		s->index = i;
+		s->first_slot = (uint32_t)((uint64_t)b * i / n);
+		s->n_slots = (uint32_t)((uint64_t)b * (i + 1) / n) - s->first_slot;
+		s->next_dispatch_id = 1;
+		s->pidfd = -1;
+		s->inflight = calloc(s->n_slots, sizeof(*s->inflight));
+		s->suspect_slot = calloc(s->n_slots, sizeof(uint32_t));
+		s->suspect_gen = calloc(s->n_slots, sizeof(uint32_t));
+		if (!s->inflight || !s->suspect_slot || !s->suspect_gen)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+static void engine_teardown(struct engine *e)
+{
+	for (uint32_t i = 0; e->shards && i < e->n_shards; i++) {
+		struct shard *s = &e->shards[i];
+
+		if (s->pid > 0)
+			worker_kill_wait(s->pid);
+		if (s->pidfd >= 0)
+			close(s->pidfd);
+		free(s->inflight);
+		free(s->suspect_slot);
+		free(s->suspect_gen);
+	}
+	free(e->shards);
+	io_ring_exit(&e->io);
+	if (e->sig_fd >= 0)
+		close(e->sig_fd);
+	if (e->notify_fd >= 0)
+		close(e->notify_fd);
+	request_pool_release(&e->pool);
+	slot_table_release_all(&e->slots);
+	shm_segment_destroy(&e->seg);
+	line_reader_release(&e->lines);
+	strbuf_release(&e->out_fill);
+	strbuf_release(&e->out_write);
+	free(e->read_buf);
+	free(e->slot_freed_ns);
+	free(e->prefixes);
+	free(e->lengths);
+	free(e->next_tokens);
+	free(e->inproc_rows);
+	if (e->in_fd >= 0)
+		close(e->in_fd);
+	if (e->out_fd >= 0)
+		close(e->out_fd);
+	model_close(e->model);
+}
+
+/* After a failure: every live request gets an error line, written now. */
+static void engine_fail_all(struct engine *e)
+{
+	char msg[320];
+	size_t off = 0;
+
+	snprintf(msg, sizeof(msg), "engine failed: %s", e->fail_msg);
+	for (uint32_t h = 0; h < e->pool.capacity; h++)
+		if (request_pool_get(&e->pool, h))
+			engine_finish(e, h, FINISH_ERROR, msg);
+	/* Write synchronously: the loop is over. */
+	while (off < e->out_write.len) {
+		ssize_t n = write(e->out_fd, e->out_write.data + off, e->out_write.len - off);
+
+		if (n <= 0)
+			return;
+		off += (size_t)n;
+	}
+	off = 0;
+	while (off < e->out_fill.len) {
+		ssize_t n = write(e->out_fd, e->out_fill.data + off, e->out_fill.len - off);
+
+		if (n <= 0)
+			return;
+		off += (size_t)n;
+	}
+}
+
+static void engine_finish_stats(struct engine *e)
+{
+	struct rusage ru;
+
+	e->stats.end_ns = clock_now_ns();
+	if (!getrusage(RUSAGE_SELF, &ru)) {
+		e->stats.cpu_user_us = (uint64_t)ru.ru_utime.tv_sec * 1000000 +
+				       (uint64_t)ru.ru_utime.tv_usec;
+		e->stats.cpu_sys_us = (uint64_t)ru.ru_stime.tv_sec * 1000000 +
+				      (uint64_t)ru.ru_stime.tv_usec;
+	}
+	if (e->progress_on)
+		fprintf(stderr, "\r\033[K");
+	stats_print_summary(&e->stats, stderr);
+	if (e->cfg->stats_path && stats_write_json(&e->stats, e->cfg->stats_path))
+		LOG(LOG_ERROR, "cannot write --stats %s", e->cfg->stats_path);
+}
+
+/* Everything up to the first worker start.  Returns an exit status. */
+static int engine_setup(struct engine *e)
+{
+	const struct engine_config *cfg = e->cfg;
+	struct shm_params p;
+	char err[256];
+	sigset_t sigs;
+	int ret;
+
+	e->model = model_open(cfg->model_spec, err, sizeof(err));
+	if (!e->model) {
+		fprintf(stderr, "dynbatch: --model: %s\n", err);
+		return ENGINE_EXIT_USAGE;
+	}
+	e->vocab = model_vocab(e->model);
+	e->in_fd = open_input(cfg->input_path);
+	if (e->in_fd < 0) {
+		fprintf(stderr, "dynbatch: --input %s: %s\n", cfg->input_path, strerror(errno));
+		return ENGINE_EXIT_USAGE;
+	}
+	e->out_fd = open_output(cfg->output_path);
+	if (e->out_fd < 0) {
+		fprintf(stderr, "dynbatch: --output %s: %s\n", cfg->output_path, strerror(errno));
+		return ENGINE_EXIT_USAGE;
+	}
+	e->in_process = cfg->n_workers == 0;
+	e->n_shards = e->in_process ? 1 :
+		      (cfg->n_workers < cfg->n_slots ? cfg->n_workers : cfg->n_slots);
+	if (!e->in_process && cfg->n_workers > cfg->n_slots)
+		LOG(LOG_INFO, "%u workers for %u slots: starting %u", cfg->n_workers,
+		    cfg->n_slots, e->n_shards);
+	if (!e->in_process && (ret = worker_find_path(e->worker_path,
+						      sizeof(e->worker_path)))) {
+		fprintf(stderr, "dynbatch: cannot find dynbatch-worker: %s "
+			"(set DYNBATCH_WORKER)\n", strerror(-ret));
+		return ENGINE_EXIT_FAILED;
+	}
+	shm_segment_reap_stale();
+	p = (struct shm_params){ .n_slots = cfg->n_slots, .n_shards = e->n_shards,
+				 .max_context = cfg->max_context,
+				 .queue_capacity = cfg->queue_capacity,
+				 .vocab = e->vocab };
+	ret = shm_segment_create(&e->seg, &p);
+	if (ret) {
+		fprintf(stderr, "dynbatch: cannot create the shared segment: %s\n",
+			strerror(-ret));
+		return ENGINE_EXIT_FAILED;
+	}
+	if (slot_table_init(&e->slots, &e->seg) ||
+	    request_pool_init(&e->pool, cfg->queue_capacity + cfg->n_slots) ||
+	    engine_setup_shards(e))
+		goto nomem;
+	wait_queue_init(&e->queue, shm_queue_of(&e->seg), cfg->queue_capacity);
+	line_reader_init(&e->lines, ENGINE_MAX_LINE);
+	e->read_buf = malloc(ENGINE_READ_SIZE);
+	e->slot_freed_ns = calloc(cfg->n_slots, sizeof(uint64_t));
+	e->prefixes = calloc(cfg->n_slots, sizeof(*e->prefixes));
+	e->lengths = calloc(cfg->n_slots, sizeof(*e->lengths));
+	e->next_tokens = calloc(cfg->n_slots, sizeof(int32_t));
+	e->inproc_rows = calloc(cfg->n_slots, sizeof(*e->inproc_rows));
+	if (!e->read_buf || !e->slot_freed_ns || !e->prefixes || !e->lengths ||
+	    !e->next_tokens || !e->inproc_rows)
+		goto nomem;
+
+	e->notify_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	sigprocmask(SIG_BLOCK, &sigs, NULL);
+	e->sig_fd = signalfd(-1, &sigs, SFD_CLOEXEC);
+	if (e->notify_fd < 0 || e->sig_fd < 0) {
+		fprintf(stderr, "dynbatch: eventfd/signalfd: %s\n", strerror(errno));
+		return ENGINE_EXIT_FAILED;
+	}
+	ret = io_ring_init(&e->io, 64 + 2 * e->n_shards);
+	if (ret) {
+		fprintf(stderr, "dynbatch: io_uring: %s\n", strerror(-ret));
+		return ENGINE_EXIT_FAILED;
+	}
+	io_ring_read(&e->io, e->sig_fd, &e->sig_buf, sizeof(e->sig_buf), IO_TAG_SIGNAL, 0);
+	io_ring_read(&e->io, e->notify_fd, &e->notify_buf, sizeof(e->notify_buf),
+		     IO_TAG_NOTIFY, 0);
+	e->progress_on = cfg->progress > 0 || (cfg->progress < 0 && isatty(STDERR_FILENO));
+	return ENGINE_EXIT_OK;
+nomem:
+	fprintf(stderr, "dynbatch: out of memory\n");
+	return ENGINE_EXIT_FAILED;
+}
+
+int engine_run(const struct engine_config *cfg)
+{
+	struct engine e;
+	int status;
+
+	memset(&e, 0, sizeof(e));
+	e.cfg = cfg;
+	e.in_fd = e.out_fd = e.sig_fd = e.notify_fd = -1;
+	e.stats.start_ns = clock_now_ns();
+	status = engine_setup(&e);
+	if (status == ENGINE_EXIT_OK) {
+		for (uint32_t i = 0; i < e.n_shards && !e.in_process; i++)
+			shard_start_worker(&e, &e.shards[i]);
+		engine_loop(&e);
+		if (e.failed) {
+			engine_fail_all(&e);
+			fprintf(stderr, "dynbatch: %s\n", e.fail_msg);
+			status = ENGINE_EXIT_FAILED;
+		}
+		engine_finish_stats(&e);
+	}
+	engine_teardown(&e);
+	return status;
+}

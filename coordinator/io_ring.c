@@ -1,0 +1,117 @@
+/*
+ * io_ring.c - see io_ring.h.
+ */
+#include "io_ring.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+
+#include "fault_sim.h"
+
+static uint64_t io_user_data(enum io_tag tag, uint32_t index)
+{
+	return ((uint64_t)tag << 32) | index;
+}
+
+int io_ring_init(struct io_ring *r, uint32_t entries)
+{
+	memset(r, 0, sizeof(*r));
+	if (fault_sim("io_uring_queue_init"))
+		return -ENOSYS;
+	return io_uring_queue_init(entries, &r->ring, 0);
+}
+
+void io_ring_exit(struct io_ring *r)
+{
+	if (r->ring.ring_fd > 0)
+		io_uring_queue_exit(&r->ring);
+	memset(r, 0, sizeof(*r));
+}
+
+static struct io_uring_sqe *io_ring_sqe(struct io_ring *r)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
+
+	if (!sqe) {
+		/* Ring full of unsubmitted entries: flush and retry once. */
+		io_uring_submit(&r->ring);
+		sqe = io_uring_get_sqe(&r->ring);
+	}
+	return sqe;
+}
+
+int io_ring_read(struct io_ring *r, int fd, void *buf, uint32_t len,
+		 enum io_tag tag, uint32_t index)
+{
+	struct io_uring_sqe *sqe = io_ring_sqe(r);
+
+	if (!sqe)
+		return -EBUSY;
+	/* offset -1: use and advance the file position (files and pipes) */
+	io_uring_prep_read(sqe, fd, buf, len, (uint64_t)-1);
+	io_uring_sqe_set_data64(sqe, io_user_data(tag, index));
+	r->n_pending++;
+	return 0;
+}
+
+int io_ring_write(struct io_ring *r, int fd, const void *buf, uint32_t len,
+		  enum io_tag tag, uint32_t index)
+{
+	struct io_uring_sqe *sqe = io_ring_sqe(r);
+
+	if (!sqe)
+		return -EBUSY;
+	io_uring_prep_write(sqe, fd, buf, len, (uint64_t)-1);
+	io_uring_sqe_set_data64(sqe, io_user_data(tag, index));
+	r->n_pending++;
+	return 0;
+}
+
+int io_ring_poll_in(struct io_ring *r, int fd, enum io_tag tag, uint32_t index)
+{
+	struct io_uring_sqe *sqe = io_ring_sqe(r);
+
+	if (!sqe)
+		return -EBUSY;
+	io_uring_prep_poll_add(sqe, fd, POLLIN);
+	io_uring_sqe_set_data64(sqe, io_user_data(tag, index));
+	r->n_pending++;
+	return 0;
+}
+
+int io_ring_submit(struct io_ring *r)
+{
+	int ret = io_uring_submit(&r->ring);
+
+	return ret < 0 ? ret : 0;
+}
+
+int io_ring_next(struct io_ring *r, uint64_t timeout_ns, struct io_event *ev)
+{
+	struct io_uring_cqe *cqe;
+	int ret;
+
+	if (timeout_ns == 0) {
+		ret = io_uring_peek_cqe(&r->ring, &cqe);
+	} else if (timeout_ns == UINT64_MAX) {
+		ret = io_uring_submit_and_wait(&r->ring, 1);
+		ret = ret < 0 ? ret : io_uring_peek_cqe(&r->ring, &cqe);
+	} else {
+		struct __kernel_timespec ts = {
+			.tv_sec = (long long)(timeout_ns / 1000000000ull),
+			.tv_nsec = (long long)(timeout_ns % 1000000000ull),
+		};
+		ret = io_uring_submit_and_wait_timeout(&r->ring, &cqe, 1, &ts, NULL);
+	}
+	if (ret == -EAGAIN || ret == -ETIME || ret == -EINTR)
+		return 0;
+	if (ret < 0)
+		return ret;
+	ev->tag = (enum io_tag)(cqe->user_data >> 32);
+	ev->index = (uint32_t)cqe->user_data;
+	ev->res = cqe->res;
+	io_uring_cqe_seen(&r->ring, cqe);
+	r->n_pending--;
+	return 1;
+}

@@ -1,0 +1,71 @@
+/*
+ * request_pool.h - the coordinator's live requests: storage by handle and
+ * the set of live ids.
+ *
+ * A request is live from admission (it entered the waiting queue) until
+ * its result line is written.  The pool has a fixed capacity (queue
+ * capacity + batch slots), so memory is bounded by the queue, not by the
+ * input.  Handles are small integers, stored in the shared waiting queue
+ * and slot table; the pool itself is private to the coordinator, so a
+ * handle read back from shared memory is always bounds-checked here.
+ */
+#ifndef DYNBATCH_REQUEST_POOL_H
+#define DYNBATCH_REQUEST_POOL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "request.h"
+
+#define REQUEST_NONE UINT32_MAX
+
+struct live_request {
+	struct request req;		/* parsed input */
+	uint32_t slot;			/* batch slot, or REQUEST_NONE while waiting */
+	uint32_t n_generated;		/* tokens committed so far */
+	uint32_t matcher_state;		/* stop_matcher cursor */
+	uint32_t stop_len;		/* matched stop sequence length at finish */
+	uint32_t n_failed_steps;	/* steps it was in that killed a worker */
+	uint32_t n_failed_alone;	/* of which it was the only row */
+	uint64_t admitted_ns;		/* entered the waiting queue */
+	uint64_t started_ns;		/* got a slot */
+	bool in_use;
+};
+
+struct request_pool {
+	struct live_request *items;	/* capacity entries */
+	uint32_t capacity;
+	uint32_t n_live;
+	uint32_t *free_handles;		/* stack of unused handles */
+	uint32_t n_free;
+	uint32_t *id_table;		/* open addressing: handle + 1, 0 empty */
+	uint32_t id_mask;		/* id_table size - 1 */
+};
+
+/* 0 or -ENOMEM (nothing allocated). */
+int request_pool_init(struct request_pool *pool, uint32_t capacity);
+/* Release every live request and the pool's memory. */
+void request_pool_release(struct request_pool *pool);
+
+/* A free handle, marked in use with a zeroed entry; REQUEST_NONE when full. */
+uint32_t request_pool_alloc(struct request_pool *pool);
+/* Release the request's members, drop its id, and free the handle. */
+void request_pool_free(struct request_pool *pool, uint32_t handle);
+
+/* The live request with handle, or NULL if out of range or not in use. */
+struct live_request *request_pool_get(struct request_pool *pool, uint32_t handle);
+
+/* Handle of the live request whose id is id, or REQUEST_NONE. */
+uint32_t request_pool_find_id(const struct request_pool *pool, const char *id);
+/* Record handle's id as live (caller checked it is not). */
+void request_pool_add_id(struct request_pool *pool, uint32_t handle);
+
+static inline bool request_pool_full(const struct request_pool *pool)
+{
+	return pool->n_free == 0;
+}
+
+/* Verify every invariant; 0 or -EINVAL. */
+int request_pool_check(const struct request_pool *pool);
+
+#endif /* DYNBATCH_REQUEST_POOL_H */

@@ -1,0 +1,54 @@
+/*
+ * stats.h - what the coordinator counts, and the summary it prints at the
+ * end (stderr), writes as JSON (--stats FILE) and refreshes as a one-line
+ * progress display while it runs on a terminal.
+ */
+#ifndef DYNBATCH_STATS_H
+#define DYNBATCH_STATS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+enum finish_reason {
+	FINISH_STOP = 0,
+	FINISH_LENGTH,
+	FINISH_ERROR,
+	FINISH_CANCELLED,
+	FINISH_N
+};
+
+extern const char *const finish_reason_names[FINISH_N];
+
+#define LATENCY_BUCKETS 512	/* 16 per power of two, ns scale */
+
+struct engine_stats {
+	uint64_t n_finished[FINISH_N];	/* result lines by finish reason */
+	uint64_t n_tokens;		/* tokens committed (generated) */
+	uint64_t n_steps;		/* model steps completed */
+	uint64_t n_step_rows;		/* rows over all completed steps */
+	uint64_t n_step_capacity;	/* shard slots over all completed steps */
+	uint64_t n_stale;		/* result rows or records rejected */
+	uint64_t n_worker_deaths;
+	uint64_t n_hang_kills;		/* workers killed past the step timeout */
+	uint64_t n_worker_starts;
+	uint64_t n_poisoned;		/* requests failed as poison */
+	uint64_t start_ns, end_ns;
+	uint64_t cpu_user_us, cpu_sys_us; /* coordinator CPU at the end */
+	uint64_t refill_ns_sum;		/* slot freed -> slot refilled */
+	uint64_t n_refills;
+	uint64_t latency_hist[LATENCY_BUCKETS]; /* admission -> last token */
+	uint64_t n_latency;
+};
+
+void stats_record_latency(struct engine_stats *s, uint64_t ns);
+/* Latency at quantile q in [0,1], ns (bucket upper bound). */
+uint64_t stats_latency_quantile(const struct engine_stats *s, double q);
+
+void stats_print_summary(const struct engine_stats *s, FILE *f);
+/* 0 or a negative errno. */
+int stats_write_json(const struct engine_stats *s, const char *path);
+/* One "\r..." progress line on f. */
+void stats_print_progress(const struct engine_stats *s, uint64_t now_ns,
+			  uint32_t n_waiting, uint32_t n_busy, FILE *f);
+
+#endif /* DYNBATCH_STATS_H */

@@ -1,0 +1,48 @@
+/*
+ * worker_pool.h - starting, watching and ending worker processes.
+ *
+ * A worker is a real separate program (fork + exec of dynbatch-worker).
+ * The child unblocks the signals the coordinator blocked for its
+ * signalfd, sets PR_SET_PDEATHSIG so it dies with the coordinator, checks
+ * the coordinator did not die before that took effect, puts the workers'
+ * eventfd on descriptor 3 and /dev/null on stdin and stdout, and execs.
+ * The parent opens a pidfd for the child at once (no reaping can race it),
+ * which the event loop polls: readable means the worker exited.
+ */
+#ifndef DYNBATCH_WORKER_POOL_H
+#define DYNBATCH_WORKER_POOL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct worker_spawn_args {
+	const char *worker_path;	/* dynbatch-worker executable */
+	const char *shm_name;
+	uint32_t shard;
+	const char *model_spec;
+	int notify_fd;			/* eventfd, becomes fd 3 in the child */
+	uint32_t spin_us;
+	uint32_t garbage_every;		/* test mode, 0 = off */
+};
+
+/*
+ * Start one worker.  Returns 0 with *pid and *pidfd set, or a negative
+ * errno (nothing left running).
+ */
+int worker_spawn(const struct worker_spawn_args *a, pid_t *pid, int *pidfd);
+
+/*
+ * Reap pid if it has exited.  Returns 1 with a description of how it
+ * ended in why (e.g. "killed by signal 9 (Killed)"), *signo set to the
+ * terminating signal (0 for an exit), 0 if it still runs.
+ */
+int worker_reap(pid_t pid, char *why, size_t why_len, int *signo);
+
+/* SIGKILL and reap (blocking).  For shutdown and failed starts. */
+void worker_kill_wait(pid_t pid);
+
+/* Path of dynbatch-worker: $DYNBATCH_WORKER, else beside our own binary. */
+int worker_find_path(char *path, size_t len);
+
+#endif /* DYNBATCH_WORKER_POOL_H */

@@ -1,0 +1,101 @@
+/*
+ * main.c - dynbatch-worker: one model process of a dynbatch engine.
+ *
+ * Started by the coordinator (fork + exec), never by hand:
+ *   dynbatch-worker --shm NAME --shard K --model SPEC --notify-fd FD
+ *                   [--spin-us N] [--garbage-every N]
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "worker_loop.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: dynbatch-worker --shm NAME --shard K --model SPEC "
+		   "--notify-fd FD [--spin-us N] [--garbage-every N]\n"
+		   "Started by 'dynbatch run'; not meant to be run by hand.\n");
+}
+
+static int parse_u64(const char *s, unsigned long long max, unsigned long long *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtoull(s, &end, 10);
+	return (errno || end == s || *end || *s == '-' || *out > max) ? -1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "shm", required_argument, NULL, 's' },
+		{ "shard", required_argument, NULL, 'k' },
+		{ "model", required_argument, NULL, 'm' },
+		{ "notify-fd", required_argument, NULL, 'n' },
+		{ "spin-us", required_argument, NULL, 'p' },
+		{ "garbage-every", required_argument, NULL, 'g' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct worker_options opt = { .notify_fd = -1, .spin_ns = 20000 };
+	unsigned long long v;
+	char role[32];
+	int c, idx = 0;
+
+	/* Die with the coordinator.  SIGINT from a terminal goes to the
+	 * whole process group: the coordinator drains and ends us itself. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	signal(SIGINT, SIG_IGN);
+	log_init_from_env();
+	while ((c = getopt_long(argc, argv, "h", longopts, &idx)) != -1) {
+		switch (c) {
+		case 's': opt.shm_name = optarg; break;
+		case 'm': opt.model_spec = optarg; break;
+		case 'k':
+			if (parse_u64(optarg, 1u << 16, &v))
+				goto bad;
+			opt.shard = (uint32_t)v;
+			break;
+		case 'n':
+			if (parse_u64(optarg, 1u << 20, &v))
+				goto bad;
+			opt.notify_fd = (int)v;
+			break;
+		case 'p':
+			if (parse_u64(optarg, 1000000, &v))
+				goto bad;
+			opt.spin_ns = v * 1000;
+			break;
+		case 'g':
+			if (parse_u64(optarg, 1u << 30, &v))
+				goto bad;
+			opt.garbage_every = (uint32_t)v;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (!opt.shm_name || !opt.model_spec || opt.notify_fd < 0) {
+		usage(stderr);
+		return 2;
+	}
+	snprintf(role, sizeof(role), "worker %u", opt.shard);
+	log_set_role(role);
+	return worker_run(&opt);
+bad:
+	fprintf(stderr, "dynbatch-worker: bad value '%s' for --%s\n", optarg,
+		longopts[idx].name);
+	return 2;
+}

@@ -1,0 +1,29 @@
+/*
+ * worker_loop.h - the worker's serve loop: wait for a dispatch on its
+ * shard's channel, run the model on the rows in place, post the result.
+ */
+#ifndef DYNBATCH_WORKER_LOOP_H
+#define DYNBATCH_WORKER_LOOP_H
+
+#include <stdint.h>
+
+struct model;
+struct shm_segment;
+
+struct worker_options {
+	const char *shm_name;	/* segment to attach */
+	uint32_t shard;		/* which channel is ours */
+	const char *model_spec;	/* --model SPEC */
+	int notify_fd;		/* eventfd that wakes the coordinator */
+	uint64_t spin_ns;	/* how long to spin before sleeping */
+	uint32_t garbage_every;	/* test mode: every Nth result is garbage */
+};
+
+/*
+ * Attach, load the model and serve until the coordinator goes away.
+ * Returns the process exit status (0 when the coordinator ended us
+ * normally, 1 on an error, already logged).
+ */
+int worker_run(const struct worker_options *opt);
+
+#endif /* DYNBATCH_WORKER_LOOP_H */
