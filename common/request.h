@@ -46,9 +46,13 @@ struct request {
 /*
  * Parse one input line (len bytes, no newline needed, need not be
  * NUL-terminated) into req.  Returns 0, or -EINVAL after writing
- * "line N: <what is wrong>" into err; on error req->id is still set when
- * the line had a string "id" (so the error result can name it) and every
- * other member is released.  Call request_release() in both cases.
+ * "line N: <what is wrong>" into err (err may be NULL); on error req->id
+ * is still set when the line had a string "id" (so the error result can
+ * name it), req->line_no is set and every other member is released.
+ * -ENOMEM (err says "out of memory") is the one failure that is not the
+ * line's fault.  Optional fields given as JSON null count as absent.  The
+ * stop list is stop_token, stop_token_ids, stop_sequence, stop_sequences
+ * in that order.  Call request_release() in every case.
  */
 int request_parse(const char *line, size_t len, uint64_t line_no,
 		  const struct request_limits *lim, struct request *req,
@@ -74,7 +78,8 @@ struct result {
  *   {"id":"a","tokens":[1,2],"finish_reason":"length",
  *    "usage":{"prompt_tokens":3,"completion_tokens":2},"line":7}
  * plus "error":"..." when r->error is set.  Strings are escaped as JSON
- * requires.  0 or -ENOMEM (out unchanged).
+ * requires; valid UTF-8 is kept as is, an invalid byte becomes U+FFFD, so
+ * the line is always valid JSON.  0 or -ENOMEM (out unchanged).
  */
 int result_format(const struct result *r, struct strbuf *out);
 

@@ -1,0 +1,527 @@
+/*
+ * gen_workload.c - write a random but reproducible request workload as
+ * JSON Lines (DESIGN.md section 3) to standard output.
+ *
+ *   gen_workload [--n N] [--seed S] [--model SPEC] [--vocab V]
+ *                [--model-seed S] [--max-prompt P] [--max-tokens M]
+ *                [--stop-frac F] [--max-context C] [--ids PREFIX]
+ *
+ * NOTES ON THE DESIGN
+ *
+ * The mix is meant to exercise an engine the way real traffic does:
+ * prompts mostly short with a long tail, max_tokens mostly small with some
+ * 0 (which must never occupy a model call) and some up to M, so slots free
+ * at very different times.  Every request stays within the context limit.
+ *
+ * Random stop tokens almost never fire (about max_tokens / vocab), so for
+ * most requests with stops the stop is taken from the request's real
+ * future output: the generator decodes it with sim_next() (the same model
+ * the engine runs, given by --model or --vocab/--model-seed) and picks a
+ * token or a 1..4-token run inside the first max_tokens generated tokens.
+ * A few stop sequences straddle the prompt/output boundary: they must NOT
+ * fire there, since stops are matched against generated tokens only.
+ *
+ * Output depends only on the options: one splitmix64 stream, seeded by
+ * --seed, drawn in a fixed order.  Nothing but the JSON Lines is printed.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "request.h"
+#include "sim_model.h"
+#include "strbuf.h"
+
+#define GEN_FLUSH_BYTES (1u << 16)
+#define GEN_MAX_STOP_LEN 4
+
+struct gen_opts {
+	uint64_t n;		/* requests to write */
+	uint64_t seed;		/* workload seed */
+	uint32_t vocab;		/* the sim model's vocabulary */
+	uint64_t model_seed;	/* the sim model's seed */
+	uint32_t max_prompt;	/* longest prompt, tokens */
+	uint32_t max_tokens;	/* largest max_tokens */
+	double stop_frac;	/* fraction of requests with stops */
+	uint32_t max_context;	/* prompt + max_tokens never exceeds this */
+	const char *ids;	/* id prefix */
+};
+
+/* One request as it is being built. */
+struct gen_req {
+	int32_t *prompt;	/* n_prompt tokens */
+	uint32_t n_prompt;
+	uint32_t max_tokens;
+	bool omit_max_tokens;	/* leave the field out: default 16 */
+	int32_t *future;	/* the first max_tokens generated tokens */
+};
+
+/* ------------------------------------------------------------------------
+ * Random numbers: splitmix64
+ */
+
+static uint64_t rng_state;
+
+static uint64_t rnd(void)
+{
+	uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+
+/* In [0, n); 0 when n is 0. */
+static uint32_t rnd_below(uint32_t n)
+{
+	return n ? (uint32_t)(rnd() % n) : 0;
+}
+
+/* true with probability percent / 100. */
+static bool rnd_pct(uint32_t percent)
+{
+	return rnd_below(100) < percent;
+}
+
+static double rnd_unit(void)
+{
+	return (double)(rnd() >> 11) / (double)(1ull << 53);
+}
+
+static uint32_t min_u32(uint32_t a, uint32_t b)
+{
+	return a < b ? a : b;
+}
+
+static uint32_t max_u32(uint32_t a, uint32_t b)
+{
+	return a > b ? a : b;
+}
+
+/* ------------------------------------------------------------------------
+ * Shapes of a request
+ */
+
+/* Mostly short, a long tail; never longer than max_prompt or the context. */
+static uint32_t gen_prompt_len(const struct gen_opts *o)
+{
+	uint32_t p = min_u32(o->max_prompt, o->max_context);
+	uint32_t r = rnd_below(100);
+
+	if (p == 0 || r < 3)
+		return 0;
+	if (r < 70)
+		return 1 + rnd_below(max_u32(1, p / 16));
+	if (r < 92)
+		return 1 + rnd_below(max_u32(1, p / 4));
+	return 1 + rnd_below(p);
+}
+
+/* Some 0, many small, some up to max_tokens; within the context. */
+static uint32_t gen_max_tokens(const struct gen_opts *o, uint32_t n_prompt)
+{
+	uint32_t m = min_u32(o->max_tokens, o->max_context - n_prompt);
+	uint32_t r = rnd_below(100);
+
+	if (m == 0 || r < 5)
+		return 0;
+	if (r < 60)
+		return 1 + rnd_below(min_u32(m, 16));
+	if (r < 85)
+		return 1 + rnd_below(max_u32(1, m / 4));
+	return 1 + rnd_below(m);
+}
+
+/* The tokens the model generates after the prompt, no stops applied. */
+static int gen_future(const struct gen_opts *o, struct gen_req *rq)
+{
+	uint64_t n = (uint64_t)rq->n_prompt + rq->max_tokens;
+	int32_t *seq;
+	uint32_t i;
+
+	seq = malloc((n ? n : 1) * sizeof(*seq));
+	if (!seq)
+		return -ENOMEM;
+	memcpy(seq, rq->prompt, rq->n_prompt * sizeof(*seq));
+	for (i = 0; i < rq->max_tokens; i++)
+		seq[rq->n_prompt + i] = sim_next(seq, rq->n_prompt + i,
+						 o->vocab, o->model_seed);
+	rq->future = malloc((rq->max_tokens ? rq->max_tokens : 1) *
+			    sizeof(*seq));
+	if (!rq->future) {
+		free(seq);
+		return -ENOMEM;
+	}
+	memcpy(rq->future, seq + rq->n_prompt, rq->max_tokens * sizeof(*seq));
+	free(seq);
+	return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Stop sequences
+ */
+
+/*
+ * Fill seq with a stop sequence of len tokens (<= GEN_MAX_STOP_LEN) and
+ * return len.  fire: a run of the real output, so the stop is hit
+ * (unless an earlier one ends generation first); else random tokens.
+ */
+static uint32_t gen_stop_seq(const struct gen_opts *o, const struct gen_req *rq,
+			     bool fire, uint32_t max_len, int32_t *seq)
+{
+	uint32_t len = 1 + rnd_below(max_len), pos, i;
+
+	if (fire && rq->max_tokens > 0) {
+		len = min_u32(len, rq->max_tokens);
+		pos = rnd_below(rq->max_tokens - len + 1);
+		memcpy(seq, rq->future + pos, len * sizeof(*seq));
+		return len;
+	}
+	for (i = 0; i < len; i++)
+		seq[i] = (int32_t)rnd_below(o->vocab);
+	return len;
+}
+
+/*
+ * A sequence made of the prompt's last tokens and the output's first
+ * ones: it reaches back into the prompt, so it must not stop generation
+ * at that point.  Returns 0 when the request has no such boundary.
+ */
+static uint32_t gen_boundary_seq(const struct gen_req *rq, int32_t *seq)
+{
+	uint32_t n_p, n_g;
+
+	if (rq->n_prompt == 0 || rq->max_tokens == 0)
+		return 0;
+	n_p = 1 + rnd_below(min_u32(2, rq->n_prompt));
+	n_g = 1 + rnd_below(min_u32(2, rq->max_tokens));
+	memcpy(seq, rq->prompt + rq->n_prompt - n_p, n_p * sizeof(*seq));
+	memcpy(seq + n_p, rq->future, n_g * sizeof(*seq));
+	return n_p + n_g;
+}
+
+static int put_tokens(struct strbuf *sb, const int32_t *t, uint32_t n)
+{
+	char num[16];
+	uint32_t i;
+	int len;
+
+	if (strbuf_append(sb, "[", 1))
+		return -ENOMEM;
+	for (i = 0; i < n; i++) {
+		len = snprintf(num, sizeof(num), i ? ",%d" : "%d", t[i]);
+		if (strbuf_append(sb, num, (size_t)len))
+			return -ENOMEM;
+	}
+	return strbuf_append(sb, "]", 1);
+}
+
+/*
+ * Append the stop fields of one request: one main form (stop_token,
+ * stop_token_ids, stop_sequence or stop_sequences), sometimes a second.
+ */
+static int put_stops(const struct gen_opts *o, const struct gen_req *rq,
+		     struct strbuf *sb)
+{
+	static const char *const names[] = {
+		"stop_token", "stop_token_ids", "stop_sequence", "stop_sequences",
+	};
+	bool used[4] = { false };
+	bool fire = rnd_pct(65);
+	bool boundary = rnd_pct(5);
+	int32_t seq[2 * GEN_MAX_STOP_LEN];
+	uint32_t form, n_forms = 1 + rnd_pct(20), f, k, n, i, len;
+	int rc = 0;
+
+	for (f = 0; f < n_forms; f++) {
+		form = rnd_below(4);
+		if (used[form])
+			continue;
+		used[form] = true;
+		rc |= strbuf_printf(sb, ",\"%s\":", names[form]);
+		switch (form) {
+		case 0:
+			gen_stop_seq(o, rq, fire && f == 0, 1, seq);
+			rc |= strbuf_printf(sb, "%d", seq[0]);
+			break;
+		case 1:
+			n = 1 + rnd_below(3);
+			k = rnd_below(n);
+			rc |= strbuf_append(sb, "[", 1);
+			for (i = 0; i < n; i++) {
+				gen_stop_seq(o, rq, fire && f == 0 && i == k, 1,
+					     seq);
+				rc |= strbuf_printf(sb, i ? ",%d" : "%d", seq[0]);
+			}
+			rc |= strbuf_append(sb, "]", 1);
+			break;
+		case 2:
+			len = 0;
+			if (boundary && f == 0)
+				len = gen_boundary_seq(rq, seq);
+			if (!len)
+				len = gen_stop_seq(o, rq, fire && f == 0,
+						   GEN_MAX_STOP_LEN, seq);
+			rc |= put_tokens(sb, seq, len);
+			break;
+		case 3:
+			n = 1 + rnd_below(3);
+			k = rnd_below(n);
+			rc |= strbuf_append(sb, "[", 1);
+			for (i = 0; i < n; i++) {
+				len = 0;
+				if (boundary && f == 0 && i == (k + 1) % n)
+					len = gen_boundary_seq(rq, seq);
+				if (!len)
+					len = gen_stop_seq(o, rq,
+							   fire && f == 0 && i == k,
+							   GEN_MAX_STOP_LEN, seq);
+				if (i)
+					rc |= strbuf_append(sb, ",", 1);
+				rc |= put_tokens(sb, seq, len);
+			}
+			rc |= strbuf_append(sb, "]", 1);
+			break;
+		}
+	}
+	if (rnd_pct(30))
+		rc |= strbuf_printf(sb, ",\"include_stop\":true");
+	else if (rnd_pct(15))
+		rc |= strbuf_printf(sb, ",\"include_stop\":false");
+	return rc ? -ENOMEM : 0;
+}
+
+/* ------------------------------------------------------------------------
+ * One request line
+ */
+
+static int gen_one(const struct gen_opts *o, uint64_t idx, struct strbuf *sb)
+{
+	struct gen_req rq = { 0 };
+	uint32_t i;
+	int rc = 0;
+
+	rq.n_prompt = gen_prompt_len(o);
+	rq.prompt = malloc((rq.n_prompt ? rq.n_prompt : 1) * sizeof(*rq.prompt));
+	if (!rq.prompt)
+		return -ENOMEM;
+	for (i = 0; i < rq.n_prompt; i++)
+		rq.prompt[i] = (int32_t)rnd_below(o->vocab);
+	rq.max_tokens = gen_max_tokens(o, rq.n_prompt);
+	if (o->max_tokens >= REQUEST_DEFAULT_MAX_TOKENS &&
+	    rq.n_prompt + REQUEST_DEFAULT_MAX_TOKENS <= o->max_context &&
+	    rnd_pct(5)) {
+		rq.omit_max_tokens = true;
+		rq.max_tokens = REQUEST_DEFAULT_MAX_TOKENS;
+	}
+
+	rc |= strbuf_printf(sb, "{\"id\":\"%s%" PRIu64 "\",\"prompt\":",
+			    o->ids, idx);
+	rc |= put_tokens(sb, rq.prompt, rq.n_prompt);
+	if (!rq.omit_max_tokens)
+		rc |= strbuf_printf(sb, ",\"max_tokens\":%u", rq.max_tokens);
+	if (rnd_unit() < o->stop_frac) {
+		rc |= gen_future(o, &rq);
+		if (!rc)
+			rc |= put_stops(o, &rq, sb);
+	}
+	rc |= strbuf_append(sb, "}\n", 2);
+	free(rq.future);
+	free(rq.prompt);
+	return rc ? -ENOMEM : 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Command line
+ */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: gen_workload [options] > workload.jsonl\n"
+		"  --n N            requests (default 3000)\n"
+		"  --seed S         workload seed (default 1)\n"
+		"  --model SPEC     sim model the stops are drawn from: sim or\n"
+		"                   sim:vocab=V,seed=S (cost and fault keys ignored)\n"
+		"  --vocab V        model vocabulary (default 32000)\n"
+		"  --model-seed S   model seed (default 0)\n"
+		"  --max-prompt P   longest prompt in tokens (default 256)\n"
+		"  --max-tokens M   largest max_tokens (default 128)\n"
+		"  --stop-frac F    fraction of requests with stops (default 0.5)\n"
+		"  --max-context C  prompt + max_tokens never exceeds C (default 4096)\n"
+		"  --ids PREFIX     request ids are PREFIX0, PREFIX1, ... (default r)\n"
+		"  --help           this text\n");
+}
+
+/* Decimal in [0, max], nothing else. */
+static int parse_u64(const char *s, uint64_t max, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end || v > max)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+/* true when every byte of s may stand in a JSON string unescaped. */
+static bool id_prefix_ok(const char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == '"' || *s == '\\')
+			return false;
+	return true;
+}
+
+static int parse_opts(int argc, char **argv, struct gen_opts *o)
+{
+	static const struct option longopts[] = {
+		{ "n", required_argument, NULL, 'n' },
+		{ "seed", required_argument, NULL, 's' },
+		{ "model", required_argument, NULL, 'm' },
+		{ "vocab", required_argument, NULL, 'v' },
+		{ "model-seed", required_argument, NULL, 'S' },
+		{ "max-prompt", required_argument, NULL, 'p' },
+		{ "max-tokens", required_argument, NULL, 't' },
+		{ "stop-frac", required_argument, NULL, 'f' },
+		{ "max-context", required_argument, NULL, 'c' },
+		{ "ids", required_argument, NULL, 'i' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	bool has_vocab = false, has_model_seed = false;
+	uint64_t vocab = 0, model_seed = 0, v;
+	struct sim_config cfg;
+	char err[256], *end;
+	int c, li = 0;
+
+	sim_config_default(&cfg);
+	while ((c = getopt_long(argc, argv, "", longopts, &li)) != -1) {
+		switch (c) {
+		case 'n':
+			if (parse_u64(optarg, UINT64_MAX, &o->n))
+				goto bad_value;
+			break;
+		case 's':
+			if (parse_u64(optarg, UINT64_MAX, &o->seed))
+				goto bad_value;
+			break;
+		case 'm':
+			if (strcmp(optarg, "sim") == 0) {
+				sim_config_default(&cfg);
+			} else if (strncmp(optarg, "sim:", 4) == 0) {
+				if (sim_config_parse(optarg + 4, &cfg, err,
+						     sizeof(err))) {
+					fprintf(stderr, "gen_workload: --model: %s\n",
+						err);
+					return -EINVAL;
+				}
+			} else {
+				fprintf(stderr,
+					"gen_workload: --model must be a sim spec (sim or sim:key=value,...)\n");
+				return -EINVAL;
+			}
+			break;
+		case 'v':
+			if (parse_u64(optarg, INT32_MAX, &vocab) || vocab == 0)
+				goto bad_value;
+			has_vocab = true;
+			break;
+		case 'S':
+			if (parse_u64(optarg, UINT64_MAX, &model_seed))
+				goto bad_value;
+			has_model_seed = true;
+			break;
+		case 'p':
+			if (parse_u64(optarg, UINT32_MAX, &v))
+				goto bad_value;
+			o->max_prompt = (uint32_t)v;
+			break;
+		case 't':
+			if (parse_u64(optarg, UINT32_MAX, &v))
+				goto bad_value;
+			o->max_tokens = (uint32_t)v;
+			break;
+		case 'f':
+			errno = 0;
+			o->stop_frac = strtod(optarg, &end);
+			if (errno || *end || end == optarg ||
+			    !(o->stop_frac >= 0.0 && o->stop_frac <= 1.0))
+				goto bad_value;
+			break;
+		case 'c':
+			if (parse_u64(optarg, UINT32_MAX, &v))
+				goto bad_value;
+			o->max_context = (uint32_t)v;
+			break;
+		case 'i':
+			if (!id_prefix_ok(optarg))
+				goto bad_value;
+			o->ids = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		default:
+			usage(stderr);
+			return -EINVAL;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "gen_workload: unexpected argument '%s'\n",
+			argv[optind]);
+		return -EINVAL;
+	}
+	o->vocab = has_vocab ? (uint32_t)vocab : cfg.vocab;
+	o->model_seed = has_model_seed ? model_seed : cfg.seed;
+	return 0;
+
+bad_value:
+	fprintf(stderr, "gen_workload: bad value '%s' for --%s\n", optarg,
+		longopts[li].name);
+	return -EINVAL;
+}
+
+int main(int argc, char **argv)
+{
+	struct gen_opts o = {
+		.n = 3000, .seed = 1, .vocab = 32000, .model_seed = 0,
+		.max_prompt = 256, .max_tokens = 128, .stop_frac = 0.5,
+		.max_context = 4096, .ids = "r",
+	};
+	struct strbuf sb = STRBUF_INIT;
+	uint64_t i;
+	int rc = 0;
+
+	if (parse_opts(argc, argv, &o))
+		return 2;
+	rng_state = o.seed;
+	for (i = 0; i < o.n && !rc; i++) {
+		rc = gen_one(&o, i, &sb);
+		if (!rc && sb.len >= GEN_FLUSH_BYTES) {
+			if (fwrite(sb.data, 1, sb.len, stdout) != sb.len)
+				rc = -EIO;
+			strbuf_consume(&sb, sb.len);
+		}
+	}
+	if (!rc && sb.len && fwrite(sb.data, 1, sb.len, stdout) != sb.len)
+		rc = -EIO;
+	if (fflush(stdout))
+		rc = -EIO;
+	strbuf_release(&sb);
+	if (rc) {
+		fprintf(stderr, "gen_workload: %s\n", strerror(-rc));
+		return 1;
+	}
+	return 0;
+}

@@ -1,0 +1,753 @@
+/*
+ * refdecode.c - the independent single-process reference decoder.
+ *
+ *   refdecode [--model SPEC] [--max-context N] --input FILE
+ *             [--check RESULTS] [--allow-cancelled] [--allow-errors]
+ *             [--allow-missing]
+ *
+ * Without --check it writes the result line of every input line to
+ * standard output, in input order.  With --check it compares an engine's
+ * result file (JSON Lines, any order) against its own decode, request by
+ * request, and exits 0 only when they agree.
+ *
+ * NOTES ON THE DESIGN
+ *
+ * This program is the oracle the end-to-end tests trust, so it shares as
+ * little as possible with the engine: one request at a time, the sim model
+ * called straight through sim_next() (cost and fault keys of the spec are
+ * ignored: it never sleeps, spins, crashes or hangs), and stop sequences
+ * found by a naive suffix compare of every sequence after every token, not
+ * by the stop_matcher automaton the engine uses.  Only request_parse() and
+ * result_format() are shared: they define the input and output formats.
+ *
+ * Matching results to input lines: by id for every input line that has a
+ * string id (ids of valid requests must be unique, or the check cannot be
+ * made: exit 2); an error result with a null id is matched by its "line"
+ * field.  When an error line and a valid request share an id, the "line"
+ * field decides.
+ *
+ * Exit status: 0 all agree, 1 a mismatch or a runtime failure, 2 a usage
+ * or input problem (bad option, unreadable file, duplicate ids in --check).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "request.h"
+#include "sim_model.h"
+#include "strbuf.h"
+
+#define REF_MAX_PRINTED 20
+#define REF_FLUSH_BYTES (1u << 16)
+
+struct ref_opts {
+	const char *input;
+	const char *check;		/* results file, or NULL */
+	struct sim_config model;
+	struct request_limits lim;
+	bool allow_cancelled;
+	bool allow_errors;
+	bool allow_missing;
+};
+
+/* The reference outcome of one input line. */
+struct ref {
+	char *id;		/* NULL when the line had no string id */
+	uint64_t line_no;
+	bool is_error;		/* the line itself is bad */
+	int32_t *raw;		/* generated tokens, before stop removal */
+	uint32_t n_raw;
+	uint32_t n_out;		/* tokens reported: raw[0..n_out) */
+	uint32_t n_prompt;
+	const char *finish;	/* "stop", "length" or "error" */
+	uint64_t next_same;	/* next ref index + 1 with the same id, 0: none */
+	uint32_t seen;		/* results matched to it */
+};
+
+struct ref_set {
+	struct ref *refs;	/* one per input line, refs[i].line_no == i + 1 */
+	uint64_t n_refs;
+	uint64_t cap;
+	uint64_t *table;	/* id hash: ref index + 1 of the first; 0 empty */
+	uint64_t table_mask;
+};
+
+struct check_stats {
+	uint64_t mismatches;
+	uint64_t cancelled;
+	uint64_t errors;	/* error results accepted for valid requests */
+	uint64_t missing;	/* missing results accepted */
+};
+
+/* ------------------------------------------------------------------------
+ * Decoding one request alone
+ */
+
+/* Length of the longest stop sequence that is a suffix of gen[0..n). */
+static uint32_t naive_stop(const struct request *req, const int32_t *gen,
+			   uint32_t n)
+{
+	const int32_t *s = req->stop_tokens;
+	uint32_t i, len, best = 0;
+
+	for (i = 0; i < req->n_stop_seqs; s += len, i++) {
+		len = req->stop_lens[i];
+		if (len > best && len <= n &&
+		    memcmp(gen + n - len, s, len * sizeof(*s)) == 0)
+			best = len;
+	}
+	return best;
+}
+
+/*
+ * Decode req with the sim model.  Fills the ref's raw tokens, n_out and
+ * finish.  0 or -ENOMEM.
+ */
+static int ref_decode(const struct request *req, const struct sim_config *m,
+		      struct ref *rf)
+{
+	uint64_t cap = (uint64_t)req->n_prompt + req->max_tokens;
+	uint32_t n_gen = 0, stop = 0;
+	int32_t *seq;
+
+	seq = malloc((cap ? cap : 1) * sizeof(*seq));
+	if (!seq)
+		return -ENOMEM;
+	if (req->n_prompt)
+		memcpy(seq, req->prompt, req->n_prompt * sizeof(*seq));
+	while (n_gen < req->max_tokens) {
+		uint64_t n = (uint64_t)req->n_prompt + n_gen;
+
+		seq[n] = sim_next(seq, n, m->vocab, m->seed);
+		n_gen++;
+		stop = naive_stop(req, seq + req->n_prompt, n_gen);
+		if (stop)
+			break;
+	}
+	rf->n_raw = n_gen;
+	rf->n_prompt = req->n_prompt;
+	rf->finish = stop ? "stop" : "length";
+	rf->n_out = stop && !req->include_stop ? n_gen - stop : n_gen;
+	rf->raw = malloc((n_gen ? n_gen : 1) * sizeof(*seq));
+	if (!rf->raw) {
+		free(seq);
+		return -ENOMEM;
+	}
+	memcpy(rf->raw, seq + req->n_prompt, n_gen * sizeof(*seq));
+	free(seq);
+	return 0;
+}
+
+/*
+ * Parse and decode one input line into rf; err gets the message of an
+ * error line.  0 or -ENOMEM.
+ */
+static int ref_line(const struct ref_opts *o, const char *line, size_t len,
+		    uint64_t line_no, struct ref *rf, char *err, size_t err_len)
+{
+	struct request req;
+	int rc;
+
+	memset(rf, 0, sizeof(*rf));
+	rf->line_no = line_no;
+	rc = request_parse(line, len, line_no, &o->lim, &req, err, err_len);
+	if (rc == -ENOMEM) {
+		request_release(&req);
+		return rc;
+	}
+	rf->id = req.id;	/* taken over */
+	req.id = NULL;
+	if (rc) {
+		rf->is_error = true;
+		rf->finish = "error";
+		request_release(&req);
+		return 0;
+	}
+	rc = ref_decode(&req, &o->model, rf);
+	request_release(&req);
+	return rc;
+}
+
+static void ref_free(struct ref *rf)
+{
+	free(rf->id);
+	free(rf->raw);
+}
+
+/* ------------------------------------------------------------------------
+ * Reading lines
+ */
+
+static FILE *open_input(const char *path)
+{
+	if (strcmp(path, "-") == 0)
+		return stdin;
+	return fopen(path, "r");
+}
+
+/* Drop the line's '\n'; returns its length. */
+static size_t chomp(char *line, ssize_t n)
+{
+	if (n > 0 && line[n - 1] == '\n')
+		line[--n] = '\0';
+	return (size_t)n;
+}
+
+/* ------------------------------------------------------------------------
+ * Without --check: print the reference results
+ */
+
+static int write_out(struct strbuf *sb)
+{
+	if (sb->len && fwrite(sb->data, 1, sb->len, stdout) != sb->len)
+		return -EIO;
+	strbuf_consume(sb, sb->len);
+	return 0;
+}
+
+static int run_print(const struct ref_opts *o, FILE *in)
+{
+	struct strbuf sb = STRBUF_INIT;
+	char *line = NULL, err[512];
+	size_t line_cap = 0;
+	uint64_t line_no = 0;
+	struct ref rf;
+	ssize_t n;
+	int rc = 0;
+
+	while (!rc && (n = getline(&line, &line_cap, in)) >= 0) {
+		struct result r = { 0 };
+
+		rc = ref_line(o, line, chomp(line, n), ++line_no, &rf, err,
+			      sizeof(err));
+		if (rc)
+			break;
+		r.id = rf.id;
+		r.line_no = rf.line_no;
+		r.tokens = rf.raw;
+		r.n_tokens = rf.n_out;
+		r.finish_reason = rf.finish;
+		r.error = rf.is_error ? err : NULL;
+		r.n_prompt = rf.n_prompt;
+		r.n_generated = rf.n_raw;
+		rc = result_format(&r, &sb);
+		ref_free(&rf);
+		if (!rc && sb.len >= REF_FLUSH_BYTES)
+			rc = write_out(&sb);
+	}
+	if (!rc && ferror(in))
+		rc = -EIO;
+	if (!rc)
+		rc = write_out(&sb);
+	if (fflush(stdout) && !rc)
+		rc = -EIO;
+	free(line);
+	strbuf_release(&sb);
+	return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * The reference set: every input line, indexed by id
+ */
+
+static uint64_t hash_str(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ull;	/* FNV-1a */
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+	return h ^ (h >> 29);
+}
+
+/* Slot of id in the table: its chain head or the empty slot for it. */
+static uint64_t *ref_slot(const struct ref_set *rs, const char *id)
+{
+	uint64_t i = hash_str(id) & rs->table_mask;
+
+	while (rs->table[i] && strcmp(rs->refs[rs->table[i] - 1].id, id))
+		i = (i + 1) & rs->table_mask;
+	return &rs->table[i];
+}
+
+/* First ref index + 1 with this id, 0 when none. */
+static uint64_t ref_find(const struct ref_set *rs, const char *id)
+{
+	return *ref_slot(rs, id);
+}
+
+/*
+ * Index every ref by id.  Valid requests must have unique ids: returns
+ * -EEXIST after printing the first duplicate.  0, -EEXIST or -ENOMEM.
+ */
+static int ref_index(struct ref_set *rs)
+{
+	uint64_t cap = 16, i, *slot, j;
+
+	while (cap < 2 * rs->n_refs)
+		cap *= 2;
+	rs->table = calloc(cap, sizeof(*rs->table));
+	if (!rs->table)
+		return -ENOMEM;
+	rs->table_mask = cap - 1;
+	/* Insert in reverse so each chain lists its refs in input order. */
+	for (i = rs->n_refs; i-- > 0;) {
+		struct ref *rf = &rs->refs[i];
+
+		if (!rf->id)
+			continue;
+		slot = ref_slot(rs, rf->id);
+		rf->next_same = *slot;
+		*slot = i + 1;
+		for (j = rf->next_same; !rf->is_error && j;
+		     j = rs->refs[j - 1].next_same) {
+			if (rs->refs[j - 1].is_error)
+				continue;
+			fprintf(stderr,
+				"refdecode: --check needs unique ids: id '%s' on lines %" PRIu64 " and %" PRIu64 "\n",
+				rf->id, rf->line_no, rs->refs[j - 1].line_no);
+			return -EEXIST;
+		}
+	}
+	return 0;
+}
+
+static int ref_load(const struct ref_opts *o, FILE *in, struct ref_set *rs)
+{
+	char *line = NULL, err[512];
+	size_t line_cap = 0;
+	ssize_t n;
+	int rc = 0;
+
+	while ((n = getline(&line, &line_cap, in)) >= 0) {
+		if (rs->n_refs == rs->cap) {
+			uint64_t cap = rs->cap ? 2 * rs->cap : 1024;
+			struct ref *r = realloc(rs->refs, cap * sizeof(*r));
+
+			if (!r) {
+				rc = -ENOMEM;
+				break;
+			}
+			rs->refs = r;
+			rs->cap = cap;
+		}
+		rc = ref_line(o, line, chomp(line, n), rs->n_refs + 1,
+			      &rs->refs[rs->n_refs], err, sizeof(err));
+		if (rc)
+			break;
+		rs->n_refs++;
+	}
+	if (!rc && ferror(in))
+		rc = -EIO;
+	free(line);
+	return rc;
+}
+
+static void ref_set_free(struct ref_set *rs)
+{
+	uint64_t i;
+
+	for (i = 0; i < rs->n_refs; i++)
+		ref_free(&rs->refs[i]);
+	free(rs->refs);
+	free(rs->table);
+	memset(rs, 0, sizeof(*rs));
+}
+
+/* ------------------------------------------------------------------------
+ * With --check: compare an engine's results
+ */
+
+static void mismatch(struct check_stats *st, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void mismatch(struct check_stats *st, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (st->mismatches++ >= REF_MAX_PRINTED)
+		return;
+	fprintf(stderr, "refdecode: mismatch: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+/*
+ * The ref a result answers: by id, or by line for a null id; NULL after
+ * reporting when none fits.
+ */
+static struct ref *match_ref(struct ref_set *rs, struct check_stats *st,
+			     uint64_t res_line, const char *id, bool has_line,
+			     uint64_t line, bool is_error)
+{
+	struct ref *rf, *fallback = NULL;
+	uint64_t j;
+
+	if (!id) {
+		if (has_line && line >= 1 && line <= rs->n_refs &&
+		    !rs->refs[line - 1].id)
+			return &rs->refs[line - 1];
+		mismatch(st, "results line %" PRIu64 ": null id and no input line %s without an id",
+			 res_line, has_line ? "of that number" : "number");
+		return NULL;
+	}
+	j = ref_find(rs, id);
+	if (!j) {
+		mismatch(st, "results line %" PRIu64 ": unknown id '%s'",
+			 res_line, id);
+		return NULL;
+	}
+	if (!rs->refs[j - 1].next_same)
+		return &rs->refs[j - 1];
+	/* Several input lines share the id (error lines among them). */
+	for (; j; j = rf->next_same) {
+		rf = &rs->refs[j - 1];
+		if (has_line && rf->line_no == line)
+			return rf;
+		if (!fallback && !rf->seen && rf->is_error == is_error)
+			fallback = rf;
+	}
+	return fallback ? fallback : &rs->refs[ref_find(rs, id) - 1];
+}
+
+/* Read tokens of a result into a malloc'd array; -EINVAL when mistyped. */
+static int get_tokens(json_t *v, int32_t **out, size_t *n_out)
+{
+	size_t i, n;
+	json_t *t;
+
+	*out = NULL;
+	*n_out = 0;
+	if (!json_is_array(v))
+		return -EINVAL;
+	n = json_array_size(v);
+	*out = malloc((n ? n : 1) * sizeof(**out));
+	if (!*out)
+		return -ENOMEM;
+	json_array_foreach(v, i, t) {
+		if (!json_is_integer(t) || json_integer_value(t) < INT32_MIN ||
+		    json_integer_value(t) > INT32_MAX) {
+			free(*out);
+			*out = NULL;
+			return -EINVAL;
+		}
+		(*out)[i] = (int32_t)json_integer_value(t);
+	}
+	*n_out = n;
+	return 0;
+}
+
+static const char *show_id(const struct ref *rf)
+{
+	return rf->id ? rf->id : "(none)";
+}
+
+/* Compare one result with its ref. */
+static void compare(const struct ref_opts *o, struct check_stats *st,
+		    struct ref *rf, const char *finish, const int32_t *tok,
+		    size_t n_tok)
+{
+	size_t i;
+
+	if (++rf->seen > 1) {
+		mismatch(st, "id '%s' (line %" PRIu64 "): duplicate result",
+			 show_id(rf), rf->line_no);
+		return;
+	}
+	if (rf->is_error) {
+		if (strcmp(finish, "error"))
+			mismatch(st, "id '%s' (line %" PRIu64 "): finish_reason '%s', want 'error' (bad input line)",
+				 show_id(rf), rf->line_no, finish);
+		return;
+	}
+	if (o->allow_cancelled && strcmp(finish, "cancelled") == 0) {
+		for (i = 0; i < n_tok && i < rf->n_raw; i++)
+			if (tok[i] != rf->raw[i])
+				break;
+		if (n_tok > rf->n_raw || i < n_tok)
+			mismatch(st, "id '%s' (line %" PRIu64 "): cancelled result is not a prefix of the reference: differs at index %zu (got %zu tokens, reference %u)",
+				 show_id(rf), rf->line_no, i, n_tok, rf->n_raw);
+		else
+			st->cancelled++;
+		return;
+	}
+	if (o->allow_errors && strcmp(finish, "error") == 0) {
+		st->errors++;
+		return;
+	}
+	if (strcmp(finish, rf->finish))
+		mismatch(st, "id '%s' (line %" PRIu64 "): finish_reason '%s', want '%s'",
+			 show_id(rf), rf->line_no, finish, rf->finish);
+	for (i = 0; i < n_tok && i < rf->n_out; i++)
+		if (tok[i] != rf->raw[i])
+			break;
+	if (i < n_tok || i < rf->n_out) {
+		if (i < n_tok && i < rf->n_out)
+			mismatch(st, "id '%s' (line %" PRIu64 "): tokens differ at index %zu: got %d, want %d (got %zu tokens, want %u)",
+				 show_id(rf), rf->line_no, i, tok[i], rf->raw[i],
+				 n_tok, rf->n_out);
+		else
+			mismatch(st, "id '%s' (line %" PRIu64 "): tokens differ at index %zu: got %zu tokens, want %u",
+				 show_id(rf), rf->line_no, i, n_tok, rf->n_out);
+	}
+}
+
+/* Check one line of the results file.  0 or -ENOMEM. */
+static int check_line(const struct ref_opts *o, struct ref_set *rs,
+		      struct check_stats *st, const char *line, size_t len,
+		      uint64_t res_line)
+{
+	json_t *obj, *v;
+	json_error_t jerr;
+	const char *id = NULL, *finish;
+	bool has_line = false;
+	uint64_t line_no = 0;
+	int32_t *tok = NULL;
+	size_t n_tok = 0;
+	struct ref *rf;
+	int rc = 0;
+
+	obj = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!obj || !json_is_object(obj)) {
+		mismatch(st, "results line %" PRIu64 ": not a JSON object: %s",
+			 res_line, obj ? "" : jerr.text);
+		goto out;
+	}
+	v = json_object_get(obj, "id");
+	if (json_is_string(v)) {
+		id = json_string_value(v);
+	} else if (!json_is_null(v)) {
+		mismatch(st, "results line %" PRIu64 ": 'id' is neither a string nor null",
+			 res_line);
+		goto out;
+	}
+	finish = json_string_value(json_object_get(obj, "finish_reason"));
+	if (!finish) {
+		mismatch(st, "results line %" PRIu64 ": no string 'finish_reason'",
+			 res_line);
+		goto out;
+	}
+	v = json_object_get(obj, "line");
+	if (json_is_integer(v) && json_integer_value(v) > 0) {
+		has_line = true;
+		line_no = (uint64_t)json_integer_value(v);
+	}
+	rc = get_tokens(json_object_get(obj, "tokens"), &tok, &n_tok);
+	if (rc == -EINVAL) {
+		rc = 0;
+		mismatch(st, "results line %" PRIu64 ": 'tokens' is not an array of int32",
+			 res_line);
+		goto out;
+	}
+	if (rc)
+		goto out;
+	rf = match_ref(rs, st, res_line, id, has_line, line_no,
+		       strcmp(finish, "error") == 0);
+	if (rf)
+		compare(o, st, rf, finish, tok, n_tok);
+out:
+	free(tok);
+	json_decref(obj);
+	return rc;
+}
+
+static int run_check(const struct ref_opts *o, FILE *in, FILE *res,
+		     int *exit_code)
+{
+	struct ref_set rs = { 0 };
+	struct check_stats st = { 0 };
+	char *line = NULL;
+	size_t line_cap = 0;
+	uint64_t res_line = 0, i;
+	ssize_t n;
+	int rc;
+
+	rc = ref_load(o, in, &rs);
+	if (!rc)
+		rc = ref_index(&rs);
+	if (rc == -EEXIST) {
+		*exit_code = 2;
+		rc = 0;
+		goto out;
+	}
+	while (!rc && (n = getline(&line, &line_cap, res)) >= 0)
+		rc = check_line(o, &rs, &st, line, chomp(line, n), ++res_line);
+	if (!rc && ferror(res))
+		rc = -EIO;
+	if (rc)
+		goto out;
+	for (i = 0; i < rs.n_refs; i++) {
+		struct ref *rf = &rs.refs[i];
+
+		if (rf->seen)
+			continue;
+		if (o->allow_missing)
+			st.missing++;
+		else
+			mismatch(&st, "id '%s' (line %" PRIu64 "): missing result",
+				 show_id(rf), rf->line_no);
+	}
+	if (st.mismatches > REF_MAX_PRINTED)
+		fprintf(stderr, "refdecode: ... %" PRIu64 " more mismatches not shown\n",
+			st.mismatches - REF_MAX_PRINTED);
+	fprintf(stderr, "refdecode: checked %" PRIu64 " requests: %" PRIu64 " mismatches",
+		rs.n_refs, st.mismatches);
+	if (o->allow_cancelled)
+		fprintf(stderr, ", %" PRIu64 " cancelled", st.cancelled);
+	if (o->allow_errors)
+		fprintf(stderr, ", %" PRIu64 " errors", st.errors);
+	if (o->allow_missing)
+		fprintf(stderr, ", %" PRIu64 " missing", st.missing);
+	fputc('\n', stderr);
+	*exit_code = st.mismatches ? 1 : 0;
+out:
+	free(line);
+	ref_set_free(&rs);
+	return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Command line
+ */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: refdecode [--model SPEC] [--max-context N] --input FILE\n"
+		"                 [--check RESULTS] [--allow-cancelled]\n"
+		"                 [--allow-errors] [--allow-missing]\n"
+		"  --model SPEC       sim or sim:key=value,... (default sim); cost and\n"
+		"                     fault keys are ignored\n"
+		"  --max-context N    most tokens in a sequence (default 4096)\n"
+		"  --input FILE       requests, JSON Lines ('-': standard input)\n"
+		"  --check RESULTS    compare an engine's results instead of printing\n"
+		"  --allow-cancelled  accept 'cancelled' results whose tokens are a\n"
+		"                     prefix of the reference output\n"
+		"  --allow-errors     accept 'error' results for valid requests\n"
+		"  --allow-missing    accept requests that have no result\n"
+		"Exit: 0 ok, 1 mismatch or failure, 2 usage or input problem.\n");
+}
+
+static int parse_opts(int argc, char **argv, struct ref_opts *o)
+{
+	static const struct option longopts[] = {
+		{ "model", required_argument, NULL, 'm' },
+		{ "max-context", required_argument, NULL, 'c' },
+		{ "input", required_argument, NULL, 'i' },
+		{ "check", required_argument, NULL, 'k' },
+		{ "allow-cancelled", no_argument, NULL, 'C' },
+		{ "allow-errors", no_argument, NULL, 'E' },
+		{ "allow-missing", no_argument, NULL, 'M' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	unsigned long long v;
+	char err[256], *end;
+	int c;
+
+	sim_config_default(&o->model);
+	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'm':
+			if (strcmp(optarg, "sim") == 0) {
+				sim_config_default(&o->model);
+			} else if (strncmp(optarg, "sim:", 4) != 0) {
+				fprintf(stderr, "refdecode: --model must be a sim spec (sim or sim:key=value,...)\n");
+				return -EINVAL;
+			} else if (sim_config_parse(optarg + 4, &o->model, err,
+						    sizeof(err))) {
+				fprintf(stderr, "refdecode: --model: %s\n", err);
+				return -EINVAL;
+			}
+			break;
+		case 'c':
+			errno = 0;
+			v = strtoull(optarg, &end, 10);
+			if (errno || *end || end == optarg || optarg[0] == '-' ||
+			    v > UINT32_MAX) {
+				fprintf(stderr, "refdecode: bad value '%s' for --max-context\n",
+					optarg);
+				return -EINVAL;
+			}
+			o->lim.max_context = (uint32_t)v;
+			break;
+		case 'i':
+			o->input = optarg;
+			break;
+		case 'k':
+			o->check = optarg;
+			break;
+		case 'C':
+			o->allow_cancelled = true;
+			break;
+		case 'E':
+			o->allow_errors = true;
+			break;
+		case 'M':
+			o->allow_missing = true;
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		default:
+			usage(stderr);
+			return -EINVAL;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "refdecode: unexpected argument '%s'\n",
+			argv[optind]);
+		return -EINVAL;
+	}
+	if (!o->input) {
+		fprintf(stderr, "refdecode: --input FILE is required\n");
+		return -EINVAL;
+	}
+	o->lim.vocab = o->model.vocab;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct ref_opts o = { .lim = { .vocab = 32000, .max_context = 4096 } };
+	FILE *in, *res = NULL;
+	int rc, exit_code = 0;
+
+	if (parse_opts(argc, argv, &o))
+		return 2;
+	in = open_input(o.input);
+	if (!in) {
+		fprintf(stderr, "refdecode: %s: %s\n", o.input, strerror(errno));
+		return 2;
+	}
+	if (o.check) {
+		res = fopen(o.check, "r");
+		if (!res) {
+			fprintf(stderr, "refdecode: %s: %s\n", o.check,
+				strerror(errno));
+			if (in != stdin)
+				fclose(in);
+			return 2;
+		}
+		rc = run_check(&o, in, res, &exit_code);
+		fclose(res);
+	} else {
+		rc = run_print(&o, in);
+	}
+	if (in != stdin)
+		fclose(in);
+	if (rc) {
+		fprintf(stderr, "refdecode: %s\n", strerror(-rc));
+		return 1;
+	}
+	return exit_code;
+}
