@@ -1,0 +1,298 @@
+/*
+ * test_wait_queue.c - the waiting queue against a trivial FIFO reference.
+ *
+ * The queue's shared part (struct shm_queue) is allocated here exactly as
+ * large as the segment would make it, so AddressSanitizer sees any index
+ * that escapes the capacity.  For every capacity 1..64 a random mix of
+ * pushes and pops, biased in phases towards filling and towards draining
+ * so that the queue is often full, often empty and wraps many times, is
+ * applied to the queue and to a plain array with two counters; after every
+ * operation the results, the length, fullness, the shared view and
+ * wait_queue_check() must agree with the reference.
+ *
+ * The random test prints its seed; SEED=<n> replays a run.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "shm_segment.h"
+#include "wait_queue.h"
+
+static unsigned long long test_seed;
+
+struct rng {
+	uint64_t s;
+};
+
+static uint64_t rng_next(struct rng *r)
+{
+	uint64_t x = (r->s += 0x9E3779B97F4A7C15ull);
+
+	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+	x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+	return x ^ (x >> 31);
+}
+
+static uint32_t rng_below(struct rng *r, uint32_t n)
+{
+	return (uint32_t)(rng_next(r) % n);
+}
+
+static struct rng rng_for(uint64_t test_id)
+{
+	struct rng r = { test_seed ^ (test_id * 0xD1B54A32D192ED03ull) };
+
+	rng_next(&r);
+	return r;
+}
+
+static struct shm_queue *shm_queue_alloc(uint32_t capacity)
+{
+	struct shm_queue *shm = calloc(1, sizeof(*shm) +
+				       (size_t)capacity * sizeof(uint32_t));
+
+	assert_non_null(shm);
+	/* garbage in the shared indexes: init must reset them */
+	shm->head = 12345;
+	shm->tail = 678;
+	return shm;
+}
+
+/* ------------------------------------------------------------------ */
+/* Hand-worked cases                                                   */
+/* ------------------------------------------------------------------ */
+
+static void test_empty_and_full(void **state)
+{
+	struct shm_queue *shm = shm_queue_alloc(3);
+	struct wait_queue q;
+	uint32_t h = 99;
+
+	(void)state;
+	wait_queue_init(&q, shm, 3);
+	assert_int_equal(wait_queue_check(&q), 0);
+	assert_int_equal(shm->head, 0);
+	assert_int_equal(shm->tail, 0);
+	assert_int_equal(wait_queue_len(&q), 0);
+	assert_false(wait_queue_full(&q));
+	assert_int_equal(wait_queue_pop(&q, &h), -ENOENT);
+	assert_int_equal(h, 99);
+
+	assert_int_equal(wait_queue_push(&q, 7), 0);
+	assert_int_equal(wait_queue_push(&q, UINT32_MAX), 0);
+	assert_int_equal(wait_queue_push(&q, 0), 0);
+	assert_true(wait_queue_full(&q));
+	assert_int_equal(wait_queue_push(&q, 5), -ENOSPC);
+	assert_int_equal(wait_queue_len(&q), 3);
+	assert_int_equal(wait_queue_check(&q), 0);
+
+	assert_int_equal(wait_queue_pop(&q, &h), 0);
+	assert_int_equal(h, 7);
+	assert_int_equal(wait_queue_push(&q, 8), 0);	/* wraps */
+	assert_int_equal(wait_queue_pop(&q, &h), 0);
+	assert_int_equal(h, UINT32_MAX);
+	assert_int_equal(wait_queue_pop(&q, &h), 0);
+	assert_int_equal(h, 0);
+	assert_int_equal(wait_queue_pop(&q, &h), 0);
+	assert_int_equal(h, 8);
+	assert_int_equal(wait_queue_pop(&q, &h), -ENOENT);
+	assert_int_equal(shm->head, 4);
+	assert_int_equal(shm->tail, 4);
+	assert_int_equal(wait_queue_check(&q), 0);
+	free(shm);
+}
+
+/* wait_queue_check() must notice a shared view that disagrees. */
+static void test_check_detects_corruption(void **state)
+{
+	struct shm_queue *shm = shm_queue_alloc(4);
+	struct wait_queue q;
+
+	(void)state;
+	wait_queue_init(&q, shm, 4);
+	assert_int_equal(wait_queue_push(&q, 1), 0);
+	assert_int_equal(wait_queue_push(&q, 2), 0);
+	assert_int_equal(wait_queue_check(&q), 0);
+
+	shm->head++;
+	assert_int_equal(wait_queue_check(&q), -EINVAL);
+	shm->head--;
+	shm->tail += 3;
+	assert_int_equal(wait_queue_check(&q), -EINVAL);
+	shm->tail -= 3;
+	assert_int_equal(wait_queue_check(&q), 0);
+	/* private indexes further apart than the capacity */
+	q.tail += 3;
+	shm->tail = q.tail;
+	assert_int_equal(wait_queue_check(&q), -EINVAL);
+	free(shm);
+}
+
+/* ------------------------------------------------------------------ */
+/* Randomized model test                                               */
+/* ------------------------------------------------------------------ */
+
+struct ref_fifo {
+	uint32_t *items;	/* never wraps: big enough for every push */
+	size_t head, tail;
+};
+
+static void compare(const struct wait_queue *q, const struct ref_fifo *ref,
+		    uint32_t capacity, unsigned op)
+{
+	size_t len = ref->tail - ref->head;
+
+	if (wait_queue_check(q) != 0 || wait_queue_len(q) != len ||
+	    wait_queue_full(q) != (len == capacity) ||
+	    q->shm->head != ref->head || q->shm->tail != ref->tail) {
+		print_error("capacity %u op %u: len %u (want %zu) full %d "
+			    "shm head/tail %llu/%llu (want %zu/%zu) check %d "
+			    "(SEED=%llu)\n", capacity, op, wait_queue_len(q), len,
+			    wait_queue_full(q),
+			    (unsigned long long)q->shm->head,
+			    (unsigned long long)q->shm->tail, ref->head,
+			    ref->tail, wait_queue_check(q), test_seed);
+		fail();
+	}
+	/* what an observer of the segment sees: the live handles in order */
+	for (size_t i = ref->head; i < ref->tail; i++)
+		assert_int_equal(q->shm->handles[i % capacity], ref->items[i]);
+}
+
+static void run_random(struct rng *r, uint32_t capacity)
+{
+	unsigned n_ops = 400 + capacity * 40;
+	struct shm_queue *shm = shm_queue_alloc(capacity);
+	struct ref_fifo ref = { calloc(n_ops + 3 * capacity, sizeof(uint32_t)), 0, 0 };
+	struct wait_queue q;
+	unsigned push_pct = 50;
+
+	assert_non_null(ref.items);
+	wait_queue_init(&q, shm, capacity);
+	compare(&q, &ref, capacity, 0);
+	for (unsigned op = 1; op <= n_ops; op++) {
+		size_t len = ref.tail - ref.head;
+
+		/* phases: mostly filling, mostly draining, balanced */
+		if (rng_below(r, 64) == 0)
+			push_pct = (unsigned[]){ 15, 50, 85 }[rng_below(r, 3)];
+		if (rng_below(r, 100) < push_pct) {
+			uint32_t h = (uint32_t)rng_next(r);
+			int rc = wait_queue_push(&q, h);
+
+			if (len == capacity) {
+				assert_int_equal(rc, -ENOSPC);
+			} else {
+				assert_int_equal(rc, 0);
+				ref.items[ref.tail++] = h;
+			}
+		} else {
+			uint32_t h = 0xdeadbeef;
+			int rc = wait_queue_pop(&q, &h);
+
+			if (!len) {
+				assert_int_equal(rc, -ENOENT);
+				assert_int_equal(h, 0xdeadbeef);
+			} else {
+				assert_int_equal(rc, 0);
+				if (h != ref.items[ref.head]) {
+					print_error("capacity %u op %u: popped %u, "
+						    "want %u (SEED=%llu)\n",
+						    capacity, op, h,
+						    ref.items[ref.head], test_seed);
+					fail();
+				}
+				ref.head++;
+			}
+		}
+		compare(&q, &ref, capacity, op);
+	}
+	/* make sure every capacity has wrapped the ring at least three times */
+	while (ref.tail < 3 * (size_t)capacity) {
+		uint32_t h = (uint32_t)rng_next(r);
+
+		if (wait_queue_full(&q)) {
+			assert_int_equal(wait_queue_pop(&q, &h), 0);
+			assert_int_equal(h, ref.items[ref.head]);
+			ref.head++;
+		} else {
+			assert_int_equal(wait_queue_push(&q, h), 0);
+			ref.items[ref.tail++] = h;
+		}
+		compare(&q, &ref, capacity, n_ops);
+	}
+	assert_true(ref.tail >= 3 * (size_t)capacity);
+	free(ref.items);
+	free(shm);
+}
+
+static void test_random_vs_fifo(void **state)
+{
+	struct rng r = rng_for(1);
+
+	(void)state;
+	for (uint32_t capacity = 1; capacity <= 64; capacity++)
+		run_random(&r, capacity);
+}
+
+/* Fill and drain completely, many laps, for a few capacities. */
+static void test_full_laps(void **state)
+{
+	struct rng r = rng_for(2);
+
+	(void)state;
+	for (uint32_t capacity = 1; capacity <= 64; capacity += 7) {
+		struct shm_queue *shm = shm_queue_alloc(capacity);
+		struct wait_queue q;
+		uint32_t base = (uint32_t)rng_next(&r);
+
+		wait_queue_init(&q, shm, capacity);
+		for (uint32_t lap = 0; lap < 10; lap++) {
+			for (uint32_t i = 0; i < capacity; i++)
+				assert_int_equal(wait_queue_push(&q, base + lap * capacity + i), 0);
+			assert_true(wait_queue_full(&q));
+			assert_int_equal(wait_queue_push(&q, 0), -ENOSPC);
+			assert_int_equal(wait_queue_check(&q), 0);
+			for (uint32_t i = 0; i < capacity; i++) {
+				uint32_t h;
+
+				assert_int_equal(wait_queue_pop(&q, &h), 0);
+				assert_int_equal(h, base + lap * capacity + i);
+			}
+			assert_int_equal(wait_queue_len(&q), 0);
+			assert_int_equal(wait_queue_check(&q), 0);
+		}
+		assert_int_equal(shm->tail, 10ull * capacity);
+		free(shm);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_empty_and_full),
+		cmocka_unit_test(test_check_detects_corruption),
+		cmocka_unit_test(test_random_vs_fifo),
+		cmocka_unit_test(test_full_laps),
+	};
+	const char *env = getenv("SEED");
+
+	if (env && *env)
+		test_seed = strtoull(env, NULL, 0);
+	else
+		test_seed = (unsigned long long)time(NULL) * 1000003ull ^
+			    (unsigned long long)getpid();
+	printf("wait_queue: seed=%llu\n", test_seed);
+	fflush(stdout);
+	return cmocka_run_group_tests_name("wait_queue", tests, NULL, NULL);
+}
