@@ -578,6 +578,22 @@ static bool shard_step_in_process(struct engine *e, struct shard *s)
  * Workers
  * ---------------------------------------------------------------------- */
 
+/* A worker of this shard died before it was ready, or could not be
+ * started at all.  When that keeps happening on every shard, give up. */
+static void shard_note_failed_start(struct engine *e, struct shard *s,
+				    const char *why)
+{
+	s->n_failed_starts++;
+	if (s->n_failed_starts < ENGINE_MAX_FAILED_STARTS)
+		return;
+	for (uint32_t i = 0; i < e->n_shards; i++)
+		if (e->shards[i].n_failed_starts < ENGINE_MAX_FAILED_STARTS)
+			return;
+	engine_fail(e, "no worker can be kept alive: %u starts in a row failed "
+		    "on every shard (last: %s); check --model and the worker's "
+		    "messages above", s->n_failed_starts, why);
+}
+
 static int shard_start_worker(struct engine *e, struct shard *s)
 {
 	struct worker_spawn_args a = {
@@ -594,8 +610,12 @@ static int shard_start_worker(struct engine *e, struct shard *s)
 	shm_channel_reset(&e->seg, s->index, s->dispatch_pos, s->result_pos);
 	ret = worker_spawn(&a, &s->pid, &s->pidfd);
 	if (ret) {
-		LOG(LOG_ERROR, "cannot start worker %u: %s", s->index, strerror(-ret));
+		char why[96];
+
+		snprintf(why, sizeof(why), "cannot start a worker: %s", strerror(-ret));
+		LOG(LOG_ERROR, "shard %u: %s", s->index, why);
 		s->pid = 0;
+		shard_note_failed_start(e, s, why);
 		return ret;
 	}
 	s->started_ns = clock_now_ns();
@@ -675,25 +695,13 @@ static void shard_on_exit(struct engine *e, struct shard *s, const char *why,
 	s->n_inflight = 0;
 
 	if (!was_ready)
-		s->n_failed_starts++;
+		shard_note_failed_start(e, s, why);
 	else
 		s->n_failed_starts = 0;
 	if (now - s->started_ns < ENGINE_RESTART_MAX_NS)
 		s->n_quick_deaths++;
 	else
 		s->n_quick_deaths = 0;
-	if (s->n_failed_starts >= ENGINE_MAX_FAILED_STARTS) {
-		bool all_dead = true;
-
-		for (uint32_t i = 0; i < e->n_shards; i++)
-			if (e->shards[i].n_failed_starts < ENGINE_MAX_FAILED_STARTS)
-				all_dead = false;
-		if (all_dead)
-			engine_fail(e, "no worker can be kept alive: %u starts in a row "
-				    "failed on every shard (last worker %s); check "
-				    "--model and the worker's messages above",
-				    s->n_failed_starts, why);
-	}
 	delay = s->n_quick_deaths ? 5000000ull << (s->n_quick_deaths - 1 < 8 ?
 						   s->n_quick_deaths - 1 : 8) : 0;
 	if (delay > ENGINE_RESTART_MAX_NS)
@@ -730,12 +738,10 @@ static uint64_t engine_check_workers(struct engine *e, uint64_t now)
 		struct shard *s = &e->shards[i];
 
 		if (s->pid <= 0 && !e->failed && !(e->n_signals && !e->pool.n_live)) {
-			if (s->n_failed_starts >= ENGINE_MAX_FAILED_STARTS &&
-			    s->restart_at_ns < now)
-				s->restart_at_ns = now + ENGINE_RESTART_MAX_NS;
-			if (now >= s->restart_at_ns) {
-				if (shard_start_worker(e, s))
-					s->restart_at_ns = now + ENGINE_RESTART_MAX_NS;
+			if (now >= s->restart_at_ns && shard_start_worker(e, s)) {
+				uint32_t k = s->n_failed_starts < 8 ? s->n_failed_starts : 8;
+
+				s->restart_at_ns = now + (5000000ull << k);
 			}
 			if (s->pid <= 0 && s->restart_at_ns < next)
 				next = s->restart_at_ns;

@@ -37,6 +37,8 @@ static void line_reader_drop(struct line_reader *lr, size_t upto)
 enum line_status line_reader_next(struct line_reader *lr, const char **line,
 				  size_t *len)
 {
+	if (!lr->buf.data)
+		return LINE_NONE;	/* nothing fed yet (and no NULL + 0) */
 	for (;;) {
 		char *base = lr->buf.data + lr->start;
 		size_t avail = lr->buf.len - lr->start;
@@ -67,6 +69,8 @@ enum line_status line_reader_next(struct line_reader *lr, const char **line,
 			*line = base;
 			*len = avail;
 			line_reader_drop(lr, lr->buf.len);
+			if ((*line)[*len - 1] == '\r')
+				(*len)--;
 			return LINE_OK;
 		}
 		lr->line_no++;

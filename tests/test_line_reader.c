@@ -443,33 +443,19 @@ static void test_random_vs_naive(void **state)
 }
 
 /* ------------------------------------------------------------------ */
-/* Known bugs: skipped unless DYNBATCH_TEST_KNOWN_BUGS is set            */
+/* Regressions                                                          */
 /* ------------------------------------------------------------------ */
 
-static void skip_known_bug(void)
-{
-	const char *env = getenv("DYNBATCH_TEST_KNOWN_BUGS");
-
-	if (!env || !*env)
-		skip();
-}
-
 /*
- * KNOWN BUG (line_reader.c, line_reader_next(), first line of the loop):
- * before the first feed lr->buf.data is NULL and
- * "char *base = lr->buf.data + lr->start;" applies an offset to a null
- * pointer, which is undefined behaviour; UBSan reports "applying zero
- * offset to null pointer" and, built with -fno-sanitize-recover as by
- * "make asan", aborts.  The engine gets there on empty input:
- * printf '' | dynbatch run --workers 0 under UBSan.  The other tests feed
- * an empty chunk first to stay clear of it.
+ * Regression: before the first feed lr->buf.data is NULL, and computing
+ * buf.data + start was undefined behaviour (UBSan: "applying zero offset
+ * to null pointer"); the engine got there on empty input.
  */
 static void test_next_before_feed(void **state)
 {
 	struct line_reader lr;
 
 	(void)state;
-	skip_known_bug();
 	line_reader_init(&lr, 8);
 	expect_status(&lr, LINE_NONE, 0);
 	lr.eof = true;
@@ -478,20 +464,14 @@ static void test_next_before_feed(void **state)
 }
 
 /*
- * KNOWN BUG (line_reader.c, line_reader_next(), the "A last line without
- * a newline" branch): line_reader.h promises every line "without its
- * newline (and without a trailing '\r')", and every line that ends in
- * '\n' gets that, but a last line without a newline is handed out at eof
- * with its trailing '\r' kept.  Harmless for JSON input, where '\r' is
- * whitespace, but not what the contract says; the random test does not
- * generate such a last line.
+ * Regression: a last line without a newline kept its trailing '\r',
+ * unlike every other line (line_reader.h promises none).
  */
 static void test_eof_line_trailing_cr(void **state)
 {
 	struct line_reader lr;
 
 	(void)state;
-	skip_known_bug();
 	line_reader_init(&lr, 16);
 	feed_str(&lr, "abc\r");
 	lr.eof = true;

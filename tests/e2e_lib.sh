@@ -1,0 +1,45 @@
+# e2e_lib.sh - shared helpers for the end-to-end tests (sourced).
+#
+# Every test runs the real binaries under a timeout and compares with the
+# independent single-process reference decoder (bin/refdecode).  Output
+# ends with the plain "N passed, N failed" line CI reads.
+
+BIN=${BIN:-bin}
+BUILD=${BUILD:-build}
+E2E_TMP=$(mktemp -d "${TMPDIR:-/tmp}/dynbatch-e2e.XXXXXX")
+E2E_PASSED=0
+E2E_FAILED=0
+SEED=${SEED:-$(( (RANDOM << 15) | RANDOM ))}
+echo "$(basename "$0"): seed=$SEED (replay with SEED=$SEED)"
+
+trap 'rm -rf "$E2E_TMP"' EXIT
+
+pass() { E2E_PASSED=$((E2E_PASSED + 1)); echo "  ok   $*"; }
+fail() { E2E_FAILED=$((E2E_FAILED + 1)); echo "  FAIL $*"; }
+
+# shm_names: our segments currently in /dev/shm, one per line.
+shm_names() { ls /dev/shm 2>/dev/null | grep '^dynbatch-' || true; }
+
+# check_results NAME MODEL INPUT OUTPUT [refdecode options]: compare with
+# the reference and record the verdict.
+check_results() {
+	local name=$1 model=$2 input=$3 output=$4
+	shift 4
+	if "$BIN/refdecode" --model "$model" --input "$input" --check "$output" \
+		"$@" > "$E2E_TMP/check.log" 2>&1; then
+		pass "$name: $(tail -n 1 "$E2E_TMP/check.log")"
+	else
+		fail "$name"
+		sed 's/^/       /' "$E2E_TMP/check.log" | tail -n 20
+	fi
+}
+
+# expect_eq NAME GOT WANT
+expect_eq() {
+	if [ "$2" = "$3" ]; then pass "$1"; else fail "$1: got '$2', want '$3'"; fi
+}
+
+finish() {
+	echo "$E2E_PASSED passed, $E2E_FAILED failed"
+	[ "$E2E_FAILED" -eq 0 ]
+}
