@@ -31,7 +31,7 @@ static_assert(sizeof(struct shm_slot) == 32, "slot table entry");
 static_assert(sizeof(struct shm_dispatch_row) == 16, "dispatch row");
 static_assert(sizeof(struct shm_result_row) == 16, "result row");
 static_assert(sizeof(struct shm_dispatch) == 24, "dispatch head");
-static_assert(sizeof(struct shm_result) == 24, "result head");
+static_assert(sizeof(struct shm_result) == 32, "result head");
 static_assert(offsetof(struct shm_channel, worker_sleeping) == 64,
 	      "worker line apart from coordinator line");
 static_assert(sizeof(struct shm_channel) % SHM_CACHE_LINE == 0, "channel head");

@@ -59,7 +59,7 @@
 #include <stdint.h>
 
 #define SHM_MAGIC 0x48435441424e5944ull	/* "DYNBATCH" little-endian */
-#define SHM_LAYOUT_VERSION 1u
+#define SHM_LAYOUT_VERSION 2u
 #define SHM_CACHE_LINE 64
 #define SHM_PAGE 4096u
 #define SHM_RING_DEPTH 4u		/* positions per ring, power of two */
@@ -146,6 +146,7 @@ struct shm_result {
 	uint64_t dispatch_id;		/* the dispatch this answers */
 	uint32_t n_rows;		/* rows filled */
 	int32_t status;			/* 0, or the model's negative errno */
+	uint64_t model_ns;		/* how long model_next() took (for stats) */
 	struct shm_result_row rows[];
 };
 

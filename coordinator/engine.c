@@ -37,6 +37,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -67,6 +68,7 @@
 #define ENGINE_MAX_FAILED_STARTS 8	/* per shard, then give up on it */
 #define ENGINE_RESTART_MAX_NS (1000ull * 1000 * 1000)
 #define ENGINE_PROGRESS_NS (250ull * 1000 * 1000)
+#define ENGINE_SPIN_AHEAD_NS (250ull * 1000)	/* spin this early for a due result */
 
 struct shard {
 	uint32_t index;
@@ -78,6 +80,7 @@ struct shard {
 	uint32_t n_inflight;
 	struct shm_dispatch_row *inflight; /* n_slots rows */
 	uint64_t dispatched_ns;
+	uint64_t step_ewma_ns;		/* typical dispatch -> result time */
 	uint64_t dispatch_pos;		/* next dispatch ring position */
 	uint64_t result_pos;		/* next result ring position */
 	/* the worker process */
@@ -503,6 +506,13 @@ static void shard_kill(struct shard *s)
 		kill(s->pid, SIGKILL);
 }
 
+/* Track how long the shard's steps take, to know when to expect the next
+ * result (engine_wait() spins only around that moment). */
+static void shard_note_step_time(struct shard *s, uint64_t ns)
+{
+	s->step_ewma_ns = s->step_ewma_ns ? s->step_ewma_ns - s->step_ewma_ns / 8 + ns / 8 : ns;
+}
+
 /* Read every published result of the shard.  Returns true on progress. */
 static bool shard_poll(struct engine *e, struct shard *s)
 {
@@ -536,6 +546,14 @@ static bool shard_poll(struct engine *e, struct shard *s)
 			shard_kill(s);
 			break;
 		}
+		{
+			uint64_t took = clock_now_ns() - s->dispatched_ns;
+			uint64_t model_ns = r->model_ns;	/* untrusted: stats only */
+
+			shard_note_step_time(s, took);
+			e->stats.step_ns += took;
+			e->stats.model_ns += model_ns < took ? model_ns : took;
+		}
 		shard_commit(e, s, r->rows, n_rows > s->n_slots ? s->n_slots + 1 : n_rows);
 		shard_advance(e, s);
 	}
@@ -546,6 +564,7 @@ static bool shard_poll(struct engine *e, struct shard *s)
 static bool shard_step_in_process(struct engine *e, struct shard *s)
 {
 	struct shm_result_row *rows = e->inproc_rows;
+	uint64_t t0;
 	uint32_t n;
 	int ret;
 
@@ -558,7 +577,10 @@ static bool shard_step_in_process(struct engine *e, struct shard *s)
 		e->prefixes[i] = slot_table_tokens(&e->slots, s->inflight[i].slot);
 		e->lengths[i] = s->inflight[i].n_tokens;
 	}
+	t0 = clock_now_ns();
 	ret = model_next(e->model, n, e->prefixes, e->lengths, e->next_tokens);
+	e->stats.model_ns += clock_now_ns() - t0;
+	e->stats.step_ns += clock_now_ns() - t0;
 	if (ret) {
 		engine_fail(e, "model failed: %s", strerror(-ret));
 		return false;
@@ -867,21 +889,68 @@ static bool engine_any_result_ready(struct engine *e)
 	return false;
 }
 
-/* Nothing to do right now: spin briefly, then sleep in io_uring. */
+/*
+ * When is the next result due?  The earliest expected completion over the
+ * shards with a step in flight (dispatch time + typical step time), or
+ * UINT64_MAX when none is in flight or nothing is known yet.
+ */
+static uint64_t engine_next_result_due(const struct engine *e)
+{
+	uint64_t due = UINT64_MAX;
+
+	for (uint32_t i = 0; i < e->n_shards; i++) {
+		const struct shard *s = &e->shards[i];
+
+		if (s->pid > 0 && s->inflight_id && s->step_ewma_ns &&
+		    s->dispatched_ns + s->step_ewma_ns < due)
+			due = s->dispatched_ns + s->step_ewma_ns;
+	}
+	return due;
+}
+
+/* Spin on the result rings until one is ready, an event waits, or until. */
+static bool engine_spin_until(struct engine *e, uint64_t until)
+{
+	unsigned n = 0;
+
+	while (clock_now_ns() < until) {
+		if (engine_any_result_ready(e) || io_ring_has_event(&e->io))
+			return true;
+		/* Yield now and then: on a small machine a worker may need
+		 * this CPU to finish the very step we are waiting for. */
+		if ((++n & 255) == 0)
+			sched_yield();
+		else
+			cpu_relax();
+	}
+	return false;
+}
+
+/*
+ * Nothing to do right now.  A wake-up from sleep costs 50-150 us on a
+ * small VM, so when a result is due soon the coordinator sleeps until just
+ * before it and then spins (ENGINE_SPIN_AHEAD_NS); otherwise it spins for
+ * spin_us, then announces coordinator_sleeping and sleeps in io_uring
+ * until a worker's eventfd write, an I/O event or the deadline.
+ */
 static void engine_wait(struct engine *e, uint64_t deadline_ns)
 {
-	uint64_t start = clock_now_ns();
-	uint64_t spin = (uint64_t)e->cfg->spin_us * 1000;
+	uint64_t now = clock_now_ns();
+	uint64_t due = e->in_process ? UINT64_MAX : engine_next_result_due(e);
 	struct io_event ev;
 	uint64_t timeout;
 	int ret;
 
 	if (!e->in_process) {
-		while (clock_now_ns() - start < spin) {
-			if (engine_any_result_ready(e) || io_ring_has_event(&e->io))
+		if (due != UINT64_MAX && due < now + ENGINE_SPIN_AHEAD_NS) {
+			if (engine_spin_until(e, due + ENGINE_SPIN_AHEAD_NS))
 				return;
-			cpu_relax();
+		} else if (engine_spin_until(e, now + (uint64_t)e->cfg->spin_us * 1000)) {
+			return;
 		}
+		if (due != UINT64_MAX && due > now + ENGINE_SPIN_AHEAD_NS &&
+		    due - ENGINE_SPIN_AHEAD_NS < deadline_ns)
+			deadline_ns = due - ENGINE_SPIN_AHEAD_NS;
 		atomic_store(&e->seg.hdr->coordinator_sleeping, 1);
 		/* seq_cst: pairs with the fence in worker_step(). */
 		atomic_thread_fence(memory_order_seq_cst);
@@ -890,8 +959,8 @@ static void engine_wait(struct engine *e, uint64_t deadline_ns)
 			return;
 		}
 	}
-	start = clock_now_ns();
-	timeout = deadline_ns <= start ? 1 : deadline_ns - start;
+	now = clock_now_ns();
+	timeout = deadline_ns <= now ? 1 : deadline_ns - now;
 	ret = io_ring_next(&e->io, timeout, &ev);
 	if (!e->in_process)
 		atomic_store(&e->seg.hdr->coordinator_sleeping, 0);
@@ -1078,6 +1147,7 @@ static void engine_finish_stats(struct engine *e)
 				       (uint64_t)ru.ru_utime.tv_usec;
 		e->stats.cpu_sys_us = (uint64_t)ru.ru_stime.tv_sec * 1000000 +
 				      (uint64_t)ru.ru_stime.tv_usec;
+		e->stats.max_rss_kb = (uint64_t)ru.ru_maxrss;
 	}
 	if (e->progress_on)
 		fprintf(stderr, "\r\033[K");

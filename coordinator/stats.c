@@ -114,8 +114,9 @@ int stats_write_json(const struct engine_stats *s, const char *path)
 		"\"stale_results_rejected\":%llu,\"worker_deaths\":%llu,"
 		"\"hang_kills\":%llu,\"worker_starts\":%llu,\"poisoned\":%llu,"
 		"\"coordinator_cpu_user_us\":%llu,\"coordinator_cpu_sys_us\":%llu,"
+		"\"coordinator_max_rss_kb\":%llu,"
 		"\"latency_p50_ms\":%.3f,\"latency_p99_ms\":%.3f,"
-		"\"mean_refill_us\":%.3f}\n",
+		"\"mean_refill_us\":%.3f,\"model_s\":%.6f,\"step_s\":%.6f}\n",
 		(unsigned long long)s->n_tokens, wall,
 		wall > 0 ? (double)s->n_tokens / wall : 0,
 		(unsigned long long)s->n_steps, stats_occupancy(s),
@@ -125,9 +126,11 @@ int stats_write_json(const struct engine_stats *s, const char *path)
 		(unsigned long long)s->n_worker_starts,
 		(unsigned long long)s->n_poisoned,
 		(unsigned long long)s->cpu_user_us, (unsigned long long)s->cpu_sys_us,
+		(unsigned long long)s->max_rss_kb,
 		(double)stats_latency_quantile(s, 0.5) / 1e6,
 		(double)stats_latency_quantile(s, 0.99) / 1e6,
-		s->n_refills ? (double)s->refill_ns_sum / (double)s->n_refills / 1e3 : 0);
+		s->n_refills ? (double)s->refill_ns_sum / (double)s->n_refills / 1e3 : 0,
+		(double)s->model_ns / 1e9, (double)s->step_ns / 1e9);
 	if (ferror(f))
 		ret = -EIO;
 	if (fclose(f) && !ret)

@@ -27,6 +27,8 @@ struct engine_stats {
 	uint64_t n_steps;		/* model steps completed */
 	uint64_t n_step_rows;		/* rows over all completed steps */
 	uint64_t n_step_capacity;	/* shard slots over all completed steps */
+	uint64_t model_ns;		/* time inside model_next(), all steps */
+	uint64_t step_ns;		/* dispatch -> result seen, all steps */
 	uint64_t n_stale;		/* result rows or records rejected */
 	uint64_t n_worker_deaths;
 	uint64_t n_hang_kills;		/* workers killed past the step timeout */
@@ -34,6 +36,7 @@ struct engine_stats {
 	uint64_t n_poisoned;		/* requests failed as poison */
 	uint64_t start_ns, end_ns;
 	uint64_t cpu_user_us, cpu_sys_us; /* coordinator CPU at the end */
+	uint64_t max_rss_kb;		/* coordinator peak resident set */
 	uint64_t refill_ns_sum;		/* slot freed -> slot refilled */
 	uint64_t n_refills;
 	uint64_t latency_hist[LATENCY_BUCKETS]; /* admission -> last token */

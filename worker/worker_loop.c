@@ -19,6 +19,7 @@
 #include "worker_loop.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -63,7 +64,13 @@ static int worker_wait_dispatch(struct worker *w, struct shm_dispatch *d)
 
 	while (!shm_entry_ready(&d->seq, w->dispatch_pos)) {
 		if (++spins < 64 || clock_now_ns() - start < w->opt->spin_ns) {
-			cpu_relax();
+			/* Yield while spinning: with more workers than CPUs a
+			 * spinner must not keep the coordinator (or the worker
+			 * whose result it waits for) off the CPU. */
+			if ((spins & 15) == 0)
+				sched_yield();
+			else
+				cpu_relax();
 			continue;
 		}
 		atomic_store(&w->ch->worker_sleeping, 1);
@@ -131,6 +138,7 @@ static int worker_step(struct worker *w, struct shm_dispatch *d)
 	uint64_t dispatch_id = d->dispatch_id;
 	uint32_t n_rows = d->n_rows;
 	int status = 0;
+	uint64_t t0;
 
 	if (n_rows > hdr->shard_capacity) {
 		LOG(LOG_ERROR, "dispatch %llu has %u rows (capacity %u)",
@@ -148,9 +156,11 @@ static int worker_step(struct worker *w, struct shm_dispatch *d)
 		w->prefixes[i] = shm_tokens_at(&w->seg, w->rows[i].slot);
 		w->lengths[i] = w->rows[i].n_tokens;
 	}
+	t0 = clock_now_ns();
 	if (n_rows)
 		status = model_next(w->model, n_rows, w->prefixes, w->lengths,
 				    w->next_tokens);
+	r->model_ns = clock_now_ns() - t0;
 
 	r->dispatch_id = dispatch_id;
 	r->status = status;
