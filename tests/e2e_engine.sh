@@ -8,15 +8,23 @@ set -u
 
 run() { timeout -k 5 60 "$BIN/dynbatch" run --no-progress "$@"; }
 
+# run_checked ARGS...: run the engine in the background (to learn its pid)
+# and record any segment it left behind in LEFT_BEHIND.
+LEFT_BEHIND=""
+run_checked() {
+	tracked "$BIN/dynbatch" run --no-progress "$@"
+	LEFT_BEHIND="$LEFT_BEHIND$(segments_of $LAST_PID)"
+	return $LAST_RC
+}
+
 # --- 1. batch sizes x worker counts, against the reference -------------
 MODEL="sim:vocab=2000,seed=$((SEED % 1000))"
 "$BIN/gen_workload" --n 400 --seed "$SEED" --model "$MODEL" --max-prompt 64 \
 	--max-tokens 48 > "$E2E_TMP/w.jsonl"
-before=$(shm_names)
 for batch in 1 2 7 64 256; do
 	for workers in 0 1 2 3 8; do
 		out="$E2E_TMP/out-$batch-$workers.jsonl"
-		if run --workers $workers --batch $batch --model "$MODEL" \
+		if run_checked --workers $workers --batch $batch --model "$MODEL" \
 			--input "$E2E_TMP/w.jsonl" --output "$out" 2> "$E2E_TMP/err"; then
 			check_results "batch $batch workers $workers" "$MODEL" \
 				"$E2E_TMP/w.jsonl" "$out"
@@ -25,7 +33,7 @@ for batch in 1 2 7 64 256; do
 		fi
 	done
 done
-expect_eq "no segment left after normal exits" "$(shm_names)" "$before"
+expect_eq "no segment left after 25 normal exits" "$LEFT_BEHIND" ""
 
 # More slots than requests, more workers than slots.
 "$BIN/gen_workload" --n 20 --seed "$((SEED + 1))" --model "$MODEL" > "$E2E_TMP/few.jsonl"
@@ -144,35 +152,38 @@ msg=$("$BIN/dynbatch" run --workers x 2>&1); expect_eq "bad value message" "$msg
 	|| fail "--help"
 
 # --- 6. the segment is removed on every exit path ---------------------------
-before=$(shm_names)
-DYNBATCH_FAULT=io_uring_queue_init "$BIN/dynbatch" run --workers 2 \
+LEFT_BEHIND=""
+DYNBATCH_FAULT=io_uring_queue_init run_checked --workers 2 \
 	--input "$E2E_TMP/few.jsonl" --output /dev/null 2>/dev/null
 expect_eq "startup error exits 1" $? 1
-expect_eq "no segment after a startup error" "$(shm_names)" "$before"
-DYNBATCH_FAULT=fork "$BIN/dynbatch" run --workers 2 --input "$E2E_TMP/few.jsonl" \
+expect_eq "no segment after a startup error" "$LEFT_BEHIND" ""
+DYNBATCH_FAULT=fork run_checked --workers 2 --input "$E2E_TMP/few.jsonl" \
 	--output "$E2E_TMP/fork.out" 2>/dev/null
 expect_eq "workers that cannot start: exit 1" $? 1
 expect_eq "every request still answered" "$(wc -l < "$E2E_TMP/fork.out")" \
 	"$(wc -l < "$E2E_TMP/few.jsonl")"
 check_results "failed engine: error results, nothing duplicated" sim \
 	"$E2E_TMP/few.jsonl" "$E2E_TMP/fork.out" --allow-errors
-expect_eq "no segment after failed worker starts" "$(shm_names)" "$before"
+expect_eq "no segment after failed worker starts" "$LEFT_BEHIND" ""
 
 "$BIN/gen_workload" --n 2000 --seed "$SEED" --max-tokens 100 > "$E2E_TMP/long.jsonl"
 "$BIN/dynbatch" run --no-progress --workers 2 --batch 8 --model sim:row_us=300 \
 	--input "$E2E_TMP/long.jsonl" --output "$E2E_TMP/term.out" 2>/dev/null &
 pid=$!
 sleep 0.5
+workers=$(cat /proc/$pid/task/$pid/children 2>/dev/null)
 kill -TERM $pid
 wait $pid
 expect_eq "SIGTERM drain exits 0" $? 0
-expect_eq "no segment after SIGTERM" "$(shm_names)" "$before"
+expect_eq "no segment after SIGTERM" "$(segments_of $pid)" ""
 check_results "SIGTERM: finished ones exact, rest cancelled" sim "$E2E_TMP/long.jsonl" \
 	"$E2E_TMP/term.out" --allow-cancelled --allow-missing
 ncancel=$(grep -c '"finish_reason":"cancelled"' "$E2E_TMP/term.out")
 [ "$ncancel" -gt 0 ] && pass "waiting requests cancelled ($ncancel)" \
 	|| fail "no cancelled results after SIGTERM"
-pgrep -f "dynbatch-worker --shm" >/dev/null && fail "workers left running" \
-	|| pass "no worker left running"
+left=""
+for w in $workers; do [ -d /proc/$w ] && left="$left $w"; done
+[ -n "$workers" ] && [ -z "$left" ] && pass "its workers ($workers) are gone" \
+	|| fail "workers left running: '$left' (of '$workers')"
 
 finish

@@ -20,6 +20,19 @@ fail() { E2E_FAILED=$((E2E_FAILED + 1)); echo "  FAIL $*"; }
 # shm_names: our segments currently in /dev/shm, one per line.
 shm_names() { ls /dev/shm 2>/dev/null | grep '^dynbatch-' || true; }
 
+# segments_of PID: segments a coordinator with that pid left behind
+# (other tests may run beside us, so never compare the whole directory).
+segments_of() { ls /dev/shm 2>/dev/null | grep "^dynbatch-$1-" || true; }
+
+# tracked CMD...: run CMD in the background and wait for it, leaving its
+# exit status in LAST_RC and its pid in LAST_PID.
+tracked() {
+	"$@" &
+	LAST_PID=$!
+	wait $LAST_PID
+	LAST_RC=$?
+}
+
 # check_results NAME MODEL INPUT OUTPUT [refdecode options]: compare with
 # the reference and record the verdict.
 check_results() {
