@@ -62,7 +62,7 @@
 #include "wait_queue.h"
 #include "worker_pool.h"
 
-#define ENGINE_READ_SIZE (64u * 1024)
+#define ENGINE_READ_SIZE (256u * 1024)
 #define ENGINE_MAX_LINE (4u * 1024 * 1024)
 #define ENGINE_OUTPUT_HIGH (1u << 20)	/* stop admitting above this backlog */
 #define ENGINE_MAX_FAILED_STARTS 8	/* per shard, then give up on it */
@@ -273,31 +273,54 @@ static bool engine_can_admit(const struct engine *e)
 	       !request_pool_full(&e->pool) && e->out_fill.len < ENGINE_OUTPUT_HIGH;
 }
 
-/* Take lines from the buffered input while there is room.  Returns true
- * if it took any. */
+/*
+ * Take one line from the buffered input if there is room.  Returns false
+ * when there was no room or no complete line.
+ */
+static bool engine_parse_one(struct engine *e)
+{
+	const char *line;
+	size_t len;
+	enum line_status st;
+	char err[128];
+
+	if (!engine_can_admit(e))
+		return false;
+	st = line_reader_next(&e->lines, &line, &len);
+	if (st == LINE_NONE)
+		return false;
+	if (st == LINE_OVERLONG) {
+		struct request none = { .line_no = e->lines.line_no };
+
+		snprintf(err, sizeof(err), "line %llu: longer than %u bytes",
+			 (unsigned long long)e->lines.line_no, ENGINE_MAX_LINE);
+		engine_emit_unqueued(e, &none, FINISH_ERROR, err);
+		return true;
+	}
+	engine_admit_line(e, line, len, e->lines.line_no);
+	return true;
+}
+
+static bool engine_any_result_ready(struct engine *e);
+
+/*
+ * Parse ahead of need: keep about one batch's worth of requests waiting
+ * (within --queue).  Parsing further ahead only holds more parsed requests
+ * (each with its stop automaton) in memory, in memory that is then fresh
+ * for every request instead of recycled.  Parsing a request with many
+ * stop sequences can take a millisecond, so once the queue holds a batch
+ * a waiting result goes first.  Returns true if it took any line.
+ */
 static bool engine_parse_input(struct engine *e)
 {
+	uint32_t ahead = e->slots.n_slots;
 	bool took = false;
 
-	while (engine_can_admit(e)) {
-		const char *line;
-		size_t len;
-		enum line_status st = line_reader_next(&e->lines, &line, &len);
-		char err[128];
-
-		if (st == LINE_NONE)
-			break;
+	while (wait_queue_len(&e->queue) < ahead &&
+	       !(took && wait_queue_len(&e->queue) >= e->slots.n_slots &&
+		 !e->in_process && engine_any_result_ready(e)) &&
+	       engine_parse_one(e))
 		took = true;
-		if (st == LINE_OVERLONG) {
-			struct request none = { .line_no = e->lines.line_no };
-
-			snprintf(err, sizeof(err), "line %llu: longer than %u bytes",
-				 (unsigned long long)e->lines.line_no, ENGINE_MAX_LINE);
-			engine_emit_unqueued(e, &none, FINISH_ERROR, err);
-			continue;
-		}
-		engine_admit_line(e, line, len, e->lines.line_no);
-	}
 	return took;
 }
 
@@ -321,8 +344,9 @@ static void shard_refill(struct engine *e, struct shard *s)
 
 		if (e->slots.slots[slot].state != SHM_SLOT_FREE)
 			continue;
-		if (!wait_queue_len(&e->queue))
-			engine_parse_input(e);
+		/* Take lines only as this slot needs one: the loop parses ahead. */
+		while (!wait_queue_len(&e->queue) && engine_parse_one(e))
+			;
 		if (wait_queue_pop(&e->queue, &handle))
 			return;
 		lr = request_pool_get(&e->pool, handle);

@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +110,11 @@ int main(int argc, char **argv)
 	uint32_t v;
 	int c, idx = 0, bad = 0;
 
+	/* Requests with many stop sequences build automata of a few hundred
+	 * KiB each; served from mmap they would cost page faults on every
+	 * request.  Keep them on the heap (memory is bounded by the queue). */
+	mallopt(M_MMAP_THRESHOLD, 32 << 20);
+	mallopt(M_TRIM_THRESHOLD, 64 << 20);
 	log_set_role("coordinator");
 	log_init_from_env();
 	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
