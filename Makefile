@@ -128,3 +128,73 @@ clean:
 	rm -rf build build-asan bin
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# ------------------------------------------------------------------------
+# Fuzzing the input path (tests/fuzz_request.c): line_reader, request_parse()
+# and result_format() under libFuzzer + ASan + UBSan, built with clang in
+# its own tree, build-fuzz/.
+#
+# Run `make fuzz` (FUZZ_SECONDS, default 300) after changing request.c,
+# line_reader.c, strbuf.c or stop_matcher.c, and before a release;
+# `make fuzz-short` is the same for 20 seconds, the smoke run for `make test`.
+# The committed seeds (tests/fuzz/corpus) are copied into build-fuzz/corpus,
+# where libFuzzer keeps what it finds, so the repository holds only the small
+# seed set and a later run resumes from the grown corpus.  A crash or leak
+# fails the run and leaves its input in build-fuzz/artifacts/; replay it with
+# build-fuzz/fuzz_request <file>.
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 300
+FUZZ_BUILD := build-fuzz
+FUZZ_BIN := $(FUZZ_BUILD)/fuzz_request
+FUZZ_SRC := tests/fuzz_request.c common/request.c common/strbuf.c \
+	common/stop_matcher.c coordinator/line_reader.c
+FUZZ_SANITIZE := -fsanitize=fuzzer,address,undefined
+FUZZ_CFLAGS := -std=gnu11 -D_GNU_SOURCE -Icommon -Icoordinator -g -O1 \
+	-Wall -Wextra -Werror -Wstrict-prototypes -Wmissing-prototypes -Wshadow \
+	-Wno-unused-parameter $(FUZZ_SANITIZE) -fno-sanitize-recover=all \
+	-fno-omit-frame-pointer
+
+.PHONY: fuzz fuzz-short fuzz-deps clean-fuzz
+
+# clang and its libFuzzer runtime, installed only when missing: a tiny
+# -fsanitize=fuzzer link tells (the runtime is a separate package on Debian).
+fuzz-deps: deps
+	@mkdir -p $(FUZZ_BUILD)
+	@SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	if ! command -v $(FUZZ_CC) >/dev/null 2>&1; then \
+		echo "make fuzz-deps: installing clang"; \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq clang || exit 1; \
+	fi; \
+	probe() { \
+		printf '%s\n' 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n);' \
+			'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return !d || !n; }' | \
+		$(FUZZ_CC) $(FUZZ_SANITIZE) -x c -o $(FUZZ_BUILD)/probe - >/dev/null 2>&1; \
+	}; \
+	if ! probe; then \
+		major=$$($(FUZZ_CC) -dumpversion | cut -d. -f1); \
+		echo "make fuzz-deps: $(FUZZ_CC) cannot link -fsanitize=fuzzer, installing libclang-rt-$$major-dev"; \
+		$$SUDO apt-get update -qq; \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libclang-rt-$$major-dev || \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libclang-rt-dev; \
+		probe || { echo "make fuzz-deps: $(FUZZ_CC) still cannot link -fsanitize=fuzzer" >&2; exit 1; }; \
+	fi; \
+	rm -f $(FUZZ_BUILD)/probe
+
+$(FUZZ_BIN): $(FUZZ_SRC) $(wildcard common/*.h coordinator/*.h) | fuzz-deps
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(FUZZ_SRC) -ljansson
+
+fuzz: $(FUZZ_BIN)
+	@mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/artifacts
+	cp tests/fuzz/corpus/* $(FUZZ_BUILD)/corpus/
+	UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_BIN) -max_len=4096 \
+		-max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
+		-dict=tests/fuzz/request.dict -artifact_prefix=$(FUZZ_BUILD)/artifacts/ \
+		$(FUZZ_BUILD)/corpus
+
+fuzz-short:
+	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=20
+
+clean-fuzz:
+	rm -rf $(FUZZ_BUILD)
+clean: clean-fuzz
