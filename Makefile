@@ -106,6 +106,7 @@ run: deps
 test: deps
 	$(MAKE) all
 	$(MAKE) unit e2e
+	$(MAKE) --no-print-directory fuzz-short
 
 unit: $(TEST_BIN) $(PLUGIN)
 	@set -e; for t in $(TEST_BIN); do echo "== $$t"; $$t; done

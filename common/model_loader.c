@@ -186,10 +186,11 @@ struct model *model_open(const char *spec, char *err, size_t err_len)
 		goto out_dlclose;
 	}
 	m->vocab = m->api->vocab(m->handle);
-	if (m->vocab == 0) {
+	/* Tokens are int32_t: a vocabulary past 2^31 could not be stored. */
+	if (m->vocab == 0 || m->vocab > (uint32_t)INT32_MAX + 1) {
 		snprintf(err, err_len,
-			 "model '%.*s' reports a vocabulary of 0 tokens",
-			 (int)strcspn(spec, ":"), spec);
+			 "model '%.*s' reports a vocabulary of %u tokens (must be "
+			 "1 .. 2^31)", (int)strcspn(spec, ":"), spec, m->vocab);
 		goto out_destroy;
 	}
 	return m;
