@@ -650,6 +650,7 @@ static int shard_start_worker(struct engine *e, struct shard *s)
 		.notify_fd = e->notify_fd,
 		.spin_us = e->cfg->spin_us,
 		.garbage_every = e->cfg->garbage_every,
+		.nice = e->cfg->worker_nice,
 	};
 	int ret;
 
@@ -942,7 +943,7 @@ static bool engine_spin_until(struct engine *e, uint64_t until)
 			return true;
 		/* Yield now and then: on a small machine a worker may need
 		 * this CPU to finish the very step we are waiting for. */
-		if ((++n & 255) == 0)
+		if ((++n & 1023) == 0)
 			sched_yield();
 		else
 			cpu_relax();

@@ -36,6 +36,7 @@ struct engine_config {
 	uint32_t spin_us;		/* spin this long before sleeping */
 	uint32_t garbage_every;		/* test: worker garbles every Nth result */
 	uint32_t poison_attempts;	/* lone failures before a request fails */
+	uint32_t worker_nice;		/* workers' nice value, 0..19 */
 	int progress;			/* 1 on, 0 off, -1 when stderr is a tty */
 };
 

@@ -46,6 +46,8 @@ static void usage(FILE *f)
 "                     shard's next step; static: refill a shard only when\n"
 "                     all its slots are free (for comparison)\n"
 "  --spin-us N        spin this long waiting before sleeping (default 20)\n"
+"  --worker-nice N    workers' nice value, so the coordinator that every\n"
+"                     shard waits on wins a busy CPU (default 5)\n"
 "  --progress / --no-progress  progress line on stderr (default: if a tty)\n"
 "  --garbage-every N  testing: workers garble every Nth result\n"
 "  --help             this text\n"
@@ -73,7 +75,8 @@ int main(int argc, char **argv)
 {
 	enum { OPT_WORKERS = 256, OPT_BATCH, OPT_MODEL, OPT_MAX_CONTEXT, OPT_INPUT,
 	       OPT_OUTPUT, OPT_STATS, OPT_QUEUE, OPT_STEP_TIMEOUT, OPT_POISON,
-	       OPT_POLICY, OPT_SPIN, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_GARBAGE };
+	       OPT_POLICY, OPT_SPIN, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_GARBAGE,
+	       OPT_WORKER_NICE };
 	static const struct option longopts[] = {
 		{ "workers", required_argument, NULL, OPT_WORKERS },
 		{ "batch", required_argument, NULL, OPT_BATCH },
@@ -90,6 +93,7 @@ int main(int argc, char **argv)
 		{ "progress", no_argument, NULL, OPT_PROGRESS },
 		{ "no-progress", no_argument, NULL, OPT_NO_PROGRESS },
 		{ "garbage-every", required_argument, NULL, OPT_GARBAGE },
+		{ "worker-nice", required_argument, NULL, OPT_WORKER_NICE },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -105,6 +109,7 @@ int main(int argc, char **argv)
 		.step_timeout_ms = 10000,
 		.spin_us = 20,
 		.poison_attempts = 2,
+		.worker_nice = 5,
 		.progress = -1,
 	};
 	uint32_t v;
@@ -176,6 +181,9 @@ int main(int argc, char **argv)
 			break;
 		case OPT_NO_PROGRESS:
 			cfg.progress = 0;
+			break;
+		case OPT_WORKER_NICE:
+			bad = parse_u32(optarg, 0, 19, &cfg.worker_nice);
 			break;
 		case OPT_GARBAGE:
 			bad = parse_u32(optarg, 0, 1u << 30, &cfg.garbage_every);

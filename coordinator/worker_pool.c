@@ -22,7 +22,7 @@
 /* In the child between fork and exec: only async-signal-safe calls. */
 static void worker_child(const struct worker_spawn_args *a, pid_t parent)
 {
-	char shard[16], fd[16], spin[16], garbage[16];
+	char shard[16], fd[16], spin[16], garbage[16], nice[16];
 	sigset_t none;
 	int devnull;
 
@@ -45,9 +45,10 @@ static void worker_child(const struct worker_spawn_args *a, pid_t parent)
 	snprintf(fd, sizeof(fd), "%d", WORKER_NOTIFY_FD);
 	snprintf(spin, sizeof(spin), "%u", a->spin_us);
 	snprintf(garbage, sizeof(garbage), "%u", a->garbage_every);
+	snprintf(nice, sizeof(nice), "%u", a->nice);
 	execl(a->worker_path, "dynbatch-worker", "--shm", a->shm_name, "--shard",
 	      shard, "--model", a->model_spec, "--notify-fd", fd, "--spin-us",
-	      spin, "--garbage-every", garbage, (char *)NULL);
+	      spin, "--garbage-every", garbage, "--nice", nice, (char *)NULL);
 	_exit(127);
 }
 

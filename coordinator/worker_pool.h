@@ -24,6 +24,7 @@ struct worker_spawn_args {
 	int notify_fd;			/* eventfd, becomes fd 3 in the child */
 	uint32_t spin_us;
 	uint32_t garbage_every;		/* test mode, 0 = off */
+	uint32_t nice;			/* worker's nice value (0..19) */
 };
 
 /*

@@ -3,7 +3,7 @@
  *
  * Started by the coordinator (fork + exec), never by hand:
  *   dynbatch-worker --shm NAME --shard K --model SPEC --notify-fd FD
- *                   [--spin-us N] [--garbage-every N]
+ *                   [--spin-us N] [--garbage-every N] [--nice N]
  */
 #include <errno.h>
 #include <getopt.h>
@@ -20,7 +20,7 @@
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: dynbatch-worker --shm NAME --shard K --model SPEC "
-		   "--notify-fd FD [--spin-us N] [--garbage-every N]\n"
+		   "--notify-fd FD [--spin-us N] [--garbage-every N] [--nice N]\n"
 		   "Started by 'dynbatch run'; not meant to be run by hand.\n");
 }
 
@@ -42,6 +42,7 @@ int main(int argc, char **argv)
 		{ "notify-fd", required_argument, NULL, 'n' },
 		{ "spin-us", required_argument, NULL, 'p' },
 		{ "garbage-every", required_argument, NULL, 'g' },
+		{ "nice", required_argument, NULL, 'i' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -78,6 +79,15 @@ int main(int argc, char **argv)
 			if (parse_u64(optarg, 1u << 30, &v))
 				goto bad;
 			opt.garbage_every = (uint32_t)v;
+			break;
+		case 'i':
+			if (parse_u64(optarg, 19, &v))
+				goto bad;
+			/* Below the coordinator: every shard waits on its
+			 * latency, so on a busy machine it must win the CPU. */
+			errno = 0;
+			if (nice((int)v) < 0 && errno)
+				LOG(LOG_WARN, "nice(%llu): %s", v, strerror(errno));
 			break;
 		case 'h':
 			usage(stdout);
