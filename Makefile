@@ -4,6 +4,9 @@
 #   make run      decode the default workload with 4 workers (README)
 #   make test     unit tests and end-to-end tests (what CI runs)
 #   make asan     the same tests under AddressSanitizer + UBSan
+#   make bench    throughput scaling runs (table + plot)
+#   make soak     the fault injector for SOAK_SECONDS, checked end to end
+#   make fuzz     fuzz the request parser (FUZZ_SECONDS)
 #   make deps     install the Debian packages the build needs
 #
 # Users may change optimisation (CFLAGS=-O0 ...), never drop the warnings.
@@ -38,7 +41,7 @@ LIBCOMMON := $(BUILD)/libcommon.a
 LIBCOORD := $(BUILD)/libcoord.a
 LIBWORKER := $(BUILD)/libworker.a
 
-.PHONY: all deps run test unit e2e asan clean
+.PHONY: all deps run test unit e2e asan bench soak clean
 all: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(TOOL_BIN) $(PLUGIN) $(TEST_BIN)
 
 # Install the Debian packages the build needs, only when one is missing.
@@ -114,6 +117,20 @@ unit: $(TEST_BIN) $(PLUGIN)
 E2E_TESTS := $(filter-out tests/e2e_lib.sh,$(wildcard tests/e2e_*.sh))
 e2e: all
 	@set -e; for t in $(E2E_TESTS); do echo "== $$t"; BIN=$(BIN) BUILD=$(BUILD) bash $$t; done
+
+# Throughput scaling runs: prints the table and the targets met or missed,
+# writes build/bench/table.md and build/bench/scaling.png (a few minutes).
+bench: deps
+	$(MAKE) all
+	@command -v gnuplot >/dev/null || { SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get install -y -qq gnuplot-nox || echo "make bench: no gnuplot, no plot"; }
+	BIN=$(BIN) bash tools/bench.sh $(BUILD)/bench
+
+# The fault injector for SOAK_SECONDS (default 300) in rounds, each checked
+# against the reference decoder.
+SOAK_SECONDS ?= 300
+soak: all
+	BIN=$(BIN) bash tools/soak.sh $(SOAK_SECONDS)
 
 # The test suite under AddressSanitizer + UBSan, in its own build tree.
 asan: deps
