@@ -1,0 +1,294 @@
+#!/bin/bash
+# e2e_faults.sh - DESIGN 5 end to end: under random worker kills and stops
+# (bin/fault_inject) every request still ends with exactly the reference
+# tokens, also when stops outlast the step timeout; poison requests (crash
+# and hang) alone are failed; a SIGKILLed coordinator takes its workers
+# along and its segment is reaped by the next run; a second SIGTERM ends
+# at once with nothing lost or duplicated; garbled worker results are
+# rejected.
+set -u
+. "$(dirname "$0")/e2e_lib.sh"
+
+# injected TAG INJECTOR-OPTIONS... -- DYNBATCH-OPTIONS...: run the engine
+# under bin/fault_inject and a timeout, stderr to $E2E_TMP/TAG.err.  Sets
+# RUN_RC, RUN_PID (the coordinator, from the injector's log) and records
+# any segment that coordinator left behind in LEFT_BEHIND.
+LEFT_BEHIND=""
+injected() {
+	local tag=$1 fi=()
+	shift
+	while [ $# -gt 0 ] && [ "$1" != -- ]; do fi+=("$1"); shift; done
+	shift
+	timeout -k 5 60 "$BIN/fault_inject" --verbose --seed "$SEED" "${fi[@]}" -- \
+		"$BIN/dynbatch" run --no-progress "$@" 2> "$E2E_TMP/$tag.err"
+	RUN_RC=$?
+	RUN_PID=$(sed -n "s/^fault_inject: .* started .* as pid \([0-9]*\)$/\1/p" \
+		"$E2E_TMP/$tag.err")
+	LEFT_BEHIND="$LEFT_BEHIND$(segments_of "${RUN_PID:-none}")"
+}
+# quiet TAG DYNBATCH-OPTIONS...: the same with no faults injected.
+quiet() {
+	local tag=$1
+	shift
+	injected "$tag" --kill-rate 0 --stop-rate 0 -- "$@"
+}
+
+# fi_field ERRFILE NAME: a number from fault_inject's summary line.
+fi_field() {
+	sed -n "s/^fault_inject: seed=.* $2=\([0-9]*\).*/\1/p" "$1" | tail -n 1
+}
+# stats_field STATSFILE NAME: a number from the --stats JSON.
+stats_field() { grep -o "\"$2\":[0-9]*" "$1" 2>/dev/null | cut -d: -f2; }
+
+# worker_pids PID: the dynbatch-worker children of coordinator PID.
+worker_pids() {
+	local p
+	for p in $(cat "/proc/$1/task/$1/children" 2>/dev/null); do
+		tr '\0' ' ' 2>/dev/null < "/proc/$p/cmdline" | grep -q '^dynbatch-worker' \
+			&& echo "$p"
+	done
+}
+# worker_alive PID: PID still runs dynbatch-worker (a zombie has no cmdline).
+worker_alive() {
+	tr '\0' ' ' 2>/dev/null < "/proc/$1/cmdline" | grep -q '^dynbatch-worker'
+}
+# expect_gt NAME GOT MIN: GOT > MIN
+expect_gt() {
+	if [ -n "$2" ] && [ "$2" -gt "$3" ]; then pass "$1 ($2)"
+	else fail "$1: got '$2', want > $3"; fi
+}
+
+# --- 1. random kills and stops ------------------------------------------
+MODEL="sim:vocab=5000,seed=$((SEED % 1000))"
+"$BIN/gen_workload" --n 4000 --seed "$SEED" --model "$MODEL" --max-tokens 64 \
+	> "$E2E_TMP/f.jsonl"
+
+# fault_run TAG ROW_US INJECTOR-OPTIONS... -- DYNBATCH-OPTIONS...: 4
+# workers, 32 slots, ROW_US us per row, under the injector.
+fault_run() {
+	local tag=$1 row_us=$2 fi=()
+	shift 2
+	while [ $# -gt 0 ] && [ "$1" != -- ]; do fi+=("$1"); shift; done
+	shift
+	injected "$tag" "${fi[@]}" -- --workers 4 --batch 32 \
+		--model "$MODEL,row_us=$row_us" --input "$E2E_TMP/f.jsonl" \
+		--output "$E2E_TMP/$tag.out" --stats "$E2E_TMP/$tag.stats" "$@"
+	echo "       injected: $(grep '^fault_inject: seed=.*kills=' "$E2E_TMP/$tag.err")"
+	echo "       engine:   $(grep -o '"stale_results_rejected.*"poisoned":[0-9]*' \
+		"$E2E_TMP/$tag.stats" 2>/dev/null)"
+}
+
+fault_run short 20 --kill-rate 20 --stop-rate 5 --stop-max-ms 300 -- --step-timeout 400
+expect_eq "kills + short stops: exit 0" "$RUN_RC" 0
+check_results "kills + short stops: nothing lost, nothing duplicated" "$MODEL" \
+	"$E2E_TMP/f.jsonl" "$E2E_TMP/short.out"
+expect_gt "kills + short stops: workers killed" "$(fi_field "$E2E_TMP/short.err" kills)" 0
+
+# Stops past the step timeout look like hangs: the coordinator kills the
+# worker and suspects the step's requests, so poison is switched off.
+# Fewer kills, more stops and slower steps, so that a fair number of stops
+# outlast the timeout before a kill ends them (about 10 hang kills).
+fault_run long 50 --kill-rate 5 --stop-rate 10 --stop-max-ms 1500 -- \
+	--step-timeout 200 --poison-attempts 1000
+expect_eq "kills + long stops: exit 0" "$RUN_RC" 0
+check_results "kills + long stops: nothing lost, nothing duplicated" "$MODEL" \
+	"$E2E_TMP/f.jsonl" "$E2E_TMP/long.out"
+expect_gt "kills + long stops: workers killed" "$(fi_field "$E2E_TMP/long.err" kills)" 0
+expect_gt "kills + long stops: hang kills" "$(stats_field "$E2E_TMP/long.stats" hang_kills)" 0
+expect_eq "no segment left by the fault runs" "$LEFT_BEHIND" ""
+
+# --- 2. poison requests: crash and hang ---------------------------------
+"$BIN/gen_workload" --n 200 --seed "$((SEED + 3))" --max-tokens 64 > "$E2E_TMP/n.jsonl"
+"$BIN/refdecode" --input "$E2E_TMP/n.jsonl" > "$E2E_TMP/n.ref"
+# The poison token: the largest of 31000..31999 found nowhere in the normal
+# requests or their reference output (a superset of every token a normal
+# prefix can end in, stop sequences included).
+T=$(cat "$E2E_TMP/n.jsonl" "$E2E_TMP/n.ref" | grep -o '[0-9]\+' | awk '
+	{ seen[$1] = 1 }
+	END { for (t = 31999; t >= 31000; t--) if (!(t in seen)) { print t; exit } }')
+echo "       poison token $T"
+
+# poison_mix N: the normal requests with N poison ones (prompt ending in
+# $T) among them, ids poison0..poisonN-1.
+poison_mix() {
+	awk -v t="$T" -v n="$1" '{ print }
+		NR % 60 == 30 && k < n {
+			printf "{\"id\":\"poison%d\",\"prompt\":[%d,7,%d],\"max_tokens\":16}\n", k, k + 1, t
+			k++
+		}' "$E2E_TMP/n.jsonl"
+}
+
+# poison_check KIND N WHY: the run's verdicts.
+poison_check() {
+	local kind=$1 n=$2 why=$3 out="$E2E_TMP/$1.out" want got
+	check_results "$kind poison: every other request exact" sim \
+		"$E2E_TMP/$kind.jsonl" "$out" --allow-errors
+	want=$(for ((i = 0; i < n; i++)); do echo "poison$i"; done)
+	got=$(grep '"finish_reason":"error"' "$out" | grep -o '"id":"[^"]*"' | cut -d'"' -f4 | sort)
+	expect_eq "$kind poison: exactly the poison requests failed" "$got" "$want"
+	got=$(grep '"id":"poison' "$out" | grep -c "\"error\":\"line [0-9]*: request failed [0-9]* model steps on its own (last: worker $why")
+	expect_eq "$kind poison: the error says why" "$got" "$n"
+	expect_eq "$kind poison: stats count them" "$(stats_field "$E2E_TMP/$kind.stats" poisoned)" "$n"
+	grep '"id":"poison0"' "$out" | grep -o '"error":.*' | sed 's/^/       /'
+}
+
+poison_mix 3 > "$E2E_TMP/crash.jsonl"
+quiet crash --workers 2 --batch 8 --model "sim:crash_token=$T" --input "$E2E_TMP/crash.jsonl" \
+	--output "$E2E_TMP/crash.out" --stats "$E2E_TMP/crash.stats"
+expect_eq "crash poison: exit 0" $RUN_RC 0
+poison_check crash 3 'killed by signal 6'
+
+# Each hang costs a step timeout: one for the batch, one per lone attempt.
+poison_mix 2 > "$E2E_TMP/hang.jsonl"
+start=$(date +%s%N)
+quiet hang --workers 2 --batch 8 --model "sim:hang_token=$T" --step-timeout 300 \
+	--input "$E2E_TMP/hang.jsonl" --output "$E2E_TMP/hang.out" \
+	--stats "$E2E_TMP/hang.stats"
+expect_eq "hang poison: exit 0" $RUN_RC 0
+echo "       $(( ($(date +%s%N) - start) / 1000000 )) ms," \
+	"$(stats_field "$E2E_TMP/hang.stats" hang_kills) hang kills"
+poison_check hang 2 'killed by signal 9'
+
+# --- 3. the coordinator SIGKILLed ---------------------------------------
+"$BIN/gen_workload" --n 3000 --seed "$SEED" --max-tokens 200 > "$E2E_TMP/slow.jsonl"
+"$BIN/dynbatch" run --no-progress --workers 4 --batch 16 --model sim:row_us=300 \
+	--input "$E2E_TMP/slow.jsonl" --output /dev/null 2>/dev/null &
+cpid=$!
+workers=""
+for _ in $(seq 200); do
+	workers=$(worker_pids $cpid)
+	[ "$(echo $workers | wc -w)" -eq 4 ] && break
+	sleep 0.02
+done
+expect_eq "coordinator started 4 workers" "$(echo $workers | wc -w)" 4
+seg=$(segments_of $cpid)
+kill -KILL $cpid
+wait $cpid 2>/dev/null	# reap it, or its pid would still look alive
+start=$(date +%s%N)
+# Any dynbatch starting from now on reaps the segment, a concurrent test
+# run too: see whether it is still there for ours to reap.
+seg_left=no
+[ -n "$seg" ] && [ -e "/dev/shm/$seg" ] && seg_left=yes
+left=$workers
+for _ in $(seq 50); do
+	left=$(for p in $workers; do worker_alive "$p" && echo "$p"; done)
+	[ -z "$left" ] && break
+	sleep 0.02
+done
+gone_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+if [ -z "$left" ] && [ "$gone_ms" -le 1000 ]; then
+	pass "workers gone ${gone_ms} ms after the coordinator's SIGKILL"
+else
+	fail "workers $(echo $left) still run ${gone_ms} ms after the coordinator's SIGKILL"
+fi
+[ -n "$seg" ] && pass "the coordinator had its segment: $seg" \
+	|| fail "no segment of coordinator $cpid found"
+"$BIN/gen_workload" --n 300 --seed "$((SEED + 4))" > "$E2E_TMP/after.jsonl"
+quiet after --workers 2 --batch 16 --input "$E2E_TMP/after.jsonl" \
+	--output "$E2E_TMP/after.out"
+expect_eq "the next run: exit 0" $RUN_RC 0
+check_results "the next run is exact" sim "$E2E_TMP/after.jsonl" "$E2E_TMP/after.out"
+if [ "$seg_left" = no ]; then
+	echo "  skip the next run reaps the segment: another dynbatch run reaped it first"
+elif [ ! -e "/dev/shm/$seg" ]; then
+	pass "the next run reaped $seg"
+else
+	fail "stale segment '$seg' not reaped"
+fi
+
+# --- 4. a second SIGTERM ends at once -------------------------------------
+# Long requests, so the first SIGTERM's drain is still running when the
+# second one comes (each active request needs seconds).
+awk 'BEGIN { for (i = 0; i < 400; i++)
+	printf "{\"id\":\"t%d\",\"prompt\":[%d,%d],\"max_tokens\":1000}\n", i, i, i * 7 % 32000 }' \
+	> "$E2E_TMP/term.jsonl"
+"$BIN/dynbatch" run --no-progress --workers 2 --batch 4 --model sim:row_us=2000 \
+	--input "$E2E_TMP/term.jsonl" --output "$E2E_TMP/term.out" 2>/dev/null &
+pid=$!
+sleep 0.5
+workers=$(worker_pids $pid)
+kill -TERM $pid
+sleep 0.2
+start=$(date +%s%N)
+kill -TERM $pid 2>/dev/null && pass "second SIGTERM reached the draining engine" \
+	|| fail "the engine was gone before the second SIGTERM"
+wait $pid
+rc=$?
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+expect_eq "second SIGTERM: exit 0" $rc 0
+expect_eq "second SIGTERM: no worker left" \
+	"$(for p in $workers; do worker_alive "$p" && echo "$p"; done)" ""
+[ "$ms" -le 2000 ] && pass "second SIGTERM: ended ${ms} ms later" \
+	|| fail "second SIGTERM: ended only ${ms} ms later"
+check_results "second SIGTERM: each result exact or cancelled" sim \
+	"$E2E_TMP/term.jsonl" "$E2E_TMP/term.out" --allow-cancelled --allow-missing
+expect_eq "second SIGTERM: no id twice" \
+	"$(grep -o '"id":"[^"]*"' "$E2E_TMP/term.out" | sort | uniq -d)" ""
+echo "       $(wc -l < "$E2E_TMP/term.out") results," \
+	"$(grep -c '"finish_reason":"cancelled"' "$E2E_TMP/term.out") cancelled"
+expect_eq "second SIGTERM: no segment left" "$(segments_of $pid)" ""
+
+# --- 5. garbled results from the workers -----------------------------------
+quiet garbage --workers 3 --batch 16 --garbage-every 3 --model "$MODEL" \
+	--input "$E2E_TMP/f.jsonl" --output "$E2E_TMP/garbage.out" \
+	--stats "$E2E_TMP/garbage.stats"
+expect_eq "garbage every 3rd result: exit 0" $RUN_RC 0
+check_results "garbage every 3rd result: all exact" "$MODEL" "$E2E_TMP/f.jsonl" \
+	"$E2E_TMP/garbage.out"
+expect_gt "garbage rejected as stale" \
+	"$(stats_field "$E2E_TMP/garbage.stats" stale_results_rejected)" 0
+expect_eq "no segment left by the other runs" "$LEFT_BEHIND" ""
+
+# --- 6. known engine bugs (XFAIL until fixed) --------------------------------
+# Each check states what DESIGN 5 wants; while the engine gets it wrong it
+# prints XFAIL and does not fail the suite; XPASS means the bug is fixed
+# and the check should become a plain one.
+known_bug() {
+	local name=$1
+	shift
+	if "$@"; then
+		pass "$name (XPASS: known bug fixed, make this a plain check)"
+	else
+		echo "  XFAIL $name (known engine bug, see the comment above it)"
+	fi
+}
+
+# A worker that exits before it is ready never ran a step, so nobody may
+# be blamed.  The engine blames the step it dispatched to the starting
+# worker (shard_on_exit ignores was_ready), so a worker binary that fails
+# to start twice (say, replaced by a rebuild) fails a request as poison.
+cat > "$E2E_TMP/flaky-worker" <<EOF
+#!/bin/bash
+n=\$(cat "$E2E_TMP/flaky-count" 2>/dev/null || echo 0)
+echo \$((n + 1)) > "$E2E_TMP/flaky-count"
+[ "\$n" -lt 3 ] && { sleep 0.1; exit 127; }
+exec -a dynbatch-worker "$(cd "$BIN" && pwd)/dynbatch-worker" "\$@"
+EOF
+chmod +x "$E2E_TMP/flaky-worker"
+echo '{"id":"a","prompt":[1,2,3],"max_tokens":5}' > "$E2E_TMP/one.jsonl"
+DYNBATCH_WORKER="$E2E_TMP/flaky-worker" quiet flaky --workers 1 --batch 1 \
+	--input "$E2E_TMP/one.jsonl" --output "$E2E_TMP/flaky.out"
+grep -o '"error":.*' "$E2E_TMP/flaky.out" | sed 's/^/       /'
+known_bug "workers failing before ready blame no request" \
+	grep -q '"id":"a","tokens":\[26355,5658,24635,10745,23270\],"finish_reason":"length"' \
+	"$E2E_TMP/flaky.out"
+
+# A replacement worker that hangs while starting must be killed at the
+# step timeout like any other (here every start hangs, so the engine must
+# give up with exit 1).  engine_check_workers() starts the replacement,
+# which dispatches a step to it, then 'continue's past arming that step's
+# deadline: with nothing else to wake it the coordinator sleeps forever.
+cat > "$E2E_TMP/hung-worker" <<'EOF'
+#!/bin/bash
+exec -a dynbatch-worker sleep 1000
+EOF
+chmod +x "$E2E_TMP/hung-worker"
+start=$(date +%s%N)
+DYNBATCH_WORKER="$E2E_TMP/hung-worker" timeout -k 1 6 "$BIN/dynbatch" run --no-progress \
+	--workers 1 --batch 1 --step-timeout 100 --input "$E2E_TMP/one.jsonl" \
+	--output /dev/null 2>/dev/null
+rc=$?
+echo "       exit $rc after $(( ($(date +%s%N) - start) / 1000000 )) ms"
+known_bug "workers hanging at startup are killed at the step timeout" [ "$rc" -eq 1 ]
+
+finish
