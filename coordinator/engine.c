@@ -68,6 +68,7 @@
 #define ENGINE_MAX_FAILED_STARTS 8	/* per shard, then give up on it */
 #define ENGINE_RESTART_MAX_NS (1000ull * 1000 * 1000)
 #define ENGINE_PROGRESS_NS (250ull * 1000 * 1000)
+#define ENGINE_READY_POLL_NS (10ull * 1000 * 1000)
 #define ENGINE_SPIN_AHEAD_NS (250ull * 1000)	/* spin this early for a due result */
 
 struct shard {
@@ -86,7 +87,8 @@ struct shard {
 	/* the worker process */
 	pid_t pid;			/* 0 when none runs */
 	int pidfd;
-	bool hang_killed;		/* we SIGKILLed it past the step timeout */
+	bool hang_killed;		/* we SIGKILLed it past a timeout */
+	bool ready_seen;		/* it announced worker_ready_pid */
 	bool failed_step;		/* its model returned an error */
 	uint64_t started_ns;
 	uint64_t restart_at_ns;		/* when dead: start a new one then */
@@ -668,6 +670,7 @@ static int shard_start_worker(struct engine *e, struct shard *s)
 	s->started_ns = clock_now_ns();
 	s->restart_at_ns = 0;
 	s->hang_killed = false;
+	s->ready_seen = false;
 	s->failed_step = false;
 	e->stats.n_worker_starts++;
 	io_ring_poll_in(&e->io, s->pidfd, IO_TAG_PIDFD, s->index);
@@ -736,8 +739,14 @@ static void shard_on_exit(struct engine *e, struct shard *s, const char *why,
 		s->result_pos++;
 		e->stats.n_stale++;
 	}
-	if (s->inflight_id && (!outside || s->failed_step))
-		shard_blame_step(e, s, why);
+	/* A worker that never got as far as the model cannot blame a request. */
+	if (s->inflight_id && was_ready && (!outside || s->failed_step)) {
+		char blame[160];
+
+		snprintf(blame, sizeof(blame), "%s%s", why,
+			 s->hang_killed ? " after the step timeout" : "");
+		shard_blame_step(e, s, blame);
+	}
 	s->inflight_id = 0;
 	s->n_inflight = 0;
 
@@ -776,36 +785,72 @@ static void engine_handle_pidfd(struct engine *e, uint32_t index)
 
 /* Start due replacements; kill workers past the step timeout.  Returns
  * the time of the next such deadline (UINT64_MAX: none). */
+/* Time from then to now; 0 when then is later (set during this round). */
+static uint64_t since(uint64_t now, uint64_t then)
+{
+	return now > then ? now - then : 0;
+}
+
 static uint64_t engine_check_workers(struct engine *e, uint64_t now)
 {
 	uint64_t next = UINT64_MAX;
 	uint64_t timeout = e->cfg->step_timeout_ms * 1000000ull;
+	uint64_t start_timeout = e->cfg->start_timeout_ms * 1000000ull;
 
 	for (uint32_t i = 0; i < e->n_shards && !e->in_process; i++) {
 		struct shard *s = &e->shards[i];
+		uint64_t due;
 
-		if (s->pid <= 0 && !e->failed && !(e->n_signals && !e->pool.n_live)) {
-			if (now >= s->restart_at_ns && shard_start_worker(e, s)) {
-				uint32_t k = s->n_failed_starts < 8 ? s->n_failed_starts : 8;
+		if (s->pid <= 0 && !e->failed && !(e->n_signals && !e->pool.n_live) &&
+		    now >= s->restart_at_ns && shard_start_worker(e, s)) {
+			uint32_t k = s->n_failed_starts < 8 ? s->n_failed_starts : 8;
 
-				s->restart_at_ns = now + (5000000ull << k);
-			}
-			if (s->pid <= 0 && s->restart_at_ns < next)
+			s->restart_at_ns = now + (5000000ull << k);
+		}
+		if (s->pid <= 0) {
+			if (!e->failed && s->restart_at_ns < next)
 				next = s->restart_at_ns;
 			continue;
 		}
-		if (s->pid > 0 && s->inflight_id && !s->hang_killed) {
-			if (now - s->dispatched_ns >= timeout) {
-				LOG(LOG_WARN, "worker %u (pid %d): step %llu took longer "
-				    "than %llu ms; killing it", s->index, (int)s->pid,
-				    (unsigned long long)s->inflight_id,
-				    (unsigned long long)e->cfg->step_timeout_ms);
+		if (s->hang_killed)
+			continue;
+		if (!s->ready_seen) {
+			/* Until it has loaded its model, a worker gets the
+			 * start timeout; its step's clock starts when it is
+			 * ready. */
+			if (atomic_load(&shm_channel_at(&e->seg, i)->worker_ready_pid) ==
+			    s->pid) {
+				s->ready_seen = true;
+				s->dispatched_ns = now;
+			} else if (since(now, s->started_ns) >= start_timeout) {
+				LOG(LOG_WARN, "worker %u (pid %d) not ready after %llu ms; "
+				    "killing it", s->index, (int)s->pid,
+				    (unsigned long long)e->cfg->start_timeout_ms);
 				s->hang_killed = true;
-				e->stats.n_hang_kills++;
 				shard_kill(s);
-			} else if (s->dispatched_ns + timeout < next) {
-				next = s->dispatched_ns + timeout;
+				continue;
+			} else {
+				due = s->started_ns + start_timeout;
+				/* poll for readiness now and then */
+				if (due > now + ENGINE_READY_POLL_NS)
+					due = now + ENGINE_READY_POLL_NS;
+				if (due < next)
+					next = due;
+				continue;
 			}
+		}
+		if (!s->inflight_id)
+			continue;
+		if (since(now, s->dispatched_ns) >= timeout) {
+			LOG(LOG_WARN, "worker %u (pid %d): step %llu took longer "
+			    "than %llu ms; killing it", s->index, (int)s->pid,
+			    (unsigned long long)s->inflight_id,
+			    (unsigned long long)e->cfg->step_timeout_ms);
+			s->hang_killed = true;
+			e->stats.n_hang_kills++;
+			shard_kill(s);
+		} else if (s->dispatched_ns + timeout < next) {
+			next = s->dispatched_ns + timeout;
 		}
 	}
 	return next;

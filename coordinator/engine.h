@@ -32,6 +32,7 @@ struct engine_config {
 	const char *stats_path;		/* --stats FILE, or NULL */
 	uint32_t queue_capacity;	/* waiting queue bound */
 	uint64_t step_timeout_ms;	/* a step past this kills its worker */
+	uint64_t start_timeout_ms;	/* a worker not ready by then is killed */
 	bool policy_static;		/* refill a shard only when it is empty */
 	uint32_t spin_us;		/* spin this long before sleeping */
 	uint32_t garbage_every;		/* test: worker garbles every Nth result */

@@ -40,6 +40,8 @@ static void usage(FILE *f)
 "  --queue N          waiting-queue capacity; input is read only while it has\n"
 "                     room (default 1024)\n"
 "  --step-timeout MS  a model step running longer kills its worker (10000)\n"
+"  --start-timeout MS a worker not ready (attached, model loaded) by then is\n"
+"                     killed and counts as a failed start (60000)\n"
 "  --poison-attempts N  lone failed steps before a request is failed as\n"
 "                     poison (default 2)\n"
 "  --policy P         dynamic (default): refill a freed slot before the\n"
@@ -76,7 +78,7 @@ int main(int argc, char **argv)
 	enum { OPT_WORKERS = 256, OPT_BATCH, OPT_MODEL, OPT_MAX_CONTEXT, OPT_INPUT,
 	       OPT_OUTPUT, OPT_STATS, OPT_QUEUE, OPT_STEP_TIMEOUT, OPT_POISON,
 	       OPT_POLICY, OPT_SPIN, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_GARBAGE,
-	       OPT_WORKER_NICE };
+	       OPT_WORKER_NICE, OPT_START_TIMEOUT };
 	static const struct option longopts[] = {
 		{ "workers", required_argument, NULL, OPT_WORKERS },
 		{ "batch", required_argument, NULL, OPT_BATCH },
@@ -87,6 +89,7 @@ int main(int argc, char **argv)
 		{ "stats", required_argument, NULL, OPT_STATS },
 		{ "queue", required_argument, NULL, OPT_QUEUE },
 		{ "step-timeout", required_argument, NULL, OPT_STEP_TIMEOUT },
+		{ "start-timeout", required_argument, NULL, OPT_START_TIMEOUT },
 		{ "poison-attempts", required_argument, NULL, OPT_POISON },
 		{ "policy", required_argument, NULL, OPT_POLICY },
 		{ "spin-us", required_argument, NULL, OPT_SPIN },
@@ -107,6 +110,7 @@ int main(int argc, char **argv)
 		.output_path = "-",
 		.queue_capacity = 1024,
 		.step_timeout_ms = 10000,
+		.start_timeout_ms = 60000,
 		.spin_us = 20,
 		.poison_attempts = 2,
 		.worker_nice = 5,
@@ -163,6 +167,10 @@ int main(int argc, char **argv)
 		case OPT_STEP_TIMEOUT:
 			bad = parse_u32(optarg, 1, 86400000, &v);
 			cfg.step_timeout_ms = v;
+			break;
+		case OPT_START_TIMEOUT:
+			bad = parse_u32(optarg, 1, 86400000, &v);
+			cfg.start_timeout_ms = v;
 			break;
 		case OPT_POISON:
 			bad = parse_u32(optarg, 1, 1000, &cfg.poison_attempts);

@@ -239,24 +239,11 @@ expect_gt "garbage rejected as stale" \
 	"$(stats_field "$E2E_TMP/garbage.stats" stale_results_rejected)" 0
 expect_eq "no segment left by the other runs" "$LEFT_BEHIND" ""
 
-# --- 6. known engine bugs (XFAIL until fixed) --------------------------------
-# Each check states what DESIGN 5 wants; while the engine gets it wrong it
-# prints XFAIL and does not fail the suite; XPASS means the bug is fixed
-# and the check should become a plain one.
-known_bug() {
-	local name=$1
-	shift
-	if "$@"; then
-		pass "$name (XPASS: known bug fixed, make this a plain check)"
-	else
-		echo "  XFAIL $name (known engine bug, see the comment above it)"
-	fi
-}
-
+# --- 6. workers that fail before they are ready ------------------------------
 # A worker that exits before it is ready never ran a step, so nobody may
-# be blamed.  The engine blames the step it dispatched to the starting
-# worker (shard_on_exit ignores was_ready), so a worker binary that fails
-# to start twice (say, replaced by a rebuild) fails a request as poison.
+# be blamed (regression: the step dispatched to a starting worker was
+# blamed, so a worker binary that failed to start twice, say replaced by a
+# rebuild, failed a request as poison).
 cat > "$E2E_TMP/flaky-worker" <<EOF
 #!/bin/bash
 n=\$(cat "$E2E_TMP/flaky-count" 2>/dev/null || echo 0)
@@ -268,27 +255,36 @@ chmod +x "$E2E_TMP/flaky-worker"
 echo '{"id":"a","prompt":[1,2,3],"max_tokens":5}' > "$E2E_TMP/one.jsonl"
 DYNBATCH_WORKER="$E2E_TMP/flaky-worker" quiet flaky --workers 1 --batch 1 \
 	--input "$E2E_TMP/one.jsonl" --output "$E2E_TMP/flaky.out"
-grep -o '"error":.*' "$E2E_TMP/flaky.out" | sed 's/^/       /'
-known_bug "workers failing before ready blame no request" \
-	grep -q '"id":"a","tokens":\[26355,5658,24635,10745,23270\],"finish_reason":"length"' \
-	"$E2E_TMP/flaky.out"
+grep -q '"id":"a","tokens":\[26355,5658,24635,10745,23270\],"finish_reason":"length"' \
+	"$E2E_TMP/flaky.out" && pass "workers failing before ready blame no request" \
+	|| { fail "workers failing before ready blame no request"; cat "$E2E_TMP/flaky.out"; }
 
-# A replacement worker that hangs while starting must be killed at the
-# step timeout like any other (here every start hangs, so the engine must
-# give up with exit 1).  engine_check_workers() starts the replacement,
-# which dispatches a step to it, then 'continue's past arming that step's
-# deadline: with nothing else to wake it the coordinator sleeps forever.
+# A replacement worker that hangs while starting is killed at the start
+# timeout (regression: its step's deadline was never armed and the
+# coordinator slept forever).  Every start hangs here, so the engine must
+# give up with exit 1 and an error result.
 cat > "$E2E_TMP/hung-worker" <<'EOF'
 #!/bin/bash
 exec -a dynbatch-worker sleep 1000
 EOF
 chmod +x "$E2E_TMP/hung-worker"
 start=$(date +%s%N)
-DYNBATCH_WORKER="$E2E_TMP/hung-worker" timeout -k 1 6 "$BIN/dynbatch" run --no-progress \
-	--workers 1 --batch 1 --step-timeout 100 --input "$E2E_TMP/one.jsonl" \
-	--output /dev/null 2>/dev/null
+DYNBATCH_WORKER="$E2E_TMP/hung-worker" timeout -k 1 20 "$BIN/dynbatch" run --no-progress \
+	--workers 1 --batch 1 --step-timeout 100 --start-timeout 100 \
+	--input "$E2E_TMP/one.jsonl" --output "$E2E_TMP/hung.out" 2>/dev/null
 rc=$?
 echo "       exit $rc after $(( ($(date +%s%N) - start) / 1000000 )) ms"
-known_bug "workers hanging at startup are killed at the step timeout" [ "$rc" -eq 1 ]
+expect_eq "workers hanging at startup: killed at the start timeout, engine gives up" "$rc" 1
+grep -q '"id":"a".*"finish_reason":"error"' "$E2E_TMP/hung.out" \
+	&& pass "its request still gets an error result" || fail "no result for 'a'"
+
+# A slow model (a call taking most of the step timeout) is never killed.
+echo '{"id":"slow","prompt":[1,2,3],"max_tokens":3}' > "$E2E_TMP/slow.jsonl"
+quiet slow --workers 1 --batch 1 --model sim:mode=sleep,call_us=350000 \
+	--step-timeout 500 --input "$E2E_TMP/slow.jsonl" --output "$E2E_TMP/slow.out" \
+	--stats "$E2E_TMP/slow.stats"
+expect_eq "slow model: no hang kill" "$(stats_field "$E2E_TMP/slow.stats" hang_kills)" 0
+grep -q '"id":"slow","tokens":\[26355,5658,24635\],"finish_reason":"length"' \
+	"$E2E_TMP/slow.out" && pass "slow model: exact tokens" || fail "slow model tokens"
 
 finish
