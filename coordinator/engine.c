@@ -53,6 +53,7 @@
 #include "line_reader.h"
 #include "log.h"
 #include "model_loader.h"
+#include "parser_thread.h"
 #include "request.h"
 #include "request_pool.h"
 #include "shm_segment.h"
@@ -116,8 +117,9 @@ struct engine {
 	int in_fd, out_fd, sig_fd, notify_fd;
 	uint64_t notify_buf;
 	struct signalfd_siginfo sig_buf;
-	/* input */
+	/* input: lines are split here and parsed on the parser thread */
 	struct line_reader lines;
+	struct parser_thread *parser;
 	char *read_buf;
 	bool read_inflight;
 	bool input_eof;
@@ -224,106 +226,120 @@ static void engine_finish(struct engine *e, uint32_t handle,
  * Input and admission
  * ---------------------------------------------------------------------- */
 
-/* Parse one input line into a live request, or answer it at once. */
-static void engine_admit_line(struct engine *e, const char *line, size_t len,
-			      uint64_t line_no)
+/* A parsed line becomes a live request, or is answered at once. */
+static void engine_admit(struct engine *e, struct parsed_line *pl)
 {
-	struct request_limits lim = { .vocab = e->vocab,
-				      .max_context = e->cfg->max_context };
-	struct request req;
+	struct request *req = &pl->req;
 	char err[512];
 	uint32_t handle;
 	struct live_request *lr;
 
-	memset(&req, 0, sizeof(req));
-	if (request_parse(line, len, line_no, &lim, &req, err, sizeof(err))) {
-		req.line_no = line_no;
-		engine_emit_unqueued(e, &req, FINISH_ERROR, err);
-		request_release(&req);
+	if (pl->rc == -ENOMEM) {
+		engine_fail(e, "out of memory parsing line %llu",
+			    (unsigned long long)pl->line_no);
+		request_release(req);
 		return;
 	}
-	if (request_pool_find_id(&e->pool, req.id) != REQUEST_NONE) {
+	if (pl->rc) {
+		req->line_no = pl->line_no;
+		engine_emit_unqueued(e, req, FINISH_ERROR, pl->err);
+		request_release(req);
+		return;
+	}
+	if (request_pool_find_id(&e->pool, req->id) != REQUEST_NONE) {
 		snprintf(err, sizeof(err), "line %llu: duplicate id '%.200s': a "
 			 "request with this id is still live",
-			 (unsigned long long)line_no, req.id);
-		engine_emit_unqueued(e, &req, FINISH_ERROR, err);
-		request_release(&req);
+			 (unsigned long long)pl->line_no, req->id);
+		engine_emit_unqueued(e, req, FINISH_ERROR, err);
+		request_release(req);
 		return;
 	}
-	if (req.max_tokens == 0) {
-		engine_emit_unqueued(e, &req, FINISH_LENGTH, NULL);
-		request_release(&req);
+	if (req->max_tokens == 0) {
+		engine_emit_unqueued(e, req, FINISH_LENGTH, NULL);
+		request_release(req);
 		return;
 	}
 	handle = request_pool_alloc(&e->pool);
 	lr = request_pool_get(&e->pool, handle);
 	if (!lr) {	/* cannot happen: admission is gated on queue room */
 		engine_fail(e, "request pool exhausted");
-		request_release(&req);
+		request_release(req);
 		return;
 	}
-	lr->req = req;
+	lr->req = *req;
 	lr->admitted_ns = clock_now_ns();
 	request_pool_add_id(&e->pool, handle);
 	wait_queue_push(&e->queue, handle);
 }
 
-/* May another line be taken from the input now? */
+/* May another request be admitted now? */
 static bool engine_can_admit(const struct engine *e)
 {
 	return !e->n_signals && !e->failed && !wait_queue_full(&e->queue) &&
 	       !request_pool_full(&e->pool) && e->out_fill.len < ENGINE_OUTPUT_HIGH;
 }
 
-/*
- * Take one line from the buffered input if there is room.  Returns false
- * when there was no room or no complete line.
- */
-static bool engine_parse_one(struct engine *e)
+/* Admit the next line the parser thread has finished, if there is room
+ * and one is ready.  Returns true if it took one. */
+static bool engine_admit_parsed(struct engine *e)
 {
-	const char *line;
-	size_t len;
-	enum line_status st;
-	char err[128];
+	struct parsed_line pl;
 
-	if (!engine_can_admit(e))
+	if (!engine_can_admit(e) || !parser_thread_take(e->parser, &pl))
 		return false;
-	st = line_reader_next(&e->lines, &line, &len);
-	if (st == LINE_NONE)
-		return false;
-	if (st == LINE_OVERLONG) {
-		struct request none = { .line_no = e->lines.line_no };
-
-		snprintf(err, sizeof(err), "line %llu: longer than %u bytes",
-			 (unsigned long long)e->lines.line_no, ENGINE_MAX_LINE);
-		engine_emit_unqueued(e, &none, FINISH_ERROR, err);
-		return true;
-	}
-	engine_admit_line(e, line, len, e->lines.line_no);
+	engine_admit(e, &pl);
 	return true;
 }
 
-static bool engine_any_result_ready(struct engine *e);
-
 /*
- * Parse ahead of need: keep about one batch's worth of requests waiting
- * (within --queue).  Parsing further ahead only holds more parsed requests
- * (each with its stop automaton) in memory, in memory that is then fresh
- * for every request instead of recycled.  Parsing a request with many
- * stop sequences can take a millisecond, so once the queue holds a batch
- * a waiting result goes first.  Returns true if it took any line.
+ * Hand complete input lines to the parser thread, keeping about one
+ * batch's worth of requests parsed or being parsed beyond the queue.
+ * Parsing further ahead would only hold more parsed requests (each with
+ * its stop automaton) in memory that is fresh for every request instead of
+ * recycled.  Overlong lines are answered here.  Returns true if it did
+ * anything.
  */
-static bool engine_parse_input(struct engine *e)
+static bool engine_feed_parser(struct engine *e)
 {
 	uint32_t ahead = e->slots.n_slots;
-	bool took = false;
+	bool fed = false;
 
-	while (wait_queue_len(&e->queue) < ahead &&
-	       !(took && wait_queue_len(&e->queue) >= e->slots.n_slots &&
-		 !e->in_process && engine_any_result_ready(e)) &&
-	       engine_parse_one(e))
-		took = true;
-	return took;
+	while (engine_can_admit(e) && !parser_thread_full(e->parser) &&
+	       wait_queue_len(&e->queue) + parser_thread_in_flight(e->parser) < ahead) {
+		const char *line;
+		size_t len;
+		enum line_status st = line_reader_next(&e->lines, &line, &len);
+		char err[128];
+
+		if (st == LINE_NONE)
+			break;
+		fed = true;
+		if (st == LINE_OVERLONG) {
+			struct request none = { .line_no = e->lines.line_no };
+
+			snprintf(err, sizeof(err), "line %llu: longer than %u bytes",
+				 (unsigned long long)e->lines.line_no, ENGINE_MAX_LINE);
+			engine_emit_unqueued(e, &none, FINISH_ERROR, err);
+			continue;
+		}
+		if (parser_thread_submit(e->parser, line, len, e->lines.line_no)) {
+			engine_fail(e, "out of memory reading line %llu",
+				    (unsigned long long)e->lines.line_no);
+			break;
+		}
+	}
+	return fed;
+}
+
+/* Admit what the parser has finished, then feed it more lines. */
+static bool engine_parse_input(struct engine *e)
+{
+	bool progress = false;
+
+	while (engine_admit_parsed(e))
+		progress = true;
+	progress |= engine_feed_parser(e);
+	return progress;
 }
 
 /* ------------------------------------------------------------------------
@@ -346,9 +362,8 @@ static void shard_refill(struct engine *e, struct shard *s)
 
 		if (e->slots.slots[slot].state != SHM_SLOT_FREE)
 			continue;
-		/* Take lines only as this slot needs one: the loop parses ahead. */
-		while (!wait_queue_len(&e->queue) && engine_parse_one(e))
-			;
+		if (!wait_queue_len(&e->queue))
+			engine_admit_parsed(e);
 		if (wait_queue_pop(&e->queue, &handle))
 			return;
 		lr = request_pool_get(&e->pool, handle);
@@ -1007,6 +1022,7 @@ static void engine_wait(struct engine *e, uint64_t deadline_ns)
 {
 	uint64_t now = clock_now_ns();
 	uint64_t due = e->in_process ? UINT64_MAX : engine_next_result_due(e);
+	bool want_parser;
 	struct io_event ev;
 	uint64_t timeout;
 	int ret;
@@ -1029,9 +1045,19 @@ static void engine_wait(struct engine *e, uint64_t deadline_ns)
 			return;
 		}
 	}
+	/* The parser thread writes the eventfd for us once it has a line. */
+	want_parser = engine_can_admit(e) && parser_thread_in_flight(e->parser);
+	if (want_parser && parser_thread_want_wakeup(e->parser)) {
+		parser_thread_no_wakeup(e->parser);
+		if (!e->in_process)
+			atomic_store(&e->seg.hdr->coordinator_sleeping, 0);
+		return;
+	}
 	now = clock_now_ns();
 	timeout = deadline_ns <= now ? 1 : deadline_ns - now;
 	ret = io_ring_next(&e->io, timeout, &ev);
+	if (want_parser)
+		parser_thread_no_wakeup(e->parser);
 	if (!e->in_process)
 		atomic_store(&e->seg.hdr->coordinator_sleeping, 0);
 	if (ret > 0)
@@ -1050,7 +1076,8 @@ static bool engine_done(const struct engine *e)
 
 	return input_done && !e->pool.n_live && !e->write_inflight &&
 	       !e->out_fill.len && !e->out_write.len &&
-	       (e->n_signals || e->failed || !line_reader_buffered(&e->lines));
+	       (e->n_signals || e->failed || (!line_reader_buffered(&e->lines) &&
+					      !parser_thread_in_flight(e->parser)));
 }
 
 static void engine_loop(struct engine *e)
@@ -1155,6 +1182,7 @@ static void engine_teardown(struct engine *e)
 		free(s->suspect_gen);
 	}
 	free(e->shards);
+	parser_thread_destroy(e->parser);
 	io_ring_exit(&e->io);
 	if (e->sig_fd >= 0)
 		close(e->sig_fd);
@@ -1299,6 +1327,18 @@ static int engine_setup(struct engine *e)
 	if (e->notify_fd < 0 || e->sig_fd < 0) {
 		fprintf(stderr, "dynbatch: eventfd/signalfd: %s\n", strerror(errno));
 		return ENGINE_EXIT_FAILED;
+	}
+	{
+		struct request_limits lim = { .vocab = e->vocab,
+					      .max_context = cfg->max_context };
+		uint32_t cap = cfg->n_slots < 16 ? 16 : cfg->n_slots;
+
+		e->parser = parser_thread_create(&lim, cap, e->notify_fd);
+		if (!e->parser) {
+			fprintf(stderr, "dynbatch: cannot start the parser thread: %s\n",
+				strerror(errno));
+			return ENGINE_EXIT_FAILED;
+		}
 	}
 	ret = io_ring_init(&e->io, 64 + 2 * e->n_shards);
 	if (ret) {

@@ -160,8 +160,8 @@ row ""
 
 row "## Stop sequences: 100 sequences of 32 tokens per request vs none (4 workers, batch 128)"
 row ""
-workload $((128 * 2 * SCALE)) 128 fixed 9 > "$OUT/nostop.jsonl"
-workload $((128 * 2 * SCALE)) 128 stops100 9 > "$OUT/stops.jsonl"
+workload $((128 * 4 * SCALE)) 128 fixed 9 > "$OUT/nostop.jsonl"
+workload $((128 * 4 * SCALE)) 128 stops100 9 > "$OUT/stops.jsonl"
 a=$(measure stops-none --workers 4 --batch 128 --model $ACC --input "$OUT/nostop.jsonl")
 b=$(measure stops-100 --workers 4 --batch 128 --model $ACC --input "$OUT/stops.jsonl")
 r=$(calc %.3f "$b / $a")
