@@ -30,6 +30,7 @@ struct parser_thread {
 	_Alignas(64) _Atomic uint64_t parsed;		/* thread */
 	_Alignas(64) uint64_t taken;			/* loop, private */
 	_Alignas(64) _Atomic uint32_t loop_waiting;	/* loop */
+	_Alignas(64) _Atomic uint32_t parser_waiting;	/* thread */
 };
 
 static void *parser_main(void *arg)
@@ -40,13 +41,20 @@ static void *parser_main(void *arg)
 	for (;;) {
 		struct parser_slot *s;
 
-		while (sem_wait(&p->work) && errno == EINTR)
-			;
 		if (atomic_load(&p->stop))
 			break;
 		/* acquire: pairs with the release in parser_thread_submit() */
-		if (pos >= atomic_load_explicit(&p->submitted, memory_order_acquire))
-			continue;	/* a spare post */
+		if (pos >= atomic_load_explicit(&p->submitted, memory_order_acquire)) {
+			atomic_store(&p->parser_waiting, 1);
+			/* seq_cst: pairs with the fence in parser_thread_submit():
+			 * either it sees us waiting or we see its line. */
+			atomic_thread_fence(memory_order_seq_cst);
+			if (pos >= atomic_load(&p->submitted) && !atomic_load(&p->stop))
+				while (sem_wait(&p->work) && errno == EINTR)
+					;
+			atomic_store(&p->parser_waiting, 0);
+			continue;
+		}
 		s = &p->slots[pos % p->capacity];
 		memset(&s->out.req, 0, sizeof(s->out.req));
 		s->out.rc = request_parse(s->line, s->len, s->out.line_no, &p->lim,
@@ -154,7 +162,11 @@ int parser_thread_submit(struct parser_thread *p, const char *line,
 	s->out.line_no = line_no;
 	/* release: pairs with the acquire in parser_main() */
 	atomic_store_explicit(&p->submitted, pos + 1, memory_order_release);
-	sem_post(&p->work);
+	/* seq_cst: pairs with the fence in parser_main(); post only to a
+	 * thread that said it waits (a post is a system call). */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&p->parser_waiting, memory_order_relaxed))
+		sem_post(&p->work);
 	return 0;
 }
 

@@ -17,8 +17,9 @@
  *
  * A slot is published with a release store of the position and read after
  * an acquire load of it.  The thread sleeps on a semaphore when it has
- * nothing to parse; it writes the loop's eventfd only when the loop has
- * said it is about to sleep (parser_thread_want_wakeup()).
+ * nothing to parse, and the loop posts it only when it has said so; it
+ * writes the loop's eventfd only when the loop has said it is about to
+ * sleep (parser_thread_want_wakeup()).
  */
 #ifndef DYNBATCH_PARSER_THREAD_H
 #define DYNBATCH_PARSER_THREAD_H
