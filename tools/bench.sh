@@ -108,7 +108,7 @@ row "## Engine alone (all model costs 0), batch 256"
 row ""
 row "| workers | tokens/s | vs --workers 0 | coordinator CPU ns/token |"
 row "| ---: | ---: | ---: | ---: |"
-workload $((5000 * SCALE)) 64 fixed 7 > "$OUT/alone.jsonl"
+workload $((20000 * SCALE)) 64 fixed 7 > "$OUT/alone.jsonl"
 ref=$(measure alone-w0 --workers 0 --batch 256 --input "$OUT/alone.jsonl")
 best=0
 for W in 0 1 2 4; do
