@@ -192,6 +192,7 @@ set xlabel "workers"
 set ylabel "tokens/s"
 set y2label "efficiency (measured / ideal)"
 set logscale x 2
+set xrange [0.8:20]
 set xtics (1, 2, 4, 8, 16)
 set y2range [0:1.1]
 set y2tics
