@@ -23,39 +23,11 @@
 #include <cmocka.h>
 
 #include "stop_matcher.h"
-
-static unsigned long long test_seed;
+#include "test_rng.h"
 
 /* ------------------------------------------------------------------ */
 /* Helpers                                                             */
 /* ------------------------------------------------------------------ */
-
-struct rng {
-	uint64_t s;
-};
-
-static uint64_t rng_next(struct rng *r)
-{
-	uint64_t x = (r->s += 0x9E3779B97F4A7C15ull);
-
-	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-	x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-	return x ^ (x >> 31);
-}
-
-/* Uniform enough in [0, n) for test purposes; n > 0. */
-static uint32_t rng_below(struct rng *r, uint32_t n)
-{
-	return (uint32_t)(rng_next(r) % n);
-}
-
-static struct rng rng_for(uint64_t test_id)
-{
-	struct rng r = { test_seed ^ (test_id * 0xD1B54A32D192ED03ull) };
-
-	rng_next(&r);
-	return r;
-}
 
 static double now_s(void)
 {
@@ -492,14 +464,7 @@ int main(void)
 		cmocka_unit_test(test_random_vs_naive),
 		cmocka_unit_test(test_many_long),
 	};
-	const char *env = getenv("SEED");
 
-	if (env && *env)
-		test_seed = strtoull(env, NULL, 0);
-	else
-		test_seed = (unsigned long long)time(NULL) * 1000003ull ^
-			    (unsigned long long)getpid();
-	printf("stop_matcher: seed=%llu\n", test_seed);
-	fflush(stdout);
+	test_seed_init("stop_matcher");
 	return cmocka_run_group_tests_name("stop_matcher", tests, NULL, NULL);
 }
