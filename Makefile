@@ -41,7 +41,7 @@ LIBCOMMON := $(BUILD)/libcommon.a
 LIBCOORD := $(BUILD)/libcoord.a
 LIBWORKER := $(BUILD)/libworker.a
 
-.PHONY: all deps run test unit e2e asan bench soak clean
+.PHONY: all deps run test unit e2e asan tsan bench soak clean
 all: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(TOOL_BIN) $(PLUGIN) $(TEST_BIN)
 
 # Install the Debian packages the build needs, only when one is missing.
@@ -142,8 +142,17 @@ asan: deps
 		CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
 		LDFLAGS="-fsanitize=address,undefined" unit e2e
 
+# ThreadSanitizer, for the coordinator's parser thread (the only place with
+# two threads): its unit test and the end-to-end engine tests.
+TSAN_FLAGS := -O1 -g -fsanitize=thread -fno-omit-frame-pointer
+tsan: deps
+	$(MAKE) BUILD=build-tsan BIN=build-tsan/bin CC=clang CFLAGS="$(TSAN_FLAGS)" \
+		LDFLAGS="-fsanitize=thread" all
+	TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_parser_thread
+	TSAN_OPTIONS=halt_on_error=1 BIN=build-tsan/bin BUILD=build-tsan bash tests/e2e_engine.sh
+
 clean:
-	rm -rf build build-asan bin
+	rm -rf build build-asan build-tsan bin
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
