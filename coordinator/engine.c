@@ -27,10 +27,17 @@
  * step is re-dispatched, nobody is blamed.
  *
  * Waking.  After a round with no progress the coordinator spins on the
- * result rings for spin_us, then sets coordinator_sleeping, fences, looks
- * once more, and sleeps in io_uring; a worker that publishes a result
- * while the flag is set writes the eventfd.  The coordinator wakes a
+ * result rings (around the time the next result is due, else for
+ * spin_us), then sets coordinator_sleeping, fences, looks once more, and
+ * sleeps in io_uring; a worker that publishes a result while the flag is
+ * set writes the eventfd, and so does the parser thread when it has a
+ * request ready and the loop asked for it.  The coordinator wakes a
  * worker (sem_post) only when the worker has said it sleeps.
+ *
+ * Input.  Lines are read and split on the loop (io_uring reads) and
+ * parsed on the parser thread (parser_thread.h), about one batch ahead of
+ * need; admission (duplicate ids, the queue) happens back on the loop in
+ * input order.
  */
 #include "engine.h"
 

@@ -3,7 +3,8 @@
  *
  * Request flow:
  *
- *   input -> line_reader -> request_parse -> waiting queue (FIFO, shm)
+ *   input -> line_reader -> parser thread (request_parse) -> admission
+ *         -> waiting queue (FIFO, shm)
  *         -> free slot of a shard (slot_table_assign, generation++)
  *         -> dispatch ring -> worker -> model_next -> result ring
  *         -> validate (dispatch id, slot, generation, token range)
