@@ -192,6 +192,11 @@ static int worker_step(struct worker *w, struct shm_dispatch *d)
 		}
 		w->prefixes[i] = shm_tokens_at(&w->seg, w->rows[i].slot);
 		w->lengths[i] = w->rows[i].n_tokens;
+		/* The newest tokens were just written by the coordinator on
+		 * another CPU: start every row's transfer now, not one at a
+		 * time inside the model. */
+		if (w->lengths[i])
+			__builtin_prefetch(w->prefixes[i] + w->lengths[i] - 1);
 	}
 	t0 = clock_now_ns();
 	if (n_rows)
