@@ -1015,7 +1015,7 @@ static bool engine_spin_until(struct engine *e, uint64_t until)
 			return true;
 		/* Yield now and then: on a small machine a worker may need
 		 * this CPU to finish the very step we are waiting for. */
-		if ((++n & 1023) == 0)
+		if ((++n & 63) == 0)
 			sched_yield();
 		else
 			cpu_relax();
