@@ -51,7 +51,7 @@ static void usage(FILE *f)
 "  --worker-nice N    workers' nice value, so the coordinator that every\n"
 "                     shard waits on wins a busy CPU (default 5)\n"
 "  --progress / --no-progress  progress line on stderr (default: if a tty)\n"
-"  --garbage-every N  testing: workers garble every Nth result\n"
+"  --garbage-every N  testing: workers garble every Nth result (N >= 2)\n"
 "  --help             this text\n"
 "\n"
 "Environment: DYNBATCH_WORKER (worker binary), DYNBATCH_LOG=error|warn|info|debug\n");
@@ -194,7 +194,9 @@ int main(int argc, char **argv)
 			bad = parse_u32(optarg, 0, 19, &cfg.worker_nice);
 			break;
 		case OPT_GARBAGE:
-			bad = parse_u32(optarg, 0, 1u << 30, &cfg.garbage_every);
+			/* 1 would garble every result: no step could ever complete */
+			bad = parse_u32(optarg, 0, 1u << 30, &cfg.garbage_every) ||
+			      cfg.garbage_every == 1;
 			break;
 		case 'h':
 			usage(stdout);
