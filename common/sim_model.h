@@ -40,6 +40,19 @@ struct sim_config {
 /* splitmix64 finaliser. */
 uint64_t sim_mix(uint64_t x);
 
+/*
+ * splitmix64 as a generator: the value sim_mix() gives for *state, then
+ * *state advances by the golden-ratio increment.  One definition for the
+ * workload generator, the fault injector and the randomized tests.
+ */
+static inline uint64_t sim_splitmix64(uint64_t *state)
+{
+	uint64_t x = sim_mix(*state);
+
+	*state += 0x9E3779B97F4A7C15ull;
+	return x;
+}
+
 /* The next token after p[0..n). */
 int32_t sim_next(const int32_t *p, size_t n, uint32_t vocab, uint64_t seed);
 

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+#include "sim_model.h"
 
 static unsigned long long test_seed;
 
@@ -28,11 +29,7 @@ struct rng {
 
 static inline uint64_t rng_next(struct rng *r)
 {
-	uint64_t x = (r->s += 0x9E3779B97F4A7C15ull);
-
-	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-	x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-	return x ^ (x >> 31);
+	return sim_splitmix64(&r->s);
 }
 
 /* Uniform enough in [0, n) for test purposes; n > 0. */

@@ -62,6 +62,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "sim_model.h"
 
 #define FI_WORKER_NAME "dynbatch-worker"
 #define FI_MAX_CANDIDATES 4096	/* workers looked at per pick */
@@ -110,11 +111,7 @@ static uint64_t rng_state;
 
 static uint64_t rnd(void)
 {
-	uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
+	return sim_splitmix64(&rng_state);
 }
 
 /* In [0, n); 0 when n is 0. */
