@@ -25,6 +25,7 @@
  * bytes the user typed.
  */
 #include "sim_model.h"
+#include "parse_num.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -65,32 +66,6 @@ void sim_config_default(struct sim_config *cfg)
 	cfg->vocab = SIM_DEFAULT_VOCAB;
 }
 
-/*
- * Parse s[0..len) as a decimal integer in [min, max]: digits only, no
- * sign, no spaces.  Returns 0 or -EINVAL.
- */
-static int sim_parse_u64(const char *s, size_t len, uint64_t min, uint64_t max,
-			 uint64_t *out)
-{
-	uint64_t v = 0;
-
-	if (len == 0)
-		return -EINVAL;
-	for (size_t i = 0; i < len; i++) {
-		unsigned d = (unsigned)(s[i] - '0');
-
-		if (s[i] < '0' || s[i] > '9')
-			return -EINVAL;
-		if (v > (UINT64_MAX - d) / 10)
-			return -EINVAL;
-		v = v * 10 + d;
-	}
-	if (v < min || v > max)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
 static bool sim_key_is(const char *key, size_t key_len, const char *name)
 {
 	return strlen(name) == key_len && memcmp(key, name, key_len) == 0;
@@ -113,28 +88,28 @@ static int sim_config_apply(struct sim_config *cfg, const char *key,
 		return 0;
 	}
 	if (sim_key_is(key, key_len, "vocab")) {
-		if (sim_parse_u64(val, val_len, 1, SIM_MAX_VOCAB, &v))
+		if (parse_u64_n(val, val_len, 1, SIM_MAX_VOCAB, &v))
 			goto out_bad_value;
 		cfg->vocab = (uint32_t)v;
 	} else if (sim_key_is(key, key_len, "seed")) {
-		if (sim_parse_u64(val, val_len, 0, UINT64_MAX, &cfg->seed))
+		if (parse_u64_n(val, val_len, 0, UINT64_MAX, &cfg->seed))
 			goto out_bad_value;
 	} else if (sim_key_is(key, key_len, "call_us")) {
-		if (sim_parse_u64(val, val_len, 0, UINT64_MAX, &cfg->call_us))
+		if (parse_u64_n(val, val_len, 0, UINT64_MAX, &cfg->call_us))
 			goto out_bad_value;
 	} else if (sim_key_is(key, key_len, "row_us")) {
-		if (sim_parse_u64(val, val_len, 0, UINT64_MAX, &cfg->row_us))
+		if (parse_u64_n(val, val_len, 0, UINT64_MAX, &cfg->row_us))
 			goto out_bad_value;
 	} else if (sim_key_is(key, key_len, "token_ns")) {
-		if (sim_parse_u64(val, val_len, 0, UINT64_MAX, &cfg->token_ns))
+		if (parse_u64_n(val, val_len, 0, UINT64_MAX, &cfg->token_ns))
 			goto out_bad_value;
 	} else if (sim_key_is(key, key_len, "crash_token")) {
-		if (sim_parse_u64(val, val_len, 0, SIM_MAX_TOKEN, &v))
+		if (parse_u64_n(val, val_len, 0, SIM_MAX_TOKEN, &v))
 			goto out_bad_value;
 		cfg->has_crash_token = true;
 		cfg->crash_token = (int32_t)v;
 	} else if (sim_key_is(key, key_len, "hang_token")) {
-		if (sim_parse_u64(val, val_len, 0, SIM_MAX_TOKEN, &v))
+		if (parse_u64_n(val, val_len, 0, SIM_MAX_TOKEN, &v))
 			goto out_bad_value;
 		cfg->has_hang_token = true;
 		cfg->hang_token = (int32_t)v;
@@ -255,8 +230,9 @@ static uint64_t sim_cost_ns(const struct sim_config *cfg, uint32_t n_rows,
 }
 
 /*
- * A sleeping thread wakes 50-150 us late on a small VM, so a plain sleep
- * would make the sim model slower than its configured cost.  Sleep mode
+ * A sleeping thread wakes late on a small VM (a 2 ms sleep by 136-152 us
+ * on average on the development VM), so a plain sleep would make the sim
+ * model slower than its configured cost.  Sleep mode
  * therefore sleeps until SIM_WAKE_EARLY_NS before the deadline and spins
  * the rest: the call then takes its configured time, as a model whose
  * accelerator driver polls for completion does.

@@ -7,7 +7,6 @@
  * Exit status: 0 when every request got its result line, 2 for a usage or
  * configuration error, 1 when the engine itself failed.
  */
-#include <errno.h>
 #include <getopt.h>
 #include <malloc.h>
 #include <stdio.h>
@@ -17,6 +16,7 @@
 
 #include "engine.h"
 #include "log.h"
+#include "parse_num.h"
 
 static void usage(FILE *f)
 {
@@ -55,22 +55,6 @@ static void usage(FILE *f)
 "  --help             this text\n"
 "\n"
 "Environment: DYNBATCH_WORKER (worker binary), DYNBATCH_LOG=error|warn|info|debug\n");
-}
-
-/* Parse an unsigned decimal in [min, max]; -1 on any junk. */
-static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
-{
-	unsigned long long v;
-	char *end;
-
-	if (!s || !*s || *s == '-' || *s == '+')
-		return -1;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || *end || v < min || v > max)
-		return -1;
-	*out = (uint32_t)v;
-	return 0;
 }
 
 int main(int argc, char **argv)

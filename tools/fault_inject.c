@@ -63,6 +63,7 @@
 
 #include "clock.h"
 #include "sim_model.h"
+#include "parse_num.h"
 
 #define FI_WORKER_NAME "dynbatch-worker"
 #define FI_MAX_CANDIDATES 4096	/* workers looked at per pick */
@@ -505,21 +506,6 @@ static void usage(FILE *f)
 		"not be run), 2 for a usage error.\n");
 }
 
-static int parse_u64(const char *s, uint64_t max, uint64_t *out)
-{
-	unsigned long long v;
-	char *end;
-
-	if (*s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || *end || v > max)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
 static int parse_rate(const char *s, double *out)
 {
 	char *end;
@@ -557,10 +543,10 @@ static int parse_opts(int argc, char **argv, struct fi_opts *o)
 		bad = 0;
 		switch (c) {
 		case OPT_SEED:
-			bad = parse_u64(optarg, UINT64_MAX, &o->seed);
+			bad = parse_u64(optarg, 0, UINT64_MAX, &o->seed);
 			break;
 		case OPT_DURATION:
-			bad = parse_u64(optarg, UINT64_MAX / NS_PER_MS, &o->duration_ms);
+			bad = parse_u64(optarg, 0, UINT64_MAX / NS_PER_MS, &o->duration_ms);
 			o->has_duration = true;
 			break;
 		case OPT_KILL:
@@ -570,7 +556,7 @@ static int parse_opts(int argc, char **argv, struct fi_opts *o)
 			bad = parse_rate(optarg, &o->stop_rate);
 			break;
 		case OPT_STOP_MAX:
-			bad = parse_u64(optarg, 24 * 3600 * 1000ull, &v) || v == 0;
+			bad = parse_u64(optarg, 0, 24 * 3600 * 1000ull, &v) || v == 0;
 			o->stop_max_ms = (uint32_t)v;
 			break;
 		case OPT_VERBOSE:

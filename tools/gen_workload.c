@@ -36,6 +36,7 @@
 #include "request.h"
 #include "sim_model.h"
 #include "strbuf.h"
+#include "parse_num.h"
 
 #define GEN_FLUSH_BYTES (1u << 16)
 #define GEN_MAX_STOP_LEN 4
@@ -354,22 +355,6 @@ static void usage(FILE *f)
 		"  --help           this text\n");
 }
 
-/* Decimal in [0, max], nothing else. */
-static int parse_u64(const char *s, uint64_t max, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	if (*s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || *end || v > max)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
 /* true when every byte of s may stand in a JSON string unescaped. */
 static bool id_prefix_ok(const char *s)
 {
@@ -405,11 +390,11 @@ static int parse_opts(int argc, char **argv, struct gen_opts *o)
 	while ((c = getopt_long(argc, argv, "", longopts, &li)) != -1) {
 		switch (c) {
 		case 'n':
-			if (parse_u64(optarg, UINT64_MAX, &o->n))
+			if (parse_u64(optarg, 0, UINT64_MAX, &o->n))
 				goto bad_value;
 			break;
 		case 's':
-			if (parse_u64(optarg, UINT64_MAX, &o->seed))
+			if (parse_u64(optarg, 0, UINT64_MAX, &o->seed))
 				goto bad_value;
 			break;
 		case 'm':
@@ -429,22 +414,22 @@ static int parse_opts(int argc, char **argv, struct gen_opts *o)
 			}
 			break;
 		case 'v':
-			if (parse_u64(optarg, INT32_MAX, &vocab) || vocab == 0)
+			if (parse_u64(optarg, 0, INT32_MAX, &vocab) || vocab == 0)
 				goto bad_value;
 			has_vocab = true;
 			break;
 		case 'S':
-			if (parse_u64(optarg, UINT64_MAX, &model_seed))
+			if (parse_u64(optarg, 0, UINT64_MAX, &model_seed))
 				goto bad_value;
 			has_model_seed = true;
 			break;
 		case 'p':
-			if (parse_u64(optarg, UINT32_MAX, &v))
+			if (parse_u64(optarg, 0, UINT32_MAX, &v))
 				goto bad_value;
 			o->max_prompt = (uint32_t)v;
 			break;
 		case 't':
-			if (parse_u64(optarg, UINT32_MAX, &v))
+			if (parse_u64(optarg, 0, UINT32_MAX, &v))
 				goto bad_value;
 			o->max_tokens = (uint32_t)v;
 			break;
@@ -456,7 +441,7 @@ static int parse_opts(int argc, char **argv, struct gen_opts *o)
 				goto bad_value;
 			break;
 		case 'c':
-			if (parse_u64(optarg, UINT32_MAX, &v))
+			if (parse_u64(optarg, 0, UINT32_MAX, &v))
 				goto bad_value;
 			o->max_context = (uint32_t)v;
 			break;

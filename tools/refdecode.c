@@ -44,6 +44,7 @@
 #include "request.h"
 #include "sim_model.h"
 #include "strbuf.h"
+#include "parse_num.h"
 
 #define REF_MAX_PRINTED 20
 #define REF_FLUSH_BYTES (1u << 16)
@@ -650,8 +651,7 @@ static int parse_opts(int argc, char **argv, struct ref_opts *o)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	unsigned long long v;
-	char err[256], *end;
+	char err[256];
 	int c;
 
 	sim_config_default(&o->model);
@@ -670,15 +670,11 @@ static int parse_opts(int argc, char **argv, struct ref_opts *o)
 			}
 			break;
 		case 'c':
-			errno = 0;
-			v = strtoull(optarg, &end, 10);
-			if (errno || *end || end == optarg || optarg[0] == '-' ||
-			    v > UINT32_MAX) {
+			if (parse_u32(optarg, 0, UINT32_MAX, &o->lim.max_context)) {
 				fprintf(stderr, "refdecode: bad value '%s' for --max-context\n",
 					optarg);
 				return -EINVAL;
 			}
-			o->lim.max_context = (uint32_t)v;
 			break;
 		case 'i':
 			o->input = optarg;

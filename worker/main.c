@@ -16,21 +16,13 @@
 
 #include "log.h"
 #include "worker_loop.h"
+#include "parse_num.h"
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: dynbatch-worker --shm NAME --shard K --model SPEC "
 		   "--notify-fd FD [--spin-us N] [--garbage-every N] [--nice N]\n"
 		   "Started by 'dynbatch run'; not meant to be run by hand.\n");
-}
-
-static int parse_u64(const char *s, unsigned long long max, unsigned long long *out)
-{
-	char *end;
-
-	errno = 0;
-	*out = strtoull(s, &end, 10);
-	return (errno || end == s || *end || *s == '-' || *out > max) ? -1 : 0;
 }
 
 int main(int argc, char **argv)
@@ -47,7 +39,7 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct worker_options opt = { .notify_fd = -1, .spin_ns = 20000 };
-	unsigned long long v;
+	uint64_t v;
 	char role[32];
 	int c, idx = 0;
 
@@ -61,33 +53,33 @@ int main(int argc, char **argv)
 		case 's': opt.shm_name = optarg; break;
 		case 'm': opt.model_spec = optarg; break;
 		case 'k':
-			if (parse_u64(optarg, 1u << 16, &v))
+			if (parse_u64(optarg, 0, 1u << 16, &v))
 				goto bad;
 			opt.shard = (uint32_t)v;
 			break;
 		case 'n':
-			if (parse_u64(optarg, 1u << 20, &v))
+			if (parse_u64(optarg, 0, 1u << 20, &v))
 				goto bad;
 			opt.notify_fd = (int)v;
 			break;
 		case 'p':
-			if (parse_u64(optarg, 1000000, &v))
+			if (parse_u64(optarg, 0, 1000000, &v))
 				goto bad;
 			opt.spin_ns = v * 1000;
 			break;
 		case 'g':
-			if (parse_u64(optarg, 1u << 30, &v))
+			if (parse_u64(optarg, 0, 1u << 30, &v))
 				goto bad;
 			opt.garbage_every = (uint32_t)v;
 			break;
 		case 'i':
-			if (parse_u64(optarg, 19, &v))
+			if (parse_u64(optarg, 0, 19, &v))
 				goto bad;
 			/* Below the coordinator: every shard waits on its
 			 * latency, so on a busy machine it must win the CPU. */
 			errno = 0;
 			if (nice((int)v) < 0 && errno)
-				LOG(LOG_WARN, "nice(%llu): %s", v, strerror(errno));
+				LOG(LOG_WARN, "nice(%d): %s", (int)v, strerror(errno));
 			break;
 		case 'h':
 			usage(stdout);
