@@ -95,7 +95,7 @@ struct shard {
 	/* the worker process */
 	pid_t pid;			/* 0 when none runs */
 	int pidfd;
-	bool hang_killed;		/* we SIGKILLed it past a timeout */
+	const char *killed_for;		/* why we SIGKILLed it, or NULL */
 	bool ready_seen;		/* it announced worker_ready_pid */
 	bool failed_step;		/* its model returned an error */
 	uint64_t started_ns;
@@ -395,6 +395,14 @@ static void shard_refill(struct engine *e, struct shard *s)
 	}
 }
 
+/* Drop the first suspect (it ran alone cleanly, finished, or was failed). */
+static void shard_pop_suspect(struct shard *s)
+{
+	s->n_suspects--;
+	memmove(s->suspect_slot, s->suspect_slot + 1, s->n_suspects * sizeof(uint32_t));
+	memmove(s->suspect_gen, s->suspect_gen + 1, s->n_suspects * sizeof(uint32_t));
+}
+
 /* Collect the rows of the shard's next step into s->inflight. */
 static uint32_t shard_collect_rows(struct engine *e, struct shard *s)
 {
@@ -411,9 +419,7 @@ static uint32_t shard_collect_rows(struct engine *e, struct shard *s)
 				.n_tokens = st->n_tokens };
 			return 1;
 		}
-		s->n_suspects--;
-		memmove(s->suspect_slot, s->suspect_slot + 1, s->n_suspects * sizeof(uint32_t));
-		memmove(s->suspect_gen, s->suspect_gen + 1, s->n_suspects * sizeof(uint32_t));
+		shard_pop_suspect(s);
 	}
 	for (uint32_t i = 0; i < s->n_slots; i++) {
 		uint32_t slot = s->first_slot + i;
@@ -458,11 +464,8 @@ static void shard_dispatch(struct engine *e, struct shard *s)
 /* Remove slot from the head of the suspects after it ran alone cleanly. */
 static void shard_clear_suspect(struct shard *s, uint32_t slot)
 {
-	if (s->n_suspects && s->suspect_slot[0] == slot) {
-		s->n_suspects--;
-		memmove(s->suspect_slot, s->suspect_slot + 1, s->n_suspects * sizeof(uint32_t));
-		memmove(s->suspect_gen, s->suspect_gen + 1, s->n_suspects * sizeof(uint32_t));
-	}
+	if (s->n_suspects && s->suspect_slot[0] == slot)
+		shard_pop_suspect(s);
 }
 
 /* Commit one validated token to the request in slot; finish it if done. */
@@ -607,7 +610,8 @@ static bool shard_poll(struct engine *e, struct shard *s)
 			e->stats.step_ns += took;
 			e->stats.model_ns += model_ns < took ? model_ns : took;
 		}
-		shard_commit(e, s, r->rows, n_rows > s->n_slots ? s->n_slots + 1 : n_rows);
+		/* a wrong n_rows is rejected before any row is read */
+		shard_commit(e, s, r->rows, n_rows);
 		shard_advance(e, s);
 	}
 	return progress;
@@ -632,8 +636,9 @@ static bool shard_step_in_process(struct engine *e, struct shard *s)
 	}
 	t0 = clock_now_ns();
 	ret = model_next(e->model, n, e->prefixes, e->lengths, e->next_tokens);
-	e->stats.model_ns += clock_now_ns() - t0;
-	e->stats.step_ns += clock_now_ns() - t0;
+	t0 = clock_now_ns() - t0;
+	e->stats.model_ns += t0;	/* in-process, the step is the model call */
+	e->stats.step_ns += t0;
 	if (ret) {
 		engine_fail(e, "model failed: %s", strerror(-ret));
 		return false;
@@ -652,6 +657,14 @@ static bool shard_step_in_process(struct engine *e, struct shard *s)
 /* ------------------------------------------------------------------------
  * Workers
  * ---------------------------------------------------------------------- */
+
+/* Back-off before the n-th restart in a row (n >= 1): 5 ms doubling to 1 s. */
+static uint64_t restart_backoff_ns(uint32_t n)
+{
+	uint64_t ns = 5000000ull << (n - 1 < 8 ? n - 1 : 8);
+
+	return ns < ENGINE_RESTART_MAX_NS ? ns : ENGINE_RESTART_MAX_NS;
+}
 
 /* A worker of this shard died before it was ready, or could not be
  * started at all.  When that keeps happening on every shard, give up. */
@@ -696,7 +709,7 @@ static int shard_start_worker(struct engine *e, struct shard *s)
 	}
 	s->started_ns = clock_now_ns();
 	s->restart_at_ns = 0;
-	s->hang_killed = false;
+	s->killed_for = NULL;
 	s->ready_seen = false;
 	s->failed_step = false;
 	e->stats.n_worker_starts++;
@@ -750,12 +763,11 @@ static void shard_on_exit(struct engine *e, struct shard *s, const char *why,
 	struct shm_channel *ch = shm_channel_at(&e->seg, s->index);
 	bool was_ready = atomic_load(&ch->worker_ready_pid) == s->pid;
 	bool outside = (signo == SIGKILL || signo == SIGTERM || signo == SIGINT) &&
-		       !s->hang_killed;
+		       !s->killed_for;
 	uint64_t now = clock_now_ns();
-	uint64_t delay;
 
 	LOG(e->n_signals ? LOG_INFO : LOG_WARN, "worker %u (pid %d) %s%s", s->index,
-	    (int)s->pid, why, s->hang_killed ? " after the step timeout" : "");
+	    (int)s->pid, why, s->killed_for ? s->killed_for : "");
 	close(s->pidfd);
 	s->pid = 0;
 	s->pidfd = -1;
@@ -771,7 +783,7 @@ static void shard_on_exit(struct engine *e, struct shard *s, const char *why,
 		char blame[160];
 
 		snprintf(blame, sizeof(blame), "%s%s", why,
-			 s->hang_killed ? " after the step timeout" : "");
+			 s->killed_for ? s->killed_for : "");
 		shard_blame_step(e, s, blame);
 	}
 	s->inflight_id = 0;
@@ -785,11 +797,7 @@ static void shard_on_exit(struct engine *e, struct shard *s, const char *why,
 		s->n_quick_deaths++;
 	else
 		s->n_quick_deaths = 0;
-	delay = s->n_quick_deaths ? 5000000ull << (s->n_quick_deaths - 1 < 8 ?
-						   s->n_quick_deaths - 1 : 8) : 0;
-	if (delay > ENGINE_RESTART_MAX_NS)
-		delay = ENGINE_RESTART_MAX_NS;
-	s->restart_at_ns = now + delay;
+	s->restart_at_ns = now + (s->n_quick_deaths ? restart_backoff_ns(s->n_quick_deaths) : 0);
 }
 
 static void engine_handle_pidfd(struct engine *e, uint32_t index)
@@ -810,14 +818,14 @@ static void engine_handle_pidfd(struct engine *e, uint32_t index)
 	shard_on_exit(e, s, why, signo);
 }
 
-/* Start due replacements; kill workers past the step timeout.  Returns
- * the time of the next such deadline (UINT64_MAX: none). */
 /* Time from then to now; 0 when then is later (set during this round). */
 static uint64_t since(uint64_t now, uint64_t then)
 {
 	return now > then ? now - then : 0;
 }
 
+/* Start due replacements; kill workers past the start or step timeout.
+ * Returns the time of the next such deadline (UINT64_MAX: none). */
 static uint64_t engine_check_workers(struct engine *e, uint64_t now)
 {
 	uint64_t next = UINT64_MAX;
@@ -829,17 +837,14 @@ static uint64_t engine_check_workers(struct engine *e, uint64_t now)
 		uint64_t due;
 
 		if (s->pid <= 0 && !e->failed && !(e->n_signals && !e->pool.n_live) &&
-		    now >= s->restart_at_ns && shard_start_worker(e, s)) {
-			uint32_t k = s->n_failed_starts < 8 ? s->n_failed_starts : 8;
-
-			s->restart_at_ns = now + (5000000ull << k);
-		}
+		    now >= s->restart_at_ns && shard_start_worker(e, s))
+			s->restart_at_ns = now + restart_backoff_ns(s->n_failed_starts);
 		if (s->pid <= 0) {
 			if (!e->failed && s->restart_at_ns < next)
 				next = s->restart_at_ns;
 			continue;
 		}
-		if (s->hang_killed)
+		if (s->killed_for)
 			continue;
 		if (!s->ready_seen) {
 			/* Until it has loaded its model, a worker gets the
@@ -853,7 +858,7 @@ static uint64_t engine_check_workers(struct engine *e, uint64_t now)
 				LOG(LOG_WARN, "worker %u (pid %d) not ready after %llu ms; "
 				    "killing it", s->index, (int)s->pid,
 				    (unsigned long long)e->cfg->start_timeout_ms);
-				s->hang_killed = true;
+				s->killed_for = " (not ready by the start timeout)";
 				shard_kill(s);
 				continue;
 			} else {
@@ -873,7 +878,7 @@ static uint64_t engine_check_workers(struct engine *e, uint64_t now)
 			    "than %llu ms; killing it", s->index, (int)s->pid,
 			    (unsigned long long)s->inflight_id,
 			    (unsigned long long)e->cfg->step_timeout_ms);
-			s->hang_killed = true;
+			s->killed_for = " after the step timeout";
 			e->stats.n_hang_kills++;
 			shard_kill(s);
 		} else if (s->dispatched_ns + timeout < next) {
@@ -1025,8 +1030,8 @@ static bool engine_spin_until(struct engine *e, uint64_t until)
 
 /*
  * Nothing to do right now.  A wake-up from sleep costs 50-150 us on a
- * small VM, so when a result is due soon the coordinator sleeps until just
- * before it and then spins (ENGINE_SPIN_AHEAD_NS); otherwise it spins for
+ * small VM (DESIGN.md 7), so when a result is due soon the coordinator
+ * sleeps until just before it and then spins (ENGINE_SPIN_AHEAD_NS); otherwise it spins for
  * spin_us, then announces coordinator_sleeping and sleeps in io_uring
  * until a worker's eventfd write, an I/O event or the deadline.
  */
@@ -1219,32 +1224,32 @@ static void engine_teardown(struct engine *e)
 	model_close(e->model);
 }
 
+/* write() all of buf.  0, or -1 when the descriptor refuses more. */
+static int write_all(int fd, const char *buf, size_t len)
+{
+	while (len) {
+		ssize_t n = write(fd, buf, len);
+
+		if (n <= 0)
+			return -1;
+		buf += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
 /* After a failure: every live request gets an error line, written now. */
 static void engine_fail_all(struct engine *e)
 {
 	char msg[320];
-	size_t off = 0;
 
 	snprintf(msg, sizeof(msg), "engine failed: %s", e->fail_msg);
 	for (uint32_t h = 0; h < e->pool.capacity; h++)
 		if (request_pool_get(&e->pool, h))
 			engine_finish(e, h, FINISH_ERROR, msg);
-	/* Write synchronously: the loop is over. */
-	while (off < e->out_write.len) {
-		ssize_t n = write(e->out_fd, e->out_write.data + off, e->out_write.len - off);
-
-		if (n <= 0)
-			return;
-		off += (size_t)n;
-	}
-	off = 0;
-	while (off < e->out_fill.len) {
-		ssize_t n = write(e->out_fd, e->out_fill.data + off, e->out_fill.len - off);
-
-		if (n <= 0)
-			return;
-		off += (size_t)n;
-	}
+	/* Write synchronously, older bytes first: the loop is over. */
+	if (!write_all(e->out_fd, e->out_write.data, e->out_write.len))
+		write_all(e->out_fd, e->out_fill.data, e->out_fill.len);
 }
 
 static void engine_finish_stats(struct engine *e)
