@@ -37,6 +37,7 @@
 
 #include <jansson.h>
 
+#include "json_writer.h"
 #include "stop_matcher.h"
 
 /* ------------------------------------------------------------------------
@@ -61,16 +62,18 @@ struct stop_acc {
 static int parse_error(const struct parse_ctx *pc, int rc, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
-/* Write "line N: <fmt>" into pc->err; returns rc. */
+/* Write "line N: <fmt>" (just "<fmt>" for line 0: an HTTP body) into
+ * pc->err; returns rc. */
 static int parse_error(const struct parse_ctx *pc, int rc, const char *fmt, ...)
 {
 	va_list ap;
-	int n;
+	int n = 0;
 
 	if (!pc->err || !pc->err_len)
 		return rc;
-	n = snprintf(pc->err, pc->err_len, "line %llu: ",
-		     (unsigned long long)pc->line_no);
+	if (pc->line_no)
+		n = snprintf(pc->err, pc->err_len, "line %llu: ",
+			     (unsigned long long)pc->line_no);
 	if (n < 0 || (size_t)n >= pc->err_len)
 		return rc;
 	va_start(ap, fmt);
@@ -305,6 +308,8 @@ static int parse_id(const struct parse_ctx *pc, json_t *obj,
 {
 	json_t *v = json_object_get(obj, "id");
 
+	if (!v && pc->lim->id_optional)
+		return 0;
 	if (!v)
 		return parse_error(pc, -EINVAL, "missing required field 'id'");
 	if (!json_is_string(v))
@@ -466,185 +471,49 @@ void request_release(struct request *req)
 }
 
 /* ------------------------------------------------------------------------
- * Formatting
+ * Formatting (the primitives are in json_writer.h)
  */
-
-/* Worst case bytes per string byte: "\u00XX" or "\ufffd". */
-#define ESC_MAX 6
-/* Worst case bytes per token: "-2147483648," */
-#define TOKEN_MAX 12
-
-static const char digits2[] =
-	"00010203040506070809101112131415161718192021222324252627282930313233"
-	"34353637383940414243444546474849505152535455565758596061626364656667"
-	"6869707172737475767778798081828384858687888990919293949596979899";
-
-static char *put_u64(char *p, uint64_t v)
-{
-	char tmp[20];
-	char *t = tmp + sizeof(tmp);
-	size_t n;
-
-	while (v >= 100) {
-		unsigned d = (unsigned)(v % 100) * 2;
-
-		v /= 100;
-		*--t = digits2[d + 1];
-		*--t = digits2[d];
-	}
-	if (v >= 10) {
-		*--t = digits2[v * 2 + 1];
-		*--t = digits2[v * 2];
-	} else {
-		*--t = (char)('0' + v);
-	}
-	n = (size_t)(tmp + sizeof(tmp) - t);
-	memcpy(p, t, n);
-	return p + n;
-}
-
-static char *put_i32(char *p, int32_t v)
-{
-	if (v < 0) {
-		*p++ = '-';
-		return put_u64(p, (uint64_t)(-(int64_t)v));
-	}
-	return put_u64(p, (uint64_t)v);
-}
-
-static char *put_lit(char *p, const char *s, size_t n)
-{
-	memcpy(p, s, n);
-	return p + n;
-}
-
-#define PUT_LIT(p, s) put_lit((p), (s), sizeof(s) - 1)
-
-/* Length of the valid UTF-8 sequence at s[0..n) (2..4), 0 if invalid. */
-static size_t utf8_seq_len(const unsigned char *s, size_t n)
-{
-	unsigned c = s[0];
-	size_t need, i;
-
-	if (c < 0xC2 || c > 0xF4)
-		return 0;
-	need = c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-	if (n < need)
-		return 0;
-	for (i = 1; i < need; i++)
-		if ((s[i] & 0xC0) != 0x80)
-			return 0;
-	if ((c == 0xE0 && s[1] < 0xA0) ||	/* overlong */
-	    (c == 0xED && s[1] >= 0xA0) ||	/* surrogate */
-	    (c == 0xF0 && s[1] < 0x90) ||	/* overlong */
-	    (c == 0xF4 && s[1] >= 0x90))	/* above U+10FFFF */
-		return 0;
-	return need;
-}
-
-/* Write s as a JSON string (or null); at most 2 + ESC_MAX * strlen bytes. */
-static char *put_str(char *p, const char *str)
-{
-	static const char hex[] = "0123456789abcdef";
-	const unsigned char *s = (const unsigned char *)str;
-	size_t n, k;
-
-	if (!s)
-		return PUT_LIT(p, "null");
-	n = strlen(str);
-	*p++ = '"';
-	while (n) {
-		unsigned c = *s;
-
-		if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
-			*p++ = (char)c;
-			s++;
-			n--;
-			continue;
-		}
-		if (c >= 0x80) {
-			k = utf8_seq_len(s, n);
-			if (k) {
-				p = put_lit(p, (const char *)s, k);
-			} else {
-				k = 1;
-				p = PUT_LIT(p, "\\ufffd");
-			}
-			s += k;
-			n -= k;
-			continue;
-		}
-		*p++ = '\\';
-		switch (c) {
-		case '"':  *p++ = '"'; break;
-		case '\\': *p++ = '\\'; break;
-		case '\n': *p++ = 'n'; break;
-		case '\r': *p++ = 'r'; break;
-		case '\t': *p++ = 't'; break;
-		case '\b': *p++ = 'b'; break;
-		case '\f': *p++ = 'f'; break;
-		default:
-			p = PUT_LIT(p, "u00");
-			*p++ = hex[c >> 4];
-			*p++ = hex[c & 15];
-		}
-		s++;
-		n--;
-	}
-	*p++ = '"';
-	return p;
-}
-
-/* Worst-case output size of put_str(s), or SIZE_MAX when absurd. */
-static size_t str_bound(const char *s)
-{
-	size_t n = s ? strlen(s) : 4;
-
-	if (n > (SIZE_MAX / 4) / ESC_MAX)
-		return SIZE_MAX;
-	return 2 + n * ESC_MAX;
-}
 
 int result_format(const struct result *r, struct strbuf *out)
 {
-	size_t b_id = str_bound(r->id);
-	size_t b_fr = str_bound(r->finish_reason);
-	size_t b_err = r->error ? str_bound(r->error) : 0;
+	size_t b_id = json_str_bound(r->id);
+	size_t b_fr = json_str_bound(r->finish_reason);
+	size_t b_err = r->error ? json_str_bound(r->error) : 0;
 	size_t need;
 	uint32_t i;
 	char *p;
 
-	_Static_assert(SIZE_MAX / 4 / TOKEN_MAX >= UINT32_MAX,
-		       "n_tokens * TOKEN_MAX must not wrap");
+	_Static_assert(SIZE_MAX / 4 / JSON_TOKEN_MAX >= UINT32_MAX,
+		       "n_tokens * JSON_TOKEN_MAX must not wrap");
 	if (b_id == SIZE_MAX || b_fr == SIZE_MAX || b_err == SIZE_MAX)
 		return -ENOMEM;
 	/* 256 covers the field names and the three numbers. */
-	need = 256 + b_id + b_fr + b_err + (size_t)r->n_tokens * TOKEN_MAX;
+	need = 256 + b_id + b_fr + b_err + (size_t)r->n_tokens * JSON_TOKEN_MAX;
 	if (strbuf_reserve(out, need))
 		return -ENOMEM;
 
 	p = out->data + out->len;
-	p = PUT_LIT(p, "{\"id\":");
-	p = put_str(p, r->id);
-	p = PUT_LIT(p, ",\"tokens\":[");
+	p = JSON_PUT_LIT(p, "{\"id\":");
+	p = json_put_str(p, r->id);
+	p = JSON_PUT_LIT(p, ",\"tokens\":[");
 	for (i = 0; i < r->n_tokens; i++) {
 		if (i)
 			*p++ = ',';
-		p = put_i32(p, r->tokens[i]);
+		p = json_put_i32(p, r->tokens[i]);
 	}
-	p = PUT_LIT(p, "],\"finish_reason\":");
-	p = put_str(p, r->finish_reason);
-	p = PUT_LIT(p, ",\"usage\":{\"prompt_tokens\":");
-	p = put_u64(p, r->n_prompt);
-	p = PUT_LIT(p, ",\"completion_tokens\":");
-	p = put_u64(p, r->n_generated);
-	p = PUT_LIT(p, "},\"line\":");
-	p = put_u64(p, r->line_no);
+	p = JSON_PUT_LIT(p, "],\"finish_reason\":");
+	p = json_put_str(p, r->finish_reason);
+	p = JSON_PUT_LIT(p, ",\"usage\":{\"prompt_tokens\":");
+	p = json_put_u64(p, r->n_prompt);
+	p = JSON_PUT_LIT(p, ",\"completion_tokens\":");
+	p = json_put_u64(p, r->n_generated);
+	p = JSON_PUT_LIT(p, "},\"line\":");
+	p = json_put_u64(p, r->line_no);
 	if (r->error) {
-		p = PUT_LIT(p, ",\"error\":");
-		p = put_str(p, r->error);
+		p = JSON_PUT_LIT(p, ",\"error\":");
+		p = json_put_str(p, r->error);
 	}
-	p = PUT_LIT(p, "}\n");
+	p = JSON_PUT_LIT(p, "}\n");
 	*p = '\0';
 	out->len = (size_t)(p - out->data);
 	return 0;

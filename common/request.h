@@ -25,6 +25,7 @@ struct stop_matcher;
 struct request_limits {
 	uint32_t vocab;		/* tokens must be in [0, vocab) */
 	uint32_t max_context;	/* n_prompt + max_tokens must be <= this */
+	bool id_optional;	/* HTTP: the server names a request without one */
 };
 
 struct request {
@@ -46,7 +47,8 @@ struct request {
 /*
  * Parse one input line (len bytes, no newline needed, need not be
  * NUL-terminated) into req.  Returns 0, or -EINVAL after writing
- * "line N: <what is wrong>" into err (err may be NULL); on error req->id
+ * "line N: <what is wrong>" into err (err may be NULL; line_no 0, an HTTP
+ * body, writes just "<what is wrong>"); on error req->id
  * is still set when the line had a string "id" (so the error result can
  * name it), req->line_no is set and every other member is released.
  * -ENOMEM (err says "out of memory") is the one failure that is not the
