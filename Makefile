@@ -17,12 +17,12 @@ override CFLAGS += -std=gnu11 -Wall -Wextra -Werror -Wstrict-prototypes \
 	-Wmissing-prototypes -Wshadow -Wno-unused-parameter \
 	-D_GNU_SOURCE -Icommon -Icoordinator -Iworker -pthread -MMD -MP
 LDLIBS_COMMON := -ljansson -ldl -lrt -lm -pthread
-LDLIBS_COORD := -luring $(LDLIBS_COMMON)
+LDLIBS_COORD := -luring -lhttp_parser $(LDLIBS_COMMON)
 
 BUILD ?= build
 BIN ?= bin
 
-DEB_PACKAGES := liburing-dev libcmocka-dev libjansson-dev pkg-config
+DEB_PACKAGES := liburing-dev libcmocka-dev libjansson-dev libhttp-parser-dev pkg-config
 
 COMMON_SRC := $(wildcard common/*.c)
 COORD_SRC := $(filter-out coordinator/main.c,$(wildcard coordinator/*.c))
@@ -174,7 +174,7 @@ FUZZ_SECONDS ?= 300
 FUZZ_BUILD := build-fuzz
 FUZZ_BIN := $(FUZZ_BUILD)/fuzz_request
 FUZZ_SRC := tests/fuzz_request.c common/request.c common/strbuf.c \
-	common/stop_matcher.c coordinator/line_reader.c
+	common/stop_matcher.c common/json_writer.c coordinator/line_reader.c
 FUZZ_SANITIZE := -fsanitize=fuzzer,address,undefined
 FUZZ_CFLAGS := -std=gnu11 -D_GNU_SOURCE -Icommon -Icoordinator -g -O1 \
 	-Wall -Wextra -Werror -Wstrict-prototypes -Wmissing-prototypes -Wshadow \

@@ -1,0 +1,240 @@
+/*
+ * completion_api.c - see completion_api.h.
+ *
+ * The DESIGN 3 fields are validated by request_parse() itself, so a body
+ * is judged by exactly the rules a JSON Lines request is; this file adds
+ * the HTTP-only fields.  The body is therefore parsed twice (once here for
+ * "stream" and "model", once by request_parse); bodies are small and the
+ * second parse is what keeps one set of rules.
+ *
+ * OpenAI's errors name the offending field in "param".  request_parse()
+ * names the field in its message ("field 'max_tokens' must be ...",
+ * "prompt[3]: token ..."), so param is the first known field name that
+ * appears there as a whole word.
+ */
+#include "completion_api.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "json_writer.h"
+
+static const char *const known_fields[] = {
+	"id", "prompt", "max_tokens", "stop_token", "stop_token_ids",
+	"stop_sequence", "stop_sequences", "include_stop", "stream", "model",
+};
+
+static bool is_ident(char c)
+{
+	return isalnum((unsigned char)c) || c == '_';
+}
+
+/* The known field named first in msg, as a whole word; NULL if none. */
+static const char *field_named_in(const char *msg)
+{
+	const char *best = NULL, *best_at = NULL;
+
+	for (size_t i = 0; i < sizeof(known_fields) / sizeof(known_fields[0]); i++) {
+		size_t n = strlen(known_fields[i]);
+
+		for (const char *at = strstr(msg, known_fields[i]); at;
+		     at = strstr(at + 1, known_fields[i])) {
+			if ((at > msg && is_ident(at[-1])) || is_ident(at[n]))
+				continue;
+			if (!best_at || at < best_at) {
+				best_at = at;
+				best = known_fields[i];
+			}
+			break;
+		}
+	}
+	return best;
+}
+
+static int body_error(char *err, size_t err_len, const char **param,
+		      const char *field, const char *msg)
+{
+	snprintf(err, err_len, "%s", msg);
+	*param = field;
+	return -EINVAL;
+}
+
+/* The HTTP-only fields: stream, model, and a friendlier word on a text
+ * prompt. */
+static int parse_http_fields(const char *body, size_t len,
+			     struct completion_request *out, char *err,
+			     size_t err_len, const char **param)
+{
+	json_error_t jerr;
+	json_t *obj, *v;
+	int rc = 0;
+
+	obj = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+	if (!obj)	/* request_parse() words the syntax error */
+		return 0;
+	if (!json_is_object(obj))
+		goto out;
+	v = json_object_get(obj, "stream");
+	if (v && !json_is_null(v)) {
+		if (!json_is_boolean(v)) {
+			rc = body_error(err, err_len, param, "stream",
+					"field 'stream' must be true or false");
+			goto out;
+		}
+		out->stream = json_is_true(v);
+	}
+	v = json_object_get(obj, "model");
+	if (v && !json_is_null(v) && !json_is_string(v)) {
+		rc = body_error(err, err_len, param, "model",
+				"field 'model' must be a string");
+		goto out;
+	}
+	v = json_object_get(obj, "prompt");
+	if (v && json_is_string(v))
+		rc = body_error(err, err_len, param, "prompt",
+				"field 'prompt' must be an array of token ids: this "
+				"server has no tokenizer");
+out:
+	json_decref(obj);
+	return rc;
+}
+
+int completion_parse(const char *body, size_t len,
+		     const struct request_limits *lim,
+		     struct completion_request *out, char *err, size_t err_len,
+		     const char **param)
+{
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	*param = NULL;
+	rc = parse_http_fields(body, len, out, err, err_len, param);
+	if (rc)
+		return rc;
+	rc = request_parse(body, len, 0, lim, &out->req, err, err_len);
+	if (rc == -EINVAL)
+		*param = field_named_in(err);
+	return rc;
+}
+
+void completion_request_release(struct completion_request *c)
+{
+	request_release(&c->req);
+}
+
+/* Bytes that bound one answer's fixed text (names, numbers, braces). */
+#define ANSWER_FIXED 384
+
+/* Worst case of everything but the fixed text; SIZE_MAX when absurd. */
+static size_t answer_bound(const struct completion_meta *m, uint32_t n_tokens,
+			   const char *finish_reason)
+{
+	size_t b_id = json_str_bound(m->id), b_model = json_str_bound(m->model);
+	size_t b_fr = json_str_bound(finish_reason);
+
+	if (b_id == SIZE_MAX || b_model == SIZE_MAX || b_fr == SIZE_MAX)
+		return SIZE_MAX;
+	return ANSWER_FIXED + b_id + b_model + b_fr + (size_t)n_tokens * JSON_TOKEN_MAX;
+}
+
+/* The object both answer shapes share, up to and excluding its last '}'. */
+static char *put_answer(char *p, const struct completion_meta *m,
+			const int32_t *tokens, uint32_t n_tokens,
+			const char *finish_reason,
+			const struct completion_usage *usage)
+{
+	p = JSON_PUT_LIT(p, "{\"id\":");
+	p = json_put_str(p, m->id);
+	p = JSON_PUT_LIT(p, ",\"object\":\"text_completion\",\"created\":");
+	p = json_put_u64(p, m->created);
+	p = JSON_PUT_LIT(p, ",\"model\":");
+	p = json_put_str(p, m->model);
+	p = JSON_PUT_LIT(p, ",\"choices\":[{\"index\":0,\"text\":\"\",\"token_ids\":[");
+	for (uint32_t i = 0; i < n_tokens; i++) {
+		if (i)
+			*p++ = ',';
+		p = json_put_i32(p, tokens[i]);
+	}
+	p = JSON_PUT_LIT(p, "],\"finish_reason\":");
+	p = json_put_str(p, finish_reason);
+	p = JSON_PUT_LIT(p, ",\"logprobs\":null}]");
+	if (usage) {
+		p = JSON_PUT_LIT(p, ",\"usage\":{\"prompt_tokens\":");
+		p = json_put_u64(p, usage->prompt_tokens);
+		p = JSON_PUT_LIT(p, ",\"completion_tokens\":");
+		p = json_put_u64(p, usage->completion_tokens);
+		p = JSON_PUT_LIT(p, ",\"total_tokens\":");
+		p = json_put_u64(p, (uint64_t)usage->prompt_tokens +
+				 usage->completion_tokens);
+		*p++ = '}';
+	}
+	return p;
+}
+
+static int format_answer(struct strbuf *out, const struct completion_meta *m,
+			 const int32_t *tokens, uint32_t n_tokens,
+			 const char *finish_reason,
+			 const struct completion_usage *usage, bool event)
+{
+	size_t need = answer_bound(m, n_tokens, finish_reason);
+	char *p;
+
+	if (need == SIZE_MAX || strbuf_reserve(out, need))
+		return -ENOMEM;
+	p = out->data + out->len;
+	if (event)
+		p = JSON_PUT_LIT(p, "data: ");
+	p = put_answer(p, m, tokens, n_tokens, finish_reason, usage);
+	*p++ = '}';
+	if (event)
+		p = JSON_PUT_LIT(p, "\n\n");
+	*p = '\0';
+	out->len = (size_t)(p - out->data);
+	return 0;
+}
+
+int completion_format(struct strbuf *out, const struct completion_meta *m,
+		      const int32_t *tokens, uint32_t n_tokens,
+		      const char *finish_reason,
+		      const struct completion_usage *usage)
+{
+	return format_answer(out, m, tokens, n_tokens, finish_reason, usage, false);
+}
+
+int completion_format_event(struct strbuf *out, const struct completion_meta *m,
+			    const int32_t *tokens, uint32_t n_tokens,
+			    const char *finish_reason,
+			    const struct completion_usage *usage)
+{
+	return format_answer(out, m, tokens, n_tokens, finish_reason, usage, true);
+}
+
+int api_format_error(struct strbuf *out, const char *message, const char *type,
+		     const char *param, const char *code)
+{
+	size_t b_msg = json_str_bound(message), b_type = json_str_bound(type);
+	size_t b_param = json_str_bound(param), b_code = json_str_bound(code);
+	char *p;
+
+	if (b_msg == SIZE_MAX || b_type == SIZE_MAX || b_param == SIZE_MAX ||
+	    b_code == SIZE_MAX ||
+	    strbuf_reserve(out, 64 + b_msg + b_type + b_param + b_code))
+		return -ENOMEM;
+	p = out->data + out->len;
+	p = JSON_PUT_LIT(p, "{\"error\":{\"message\":");
+	p = json_put_str(p, message);
+	p = JSON_PUT_LIT(p, ",\"type\":");
+	p = json_put_str(p, type);
+	p = JSON_PUT_LIT(p, ",\"param\":");
+	p = json_put_str(p, param);
+	p = JSON_PUT_LIT(p, ",\"code\":");
+	p = json_put_str(p, code);
+	p = JSON_PUT_LIT(p, "}}");
+	*p = '\0';
+	out->len = (size_t)(p - out->data);
+	return 0;
+}

@@ -1,0 +1,76 @@
+/*
+ * completion_api.h - the OpenAI-style completion API's bodies: parsing a
+ * POST /v1/completions body into a request, and writing the answers
+ * (a completion object, one Server-Sent Event per streamed step, an error
+ * object).  No I/O and no HTTP framing here; see http_server.h.
+ *
+ * The body takes the DESIGN 3 request fields (prompt as token ids,
+ * max_tokens, stop_token, stop_token_ids, stop_sequence, stop_sequences,
+ * include_stop, and an optional id) plus "stream" and "model".  Fields of
+ * OpenAI's API that change sampling are ignored, as the model is a black
+ * box that picks its own token.
+ */
+#ifndef DYNBATCH_COMPLETION_API_H
+#define DYNBATCH_COMPLETION_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "request.h"
+#include "strbuf.h"
+
+struct completion_request {
+	struct request req;	/* req.id is NULL when the body had none */
+	bool stream;		/* answer with Server-Sent Events */
+};
+
+/*
+ * Parse a request body.  Returns 0, -EINVAL with err set to what is wrong
+ * and *param to the field it names (NULL when it is the body as a whole),
+ * or -ENOMEM.  lim->id_optional should be set.  Call
+ * completion_request_release() in every case.
+ */
+int completion_parse(const char *body, size_t len,
+		     const struct request_limits *lim,
+		     struct completion_request *out, char *err, size_t err_len,
+		     const char **param);
+void completion_request_release(struct completion_request *c);
+
+/* What every answer object carries. */
+struct completion_meta {
+	const char *id;		/* "cmpl-..." or the client's id */
+	uint64_t created;	/* Unix seconds at admission */
+	const char *model;	/* the served model's name */
+};
+
+struct completion_usage {
+	uint32_t prompt_tokens;
+	uint32_t completion_tokens;	/* generated, stop tokens included */
+};
+
+/* The whole non-streaming answer: a "text_completion" object. */
+int completion_format(struct strbuf *out, const struct completion_meta *m,
+		      const int32_t *tokens, uint32_t n_tokens,
+		      const char *finish_reason,
+		      const struct completion_usage *usage);
+
+/*
+ * One Server-Sent Event "data: {...}\n\n" with these new tokens.
+ * finish_reason is NULL (JSON null) until the last event, which also
+ * carries usage (pass NULL before).
+ */
+int completion_format_event(struct strbuf *out, const struct completion_meta *m,
+			    const int32_t *tokens, uint32_t n_tokens,
+			    const char *finish_reason,
+			    const struct completion_usage *usage);
+
+/*
+ * An OpenAI-style error object:
+ *   {"error":{"message":"...","type":"...","param":"..."|null,"code":...}}
+ * type is e.g. "invalid_request_error"; param and code may be NULL.
+ */
+int api_format_error(struct strbuf *out, const char *message, const char *type,
+		     const char *param, const char *code);
+
+#endif /* DYNBATCH_COMPLETION_API_H */
