@@ -344,6 +344,13 @@ uint32_t stop_matcher_max_len(const struct stop_matcher *sm)
 	return sm ? sm->max_len : 0;
 }
 
+uint32_t stop_matcher_pending(const struct stop_matcher *sm, uint32_t state)
+{
+	if (!sm || state >= sm->n_states)
+		return 0;
+	return sm->info[state].depth;
+}
+
 /* ------------------------------------------------------------------ */
 /* Invariants                                                          */
 /* ------------------------------------------------------------------ */

@@ -40,6 +40,14 @@ void stop_matcher_destroy(struct stop_matcher *sm);
 uint32_t stop_matcher_feed(const struct stop_matcher *sm, uint32_t state,
 			   int32_t token, uint32_t *match_len);
 
+/*
+ * How many of the newest tokens fed may still turn out to be the start of
+ * a stop sequence: the depth of state, i.e. the longest suffix of the
+ * tokens fed that is a prefix of some sequence.  A streaming server holds
+ * these back; every older token is final whatever comes next.
+ */
+uint32_t stop_matcher_pending(const struct stop_matcher *sm, uint32_t state);
+
 /* Length of the longest stop sequence (0 for none). */
 uint32_t stop_matcher_max_len(const struct stop_matcher *sm);
 

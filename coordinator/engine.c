@@ -56,9 +56,11 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "http_server.h"
 #include "io_ring.h"
 #include "line_reader.h"
 #include "log.h"
+#include "metrics.h"
 #include "model_loader.h"
 #include "parser_thread.h"
 #include "request.h"
@@ -146,6 +148,16 @@ struct engine {
 	int32_t *next_tokens;
 	struct shm_result_row *inproc_rows;
 	struct engine_stats stats;
+	/* dynbatch serve */
+	struct http_server *http;	/* NULL for dynbatch run */
+	uint32_t *resume;		/* RESUMING handles, oldest first */
+	uint32_t n_resume;
+	uint32_t n_paused;		/* PAUSED or RESUMING requests */
+	bool workers_lost;		/* every shard failed its last starts */
+	struct histogram step_hist;	/* dispatch -> result seen */
+	struct histogram request_hist;	/* admission -> finish (stop, length) */
+	struct histogram ttft_hist;	/* admission -> first token */
+	uint64_t n_prompt_tokens;	/* of requests admitted */
 };
 
 static void engine_fail(struct engine *e, const char *fmt, ...)
@@ -191,6 +203,62 @@ static void engine_emit_unqueued(struct engine *e, const struct request *req,
 	engine_emit(e, &r, reason);
 }
 
+/* Take handle out of the resume line (it is RESUMING). */
+static void engine_unresume(struct engine *e, uint32_t handle)
+{
+	for (uint32_t i = 0; i < e->n_resume; i++) {
+		if (e->resume[i] != handle)
+			continue;
+		e->n_resume--;
+		memmove(e->resume + i, e->resume + i + 1,
+			(e->n_resume - i) * sizeof(uint32_t));
+		return;
+	}
+}
+
+/* Leave wherever the request is, freeing its slot (stale results for it
+ * are rejected: the slot is no longer ACTIVE, or has a new generation). */
+static void engine_unplace(struct engine *e, uint32_t handle,
+			   struct live_request *lr, uint64_t now)
+{
+	switch (lr->place) {
+	case LIVE_QUEUED:
+		wait_queue_remove(&e->queue, handle);	/* -ENOENT: popped */
+		break;
+	case LIVE_ACTIVE:
+		slot_table_release(&e->slots, lr->slot);
+		e->slot_freed_ns[lr->slot] = now;
+		lr->slot = REQUEST_NONE;
+		break;
+	case LIVE_RESUMING:
+		engine_unresume(e, handle);
+		/* fall through */
+	case LIVE_PAUSED:
+		e->n_paused--;
+		break;
+	}
+}
+
+/* dynbatch serve: hand the answer to the HTTP front end and release. */
+static void engine_finish_served(struct engine *e, uint32_t handle,
+				 struct live_request *lr,
+				 enum finish_reason reason, const char *error)
+{
+	uint64_t now = clock_now_ns();
+	uint32_t n = lr->n_generated;
+
+	if (reason == FINISH_STOP && !lr->req.include_stop)
+		n -= lr->stop_len;
+	e->stats.n_finished[reason]++;
+	if (reason == FINISH_STOP || reason == FINISH_LENGTH) {
+		stats_record_latency(&e->stats, now - lr->admitted_ns);
+		histogram_record(&e->request_hist, now - lr->admitted_ns);
+	}
+	engine_unplace(e, handle, lr, now);
+	http_server_on_finish(e->http, lr, reason, error, lr->generated, n);
+	request_pool_free(&e->pool, handle);
+}
+
 /*
  * Write the result of live request handle and release it and its slot.
  * The only way a live request ends, so each gets exactly one line.
@@ -204,6 +272,10 @@ static void engine_finish(struct engine *e, uint32_t handle,
 
 	if (!lr)
 		return;
+	if (e->http) {
+		engine_finish_served(e, handle, lr, reason, error);
+		return;
+	}
 	memset(&r, 0, sizeof(r));
 	r.id = lr->req.id;
 	r.line_no = lr->req.line_no;
@@ -227,6 +299,15 @@ static void engine_finish(struct engine *e, uint32_t handle,
 		e->slot_freed_ns[lr->slot] = now;
 	}
 	request_pool_free(&e->pool, handle);
+}
+
+/* Finish every live request (waiting, active or paused) with reason. */
+static void engine_finish_all(struct engine *e, enum finish_reason reason,
+			      const char *error)
+{
+	for (uint32_t h = 0; h < e->pool.capacity; h++)
+		if (request_pool_get(&e->pool, h))
+			engine_finish(e, h, reason, error);
 }
 
 /* ------------------------------------------------------------------------
@@ -292,7 +373,7 @@ static bool engine_admit_parsed(struct engine *e)
 {
 	struct parsed_line pl;
 
-	if (!engine_can_admit(e) || !parser_thread_take(e->parser, &pl))
+	if (!e->parser || !engine_can_admit(e) || !parser_thread_take(e->parser, &pl))
 		return false;
 	engine_admit(e, &pl);
 	return true;
@@ -353,6 +434,38 @@ static bool engine_parse_input(struct engine *e)
  * Slots, dispatch, commit
  * ---------------------------------------------------------------------- */
 
+/* The next request for a free slot: a resumed one first (it held a slot
+ * before), then the waiting queue.  -ENOENT when there is none. */
+static int engine_next_waiting(struct engine *e, uint32_t *handle)
+{
+	if (e->n_resume) {
+		*handle = e->resume[0];
+		e->n_resume--;
+		memmove(e->resume, e->resume + 1, e->n_resume * sizeof(uint32_t));
+		e->n_paused--;
+		return 0;
+	}
+	if (!wait_queue_len(&e->queue))
+		engine_admit_parsed(e);
+	return wait_queue_pop(&e->queue, handle);
+}
+
+/* Put lr into slot: its prompt, and the tokens it had when it paused. */
+static int engine_place(struct engine *e, uint32_t slot, uint32_t handle,
+			struct live_request *lr)
+{
+	if (slot_table_assign(&e->slots, slot, handle, lr->req.prompt,
+			      lr->req.n_prompt))
+		return -EINVAL;
+	for (uint32_t i = 0; i < lr->n_generated; i++) {
+		if (slot_table_append(&e->slots, slot, lr->generated[i])) {
+			slot_table_release(&e->slots, slot);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
 /* Fill the shard's free slots from the waiting queue (FIFO). */
 static void shard_refill(struct engine *e, struct shard *s)
 {
@@ -369,29 +482,30 @@ static void shard_refill(struct engine *e, struct shard *s)
 
 		if (e->slots.slots[slot].state != SHM_SLOT_FREE)
 			continue;
-		if (!wait_queue_len(&e->queue))
-			engine_admit_parsed(e);
-		if (wait_queue_pop(&e->queue, &handle))
+		if (engine_next_waiting(e, &handle))
 			return;
 		lr = request_pool_get(&e->pool, handle);
 		if (!lr) {
 			engine_fail(e, "waiting queue held a bad handle %u", handle);
 			return;
 		}
-		if (slot_table_assign(&e->slots, slot, handle, lr->req.prompt,
-				      lr->req.n_prompt)) {
+		if (engine_place(e, slot, handle, lr)) {
+			lr->place = LIVE_QUEUED;	/* popped: nowhere to leave */
 			engine_finish(e, handle, FINISH_ERROR, "prompt does not fit a slot");
 			continue;
 		}
 		if (!now)
 			now = clock_now_ns();
 		lr->slot = slot;
-		lr->started_ns = now;
-		lr->matcher_state = STOP_MATCHER_ROOT;
+		lr->place = LIVE_ACTIVE;
 		if (e->slot_freed_ns[slot]) {
 			e->stats.refill_ns_sum += now - e->slot_freed_ns[slot];
 			e->stats.n_refills++;
 		}
+		if (lr->started_ns)	/* resumed: its stop cursor carries on */
+			continue;
+		lr->started_ns = now;
+		lr->matcher_state = STOP_MATCHER_ROOT;
 	}
 }
 
@@ -483,6 +597,11 @@ static void engine_commit_token(struct engine *e, uint32_t slot, int32_t token)
 		engine_finish(e, handle, FINISH_ERROR, "context limit reached");
 		return;
 	}
+	if (lr->generated) {
+		lr->generated[lr->n_generated] = token;
+		if (!lr->n_generated)
+			histogram_record(&e->ttft_hist, clock_now_ns() - lr->admitted_ns);
+	}
 	lr->n_generated++;
 	e->stats.n_tokens++;
 	if (lr->req.stops) {
@@ -496,6 +615,8 @@ static void engine_commit_token(struct engine *e, uint32_t slot, int32_t token)
 	}
 	if (lr->n_generated >= lr->req.max_tokens)
 		engine_finish(e, handle, FINISH_LENGTH, NULL);
+	else if (e->http)
+		http_server_on_tokens(e->http, lr);
 }
 
 /*
@@ -607,6 +728,7 @@ static bool shard_poll(struct engine *e, struct shard *s)
 			uint64_t model_ns = r->model_ns;	/* untrusted: stats only */
 
 			shard_note_step_time(s, took);
+			histogram_record(&e->step_hist, took);
 			e->stats.step_ns += took;
 			e->stats.model_ns += model_ns < took ? model_ns : took;
 		}
@@ -637,6 +759,7 @@ static bool shard_step_in_process(struct engine *e, struct shard *s)
 	t0 = clock_now_ns();
 	ret = model_next(e->model, n, e->prefixes, e->lengths, e->next_tokens);
 	t0 = clock_now_ns() - t0;
+	histogram_record(&e->step_hist, t0);
 	e->stats.model_ns += t0;	/* in-process, the step is the model call */
 	e->stats.step_ns += t0;
 	if (ret) {
@@ -677,9 +800,23 @@ static void shard_note_failed_start(struct engine *e, struct shard *s,
 	for (uint32_t i = 0; i < e->n_shards; i++)
 		if (e->shards[i].n_failed_starts < ENGINE_MAX_FAILED_STARTS)
 			return;
-	engine_fail(e, "no worker can be kept alive: %u starts in a row failed "
-		    "on every shard (last: %s); check --model and the worker's "
-		    "messages above", s->n_failed_starts, why);
+	if (!e->http) {
+		engine_fail(e, "no worker can be kept alive: %u starts in a row "
+			    "failed on every shard (last: %s); check --model and "
+			    "the worker's messages above", s->n_failed_starts, why);
+		return;
+	}
+	/* A server stays up (GET /health says 503) and keeps trying, but
+	 * nobody should wait on it meanwhile. */
+	if (!e->workers_lost) {
+		char msg[256];
+
+		LOG(LOG_ERROR, "no worker can be kept alive (last: %s); failing "
+		    "requests until one starts", why);
+		snprintf(msg, sizeof(msg), "no worker can be kept alive (last: %s)", why);
+		e->workers_lost = true;
+		engine_finish_all(e, FINISH_ERROR, msg);
+	}
 }
 
 static int shard_start_worker(struct engine *e, struct shard *s)
@@ -854,6 +991,8 @@ static uint64_t engine_check_workers(struct engine *e, uint64_t now)
 			    s->pid) {
 				s->ready_seen = true;
 				s->dispatched_ns = now;
+				s->n_failed_starts = 0;
+				e->workers_lost = false;
 			} else if (since(now, s->started_ns) >= start_timeout) {
 				LOG(LOG_WARN, "worker %u (pid %d) not ready after %llu ms; "
 				    "killing it", s->index, (int)s->pid,
@@ -897,6 +1036,20 @@ static void engine_on_signal(struct engine *e, int signo)
 	uint32_t handle;
 
 	e->n_signals++;
+	if (e->http) {
+		/* A server drains everything it accepted: queued requests
+		 * were promised an answer too. */
+		if (e->n_signals == 1) {
+			LOG(LOG_WARN, "%s: draining (no new connections; every "
+			    "request already accepted finishes); signal again to "
+			    "stop now", strsignal(signo));
+			http_server_stop_accepting(e->http);
+			return;
+		}
+		LOG(LOG_WARN, "%s again: cancelling every request", strsignal(signo));
+		engine_finish_all(e, FINISH_CANCELLED, "the server is shutting down");
+		return;
+	}
 	if (e->n_signals == 1) {
 		LOG(LOG_WARN, "%s: draining (no new requests; active ones finish, "
 		    "waiting ones are cancelled); signal again to stop now",
@@ -951,12 +1104,22 @@ static void engine_handle_event(struct engine *e, const struct io_event *ev)
 		io_ring_read(&e->io, e->notify_fd, &e->notify_buf,
 			     sizeof(e->notify_buf), IO_TAG_NOTIFY, 0);
 		break;
+	case IO_TAG_ACCEPT:
+	case IO_TAG_RECV:
+	case IO_TAG_SEND:
+		if (e->http)
+			http_server_on_event(e->http, ev);
+		break;
 	}
 }
 
-/* Queue the input read and output write that are due. */
-static void engine_arm_io(struct engine *e)
+/* Queue the input read and output write that are due (serve: take the
+ * HTTP requests that arrived, queue recvs and sends).  Returns true if it
+ * admitted anything. */
+static bool engine_arm_io(struct engine *e)
 {
+	if (e->http)
+		return http_server_pump(e->http);
 	if (!e->read_inflight && !e->input_eof && !e->n_signals && !e->failed &&
 	    line_reader_buffered(&e->lines) < ENGINE_READ_SIZE &&
 	    engine_can_admit(e)) {
@@ -976,6 +1139,7 @@ static void engine_arm_io(struct engine *e)
 			      (uint32_t)e->out_write.len, IO_TAG_OUTPUT, 0);
 		e->write_inflight = true;
 	}
+	return false;
 }
 
 static bool engine_any_result_ready(struct engine *e)
@@ -1063,7 +1227,8 @@ static void engine_wait(struct engine *e, uint64_t deadline_ns)
 		}
 	}
 	/* The parser thread writes the eventfd for us once it has a line. */
-	want_parser = engine_can_admit(e) && parser_thread_in_flight(e->parser);
+	want_parser = e->parser && engine_can_admit(e) &&
+		      parser_thread_in_flight(e->parser);
 	if (want_parser && parser_thread_want_wakeup(e->parser)) {
 		parser_thread_no_wakeup(e->parser);
 		if (!e->in_process)
@@ -1089,6 +1254,9 @@ static void engine_wait(struct engine *e, uint64_t deadline_ns)
 
 static bool engine_done(const struct engine *e)
 {
+	if (e->http)	/* drained: nothing live, every answer sent */
+		return e->failed || (e->n_signals && !e->pool.n_live &&
+				     http_server_flushed(e->http));
 	bool input_done = e->input_eof || e->n_signals || e->failed;
 
 	return input_done && !e->pool.n_live && !e->write_inflight &&
@@ -1114,7 +1282,10 @@ static void engine_loop(struct engine *e)
 			engine_fail(e, "io_uring: %s", strerror(-ret));
 		if (e->failed)
 			break;
-		progress |= engine_parse_input(e);
+		if (e->parser)
+			progress |= engine_parse_input(e);
+		else if (e->http)
+			progress |= http_server_pump(e->http);
 		for (uint32_t i = 0; i < e->n_shards; i++) {
 			struct shard *s = &e->shards[i];
 
@@ -1130,6 +1301,12 @@ static void engine_loop(struct engine *e)
 		}
 		now = clock_now_ns();
 		deadline = engine_check_workers(e, now);
+		if (e->http) {
+			uint64_t t = http_server_tick(e->http, now);
+
+			if (t < deadline)
+				deadline = t;
+		}
 		if (e->progress_on && now - e->last_progress_ns >= ENGINE_PROGRESS_NS) {
 			stats_print_progress(&e->stats, now, wait_queue_len(&e->queue),
 					     e->slots.n_busy, stderr);
@@ -1137,7 +1314,7 @@ static void engine_loop(struct engine *e)
 		}
 		if (e->progress_on && now + ENGINE_PROGRESS_NS < deadline)
 			deadline = now + ENGINE_PROGRESS_NS;
-		engine_arm_io(e);
+		progress |= engine_arm_io(e);
 		if (io_ring_submit(&e->io))
 			engine_fail(e, "io_uring submit failed");
 		if (!progress && !engine_done(e))
@@ -1200,6 +1377,9 @@ static void engine_teardown(struct engine *e)
 	}
 	free(e->shards);
 	parser_thread_destroy(e->parser);
+	if (e->http)
+		http_server_destroy(e->http);
+	free(e->resume);
 	io_ring_exit(&e->io);
 	if (e->sig_fd >= 0)
 		close(e->sig_fd);
@@ -1244,11 +1424,9 @@ static void engine_fail_all(struct engine *e)
 	char msg[320];
 
 	snprintf(msg, sizeof(msg), "engine failed: %s", e->fail_msg);
-	for (uint32_t h = 0; h < e->pool.capacity; h++)
-		if (request_pool_get(&e->pool, h))
-			engine_finish(e, h, FINISH_ERROR, msg);
+	engine_finish_all(e, FINISH_ERROR, msg);
 	/* Write synchronously, older bytes first: the loop is over. */
-	if (!write_all(e->out_fd, e->out_write.data, e->out_write.len))
+	if (e->out_fd >= 0 && !write_all(e->out_fd, e->out_write.data, e->out_write.len))
 		write_all(e->out_fd, e->out_fill.data, e->out_fill.len);
 }
 
@@ -1286,6 +1464,8 @@ static int engine_setup(struct engine *e)
 		return ENGINE_EXIT_USAGE;
 	}
 	e->vocab = model_vocab(e->model);
+	if (cfg->http)
+		goto files_done;	/* serve: requests come over HTTP */
 	e->in_fd = open_input(cfg->input_path);
 	if (e->in_fd < 0) {
 		fprintf(stderr, "dynbatch: --input %s: %s\n", cfg->input_path, strerror(errno));
@@ -1296,6 +1476,7 @@ static int engine_setup(struct engine *e)
 		fprintf(stderr, "dynbatch: --output %s: %s\n", cfg->output_path, strerror(errno));
 		return ENGINE_EXIT_USAGE;
 	}
+files_done:
 	e->in_process = cfg->n_workers == 0;
 	e->n_shards = e->in_process ? 1 :
 		      (cfg->n_workers < cfg->n_slots ? cfg->n_workers : cfg->n_slots);
@@ -1331,7 +1512,8 @@ static int engine_setup(struct engine *e)
 	e->lengths = calloc(cfg->n_slots, sizeof(*e->lengths));
 	e->next_tokens = calloc(cfg->n_slots, sizeof(int32_t));
 	e->inproc_rows = calloc(cfg->n_slots, sizeof(*e->inproc_rows));
-	if (!e->read_buf || !e->slot_freed_ns || !e->prefixes || !e->lengths ||
+	e->resume = calloc(e->pool.capacity, sizeof(uint32_t));
+	if (!e->resume || !e->read_buf || !e->slot_freed_ns || !e->prefixes || !e->lengths ||
 	    !e->next_tokens || !e->inproc_rows)
 		goto nomem;
 
@@ -1340,12 +1522,13 @@ static int engine_setup(struct engine *e)
 	sigaddset(&sigs, SIGINT);
 	sigaddset(&sigs, SIGTERM);
 	sigprocmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);	/* a closed socket or pipe is an error code */
 	e->sig_fd = signalfd(-1, &sigs, SFD_CLOEXEC);
 	if (e->notify_fd < 0 || e->sig_fd < 0) {
 		fprintf(stderr, "dynbatch: eventfd/signalfd: %s\n", strerror(errno));
 		return ENGINE_EXIT_FAILED;
 	}
-	{
+	if (!cfg->http) {
 		struct request_limits lim = { .vocab = e->vocab,
 					      .max_context = cfg->max_context };
 		uint32_t cap = cfg->n_slots < 16 ? 16 : cfg->n_slots;
@@ -1357,10 +1540,22 @@ static int engine_setup(struct engine *e)
 			return ENGINE_EXIT_FAILED;
 		}
 	}
-	ret = io_ring_init(&e->io, 64 + 2 * e->n_shards);
+	/* serve: a recv and a send may be queued per connection in one round */
+	ret = io_ring_init(&e->io, cfg->http ? 1024 : 64 + 2 * e->n_shards);
 	if (ret) {
 		fprintf(stderr, "dynbatch: io_uring: %s\n", strerror(-ret));
 		return ENGINE_EXIT_FAILED;
+	}
+	if (cfg->http) {
+		struct request_limits lim = { .vocab = e->vocab,
+					      .max_context = cfg->max_context };
+
+		e->http = http_server_create(cfg->http, e, &e->io, &lim, err,
+					     sizeof(err));
+		if (!e->http) {
+			fprintf(stderr, "dynbatch: %s\n", err);
+			return ENGINE_EXIT_USAGE;
+		}
 	}
 	io_ring_read(&e->io, e->sig_fd, &e->sig_buf, sizeof(e->sig_buf), IO_TAG_SIGNAL, 0);
 	io_ring_read(&e->io, e->notify_fd, &e->notify_buf, sizeof(e->notify_buf),
@@ -1395,4 +1590,129 @@ int engine_run(const struct engine_config *cfg)
 	}
 	engine_teardown(&e);
 	return status;
+}
+
+/* ------------------------------------------------------------------------
+ * The HTTP front end's side (engine.h)
+ * ---------------------------------------------------------------------- */
+
+int engine_submit(struct engine *e, struct request *req, uint64_t client,
+		  uint32_t *handle)
+{
+	struct live_request *lr;
+	int32_t *generated;
+	uint32_t h;
+
+	if (e->n_signals || e->failed)
+		return -ESHUTDOWN;
+	if (e->workers_lost)
+		return -EIO;
+	if (request_pool_find_id(&e->pool, req->id) != REQUEST_NONE)
+		return -EEXIST;
+	if (wait_queue_full(&e->queue) || request_pool_full(&e->pool))
+		return -EAGAIN;
+	generated = malloc((size_t)req->max_tokens * sizeof(int32_t));
+	if (!generated)
+		return -ENOMEM;
+	h = request_pool_alloc(&e->pool);
+	lr = request_pool_get(&e->pool, h);
+	lr->req = *req;
+	memset(req, 0, sizeof(*req));
+	lr->generated = generated;
+	lr->client = client;
+	lr->admitted_ns = clock_now_ns();
+	request_pool_add_id(&e->pool, h);
+	wait_queue_push(&e->queue, h);
+	e->n_prompt_tokens += lr->req.n_prompt;
+	*handle = h;
+	return 0;
+}
+
+void engine_cancel(struct engine *e, uint32_t handle)
+{
+	if (request_pool_get(&e->pool, handle))
+		engine_finish(e, handle, FINISH_CANCELLED, "the client went away");
+}
+
+void engine_pause(struct engine *e, uint32_t handle)
+{
+	struct live_request *lr = request_pool_get(&e->pool, handle);
+
+	if (!lr)
+		return;
+	if (lr->place == LIVE_ACTIVE) {
+		engine_unplace(e, handle, lr, clock_now_ns());
+		e->n_paused++;
+	} else if (lr->place == LIVE_RESUMING) {
+		engine_unresume(e, handle);
+	} else {
+		return;		/* waiting: it has produced nothing to hold up */
+	}
+	lr->place = LIVE_PAUSED;
+}
+
+void engine_resume(struct engine *e, uint32_t handle)
+{
+	struct live_request *lr = request_pool_get(&e->pool, handle);
+
+	if (!lr || lr->place != LIVE_PAUSED)
+		return;
+	lr->place = LIVE_RESUMING;
+	e->resume[e->n_resume++] = handle;	/* room: one per live request */
+}
+
+bool engine_healthy(const struct engine *e)
+{
+	if (e->failed)
+		return false;
+	if (e->in_process)
+		return true;
+	for (uint32_t i = 0; i < e->n_shards; i++)
+		if (e->shards[i].pid > 0 && e->shards[i].ready_seen)
+			return true;
+	return false;
+}
+
+int engine_metrics(const struct engine *e, struct strbuf *out)
+{
+	const struct engine_stats *st = &e->stats;
+	char labels[64];
+	int ret = 0;
+
+	for (int r = 0; r < FINISH_N && !ret; r++) {
+		snprintf(labels, sizeof(labels), "finish_reason=\"%s\"",
+			 finish_reason_names[r]);
+		ret = metrics_counter(out, "dynbatch_requests_total", r ? NULL :
+				      "Finished requests by finish reason.", labels,
+				      st->n_finished[r]);
+	}
+	ret = ret ? ret : metrics_counter(out, "dynbatch_generation_tokens_total",
+			"Tokens generated (committed).", NULL, st->n_tokens);
+	ret = ret ? ret : metrics_counter(out, "dynbatch_prompt_tokens_total",
+			"Prompt tokens of admitted requests.", NULL, e->n_prompt_tokens);
+	ret = ret ? ret : metrics_gauge(out, "dynbatch_queue_depth",
+			"Requests in the waiting queue.", wait_queue_len(&e->queue));
+	ret = ret ? ret : metrics_gauge(out, "dynbatch_slots_busy",
+			"Batch slots holding a request.", e->slots.n_busy);
+	ret = ret ? ret : metrics_gauge(out, "dynbatch_slots_total",
+			"Batch slots (--batch).", e->slots.n_slots);
+	ret = ret ? ret : metrics_gauge(out, "dynbatch_requests_paused",
+			"Requests parked while their client reads slowly.", e->n_paused);
+	ret = ret ? ret : metrics_counter(out, "dynbatch_stale_results_rejected_total",
+			"Worker results rejected as stale or invalid.", NULL, st->n_stale);
+	ret = ret ? ret : metrics_counter(out, "dynbatch_worker_restarts_total",
+			"Worker processes started to replace one that exited.", NULL,
+			st->n_worker_starts > e->n_shards && !e->in_process ?
+			st->n_worker_starts - e->n_shards : 0);
+	ret = ret ? ret : metrics_counter(out, "dynbatch_worker_deaths_total",
+			"Worker processes that exited.", NULL, st->n_worker_deaths);
+	ret = ret ? ret : metrics_counter(out, "dynbatch_model_steps_total",
+			"Model steps completed.", NULL, st->n_steps);
+	ret = ret ? ret : metrics_histogram(out, "dynbatch_step_seconds",
+			"Model step latency, dispatch to result.", &e->step_hist);
+	ret = ret ? ret : metrics_histogram(out, "dynbatch_request_seconds",
+			"Request latency, admission to last token.", &e->request_hist);
+	ret = ret ? ret : metrics_histogram(out, "dynbatch_time_to_first_token_seconds",
+			"Admission to first generated token.", &e->ttft_hist);
+	return ret ? -ENOMEM : 0;
 }

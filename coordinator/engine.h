@@ -16,12 +16,20 @@
  * queue and dispatches the shard's next step at once, whatever the other
  * shards are doing.  With zero workers the same loop calls the model
  * in-process on a single shard.
+ *
+ * `dynbatch serve` runs the same loop with requests coming from HTTP
+ * (http_server.h) instead of JSON Lines: cfg->http is set, and the server
+ * drives the engine through the functions at the end of this file.
  */
 #ifndef DYNBATCH_ENGINE_H
 #define DYNBATCH_ENGINE_H
 
 #include <stdbool.h>
 #include <stdint.h>
+
+struct http_config;
+struct request;
+struct strbuf;
 
 struct engine_config {
 	uint32_t n_workers;		/* worker processes; 0 = in-process */
@@ -40,6 +48,7 @@ struct engine_config {
 	uint32_t poison_attempts;	/* lone failures before a request fails */
 	uint32_t worker_nice;		/* workers' nice value, 0..19 */
 	int progress;			/* 1 on, 0 off, -1 when stderr is a tty */
+	const struct http_config *http;	/* serve: the HTTP front end, else NULL */
 };
 
 #define ENGINE_EXIT_OK 0
@@ -48,5 +57,32 @@ struct engine_config {
 
 /* Run to completion.  Returns the process exit status (DESIGN 4.1). */
 int engine_run(const struct engine_config *cfg);
+
+/* ------------------------------------------------------------------------
+ * For the HTTP front end (dynbatch serve)
+ * ---------------------------------------------------------------------- */
+
+struct engine;
+
+/*
+ * Admit req (req->id set, max_tokens > 0) for the client cookie.  On 0 the
+ * engine owns req and *handle names the live request; otherwise req is
+ * untouched: -EAGAIN the waiting queue is full, -EEXIST a live request
+ * has this id, -ESHUTDOWN the engine is draining, -EIO no worker can be
+ * kept alive, -ENOMEM.
+ */
+int engine_submit(struct engine *e, struct request *req, uint64_t client,
+		  uint32_t *handle);
+/* The client is gone: finish the request as cancelled (its slot is freed
+ * and refilled; a result still in flight for it is stale). */
+void engine_cancel(struct engine *e, uint32_t handle);
+/* The client's output buffer is full: give up the slot, keep the tokens. */
+void engine_pause(struct engine *e, uint32_t handle);
+/* The buffer drained: back to the front of the line for a slot. */
+void engine_resume(struct engine *e, uint32_t handle);
+/* True while a worker is ready to step (or the engine runs in-process). */
+bool engine_healthy(const struct engine *e);
+/* Write the engine's Prometheus metrics.  0 or -ENOMEM. */
+int engine_metrics(const struct engine *e, struct strbuf *out);
 
 #endif /* DYNBATCH_ENGINE_H */

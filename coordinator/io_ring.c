@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "fault_sim.h"
 
@@ -41,6 +42,15 @@ static struct io_uring_sqe *io_ring_sqe(struct io_ring *r)
 	return sqe;
 }
 
+/* Tag a prepared entry with what it is for; it counts as pending. */
+static int io_ring_tag(struct io_ring *r, struct io_uring_sqe *sqe,
+		       enum io_tag tag, uint32_t index)
+{
+	io_uring_sqe_set_data64(sqe, io_user_data(tag, index));
+	r->n_pending++;
+	return 0;
+}
+
 int io_ring_read(struct io_ring *r, int fd, void *buf, uint32_t len,
 		 enum io_tag tag, uint32_t index)
 {
@@ -50,9 +60,7 @@ int io_ring_read(struct io_ring *r, int fd, void *buf, uint32_t len,
 		return -EBUSY;
 	/* offset -1: use and advance the file position (files and pipes) */
 	io_uring_prep_read(sqe, fd, buf, len, (uint64_t)-1);
-	io_uring_sqe_set_data64(sqe, io_user_data(tag, index));
-	r->n_pending++;
-	return 0;
+	return io_ring_tag(r, sqe, tag, index);
 }
 
 int io_ring_write(struct io_ring *r, int fd, const void *buf, uint32_t len,
@@ -63,9 +71,7 @@ int io_ring_write(struct io_ring *r, int fd, const void *buf, uint32_t len,
 	if (!sqe)
 		return -EBUSY;
 	io_uring_prep_write(sqe, fd, buf, len, (uint64_t)-1);
-	io_uring_sqe_set_data64(sqe, io_user_data(tag, index));
-	r->n_pending++;
-	return 0;
+	return io_ring_tag(r, sqe, tag, index);
 }
 
 int io_ring_poll_in(struct io_ring *r, int fd, enum io_tag tag, uint32_t index)
@@ -75,9 +81,40 @@ int io_ring_poll_in(struct io_ring *r, int fd, enum io_tag tag, uint32_t index)
 	if (!sqe)
 		return -EBUSY;
 	io_uring_prep_poll_add(sqe, fd, POLLIN);
-	io_uring_sqe_set_data64(sqe, io_user_data(tag, index));
-	r->n_pending++;
-	return 0;
+	return io_ring_tag(r, sqe, tag, index);
+}
+
+int io_ring_accept(struct io_ring *r, int fd, enum io_tag tag, uint32_t index)
+{
+	struct io_uring_sqe *sqe = io_ring_sqe(r);
+
+	if (!sqe)
+		return -EBUSY;
+	io_uring_prep_accept(sqe, fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+	return io_ring_tag(r, sqe, tag, index);
+}
+
+int io_ring_recv(struct io_ring *r, int fd, void *buf, uint32_t len,
+		 enum io_tag tag, uint32_t index)
+{
+	struct io_uring_sqe *sqe = io_ring_sqe(r);
+
+	if (!sqe)
+		return -EBUSY;
+	io_uring_prep_recv(sqe, fd, buf, len, 0);
+	return io_ring_tag(r, sqe, tag, index);
+}
+
+int io_ring_send(struct io_ring *r, int fd, const void *buf, uint32_t len,
+		 enum io_tag tag, uint32_t index)
+{
+	struct io_uring_sqe *sqe = io_ring_sqe(r);
+
+	if (!sqe)
+		return -EBUSY;
+	/* MSG_NOSIGNAL: a client that went away is an error code, not SIGPIPE */
+	io_uring_prep_send(sqe, fd, buf, len, MSG_NOSIGNAL);
+	return io_ring_tag(r, sqe, tag, index);
 }
 
 int io_ring_submit(struct io_ring *r)

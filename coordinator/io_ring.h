@@ -3,8 +3,9 @@
  *
  * Every blocking wait of the coordinator is one io_uring_wait: input
  * reads, output writes, the signalfd (SIGINT/SIGTERM), each worker's
- * pidfd (readable when the process exits) and the eventfd that workers
- * write to wake a sleeping coordinator.  Operations carry a tag (what they
+ * pidfd (readable when the process exits), the eventfd that workers
+ * write to wake a sleeping coordinator, and for `dynbatch serve` the
+ * listening socket and every HTTP connection.  Operations carry a tag (what they
  * are for) and an index (which worker) in their user_data; completions
  * are handed back through io_ring_next().
  */
@@ -21,6 +22,9 @@ enum io_tag {
 	IO_TAG_SIGNAL,		/* read of the signalfd */
 	IO_TAG_PIDFD,		/* poll of a worker's pidfd; index = shard */
 	IO_TAG_NOTIFY,		/* read of the workers' eventfd */
+	IO_TAG_ACCEPT,		/* serve: accept on the listening socket */
+	IO_TAG_RECV,		/* serve: recv on a connection; index = conn */
+	IO_TAG_SEND,		/* serve: send on a connection; index = conn */
 };
 
 struct io_event {
@@ -43,6 +47,13 @@ int io_ring_read(struct io_ring *r, int fd, void *buf, uint32_t len,
 int io_ring_write(struct io_ring *r, int fd, const void *buf, uint32_t len,
 		  enum io_tag tag, uint32_t index);
 int io_ring_poll_in(struct io_ring *r, int fd, enum io_tag tag, uint32_t index);
+/* Accept one connection (non-blocking, close-on-exec); res is its fd. */
+int io_ring_accept(struct io_ring *r, int fd, enum io_tag tag, uint32_t index);
+int io_ring_recv(struct io_ring *r, int fd, void *buf, uint32_t len,
+		 enum io_tag tag, uint32_t index);
+/* send() without SIGPIPE. */
+int io_ring_send(struct io_ring *r, int fd, const void *buf, uint32_t len,
+		 enum io_tag tag, uint32_t index);
 
 /* Submit what was queued; 0 or a negative errno. */
 int io_ring_submit(struct io_ring *r);

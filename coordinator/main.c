@@ -3,6 +3,7 @@
  *
  *   dynbatch run [--workers N] [--batch B] [--model SPEC] [--max-context N]
  *                [--input FILE|-] [--output FILE|-] [options]
+ *   dynbatch serve [--listen HOST:PORT] [the same engine options] [options]
  *
  * Exit status: 0 when every request got its result line, 2 for a usage or
  * configuration error, 1 when the engine itself failed.
@@ -15,17 +16,20 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "http_server.h"
 #include "log.h"
 #include "parse_num.h"
 
 static void usage(FILE *f)
 {
 	fprintf(f,
-"usage: dynbatch run [options]\n"
+"usage: dynbatch run [options]      decode JSON Lines requests\n"
+"       dynbatch serve [options]    serve an OpenAI-style HTTP API\n"
 "\n"
-"Decode JSON Lines requests with a continuous-batching engine: a coordinator\n"
-"and N worker processes sharing one POSIX shared-memory segment.\n"
+"A continuous-batching engine: a coordinator and N worker processes sharing\n"
+"one POSIX shared-memory segment.\n"
 "\n"
+"Engine options (run and serve):\n"
 "  --workers N        worker processes (default: number of CPUs); 0 runs the\n"
 "                     same scheduler in one process, calling the model directly\n"
 "  --batch B          total batch slots across all workers (default 64)\n"
@@ -54,7 +58,44 @@ static void usage(FILE *f)
 "  --garbage-every N  testing: workers garble every Nth result (N >= 2)\n"
 "  --help             this text\n"
 "\n"
-"Environment: DYNBATCH_WORKER (worker binary), DYNBATCH_LOG=error|warn|info|debug\n");
+"serve options (POST /v1/completions, GET /v1/models, /health, /metrics;\n"
+"SIGTERM drains: no new connections, every accepted request finishes):\n"
+"  --listen HOST:PORT address to serve (default 127.0.0.1:8080; port 0 picks\n"
+"                     a free one, printed on stderr)\n"
+"  --api-key KEY      require 'Authorization: Bearer KEY' on every endpoint\n"
+"                     but /health (default: $DYNBATCH_API_KEY, else none)\n"
+"  --model-name NAME  the model's name in answers (default: sim, or the\n"
+"                     plugin's file name)\n"
+"  --max-connections N  open connections; more get 503 (default 1024)\n"
+"  --conn-buffer BYTES  answer bytes buffered per connection before its\n"
+"                     request gives up its slot until the client reads\n"
+"                     (default 65536; also the socket's send buffer)\n"
+"  --write-timeout MS no output progress this long cancels the request and\n"
+"                     closes the connection (default 30000)\n"
+"  --read-timeout MS  a request must arrive whole within this (default 30000)\n"
+"  --idle-timeout MS  idle keep-alive connections close (default 60000)\n"
+"  --max-body BYTES   larger request bodies get 413 (default 1048576)\n"
+"  --max-header-bytes BYTES  request line + headers, else 431 (default 16384)\n"
+"  --max-headers N    header fields, else 431 (default 64)\n"
+"\n"
+"Environment: DYNBATCH_WORKER (worker binary), DYNBATCH_LOG=error|warn|info|debug,\n"
+"DYNBATCH_API_KEY (serve)\n");
+}
+
+/* The name answers give the model: "sim", or a plugin's file name. */
+static const char *default_model_name(const char *spec, char *buf, size_t len)
+{
+	const char *base = strrchr(spec, '/');
+	size_t n;
+
+	if (!strncmp(spec, "sim", 3) && (spec[3] == '\0' || spec[3] == ':'))
+		return "sim";
+	base = base ? base + 1 : spec;
+	n = strcspn(base, ":");
+	if (n > 3 && !strncmp(base + n - 3, ".so", 3))
+		n -= 3;
+	snprintf(buf, len, "%.*s", (int)n, base);
+	return buf;
 }
 
 int main(int argc, char **argv)
@@ -62,7 +103,10 @@ int main(int argc, char **argv)
 	enum { OPT_WORKERS = 256, OPT_BATCH, OPT_MODEL, OPT_MAX_CONTEXT, OPT_INPUT,
 	       OPT_OUTPUT, OPT_STATS, OPT_QUEUE, OPT_STEP_TIMEOUT, OPT_POISON,
 	       OPT_POLICY, OPT_SPIN, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_GARBAGE,
-	       OPT_WORKER_NICE, OPT_START_TIMEOUT };
+	       OPT_WORKER_NICE, OPT_START_TIMEOUT, OPT_LISTEN, OPT_API_KEY,
+	       OPT_MODEL_NAME, OPT_MAX_CONN, OPT_CONN_BUFFER, OPT_WRITE_TIMEOUT,
+	       OPT_READ_TIMEOUT, OPT_IDLE_TIMEOUT, OPT_MAX_BODY, OPT_MAX_HEADER_BYTES,
+	       OPT_MAX_HEADERS };
 	static const struct option longopts[] = {
 		{ "workers", required_argument, NULL, OPT_WORKERS },
 		{ "batch", required_argument, NULL, OPT_BATCH },
@@ -81,6 +125,17 @@ int main(int argc, char **argv)
 		{ "no-progress", no_argument, NULL, OPT_NO_PROGRESS },
 		{ "garbage-every", required_argument, NULL, OPT_GARBAGE },
 		{ "worker-nice", required_argument, NULL, OPT_WORKER_NICE },
+		{ "listen", required_argument, NULL, OPT_LISTEN },
+		{ "api-key", required_argument, NULL, OPT_API_KEY },
+		{ "model-name", required_argument, NULL, OPT_MODEL_NAME },
+		{ "max-connections", required_argument, NULL, OPT_MAX_CONN },
+		{ "conn-buffer", required_argument, NULL, OPT_CONN_BUFFER },
+		{ "write-timeout", required_argument, NULL, OPT_WRITE_TIMEOUT },
+		{ "read-timeout", required_argument, NULL, OPT_READ_TIMEOUT },
+		{ "idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT },
+		{ "max-body", required_argument, NULL, OPT_MAX_BODY },
+		{ "max-header-bytes", required_argument, NULL, OPT_MAX_HEADER_BYTES },
+		{ "max-headers", required_argument, NULL, OPT_MAX_HEADERS },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -100,6 +155,19 @@ int main(int argc, char **argv)
 		.worker_nice = 5,
 		.progress = -1,
 	};
+	struct http_config http = {
+		.listen = "127.0.0.1:8080",
+		.api_key = getenv("DYNBATCH_API_KEY"),
+		.max_connections = 1024,
+		.conn_buffer = 65536,
+		.write_timeout_ms = 30000,
+		.read_timeout_ms = 30000,
+		.idle_timeout_ms = 60000,
+		.limits = { .max_header_bytes = 16384, .max_headers = 64,
+			    .max_body = 1u << 20 },
+	};
+	char name_buf[128];
+	bool serve, serve_opt = false, run_opt = false;
 	uint32_t v;
 	int c, idx = 0, bad = 0;
 
@@ -114,11 +182,12 @@ int main(int argc, char **argv)
 		usage(stdout);
 		return 0;
 	}
-	if (argc < 2 || strcmp(argv[1], "run")) {
+	if (argc < 2 || (strcmp(argv[1], "run") && strcmp(argv[1], "serve"))) {
 		fprintf(stderr, "dynbatch: expected a command: 'dynbatch run [options]' "
-			"(see --help)\n");
+			"or 'dynbatch serve [options]' (see --help)\n");
 		return ENGINE_EXIT_USAGE;
 	}
+	serve = !strcmp(argv[1], "serve");
 	argv++;
 	argc--;
 	opterr = 0;
@@ -138,9 +207,57 @@ int main(int argc, char **argv)
 			break;
 		case OPT_INPUT:
 			cfg.input_path = optarg;
+			run_opt = true;
 			break;
 		case OPT_OUTPUT:
 			cfg.output_path = optarg;
+			run_opt = true;
+			break;
+		case OPT_LISTEN:
+			http.listen = optarg;
+			serve_opt = true;
+			break;
+		case OPT_API_KEY:
+			http.api_key = optarg;
+			serve_opt = true;
+			bad = !*optarg;
+			break;
+		case OPT_MODEL_NAME:
+			http.model_name = optarg;
+			serve_opt = true;
+			bad = !*optarg || strpbrk(optarg, "\"\\") != NULL;
+			break;
+		case OPT_MAX_CONN:
+			bad = parse_u32(optarg, 1, 65536, &http.max_connections);
+			serve_opt = true;
+			break;
+		case OPT_CONN_BUFFER:
+			bad = parse_u32(optarg, 4096, 1u << 30, &http.conn_buffer);
+			serve_opt = true;
+			break;
+		case OPT_WRITE_TIMEOUT:
+			bad = parse_u32(optarg, 1, 86400000, &http.write_timeout_ms);
+			serve_opt = true;
+			break;
+		case OPT_READ_TIMEOUT:
+			bad = parse_u32(optarg, 1, 86400000, &http.read_timeout_ms);
+			serve_opt = true;
+			break;
+		case OPT_IDLE_TIMEOUT:
+			bad = parse_u32(optarg, 1, 86400000, &http.idle_timeout_ms);
+			serve_opt = true;
+			break;
+		case OPT_MAX_BODY:
+			bad = parse_u32(optarg, 1, 1u << 30, &http.limits.max_body);
+			serve_opt = true;
+			break;
+		case OPT_MAX_HEADER_BYTES:
+			bad = parse_u32(optarg, 256, 1u << 20, &http.limits.max_header_bytes);
+			serve_opt = true;
+			break;
+		case OPT_MAX_HEADERS:
+			bad = parse_u32(optarg, 4, 10000, &http.limits.max_headers);
+			serve_opt = true;
 			break;
 		case OPT_STATS:
 			cfg.stats_path = optarg;
@@ -203,6 +320,23 @@ int main(int argc, char **argv)
 		fprintf(stderr, "dynbatch: unexpected argument '%s' (see --help)\n",
 			argv[optind]);
 		return ENGINE_EXIT_USAGE;
+	}
+	if (serve && run_opt) {
+		fprintf(stderr, "dynbatch serve: --input and --output are for "
+			"'dynbatch run'; requests come over HTTP\n");
+		return ENGINE_EXIT_USAGE;
+	}
+	if (!serve && serve_opt) {
+		fprintf(stderr, "dynbatch run: HTTP options are for 'dynbatch serve'\n");
+		return ENGINE_EXIT_USAGE;
+	}
+	if (serve) {
+		if (!http.model_name)
+			http.model_name = default_model_name(cfg.model_spec, name_buf,
+							     sizeof(name_buf));
+		if (http.api_key && !*http.api_key)
+			http.api_key = NULL;
+		cfg.http = &http;
 	}
 	return engine_run(&cfg);
 }

@@ -43,8 +43,10 @@ int request_pool_init(struct request_pool *pool, uint32_t capacity)
 void request_pool_release(struct request_pool *pool)
 {
 	if (pool->items)
-		for (uint32_t i = 0; i < pool->capacity; i++)
+		for (uint32_t i = 0; i < pool->capacity; i++) {
 			request_release(&pool->items[i].req);
+			free(pool->items[i].generated);
+		}
 	free(pool->items);
 	free(pool->free_handles);
 	free(pool->id_table);
@@ -128,6 +130,8 @@ void request_pool_free(struct request_pool *pool, uint32_t handle)
 	if (lr->req.id)
 		id_remove(pool, handle);
 	request_release(&lr->req);
+	free(lr->generated);
+	lr->generated = NULL;
 	lr->in_use = false;
 	pool->free_handles[pool->n_free++] = handle;
 	pool->n_live--;

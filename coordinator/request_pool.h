@@ -19,9 +19,18 @@
 
 #define REQUEST_NONE UINT32_MAX
 
+/* Where a live request is (dynbatch serve can park one and resume it). */
+enum live_place {
+	LIVE_QUEUED = 0,		/* in the waiting queue */
+	LIVE_ACTIVE,			/* in a slot */
+	LIVE_PAUSED,			/* gave up its slot: its client reads slowly */
+	LIVE_RESUMING,			/* paused, now first in line for a slot */
+};
+
 struct live_request {
 	struct request req;		/* parsed input */
-	uint32_t slot;			/* batch slot, or REQUEST_NONE while waiting */
+	enum live_place place;
+	uint32_t slot;			/* batch slot, or REQUEST_NONE when not ACTIVE */
 	uint32_t n_generated;		/* tokens committed so far */
 	uint32_t matcher_state;		/* stop_matcher cursor */
 	uint32_t stop_len;		/* matched stop sequence length at finish */
@@ -29,6 +38,11 @@ struct live_request {
 	uint32_t n_failed_alone;	/* of which it was the only row */
 	uint64_t admitted_ns;		/* entered the waiting queue */
 	uint64_t started_ns;		/* got a slot */
+	/* dynbatch serve only */
+	uint64_t client;		/* the HTTP connection that waits for it */
+	int32_t *generated;		/* malloc'd max_tokens: every committed
+					 * token, kept off the slot so the request
+					 * can stream, pause and resume */
 	bool in_use;
 };
 

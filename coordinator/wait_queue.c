@@ -35,6 +35,23 @@ int wait_queue_pop(struct wait_queue *q, uint32_t *handle)
 	return 0;
 }
 
+int wait_queue_remove(struct wait_queue *q, uint32_t handle)
+{
+	uint64_t i;
+
+	for (i = q->head; i < q->tail; i++)
+		if (q->shm->handles[i % q->capacity] == handle)
+			break;
+	if (i == q->tail)
+		return -ENOENT;
+	/* Close the gap: later entries move one place towards the head. */
+	for (; i + 1 < q->tail; i++)
+		q->shm->handles[i % q->capacity] = q->shm->handles[(i + 1) % q->capacity];
+	q->tail--;
+	q->shm->tail = q->tail;
+	return 0;
+}
+
 int wait_queue_check(const struct wait_queue *q)
 {
 	if (q->tail - q->head > q->capacity || q->shm->head != q->head ||

@@ -32,6 +32,9 @@ static inline bool wait_queue_full(const struct wait_queue *q)
 int wait_queue_push(struct wait_queue *q, uint32_t handle);
 /* Pop the oldest handle; -ENOENT when empty. */
 int wait_queue_pop(struct wait_queue *q, uint32_t *handle);
+/* Take handle out wherever it is (a client gave up while waiting); order
+ * of the rest is kept.  O(length).  0 or -ENOENT. */
+int wait_queue_remove(struct wait_queue *q, uint32_t handle);
 /* 0 when the private and shared views agree, else -EINVAL. */
 int wait_queue_check(const struct wait_queue *q);
 

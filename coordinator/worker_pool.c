@@ -32,7 +32,10 @@ static void worker_child(const struct worker_spawn_args *a, pid_t parent)
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
 		_exit(127);
-	if (dup2(a->notify_fd, WORKER_NOTIFY_FD) < 0)
+	/* dup2() onto itself keeps close-on-exec: clear it by hand then. */
+	if (a->notify_fd == WORKER_NOTIFY_FD ?
+	    fcntl(WORKER_NOTIFY_FD, F_SETFD, 0) < 0 :
+	    dup2(a->notify_fd, WORKER_NOTIFY_FD) < 0)
 		_exit(127);
 	devnull = open("/dev/null", O_RDWR);
 	if (devnull >= 0) {

@@ -1,0 +1,1066 @@
+/*
+ * http_server.c - see http_server.h.
+ *
+ * NOTES ON THE DESIGN
+ *
+ * Connections.  A fixed table of max_connections entries, each with its
+ * own receive buffer, request reader and output buffers.  Every socket
+ * operation is an io_uring recv or send tagged with the entry's index; an
+ * entry is reused only after its socket is closed and no operation on it
+ * is in flight, so a completion can never land on the wrong connection.
+ * A connection always has a recv queued while it has buffer room, also
+ * while its request is running: that is how a disconnect is seen at once
+ * (recv returns 0 or an error) rather than at the next write.
+ *
+ * Requests.  One request per connection at a time (HTTP/1.1 without
+ * pipelined execution: a pipelined request waits in the receive buffer
+ * until the answer before it is queued).  A live request carries a cookie
+ * (connection index, request serial); the engine's callbacks find the
+ * connection through it, and any path that abandons a request bumps the
+ * serial first, so a late callback for it finds nothing.
+ *
+ * Work list.  Events and engine callbacks only mark a connection dirty;
+ * http_server_pump() then parses, routes and queues I/O for the dirty ones,
+ * so engine calls never nest inside a commit and each round touches only
+ * the connections that changed.
+ *
+ * Streaming.  Tokens that may still be the start of a stop sequence
+ * (stop_matcher_pending()) are held back; everything older is final and
+ * goes out as one Server-Sent Event per step, each in its own HTTP chunk.
+ *
+ * Backpressure.  What a connection has buffered (including the send in
+ * flight) is bounded by conn_buffer.  Past it, the request is paused: it
+ * gives up its slot, keeps its tokens, and resumes from its prefix (the
+ * model is stateless) once half the buffer has drained.  The kernel's send
+ * buffer is set to the same size so that a client that reads nothing is
+ * noticed after a bounded amount of output.  No output progress for
+ * write_timeout_ms cancels the request and closes the connection.
+ */
+#include "http_server.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "completion_api.h"
+#include "engine.h"
+#include "io_ring.h"
+#include "log.h"
+#include "metrics.h"
+#include "request.h"
+#include "request_pool.h"
+#include "stop_matcher.h"
+
+#define HTTP_IN_SIZE (64u * 1024)	/* receive buffer per connection */
+#define HTTP_TICK_NS (5ull * 1000 * 1000)	/* timeout scan period */
+#define HTTP_ACCEPT_RETRY_NS (50ull * 1000 * 1000)
+#define HTTP_STATUS_MAX 600
+
+struct conn {
+	int fd;				/* -1: the entry is free */
+	uint32_t req_serial;		/* bumped per request; in its cookie */
+	struct http_reader reader;
+	char *in;			/* HTTP_IN_SIZE bytes, in_len used */
+	uint32_t in_len;
+	struct strbuf out_fill;		/* answers being appended */
+	struct strbuf out_write;	/* the send in flight */
+	bool recv_inflight, send_inflight;
+	bool dirty;			/* on the work list */
+	bool closing;			/* shut down; freed when no I/O is left */
+	bool close_after_send;		/* the answer said Connection: close */
+	/* the request being answered */
+	bool busy;			/* the engine has it */
+	uint32_t handle;		/* its live request */
+	bool stream;
+	bool paused;			/* we paused it: output buffer full */
+	bool keep_alive;
+	uint32_t n_sent;		/* tokens streamed so far */
+	uint64_t created;		/* Unix seconds, for the answer */
+	/* timers */
+	uint64_t request_start_ns;	/* first byte of an unfinished request */
+	uint64_t idle_since_ns;		/* last answer queued, nothing since */
+	uint64_t last_progress_ns;	/* output last moved (or started) */
+};
+
+struct http_server {
+	const struct http_config *cfg;
+	struct engine *e;
+	struct io_ring *io;
+	struct request_limits lim;
+	int listen_fd;
+	bool accepting;
+	bool accept_inflight;
+	uint64_t accept_retry_ns;	/* accept failed: try again then */
+	struct conn *conns;
+	uint32_t n_conns;
+	uint32_t *free_list;
+	uint32_t n_free;
+	uint32_t *dirty;		/* connections to look at in pump */
+	uint32_t n_dirty;
+	uint64_t next_tick_ns;
+	uint64_t next_id;		/* generated request ids */
+	uint64_t started_s;
+	struct strbuf body;		/* scratch: an answer body being built */
+	/* for /metrics */
+	uint64_t n_accepted;
+	uint64_t n_refused;		/* over max_connections */
+	uint64_t n_disconnects;		/* requests cancelled: client went away */
+	uint64_t n_write_timeouts;
+	uint64_t n_pauses;
+	uint64_t n_status[HTTP_STATUS_MAX];
+};
+
+static const char *status_text(int status)
+{
+	switch (status) {
+	case 100: return "Continue";
+	case 200: return "OK";
+	case 400: return "Bad Request";
+	case 401: return "Unauthorized";
+	case 404: return "Not Found";
+	case 405: return "Method Not Allowed";
+	case 408: return "Request Timeout";
+	case 409: return "Conflict";
+	case 413: return "Content Too Large";
+	case 429: return "Too Many Requests";
+	case 431: return "Request Header Fields Too Large";
+	case 500: return "Internal Server Error";
+	case 503: return "Service Unavailable";
+	default:  return "Error";
+	}
+}
+
+static uint64_t cookie_of(const struct http_server *srv, const struct conn *c)
+{
+	return ((uint64_t)c->req_serial << 32) | (uint32_t)(c - srv->conns);
+}
+
+/* The connection waiting for the request with this cookie, or NULL. */
+static struct conn *conn_of_cookie(struct http_server *srv, uint64_t cookie)
+{
+	uint32_t index = (uint32_t)cookie;
+	struct conn *c;
+
+	if (index >= srv->n_conns)
+		return NULL;
+	c = &srv->conns[index];
+	if (c->fd < 0 || !c->busy || c->req_serial != (uint32_t)(cookie >> 32))
+		return NULL;
+	return c;
+}
+
+static void conn_mark(struct http_server *srv, struct conn *c)
+{
+	if (c->dirty)
+		return;
+	c->dirty = true;
+	srv->dirty[srv->n_dirty++] = (uint32_t)(c - srv->conns);
+}
+
+static size_t conn_buffered(const struct conn *c)
+{
+	return c->out_fill.len + c->out_write.len;
+}
+
+static void conn_note_output(struct conn *c, size_t before)
+{
+	if (!before)	/* output starts moving now: its clock starts */
+		c->last_progress_ns = clock_now_ns();
+}
+
+/* ------------------------------------------------------------------------
+ * Closing
+ * ---------------------------------------------------------------------- */
+
+static void conn_free(struct http_server *srv, struct conn *c)
+{
+	close(c->fd);
+	c->fd = -1;
+	c->in_len = 0;
+	http_reader_reset(&c->reader);
+	strbuf_release(&c->out_fill);
+	strbuf_release(&c->out_write);
+	c->closing = c->close_after_send = c->busy = c->paused = false;
+	srv->free_list[srv->n_free++] = (uint32_t)(c - srv->conns);
+}
+
+/* Stop all traffic; the entry is freed once no operation is in flight. */
+static void conn_close(struct http_server *srv, struct conn *c)
+{
+	if (!c->closing) {
+		c->closing = true;
+		shutdown(c->fd, SHUT_RDWR);	/* completes a pending recv */
+	}
+	if (!c->recv_inflight && !c->send_inflight)
+		conn_free(srv, c);
+}
+
+/* Forget the connection's request: later callbacks for it find nothing.
+ * Returns the handle to cancel, or REQUEST_NONE. */
+static uint32_t conn_detach(struct conn *c)
+{
+	uint32_t handle = c->busy ? c->handle : REQUEST_NONE;
+
+	c->busy = false;
+	c->paused = false;
+	c->handle = REQUEST_NONE;
+	c->req_serial++;
+	return handle;
+}
+
+/* The client is gone (or timed out): cancel its request, close. */
+static void conn_drop(struct http_server *srv, struct conn *c)
+{
+	uint32_t handle = conn_detach(c);
+
+	if (handle != REQUEST_NONE) {
+		srv->n_disconnects++;
+		engine_cancel(srv->e, handle);
+	}
+	conn_close(srv, c);
+}
+
+/* ------------------------------------------------------------------------
+ * Answers
+ * ---------------------------------------------------------------------- */
+
+/* The request is answered: ready for the next one, or close after it. */
+static void conn_request_done(struct http_server *srv, struct conn *c)
+{
+	if (!c->keep_alive || !srv->accepting)
+		c->close_after_send = true;
+	http_reader_reset(&c->reader);
+	c->request_start_ns = c->in_len ? clock_now_ns() : 0;
+	c->idle_since_ns = clock_now_ns();
+	conn_mark(srv, c);
+}
+
+/* A whole answer with a body: head, srv->body, then the next request. */
+static void respond(struct http_server *srv, struct conn *c, int status,
+		    const char *content_type, const char *extra_headers)
+{
+	size_t before = conn_buffered(c);
+	bool close = !c->keep_alive || !srv->accepting;
+
+	c->keep_alive = !close;
+	if (status >= 0 && status < HTTP_STATUS_MAX)
+		srv->n_status[status]++;
+	if (strbuf_printf(&c->out_fill, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n"
+			  "Content-Length: %zu\r\n%s%s\r\n", status,
+			  status_text(status), content_type, srv->body.len,
+			  extra_headers ? extra_headers : "",
+			  close ? "Connection: close\r\n" : "") ||
+	    strbuf_append(&c->out_fill, srv->body.data, srv->body.len)) {
+		LOG(LOG_ERROR, "out of memory answering a request");
+		conn_drop(srv, c);
+		return;
+	}
+	srv->body.len = 0;
+	conn_note_output(c, before);
+	conn_request_done(srv, c);
+}
+
+static void respond_error(struct http_server *srv, struct conn *c, int status,
+			  const char *message, const char *type,
+			  const char *param, const char *extra_headers)
+{
+	srv->body.len = 0;
+	if (api_format_error(&srv->body, message, type, param, NULL)) {
+		conn_drop(srv, c);
+		return;
+	}
+	respond(srv, c, status, "application/json", extra_headers);
+}
+
+/* Append body as one HTTP chunk. */
+static int put_chunk(struct strbuf *out, const struct strbuf *body)
+{
+	if (!body->len)
+		return 0;
+	if (strbuf_printf(out, "%zx\r\n", body->len) ||
+	    strbuf_append(out, body->data, body->len) ||
+	    strbuf_append(out, "\r\n", 2))
+		return -1;
+	return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Routes
+ * ---------------------------------------------------------------------- */
+
+static void route_health(struct http_server *srv, struct conn *c)
+{
+	bool ok = engine_healthy(srv->e) && srv->accepting;
+
+	srv->body.len = 0;
+	if (strbuf_printf(&srv->body, "{\"status\":\"%s\"}",
+			  ok ? "ok" : srv->accepting ? "no worker" : "draining")) {
+		conn_drop(srv, c);
+		return;
+	}
+	respond(srv, c, ok ? 200 : 503, "application/json", NULL);
+}
+
+static void route_models(struct http_server *srv, struct conn *c)
+{
+	srv->body.len = 0;
+	if (strbuf_printf(&srv->body, "{\"object\":\"list\",\"data\":[{\"id\":\"%s\","
+			  "\"object\":\"model\",\"created\":%llu,"
+			  "\"owned_by\":\"dynbatch\"}]}", srv->cfg->model_name,
+			  (unsigned long long)srv->started_s)) {
+		conn_drop(srv, c);
+		return;
+	}
+	respond(srv, c, 200, "application/json", NULL);
+}
+
+static void route_metrics(struct http_server *srv, struct conn *c)
+{
+	srv->body.len = 0;
+	if (engine_metrics(srv->e, &srv->body) ||
+	    http_server_metrics(srv, &srv->body)) {
+		conn_drop(srv, c);
+		return;
+	}
+	respond(srv, c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL);
+}
+
+/* An answer for a request that never reaches the engine (max_tokens 0). */
+static void answer_at_once(struct http_server *srv, struct conn *c,
+			   const struct completion_request *cr)
+{
+	struct completion_meta m = { cr->req.id, (uint64_t)time(NULL),
+				     srv->cfg->model_name };
+	struct completion_usage u = { cr->req.n_prompt, 0 };
+
+	srv->body.len = 0;
+	if (!cr->stream) {
+		if (completion_format(&srv->body, &m, NULL, 0, "length", &u))
+			goto nomem;
+		respond(srv, c, 200, "application/json", NULL);
+		return;
+	}
+	if (completion_format_event(&srv->body, &m, NULL, 0, "length", &u) ||
+	    strbuf_printf(&srv->body, "data: [DONE]\n\n"))
+		goto nomem;
+	respond(srv, c, 200, "text/event-stream", "Cache-Control: no-cache\r\n");
+	return;
+nomem:
+	conn_drop(srv, c);
+}
+
+static void route_completions(struct http_server *srv, struct conn *c)
+{
+	const struct strbuf *body = &c->reader.msg.body;
+	struct completion_request cr;
+	const char *param;
+	char err[512];
+	size_t before;
+	int ret;
+
+	ret = completion_parse(body->len ? body->data : "", body->len, &srv->lim,
+			       &cr, err, sizeof(err), &param);
+	if (ret) {
+		if (ret == -ENOMEM)
+			respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);
+		else
+			respond_error(srv, c, 400, err, "invalid_request_error", param, NULL);
+		goto out;
+	}
+	if (!cr.req.id) {
+		if (asprintf(&cr.req.id, "cmpl-%x-%llu", (unsigned)getpid(),
+			     (unsigned long long)++srv->next_id) < 0) {
+			cr.req.id = NULL;
+			respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);
+			goto out;
+		}
+	}
+	if (!cr.req.max_tokens) {
+		answer_at_once(srv, c, &cr);
+		goto out;
+	}
+	c->req_serial++;
+	ret = engine_submit(srv->e, &cr.req, cookie_of(srv, c), &c->handle);
+	switch (ret) {
+	case 0:
+		break;
+	case -EAGAIN:
+		respond_error(srv, c, 429, "the waiting queue is full; retry later",
+			      "rate_limit_error", NULL, "Retry-After: 1\r\n");
+		goto out;
+	case -EEXIST:
+		snprintf(err, sizeof(err), "a request with id '%.200s' is still running",
+			 cr.req.id);
+		respond_error(srv, c, 409, err, "invalid_request_error", "id", NULL);
+		goto out;
+	case -EIO:
+		respond_error(srv, c, 503, "no model worker can be kept alive",
+			      "server_error", NULL, "Retry-After: 5\r\n");
+		goto out;
+	case -ESHUTDOWN:
+		respond_error(srv, c, 503, "the server is shutting down",
+			      "server_error", NULL, NULL);
+		goto out;
+	default:
+		respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);
+		goto out;
+	}
+	c->busy = true;
+	c->stream = cr.stream;
+	c->n_sent = 0;
+	c->created = (uint64_t)time(NULL);
+	c->request_start_ns = 0;
+	if (c->stream) {
+		before = conn_buffered(c);
+		srv->n_status[200]++;
+		/* X-Accel-Buffering: proxies such as nginx pass events at once */
+		if (strbuf_printf(&c->out_fill, "HTTP/1.1 200 OK\r\n"
+				  "Content-Type: text/event-stream\r\n"
+				  "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n"
+				  "Transfer-Encoding: chunked\r\n%s\r\n",
+				  c->keep_alive ? "" : "Connection: close\r\n")) {
+			conn_drop(srv, c);
+			goto out;
+		}
+		conn_note_output(c, before);
+		conn_mark(srv, c);
+	}
+out:
+	completion_request_release(&cr);
+}
+
+/* Bearer-token check, in time independent of where the key differs. */
+static bool authorized(const struct http_server *srv, const struct conn *c)
+{
+	const struct strbuf *a = &c->reader.msg.authorization;
+	const char *key = srv->cfg->api_key;
+	size_t n;
+	unsigned char diff = 0;
+
+	if (!key)
+		return true;
+	n = strlen(key);
+	if (a->len != 7 + n || strncasecmp(a->data, "Bearer ", 7))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		diff |= (unsigned char)(a->data[7 + i] ^ key[i]);
+	return diff == 0;
+}
+
+static void route(struct http_server *srv, struct conn *c)
+{
+	static const struct {
+		const char *path;
+		unsigned method;
+		void (*fn)(struct http_server *, struct conn *);
+	} routes[] = {
+		{ "/v1/completions", HTTP_POST, route_completions },
+		{ "/v1/models", HTTP_GET, route_models },
+		{ "/health", HTTP_GET, route_health },
+		{ "/metrics", HTTP_GET, route_metrics },
+	};
+	const struct http_message *m = &c->reader.msg;
+	size_t len = strcspn(m->target.len ? m->target.data : "", "?");
+	char allow[64];
+
+	c->keep_alive = m->keep_alive;
+	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+		if (strlen(routes[i].path) != len ||
+		    strncmp(routes[i].path, m->target.data, len))
+			continue;
+		if (routes[i].fn != route_health && !authorized(srv, c)) {
+			respond_error(srv, c, 401, "missing or wrong API key "
+				      "(Authorization: Bearer KEY)",
+				      "invalid_request_error", NULL,
+				      "WWW-Authenticate: Bearer\r\n");
+			return;
+		}
+		if (m->method != routes[i].method) {
+			snprintf(allow, sizeof(allow), "Allow: %s\r\n",
+				 http_method_str(routes[i].method));
+			respond_error(srv, c, 405, "method not allowed",
+				      "invalid_request_error", NULL, allow);
+			return;
+		}
+		routes[i].fn(srv, c);
+		return;
+	}
+	respond_error(srv, c, 404, "no such endpoint", "invalid_request_error",
+		      NULL, NULL);
+}
+
+/* Parse what the connection received; answer or submit whole requests. */
+static bool conn_process_input(struct http_server *srv, struct conn *c)
+{
+	bool did = false;
+
+	while (c->in_len && !c->busy && !c->closing && !c->close_after_send) {
+		size_t used;
+		enum http_read_status st;
+
+		if (!c->request_start_ns)
+			c->request_start_ns = clock_now_ns();
+		st = http_reader_feed(&c->reader, c->in, c->in_len, &used);
+		memmove(c->in, c->in + used, c->in_len - used);
+		c->in_len -= (uint32_t)used;
+		if (st == HTTP_READ_MORE)
+			break;
+		did = true;
+		if (st == HTTP_READ_HEADERS) {
+			if (c->reader.msg.expect_continue &&
+			    strbuf_printf(&c->out_fill, "HTTP/1.1 100 Continue\r\n\r\n"))
+				conn_drop(srv, c);
+			continue;
+		}
+		if (st == HTTP_READ_ERROR) {
+			c->keep_alive = false;
+			respond_error(srv, c, c->reader.error_status, c->reader.error,
+				      "invalid_request_error", NULL, NULL);
+			break;
+		}
+		route(srv, c);
+	}
+	return did;
+}
+
+/* ------------------------------------------------------------------------
+ * I/O
+ * ---------------------------------------------------------------------- */
+
+static void conn_arm(struct http_server *srv, struct conn *c)
+{
+	uint32_t index = (uint32_t)(c - srv->conns);
+
+	if (c->closing)
+		return;
+	if (!c->send_inflight && conn_buffered(c)) {
+		if (!c->out_write.len) {
+			struct strbuf t = c->out_write;
+
+			c->out_write = c->out_fill;
+			c->out_fill = t;
+		}
+		if (!io_ring_send(srv->io, c->fd, c->out_write.data,
+				  c->out_write.len > (1u << 30) ? 1u << 30 :
+				  (uint32_t)c->out_write.len, IO_TAG_SEND, index))
+			c->send_inflight = true;
+	}
+	if (!c->send_inflight && c->close_after_send && !conn_buffered(c)) {
+		conn_close(srv, c);
+		return;
+	}
+	if (!c->recv_inflight && c->in_len < HTTP_IN_SIZE &&
+	    !io_ring_recv(srv->io, c->fd, c->in + c->in_len,
+			  HTTP_IN_SIZE - c->in_len, IO_TAG_RECV, index))
+		c->recv_inflight = true;
+}
+
+static void arm_accept(struct http_server *srv)
+{
+	if (srv->accepting && !srv->accept_inflight && !srv->accept_retry_ns &&
+	    !io_ring_accept(srv->io, srv->listen_fd, IO_TAG_ACCEPT, 0))
+		srv->accept_inflight = true;
+}
+
+static void on_accept(struct http_server *srv, int fd)
+{
+	static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\n"
+		"Content-Type: application/json\r\nContent-Length: 95\r\n"
+		"Connection: close\r\nRetry-After: 1\r\n\r\n"
+		"{\"error\":{\"message\":\"too many connections\",\"type\":\"server_error\","
+		"\"param\":null,\"code\":null}}";
+	int one = 1, sndbuf = (int)srv->cfg->conn_buffer;
+	struct conn *c;
+
+	if (!srv->accepting) {
+		close(fd);
+		return;
+	}
+	if (!srv->n_free) {
+		/* Best effort, non-blocking: the answer fits any socket buffer. */
+		if (write(fd, busy, sizeof(busy) - 1) < 0)
+			LOG(LOG_DEBUG, "refused connection: %s", strerror(errno));
+		close(fd);
+		srv->n_refused++;
+		srv->n_status[503]++;
+		return;
+	}
+	c = &srv->conns[srv->free_list[--srv->n_free]];
+	if (!c->in && !(c->in = malloc(HTTP_IN_SIZE))) {
+		srv->n_free++;
+		close(fd);
+		return;
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+	c->fd = fd;
+	c->in_len = 0;
+	c->busy = false;
+	c->handle = REQUEST_NONE;
+	c->request_start_ns = 0;
+	c->idle_since_ns = clock_now_ns();
+	srv->n_accepted++;
+	conn_mark(srv, c);
+}
+
+void http_server_on_event(struct http_server *srv, const struct io_event *ev)
+{
+	struct conn *c;
+
+	if (ev->tag == IO_TAG_ACCEPT) {
+		srv->accept_inflight = false;
+		if (ev->res >= 0) {
+			on_accept(srv, ev->res);
+		} else if (ev->res != -EINTR && ev->res != -ECONNABORTED &&
+			   srv->accepting) {
+			/* out of descriptors or memory: back off, then retry */
+			LOG(LOG_WARN, "accept: %s", strerror(-ev->res));
+			srv->accept_retry_ns = clock_now_ns() + HTTP_ACCEPT_RETRY_NS;
+		}
+		arm_accept(srv);
+		return;
+	}
+	if (ev->index >= srv->n_conns)
+		return;
+	c = &srv->conns[ev->index];
+	if (c->fd < 0)
+		return;
+	if (ev->tag == IO_TAG_RECV) {
+		c->recv_inflight = false;
+		if (c->closing) {
+			conn_close(srv, c);
+			return;
+		}
+		if (ev->res <= 0) {	/* the client closed or reset */
+			conn_drop(srv, c);
+			return;
+		}
+		c->in_len += (uint32_t)ev->res;
+		conn_mark(srv, c);
+		return;
+	}
+	/* IO_TAG_SEND */
+	c->send_inflight = false;
+	if (c->closing) {
+		conn_close(srv, c);
+		return;
+	}
+	if (ev->res < 0) {
+		conn_drop(srv, c);
+		return;
+	}
+	strbuf_consume(&c->out_write, (size_t)ev->res);
+	c->last_progress_ns = clock_now_ns();
+	if (c->paused && conn_buffered(c) <= srv->cfg->conn_buffer / 2) {
+		c->paused = false;
+		engine_resume(srv->e, c->handle);
+	}
+	conn_mark(srv, c);
+}
+
+bool http_server_pump(struct http_server *srv)
+{
+	bool did = false;
+
+	/* A connection marked while we work is appended and seen too. */
+	for (uint32_t i = 0; i < srv->n_dirty; i++) {
+		struct conn *c = &srv->conns[srv->dirty[i]];
+
+		c->dirty = false;
+		if (c->fd < 0)
+			continue;
+		did |= conn_process_input(srv, c);
+		if (c->fd >= 0)
+			conn_arm(srv, c);
+	}
+	srv->n_dirty = 0;
+	arm_accept(srv);
+	return did;
+}
+
+/* ------------------------------------------------------------------------
+ * Engine callbacks
+ * ---------------------------------------------------------------------- */
+
+void http_server_on_tokens(struct http_server *srv, const struct live_request *lr)
+{
+	struct conn *c = conn_of_cookie(srv, lr->client);
+	struct completion_meta m;
+	uint32_t release;
+	size_t before;
+
+	if (!c || !c->stream)
+		return;
+	release = lr->n_generated - stop_matcher_pending(lr->req.stops,
+							 lr->matcher_state);
+	if (release <= c->n_sent)
+		return;
+	m = (struct completion_meta){ lr->req.id, c->created, srv->cfg->model_name };
+	srv->body.len = 0;
+	before = conn_buffered(c);
+	if (completion_format_event(&srv->body, &m, lr->generated + c->n_sent,
+				    release - c->n_sent, NULL, NULL) ||
+	    put_chunk(&c->out_fill, &srv->body)) {
+		conn_drop(srv, c);
+		return;
+	}
+	c->n_sent = release;
+	conn_note_output(c, before);
+	conn_mark(srv, c);
+	if (!c->paused && conn_buffered(c) >= srv->cfg->conn_buffer) {
+		c->paused = true;
+		srv->n_pauses++;
+		engine_pause(srv->e, c->handle);
+	}
+}
+
+/* The last event of a stream, [DONE] and the end of the chunked body. */
+static int stream_finish(struct http_server *srv, struct conn *c,
+			 const struct live_request *lr, enum finish_reason reason,
+			 const char *error, const int32_t *tokens, uint32_t n)
+{
+	struct completion_meta m = { lr->req.id, c->created, srv->cfg->model_name };
+	struct completion_usage u = { lr->req.n_prompt, lr->n_generated };
+
+	srv->body.len = 0;
+	if (reason == FINISH_STOP || reason == FINISH_LENGTH) {
+		uint32_t from = c->n_sent < n ? c->n_sent : n;
+
+		if (completion_format_event(&srv->body, &m, tokens + from, n - from,
+					    finish_reason_names[reason], &u))
+			return -1;
+	} else {
+		if (strbuf_append(&srv->body, "data: ", 6) ||
+		    api_format_error(&srv->body, error ? error : "cancelled",
+				     "server_error", NULL, finish_reason_names[reason]) ||
+		    strbuf_append(&srv->body, "\n\n", 2))
+			return -1;
+	}
+	if (strbuf_append(&srv->body, "data: [DONE]\n\n", 14) ||
+	    put_chunk(&c->out_fill, &srv->body) ||
+	    strbuf_append(&c->out_fill, "0\r\n\r\n", 5))
+		return -1;
+	srv->body.len = 0;
+	return 0;
+}
+
+void http_server_on_finish(struct http_server *srv, const struct live_request *lr,
+			   enum finish_reason reason, const char *error,
+			   const int32_t *tokens, uint32_t n_tokens)
+{
+	struct conn *c = conn_of_cookie(srv, lr->client);
+	struct completion_meta m;
+	struct completion_usage u;
+	size_t before;
+
+	if (!c)
+		return;		/* its client is gone */
+	conn_detach(c);
+	if (c->stream) {
+		before = conn_buffered(c);
+		if (stream_finish(srv, c, lr, reason, error, tokens, n_tokens)) {
+			conn_drop(srv, c);
+			return;
+		}
+		conn_note_output(c, before);
+		conn_request_done(srv, c);
+		return;
+	}
+	switch (reason) {
+	case FINISH_STOP:
+	case FINISH_LENGTH:
+		m = (struct completion_meta){ lr->req.id, c->created, srv->cfg->model_name };
+		u = (struct completion_usage){ lr->req.n_prompt, lr->n_generated };
+		srv->body.len = 0;
+		if (completion_format(&srv->body, &m, tokens, n_tokens,
+				      finish_reason_names[reason], &u)) {
+			conn_drop(srv, c);
+			return;
+		}
+		respond(srv, c, 200, "application/json", NULL);
+		break;
+	case FINISH_ERROR:
+		respond_error(srv, c, 500, error ? error : "request failed",
+			      "server_error", NULL, NULL);
+		break;
+	default:
+		respond_error(srv, c, 503, error ? error : "cancelled",
+			      "server_error", NULL, NULL);
+		break;
+	}
+}
+
+/* ------------------------------------------------------------------------
+ * Timeouts, draining, metrics
+ * ---------------------------------------------------------------------- */
+
+static uint64_t ms_ns(uint32_t ms)
+{
+	return (uint64_t)ms * 1000000ull;
+}
+
+/* Check one connection's timers; returns its next deadline. */
+static uint64_t conn_tick(struct http_server *srv, struct conn *c, uint64_t now)
+{
+	uint64_t due;
+
+	if (conn_buffered(c) || c->paused) {
+		due = c->last_progress_ns + ms_ns(srv->cfg->write_timeout_ms);
+		if (now >= due) {
+			LOG(LOG_INFO, "connection %u: no output progress in %u ms; "
+			    "cancelling its request", (unsigned)(c - srv->conns),
+			    srv->cfg->write_timeout_ms);
+			srv->n_write_timeouts++;
+			conn_drop(srv, c);
+			return UINT64_MAX;
+		}
+		return due;
+	}
+	if (c->busy)
+		return UINT64_MAX;
+	if (c->request_start_ns) {
+		due = c->request_start_ns + ms_ns(srv->cfg->read_timeout_ms);
+		if (now >= due) {
+			c->keep_alive = false;
+			respond_error(srv, c, 408, "the request did not arrive in time",
+				      "invalid_request_error", NULL, NULL);
+			return UINT64_MAX;
+		}
+		return due;
+	}
+	due = c->idle_since_ns + ms_ns(srv->cfg->idle_timeout_ms);
+	if (now >= due) {
+		conn_close(srv, c);
+		return UINT64_MAX;
+	}
+	return due;
+}
+
+uint64_t http_server_tick(struct http_server *srv, uint64_t now)
+{
+	uint64_t next = UINT64_MAX;
+
+	if (srv->accept_retry_ns && now >= srv->accept_retry_ns) {
+		srv->accept_retry_ns = 0;
+		arm_accept(srv);
+	}
+	if (srv->accept_retry_ns)
+		next = srv->accept_retry_ns;
+	if (now < srv->next_tick_ns)
+		return srv->next_tick_ns < next ? srv->next_tick_ns : next;
+	srv->next_tick_ns = UINT64_MAX;
+	for (uint32_t i = 0; i < srv->n_conns; i++) {
+		struct conn *c = &srv->conns[i];
+		uint64_t due;
+
+		if (c->fd < 0 || c->closing)
+			continue;
+		due = conn_tick(srv, c, now);
+		if (due < srv->next_tick_ns)
+			srv->next_tick_ns = due;
+	}
+	/* no finer than the scan period: timeouts are seconds, not ns */
+	if (srv->next_tick_ns != UINT64_MAX && srv->next_tick_ns < now + HTTP_TICK_NS)
+		srv->next_tick_ns = now + HTTP_TICK_NS;
+	return srv->next_tick_ns < next ? srv->next_tick_ns : next;
+}
+
+void http_server_stop_accepting(struct http_server *srv)
+{
+	if (!srv->accepting)
+		return;
+	srv->accepting = false;
+	/* A queued accept completes with an error once the socket closes. */
+	shutdown(srv->listen_fd, SHUT_RDWR);
+	close(srv->listen_fd);
+	srv->listen_fd = -1;
+	/* Idle keep-alive connections have nothing more coming. */
+	for (uint32_t i = 0; i < srv->n_conns; i++) {
+		struct conn *c = &srv->conns[i];
+
+		if (c->fd >= 0 && !c->closing && !c->busy && !conn_buffered(c) &&
+		    !c->in_len)
+			conn_close(srv, c);
+		else if (c->fd >= 0 && !c->busy)
+			c->close_after_send = true;
+	}
+}
+
+bool http_server_flushed(const struct http_server *srv)
+{
+	for (uint32_t i = 0; i < srv->n_conns; i++) {
+		const struct conn *c = &srv->conns[i];
+
+		if (c->fd >= 0 && !c->closing && conn_buffered(c))
+			return false;
+	}
+	return true;
+}
+
+int http_server_metrics(const struct http_server *srv, struct strbuf *out)
+{
+	uint32_t n_open = srv->n_conns - srv->n_free;
+	char labels[32];
+	bool first = true;
+	int ret;
+
+	ret = metrics_gauge(out, "dynbatch_http_connections",
+			    "Open HTTP connections.", n_open);
+	ret = ret ? ret : metrics_counter(out, "dynbatch_http_connections_accepted_total",
+			"HTTP connections accepted.", NULL, srv->n_accepted);
+	ret = ret ? ret : metrics_counter(out, "dynbatch_http_connections_refused_total",
+			"Connections refused past --max-connections.", NULL, srv->n_refused);
+	ret = ret ? ret : metrics_counter(out, "dynbatch_http_disconnect_cancels_total",
+			"Requests cancelled because their client went away.", NULL,
+			srv->n_disconnects);
+	ret = ret ? ret : metrics_counter(out, "dynbatch_http_write_timeouts_total",
+			"Requests cancelled after --write-timeout without output progress.",
+			NULL, srv->n_write_timeouts);
+	ret = ret ? ret : metrics_counter(out, "dynbatch_http_pauses_total",
+			"Times a request gave up its slot for a slow reader.", NULL,
+			srv->n_pauses);
+	for (int s = 100; s < HTTP_STATUS_MAX && !ret; s++) {
+		if (!srv->n_status[s])
+			continue;
+		snprintf(labels, sizeof(labels), "code=\"%d\"", s);
+		ret = metrics_counter(out, "dynbatch_http_responses_total", first ?
+				      "HTTP answers by status code." : NULL, labels,
+				      srv->n_status[s]);
+		first = false;
+	}
+	return ret ? -ENOMEM : 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Setup
+ * ---------------------------------------------------------------------- */
+
+/* Bind and listen on "host:port" ("[v6]:port" too).  fd or -1 with err. */
+static int listen_on(const char *spec, char *err, size_t err_len, char *shown,
+		     size_t shown_len)
+{
+	char host[256], port[16], hbuf[NI_MAXHOST], pbuf[NI_MAXSERV];
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+	struct addrinfo *res = NULL;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	const char *colon = strrchr(spec, ':');
+	size_t hl;
+	int fd = -1, one = 1, ret;
+
+	if (!colon || colon == spec || strlen(colon + 1) >= sizeof(port) ||
+	    !colon[1] || (size_t)(colon - spec) >= sizeof(host)) {
+		snprintf(err, err_len, "--listen '%s': expected HOST:PORT", spec);
+		return -1;
+	}
+	hl = (size_t)(colon - spec);
+	if (spec[0] == '[' && hl >= 2 && spec[hl - 1] == ']') {
+		memcpy(host, spec + 1, hl - 2);
+		host[hl - 2] = '\0';
+	} else {
+		memcpy(host, spec, hl);
+		host[hl] = '\0';
+	}
+	snprintf(port, sizeof(port), "%s", colon + 1);
+	ret = getaddrinfo(host, port, &hints, &res);
+	if (ret) {
+		snprintf(err, err_len, "--listen '%s': %s", spec, gai_strerror(ret));
+		return -1;
+	}
+	fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+	    bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, 1024) ||
+	    getsockname(fd, (struct sockaddr *)&ss, &sl)) {
+		snprintf(err, err_len, "--listen '%s': %s", spec, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		freeaddrinfo(res);
+		return -1;
+	}
+	freeaddrinfo(res);
+	if (getnameinfo((struct sockaddr *)&ss, sl, hbuf, sizeof(hbuf), pbuf,
+			sizeof(pbuf), NI_NUMERICHOST | NI_NUMERICSERV))
+		snprintf(shown, shown_len, "%s", spec);
+	else
+		snprintf(shown, shown_len, strchr(hbuf, ':') ? "[%s]:%s" : "%s:%s",
+			 hbuf, pbuf);
+	return fd;
+}
+
+struct http_server *http_server_create(const struct http_config *cfg,
+				       struct engine *e, struct io_ring *io,
+				       const struct request_limits *lim,
+				       char *err, size_t err_len)
+{
+	struct http_server *srv = calloc(1, sizeof(*srv));
+	char shown[300];
+	uint32_t n = cfg->max_connections;
+
+	if (!srv) {
+		snprintf(err, err_len, "out of memory");
+		return NULL;
+	}
+	srv->cfg = cfg;
+	srv->e = e;
+	srv->io = io;
+	srv->listen_fd = -1;
+	srv->lim = *lim;
+	srv->lim.id_optional = true;
+	srv->conns = calloc(n, sizeof(*srv->conns));
+	srv->free_list = calloc(n, sizeof(uint32_t));
+	srv->dirty = calloc(n, sizeof(uint32_t));
+	if (!srv->conns || !srv->free_list || !srv->dirty) {
+		snprintf(err, err_len, "out of memory");
+		http_server_destroy(srv);
+		return NULL;
+	}
+	srv->n_conns = n;
+	for (uint32_t i = 0; i < n; i++) {
+		srv->conns[n - 1 - i].fd = -1;
+		http_reader_init(&srv->conns[n - 1 - i].reader, &cfg->limits);
+		srv->free_list[srv->n_free++] = n - 1 - i;
+	}
+	srv->listen_fd = listen_on(cfg->listen, err, err_len, shown, sizeof(shown));
+	if (srv->listen_fd < 0) {
+		http_server_destroy(srv);
+		return NULL;
+	}
+	srv->started_s = (uint64_t)time(NULL);
+	srv->accepting = true;
+	fprintf(stderr, "dynbatch serve: listening on http://%s (model %s)\n",
+		shown, cfg->model_name);
+	arm_accept(srv);
+	return srv;
+}
+
+void http_server_destroy(struct http_server *srv)
+{
+	if (!srv)
+		return;
+	for (uint32_t i = 0; srv->conns && i < srv->n_conns; i++) {
+		struct conn *c = &srv->conns[i];
+
+		if (c->fd >= 0)
+			close(c->fd);
+		http_reader_release(&c->reader);
+		strbuf_release(&c->out_fill);
+		strbuf_release(&c->out_write);
+		free(c->in);
+	}
+	if (srv->listen_fd >= 0)
+		close(srv->listen_fd);
+	strbuf_release(&srv->body);
+	free(srv->conns);
+	free(srv->free_list);
+	free(srv->dirty);
+	free(srv);
+}
