@@ -64,16 +64,17 @@ static int body_error(char *err, size_t err_len, const char **param,
 }
 
 /* The HTTP-only fields: stream, model, and a friendlier word on a text
- * prompt. */
+ * prompt.  *is_json says whether the body parsed as JSON at all. */
 static int parse_http_fields(const char *body, size_t len,
 			     struct completion_request *out, char *err,
-			     size_t err_len, const char **param)
+			     size_t err_len, const char **param, bool *is_json)
 {
 	json_error_t jerr;
 	json_t *obj, *v;
 	int rc = 0;
 
 	obj = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+	*is_json = obj != NULL;
 	if (!obj)	/* request_parse() words the syntax error */
 		return 0;
 	if (!json_is_object(obj))
@@ -108,15 +109,17 @@ int completion_parse(const char *body, size_t len,
 		     struct completion_request *out, char *err, size_t err_len,
 		     const char **param)
 {
+	bool is_json;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
 	*param = NULL;
-	rc = parse_http_fields(body, len, out, err, err_len, param);
+	rc = parse_http_fields(body, len, out, err, err_len, param, &is_json);
 	if (rc)
 		return rc;
 	rc = request_parse(body, len, 0, lim, &out->req, err, err_len);
-	if (rc == -EINVAL)
+	/* A syntax error quotes the body ("near 'prompt'"), not a field. */
+	if (rc == -EINVAL && is_json)
 		*param = field_named_in(err);
 	return rc;
 }

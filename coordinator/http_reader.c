@@ -79,8 +79,11 @@ static int on_header_value(http_parser *p, const char *at, size_t n)
 		r->in_value = true;
 		r->cur_header = !strcasecmp(name, "authorization") ? HDR_AUTHORIZATION :
 				!strcasecmp(name, "expect") ? HDR_EXPECT : HDR_OTHER;
-		if (r->cur_header == HDR_AUTHORIZATION && r->msg.authorization.len)
-			return reader_error(r, 400, "more than one Authorization header");
+		if (r->cur_header == HDR_AUTHORIZATION) {
+			if (r->auth_seen)	/* even when the first was empty */
+				return reader_error(r, 400, "more than one Authorization header");
+			r->auth_seen = true;
+		}
 	}
 	if (r->cur_header == HDR_AUTHORIZATION)
 		dst = &r->msg.authorization;
@@ -101,6 +104,13 @@ static void note_expect(struct http_reader *r)
 		r->msg.expect_continue = true;
 }
 
+/*
+ * Errors here return -1: to this one callback 1 means "no body follows"
+ * and 2 "upgrade", not an error.  http_parser has set p->upgrade by now
+ * (Upgrade with "Connection: upgrade", or CONNECT); it would end the
+ * message at the headers and leave the rest as another protocol, so an
+ * upgrade is refused here, whatever the pieces the request came in.
+ */
 static int on_headers_complete(http_parser *p)
 {
 	struct http_reader *r = reader_of(p);
@@ -109,8 +119,14 @@ static int on_headers_complete(http_parser *p)
 	note_expect(r);
 	r->msg.method = p->method;
 	r->msg.keep_alive = http_should_keep_alive(p) != 0;
-	if (p->content_length != ULLONG_MAX && p->content_length > r->lim.max_body)
-		return reader_error(r, 413, "request body too large");
+	if (p->upgrade) {
+		reader_error(r, 400, "protocol upgrade is not supported");
+		return -1;
+	}
+	if (p->content_length != ULLONG_MAX && p->content_length > r->lim.max_body) {
+		reader_error(r, 413, "request body too large");
+		return -1;
+	}
 	return 0;
 }
 
@@ -163,6 +179,7 @@ void http_reader_reset(struct http_reader *r)
 	r->header_bytes = r->n_headers = 0;
 	r->cur_header = HDR_OTHER;
 	r->in_value = r->headers_done = r->headers_reported = r->done = false;
+	r->auth_seen = false;
 	r->error_status = 0;
 	r->error[0] = '\0';
 }
@@ -202,10 +219,6 @@ enum http_read_status http_reader_feed(struct http_reader *r, const char *data,
 	}
 	if (r->done)
 		return HTTP_READ_DONE;
-	if (r->parser.upgrade) {
-		reader_error(r, 400, "protocol upgrade is not supported");
-		return HTTP_READ_ERROR;
-	}
 	if (r->headers_done && !r->headers_reported) {
 		r->headers_reported = true;
 		return HTTP_READ_HEADERS;

@@ -54,6 +54,7 @@ struct http_reader {
 	struct strbuf field;		/* the field name being read */
 	struct strbuf expect;		/* the Expect value, if sent */
 	bool in_value;			/* field name complete, value being read */
+	bool auth_seen;			/* an Authorization field, even empty */
 	bool headers_done;
 	bool headers_reported;		/* HTTP_READ_HEADERS returned once */
 	bool done;
