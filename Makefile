@@ -157,24 +157,33 @@ clean:
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 # ------------------------------------------------------------------------
-# Fuzzing the input path (tests/fuzz_request.c): line_reader, request_parse()
-# and result_format() under libFuzzer + ASan + UBSan, built with clang in
-# its own tree, build-fuzz/.
+# Fuzzing the input paths under libFuzzer + ASan + UBSan, built with clang
+# in its own tree, build-fuzz/:
+#   fuzz_request (tests/fuzz_request.c): line_reader, request_parse() and
+#     result_format();
+#   fuzz_http (tests/fuzz_http.c): http_reader over a connection's bytes,
+#     completion_parse() on each body and the completion/error writers.
 #
-# Run `make fuzz` (FUZZ_SECONDS, default 300) after changing request.c,
-# line_reader.c, strbuf.c or stop_matcher.c, and before a release;
-# `make fuzz-short` is the same for 20 seconds, the smoke run for `make test`.
-# The committed seeds (tests/fuzz/corpus) are copied into build-fuzz/corpus,
-# where libFuzzer keeps what it finds, so the repository holds only the small
-# seed set and a later run resumes from the grown corpus.  A crash or leak
-# fails the run and leaves its input in build-fuzz/artifacts/; replay it with
-# build-fuzz/fuzz_request <file>.
+# Run `make fuzz` (FUZZ_SECONDS per fuzzer, default 300) after changing
+# request.c, line_reader.c, strbuf.c, stop_matcher.c, json_writer.c,
+# http_reader.c or completion_api.c, and before a release; `make fuzz-short`
+# is the same for 15 seconds per fuzzer, the smoke run for `make test`.
+# The committed seeds (tests/fuzz/corpus, tests/fuzz/http_corpus) are
+# copied into build-fuzz/corpus and build-fuzz/http_corpus, where libFuzzer
+# keeps what it finds, so the repository holds only the small seed sets and
+# a later run resumes from the grown corpus.  A crash or leak fails the run
+# and leaves its input in build-fuzz/artifacts/ (http-* for fuzz_http);
+# replay it with build-fuzz/fuzz_request <file> or build-fuzz/fuzz_http <file>.
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 300
 FUZZ_BUILD := build-fuzz
 FUZZ_BIN := $(FUZZ_BUILD)/fuzz_request
 FUZZ_SRC := tests/fuzz_request.c common/request.c common/strbuf.c \
 	common/stop_matcher.c common/json_writer.c coordinator/line_reader.c
+FUZZ_HTTP_BIN := $(FUZZ_BUILD)/fuzz_http
+FUZZ_HTTP_SRC := tests/fuzz_http.c coordinator/http_reader.c \
+	coordinator/completion_api.c common/request.c common/strbuf.c \
+	common/stop_matcher.c common/json_writer.c
 FUZZ_SANITIZE := -fsanitize=fuzzer,address,undefined
 FUZZ_CFLAGS := -std=gnu11 -D_GNU_SOURCE -Icommon -Icoordinator -g -O1 \
 	-Wall -Wextra -Werror -Wstrict-prototypes -Wmissing-prototypes -Wshadow \
@@ -211,16 +220,24 @@ fuzz-deps: deps
 $(FUZZ_BIN): $(FUZZ_SRC) $(wildcard common/*.h coordinator/*.h) | fuzz-deps
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(FUZZ_SRC) -ljansson
 
-fuzz: $(FUZZ_BIN)
-	@mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/artifacts
+$(FUZZ_HTTP_BIN): $(FUZZ_HTTP_SRC) $(wildcard common/*.h coordinator/*.h) | fuzz-deps
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(FUZZ_HTTP_SRC) -lhttp_parser -ljansson
+
+fuzz: $(FUZZ_BIN) $(FUZZ_HTTP_BIN)
+	@mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/http_corpus $(FUZZ_BUILD)/artifacts
 	cp tests/fuzz/corpus/* $(FUZZ_BUILD)/corpus/
+	cp tests/fuzz/http_corpus/* $(FUZZ_BUILD)/http_corpus/
 	UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_BIN) -max_len=4096 \
 		-max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
 		-dict=tests/fuzz/request.dict -artifact_prefix=$(FUZZ_BUILD)/artifacts/ \
 		$(FUZZ_BUILD)/corpus
+	UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_HTTP_BIN) -max_len=4096 \
+		-max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
+		-dict=tests/fuzz/http.dict -artifact_prefix=$(FUZZ_BUILD)/artifacts/http- \
+		$(FUZZ_BUILD)/http_corpus
 
 fuzz-short:
-	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=20
+	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=15
 
 clean-fuzz:
 	rm -rf $(FUZZ_BUILD)
