@@ -1449,6 +1449,21 @@ static void engine_finish_stats(struct engine *e)
 		LOG(LOG_ERROR, "cannot write --stats %s", e->cfg->stats_path);
 }
 
+/* After a clean run every slot is free and every structure consistent;
+ * anything else is a leak or a bookkeeping bug, and fails the run. */
+static void engine_check_invariants(struct engine *e)
+{
+	if (slot_table_check(&e->slots) || request_pool_check(&e->pool) ||
+	    wait_queue_check(&e->queue))
+		engine_fail(e, "internal check failed at exit: slot table, request "
+			    "pool or waiting queue inconsistent");
+	else if (e->pool.n_live || e->slots.n_busy || wait_queue_len(&e->queue) ||
+		 e->n_paused || e->n_resume)
+		engine_fail(e, "internal check failed at exit: %u live requests, %u "
+			    "busy slots, %u waiting, %u paused", e->pool.n_live,
+			    e->slots.n_busy, wait_queue_len(&e->queue), e->n_paused);
+}
+
 /* Everything up to the first worker start.  Returns an exit status. */
 static int engine_setup(struct engine *e)
 {
@@ -1581,6 +1596,8 @@ int engine_run(const struct engine_config *cfg)
 		for (uint32_t i = 0; i < e.n_shards && !e.in_process; i++)
 			shard_start_worker(&e, &e.shards[i]);
 		engine_loop(&e);
+		if (!e.failed)
+			engine_check_invariants(&e);
 		if (e.failed) {
 			engine_fail_all(&e);
 			fprintf(stderr, "dynbatch: %s\n", e.fail_msg);
@@ -1673,6 +1690,17 @@ bool engine_healthy(const struct engine *e)
 	return false;
 }
 
+/* Counted, not derived from n_busy: /metrics shows busy + free = batch
+ * as a check, not as arithmetic. */
+static uint32_t engine_count_free_slots(const struct engine *e)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < e->slots.n_slots; i++)
+		n += e->slots.slots[i].state == SHM_SLOT_FREE;
+	return n;
+}
+
 int engine_metrics(const struct engine *e, struct strbuf *out)
 {
 	const struct engine_stats *st = &e->stats;
@@ -1694,8 +1722,12 @@ int engine_metrics(const struct engine *e, struct strbuf *out)
 			"Requests in the waiting queue.", wait_queue_len(&e->queue));
 	ret = ret ? ret : metrics_gauge(out, "dynbatch_slots_busy",
 			"Batch slots holding a request.", e->slots.n_busy);
+	ret = ret ? ret : metrics_gauge(out, "dynbatch_slots_free",
+			"Batch slots free, counted slot by slot.", engine_count_free_slots(e));
 	ret = ret ? ret : metrics_gauge(out, "dynbatch_slots_total",
 			"Batch slots (--batch).", e->slots.n_slots);
+	ret = ret ? ret : metrics_gauge(out, "dynbatch_requests_live",
+			"Requests admitted and not finished.", e->pool.n_live);
 	ret = ret ? ret : metrics_gauge(out, "dynbatch_requests_paused",
 			"Requests parked while their client reads slowly.", e->n_paused);
 	ret = ret ? ret : metrics_counter(out, "dynbatch_stale_results_rejected_total",

@@ -105,7 +105,9 @@ struct http_server {
 	uint32_t n_free;
 	uint32_t *dirty;		/* connections to look at in pump */
 	uint32_t n_dirty;
-	uint64_t next_tick_ns;
+	uint64_t next_tick_ns;		/* earliest timer found by the last scan */
+	uint64_t last_scan_ns;
+	bool rescan;			/* a connection changed since that scan */
 	uint64_t next_id;		/* generated request ids */
 	uint64_t started_s;
 	struct strbuf body;		/* scratch: an answer body being built */
@@ -159,6 +161,7 @@ static struct conn *conn_of_cookie(struct http_server *srv, uint64_t cookie)
 
 static void conn_mark(struct http_server *srv, struct conn *c)
 {
+	srv->rescan = true;	/* its timers may have changed */
 	if (c->dirty)
 		return;
 	c->dirty = true;
@@ -472,17 +475,19 @@ static void route(struct http_server *srv, struct conn *c)
 	char allow[64];
 
 	c->keep_alive = m->keep_alive;
+	/* Everything but /health needs the key, unknown paths included:
+	 * without it a client learns nothing, not even what exists. */
+	if (!(len == 7 && !strncmp(m->target.data, "/health", 7)) &&
+	    !authorized(srv, c)) {
+		respond_error(srv, c, 401, "missing or wrong API key "
+			      "(Authorization: Bearer KEY)", "invalid_request_error",
+			      NULL, "WWW-Authenticate: Bearer\r\n");
+		return;
+	}
 	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
 		if (strlen(routes[i].path) != len ||
 		    strncmp(routes[i].path, m->target.data, len))
 			continue;
-		if (routes[i].fn != route_health && !authorized(srv, c)) {
-			respond_error(srv, c, 401, "missing or wrong API key "
-				      "(Authorization: Bearer KEY)",
-				      "invalid_request_error", NULL,
-				      "WWW-Authenticate: Bearer\r\n");
-			return;
-		}
 		if (m->method != routes[i].method) {
 			snprintf(allow, sizeof(allow), "Allow: %s\r\n",
 				 http_method_str(routes[i].method));
@@ -854,8 +859,17 @@ uint64_t http_server_tick(struct http_server *srv, uint64_t now)
 	}
 	if (srv->accept_retry_ns)
 		next = srv->accept_retry_ns;
-	if (now < srv->next_tick_ns)
+	/* Scan when a timer is due, or when connections changed, but at most
+	 * once per HTTP_TICK_NS: timeouts are seconds, not nanoseconds. */
+	if (now < srv->next_tick_ns && !srv->rescan)
 		return srv->next_tick_ns < next ? srv->next_tick_ns : next;
+	if (now < srv->last_scan_ns + HTTP_TICK_NS) {
+		uint64_t t = srv->last_scan_ns + HTTP_TICK_NS;
+
+		return t < next ? t : next;
+	}
+	srv->rescan = false;
+	srv->last_scan_ns = now;
 	srv->next_tick_ns = UINT64_MAX;
 	for (uint32_t i = 0; i < srv->n_conns; i++) {
 		struct conn *c = &srv->conns[i];
@@ -867,9 +881,6 @@ uint64_t http_server_tick(struct http_server *srv, uint64_t now)
 		if (due < srv->next_tick_ns)
 			srv->next_tick_ns = due;
 	}
-	/* no finer than the scan period: timeouts are seconds, not ns */
-	if (srv->next_tick_ns != UINT64_MAX && srv->next_tick_ns < now + HTTP_TICK_NS)
-		srv->next_tick_ns = now + HTTP_TICK_NS;
 	return srv->next_tick_ns < next ? srv->next_tick_ns : next;
 }
 
