@@ -2,6 +2,8 @@
 #
 #   make          build bin/dynbatch, bin/dynbatch-worker and the tools
 #   make run      decode the default workload with 4 workers (README)
+#   make serve    the OpenAI-style HTTP server on 127.0.0.1:8080 (README)
+#   make load     load test of the server, faults included (figures)
 #   make test     unit tests and end-to-end tests (what CI runs)
 #   make asan     the same tests under AddressSanitizer + UBSan
 #   make bench    throughput scaling runs (table + plot)
@@ -23,6 +25,9 @@ BUILD ?= build
 BIN ?= bin
 
 DEB_PACKAGES := liburing-dev libcmocka-dev libjansson-dev libhttp-parser-dev pkg-config
+# What the end-to-end tests drive the server with: curl, nginx (two
+# replicas behind a load balancer), Node.js and npm (the openai client).
+TEST_DEB_PACKAGES := curl nginx-light
 
 COMMON_SRC := $(wildcard common/*.c)
 COORD_SRC := $(filter-out coordinator/main.c,$(wildcard coordinator/*.c))
@@ -41,7 +46,7 @@ LIBCOMMON := $(BUILD)/libcommon.a
 LIBCOORD := $(BUILD)/libcoord.a
 LIBWORKER := $(BUILD)/libworker.a
 
-.PHONY: all deps run test unit e2e asan tsan bench soak clean
+.PHONY: all deps test-deps run serve load test unit e2e asan tsan bench soak clean
 all: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(TOOL_BIN) $(PLUGIN) $(TEST_BIN)
 
 # Install the Debian packages the build needs, only when one is missing.
@@ -53,6 +58,20 @@ deps:
 		echo "make deps: installing$$missing"; \
 		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+# The test tools, only when missing; node and npm come from Debian unless a
+# node is already installed (NodeSource's package bundles npm).
+test-deps: deps
+	@missing=""; for p in $(TEST_DEB_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	command -v node >/dev/null && command -v npm >/dev/null || missing="$$missing nodejs npm"; \
+	if [ -n "$$missing" ]; then \
+		echo "make test-deps: installing$$missing"; \
+		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing || \
+		echo "make test-deps: could not install$$missing; the tests that need them say skipped"; \
 	fi
 
 $(BUILD)/%.o: %.c
@@ -104,9 +123,23 @@ run: deps
 	$(BIN)/refdecode --model sim --input $(BUILD)/workload.jsonl \
 		--check $(BUILD)/results.jsonl
 
+# Serve the OpenAI-style API on SERVE_LISTEN until Ctrl-C (which drains).
+SERVE_LISTEN ?= 127.0.0.1:8080
+SERVE_MODEL ?= sim:mode=sleep,call_us=2000,row_us=10
+serve: deps
+	$(MAKE) all
+	$(BIN)/dynbatch serve --listen $(SERVE_LISTEN) --workers 4 --batch 128 \
+		--model $(SERVE_MODEL)
+
+# Hundreds of concurrent clients against the server, with and without
+# worker kills and disconnects; prints requests/s, tokens/s, TTFT, TPOT.
+load: deps
+	$(MAKE) all
+	BIN=$(BIN) bash tools/serve_load.sh $(BUILD)/load
+
 # Unit tests (cmocka, one binary per module), then the end-to-end tests
 # that run the real binaries.
-test: deps
+test: test-deps
 	$(MAKE) all
 	$(MAKE) unit e2e
 	$(MAKE) --no-print-directory fuzz-short

@@ -211,6 +211,57 @@ serve_stop
 expect_eq "exit 0 (the engine's invariants hold at exit)" "$SRV_RC" 0
 expect_eq "no segment left" "$(segments_of "$SRV_PID")" ""
 
+echo "== an id reused after a disconnect never gets the old request's tokens"
+serve_start reuse --workers 2 --batch 4 --model "$SLOW"
+exec 3<>"/dev/tcp/127.0.0.1/$PORT"
+body='{"id":"re","prompt":[5,6,7],"max_tokens":500,"stream":true}'
+printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s' \
+	"${#body}" "$body" >&3
+n_events=0
+while read -r -t 5 line <&3; do	# read a few events, then walk away
+	case "$line" in data:*) n_events=$((n_events + 1));; esac
+	[ "$n_events" -ge 3 ] && break
+done
+exec 3<&-
+curl -s "$URL/v1/completions" -d '{"id":"re","prompt":[9],"max_tokens":20}' > "$E2E_TMP/re.json"
+echo '{"id":"re","prompt":[9],"max_tokens":20}' > "$E2E_TMP/re_q.jsonl"
+got=$(grep -o '"token_ids":\[[0-9,]*\]' "$E2E_TMP/re.json" | sed 's/"token_ids"://')
+want=$("$BIN/refdecode" --model "$MODEL" --input "$E2E_TMP/re_q.jsonl" |
+	grep -o '"tokens":\[[0-9,]*\]' | sed 's/"tokens"://')
+[ "$n_events" -ge 3 ] && [ -n "$got" ] && [ "$got" = "$want" ] &&
+	pass "the new 're' got its own 20 tokens after the old one was cut off mid-stream" ||
+	fail "id reuse: events $n_events, got '$got', want '$want'"
+sleep 0.1
+expect_eq "the old one was cancelled" "$(metric 'dynbatch_requests_total{finish_reason="cancelled"}')" 1
+serve_stop
+expect_eq "exit 0" "$SRV_RC" 0
+
+echo "== worker kills under load, with disconnects"
+"$BIN/fault_inject" --seed "$SEED" --kill-rate 5 --stop-rate 0 -- \
+	"$BIN/dynbatch" serve --listen 127.0.0.1:0 --workers 3 --batch 24 --model "$SLOW" \
+	2> "$E2E_TMP/kills.err" &
+FI_PID=$!
+for _ in $(seq 100); do
+	PORT=$(grep -o 'listening on http://[^ ]*' "$E2E_TMP/kills.err" | sed 's/.*://')
+	[ -n "$PORT" ] && break
+	sleep 0.05
+done
+URL="http://127.0.0.1:$PORT"
+SRV_PID=$(pgrep -P "$FI_PID" -x dynbatch | head -1)
+"$BIN/loadgen" --port "$PORT" --requests 1500 --concurrency 64 --vocab $VOCAB \
+	--seed "$SEED" --disconnect-frac 0.2 --max-tokens 48 \
+	--requests-out "$E2E_TMP/q.jsonl" --results-out "$E2E_TMP/r.jsonl" \
+	--quiet > "$E2E_TMP/load.out" 2>&1 &&
+	pass "loadgen: $(grep -E '^(completed|disconnected|failed|protocol_errors)=' "$E2E_TMP/load.out" | tr '\n' ' ')" ||
+	{ fail "loadgen"; tail -5 "$E2E_TMP/load.out"; }
+check_results "every completed answer despite the kills" "$MODEL" "$E2E_TMP/q.jsonl" "$E2E_TMP/r.jsonl"
+restarts=$(metric dynbatch_worker_restarts_total)
+[ "${restarts:-0}" -ge 1 ] && pass "$restarts workers restarted" || fail "no worker was killed"
+kill -TERM "$SRV_PID"
+wait "$FI_PID"
+expect_eq "exit 0" "$?" 0
+expect_eq "no segment left" "$(segments_of "$SRV_PID")" ""
+
 echo "== a client that reads nothing does not slow 63 others"
 serve_start stall --workers 2 --batch 64 --model "$SLOW" --conn-buffer 16384 --write-timeout 1000
 for st in 0 1; do
