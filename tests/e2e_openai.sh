@@ -1,0 +1,154 @@
+#!/bin/bash
+# e2e_openai.sh - `dynbatch serve` driven by the official openai npm client
+# (v4) under Node.js, as a user of an OpenAI-compatible server would: every
+# request of a workload as a plain completion and as a stream (the two must
+# agree), the model list, a wrong API key (401) and out-of-range tokens
+# (400); the answers are checked against the reference decoder, and SIGTERM
+# must drain the server to exit 0 with no shared segment left.
+#
+# Needs node; the openai package is installed once into $BUILD/node (from
+# the npm registry).  Without node, or without a way to install the
+# package, the test says it is skipped and exits 0.
+set -u
+. "$(dirname "$0")/e2e_lib.sh"
+
+TESTS=$(cd "$(dirname "$0")" && pwd)
+MODEL=sim:vocab=64
+T0=$(date +%s.%N)
+
+if ! command -v node >/dev/null 2>&1; then
+	echo "  skipped: node/npm not available"
+	exit 0
+fi
+
+# --- the openai package, installed once ----------------------------------
+NODE_DIR="$BUILD/node"
+openai_version() {
+	[ -f "$NODE_DIR/node_modules/openai/package.json" ] &&
+		node -e 'console.log(require(process.argv[1]).version)' \
+			"$(cd "$NODE_DIR" && pwd)/node_modules/openai/package.json" 2>/dev/null
+}
+OPENAI_VERSION=$(openai_version)
+case "$OPENAI_VERSION" in
+4.*) ;;
+*)
+	if ! command -v npm >/dev/null 2>&1; then
+		echo "  skipped: cannot install the openai npm package (no npm)"
+		exit 0
+	fi
+	# Into a folder of our own, then renamed: a test running beside us
+	# never sees half a package.
+	mkdir -p "$BUILD"
+	rc=0
+	timeout -k 5 120 npm install --prefix "$NODE_DIR.$$" openai@4 --no-audit \
+		--no-fund --loglevel=error --fetch-retries=1 --fetch-timeout=20000 \
+		> "$E2E_TMP/npm.log" 2>&1 || rc=$?
+	if [ $rc = 0 ]; then
+		rm -rf "$NODE_DIR"
+		mv -T "$NODE_DIR.$$" "$NODE_DIR" 2>/dev/null
+	fi
+	rm -rf "$NODE_DIR.$$"
+	if [ $rc != 0 ]; then
+		if [ $rc = 124 ] || grep -Eq 'ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENETUNREACH|EHOSTUNREACH|network' \
+			"$E2E_TMP/npm.log"; then
+			echo "  skipped: cannot install the openai npm package (no network)"
+			grep -E 'npm error (code|errno|network|request)' "$E2E_TMP/npm.log" |
+				head -n 3 | sed 's/^/       /'
+			exit 0
+		fi
+		fail "npm install openai@4: exit $rc"
+		sed 's/^/       /' "$E2E_TMP/npm.log" | tail -n 20
+		finish
+		exit
+	fi
+	OPENAI_VERSION=$(openai_version)
+	;;
+esac
+case "$OPENAI_VERSION" in
+4.*) pass "openai npm package $OPENAI_VERSION in $NODE_DIR/node_modules" ;;
+*) fail "openai npm package: got version '$OPENAI_VERSION', want 4.x"; finish; exit ;;
+esac
+# `import "openai"` resolves from the script's own folder upwards, so the
+# script runs from a folder whose node_modules is the installed one.
+ln -s "$(cd "$NODE_DIR" && pwd)/node_modules" "$E2E_TMP/node_modules"
+cp "$TESTS/openai_client.mjs" "$E2E_TMP/openai_client.mjs"
+
+# --- the server ----------------------------------------------------------
+"$BIN/gen_workload" --n 60 --seed "$SEED" --vocab 64 --model "$MODEL" \
+	--max-tokens 40 > "$E2E_TMP/w.jsonl"
+KEY="e2e-key-$SEED"
+"$BIN/dynbatch" serve --listen 127.0.0.1:0 --workers 2 --batch 16 \
+	--model "$MODEL" --api-key "$KEY" 2> "$E2E_TMP/serve.err" &
+SERVER=$!
+# Whatever ends this script, the server does not outlive it.  LIVE is
+# cleared once it is reaped: its pid may then belong to someone else.
+LIVE=$SERVER
+trap '[ -n "$LIVE" ] && kill -KILL $LIVE 2>/dev/null; rm -rf "$E2E_TMP"' EXIT
+PORT=""
+for _ in $(seq 100); do
+	PORT=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9][0-9]*\) .*|\1|p' \
+		"$E2E_TMP/serve.err" | head -n 1)
+	[ -n "$PORT" ] || ! kill -0 $SERVER 2>/dev/null && break
+	sleep 0.1
+done
+if [ -z "$PORT" ]; then
+	kill -KILL $SERVER 2>/dev/null
+	wait $SERVER 2>/dev/null
+	rc=$?
+	LIVE=""
+	fail "server did not say where it listens (exit status $rc)"
+	sed 's/^/       /' "$E2E_TMP/serve.err" | tail -n 20
+	finish
+	exit
+fi
+pass "server $SERVER listening on port $PORT"
+
+# --- the client ------------------------------------------------------------
+if (cd "$E2E_TMP" && timeout -k 5 60 node openai_client.mjs \
+	"http://127.0.0.1:$PORT/v1" "$KEY" w.jsonl results.jsonl) \
+	> "$E2E_TMP/node.out" 2> "$E2E_TMP/node.err"; then
+	pass "$(tail -n 1 "$E2E_TMP/node.out")"
+else
+	rc=$?
+	fail "openai client: exit $rc$([ $rc = 124 ] && echo ' (timed out)')"
+	# The first problems say what went wrong; the rest are usually its echo.
+	cat "$E2E_TMP/node.out" "$E2E_TMP/node.err" | sed 's/^/       /' |
+		awk 'NR <= 25 { print } END { if (NR > 25) print "       ... (" NR - 25 " more lines)" }'
+	echo "       server log so far:"
+	sed 's/^/       /' "$E2E_TMP/serve.err" | tail -n 20
+fi
+if [ -s "$E2E_TMP/results.jsonl" ]; then
+	check_results "openai client results vs reference" "$MODEL" \
+		"$E2E_TMP/w.jsonl" "$E2E_TMP/results.jsonl"
+else
+	fail "openai client wrote no results"
+fi
+
+# --- SIGTERM drains and exits 0, leaving no segment -----------------------
+if ! kill -0 $SERVER 2>/dev/null; then
+	fail "server $SERVER exited before it was sent SIGTERM"
+	sed 's/^/       /' "$E2E_TMP/serve.err" | tail -n 20
+fi
+kill -TERM $SERVER 2>/dev/null
+for _ in $(seq 150); do
+	kill -0 $SERVER 2>/dev/null || break
+	sleep 0.1
+done
+if kill -0 $SERVER 2>/dev/null; then
+	fail "server still running 15 s after SIGTERM"
+	kill -KILL $SERVER
+fi
+wait $SERVER
+rc=$?
+LIVE=""
+expect_eq "server exit status after SIGTERM" "$rc" 0
+expect_eq "no segment left by server $SERVER" "$(segments_of $SERVER)" ""
+if grep -Eq ': (error|fatal):|Assertion|Sanitizer|runtime error' "$E2E_TMP/serve.err"; then
+	fail "server logged errors"
+	sed 's/^/       /' "$E2E_TMP/serve.err" | tail -n 20
+else
+	pass "server log clean ($(wc -l < "$E2E_TMP/serve.err") lines)"
+fi
+
+echo "  time $(awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
+finish
