@@ -191,8 +191,8 @@ expect_eq "exit 0 after SIGTERM" "$SRV_RC" 0
 
 echo "== thousands of random disconnects"
 serve_start disc --workers 2 --batch 16 --model "$SLOW"
-"$BIN/loadgen" --port "$PORT" --requests 3000 --concurrency 64 --vocab $VOCAB \
-	--seed "$SEED" --disconnect-frac 0.5 --max-tokens 32 \
+"$BIN/loadgen" --port "$PORT" --requests 4000 --concurrency 64 --vocab $VOCAB \
+	--seed "$SEED" --disconnect-frac 0.6 --max-tokens 32 \
 	--requests-out "$E2E_TMP/q.jsonl" --results-out "$E2E_TMP/r.jsonl" \
 	--quiet > "$E2E_TMP/load.out" 2>&1 &&
 	pass "loadgen: $(grep -E '^(completed|disconnected|protocol_errors)=' "$E2E_TMP/load.out" | tr '\n' ' ')" ||
