@@ -250,10 +250,10 @@ fuzz-deps: deps
 	fi; \
 	rm -f $(FUZZ_BUILD)/probe
 
-$(FUZZ_BIN): $(FUZZ_SRC) $(wildcard common/*.h coordinator/*.h) | fuzz-deps
+$(FUZZ_BIN): $(FUZZ_SRC) tests/fuzz_rng.h $(wildcard common/*.h coordinator/*.h) | fuzz-deps
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(FUZZ_SRC) -ljansson
 
-$(FUZZ_HTTP_BIN): $(FUZZ_HTTP_SRC) $(wildcard common/*.h coordinator/*.h) | fuzz-deps
+$(FUZZ_HTTP_BIN): $(FUZZ_HTTP_SRC) tests/fuzz_rng.h $(wildcard common/*.h coordinator/*.h) | fuzz-deps
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(FUZZ_HTTP_SRC) -lhttp_parser -ljansson
 
 fuzz: $(FUZZ_BIN) $(FUZZ_HTTP_BIN)

@@ -52,6 +52,24 @@ expect_eq() {
 	if [ "$2" = "$3" ]; then pass "$1"; else fail "$1: got '$2', want '$3'"; fi
 }
 
+# worker_pids PID: the dynbatch-worker children of coordinator PID.
+worker_pids() {
+	local p
+	for p in $(cat "/proc/$1/task/$1/children" 2>/dev/null); do
+		tr '\0' ' ' 2>/dev/null < "/proc/$p/cmdline" | grep -q '^dynbatch-worker' \
+			&& echo "$p"
+	done
+}
+# worker_alive PID: PID still runs dynbatch-worker (a zombie has no cmdline).
+worker_alive() {
+	tr '\0' ' ' 2>/dev/null < "/proc/$1/cmdline" | grep -q '^dynbatch-worker'
+}
+# expect_gt NAME GOT MIN: GOT > MIN
+expect_gt() {
+	if [ -n "$2" ] && [ "$2" -gt "$3" ]; then pass "$1 ($2)"
+	else fail "$1: got '$2', want > $3"; fi
+}
+
 finish() {
 	echo "$E2E_PASSED passed, $E2E_FAILED failed"
 	[ "$E2E_FAILED" -eq 0 ]

@@ -73,23 +73,6 @@ free_port() {
 	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
 		echo $(( 20000 + RANDOM % 40000 ))
 }
-# worker_pids PID: the dynbatch-worker children of coordinator PID.
-worker_pids() {
-	local p
-	for p in $(cat "/proc/$1/task/$1/children" 2>/dev/null); do
-		tr '\0' ' ' 2>/dev/null < "/proc/$p/cmdline" | grep -q '^dynbatch-worker' \
-			&& echo "$p"
-	done
-}
-# worker_alive PID: PID still runs dynbatch-worker (a zombie has no cmdline).
-worker_alive() {
-	tr '\0' ' ' 2>/dev/null < "/proc/$1/cmdline" | grep -q '^dynbatch-worker'
-}
-# expect_gt NAME GOT MIN: GOT > MIN
-expect_gt() {
-	if [ -n "$2" ] && [ "$2" -gt "$3" ]; then pass "$1 ($2)"
-	else fail "$1: got '$2', want > $3"; fi
-}
 # field FILE NAME: a key=value figure from loadgen's stdout.
 field() { sed -n "s/^$2=//p" "$1" | tail -n 1; }
 

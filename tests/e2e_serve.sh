@@ -52,6 +52,23 @@ metric() {
 		awk -v n="$1" '$1 == n { print $2 }'
 }
 
+# load_check NAME LOADGEN-ARGS...: run loadgen against $PORT (seeded, vocab
+# $VOCAB), then check every completed answer against the reference.
+load_check() {
+	local name=$1
+	shift
+	if "$BIN/loadgen" --port "$PORT" --vocab $VOCAB --seed "$SEED" "$@" \
+		--requests-out "$E2E_TMP/q.jsonl" --results-out "$E2E_TMP/r.jsonl" \
+		--quiet > "$E2E_TMP/load.out" 2>&1; then
+		pass "loadgen: $(grep -E '^(completed|disconnected|failed|protocol_errors)=' \
+			"$E2E_TMP/load.out" | tr '\n' ' ')"
+	else
+		fail "loadgen"
+		tail -5 "$E2E_TMP/load.out"
+	fi
+	check_results "$name" "$MODEL" "$E2E_TMP/q.jsonl" "$E2E_TMP/r.jsonl"
+}
+
 command -v curl >/dev/null || { echo "skipped: curl is not installed"; exit 0; }
 
 echo "== the API and its errors"
@@ -124,13 +141,8 @@ exec 3<&-
 expect_eq "two pipelined requests" "$resp" "HTTP/1.1 200 HTTP/1.1 401 "
 
 # Every answer, plain and streamed, against the reference decoder.
-"$BIN/loadgen" --port "$PORT" --api-key "$KEY" --requests 600 --concurrency 32 \
-	--vocab $VOCAB --seed "$SEED" --stream-frac 0.5 --stop-frac 0.6 --max-tokens 48 \
-	--requests-out "$E2E_TMP/q.jsonl" --results-out "$E2E_TMP/r.jsonl" \
-	--quiet > "$E2E_TMP/load.out" 2>&1 &&
-	pass "loadgen: $(grep -E '^(completed|protocol_errors)=' "$E2E_TMP/load.out" | tr '\n' ' ')" ||
-	{ fail "loadgen"; tail -5 "$E2E_TMP/load.out"; }
-check_results "600 answers, half streamed" "$MODEL" "$E2E_TMP/q.jsonl" "$E2E_TMP/r.jsonl"
+load_check "600 answers, half streamed" --api-key "$KEY" --requests 600 \
+	--concurrency 32 --stream-frac 0.5 --stop-frac 0.6 --max-tokens 48
 serve_stop
 expect_eq "SIGTERM: exit 0" "$SRV_RC" 0
 expect_eq "no segment left" "$(segments_of "$SRV_PID")" ""
@@ -191,13 +203,8 @@ expect_eq "exit 0 after SIGTERM" "$SRV_RC" 0
 
 echo "== thousands of random disconnects"
 serve_start disc --workers 2 --batch 16 --model "$SLOW"
-"$BIN/loadgen" --port "$PORT" --requests 4000 --concurrency 64 --vocab $VOCAB \
-	--seed "$SEED" --disconnect-frac 0.6 --max-tokens 32 \
-	--requests-out "$E2E_TMP/q.jsonl" --results-out "$E2E_TMP/r.jsonl" \
-	--quiet > "$E2E_TMP/load.out" 2>&1 &&
-	pass "loadgen: $(grep -E '^(completed|disconnected|protocol_errors)=' "$E2E_TMP/load.out" | tr '\n' ' ')" ||
-	{ fail "loadgen"; tail -5 "$E2E_TMP/load.out"; }
-check_results "every completed answer" "$MODEL" "$E2E_TMP/q.jsonl" "$E2E_TMP/r.jsonl"
+load_check "every completed answer" --requests 4000 --concurrency 64 \
+	--disconnect-frac 0.6 --max-tokens 32
 sleep 0.2
 busy=$(metric dynbatch_slots_busy)
 free=$(metric dynbatch_slots_free)
@@ -248,13 +255,8 @@ for _ in $(seq 100); do
 done
 URL="http://127.0.0.1:$PORT"
 SRV_PID=$(pgrep -P "$FI_PID" -x dynbatch | head -1)
-"$BIN/loadgen" --port "$PORT" --requests 1500 --concurrency 64 --vocab $VOCAB \
-	--seed "$SEED" --disconnect-frac 0.2 --max-tokens 48 \
-	--requests-out "$E2E_TMP/q.jsonl" --results-out "$E2E_TMP/r.jsonl" \
-	--quiet > "$E2E_TMP/load.out" 2>&1 &&
-	pass "loadgen: $(grep -E '^(completed|disconnected|failed|protocol_errors)=' "$E2E_TMP/load.out" | tr '\n' ' ')" ||
-	{ fail "loadgen"; tail -5 "$E2E_TMP/load.out"; }
-check_results "every completed answer despite the kills" "$MODEL" "$E2E_TMP/q.jsonl" "$E2E_TMP/r.jsonl"
+load_check "every completed answer despite the kills" --requests 1500 \
+	--concurrency 64 --disconnect-frac 0.2 --max-tokens 48
 restarts=$(metric dynbatch_worker_restarts_total)
 [ "${restarts:-0}" -ge 1 ] && pass "$restarts workers restarted" || fail "no worker was killed"
 kill -TERM "$SRV_PID"

@@ -47,6 +47,7 @@
 #include "request.h"
 #include "stop_matcher.h"
 #include "strbuf.h"
+#include "fuzz_rng.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -86,38 +87,6 @@ static void check_failed(const char *what, int src_line)
 			check_failed(#cond, __LINE__);       \
 	} while (0)
 
-/* ------------------------------------------------------------------------
- * Randomness from the input
- */
-
-struct rng {
-	uint64_t s;
-};
-
-static uint64_t rng_next(struct rng *r)
-{
-	uint64_t x = (r->s += 0x9E3779B97F4A7C15ull);
-
-	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-	x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-	return x ^ (x >> 31);
-}
-
-static size_t rng_below(struct rng *r, size_t n)
-{
-	return (size_t)(rng_next(r) % n);
-}
-
-/* FNV-1a of the input: the seed of every choice that is not input bytes. */
-static struct rng rng_for(const uint8_t *data, size_t size)
-{
-	uint64_t h = 0xCBF29CE484222325ull;
-	size_t i;
-
-	for (i = 0; i < size; i++)
-		h = (h ^ data[i]) * 0x100000001B3ull;
-	return (struct rng){ h };
-}
 
 /* ------------------------------------------------------------------------
  * References: UTF-8 repair and a JSON read of the line
