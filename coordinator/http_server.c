@@ -575,13 +575,27 @@ static void arm_accept(struct http_server *srv)
 		srv->accept_inflight = true;
 }
 
+/* Past --max-connections: a 503 written straight away, then close. */
+static void refuse_connection(struct http_server *srv, int fd)
+{
+	static const char body[] = "{\"error\":{\"message\":\"too many connections\","
+		"\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+	char msg[512];
+	int n = snprintf(msg, sizeof(msg), "HTTP/1.1 503 Service Unavailable\r\n"
+			 "Content-Type: application/json\r\nContent-Length: %zu\r\n"
+			 "Connection: close\r\nRetry-After: 1\r\n\r\n%s",
+			 sizeof(body) - 1, body);
+
+	/* Best effort, non-blocking: the answer fits any socket buffer. */
+	if (write(fd, msg, (size_t)n) < 0)
+		LOG(LOG_DEBUG, "refused connection: %s", strerror(errno));
+	close(fd);
+	srv->n_refused++;
+	srv->n_status[503]++;
+}
+
 static void on_accept(struct http_server *srv, int fd)
 {
-	static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\n"
-		"Content-Type: application/json\r\nContent-Length: 95\r\n"
-		"Connection: close\r\nRetry-After: 1\r\n\r\n"
-		"{\"error\":{\"message\":\"too many connections\",\"type\":\"server_error\","
-		"\"param\":null,\"code\":null}}";
 	int one = 1, sndbuf = (int)srv->cfg->conn_buffer;
 	struct conn *c;
 
@@ -590,12 +604,7 @@ static void on_accept(struct http_server *srv, int fd)
 		return;
 	}
 	if (!srv->n_free) {
-		/* Best effort, non-blocking: the answer fits any socket buffer. */
-		if (write(fd, busy, sizeof(busy) - 1) < 0)
-			LOG(LOG_DEBUG, "refused connection: %s", strerror(errno));
-		close(fd);
-		srv->n_refused++;
-		srv->n_status[503]++;
+		refuse_connection(srv, fd);
 		return;
 	}
 	c = &srv->conns[srv->free_list[--srv->n_free]];

@@ -165,6 +165,22 @@ expect_eq "every 429 came at once (< 0.5 s)" "$slow429" 0
 grep -qi '^Retry-After: 1' $(grep -l ' 429' "$E2E_TMP"/h* | head -1) &&
 	pass "429 carries Retry-After" || fail "429 without Retry-After"
 
+echo "== past --max-connections: 503, and the others still served"
+serve_stop
+serve_start maxconn --workers 1 --batch 2 --model "$MODEL" --max-connections 2
+exec 4<>"/dev/tcp/127.0.0.1/$PORT"
+exec 5<>"/dev/tcp/127.0.0.1/$PORT"
+sleep 0.2
+code=$(curl -s -o "$E2E_TMP/body" -w '%{http_code}' "$URL/health")
+expect_eq "a third connection: 503" "$code" 503
+grep -q '"too many connections"' "$E2E_TMP/body" && pass "with an error body curl can read whole" ||
+	fail "503 body: '$(cat "$E2E_TMP/body")'"
+printf 'GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' >&4
+resp=$(timeout 3 cat <&4)
+case "$resp" in "HTTP/1.1 200"*) pass "an open connection is still served";;
+	*) fail "open connection: '${resp:0:60}'";; esac
+exec 4<&- 5<&-
+
 echo "== draining: SIGTERM finishes every accepted request"
 serve_stop
 serve_start drain --workers 2 --batch 4 --model "$SLOW"
