@@ -219,16 +219,22 @@ static uint32_t conn_detach(struct conn *c)
 	return handle;
 }
 
-/* The client is gone (or timed out): cancel its request, close. */
+/* Give up on the connection: cancel its request, close. */
 static void conn_drop(struct http_server *srv, struct conn *c)
 {
 	uint32_t handle = conn_detach(c);
 
-	if (handle != REQUEST_NONE) {
-		srv->n_disconnects++;
+	if (handle != REQUEST_NONE)
 		engine_cancel(srv->e, handle);
-	}
 	conn_close(srv, c);
+}
+
+/* The client closed or reset the connection. */
+static void conn_client_gone(struct http_server *srv, struct conn *c)
+{
+	if (c->busy)
+		srv->n_disconnects++;
+	conn_drop(srv, c);
 }
 
 /* ------------------------------------------------------------------------
@@ -654,7 +660,7 @@ void http_server_on_event(struct http_server *srv, const struct io_event *ev)
 			return;
 		}
 		if (ev->res <= 0) {	/* the client closed or reset */
-			conn_drop(srv, c);
+			conn_client_gone(srv, c);
 			return;
 		}
 		c->in_len += (uint32_t)ev->res;
@@ -668,7 +674,7 @@ void http_server_on_event(struct http_server *srv, const struct io_event *ev)
 		return;
 	}
 	if (ev->res < 0) {
-		conn_drop(srv, c);
+		conn_client_gone(srv, c);
 		return;
 	}
 	strbuf_consume(&c->out_write, (size_t)ev->res);
