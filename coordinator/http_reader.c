@@ -108,8 +108,12 @@ static void note_expect(struct http_reader *r)
  * Errors here return -1: to this one callback 1 means "no body follows"
  * and 2 "upgrade", not an error.  http_parser has set p->upgrade by now
  * (Upgrade with "Connection: upgrade", or CONNECT); it would end the
- * message at the headers and leave the rest as another protocol, so an
- * upgrade is refused here, whatever the pieces the request came in.
+ * message at the headers and leave the rest as another protocol.  An
+ * Upgrade is an offer a server may ignore (RFC 9110 7.8; `curl --http2`
+ * makes one for h2c), so it is ignored: clearing the flag here makes the
+ * parser read the message, body included, as plain HTTP/1.1.  CONNECT asks
+ * for a tunnel, which we never give: refused, whatever the pieces the
+ * request came in.
  */
 static int on_headers_complete(http_parser *p)
 {
@@ -119,10 +123,11 @@ static int on_headers_complete(http_parser *p)
 	note_expect(r);
 	r->msg.method = p->method;
 	r->msg.keep_alive = http_should_keep_alive(p) != 0;
-	if (p->upgrade) {
-		reader_error(r, 400, "protocol upgrade is not supported");
+	if (p->method == HTTP_CONNECT) {
+		reader_error(r, 400, "CONNECT is not supported");
 		return -1;
 	}
+	p->upgrade = 0;
 	if (p->content_length != ULLONG_MAX && p->content_length > r->lim.max_body) {
 		reader_error(r, 413, "request body too large");
 		return -1;
