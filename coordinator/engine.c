@@ -1254,10 +1254,11 @@ static void engine_wait(struct engine *e, uint64_t deadline_ns)
 
 static bool engine_done(const struct engine *e)
 {
+	bool input_done = e->input_eof || e->n_signals || e->failed;
+
 	if (e->http)	/* drained: nothing live, every answer sent */
 		return e->failed || (e->n_signals && !e->pool.n_live &&
 				     http_server_flushed(e->http));
-	bool input_done = e->input_eof || e->n_signals || e->failed;
 
 	return input_done && !e->pool.n_live && !e->write_inflight &&
 	       !e->out_fill.len && !e->out_write.len &&
