@@ -222,8 +222,10 @@ static void engine_unplace(struct engine *e, uint32_t handle,
 			   struct live_request *lr, uint64_t now)
 {
 	switch (lr->place) {
-	case LIVE_QUEUED:
-		wait_queue_remove(&e->queue, handle);	/* -ENOENT: popped */
+	case LIVE_QUEUED:	/* a client gave up waiting: O(queue) */
+		wait_queue_remove(&e->queue, handle);
+		break;
+	case LIVE_UNPLACED:
 		break;
 	case LIVE_ACTIVE:
 		slot_table_release(&e->slots, lr->slot);
@@ -239,72 +241,77 @@ static void engine_unplace(struct engine *e, uint32_t handle,
 	}
 }
 
-/* dynbatch serve: hand the answer to the HTTP front end and release. */
-static void engine_finish_served(struct engine *e, uint32_t handle,
-				 struct live_request *lr,
-				 enum finish_reason reason, const char *error)
-{
-	uint64_t now = clock_now_ns();
-	uint32_t n = lr->n_generated;
-
-	if (reason == FINISH_STOP && !lr->req.include_stop)
-		n -= lr->stop_len;
-	e->stats.n_finished[reason]++;
-	if (reason == FINISH_STOP || reason == FINISH_LENGTH) {
-		stats_record_latency(&e->stats, now - lr->admitted_ns);
-		histogram_record(&e->request_hist, now - lr->admitted_ns);
-	}
-	engine_unplace(e, handle, lr, now);
-	http_server_on_finish(e->http, lr, reason, error, lr->generated, n);
-	request_pool_free(&e->pool, handle);
-}
-
 /*
- * Write the result of live request handle and release it and its slot.
- * The only way a live request ends, so each gets exactly one line.
+ * Answer live request handle (a result line, or the HTTP front end's
+ * answer) and release it and whatever place it holds.  The only way a live
+ * request ends, so each gets exactly one answer.
  */
 static void engine_finish(struct engine *e, uint32_t handle,
 			  enum finish_reason reason, const char *error)
 {
 	struct live_request *lr = request_pool_get(&e->pool, handle);
-	struct result r;
 	uint64_t now = clock_now_ns();
+	const int32_t *tokens = NULL;
+	uint32_t n = 0;
 
 	if (!lr)
 		return;
-	if (e->http) {
-		engine_finish_served(e, handle, lr, reason, error);
-		return;
-	}
-	memset(&r, 0, sizeof(r));
-	r.id = lr->req.id;
-	r.line_no = lr->req.line_no;
-	r.finish_reason = finish_reason_names[reason];
-	r.error = error;
-	r.n_prompt = lr->req.n_prompt;
-	r.n_generated = lr->n_generated;
-	if (lr->slot != REQUEST_NONE) {
-		uint32_t n = lr->n_generated;
-
+	/* serve keeps every token beside the request; run reads the slot */
+	if (lr->generated)
+		tokens = lr->generated;
+	else if (lr->slot != REQUEST_NONE)
+		tokens = slot_table_tokens(&e->slots, lr->slot) + lr->req.n_prompt;
+	if (tokens) {
+		n = lr->n_generated;
 		if (reason == FINISH_STOP && !lr->req.include_stop)
 			n -= lr->stop_len;
-		r.tokens = slot_table_tokens(&e->slots, lr->slot) + lr->req.n_prompt;
-		r.n_tokens = n;
 	}
-	engine_emit(e, &r, reason);
-	if (reason == FINISH_STOP || reason == FINISH_LENGTH)
+	if (e->http) {
+		e->stats.n_finished[reason]++;
+		http_server_on_finish(e->http, lr, reason, error, tokens, n);
+	} else {
+		struct result r = {
+			.id = lr->req.id,
+			.line_no = lr->req.line_no,
+			.tokens = tokens,
+			.n_tokens = n,
+			.finish_reason = finish_reason_names[reason],
+			.error = error,
+			.n_prompt = lr->req.n_prompt,
+			.n_generated = lr->n_generated,
+		};
+
+		engine_emit(e, &r, reason);
+	}
+	if (reason == FINISH_STOP || reason == FINISH_LENGTH) {
 		stats_record_latency(&e->stats, now - lr->admitted_ns);
-	if (lr->slot != REQUEST_NONE) {
-		slot_table_release(&e->slots, lr->slot);
-		e->slot_freed_ns[lr->slot] = now;
+		histogram_record(&e->request_hist, now - lr->admitted_ns);
 	}
+	engine_unplace(e, handle, lr, now);
 	request_pool_free(&e->pool, handle);
+}
+
+/* Finish every request in the waiting queue, oldest first (popping each
+ * keeps this linear: a request finished in place is searched for). */
+static void engine_finish_waiting(struct engine *e, enum finish_reason reason,
+				  const char *error)
+{
+	uint32_t handle;
+
+	while (!wait_queue_pop(&e->queue, &handle)) {
+		struct live_request *lr = request_pool_get(&e->pool, handle);
+
+		if (lr)
+			lr->place = LIVE_UNPLACED;
+		engine_finish(e, handle, reason, error);
+	}
 }
 
 /* Finish every live request (waiting, active or paused) with reason. */
 static void engine_finish_all(struct engine *e, enum finish_reason reason,
 			      const char *error)
 {
+	engine_finish_waiting(e, reason, error);
 	for (uint32_t h = 0; h < e->pool.capacity; h++)
 		if (request_pool_get(&e->pool, h))
 			engine_finish(e, h, reason, error);
@@ -489,8 +496,8 @@ static void shard_refill(struct engine *e, struct shard *s)
 			engine_fail(e, "waiting queue held a bad handle %u", handle);
 			return;
 		}
+		lr->place = LIVE_UNPLACED;	/* off the queue, not yet in a slot */
 		if (engine_place(e, slot, handle, lr)) {
-			lr->place = LIVE_QUEUED;	/* popped: nowhere to leave */
 			engine_finish(e, handle, FINISH_ERROR, "prompt does not fit a slot");
 			continue;
 		}
@@ -1033,38 +1040,26 @@ static uint64_t engine_check_workers(struct engine *e, uint64_t now)
 
 static void engine_on_signal(struct engine *e, int signo)
 {
-	uint32_t handle;
-
 	e->n_signals++;
-	if (e->http) {
-		/* A server drains everything it accepted: queued requests
+	if (e->n_signals == 1 && e->http) {
+		/* A server drains everything it accepted: waiting requests
 		 * were promised an answer too. */
-		if (e->n_signals == 1) {
-			LOG(LOG_WARN, "%s: draining (no new connections; every "
-			    "request already accepted finishes); signal again to "
-			    "stop now", strsignal(signo));
-			http_server_stop_accepting(e->http);
-			return;
-		}
-		LOG(LOG_WARN, "%s again: cancelling every request", strsignal(signo));
-		engine_finish_all(e, FINISH_CANCELLED, "the server is shutting down");
+		LOG(LOG_WARN, "%s: draining (no new connections; every request "
+		    "already accepted finishes); signal again to stop now",
+		    strsignal(signo));
+		http_server_stop_accepting(e->http);
 		return;
 	}
 	if (e->n_signals == 1) {
 		LOG(LOG_WARN, "%s: draining (no new requests; active ones finish, "
 		    "waiting ones are cancelled); signal again to stop now",
 		    strsignal(signo));
-		while (!wait_queue_pop(&e->queue, &handle))
-			engine_finish(e, handle, FINISH_CANCELLED, NULL);
+		engine_finish_waiting(e, FINISH_CANCELLED, NULL);
 		return;
 	}
-	LOG(LOG_WARN, "%s again: cancelling every active request", strsignal(signo));
-	for (uint32_t slot = 0; slot < e->slots.n_slots; slot++)
-		if (e->slots.slots[slot].state == SHM_SLOT_ACTIVE)
-			engine_finish(e, e->slots.slots[slot].request_handle,
-				      FINISH_CANCELLED, NULL);
-	while (!wait_queue_pop(&e->queue, &handle))
-		engine_finish(e, handle, FINISH_CANCELLED, NULL);
+	LOG(LOG_WARN, "%s again: cancelling every request", strsignal(signo));
+	engine_finish_all(e, FINISH_CANCELLED,
+			  e->http ? "the server is shutting down" : NULL);
 }
 
 static void engine_handle_event(struct engine *e, const struct io_event *ev)

@@ -22,6 +22,7 @@
 /* Where a live request is (dynbatch serve can park one and resume it). */
 enum live_place {
 	LIVE_QUEUED = 0,		/* in the waiting queue */
+	LIVE_UNPLACED,			/* taken off the queue, not (yet) in a slot */
 	LIVE_ACTIVE,			/* in a slot */
 	LIVE_PAUSED,			/* gave up its slot: its client reads slowly */
 	LIVE_RESUMING,			/* paused, now first in line for a slot */

@@ -26,6 +26,7 @@
 #include "stop_matcher.h"
 #include "strbuf.h"
 #include "sim_model.h"
+#include "test_rng.h"
 
 static const struct request_limits lim = { .vocab = 32000, .max_context = 4096 };
 
@@ -600,11 +601,12 @@ static void test_format_error_of_parse(void **state)
  * Randomized: random valid requests as text, parsed and checked
  */
 
-static uint64_t rng_state;
+/* The randomized tests' generator: rng_for(test id) from the printed seed. */
+static struct rng test_rng;
 
 static uint64_t rnd(void)
 {
-	return sim_splitmix64(&rng_state);
+	return rng_next(&test_rng);
 }
 
 /* Uniform-ish in [0, n). */
@@ -858,17 +860,14 @@ static void check_against_model(const struct request *req,
 
 static void test_random_requests(void **state)
 {
-	const char *env = getenv("SEED");
 	struct strbuf sb = STRBUF_INIT;
 	struct model_req m;
 	struct request req;
-	uint64_t seed;
+	uint64_t seed = test_seed;
 	char err[512];
 	int iter;
 
-	seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL);
-	printf("test_random_requests: SEED=%" PRIu64 "\n", seed);
-	rng_state = seed;
+	test_rng = rng_for(1);
 
 	for (iter = 0; iter < 5000; iter++) {
 		uint64_t line_no = 1 + rnd_below(1000000);
@@ -900,17 +899,14 @@ static void test_random_requests(void **state)
  * naming that field. */
 static void test_random_bad_token(void **state)
 {
-	const char *env = getenv("SEED");
 	struct strbuf sb = STRBUF_INIT;
 	struct model_req m;
 	struct request req;
-	uint64_t seed;
+	uint64_t seed = test_seed;
 	char err[512];
 	int iter;
 
-	seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL);
-	printf("test_random_bad_token: SEED=%" PRIu64 "\n", seed);
-	rng_state = seed ^ 0x5bd1e995;
+	test_rng = rng_for(2);
 
 	for (iter = 0; iter < 2000; iter++) {
 		struct strbuf line = STRBUF_INIT;
@@ -963,5 +959,6 @@ int main(void)
 		cmocka_unit_test(test_random_bad_token),
 	};
 
+	test_seed_init("request");
 	return cmocka_run_group_tests_name("request", tests, NULL, NULL);
 }
