@@ -287,7 +287,7 @@ echo "== a client that reads nothing does not slow 63 others"
 serve_start stall --workers 2 --batch 64 --model "$SLOW" --conn-buffer 16384 --write-timeout 1000
 for st in 0 1; do
 	"$BIN/loadgen" --port "$PORT" --requests 126 --concurrency 63 --stream-frac 1 \
-		--max-tokens 1000 --vocab $VOCAB --seed "$SEED" --stall $st \
+		--max-tokens 1000 --vocab $VOCAB --seed "$SEED" --stall $st --stall-wait-s 5 \
 		--requests-out "$E2E_TMP/q$st.jsonl" --results-out "$E2E_TMP/r$st.jsonl" \
 		--quiet > "$E2E_TMP/stall$st.out" 2>&1 || fail "loadgen --stall $st"
 done

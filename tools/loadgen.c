@@ -52,6 +52,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <netdb.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -102,6 +103,8 @@ struct lg_opts {
 	const char *results_out;	/* or NULL */
 	double duration_s;		/* 0: no limit */
 	double timeout_s;		/* no progress this long: hung */
+	double stall_wait_s;		/* wait this long for the server to
+					 * close each stall client (0: look once) */
 	bool quiet;
 	bool strict;			/* a 500 is an error too */
 };
@@ -1293,10 +1296,13 @@ static void lg_timers(struct lg *lg, uint64_t now)
 
 /*
  * After the run: did the server close each stall client?  Drain what it
- * sent; EOF or RST means closed, EAGAIN means it is still open.
+ * sent; EOF or RST means closed, EAGAIN means it is still open, unless
+ * --stall-wait-s allows waiting for it (a server's write timeout may end
+ * just after the other clients do).
  */
 static uint32_t lg_stall_check(struct lg *lg)
 {
+	uint64_t deadline = clock_now_ns() + (uint64_t)(lg->o.stall_wait_s * 1e9);
 	char buf[LG_READ_BYTES];
 	uint32_t i, n_closed = 0;
 	struct lg_conn *c;
@@ -1306,9 +1312,20 @@ static uint32_t lg_stall_check(struct lg *lg)
 		c = &lg->conns[i];
 		if (c->state != CS_STALLED)
 			continue;
-		do
-			n = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
-		while (n > 0);
+		for (;;) {
+			uint64_t now;
+			struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
+
+			do
+				n = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
+			while (n > 0);
+			if (n == 0 || (errno != EAGAIN && errno != EINTR))
+				break;
+			now = clock_now_ns();
+			if (now >= deadline)
+				break;
+			poll(&pfd, 1, (int)((deadline - now) / 1000000) + 1);
+		}
 		if (n == 0 || (errno != EAGAIN && errno != EINTR))
 			n_closed++;
 		conn_close(c, false);
@@ -1422,6 +1439,8 @@ static void usage(FILE *f)
 		"  --results-out FILE   their results, for refdecode --check\n"
 		"  --duration-s S       stop starting requests after S seconds\n"
 		"  --timeout-s S        no progress this long is an error (60)\n"
+		"  --stall-wait-s S     wait up to S s for the server to close each\n"
+		"                       stall client after the run (0: look once)\n"
 		"  --strict             a 500 is an error too\n"
 		"  --quiet              no per-failure lines, no human summary\n"
 		"Exit: 0 ok, 1 protocol errors, 2 usage error.\n");
@@ -1464,6 +1483,7 @@ static int parse_opts(int argc, char **argv, struct lg_opts *o)
 		{ "results-out", required_argument, NULL, 'O' },
 		{ "duration-s", required_argument, NULL, 'd' },
 		{ "timeout-s", required_argument, NULL, 't' },
+		{ "stall-wait-s", required_argument, NULL, 'W' },
 		{ "strict", no_argument, NULL, 'x' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
@@ -1516,6 +1536,7 @@ static int parse_opts(int argc, char **argv, struct lg_opts *o)
 		REAL('f', stop_frac, 0, 1, "a fraction in [0, 1]")
 		REAL('d', duration_s, 1e-3, 1e7, "seconds > 0")
 		REAL('t', timeout_s, 1e-3, 1e7, "seconds > 0")
+		REAL('W', stall_wait_s, 0, 1e7, "seconds >= 0")
 #undef U64
 #undef U32
 #undef REAL
