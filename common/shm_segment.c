@@ -25,6 +25,7 @@ static_assert(offsetof(struct shm_header, layout_version) == 8, "header");
 static_assert(offsetof(struct shm_header, segment_size) == 16, "header");
 static_assert(offsetof(struct shm_header, vocab) == 52, "header");
 static_assert(offsetof(struct shm_header, off_slots) == 56, "header");
+static_assert(offsetof(struct shm_header, shard_token_stride) == 96, "header");
 static_assert(offsetof(struct shm_header, coordinator_sleeping) == 128,
 	      "coordinator_sleeping on its own cache line");
 static_assert(sizeof(struct shm_slot) == 32, "slot table entry");
@@ -99,8 +100,9 @@ static int layout_compute(struct shm_header *hdr, const struct shm_params *p)
 	off = round_up(off + sizeof(struct shm_queue) +
 		       (uint64_t)p->queue_capacity * sizeof(uint32_t), SHM_PAGE);
 	hdr->off_tokens = off;
-	off = round_up(off + (uint64_t)p->n_slots * p->max_context * sizeof(int32_t),
-		       SHM_PAGE);
+	hdr->shard_token_stride = round_up((uint64_t)hdr->shard_capacity *
+					   p->max_context * sizeof(int32_t), SHM_PAGE);
+	off += p->n_shards * hdr->shard_token_stride;
 	hdr->off_channels = off;
 	hdr->channel_stride = channel_stride_for(hdr->shard_capacity, hdr->ring_depth);
 	hdr->segment_size = off + (uint64_t)p->n_shards * hdr->channel_stride;
@@ -137,6 +139,7 @@ int shm_header_validate(const struct shm_header *hdr, size_t size, char *err,
 	    want.off_queue != hdr->off_queue || want.off_tokens != hdr->off_tokens ||
 	    want.off_channels != hdr->off_channels ||
 	    want.channel_stride != hdr->channel_stride ||
+	    want.shard_token_stride != hdr->shard_token_stride ||
 	    want.shard_capacity != hdr->shard_capacity ||
 	    want.ring_depth != hdr->ring_depth ||
 	    want.segment_size != hdr->segment_size) {
@@ -244,7 +247,8 @@ int shm_segment_attach(struct shm_segment *seg, const char *name,
 {
 	struct shm_header hdr;
 	struct stat st;
-	void *base, *ch;
+	void *base, *ch, *tokens;
+	uint64_t tokens_off;
 	int fd, ret;
 
 	memset(seg, 0, sizeof(*seg));
@@ -286,6 +290,17 @@ int shm_segment_attach(struct shm_segment *seg, const char *name,
 		munmap(base, hdr.segment_size);
 		goto out_close;
 	}
+	/* Our own shard's token buffers, writable: we write what we generate. */
+	tokens_off = hdr.off_tokens + shard * hdr.shard_token_stride;
+	tokens = mmap((char *)base + tokens_off, hdr.shard_token_stride,
+		      PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+		      (off_t)tokens_off);
+	if (tokens == MAP_FAILED) {
+		ret = -errno;
+		snprintf(err, err_len, "mmap tokens: %s", strerror(errno));
+		munmap(base, hdr.segment_size);
+		goto out_close;
+	}
 	close(fd);
 	seg->base = base;
 	seg->size = hdr.segment_size;
@@ -319,6 +334,8 @@ void shm_channel_reset(const struct shm_segment *seg, uint32_t shard,
 	}
 	ch->start_dispatch_pos = dispatch_pos;
 	ch->start_result_pos = result_pos;
+	atomic_store(&ch->results_consumed, result_pos);
+	atomic_store(&ch->dispatch_adopted, 0);
 	atomic_store(&ch->worker_sleeping, 0);
 	atomic_store(&ch->worker_ready_pid, 0);
 	/* The old worker is dead, so nobody waits on the semaphore. */

@@ -6,10 +6,21 @@
  *
  * The coordinator creates the segment (0600, O_EXCL, a unique name
  * "/dynbatch-<pid>-<random>") and is the only writer of every region but
- * the channels.  A worker maps the whole segment read-only and then maps
- * its own shard's channel read-write over it, so a buggy worker cannot
- * scribble on the slot table, the queue, the token buffers or another
- * shard's channel.  The coordinator still treats everything it reads back
+ * the channels and the generated tokens.  A worker maps the whole segment
+ * read-only and then maps its own shard's channel and its own shard's
+ * token buffers read-write over it, so a buggy worker cannot scribble on
+ * the slot table, the queue, or another shard's tokens or channel.
+ *
+ * Who writes a slot's token buffer: the coordinator writes the prompt
+ * (and, for a resumed request, the tokens it already had) when it assigns
+ * the slot; the shard's worker writes each token it generates right after
+ * the prefix, before it posts the result.  So a worker can run its next
+ * step without waiting for the coordinator to commit the last one (the
+ * coordinator commits later, from the result record, and keeps its own
+ * copy of every committed token).  A worker writes a slot's buffer only
+ * while the slot is in the dispatch it has adopted and below the row's
+ * limit; the coordinator reuses a slot only once the worker cannot write
+ * it any more (see coordinator/engine.c, "Run-ahead").  The coordinator still treats everything it reads back
  * from a channel as untrusted input, and keeps its own private copy of
  * everything it must trust (slot -> request, generations, lengths).
  *
@@ -19,7 +30,7 @@
  *   0              4096                          struct shm_header  coordinator
  *   off_slots      n_slots * 32                  slot table      coordinator
  *   off_queue      16 + queue_capacity * 4       waiting queue   coordinator
- *   off_tokens     n_slots * max_context * 4     token buffers   coordinator
+ *   off_tokens     n_shards * shard_token_stride token buffers   see above
  *   off_channels   n_shards * channel_stride     channels        see below
  *
  * struct shm_header (offsets pinned by static_assert in shm_segment.c):
@@ -38,6 +49,7 @@
  *   48      4     coordinator_pid       coordinator, once
  *   52      4     vocab                 coordinator, once
  *   56      40    off_slots .. channel_stride   coordinator, once
+ *   96      8     shard_token_stride    coordinator, once
  *   128     4     coordinator_sleeping  coordinator (own cache line)
  *
  * A channel (one per shard) holds the two single-producer single-consumer
@@ -47,7 +59,14 @@
  * payload and then storing seq = p + 1 with release order; the reader
  * loads seq with acquire order and accepts the entry only when it equals
  * the p + 1 it expects.  A writer killed mid-record leaves a record nobody
- * accepts.
+ * accepts.  Neither side overwrites an entry the other may still read:
+ * the worker posts result p only once results_consumed > p - ring_depth,
+ * and the coordinator publishes a dispatch only once the worker has
+ * adopted the one before (dispatch_adopted).
+ *
+ * Slots are split into shards as first_slot(i) = n_slots * i / n_shards;
+ * each shard's token buffers start on a page (shard_token_stride apart) so
+ * that its worker can map exactly them read-write.
  */
 #ifndef DYNBATCH_SHM_SEGMENT_H
 #define DYNBATCH_SHM_SEGMENT_H
@@ -59,7 +78,7 @@
 #include <stdint.h>
 
 #define SHM_MAGIC 0x48435441424e5944ull	/* "DYNBATCH" little-endian */
-#define SHM_LAYOUT_VERSION 2u
+#define SHM_LAYOUT_VERSION 3u
 #define SHM_CACHE_LINE 64
 #define SHM_PAGE 4096u
 #define SHM_RING_DEPTH 4u		/* positions per ring, power of two */
@@ -83,7 +102,9 @@ struct shm_header {
 	uint64_t off_tokens;		/* byte offset of slot 0's tokens */
 	uint64_t off_channels;		/* byte offset of channel 0 */
 	uint64_t channel_stride;	/* bytes per channel, page multiple */
-	uint8_t pad0[128 - 96];
+	uint64_t shard_token_stride;	/* bytes of token buffers per shard,
+					 * page multiple */
+	uint8_t pad0[128 - 104];
 	/* 1 while the coordinator sleeps in io_uring: a worker that has
 	 * published a result then writes the eventfd to wake it.  Paired
 	 * with the seq_cst fence in worker_publish_result(). */
@@ -117,33 +138,43 @@ struct shm_queue {
 	uint32_t handles[];		/* queue_capacity request handles */
 };
 
-/* One row of a dispatch: which slot to extend and its prefix length. */
+/*
+ * One row of a dispatch: a slot the worker is to extend, step after step,
+ * until its prefix reaches limit tokens or a newer dispatch leaves it out.
+ */
 struct shm_dispatch_row {
 	uint32_t slot;			/* slot id, in the worker's shard */
 	uint32_t generation;		/* slot generation when dispatched */
-	uint32_t n_tokens;		/* prefix length the model reads */
-	uint32_t pad;
+	uint32_t n_tokens;		/* committed prefix length (see reset) */
+	uint32_t limit;			/* stop extending at this length
+					 * (prompt + max_tokens, <= max_context) */
 };
 
-/* One row of a result: the token that continues that prefix. */
+/* One row of a result: the token that continues one prefix. */
 struct shm_result_row {
 	uint32_t slot;			/* copied from the dispatch row */
 	uint32_t generation;		/* copied from the dispatch row */
 	int32_t token;			/* the model's next token */
-	uint32_t pad;
+	uint32_t n_tokens;		/* length of the prefix it continues
+					 * (the token sits at this index) */
 };
+
+/* The worker takes every row's n_tokens as given (after the coordinator
+ * rejected a result), instead of keeping its own, longer prefix for a row
+ * it already has. */
+#define SHM_DISPATCH_RESET 1u
 
 struct shm_dispatch {
 	_Atomic uint64_t seq;		/* position + 1 once published */
-	uint64_t dispatch_id;		/* unique per shard step, never 0 */
+	uint64_t dispatch_id;		/* unique per shard, increasing, never 0 */
 	uint32_t n_rows;		/* <= shard_capacity */
-	uint32_t pad;
+	uint32_t flags;			/* SHM_DISPATCH_RESET */
 	struct shm_dispatch_row rows[];
 };
 
 struct shm_result {
 	_Atomic uint64_t seq;		/* position + 1 once published */
-	uint64_t dispatch_id;		/* the dispatch this answers */
+	uint64_t dispatch_id;		/* the dispatch the worker ran */
 	uint32_t n_rows;		/* rows filled */
 	int32_t status;			/* 0, or the model's negative errno */
 	uint64_t model_ns;		/* how long model_next() took (for stats) */
@@ -158,14 +189,21 @@ struct shm_channel {
 	uint64_t start_dispatch_pos;	/* coordinator: first position a new
 					 * worker reads */
 	uint64_t start_result_pos;	/* coordinator: first position it writes */
-	uint8_t pad0[SHM_CACHE_LINE - 16];
+	/* coordinator: every result before this position has been read; the
+	 * worker may reuse those entries (release store, acquire load) */
+	_Atomic uint64_t results_consumed;
+	uint8_t pad0[SHM_CACHE_LINE - 24];
 	/* worker: 1 while it sleeps in sem_wait(&dispatch_sem); the
 	 * coordinator posts the semaphore only then (after a seq_cst fence) */
 	_Atomic uint32_t worker_sleeping;
 	/* worker: its pid once it has attached and loaded the model; a worker
 	 * that dies before this is a failed start, not a failed step */
 	_Atomic int32_t worker_ready_pid;
-	uint8_t pad1[SHM_CACHE_LINE - 8];
+	/* worker: position + 1 of the dispatch it runs now, stored (release)
+	 * once it has finished every step of the one before: from then on it
+	 * writes no slot that the new dispatch leaves out */
+	_Atomic uint64_t dispatch_adopted;
+	uint8_t pad1[SHM_CACHE_LINE - 16];
 	sem_t dispatch_sem;		/* wakes the worker; count is a hint */
 	uint8_t pad2[SHM_CACHE_LINE * 2 - sizeof(sem_t)];
 	/* then ring_depth dispatch entries, then ring_depth result entries */
@@ -232,11 +270,29 @@ static inline struct shm_slot *shm_slot_at(const struct shm_segment *seg,
 	return (struct shm_slot *)((char *)seg->base + seg->hdr->off_slots) + slot;
 }
 
+/* First slot of shard (shards split the slots as evenly as they can). */
+static inline uint32_t shm_shard_first_slot(const struct shm_header *hdr,
+					    uint32_t shard)
+{
+	return (uint32_t)((uint64_t)hdr->n_slots * shard / hdr->n_shards);
+}
+
+/* The shard a slot belongs to: the inverse of shm_shard_first_slot(). */
+static inline uint32_t shm_slot_shard(const struct shm_header *hdr, uint32_t slot)
+{
+	return (uint32_t)(((uint64_t)(slot + 1) * hdr->n_shards + hdr->n_slots - 1) /
+			  hdr->n_slots - 1);
+}
+
 static inline int32_t *shm_tokens_at(const struct shm_segment *seg,
 				     uint32_t slot)
 {
-	return (int32_t *)((char *)seg->base + seg->hdr->off_tokens) +
-	       (size_t)slot * seg->hdr->max_context;
+	const struct shm_header *hdr = seg->hdr;
+	uint32_t shard = shm_slot_shard(hdr, slot);
+
+	return (int32_t *)((char *)seg->base + hdr->off_tokens +
+			   shard * hdr->shard_token_stride) +
+	       (size_t)(slot - shm_shard_first_slot(hdr, shard)) * hdr->max_context;
 }
 
 static inline struct shm_queue *shm_queue_of(const struct shm_segment *seg)

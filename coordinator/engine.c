@@ -85,13 +85,21 @@ struct shard {
 	uint32_t index;
 	uint32_t first_slot;		/* slots [first_slot, first_slot+n_slots) */
 	uint32_t n_slots;
-	/* the step in flight: private, trusted copy of what was dispatched */
-	uint64_t next_dispatch_id;	/* starts at 1; 0 means none */
-	uint64_t inflight_id;		/* 0 when no step is in flight */
-	uint32_t n_inflight;
-	struct shm_dispatch_row *inflight; /* n_slots rows */
-	uint64_t dispatched_ns;
-	uint64_t step_ewma_ns;		/* typical dispatch -> result time */
+	uint32_t n_active;		/* of which ACTIVE */
+	/* dispatches to the current worker: private, trusted copies */
+	uint64_t next_dispatch_id;	/* starts at 1, never reused */
+	uint64_t first_id;		/* first id sent to the current worker */
+	uint64_t issued_id;		/* the newest dispatch sent (0: none) */
+	uint64_t first_pos;		/* first dispatch position of the worker */
+	/* the rows of the last SHM_RING_DEPTH dispatches, by ring index: the
+	 * one the worker runs is among them (for blame when it dies) */
+	struct shm_dispatch_row *sent;	/* SHM_RING_DEPTH * n_slots */
+	uint32_t n_sent[SHM_RING_DEPTH];
+	bool redispatch;		/* the worker's rows are out of date */
+	bool reset;			/* next dispatch: take our lengths */
+	uint64_t suspect_id;		/* dispatch running a suspect alone */
+	uint64_t progress_ns;		/* last result, or last dispatch sent */
+	uint64_t step_ewma_ns;		/* typical time between results */
 	uint64_t dispatch_pos;		/* next dispatch ring position */
 	uint64_t result_pos;		/* next result ring position */
 	/* the worker process */
@@ -142,6 +150,9 @@ struct engine {
 	bool progress_on;
 	uint64_t last_progress_ns;
 	uint64_t *slot_freed_ns;	/* per slot: when it last became free */
+	uint64_t *slot_drain;		/* per slot: the worker may still write
+					 * it until dispatch_adopted reaches
+					 * this (0: free to reuse) */
 	/* in-process stepping buffers, n_slots each */
 	const int32_t **prefixes;
 	uint32_t *lengths;
@@ -216,6 +227,37 @@ static void engine_unresume(struct engine *e, uint32_t handle)
 	}
 }
 
+static struct shard *shard_of_slot(struct engine *e, uint32_t slot)
+{
+	return &e->shards[shm_slot_shard(e->seg.hdr, slot)];
+}
+
+/* The prefix length at which a request's slot is done: prompt plus
+ * max_tokens (admission checked that this fits the context). */
+static uint32_t request_limit(const struct live_request *lr)
+{
+	return lr->req.n_prompt + lr->req.max_tokens;
+}
+
+/*
+ * Slot leaves its shard's rows.  The worker stops at a row's limit by
+ * itself; a row that ends before it (a stop, a cancel, a pause, a failure)
+ * goes on being extended until the worker adopts a dispatch without it,
+ * so the slot may be reused only then (slot_drain).
+ */
+static void shard_drop_slot(struct engine *e, uint32_t slot,
+			    const struct live_request *lr)
+{
+	struct shard *s = shard_of_slot(e, slot);
+
+	s->n_active--;
+	if (e->in_process)
+		return;
+	s->redispatch = true;
+	if (e->slots.slots[slot].n_tokens < request_limit(lr))
+		e->slot_drain[slot] = s->dispatch_pos + 1;
+}
+
 /* Leave wherever the request is, freeing its slot (stale results for it
  * are rejected: the slot is no longer ACTIVE, or has a new generation). */
 static void engine_unplace(struct engine *e, uint32_t handle,
@@ -228,6 +270,7 @@ static void engine_unplace(struct engine *e, uint32_t handle,
 	case LIVE_UNPLACED:
 		break;
 	case LIVE_ACTIVE:
+		shard_drop_slot(e, lr->slot, lr);
 		slot_table_release(&e->slots, lr->slot);
 		e->slot_freed_ns[lr->slot] = now;
 		lr->slot = REQUEST_NONE;
@@ -251,16 +294,14 @@ static void engine_finish(struct engine *e, uint32_t handle,
 {
 	struct live_request *lr = request_pool_get(&e->pool, handle);
 	uint64_t now = clock_now_ns();
-	const int32_t *tokens = NULL;
+	const int32_t *tokens;
 	uint32_t n = 0;
 
 	if (!lr)
 		return;
-	/* serve keeps every token beside the request; run reads the slot */
-	if (lr->generated)
-		tokens = lr->generated;
-	else if (lr->slot != REQUEST_NONE)
-		tokens = slot_table_tokens(&e->slots, lr->slot) + lr->req.n_prompt;
+	/* every committed token is kept beside the request (a worker writes
+	 * the slot's copy, so that one is not trusted) */
+	tokens = lr->generated;
 	if (tokens) {
 		n = lr->n_generated;
 		if (reason == FINISH_STOP && !lr->req.include_stop)
@@ -457,10 +498,18 @@ static int engine_next_waiting(struct engine *e, uint32_t *handle)
 	return wait_queue_pop(&e->queue, handle);
 }
 
-/* Put lr into slot: its prompt, and the tokens it had when it paused. */
+/* Put lr into slot: its prompt, and the tokens it had when it paused.
+ * 0, -EINVAL when it does not fit, -ENOMEM. */
 static int engine_place(struct engine *e, uint32_t slot, uint32_t handle,
 			struct live_request *lr)
 {
+	/* run allocates the private token copy here, when it is needed;
+	 * serve has one from submission */
+	if (!lr->generated) {
+		lr->generated = malloc((size_t)lr->req.max_tokens * sizeof(int32_t));
+		if (!lr->generated)
+			return -ENOMEM;
+	}
 	if (slot_table_assign(&e->slots, slot, handle, lr->req.prompt,
 			      lr->req.n_prompt))
 		return -EINVAL;
@@ -470,7 +519,24 @@ static int engine_place(struct engine *e, uint32_t slot, uint32_t handle,
 			return -EINVAL;
 		}
 	}
+	shard_of_slot(e, slot)->n_active++;
 	return 0;
+}
+
+/* May slot be given a new request?  Not while the worker can still write
+ * it (shard_drop_slot). */
+static bool shard_slot_reusable(struct engine *e, struct shard *s, uint32_t slot)
+{
+	if (e->slots.slots[slot].state != SHM_SLOT_FREE)
+		return false;
+	if (!e->slot_drain[slot])
+		return true;
+	/* acquire: pairs with the worker's release in worker_adopt() */
+	if (atomic_load_explicit(&shm_channel_at(&e->seg, s->index)->dispatch_adopted,
+				 memory_order_acquire) < e->slot_drain[slot])
+		return false;
+	e->slot_drain[slot] = 0;
+	return true;
 }
 
 /* Fill the shard's free slots from the waiting queue (FIFO). */
@@ -478,16 +544,20 @@ static void shard_refill(struct engine *e, struct shard *s)
 {
 	uint64_t now = 0;
 
+	int ret;
+
+	if (s->n_active == s->n_slots)
+		return;
 	if (e->cfg->policy_static)
 		for (uint32_t i = 0; i < s->n_slots; i++)
-			if (e->slots.slots[s->first_slot + i].state != SHM_SLOT_FREE)
+			if (!shard_slot_reusable(e, s, s->first_slot + i))
 				return;
 	for (uint32_t i = 0; i < s->n_slots; i++) {
 		uint32_t slot = s->first_slot + i;
 		struct live_request *lr;
 		uint32_t handle;
 
-		if (e->slots.slots[slot].state != SHM_SLOT_FREE)
+		if (!shard_slot_reusable(e, s, slot))
 			continue;
 		if (engine_next_waiting(e, &handle))
 			return;
@@ -497,10 +567,14 @@ static void shard_refill(struct engine *e, struct shard *s)
 			return;
 		}
 		lr->place = LIVE_UNPLACED;	/* off the queue, not yet in a slot */
-		if (engine_place(e, slot, handle, lr)) {
-			engine_finish(e, handle, FINISH_ERROR, "prompt does not fit a slot");
+		ret = engine_place(e, slot, handle, lr);
+		if (ret) {
+			engine_finish(e, handle, FINISH_ERROR, ret == -ENOMEM ?
+				      "out of memory placing the request" :
+				      "prompt does not fit a slot");
 			continue;
 		}
+		s->redispatch = true;
 		if (!now)
 			now = clock_now_ns();
 		lr->slot = slot;
@@ -524,20 +598,27 @@ static void shard_pop_suspect(struct shard *s)
 	memmove(s->suspect_gen, s->suspect_gen + 1, s->n_suspects * sizeof(uint32_t));
 }
 
-/* Collect the rows of the shard's next step into s->inflight. */
-static uint32_t shard_collect_rows(struct engine *e, struct shard *s)
+/*
+ * Collect the rows of the shard's next dispatch into rows: every ACTIVE
+ * slot, to be extended up to its request's limit; or, while requests are
+ * under suspicion after a worker died, the first suspect alone for one
+ * step (limit one past its prefix).  Sets s->suspect_id accordingly.
+ */
+static uint32_t shard_collect_rows(struct engine *e, struct shard *s,
+				   struct shm_dispatch_row *rows)
 {
 	uint32_t n = 0;
 
-	/* Isolation: run the first still-valid suspect alone. */
+	s->suspect_id = 0;
 	while (s->n_suspects) {
 		uint32_t slot = s->suspect_slot[0];
 		const struct slot_state *st = &e->slots.slots[slot];
 
 		if (st->state == SHM_SLOT_ACTIVE && st->generation == s->suspect_gen[0]) {
-			s->inflight[0] = (struct shm_dispatch_row){
+			rows[0] = (struct shm_dispatch_row){
 				.slot = slot, .generation = st->generation,
-				.n_tokens = st->n_tokens };
+				.n_tokens = st->n_tokens, .limit = st->n_tokens + 1 };
+			s->suspect_id = s->next_dispatch_id;
 			return 1;
 		}
 		shard_pop_suspect(s);
@@ -545,38 +626,57 @@ static uint32_t shard_collect_rows(struct engine *e, struct shard *s)
 	for (uint32_t i = 0; i < s->n_slots; i++) {
 		uint32_t slot = s->first_slot + i;
 		const struct slot_state *st = &e->slots.slots[slot];
+		const struct live_request *lr;
+		uint32_t limit;
 
 		if (st->state != SHM_SLOT_ACTIVE)
 			continue;
-		s->inflight[n++] = (struct shm_dispatch_row){
+		lr = request_pool_get(&e->pool, st->request_handle);
+		limit = lr ? request_limit(lr) : st->n_tokens;
+		if (limit > e->slots.max_context)
+			limit = e->slots.max_context;
+		rows[n++] = (struct shm_dispatch_row){
 			.slot = slot, .generation = st->generation,
-			.n_tokens = st->n_tokens };
+			.n_tokens = st->n_tokens, .limit = limit };
 	}
 	return n;
 }
 
-/* Publish the shard's next step to its worker. */
+/*
+ * Publish the shard's rows to its worker when they changed.  At most
+ * ring_depth dispatches are ahead of the one the worker has adopted, so
+ * no entry is overwritten while the worker may be reading it.
+ */
 static void shard_dispatch(struct engine *e, struct shard *s)
 {
 	struct shm_channel *ch;
 	struct shm_dispatch *d;
-	uint32_t n = shard_collect_rows(e, s);
+	struct shm_dispatch_row *rows;
+	uint32_t depth = e->seg.hdr->ring_depth, n;
 
-	if (!n)
-		return;
-	s->n_inflight = n;
-	s->inflight_id = s->next_dispatch_id++;
-	s->dispatched_ns = clock_now_ns();
-	if (e->in_process)
+	if (!s->redispatch || s->pid <= 0 || e->in_process)
 		return;
 	ch = shm_channel_at(&e->seg, s->index);
+	/* acquire: pairs with the worker's release in worker_adopt() */
+	if (s->dispatch_pos - atomic_load_explicit(&ch->dispatch_adopted,
+						   memory_order_acquire) >= depth)
+		return;	/* the worker is behind: send the latest rows later */
+	rows = s->sent + (s->dispatch_pos & (depth - 1)) * s->n_slots;
+	n = shard_collect_rows(e, s, rows);
+	s->n_sent[s->dispatch_pos & (depth - 1)] = n;
+	s->issued_id = s->next_dispatch_id++;
+	s->redispatch = false;
+	if (n)	/* the worker owes results from now on */
+		s->progress_ns = clock_now_ns();
 	d = shm_dispatch_at(e->seg.hdr, ch, s->dispatch_pos);
-	d->dispatch_id = s->inflight_id;
+	d->dispatch_id = s->issued_id;
 	d->n_rows = n;
-	memcpy(d->rows, s->inflight, n * sizeof(d->rows[0]));
+	d->flags = s->reset ? SHM_DISPATCH_RESET : 0;
+	s->reset = false;
+	memcpy(d->rows, rows, n * sizeof(d->rows[0]));
 	shm_entry_publish(&d->seq, s->dispatch_pos);
 	s->dispatch_pos++;
-	/* seq_cst: pairs with the fence in worker_wait_dispatch(). */
+	/* seq_cst: pairs with the fence in the worker's worker_wait(). */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load_explicit(&ch->worker_sleeping, memory_order_relaxed))
 		sem_post(&ch->dispatch_sem);
@@ -596,19 +696,18 @@ static void engine_commit_token(struct engine *e, uint32_t slot, int32_t token)
 	struct live_request *lr = request_pool_get(&e->pool, handle);
 	uint32_t match = 0;
 
-	if (!lr || lr->slot != slot) {
+	if (!lr || lr->slot != slot || !lr->generated ||
+	    lr->n_generated >= lr->req.max_tokens) {
 		engine_fail(e, "slot %u lost its request", slot);
 		return;
 	}
-	if (slot_table_append(&e->slots, slot, token)) {
+	if (slot_table_commit(&e->slots, slot)) {
 		engine_finish(e, handle, FINISH_ERROR, "context limit reached");
 		return;
 	}
-	if (lr->generated) {
-		lr->generated[lr->n_generated] = token;
-		if (!lr->n_generated)
-			histogram_record(&e->ttft_hist, clock_now_ns() - lr->admitted_ns);
-	}
+	lr->generated[lr->n_generated] = token;
+	if (!lr->n_generated && e->http)
+		histogram_record(&e->ttft_hist, clock_now_ns() - lr->admitted_ns);
 	lr->n_generated++;
 	e->stats.n_tokens++;
 	if (lr->req.stops) {
@@ -627,60 +726,63 @@ static void engine_commit_token(struct engine *e, uint32_t slot, int32_t token)
 }
 
 /*
- * Apply the result rows of the shard's step in flight.  rows/n_rows come
- * from shared memory: each row is copied once and checked against the
- * private copy of the dispatch.
+ * Apply the rows of one result of dispatch id.  rows/n_rows come from
+ * shared memory: each row is copied once and checked against the private
+ * slot table.  A row is committed only when its slot is ACTIVE with the
+ * row's generation and its position is the slot's committed length (the
+ * token continues exactly the committed prefix).  A row past that length
+ * means we rejected one of the worker's earlier rows: the next dispatch
+ * tells the worker to go back (reset).
  */
-static void shard_commit(struct engine *e, struct shard *s,
+static void shard_commit(struct engine *e, struct shard *s, uint64_t id,
 			 const struct shm_result_row *rows, uint32_t n_rows)
 {
-	uint32_t n_ok = 0;
+	uint32_t n_ok = 0, last_slot = 0;
 
-	if (n_rows != s->n_inflight) {
+	if (n_rows > s->n_slots) {
 		e->stats.n_stale++;
-		LOG(LOG_WARN, "shard %u: result with %u rows for a step of %u: "
-		    "rejected", s->index, n_rows, s->n_inflight);
+		LOG(LOG_WARN, "shard %u: result with %u rows for a shard of %u: "
+		    "rejected", s->index, n_rows, s->n_slots);
 		return;
 	}
-	/* The worker just read each slot's newest tokens on its CPU: pull
-	 * every line we are about to append to back in parallel. */
-	for (uint32_t i = 0; i < n_rows; i++)
-		__builtin_prefetch(slot_table_tokens(&e->slots, s->inflight[i].slot) +
-				   s->inflight[i].n_tokens, 1);
 	for (uint32_t i = 0; i < n_rows; i++) {
 		struct shm_result_row row = rows[i];	/* one read of shared memory */
-		const struct shm_dispatch_row *want = &s->inflight[i];
 		const struct slot_state *st;
 
-		if (row.slot != want->slot || row.generation != want->generation ||
+		if (row.slot < s->first_slot || row.slot - s->first_slot >= s->n_slots ||
 		    row.token < 0 || (uint32_t)row.token >= e->vocab) {
 			e->stats.n_stale++;
 			continue;
 		}
-		st = &e->slots.slots[want->slot];
-		if (st->state != SHM_SLOT_ACTIVE || st->generation != want->generation ||
-		    st->n_tokens != want->n_tokens) {
-			e->stats.n_stale++;
+		st = &e->slots.slots[row.slot];
+		if (st->state != SHM_SLOT_ACTIVE || st->generation != row.generation) {
+			e->stats.n_stale++;	/* its request ended, or garbage */
 			continue;
 		}
-		engine_commit_token(e, want->slot, row.token);
+		if (row.n_tokens != st->n_tokens) {
+			e->stats.n_stale++;
+			if (row.n_tokens > st->n_tokens)
+				s->reset = s->redispatch = true;
+			continue;
+		}
+		engine_commit_token(e, row.slot, row.token);
+		last_slot = row.slot;
 		n_ok++;
 	}
-	if (n_ok == 1 && s->n_inflight == 1)
-		shard_clear_suspect(s, s->inflight[0].slot);
+	if (id && id == s->suspect_id && n_ok == 1) {
+		shard_clear_suspect(s, last_slot);
+		s->redispatch = true;
+	}
 	e->stats.n_steps++;
 	e->stats.n_step_rows += n_rows;
 	e->stats.n_step_capacity += s->n_slots;
 }
 
-/* Step done (committed or rejected): refill and dispatch the next. */
+/* After results: refill freed slots and tell the worker what changed. */
 static void shard_advance(struct engine *e, struct shard *s)
 {
-	s->inflight_id = 0;
-	s->n_inflight = 0;
 	shard_refill(e, s);
-	if (s->pid > 0)
-		shard_dispatch(e, s);
+	shard_dispatch(e, s);
 }
 
 /* Kill the shard's worker; its exit is handled on the pidfd. */
@@ -690,11 +792,18 @@ static void shard_kill(struct shard *s)
 		kill(s->pid, SIGKILL);
 }
 
-/* Track how long the shard's steps take, to know when to expect the next
- * result (engine_wait() spins only around that moment). */
+/* Track how long the shard takes per result, to know when to expect the
+ * next one (engine_wait() spins only around that moment). */
 static void shard_note_step_time(struct shard *s, uint64_t ns)
 {
 	s->step_ewma_ns = s->step_ewma_ns ? s->step_ewma_ns - s->step_ewma_ns / 8 + ns / 8 : ns;
+}
+
+/* Does the shard's worker owe us results (rows it has been sent)? */
+static bool shard_owes_results(const struct shard *s)
+{
+	return s->pid > 0 && s->n_active && s->issued_id >= s->first_id &&
+	       s->issued_id;
 }
 
 /* Read every published result of the shard.  Returns true on progress. */
@@ -702,13 +811,14 @@ static bool shard_poll(struct engine *e, struct shard *s)
 {
 	struct shm_channel *ch;
 	bool progress = false;
+	uint64_t step_cap = e->cfg->step_timeout_ms * 1000000ull;
 
 	if (e->in_process || s->pid <= 0)
 		return false;
 	ch = shm_channel_at(&e->seg, s->index);
 	for (;;) {
 		struct shm_result *r = shm_result_at(e->seg.hdr, ch, s->result_pos);
-		uint64_t id;
+		uint64_t id, now, took, model_ns;
 		uint32_t n_rows;
 		int32_t status;
 
@@ -717,51 +827,63 @@ static bool shard_poll(struct engine *e, struct shard *s)
 		id = r->dispatch_id;
 		n_rows = r->n_rows;
 		status = r->status;
-		s->result_pos++;
+		model_ns = r->model_ns;		/* untrusted: stats only */
 		progress = true;
-		if (!s->inflight_id || id != s->inflight_id) {
+		if (id < s->first_id || id > s->issued_id) {
 			e->stats.n_stale++;
+			s->result_pos++;
 			continue;
 		}
 		if (status) {
 			LOG(LOG_WARN, "shard %u: model failed a step (%s); "
 			    "restarting the worker", s->index, strerror(-status));
 			s->failed_step = true;
+			s->result_pos++;
 			shard_kill(s);
 			break;
 		}
-		{
-			uint64_t took = clock_now_ns() - s->dispatched_ns;
-			uint64_t model_ns = r->model_ns;	/* untrusted: stats only */
-
-			shard_note_step_time(s, took);
-			histogram_record(&e->step_hist, took);
-			e->stats.step_ns += took;
-			e->stats.model_ns += model_ns < took ? model_ns : took;
-		}
+		now = clock_now_ns();
+		took = now - s->progress_ns;
+		s->progress_ns = now;
+		shard_note_step_time(s, took);
+		histogram_record(&e->step_hist, took);
+		e->stats.step_ns += took;
+		e->stats.model_ns += model_ns < step_cap ? model_ns : step_cap;
 		/* a wrong n_rows is rejected before any row is read */
-		shard_commit(e, s, r->rows, n_rows);
-		shard_advance(e, s);
+		shard_commit(e, s, id, r->rows, n_rows);
+		s->result_pos++;
 	}
-	return progress;
+	if (!progress)
+		return false;
+	/* release: every entry before result_pos has been read */
+	atomic_store_explicit(&ch->results_consumed, s->result_pos,
+			      memory_order_release);
+	/* seq_cst: pairs with the fence in worker_wait(): a worker waiting
+	 * for room either sees it or is seen asleep. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&ch->worker_sleeping, memory_order_relaxed))
+		sem_post(&ch->dispatch_sem);
+	if (s->pid > 0)
+		shard_advance(e, s);
+	return true;
 }
 
-/* --workers 0: run the shard's step right here. */
+/* --workers 0: run the shard's step right here, as a worker would. */
 static bool shard_step_in_process(struct engine *e, struct shard *s)
 {
 	struct shm_result_row *rows = e->inproc_rows;
+	struct shm_dispatch_row *step = s->sent;
 	uint64_t t0;
 	uint32_t n;
 	int ret;
 
 	shard_refill(e, s);
-	shard_dispatch(e, s);
-	n = s->n_inflight;
+	n = shard_collect_rows(e, s, step);
 	if (!n)
 		return false;
 	for (uint32_t i = 0; i < n; i++) {
-		e->prefixes[i] = slot_table_tokens(&e->slots, s->inflight[i].slot);
-		e->lengths[i] = s->inflight[i].n_tokens;
+		e->prefixes[i] = slot_table_tokens(&e->slots, step[i].slot);
+		e->lengths[i] = step[i].n_tokens;
 	}
 	t0 = clock_now_ns();
 	ret = model_next(e->model, n, e->prefixes, e->lengths, e->next_tokens);
@@ -773,14 +895,17 @@ static bool shard_step_in_process(struct engine *e, struct shard *s)
 		engine_fail(e, "model failed: %s", strerror(-ret));
 		return false;
 	}
-	for (uint32_t i = 0; i < n; i++)
+	for (uint32_t i = 0; i < n; i++) {
+		/* the worker's part: the token goes right after its prefix */
+		shm_tokens_at(&e->seg, step[i].slot)[step[i].n_tokens] =
+			e->next_tokens[i];
 		rows[i] = (struct shm_result_row){
-			.slot = s->inflight[i].slot,
-			.generation = s->inflight[i].generation,
-			.token = e->next_tokens[i] };
-	shard_commit(e, s, rows, n);
-	s->inflight_id = 0;
-	s->n_inflight = 0;
+			.slot = step[i].slot,
+			.generation = step[i].generation,
+			.token = e->next_tokens[i],
+			.n_tokens = step[i].n_tokens };
+	}
+	shard_commit(e, s, 0, rows, n);
 	return true;
 }
 
@@ -826,6 +951,37 @@ static void shard_note_failed_start(struct engine *e, struct shard *s,
 	}
 }
 
+/*
+ * Before a new worker starts on the shard (none runs now): a fresh
+ * channel, nothing draining (the old worker writes nothing any more), the
+ * shard's token buffers rewritten from our own copies of the committed
+ * tokens (the old worker wrote them, so they are not trusted), and a first
+ * dispatch with every ACTIVE slot.
+ */
+static void shard_new_epoch(struct engine *e, struct shard *s)
+{
+	shm_channel_reset(&e->seg, s->index, s->dispatch_pos, s->result_pos);
+	s->first_pos = s->dispatch_pos;
+	s->first_id = s->next_dispatch_id;
+	s->issued_id = 0;
+	memset(s->n_sent, 0, sizeof(s->n_sent));
+	s->redispatch = true;
+	s->reset = false;
+	for (uint32_t i = 0; i < s->n_slots; i++) {
+		uint32_t slot = s->first_slot + i;
+		const struct slot_state *st = &e->slots.slots[slot];
+		const struct live_request *lr;
+
+		e->slot_drain[slot] = 0;
+		if (st->state != SHM_SLOT_ACTIVE)
+			continue;
+		lr = request_pool_get(&e->pool, st->request_handle);
+		if (lr && lr->generated && st->n_tokens == st->n_prompt + lr->n_generated)
+			memcpy(shm_tokens_at(&e->seg, slot) + st->n_prompt,
+			       lr->generated, lr->n_generated * sizeof(int32_t));
+	}
+}
+
 static int shard_start_worker(struct engine *e, struct shard *s)
 {
 	struct worker_spawn_args a = {
@@ -840,7 +996,7 @@ static int shard_start_worker(struct engine *e, struct shard *s)
 	};
 	int ret;
 
-	shm_channel_reset(&e->seg, s->index, s->dispatch_pos, s->result_pos);
+	shard_new_epoch(e, s);
 	ret = worker_spawn(&a, &s->pid, &s->pidfd);
 	if (ret) {
 		char why[96];
@@ -859,20 +1015,30 @@ static int shard_start_worker(struct engine *e, struct shard *s)
 	e->stats.n_worker_starts++;
 	io_ring_poll_in(&e->io, s->pidfd, IO_TAG_PIDFD, s->index);
 	/* Anything already waiting for this shard goes out now. */
-	if (!s->inflight_id)
-		shard_advance(e, s);
+	shard_advance(e, s);
 	return 0;
 }
 
-/* Blame the rows of a failed step; fail the ones that failed alone too often. */
+/*
+ * Blame the rows of the dispatch the dead worker was running (the last
+ * one it adopted); fail the ones that failed alone too often.
+ */
 static void shard_blame_step(struct engine *e, struct shard *s, const char *why)
 {
-	uint32_t n = s->n_inflight;
+	struct shm_channel *ch = shm_channel_at(&e->seg, s->index);
+	uint64_t adopted = atomic_load(&ch->dispatch_adopted);
+	uint32_t depth = e->seg.hdr->ring_depth, n;
+	const struct shm_dispatch_row *rows;
 
+	/* untrusted: only a position we sent counts */
+	if (adopted <= s->first_pos || adopted > s->dispatch_pos)
+		return;
+	rows = s->sent + ((adopted - 1) & (depth - 1)) * s->n_slots;
+	n = s->n_sent[(adopted - 1) & (depth - 1)];
 	if (n > 1) {
 		for (uint32_t i = 0; i < n; i++) {
-			s->suspect_slot[i] = s->inflight[i].slot;
-			s->suspect_gen[i] = s->inflight[i].generation;
+			s->suspect_slot[i] = rows[i].slot;
+			s->suspect_gen[i] = rows[i].generation;
 		}
 		s->n_suspects = n;
 		LOG(LOG_WARN, "shard %u: isolating the %u requests of the failed step",
@@ -880,12 +1046,13 @@ static void shard_blame_step(struct engine *e, struct shard *s, const char *why)
 		return;
 	}
 	for (uint32_t i = 0; i < n; i++) {
-		const struct slot_state *st = &e->slots.slots[s->inflight[i].slot];
+		const struct slot_state *st = &e->slots.slots[rows[i].slot];
 		uint32_t handle = st->request_handle;
 		struct live_request *lr = request_pool_get(&e->pool, handle);
 		char msg[256];
 
-		if (!lr || st->generation != s->inflight[i].generation)
+		if (!lr || st->state != SHM_SLOT_ACTIVE ||
+		    st->generation != rows[i].generation)
 			continue;
 		lr->n_failed_alone++;
 		if (lr->n_failed_alone < e->cfg->poison_attempts)
@@ -895,7 +1062,7 @@ static void shard_blame_step(struct engine *e, struct shard *s, const char *why)
 			 (unsigned long long)lr->req.line_no, lr->n_failed_alone, why);
 		LOG(LOG_WARN, "poison request '%s': %s", lr->req.id, msg);
 		e->stats.n_poisoned++;
-		shard_clear_suspect(s, s->inflight[i].slot);
+		shard_clear_suspect(s, rows[i].slot);
 		engine_finish(e, handle, FINISH_ERROR, msg);
 	}
 }
@@ -908,6 +1075,7 @@ static void shard_on_exit(struct engine *e, struct shard *s, const char *why,
 	bool was_ready = atomic_load(&ch->worker_ready_pid) == s->pid;
 	bool outside = (signo == SIGKILL || signo == SIGTERM || signo == SIGINT) &&
 		       !s->killed_for;
+	bool owed = shard_owes_results(s);
 	uint64_t now = clock_now_ns();
 
 	LOG(e->n_signals ? LOG_INFO : LOG_WARN, "worker %u (pid %d) %s%s", s->index,
@@ -916,22 +1084,21 @@ static void shard_on_exit(struct engine *e, struct shard *s, const char *why,
 	s->pid = 0;
 	s->pidfd = -1;
 	e->stats.n_worker_deaths++;
-	/* Whatever it left in the ring answers a step we now abandon. */
+	/* Whatever it left in the ring we drop: the replacement starts from
+	 * the committed prefixes. */
 	while (shm_entry_ready(&shm_result_at(e->seg.hdr, ch, s->result_pos)->seq,
 			       s->result_pos)) {
 		s->result_pos++;
 		e->stats.n_stale++;
 	}
 	/* A worker that never got as far as the model cannot blame a request. */
-	if (s->inflight_id && was_ready && (!outside || s->failed_step)) {
+	if (owed && was_ready && (!outside || s->failed_step)) {
 		char blame[160];
 
 		snprintf(blame, sizeof(blame), "%s%s", why,
 			 s->killed_for ? s->killed_for : "");
 		shard_blame_step(e, s, blame);
 	}
-	s->inflight_id = 0;
-	s->n_inflight = 0;
 
 	if (!was_ready)
 		shard_note_failed_start(e, s, why);
@@ -997,7 +1164,7 @@ static uint64_t engine_check_workers(struct engine *e, uint64_t now)
 			if (atomic_load(&shm_channel_at(&e->seg, i)->worker_ready_pid) ==
 			    s->pid) {
 				s->ready_seen = true;
-				s->dispatched_ns = now;
+				s->progress_ns = now;
 				s->n_failed_starts = 0;
 				e->workers_lost = false;
 			} else if (since(now, s->started_ns) >= start_timeout) {
@@ -1017,18 +1184,17 @@ static uint64_t engine_check_workers(struct engine *e, uint64_t now)
 				continue;
 			}
 		}
-		if (!s->inflight_id)
+		if (!shard_owes_results(s))
 			continue;
-		if (since(now, s->dispatched_ns) >= timeout) {
-			LOG(LOG_WARN, "worker %u (pid %d): step %llu took longer "
+		if (since(now, s->progress_ns) >= timeout) {
+			LOG(LOG_WARN, "worker %u (pid %d): no result for longer "
 			    "than %llu ms; killing it", s->index, (int)s->pid,
-			    (unsigned long long)s->inflight_id,
 			    (unsigned long long)e->cfg->step_timeout_ms);
 			s->killed_for = " after the step timeout";
 			e->stats.n_hang_kills++;
 			shard_kill(s);
-		} else if (s->dispatched_ns + timeout < next) {
-			next = s->dispatched_ns + timeout;
+		} else if (s->progress_ns + timeout < next) {
+			next = s->progress_ns + timeout;
 		}
 	}
 	return next;
@@ -1162,9 +1328,9 @@ static uint64_t engine_next_result_due(const struct engine *e)
 	for (uint32_t i = 0; i < e->n_shards; i++) {
 		const struct shard *s = &e->shards[i];
 
-		if (s->pid > 0 && s->inflight_id && s->step_ewma_ns &&
-		    s->dispatched_ns + s->step_ewma_ns < due)
-			due = s->dispatched_ns + s->step_ewma_ns;
+		if (shard_owes_results(s) && s->step_ewma_ns &&
+		    s->progress_ns + s->step_ewma_ns < due)
+			due = s->progress_ns + s->step_ewma_ns;
 	}
 	return due;
 }
@@ -1290,9 +1456,11 @@ static void engine_loop(struct engine *e)
 				continue;
 			}
 			progress |= shard_poll(e, s);
-			if (!s->inflight_id && s->pid > 0) {
+			if (s->pid > 0 && (s->redispatch || s->n_active < s->n_slots)) {
+				uint64_t sent = s->issued_id;
+
 				shard_advance(e, s);
-				progress |= s->inflight_id != 0;
+				progress |= s->issued_id != sent;
 			}
 		}
 		now = clock_now_ns();
@@ -1349,10 +1517,10 @@ static int engine_setup_shards(struct engine *e)
 		s->n_slots = (uint32_t)((uint64_t)b * (i + 1) / n) - s->first_slot;
 		s->next_dispatch_id = 1;
 		s->pidfd = -1;
-		s->inflight = calloc(s->n_slots, sizeof(*s->inflight));
+		s->sent = calloc((size_t)SHM_RING_DEPTH * s->n_slots, sizeof(*s->sent));
 		s->suspect_slot = calloc(s->n_slots, sizeof(uint32_t));
 		s->suspect_gen = calloc(s->n_slots, sizeof(uint32_t));
-		if (!s->inflight || !s->suspect_slot || !s->suspect_gen)
+		if (!s->sent || !s->suspect_slot || !s->suspect_gen)
 			return -ENOMEM;
 	}
 	return 0;
@@ -1367,7 +1535,7 @@ static void engine_teardown(struct engine *e)
 			worker_kill_wait(s->pid);
 		if (s->pidfd >= 0)
 			close(s->pidfd);
-		free(s->inflight);
+		free(s->sent);
 		free(s->suspect_slot);
 		free(s->suspect_gen);
 	}
@@ -1389,6 +1557,7 @@ static void engine_teardown(struct engine *e)
 	strbuf_release(&e->out_write);
 	free(e->read_buf);
 	free(e->slot_freed_ns);
+	free(e->slot_drain);
 	free(e->prefixes);
 	free(e->lengths);
 	free(e->next_tokens);
@@ -1519,13 +1688,14 @@ files_done:
 	line_reader_init(&e->lines, ENGINE_MAX_LINE);
 	e->read_buf = malloc(ENGINE_READ_SIZE);
 	e->slot_freed_ns = calloc(cfg->n_slots, sizeof(uint64_t));
+	e->slot_drain = calloc(cfg->n_slots, sizeof(uint64_t));
 	e->prefixes = calloc(cfg->n_slots, sizeof(*e->prefixes));
 	e->lengths = calloc(cfg->n_slots, sizeof(*e->lengths));
 	e->next_tokens = calloc(cfg->n_slots, sizeof(int32_t));
 	e->inproc_rows = calloc(cfg->n_slots, sizeof(*e->inproc_rows));
 	e->resume = calloc(e->pool.capacity, sizeof(uint32_t));
-	if (!e->resume || !e->read_buf || !e->slot_freed_ns || !e->prefixes || !e->lengths ||
-	    !e->next_tokens || !e->inproc_rows)
+	if (!e->resume || !e->read_buf || !e->slot_freed_ns || !e->slot_drain ||
+	    !e->prefixes || !e->lengths || !e->next_tokens || !e->inproc_rows)
 		goto nomem;
 
 	e->notify_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

@@ -71,6 +71,17 @@ int slot_table_append(struct slot_table *t, uint32_t slot, int32_t token)
 	return 0;
 }
 
+int slot_table_commit(struct slot_table *t, uint32_t slot)
+{
+	struct slot_state *p = &t->slots[slot];
+
+	if (p->n_tokens >= t->max_context)
+		return -ENOSPC;
+	p->n_tokens++;
+	shm_slot_at(t->seg, slot)->n_tokens = p->n_tokens;
+	return 0;
+}
+
 void slot_table_release(struct slot_table *t, uint32_t slot)
 {
 	struct slot_state *p = &t->slots[slot];

@@ -47,8 +47,12 @@ void slot_table_release_all(struct slot_table *t);
  * the slot is not free or the prompt does not fit. */
 int slot_table_assign(struct slot_table *t, uint32_t slot, uint32_t handle,
 		      const int32_t *prompt, uint32_t n_prompt);
-/* Append one committed token.  0, or -ENOSPC at the context limit. */
+/* Append one token (the coordinator writes it: placing a resumed
+ * request).  0, or -ENOSPC at the context limit. */
 int slot_table_append(struct slot_table *t, uint32_t slot, int32_t token);
+/* Commit the token the shard's worker already wrote after the prefix
+ * (only the length moves).  0, or -ENOSPC at the context limit. */
+int slot_table_commit(struct slot_table *t, uint32_t slot);
 /* Return an ACTIVE slot to FREE. */
 void slot_table_release(struct slot_table *t, uint32_t slot);
 

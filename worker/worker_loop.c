@@ -1,17 +1,28 @@
 /*
  * worker_loop.c - one worker process serving one shard.
  *
- * The worker is a pure function server: it owns no request state.  Each
- * step it reads one dispatch record from its channel (slot, generation,
- * prefix length per row), hands the model pointers straight into the
- * read-only token buffers (no copy of any prefix), and posts one result
- * record tagged with the dispatch id and each row's slot and generation.
- * The coordinator decides whether the result is still current.
+ * The worker owns no request state beyond the rows it is running.  A
+ * dispatch record from the coordinator gives it a set of rows (slot,
+ * generation, prefix length, limit); it then runs step after step on its
+ * own: hand the model pointers straight into the shard's token buffers (no
+ * copy of any prefix), write each new token right after its prefix, and
+ * post one result record per step tagged with the dispatch id and each
+ * row's slot, generation and position.  A row leaves the set when it
+ * reaches its limit (max_tokens), or when the coordinator publishes a
+ * newer dispatch without it (a stop, a cancel, a refill), which the worker
+ * adopts before its next step.  So the worker never waits for the
+ * coordinator between steps: committing a step overlaps the next one.
+ * The coordinator decides whether each result row is still current.
  *
- * Waiting: spin for spin_ns on the next dispatch's sequence number, then
- * announce worker_sleeping, fence, re-check, and sleep on the channel's
- * semaphore.  The coordinator posts the semaphore only when it sees the
- * flag (after its own fence), so a busy shard never enters the kernel.
+ * The worker runs at most ring_depth results ahead of what the
+ * coordinator has read (results_consumed), so a stopped row costs at most
+ * a few wasted rows, and a result entry is never overwritten unread.
+ *
+ * Waiting (for a dispatch when it has no rows, or for room in the result
+ * ring): spin for a while, then announce worker_sleeping, fence, re-check,
+ * and sleep on the channel's semaphore.  The coordinator posts the
+ * semaphore only when it sees the flag (after its own fence), so a busy
+ * shard never enters the kernel.
  * The wait wakes every 200 ms to check that the coordinator still exists
  * (PR_SET_PDEATHSIG covers the usual case; the check covers a coordinator
  * that died before the prctl took effect).
@@ -40,14 +51,23 @@ struct worker {
 	struct shm_segment seg;
 	struct shm_channel *ch;
 	struct model *model;
-	uint64_t dispatch_pos;		/* next dispatch position to read */
+	uint32_t first_slot;		/* our shard: [first_slot, end_slot) */
+	uint32_t end_slot;
+	uint64_t dispatch_pos;		/* next dispatch position to look at */
+	uint64_t dispatch_id;		/* the dispatch we run (0: none yet) */
 	uint64_t result_pos;		/* next result position to write */
 	const int32_t **prefixes;	/* shard_capacity pointers */
 	uint32_t *lengths;
 	int32_t *next_tokens;
-	struct shm_dispatch_row *rows;	/* private copy of the dispatch */
+	struct shm_dispatch_row *rows;	/* the rows we run, private */
+	uint32_t n_rows;
+	struct shm_dispatch_row *step;	/* this step's rows (below their limit) */
+	struct shm_dispatch_row *incoming; /* private copy of a new dispatch */
+	uint32_t *ahead;		/* per shard slot: our prefix length + 1
+					 * for the generation in ahead_gen */
+	uint32_t *ahead_gen;
 	uint64_t n_results;
-	uint64_t gap_ewma_ns;		/* typical result -> next dispatch time */
+	uint64_t gap_ewma_ns;		/* typical wait for the coordinator */
 };
 
 /*
@@ -87,18 +107,34 @@ static bool coordinator_alive(const struct worker *w)
 	return getppid() == (pid_t)w->seg.hdr->coordinator_pid;
 }
 
+/* What the worker waits for: a new dispatch, or room for a result. */
+static bool worker_dispatch_ready(const struct worker *w)
+{
+	return shm_entry_ready(&shm_dispatch_at(w->seg.hdr, w->ch,
+						w->dispatch_pos)->seq,
+			       w->dispatch_pos);
+}
+
+static bool worker_result_room(const struct worker *w)
+{
+	/* acquire: pairs with the release store in the coordinator's
+	 * shard_poll(): it has read the entry we are about to reuse */
+	return w->result_pos - atomic_load_explicit(&w->ch->results_consumed,
+						    memory_order_acquire) <
+	       w->seg.hdr->ring_depth;
+}
+
 /*
- * Wait until the dispatch at w->dispatch_pos is published.  Returns 0, or
- * -EPIPE when the coordinator is gone.
+ * Wait until ready(w).  Returns 0, or -EPIPE when the coordinator is gone.
  */
-static int worker_wait_dispatch(struct worker *w, struct shm_dispatch *d)
+static int worker_wait(struct worker *w, bool (*ready)(const struct worker *))
 {
 	uint64_t begin = clock_now_ns(), start = begin;
 	uint64_t spin_ns = worker_spin_budget(w);
 	bool slept = false;
 	unsigned spins = 0;
 
-	while (!shm_entry_ready(&d->seq, w->dispatch_pos)) {
+	while (!ready(w)) {
 		if (++spins < 64 || clock_now_ns() - start < spin_ns) {
 			/* Yield while spinning: with more workers than CPUs a
 			 * spinner must not keep the coordinator (or the worker
@@ -110,10 +146,11 @@ static int worker_wait_dispatch(struct worker *w, struct shm_dispatch *d)
 			continue;
 		}
 		atomic_store(&w->ch->worker_sleeping, 1);
-		/* seq_cst: pairs with the fence in dispatch_publish() in the
-		 * coordinator: either it sees our flag or we see its entry. */
+		/* seq_cst: pairs with the fences in the coordinator's
+		 * shard_dispatch() and shard_poll(): either it sees our flag
+		 * or we see its dispatch (or the room it made). */
 		atomic_thread_fence(memory_order_seq_cst);
-		if (!shm_entry_ready(&d->seq, w->dispatch_pos)) {
+		if (!ready(w)) {
 			struct timespec ts;
 
 			clock_gettime(CLOCK_REALTIME, &ts);
@@ -145,9 +182,10 @@ static void worker_fill_garbage(struct worker *w, struct shm_result *r,
 
 	r->n_rows = n_rows;
 	for (uint32_t i = 0; i < n_rows; i++) {
-		r->rows[i].slot = w->rows[i].slot;
-		r->rows[i].generation = w->rows[i].generation;
+		r->rows[i].slot = w->step[i].slot;
+		r->rows[i].generation = w->step[i].generation;
 		r->rows[i].token = w->next_tokens[i];
+		r->rows[i].n_tokens = w->step[i].n_tokens;
 	}
 	switch (kind) {
 	case 0:	/* slots far out of range */
@@ -168,59 +206,131 @@ static void worker_fill_garbage(struct worker *w, struct shm_result *r,
 	}
 }
 
-/* Run one dispatch and post its result.  0, or -EPROTO on a bad record. */
-static int worker_step(struct worker *w, struct shm_dispatch *d)
+/*
+ * Adopt the newest published dispatch, if there is one: its rows replace
+ * ours.  A row we already run (same slot and generation) keeps our own,
+ * longer prefix unless the dispatch says reset: the coordinator has not
+ * yet read the results that took us there.  Called only between steps,
+ * so dispatch_adopted also tells the coordinator that we will not touch
+ * the rows the dispatch leaves out.  0, or -EPROTO on a bad record.
+ */
+static int worker_adopt(struct worker *w)
+{
+	const struct shm_header *hdr = w->seg.hdr;
+	struct shm_dispatch *d;
+	uint64_t pos = w->dispatch_pos;
+	uint32_t n_rows, flags;
+	uint64_t id;
+
+	while (shm_entry_ready(&shm_dispatch_at(hdr, w->ch, pos)->seq, pos))
+		pos++;
+	if (pos == w->dispatch_pos)
+		return 0;
+	d = shm_dispatch_at(hdr, w->ch, pos - 1);
+	id = d->dispatch_id;
+	n_rows = d->n_rows;
+	flags = d->flags;
+	if (n_rows > hdr->shard_capacity) {
+		LOG(LOG_ERROR, "dispatch %llu has %u rows (capacity %u)",
+		    (unsigned long long)id, n_rows, hdr->shard_capacity);
+		return -EPROTO;
+	}
+	memcpy(w->incoming, d->rows, n_rows * sizeof(w->incoming[0]));
+	for (uint32_t i = 0; i < n_rows; i++) {
+		struct shm_dispatch_row *r = &w->incoming[i];
+		uint32_t local;
+
+		if (r->slot < w->first_slot || r->slot >= w->end_slot ||
+		    r->limit > hdr->max_context || r->n_tokens > r->limit) {
+			LOG(LOG_ERROR, "dispatch %llu row %u out of range",
+			    (unsigned long long)id, i);
+			return -EPROTO;
+		}
+		local = r->slot - w->first_slot;
+		if (!(flags & SHM_DISPATCH_RESET) && w->ahead[local] &&
+		    w->ahead_gen[local] == r->generation &&
+		    w->ahead[local] - 1 > r->n_tokens &&
+		    w->ahead[local] - 1 <= r->limit)
+			r->n_tokens = w->ahead[local] - 1;
+	}
+	/* forget the rows we leave, then remember the ones we keep */
+	for (uint32_t i = 0; i < w->n_rows; i++)
+		w->ahead[w->rows[i].slot - w->first_slot] = 0;
+	memcpy(w->rows, w->incoming, n_rows * sizeof(w->rows[0]));
+	w->n_rows = n_rows;
+	for (uint32_t i = 0; i < n_rows; i++) {
+		w->ahead[w->rows[i].slot - w->first_slot] = w->rows[i].n_tokens + 1;
+		w->ahead_gen[w->rows[i].slot - w->first_slot] = w->rows[i].generation;
+	}
+	w->dispatch_id = id;
+	w->dispatch_pos = pos;
+	/* release: every token we wrote for a row we now leave is written */
+	atomic_store_explicit(&w->ch->dispatch_adopted, pos, memory_order_release);
+	return 0;
+}
+
+/* Gather this step's rows: ours that are still below their limit. */
+static uint32_t worker_collect_step(struct worker *w)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < w->n_rows; i++)
+		if (w->rows[i].n_tokens < w->rows[i].limit)
+			w->step[n++] = w->rows[i];
+	return n;
+}
+
+/*
+ * Run one step on the n_rows rows in w->step, write each new token after
+ * its prefix, advance our rows and post the result (room is there).
+ */
+static void worker_step(struct worker *w, uint32_t n_rows)
 {
 	const struct shm_header *hdr = w->seg.hdr;
 	struct shm_result *r = shm_result_at(hdr, w->ch, w->result_pos);
-	uint64_t dispatch_id = d->dispatch_id;
-	uint32_t n_rows = d->n_rows;
 	int status = 0;
 	uint64_t t0;
 
-	if (n_rows > hdr->shard_capacity) {
-		LOG(LOG_ERROR, "dispatch %llu has %u rows (capacity %u)",
-		    (unsigned long long)dispatch_id, n_rows, hdr->shard_capacity);
-		return -EPROTO;
-	}
-	memcpy(w->rows, d->rows, n_rows * sizeof(w->rows[0]));
 	for (uint32_t i = 0; i < n_rows; i++) {
-		if (w->rows[i].slot >= hdr->n_slots ||
-		    w->rows[i].n_tokens > hdr->max_context) {
-			LOG(LOG_ERROR, "dispatch %llu row %u out of range",
-			    (unsigned long long)dispatch_id, i);
-			return -EPROTO;
-		}
-		w->prefixes[i] = shm_tokens_at(&w->seg, w->rows[i].slot);
-		w->lengths[i] = w->rows[i].n_tokens;
-		/* The newest tokens were just written by the coordinator on
-		 * another CPU: start every row's transfer now, not one at a
-		 * time inside the model. */
-		if (w->lengths[i])
-			__builtin_prefetch(w->prefixes[i] + w->lengths[i] - 1);
+		w->prefixes[i] = shm_tokens_at(&w->seg, w->step[i].slot);
+		w->lengths[i] = w->step[i].n_tokens;
 	}
 	t0 = clock_now_ns();
-	if (n_rows)
-		status = model_next(w->model, n_rows, w->prefixes, w->lengths,
-				    w->next_tokens);
+	status = model_next(w->model, n_rows, w->prefixes, w->lengths,
+			    w->next_tokens);
 	r->model_ns = clock_now_ns() - t0;
 
-	r->dispatch_id = dispatch_id;
+	r->dispatch_id = w->dispatch_id;
 	r->status = status;
 	w->n_results++;
+	for (uint32_t i = 0; i < n_rows && !status; i++) {
+		/* our shard's buffer, below the row's limit <= max_context */
+		shm_tokens_at(&w->seg, w->step[i].slot)[w->step[i].n_tokens] =
+			w->next_tokens[i];
+	}
 	if (w->opt->garbage_every && w->n_results % w->opt->garbage_every == 0) {
 		worker_fill_garbage(w, r, n_rows);
 	} else {
 		r->n_rows = n_rows;
 		for (uint32_t i = 0; i < n_rows; i++) {
-			r->rows[i].slot = w->rows[i].slot;
-			r->rows[i].generation = w->rows[i].generation;
+			r->rows[i].slot = w->step[i].slot;
+			r->rows[i].generation = w->step[i].generation;
 			r->rows[i].token = status ? -1 : w->next_tokens[i];
+			r->rows[i].n_tokens = w->step[i].n_tokens;
 		}
 	}
 	shm_entry_publish(&r->seq, w->result_pos);
 	w->result_pos++;
-	w->dispatch_pos++;
+	/* Our rows move on (a failed step leaves them: the coordinator
+	 * restarts us). */
+	for (uint32_t i = 0; i < w->n_rows && !status; i++) {
+		struct shm_dispatch_row *row = &w->rows[i];
+
+		if (row->n_tokens < row->limit) {
+			row->n_tokens++;
+			w->ahead[row->slot - w->first_slot] = row->n_tokens + 1;
+		}
+	}
 	/* seq_cst: pairs with the fence after the coordinator sets
 	 * coordinator_sleeping: either it sees our result or we see it asleep. */
 	atomic_thread_fence(memory_order_seq_cst);
@@ -231,7 +341,6 @@ static int worker_step(struct worker *w, struct shm_dispatch *d)
 		if (write(w->opt->notify_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
 			LOG(LOG_WARN, "notify write: %s", strerror(errno));
 	}
-	return 0;
 }
 
 static void worker_free(struct worker *w)
@@ -240,6 +349,10 @@ static void worker_free(struct worker *w)
 	free(w->lengths);
 	free(w->next_tokens);
 	free(w->rows);
+	free(w->step);
+	free(w->incoming);
+	free(w->ahead);
+	free(w->ahead_gen);
 	model_close(w->model);
 	shm_segment_detach(&w->seg);
 }
@@ -274,24 +387,41 @@ int worker_run(const struct worker_options *opt)
 	w.lengths = calloc(cap, sizeof(*w.lengths));
 	w.next_tokens = calloc(cap, sizeof(*w.next_tokens));
 	w.rows = calloc(cap, sizeof(*w.rows));
-	if (!w.prefixes || !w.lengths || !w.next_tokens || !w.rows) {
+	w.step = calloc(cap, sizeof(*w.step));
+	w.incoming = calloc(cap, sizeof(*w.incoming));
+	w.ahead = calloc(cap, sizeof(*w.ahead));
+	w.ahead_gen = calloc(cap, sizeof(*w.ahead_gen));
+	if (!w.prefixes || !w.lengths || !w.next_tokens || !w.rows || !w.step ||
+	    !w.incoming || !w.ahead || !w.ahead_gen) {
 		LOG(LOG_ERROR, "out of memory");
 		goto out;
 	}
 	w.ch = shm_channel_at(&w.seg, opt->shard);
+	w.first_slot = shm_shard_first_slot(w.seg.hdr, opt->shard);
+	w.end_slot = opt->shard + 1 < w.seg.hdr->n_shards ?
+		     shm_shard_first_slot(w.seg.hdr, opt->shard + 1) : w.seg.hdr->n_slots;
 	w.dispatch_pos = w.ch->start_dispatch_pos;
 	w.result_pos = w.ch->start_result_pos;
 	atomic_store(&w.ch->worker_ready_pid, (int32_t)getpid());
 	LOG(LOG_INFO, "serving shard %u of %s", opt->shard, opt->shm_name);
 	for (;;) {
-		struct shm_dispatch *d = shm_dispatch_at(w.seg.hdr, w.ch, w.dispatch_pos);
+		uint32_t n;
 
-		if (worker_wait_dispatch(&w, d)) {
-			ret = 0;	/* coordinator gone: nothing left to serve */
+		if (worker_adopt(&w))
+			break;
+		n = worker_collect_step(&w);
+		if (!n) {	/* nothing to run: wait for a dispatch */
+			if (worker_wait(&w, worker_dispatch_ready)) {
+				ret = 0;	/* coordinator gone */
+				break;
+			}
+			continue;
+		}
+		if (!worker_result_room(&w) && worker_wait(&w, worker_result_room)) {
+			ret = 0;
 			break;
 		}
-		if (worker_step(&w, d))
-			break;
+		worker_step(&w, n);
 	}
 out:
 	worker_free(&w);
