@@ -335,7 +335,7 @@ void shm_channel_reset(const struct shm_segment *seg, uint32_t shard,
 	ch->start_dispatch_pos = dispatch_pos;
 	ch->start_result_pos = result_pos;
 	atomic_store(&ch->results_consumed, result_pos);
-	atomic_store(&ch->dispatch_adopted, 0);
+	atomic_store(&ch->dispatch_adopted, dispatch_pos);
 	atomic_store(&ch->worker_sleeping, 0);
 	atomic_store(&ch->worker_ready_pid, 0);
 	/* The old worker is dead, so nobody waits on the semaphore. */

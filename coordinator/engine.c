@@ -96,6 +96,8 @@ struct shard {
 	struct shm_dispatch_row *sent;	/* SHM_RING_DEPTH * n_slots */
 	uint32_t n_sent[SHM_RING_DEPTH];
 	bool redispatch;		/* the worker's rows are out of date */
+	uint32_t n_draining;		/* slots waiting in slot_drain */
+	uint64_t adopted_seen;		/* dispatch_adopted when last looked at */
 	bool reset;			/* next dispatch: take our lengths */
 	uint64_t suspect_id;		/* dispatch running a suspect alone */
 	uint64_t progress_ns;		/* last result, or last dispatch sent */
@@ -254,8 +256,10 @@ static void shard_drop_slot(struct engine *e, uint32_t slot,
 	if (e->in_process)
 		return;
 	s->redispatch = true;
-	if (e->slots.slots[slot].n_tokens < request_limit(lr))
+	if (e->slots.slots[slot].n_tokens < request_limit(lr)) {
 		e->slot_drain[slot] = s->dispatch_pos + 1;
+		s->n_draining++;
+	}
 }
 
 /* Leave wherever the request is, freeing its slot (stale results for it
@@ -536,6 +540,7 @@ static bool shard_slot_reusable(struct engine *e, struct shard *s, uint32_t slot
 				 memory_order_acquire) < e->slot_drain[slot])
 		return false;
 	e->slot_drain[slot] = 0;
+	s->n_draining--;
 	return true;
 }
 
@@ -781,6 +786,10 @@ static void shard_commit(struct engine *e, struct shard *s, uint64_t id,
 /* After results: refill freed slots and tell the worker what changed. */
 static void shard_advance(struct engine *e, struct shard *s)
 {
+	if (!e->in_process)
+		s->adopted_seen = atomic_load_explicit(
+			&shm_channel_at(&e->seg, s->index)->dispatch_adopted,
+			memory_order_acquire);
 	shard_refill(e, s);
 	shard_dispatch(e, s);
 }
@@ -967,6 +976,8 @@ static void shard_new_epoch(struct engine *e, struct shard *s)
 	memset(s->n_sent, 0, sizeof(s->n_sent));
 	s->redispatch = true;
 	s->reset = false;
+	s->n_draining = 0;
+	s->adopted_seen = s->dispatch_pos;
 	for (uint32_t i = 0; i < s->n_slots; i++) {
 		uint32_t slot = s->first_slot + i;
 		const struct slot_state *st = &e->slots.slots[slot];
@@ -1303,14 +1314,27 @@ static bool engine_arm_io(struct engine *e)
 	return false;
 }
 
+/*
+ * Has the worker adopted a dispatch we have not acted on, while we wait
+ * for exactly that: a slot to drain, or room to send newer rows?
+ */
+static bool shard_adoption_news(struct engine *e, const struct shard *s)
+{
+	return (s->n_draining || s->redispatch) &&
+	       atomic_load_explicit(&shm_channel_at(&e->seg, s->index)->dispatch_adopted,
+				    memory_order_acquire) != s->adopted_seen;
+}
+
+/* Is there anything for the coordinator in a channel: a result, or an
+ * adoption it waits for? */
 static bool engine_any_result_ready(struct engine *e)
 {
 	for (uint32_t i = 0; i < e->n_shards; i++) {
 		struct shard *s = &e->shards[i];
 
-		if (s->pid > 0 && shm_entry_ready(&shm_result_at(e->seg.hdr,
+		if (s->pid > 0 && (shm_entry_ready(&shm_result_at(e->seg.hdr,
 				shm_channel_at(&e->seg, i), s->result_pos)->seq,
-				s->result_pos))
+				s->result_pos) || shard_adoption_news(e, s)))
 			return true;
 	}
 	return false;

@@ -242,7 +242,7 @@ static void check_layout(const struct shm_segment *seg, uint32_t n_slots,
 	const struct shm_header *h = seg->hdr;
 	uint64_t slots_len = (uint64_t)n_slots * sizeof(struct shm_slot);
 	uint64_t queue_len = sizeof(struct shm_queue) + (uint64_t)queue_capacity * 4;
-	uint64_t tokens_len = (uint64_t)n_slots * max_context * sizeof(int32_t);
+	uint64_t tokens_len = (uint64_t)n_shards * h->shard_token_stride;
 	size_t ds, rs;
 	char prefix[32];
 	struct stat st;
@@ -273,6 +273,12 @@ static void check_layout(const struct shm_segment *seg, uint32_t n_slots,
 		     h->segment_size);
 	check_region("tokens", h->off_tokens, tokens_len,
 		     h->off_queue + queue_len, h->segment_size);
+	/* each shard's buffers fill whole pages of their own */
+	assert_int_equal(h->shard_token_stride % SHM_PAGE, 0);
+	assert_true(h->shard_token_stride >=
+		    (uint64_t)h->shard_capacity * max_context * sizeof(int32_t));
+	assert_true(h->shard_token_stride <
+		    (uint64_t)h->shard_capacity * max_context * sizeof(int32_t) + SHM_PAGE);
 	assert_int_equal(h->channel_stride % SHM_PAGE, 0);
 	check_region("channels", h->off_channels,
 		     (uint64_t)n_shards * h->channel_stride,
@@ -290,8 +296,25 @@ static void check_layout(const struct shm_segment *seg, uint32_t n_slots,
 	/* the accessors agree with the offsets */
 	assert_ptr_equal(shm_slot_at(seg, 0), (char *)seg->base + h->off_slots);
 	assert_ptr_equal(shm_queue_of(seg), (char *)seg->base + h->off_queue);
-	assert_ptr_equal(shm_tokens_at(seg, n_slots - 1) + max_context,
-			 (char *)seg->base + h->off_tokens + tokens_len);
+	/* shards split the slots evenly; every slot's buffer lies inside its
+	 * shard's region, right after the slot before it in that shard */
+	for (uint32_t slot = 0, shard = 0; slot < n_slots; slot++) {
+		char *region;
+
+		while (shard + 1 < n_shards && slot >= shm_shard_first_slot(h, shard + 1))
+			shard++;
+		assert_int_equal(shm_slot_shard(h, slot), shard);
+		assert_int_equal(shm_shard_first_slot(h, shard),
+				 (uint32_t)((uint64_t)n_slots * shard / n_shards));
+		assert_true(slot - shm_shard_first_slot(h, shard) < h->shard_capacity);
+		region = (char *)seg->base + h->off_tokens +
+			 (size_t)shard * h->shard_token_stride;
+		assert_ptr_equal(shm_tokens_at(seg, slot),
+				 region + (size_t)(slot - shm_shard_first_slot(h, shard)) *
+					  max_context * sizeof(int32_t));
+		assert_true((char *)(shm_tokens_at(seg, slot) + max_context) <=
+			    region + h->shard_token_stride);
+	}
 	for (uint32_t i = 0; i < n_shards; i++) {
 		struct shm_channel *ch = shm_channel_at(seg, i);
 		char *end = (char *)shm_result_at(h, ch, h->ring_depth - 1) + rs;
@@ -449,6 +472,7 @@ static void test_header_validate(void **state)
 	MUTATE(off_channels, seg.hdr->off_channels + SHM_PAGE, "off_channels");
 	MUTATE(off_channels, UINT64_MAX - SHM_PAGE, "off_channels huge");
 	MUTATE(channel_stride, seg.hdr->channel_stride * 2, "channel_stride");
+	MUTATE(shard_token_stride, seg.hdr->shard_token_stride + SHM_PAGE, "shard_token_stride");
 	MUTATE(shard_capacity, seg.hdr->shard_capacity + 1, "shard_capacity");
 	MUTATE(ring_depth, seg.hdr->ring_depth * 2, "ring_depth");
 	MUTATE(ring_depth, 0, "ring_depth 0");
@@ -578,7 +602,8 @@ static void test_attach(void **state)
 	shm_segment_destroy(&seg);
 }
 
-/* Through an attached mapping only the own channel is writable. */
+/* Through an attached mapping only the own channel and the own shard's
+ * token buffers are writable. */
 static void test_attach_protection(void **state)
 {
 	struct shm_segment seg, w;
@@ -604,6 +629,8 @@ static void test_attach_protection(void **state)
 	expect_segv(b + h->off_queue, "the queue head");
 	expect_segv(&shm_queue_of(&w)->handles[2999], "the last queue entry");
 	expect_segv(b + h->off_tokens, "the first token buffer");
+	expect_segv(shm_tokens_at(&w, 2) + 1999, "shard 0's last token");
+	expect_segv(shm_tokens_at(&w, 6), "shard 2's first token");
 	expect_segv(shm_tokens_at(&w, 8) + 1999, "the last token");
 	expect_segv(b + h->off_channels, "channel 0");
 	expect_segv(b + h->off_channels + shard * h->channel_stride - 1,
@@ -620,6 +647,12 @@ static void test_attach_protection(void **state)
 			"the own result ring");
 	expect_writable(b + h->off_channels + (shard + 1) * h->channel_stride - 1,
 			"the own channel's last byte");
+	/* and the own shard's token buffers (slots 3..5), whole pages */
+	expect_writable(b + h->off_tokens + shard * h->shard_token_stride,
+			"the own shard's first token");
+	expect_writable((char *)(shm_tokens_at(&w, 5) + 1999) + 3,
+			"the own shard's last token");
+	assert_int_equal(*((uint8_t *)shm_tokens_at(&seg, 3)), 0xa7);
 	/* the child's writes went to the shared segment */
 	assert_int_equal(*((uint8_t *)seg.base + h->off_channels +
 			   shard * h->channel_stride), 0xa7);

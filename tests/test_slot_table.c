@@ -350,6 +350,36 @@ static void test_lifecycle(void **state)
 	fixture_close(&f);
 }
 
+/* commit: the worker already wrote the token after the prefix; only the
+ * committed length moves (in the table and its shared mirror). */
+static void test_commit_worker_token(void **state)
+{
+	struct fixture f;
+	const int32_t prompt[2] = { 11, 12 };
+	const struct shm_slot *s;
+	int32_t *buf;
+
+	(void)state;
+	fixture_open(&f, 4, 2, 4);
+	s = shm_slot_at(&f.seg, 3);
+	assert_int_equal(slot_table_assign(&f.t, 3, 5, prompt, 2), 0);
+	buf = shm_tokens_at(&f.seg, 3);
+	buf[2] = 40;			/* as the shard's worker would */
+	buf[3] = 41;			/* run ahead: not committed yet */
+	assert_int_equal(slot_table_commit(&f.t, 3), 0);
+	assert_int_equal(s->n_tokens, 3);
+	assert_int_equal(slot_table_tokens(&f.t, 3)[2], 40);
+	assert_int_equal(slot_table_check(&f.t), 0);
+	assert_int_equal(slot_table_commit(&f.t, 3), 0);
+	assert_int_equal(s->n_tokens, 4);
+	assert_int_equal(slot_table_tokens(&f.t, 3)[3], 41);
+	/* the context is full: nothing moves */
+	assert_int_equal(slot_table_commit(&f.t, 3), -ENOSPC);
+	assert_int_equal(s->n_tokens, 4);
+	assert_int_equal(slot_table_check(&f.t), 0);
+	fixture_close(&f);
+}
+
 /* slot_table_check() must notice a mirror that disagrees. */
 static void test_check_detects_corruption(void **state)
 {
@@ -426,6 +456,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_lifecycle, teardown),
+		cmocka_unit_test_teardown(test_commit_worker_token, teardown),
 		cmocka_unit_test_teardown(test_check_detects_corruption, teardown),
 		cmocka_unit_test_teardown(test_fill_to_context, teardown),
 		cmocka_unit_test_teardown(test_random_vs_model, teardown),

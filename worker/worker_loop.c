@@ -206,6 +206,19 @@ static void worker_fill_garbage(struct worker *w, struct shm_result *r,
 	}
 }
 
+/* Write the coordinator's eventfd if it sleeps (call after a seq_cst
+ * fence that follows what it is to see). */
+static void worker_wake_coordinator(const struct worker *w)
+{
+	uint64_t one = 1;
+
+	if (!atomic_load_explicit(&w->seg.hdr->coordinator_sleeping,
+				  memory_order_relaxed))
+		return;
+	if (write(w->opt->notify_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		LOG(LOG_WARN, "notify write: %s", strerror(errno));
+}
+
 /*
  * Adopt the newest published dispatch, if there is one: its rows replace
  * ours.  A row we already run (same slot and generation) keeps our own,
@@ -266,6 +279,10 @@ static int worker_adopt(struct worker *w)
 	w->dispatch_pos = pos;
 	/* release: every token we wrote for a row we now leave is written */
 	atomic_store_explicit(&w->ch->dispatch_adopted, pos, memory_order_release);
+	/* The coordinator may be asleep waiting for exactly this (a slot it
+	 * wants to reuse); seq_cst pairs with its fence in engine_wait(). */
+	atomic_thread_fence(memory_order_seq_cst);
+	worker_wake_coordinator(w);
 	return 0;
 }
 
@@ -334,13 +351,7 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 	/* seq_cst: pairs with the fence after the coordinator sets
 	 * coordinator_sleeping: either it sees our result or we see it asleep. */
 	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&w->seg.hdr->coordinator_sleeping,
-				 memory_order_relaxed)) {
-		uint64_t one = 1;
-
-		if (write(w->opt->notify_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-			LOG(LOG_WARN, "notify write: %s", strerror(errno));
-	}
+	worker_wake_coordinator(w);
 }
 
 static void worker_free(struct worker *w)
