@@ -61,8 +61,8 @@
  * the p + 1 it expects.  A writer killed mid-record leaves a record nobody
  * accepts.  Neither side overwrites an entry the other may still read:
  * the worker posts result p only once results_consumed > p - ring_depth,
- * and the coordinator publishes a dispatch only once the worker has
- * adopted the one before (dispatch_adopted).
+ * and the coordinator keeps at most ring_depth - 1 dispatches ahead of
+ * the one the worker has adopted (dispatch_adopted).
  *
  * Slots are split into shards as first_slot(i) = n_slots * i / n_shards;
  * each shard's token buffers start on a page (shard_token_stride apart) so

@@ -99,6 +99,7 @@ struct shard {
 	uint32_t n_draining;		/* slots waiting in slot_drain */
 	uint64_t adopted_seen;		/* dispatch_adopted when last looked at */
 	bool reset;			/* next dispatch: take our lengths */
+	uint64_t reset_id;		/* the last dispatch sent with reset */
 	uint64_t suspect_id;		/* dispatch running a suspect alone */
 	uint64_t progress_ns;		/* last result, or last dispatch sent */
 	uint64_t step_ewma_ns;		/* typical time between results */
@@ -152,6 +153,8 @@ struct engine {
 	bool progress_on;
 	uint64_t last_progress_ns;
 	uint64_t *slot_freed_ns;	/* per slot: when it last became free */
+	uint32_t *slot_limit;		/* per slot: prefix length at which its
+					 * request is done (prompt + max_tokens) */
 	uint64_t *slot_drain;		/* per slot: the worker may still write
 					 * it until dispatch_adopted reaches
 					 * this (0: free to reuse) */
@@ -234,21 +237,13 @@ static struct shard *shard_of_slot(struct engine *e, uint32_t slot)
 	return &e->shards[shm_slot_shard(e->seg.hdr, slot)];
 }
 
-/* The prefix length at which a request's slot is done: prompt plus
- * max_tokens (admission checked that this fits the context). */
-static uint32_t request_limit(const struct live_request *lr)
-{
-	return lr->req.n_prompt + lr->req.max_tokens;
-}
-
 /*
  * Slot leaves its shard's rows.  The worker stops at a row's limit by
  * itself; a row that ends before it (a stop, a cancel, a pause, a failure)
  * goes on being extended until the worker adopts a dispatch without it,
  * so the slot may be reused only then (slot_drain).
  */
-static void shard_drop_slot(struct engine *e, uint32_t slot,
-			    const struct live_request *lr)
+static void shard_drop_slot(struct engine *e, uint32_t slot)
 {
 	struct shard *s = shard_of_slot(e, slot);
 
@@ -256,7 +251,7 @@ static void shard_drop_slot(struct engine *e, uint32_t slot,
 	if (e->in_process)
 		return;
 	s->redispatch = true;
-	if (e->slots.slots[slot].n_tokens < request_limit(lr)) {
+	if (e->slots.slots[slot].n_tokens < e->slot_limit[slot]) {
 		e->slot_drain[slot] = s->dispatch_pos + 1;
 		s->n_draining++;
 	}
@@ -274,7 +269,7 @@ static void engine_unplace(struct engine *e, uint32_t handle,
 	case LIVE_UNPLACED:
 		break;
 	case LIVE_ACTIVE:
-		shard_drop_slot(e, lr->slot, lr);
+		shard_drop_slot(e, lr->slot);
 		slot_table_release(&e->slots, lr->slot);
 		e->slot_freed_ns[lr->slot] = now;
 		lr->slot = REQUEST_NONE;
@@ -298,14 +293,18 @@ static void engine_finish(struct engine *e, uint32_t handle,
 {
 	struct live_request *lr = request_pool_get(&e->pool, handle);
 	uint64_t now = clock_now_ns();
-	const int32_t *tokens;
+	const int32_t *tokens = NULL;
 	uint32_t n = 0;
 
 	if (!lr)
 		return;
-	/* every committed token is kept beside the request (a worker writes
-	 * the slot's copy, so that one is not trusted) */
-	tokens = lr->generated;
+	/* With workers every committed token is kept beside the request (a
+	 * worker writes the slot's copy, so that one is not trusted); the
+	 * in-process engine of run mode reads its own slot. */
+	if (lr->generated)
+		tokens = lr->generated;
+	else if (lr->slot != REQUEST_NONE)
+		tokens = slot_table_tokens(&e->slots, lr->slot) + lr->req.n_prompt;
 	if (tokens) {
 		n = lr->n_generated;
 		if (reason == FINISH_STOP && !lr->req.include_stop)
@@ -507,9 +506,11 @@ static int engine_next_waiting(struct engine *e, uint32_t *handle)
 static int engine_place(struct engine *e, uint32_t slot, uint32_t handle,
 			struct live_request *lr)
 {
-	/* run allocates the private token copy here, when it is needed;
-	 * serve has one from submission */
-	if (!lr->generated) {
+	uint32_t limit = lr->req.n_prompt + lr->req.max_tokens;
+
+	/* with workers, run allocates the private token copy here, when it
+	 * is needed; serve has one from submission */
+	if (!lr->generated && !e->in_process) {
 		lr->generated = malloc((size_t)lr->req.max_tokens * sizeof(int32_t));
 		if (!lr->generated)
 			return -ENOMEM;
@@ -523,6 +524,8 @@ static int engine_place(struct engine *e, uint32_t slot, uint32_t handle,
 			return -EINVAL;
 		}
 	}
+	/* admission checked that the request fits the context */
+	e->slot_limit[slot] = limit < e->slots.max_context ? limit : e->slots.max_context;
 	shard_of_slot(e, slot)->n_active++;
 	return 0;
 }
@@ -631,26 +634,21 @@ static uint32_t shard_collect_rows(struct engine *e, struct shard *s,
 	for (uint32_t i = 0; i < s->n_slots; i++) {
 		uint32_t slot = s->first_slot + i;
 		const struct slot_state *st = &e->slots.slots[slot];
-		const struct live_request *lr;
-		uint32_t limit;
 
 		if (st->state != SHM_SLOT_ACTIVE)
 			continue;
-		lr = request_pool_get(&e->pool, st->request_handle);
-		limit = lr ? request_limit(lr) : st->n_tokens;
-		if (limit > e->slots.max_context)
-			limit = e->slots.max_context;
 		rows[n++] = (struct shm_dispatch_row){
 			.slot = slot, .generation = st->generation,
-			.n_tokens = st->n_tokens, .limit = limit };
+			.n_tokens = st->n_tokens, .limit = e->slot_limit[slot] };
 	}
 	return n;
 }
 
 /*
  * Publish the shard's rows to its worker when they changed.  At most
- * ring_depth dispatches are ahead of the one the worker has adopted, so
- * no entry is overwritten while the worker may be reading it.
+ * ring_depth - 1 dispatches are ahead of the one the worker has adopted,
+ * so no entry is overwritten while the worker may be reading it, and
+ * s->sent still holds the adopted one's rows (for blame).
  */
 static void shard_dispatch(struct engine *e, struct shard *s)
 {
@@ -664,7 +662,7 @@ static void shard_dispatch(struct engine *e, struct shard *s)
 	ch = shm_channel_at(&e->seg, s->index);
 	/* acquire: pairs with the worker's release in worker_adopt() */
 	if (s->dispatch_pos - atomic_load_explicit(&ch->dispatch_adopted,
-						   memory_order_acquire) >= depth)
+						   memory_order_acquire) >= depth - 1)
 		return;	/* the worker is behind: send the latest rows later */
 	rows = s->sent + (s->dispatch_pos & (depth - 1)) * s->n_slots;
 	n = shard_collect_rows(e, s, rows);
@@ -677,6 +675,8 @@ static void shard_dispatch(struct engine *e, struct shard *s)
 	d->dispatch_id = s->issued_id;
 	d->n_rows = n;
 	d->flags = s->reset ? SHM_DISPATCH_RESET : 0;
+	if (s->reset)
+		s->reset_id = s->issued_id;
 	s->reset = false;
 	memcpy(d->rows, rows, n * sizeof(d->rows[0]));
 	shm_entry_publish(&d->seq, s->dispatch_pos);
@@ -701,8 +701,7 @@ static void engine_commit_token(struct engine *e, uint32_t slot, int32_t token)
 	struct live_request *lr = request_pool_get(&e->pool, handle);
 	uint32_t match = 0;
 
-	if (!lr || lr->slot != slot || !lr->generated ||
-	    lr->n_generated >= lr->req.max_tokens) {
+	if (!lr || lr->slot != slot || lr->n_generated >= lr->req.max_tokens) {
 		engine_fail(e, "slot %u lost its request", slot);
 		return;
 	}
@@ -710,7 +709,8 @@ static void engine_commit_token(struct engine *e, uint32_t slot, int32_t token)
 		engine_finish(e, handle, FINISH_ERROR, "context limit reached");
 		return;
 	}
-	lr->generated[lr->n_generated] = token;
+	if (lr->generated)
+		lr->generated[lr->n_generated] = token;
 	if (!lr->n_generated && e->http)
 		histogram_record(&e->ttft_hist, clock_now_ns() - lr->admitted_ns);
 	lr->n_generated++;
@@ -766,7 +766,10 @@ static void shard_commit(struct engine *e, struct shard *s, uint64_t id,
 		}
 		if (row.n_tokens != st->n_tokens) {
 			e->stats.n_stale++;
-			if (row.n_tokens > st->n_tokens)
+			/* Ahead of what we committed: we rejected one of its
+			 * earlier rows.  Rows run before the worker took our
+			 * last reset are expected to be ahead: no new reset. */
+			if (row.n_tokens > st->n_tokens && id >= s->reset_id)
 				s->reset = s->redispatch = true;
 			continue;
 		}
@@ -906,8 +909,7 @@ static bool shard_step_in_process(struct engine *e, struct shard *s)
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		/* the worker's part: the token goes right after its prefix */
-		shm_tokens_at(&e->seg, step[i].slot)[step[i].n_tokens] =
-			e->next_tokens[i];
+		e->slots.tokens[step[i].slot][step[i].n_tokens] = e->next_tokens[i];
 		rows[i] = (struct shm_result_row){
 			.slot = step[i].slot,
 			.generation = step[i].generation,
@@ -976,6 +978,7 @@ static void shard_new_epoch(struct engine *e, struct shard *s)
 	memset(s->n_sent, 0, sizeof(s->n_sent));
 	s->redispatch = true;
 	s->reset = false;
+	s->reset_id = 0;
 	s->n_draining = 0;
 	s->adopted_seen = s->dispatch_pos;
 	for (uint32_t i = 0; i < s->n_slots; i++) {
@@ -988,7 +991,7 @@ static void shard_new_epoch(struct engine *e, struct shard *s)
 			continue;
 		lr = request_pool_get(&e->pool, st->request_handle);
 		if (lr && lr->generated && st->n_tokens == st->n_prompt + lr->n_generated)
-			memcpy(shm_tokens_at(&e->seg, slot) + st->n_prompt,
+			memcpy(e->slots.tokens[slot] + st->n_prompt,
 			       lr->generated, lr->n_generated * sizeof(int32_t));
 	}
 }
@@ -1581,6 +1584,7 @@ static void engine_teardown(struct engine *e)
 	strbuf_release(&e->out_write);
 	free(e->read_buf);
 	free(e->slot_freed_ns);
+	free(e->slot_limit);
 	free(e->slot_drain);
 	free(e->prefixes);
 	free(e->lengths);
@@ -1712,6 +1716,7 @@ files_done:
 	line_reader_init(&e->lines, ENGINE_MAX_LINE);
 	e->read_buf = malloc(ENGINE_READ_SIZE);
 	e->slot_freed_ns = calloc(cfg->n_slots, sizeof(uint64_t));
+	e->slot_limit = calloc(cfg->n_slots, sizeof(uint32_t));
 	e->slot_drain = calloc(cfg->n_slots, sizeof(uint64_t));
 	e->prefixes = calloc(cfg->n_slots, sizeof(*e->prefixes));
 	e->lengths = calloc(cfg->n_slots, sizeof(*e->lengths));
@@ -1719,6 +1724,7 @@ files_done:
 	e->inproc_rows = calloc(cfg->n_slots, sizeof(*e->inproc_rows));
 	e->resume = calloc(e->pool.capacity, sizeof(uint32_t));
 	if (!e->resume || !e->read_buf || !e->slot_freed_ns || !e->slot_drain ||
+	    !e->slot_limit ||
 	    !e->prefixes || !e->lengths || !e->next_tokens || !e->inproc_rows)
 		goto nomem;
 

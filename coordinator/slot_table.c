@@ -26,17 +26,24 @@ int slot_table_init(struct slot_table *t, const struct shm_segment *seg)
 	t->n_slots = seg->hdr->n_slots;
 	t->max_context = seg->hdr->max_context;
 	t->slots = calloc(t->n_slots, sizeof(*t->slots));
-	if (!t->slots)
+	t->tokens = calloc(t->n_slots, sizeof(*t->tokens));
+	if (!t->slots || !t->tokens) {
+		slot_table_release_all(t);
 		return -ENOMEM;
-	for (uint32_t i = 0; i < t->n_slots; i++)
+	}
+	for (uint32_t i = 0; i < t->n_slots; i++) {
+		t->tokens[i] = shm_tokens_at(seg, i);
 		slot_publish(t, i);
+	}
 	return 0;
 }
 
 void slot_table_release_all(struct slot_table *t)
 {
 	free(t->slots);
+	free(t->tokens);
 	t->slots = NULL;
+	t->tokens = NULL;
 }
 
 int slot_table_assign(struct slot_table *t, uint32_t slot, uint32_t handle,
@@ -49,7 +56,7 @@ int slot_table_assign(struct slot_table *t, uint32_t slot, uint32_t handle,
 		return -EINVAL;
 	p = &t->slots[slot];
 	if (n_prompt)
-		memcpy(shm_tokens_at(t->seg, slot), prompt, n_prompt * sizeof(int32_t));
+		memcpy(t->tokens[slot], prompt, n_prompt * sizeof(int32_t));
 	p->state = SHM_SLOT_ACTIVE;
 	p->generation++;
 	p->request_handle = handle;
@@ -66,7 +73,7 @@ int slot_table_append(struct slot_table *t, uint32_t slot, int32_t token)
 
 	if (p->n_tokens >= t->max_context)
 		return -ENOSPC;
-	shm_tokens_at(t->seg, slot)[p->n_tokens++] = token;
+	t->tokens[slot][p->n_tokens++] = token;
 	shm_slot_at(t->seg, slot)->n_tokens = p->n_tokens;
 	return 0;
 }

@@ -34,6 +34,8 @@ struct slot_state {
 struct slot_table {
 	const struct shm_segment *seg;
 	struct slot_state *slots;	/* n_slots, private */
+	int32_t **tokens;		/* n_slots: each slot's shared buffer
+					 * (shm_tokens_at, computed once) */
 	uint32_t n_slots;
 	uint32_t max_context;
 	uint32_t n_busy;		/* ACTIVE slots */
@@ -60,7 +62,7 @@ void slot_table_release(struct slot_table *t, uint32_t slot);
 static inline const int32_t *slot_table_tokens(const struct slot_table *t,
 					       uint32_t slot)
 {
-	return shm_tokens_at(t->seg, slot);
+	return t->tokens[slot];
 }
 
 /* 0 when every invariant holds (busy count, shared mirror, lengths). */

@@ -56,6 +56,7 @@ struct worker {
 	uint64_t dispatch_pos;		/* next dispatch position to look at */
 	uint64_t dispatch_id;		/* the dispatch we run (0: none yet) */
 	uint64_t result_pos;		/* next result position to write */
+	int32_t **buffers;		/* per shard slot: its token buffer */
 	const int32_t **prefixes;	/* shard_capacity pointers */
 	uint32_t *lengths;
 	int32_t *next_tokens;
@@ -309,7 +310,7 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 	uint64_t t0;
 
 	for (uint32_t i = 0; i < n_rows; i++) {
-		w->prefixes[i] = shm_tokens_at(&w->seg, w->step[i].slot);
+		w->prefixes[i] = w->buffers[w->step[i].slot - w->first_slot];
 		w->lengths[i] = w->step[i].n_tokens;
 	}
 	t0 = clock_now_ns();
@@ -322,7 +323,7 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 	w->n_results++;
 	for (uint32_t i = 0; i < n_rows && !status; i++) {
 		/* our shard's buffer, below the row's limit <= max_context */
-		shm_tokens_at(&w->seg, w->step[i].slot)[w->step[i].n_tokens] =
+		w->buffers[w->step[i].slot - w->first_slot][w->step[i].n_tokens] =
 			w->next_tokens[i];
 	}
 	if (w->opt->garbage_every && w->n_results % w->opt->garbage_every == 0) {
@@ -358,6 +359,7 @@ static void worker_free(struct worker *w)
 {
 	free(w->prefixes);
 	free(w->lengths);
+	free(w->buffers);
 	free(w->next_tokens);
 	free(w->rows);
 	free(w->step);
@@ -396,14 +398,15 @@ int worker_run(const struct worker_options *opt)
 	cap = w.seg.hdr->shard_capacity;
 	w.prefixes = calloc(cap, sizeof(*w.prefixes));
 	w.lengths = calloc(cap, sizeof(*w.lengths));
+	w.buffers = calloc(cap, sizeof(*w.buffers));
 	w.next_tokens = calloc(cap, sizeof(*w.next_tokens));
 	w.rows = calloc(cap, sizeof(*w.rows));
 	w.step = calloc(cap, sizeof(*w.step));
 	w.incoming = calloc(cap, sizeof(*w.incoming));
 	w.ahead = calloc(cap, sizeof(*w.ahead));
 	w.ahead_gen = calloc(cap, sizeof(*w.ahead_gen));
-	if (!w.prefixes || !w.lengths || !w.next_tokens || !w.rows || !w.step ||
-	    !w.incoming || !w.ahead || !w.ahead_gen) {
+	if (!w.prefixes || !w.lengths || !w.buffers || !w.next_tokens ||
+	    !w.rows || !w.step || !w.incoming || !w.ahead || !w.ahead_gen) {
 		LOG(LOG_ERROR, "out of memory");
 		goto out;
 	}
@@ -411,6 +414,8 @@ int worker_run(const struct worker_options *opt)
 	w.first_slot = shm_shard_first_slot(w.seg.hdr, opt->shard);
 	w.end_slot = opt->shard + 1 < w.seg.hdr->n_shards ?
 		     shm_shard_first_slot(w.seg.hdr, opt->shard + 1) : w.seg.hdr->n_slots;
+	for (uint32_t slot = w.first_slot; slot < w.end_slot; slot++)
+		w.buffers[slot - w.first_slot] = shm_tokens_at(&w.seg, slot);
 	w.dispatch_pos = w.ch->start_dispatch_pos;
 	w.result_pos = w.ch->start_result_pos;
 	atomic_store(&w.ch->worker_ready_pid, (int32_t)getpid());
