@@ -1655,6 +1655,10 @@ static void engine_check_invariants(struct engine *e)
 		engine_fail(e, "internal check failed at exit: %u live requests, %u "
 			    "busy slots, %u waiting, %u paused", e->pool.n_live,
 			    e->slots.n_busy, wait_queue_len(&e->queue), e->n_paused);
+	for (uint32_t i = 0; i < e->n_shards && !e->failed; i++)
+		if (e->shards[i].n_active)	/* run-ahead's count of ACTIVE rows */
+			engine_fail(e, "internal check failed at exit: shard %u still "
+				    "counts %u active slots", i, e->shards[i].n_active);
 }
 
 /* Everything up to the first worker start.  Returns an exit status. */
