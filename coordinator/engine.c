@@ -86,6 +86,8 @@ struct shard {
 	uint32_t first_slot;		/* slots [first_slot, first_slot+n_slots) */
 	uint32_t n_slots;
 	uint32_t n_active;		/* of which ACTIVE */
+	uint64_t committing_id;		/* dispatch id of the result being
+					 * committed now (0: none) */
 	/* dispatches to the current worker: private, trusted copies */
 	uint64_t next_dispatch_id;	/* starts at 1, never reused */
 	uint64_t first_id;		/* first id sent to the current worker */
@@ -238,10 +240,14 @@ static struct shard *shard_of_slot(struct engine *e, uint32_t slot)
 }
 
 /*
- * Slot leaves its shard's rows.  The worker stops at a row's limit by
- * itself; a row that ends before it (a stop, a cancel, a pause, a failure)
- * goes on being extended until the worker adopts a dispatch without it,
- * so the slot may be reused only then (slot_drain).
+ * Slot leaves its shard's rows.  A row that ends before its limit (a stop,
+ * a cancel, a pause, a failure) goes on being extended until the worker
+ * adopts a dispatch without it, so the slot may be reused only then
+ * (slot_drain).  A row that reached its limit is left alone by the worker
+ * by itself, but only if the result that took it there was run under the
+ * newest dispatch we sent: an older dispatch the worker has yet to adopt
+ * (a reset, or the rows after an isolation) would send it back to an
+ * earlier position, to extend the row again over the slot's next request.
  */
 static void shard_drop_slot(struct engine *e, uint32_t slot)
 {
@@ -251,7 +257,8 @@ static void shard_drop_slot(struct engine *e, uint32_t slot)
 	if (e->in_process)
 		return;
 	s->redispatch = true;
-	if (e->slots.slots[slot].n_tokens < e->slot_limit[slot]) {
+	if (e->slots.slots[slot].n_tokens < e->slot_limit[slot] ||
+	    s->committing_id != s->issued_id) {
 		e->slot_drain[slot] = s->dispatch_pos + 1;
 		s->n_draining++;
 	}
@@ -773,7 +780,9 @@ static void shard_commit(struct engine *e, struct shard *s, uint64_t id,
 				s->reset = s->redispatch = true;
 			continue;
 		}
+		s->committing_id = id;
 		engine_commit_token(e, row.slot, row.token);
+		s->committing_id = 0;
 		last_slot = row.slot;
 		n_ok++;
 	}

@@ -220,6 +220,22 @@ check_results "garbage every 3rd result: all exact" "$MODEL" "$E2E_TMP/f.jsonl" 
 	"$E2E_TMP/garbage.out"
 expect_gt "garbage rejected as stale" \
 	"$(stats_field "$E2E_TMP/garbage.stats" stale_results_rejected)" 0
+# Short requests on a CPU-bound model: rows reach their limit while the
+# worker has yet to adopt the reset that a rejected result asked for
+# (regression: the slot was refilled at once, and the reset sent the worker
+# back to extend the old row over the new request's prompt).
+GMODEL="sim:vocab=1000,seed=$((SEED % 1000)),row_us=55,mode=spin"
+"$BIN/gen_workload" --n 436 --seed "$((SEED + 5))" --model "$GMODEL" \
+	--max-tokens 21 --max-prompt 185 > "$E2E_TMP/g.jsonl"
+g_bad=0
+for i in 1 2 3 4; do
+	quiet garbage-short --workers 6 --batch 16 --garbage-every 5 --model "$GMODEL" \
+		--input "$E2E_TMP/g.jsonl" --output "$E2E_TMP/garbage-short.out"
+	"$BIN/refdecode" --model "$GMODEL" --input "$E2E_TMP/g.jsonl" \
+		--check "$E2E_TMP/garbage-short.out" > "$E2E_TMP/gcheck.log" 2>&1 ||
+		{ g_bad=$((g_bad + 1)); tail -n 3 "$E2E_TMP/gcheck.log"; }
+done
+expect_eq "garbage every 5th result, short requests: 4 runs all exact" $g_bad 0
 expect_eq "no segment left by the other runs" "$LEFT_BEHIND" ""
 
 # --- 6. workers that fail before they are ready ------------------------------

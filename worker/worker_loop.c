@@ -68,7 +68,7 @@ struct worker {
 					 * for the generation in ahead_gen */
 	uint32_t *ahead_gen;
 	uint64_t n_results;
-	uint64_t gap_ewma_ns;		/* typical wait for the coordinator */
+	uint64_t gap_ewma_ns;		/* typical wait for a dispatch */
 };
 
 /*
@@ -127,11 +127,17 @@ static bool worker_result_room(const struct worker *w)
 
 /*
  * Wait until ready(w).  Returns 0, or -EPIPE when the coordinator is gone.
+ * Waiting for a dispatch spins for the learnt budget (the coordinator
+ * answers within microseconds).  Waiting for room in the result ring
+ * means the coordinator is behind us: spinning would only take a CPU it
+ * needs, so that wait sleeps after a few quick checks, and the
+ * coordinator's next read of the ring wakes us with the whole ring free.
  */
 static int worker_wait(struct worker *w, bool (*ready)(const struct worker *))
 {
+	bool for_dispatch = ready == worker_dispatch_ready;
 	uint64_t begin = clock_now_ns(), start = begin;
-	uint64_t spin_ns = worker_spin_budget(w);
+	uint64_t spin_ns = for_dispatch ? worker_spin_budget(w) : 0;
 	bool slept = false;
 	unsigned spins = 0;
 
@@ -169,7 +175,8 @@ static int worker_wait(struct worker *w, bool (*ready)(const struct worker *))
 		start = clock_now_ns();
 		spins = 0;
 	}
-	worker_note_gap(w, clock_now_ns() - begin, slept);
+	if (for_dispatch)
+		worker_note_gap(w, clock_now_ns() - begin, slept);
 	return 0;
 }
 
