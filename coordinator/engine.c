@@ -81,6 +81,14 @@
 #define ENGINE_READY_POLL_NS (10ull * 1000 * 1000)
 #define ENGINE_SPIN_AHEAD_NS (250ull * 1000)	/* spin this early for a due result */
 
+/*
+ * A worker whose results are rejected again right after a reset (a worker
+ * that garbles most of them) would lose every step it ran ahead; for this
+ * many dispatches the shard then runs like a lockstep engine, each row
+ * one step per dispatch, so that every good result counts.
+ */
+#define SHARD_LOCKSTEP 64u
+
 struct shard {
 	uint32_t index;
 	uint32_t first_slot;		/* slots [first_slot, first_slot+n_slots) */
@@ -97,11 +105,21 @@ struct shard {
 	 * one the worker runs is among them (for blame when it dies) */
 	struct shm_dispatch_row *sent;	/* SHM_RING_DEPTH * n_slots */
 	uint32_t n_sent[SHM_RING_DEPTH];
+	uint64_t sent_id[SHM_RING_DEPTH]; /* the dispatch id of each */
+	/* per shard slot: the result (result_stamp) that last carried a row of
+	 * the slot's current generation */
+	uint32_t *seen;
+	uint32_t result_stamp;
 	bool redispatch;		/* the worker's rows are out of date */
 	uint32_t n_draining;		/* slots waiting in slot_drain */
 	uint64_t adopted_seen;		/* dispatch_adopted when last looked at */
 	bool reset;			/* next dispatch: take our lengths */
 	uint64_t reset_id;		/* the last dispatch sent with reset */
+	uint32_t resets_unanswered;	/* resets sent since a row of a result
+					 * run after a reset was committed */
+	uint32_t lockstep;		/* dispatches left in which each row
+					 * gets one step only (SHARD_LOCKSTEP) */
+	bool sent_lockstep;		/* the newest dispatch was one of them */
 	uint64_t suspect_id;		/* dispatch running a suspect alone */
 	uint64_t progress_ns;		/* last result, or last dispatch sent */
 	uint64_t step_ewma_ns;		/* typical time between results */
@@ -646,7 +664,8 @@ static uint32_t shard_collect_rows(struct engine *e, struct shard *s,
 			continue;
 		rows[n++] = (struct shm_dispatch_row){
 			.slot = slot, .generation = st->generation,
-			.n_tokens = st->n_tokens, .limit = e->slot_limit[slot] };
+			.n_tokens = st->n_tokens,
+			.limit = s->lockstep ? st->n_tokens + 1 : e->slot_limit[slot] };
 	}
 	return n;
 }
@@ -674,6 +693,7 @@ static void shard_dispatch(struct engine *e, struct shard *s)
 	rows = s->sent + (s->dispatch_pos & (depth - 1)) * s->n_slots;
 	n = shard_collect_rows(e, s, rows);
 	s->n_sent[s->dispatch_pos & (depth - 1)] = n;
+	s->sent_id[s->dispatch_pos & (depth - 1)] = s->next_dispatch_id;
 	s->issued_id = s->next_dispatch_id++;
 	s->redispatch = false;
 	if (n)	/* the worker owes results from now on */
@@ -682,8 +702,17 @@ static void shard_dispatch(struct engine *e, struct shard *s)
 	d->dispatch_id = s->issued_id;
 	d->n_rows = n;
 	d->flags = s->reset ? SHM_DISPATCH_RESET : 0;
-	if (s->reset)
+	s->sent_lockstep = s->lockstep > 0;
+	if (s->lockstep)
+		s->lockstep--;
+	if (s->reset) {
 		s->reset_id = s->issued_id;
+		if (++s->resets_unanswered >= 2 && !s->lockstep) {
+			LOG(LOG_WARN, "shard %u: the worker's results keep being "
+			    "rejected; one step per dispatch for a while", s->index);
+			s->lockstep = SHARD_LOCKSTEP;
+		}
+	}
 	s->reset = false;
 	memcpy(d->rows, rows, n * sizeof(d->rows[0]));
 	shm_entry_publish(&d->seq, s->dispatch_pos);
@@ -738,6 +767,51 @@ static void engine_commit_token(struct engine *e, uint32_t slot, int32_t token)
 }
 
 /*
+ * We rejected a row that was not merely stale (garbled, or ahead of what we
+ * committed because of an earlier garbled one): the worker's rows have run
+ * past what we hold, so the next dispatch sends it back to our committed
+ * lengths (reset), at once rather than when its next rows turn up ahead.
+ * A result run before the worker took our last reset needs no new one: the
+ * reset already covers it.
+ */
+static void shard_reset_after_garble(struct shard *s, uint64_t id)
+{
+	if (id >= s->reset_id)
+		s->reset = s->redispatch = true;
+}
+
+/*
+ * The worker extends every row of the dispatch it runs in every result,
+ * until the row reaches its limit; we commit rows in order, so a row of
+ * that dispatch that is still active here (same generation: not finished,
+ * not reused) must be in this result.  One that is missing means the
+ * worker believes it done (its last rows were garbled and rejected, or it
+ * kept a longer prefix of its own): without a reset it would never be
+ * extended again.  False when the dispatch's rows are no longer kept.
+ */
+static bool shard_result_lacks_rows(struct engine *e, struct shard *s, uint64_t id)
+{
+	uint32_t depth = e->seg.hdr->ring_depth, idx;
+	const struct shm_dispatch_row *want;
+
+	if (!id || id < s->first_id)
+		return false;
+	/* ids and positions advance together within one worker's life */
+	idx = (uint32_t)((s->first_pos + (id - s->first_id)) & (depth - 1));
+	if (s->sent_id[idx] != id)
+		return false;
+	want = s->sent + (size_t)idx * s->n_slots;
+	for (uint32_t i = 0; i < s->n_sent[idx]; i++) {
+		const struct slot_state *st = &e->slots.slots[want[i].slot];
+
+		if (st->state == SHM_SLOT_ACTIVE && st->generation == want[i].generation &&
+		    s->seen[want[i].slot - s->first_slot] != s->result_stamp)
+			return true;
+	}
+	return false;
+}
+
+/*
  * Apply the rows of one result of dispatch id.  rows/n_rows come from
  * shared memory: each row is copied once and checked against the private
  * slot table.  A row is committed only when its slot is ACTIVE with the
@@ -750,11 +824,16 @@ static void shard_commit(struct engine *e, struct shard *s, uint64_t id,
 			 const struct shm_result_row *rows, uint32_t n_rows)
 {
 	uint32_t n_ok = 0, last_slot = 0;
+	bool garbled = false;
+
+	if (++s->result_stamp == 0)	/* 0 means never seen */
+		s->result_stamp = 1;
 
 	if (n_rows > s->n_slots) {
 		e->stats.n_stale++;
 		LOG(LOG_WARN, "shard %u: result with %u rows for a shard of %u: "
 		    "rejected", s->index, n_rows, s->n_slots);
+		shard_reset_after_garble(s, id);
 		return;
 	}
 	for (uint32_t i = 0; i < n_rows; i++) {
@@ -764,6 +843,7 @@ static void shard_commit(struct engine *e, struct shard *s, uint64_t id,
 		if (row.slot < s->first_slot || row.slot - s->first_slot >= s->n_slots ||
 		    row.token < 0 || (uint32_t)row.token >= e->vocab) {
 			e->stats.n_stale++;
+			garbled = true;
 			continue;
 		}
 		st = &e->slots.slots[row.slot];
@@ -771,13 +851,13 @@ static void shard_commit(struct engine *e, struct shard *s, uint64_t id,
 			e->stats.n_stale++;	/* its request ended, or garbage */
 			continue;
 		}
+		s->seen[row.slot - s->first_slot] = s->result_stamp;
 		if (row.n_tokens != st->n_tokens) {
 			e->stats.n_stale++;
 			/* Ahead of what we committed: we rejected one of its
-			 * earlier rows.  Rows run before the worker took our
-			 * last reset are expected to be ahead: no new reset. */
-			if (row.n_tokens > st->n_tokens && id >= s->reset_id)
-				s->reset = s->redispatch = true;
+			 * earlier rows. */
+			if (row.n_tokens > st->n_tokens)
+				garbled = true;
 			continue;
 		}
 		s->committing_id = id;
@@ -786,6 +866,12 @@ static void shard_commit(struct engine *e, struct shard *s, uint64_t id,
 		last_slot = row.slot;
 		n_ok++;
 	}
+	if (garbled || shard_result_lacks_rows(e, s, id))
+		shard_reset_after_garble(s, id);
+	else if (n_ok && id >= s->reset_id)
+		s->resets_unanswered = 0;
+	if (s->sent_lockstep)	/* every row waits for its next step */
+		s->redispatch = true;
 	if (id && id == s->suspect_id && n_ok == 1) {
 		shard_clear_suspect(s, last_slot);
 		s->redispatch = true;
@@ -974,8 +1060,9 @@ static void shard_note_failed_start(struct engine *e, struct shard *s,
 /*
  * Before a new worker starts on the shard (none runs now): a fresh
  * channel, nothing draining (the old worker writes nothing any more), the
- * shard's token buffers rewritten from our own copies of the committed
- * tokens (the old worker wrote them, so they are not trusted), and a first
+ * shard's token buffers rewritten from our own copies of every active
+ * request's prompt and committed tokens (the old worker could write them,
+ * so they are not trusted), and a first
  * dispatch with every ACTIVE slot.
  */
 static void shard_new_epoch(struct engine *e, struct shard *s)
@@ -985,9 +1072,13 @@ static void shard_new_epoch(struct engine *e, struct shard *s)
 	s->first_id = s->next_dispatch_id;
 	s->issued_id = 0;
 	memset(s->n_sent, 0, sizeof(s->n_sent));
+	memset(s->sent_id, 0, sizeof(s->sent_id));
 	s->redispatch = true;
 	s->reset = false;
 	s->reset_id = 0;
+	s->resets_unanswered = 0;
+	s->lockstep = 0;
+	s->sent_lockstep = false;
 	s->n_draining = 0;
 	s->adopted_seen = s->dispatch_pos;
 	for (uint32_t i = 0; i < s->n_slots; i++) {
@@ -999,9 +1090,19 @@ static void shard_new_epoch(struct engine *e, struct shard *s)
 		if (st->state != SHM_SLOT_ACTIVE)
 			continue;
 		lr = request_pool_get(&e->pool, st->request_handle);
-		if (lr && lr->generated && st->n_tokens == st->n_prompt + lr->n_generated)
-			memcpy(e->slots.tokens[slot] + st->n_prompt,
-			       lr->generated, lr->n_generated * sizeof(int32_t));
+		if (!lr || !lr->generated || st->n_prompt != lr->req.n_prompt ||
+		    st->n_tokens != st->n_prompt + lr->n_generated) {
+			engine_fail(e, "slot %u does not match its request", slot);
+			continue;
+		}
+		/* the whole prefix: only a buggy worker writes below the
+		 * committed length, but then the shard's next worker must
+		 * not inherit it */
+		if (st->n_prompt)
+			memcpy(e->slots.tokens[slot], lr->req.prompt,
+			       st->n_prompt * sizeof(int32_t));
+		memcpy(e->slots.tokens[slot] + st->n_prompt, lr->generated,
+		       lr->n_generated * sizeof(int32_t));
 	}
 }
 
@@ -1210,9 +1311,17 @@ static uint64_t engine_check_workers(struct engine *e, uint64_t now)
 		if (!shard_owes_results(s))
 			continue;
 		if (since(now, s->progress_ns) >= timeout) {
+			struct shm_channel *ch = shm_channel_at(&e->seg, i);
+
 			LOG(LOG_WARN, "worker %u (pid %d): no result for longer "
-			    "than %llu ms; killing it", s->index, (int)s->pid,
-			    (unsigned long long)e->cfg->step_timeout_ms);
+			    "than %llu ms; killing it (%u active rows, dispatch "
+			    "%llu of %llu adopted, %u draining%s%s)", s->index,
+			    (int)s->pid, (unsigned long long)e->cfg->step_timeout_ms,
+			    s->n_active,
+			    (unsigned long long)atomic_load(&ch->dispatch_adopted),
+			    (unsigned long long)s->dispatch_pos, s->n_draining,
+			    s->redispatch ? ", rows to send" : "",
+			    s->reset ? ", reset to send" : "");
 			s->killed_for = " after the step timeout";
 			e->stats.n_hang_kills++;
 			shard_kill(s);
@@ -1554,9 +1663,10 @@ static int engine_setup_shards(struct engine *e)
 		s->next_dispatch_id = 1;
 		s->pidfd = -1;
 		s->sent = calloc((size_t)SHM_RING_DEPTH * s->n_slots, sizeof(*s->sent));
+		s->seen = calloc(s->n_slots, sizeof(uint32_t));
 		s->suspect_slot = calloc(s->n_slots, sizeof(uint32_t));
 		s->suspect_gen = calloc(s->n_slots, sizeof(uint32_t));
-		if (!s->sent || !s->suspect_slot || !s->suspect_gen)
+		if (!s->sent || !s->seen || !s->suspect_slot || !s->suspect_gen)
 			return -ENOMEM;
 	}
 	return 0;
@@ -1572,6 +1682,7 @@ static void engine_teardown(struct engine *e)
 		if (s->pidfd >= 0)
 			close(s->pidfd);
 		free(s->sent);
+		free(s->seen);
 		free(s->suspect_slot);
 		free(s->suspect_gen);
 	}

@@ -223,19 +223,27 @@ expect_gt "garbage rejected as stale" \
 # Short requests on a CPU-bound model: rows reach their limit while the
 # worker has yet to adopt the reset that a rejected result asked for
 # (regression: the slot was refilled at once, and the reset sent the worker
-# back to extend the old row over the new request's prompt).
+# back to extend the old row over the new request's prompt).  Then one
+# worker garbling every 2nd or 3rd result (regressions: a row whose last
+# result was garbled was never extended again, and every 2nd result garbled
+# hit every first result after a reset): exact, and no worker killed for
+# hanging.
 GMODEL="sim:vocab=1000,seed=$((SEED % 1000)),row_us=55,mode=spin"
 "$BIN/gen_workload" --n 436 --seed "$((SEED + 5))" --model "$GMODEL" \
 	--max-tokens 21 --max-prompt 185 > "$E2E_TMP/g.jsonl"
-g_bad=0
-for i in 1 2 3 4; do
-	quiet garbage-short --workers 6 --batch 16 --garbage-every 5 --model "$GMODEL" \
-		--input "$E2E_TMP/g.jsonl" --output "$E2E_TMP/garbage-short.out"
+g_bad=0; g_hangs=0
+for shape in "6 16 5" "6 16 5" "6 16 5" "1 38 2" "1 38 3"; do
+	set -- $shape
+	quiet garbage-short --workers $1 --batch $2 --garbage-every $3 \
+		--model "$GMODEL" --input "$E2E_TMP/g.jsonl" \
+		--output "$E2E_TMP/garbage-short.out" --stats "$E2E_TMP/gs.stats"
 	"$BIN/refdecode" --model "$GMODEL" --input "$E2E_TMP/g.jsonl" \
 		--check "$E2E_TMP/garbage-short.out" > "$E2E_TMP/gcheck.log" 2>&1 ||
-		{ g_bad=$((g_bad + 1)); tail -n 3 "$E2E_TMP/gcheck.log"; }
+		{ g_bad=$((g_bad + 1)); echo "       $shape:"; tail -n 3 "$E2E_TMP/gcheck.log"; }
+	g_hangs=$((g_hangs + $(stats_field "$E2E_TMP/gs.stats" hang_kills)))
 done
-expect_eq "garbage every 5th result, short requests: 4 runs all exact" $g_bad 0
+expect_eq "garbled results, short requests: 5 runs all exact" $g_bad 0
+expect_eq "garbled results, short requests: no hang kills" $g_hangs 0
 expect_eq "no segment left by the other runs" "$LEFT_BEHIND" ""
 
 # --- 6. workers that fail before they are ready ------------------------------

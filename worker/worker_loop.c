@@ -240,17 +240,20 @@ static int worker_adopt(struct worker *w)
 	const struct shm_header *hdr = w->seg.hdr;
 	struct shm_dispatch *d;
 	uint64_t pos = w->dispatch_pos;
-	uint32_t n_rows, flags;
+	uint32_t n_rows, flags = 0;
 	uint64_t id;
 
-	while (shm_entry_ready(&shm_dispatch_at(hdr, w->ch, pos)->seq, pos))
+	/* A reset in a dispatch we skip still holds: the newest one may
+	 * have been sent before the coordinator saw us take the reset. */
+	while (shm_entry_ready(&shm_dispatch_at(hdr, w->ch, pos)->seq, pos)) {
+		flags |= shm_dispatch_at(hdr, w->ch, pos)->flags;
 		pos++;
+	}
 	if (pos == w->dispatch_pos)
 		return 0;
 	d = shm_dispatch_at(hdr, w->ch, pos - 1);
 	id = d->dispatch_id;
 	n_rows = d->n_rows;
-	flags = d->flags;
 	if (n_rows > hdr->shard_capacity) {
 		LOG(LOG_ERROR, "dispatch %llu has %u rows (capacity %u)",
 		    (unsigned long long)id, n_rows, hdr->shard_capacity);
