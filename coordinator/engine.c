@@ -3,28 +3,40 @@
  *
  * NOTES ON THE DESIGN
  *
+ * Run-ahead.  A shard's worker is sent the rows to extend (slot,
+ * generation, committed length, limit = prompt + max_tokens) only when
+ * they change, and steps on its own, writing each new token after its
+ * prefix in the shard's token buffers and posting one result per step, up
+ * to ring_depth results ahead of what we have read.  We commit a row only
+ * at the slot's committed length, so results are applied strictly in
+ * order.  Reusing a slot waits until the worker can no longer write it
+ * (shard_drop_slot, shard_slot_reusable); a rejected row makes the next
+ * dispatch a reset to our committed lengths (shard_reset_after_garble).
+ *
  * Trust.  Everything the coordinator must trust lives in its private
- * memory: the slot table's private copy, the request pool, and for each
- * shard the rows of the step in flight (slot, generation) under a dispatch
- * id.  A result record is read field by field, once, into locals and
- * accepted only if its sequence number, dispatch id, row count, each row's
- * slot and generation and the token's range all match; anything else is
- * counted as stale and dropped, and the affected rows are simply
- * dispatched again.
+ * memory: the slot table's private copy, the request pool with every
+ * committed token, and for each shard the rows of the last dispatches it
+ * sent, by dispatch id.  A result record is read field by field, once,
+ * into locals and accepted only if its sequence number and dispatch id
+ * (one sent to this worker), row count, each row's slot, generation and
+ * position and the token's range all match; anything else is counted as
+ * stale and dropped, and the affected rows are extended again.
  *
  * Faults.  A worker's exit shows up as its pidfd becoming readable on the
- * io_uring loop.  The step it had in flight is forgotten (its result, if
- * it wrote one, is drained from the ring as stale), the channel is reset,
- * and a replacement is started, with back-off when starts keep failing.
+ * io_uring loop.  What it left in the result ring is drained as stale, the
+ * channel is reset, the shard's token buffers are rewritten from our own
+ * copies, and a replacement is started from the committed lengths, with
+ * back-off when starts keep failing.
  * A death the request can be blamed for (a crash, a model error, a hang
- * past --step-timeout that we killed) puts every row of that step under
+ * past --step-timeout that we killed) puts every row of the dispatch the
+ * worker had adopted under
  * suspicion: the shard then runs its suspects one per step, so a request
  * that kills the worker when alone is identified; after poison_attempts
  * such lone failures it is failed with an error result, and everyone else
  * continues with exactly the tokens a fault-free run gives (the model is a
  * pure function of the prefix).  A SIGKILL or SIGTERM we did not send is
  * an outside event (an operator, the OOM killer, the fault injector): the
- * step is re-dispatched, nobody is blamed.
+ * rows are sent again, nobody is blamed.
  *
  * Waking.  After a round with no progress the coordinator spins on the
  * result rings (around the time the next result is due, else for
@@ -1462,9 +1474,9 @@ static bool engine_any_result_ready(struct engine *e)
 }
 
 /*
- * When is the next result due?  The earliest expected completion over the
- * shards with a step in flight (dispatch time + typical step time), or
- * UINT64_MAX when none is in flight or nothing is known yet.
+ * When is the next result due?  The earliest over the shards whose worker
+ * owes results (last result or dispatch + typical time between results),
+ * or UINT64_MAX when none does or nothing is known yet.
  */
 static uint64_t engine_next_result_due(const struct engine *e)
 {
