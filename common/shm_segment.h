@@ -20,9 +20,10 @@
  * copy of every committed token).  A worker writes a slot's buffer only
  * while the slot is in the dispatch it has adopted and below the row's
  * limit; the coordinator reuses a slot only once the worker cannot write
- * it any more (see coordinator/engine.c, "Run-ahead").  The coordinator still treats everything it reads back
- * from a channel as untrusted input, and keeps its own private copy of
- * everything it must trust (slot -> request, generations, lengths).
+ * it any more (see coordinator/engine.c, "Run-ahead").  The coordinator
+ * still treats everything it reads back from a channel as untrusted
+ * input, and keeps its own private copy of everything it must trust
+ * (slot -> request, generations, lengths, committed tokens).
  *
  * Regions, each starting on a page boundary:
  *

@@ -588,7 +588,6 @@ static bool shard_slot_reusable(struct engine *e, struct shard *s, uint32_t slot
 static void shard_refill(struct engine *e, struct shard *s)
 {
 	uint64_t now = 0;
-
 	int ret;
 
 	if (s->n_active == s->n_slots)
@@ -982,9 +981,7 @@ static bool shard_poll(struct engine *e, struct shard *s)
 	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load_explicit(&ch->worker_sleeping, memory_order_relaxed))
 		sem_post(&ch->dispatch_sem);
-	if (s->pid > 0)
-		shard_advance(e, s);
-	return true;
+	return true;	/* engine_loop() refills and dispatches next */
 }
 
 /* --workers 0: run the shard's step right here, as a worker would. */

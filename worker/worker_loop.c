@@ -64,8 +64,10 @@ struct worker {
 	uint32_t n_rows;
 	struct shm_dispatch_row *step;	/* this step's rows (below their limit) */
 	struct shm_dispatch_row *incoming; /* private copy of a new dispatch */
-	uint32_t *ahead;		/* per shard slot: our prefix length + 1
-					 * for the generation in ahead_gen */
+	/* scratch for worker_adopt(), per shard slot: the prefix length and
+	 * generation of the row we run for it (generation 0: none; a slot's
+	 * first request has generation 1) */
+	uint32_t *ahead;
 	uint32_t *ahead_gen;
 	uint64_t n_results;
 	uint64_t gap_ewma_ns;		/* typical wait for a dispatch */
@@ -260,6 +262,10 @@ static int worker_adopt(struct worker *w)
 		return -EPROTO;
 	}
 	memcpy(w->incoming, d->rows, n_rows * sizeof(w->incoming[0]));
+	for (uint32_t i = 0; i < w->n_rows; i++) {
+		w->ahead[w->rows[i].slot - w->first_slot] = w->rows[i].n_tokens;
+		w->ahead_gen[w->rows[i].slot - w->first_slot] = w->rows[i].generation;
+	}
 	for (uint32_t i = 0; i < n_rows; i++) {
 		struct shm_dispatch_row *r = &w->incoming[i];
 		uint32_t local;
@@ -271,21 +277,15 @@ static int worker_adopt(struct worker *w)
 			return -EPROTO;
 		}
 		local = r->slot - w->first_slot;
-		if (!(flags & SHM_DISPATCH_RESET) && w->ahead[local] &&
+		if (!(flags & SHM_DISPATCH_RESET) && r->generation &&
 		    w->ahead_gen[local] == r->generation &&
-		    w->ahead[local] - 1 > r->n_tokens &&
-		    w->ahead[local] - 1 <= r->limit)
-			r->n_tokens = w->ahead[local] - 1;
+		    w->ahead[local] > r->n_tokens && w->ahead[local] <= r->limit)
+			r->n_tokens = w->ahead[local];
 	}
-	/* forget the rows we leave, then remember the ones we keep */
-	for (uint32_t i = 0; i < w->n_rows; i++)
-		w->ahead[w->rows[i].slot - w->first_slot] = 0;
+	for (uint32_t i = 0; i < w->n_rows; i++)	/* scratch clean again */
+		w->ahead_gen[w->rows[i].slot - w->first_slot] = 0;
 	memcpy(w->rows, w->incoming, n_rows * sizeof(w->rows[0]));
 	w->n_rows = n_rows;
-	for (uint32_t i = 0; i < n_rows; i++) {
-		w->ahead[w->rows[i].slot - w->first_slot] = w->rows[i].n_tokens + 1;
-		w->ahead_gen[w->rows[i].slot - w->first_slot] = w->rows[i].generation;
-	}
 	w->dispatch_id = id;
 	w->dispatch_pos = pos;
 	/* release: every token we wrote for a row we now leave is written */
@@ -354,10 +354,8 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 	for (uint32_t i = 0; i < w->n_rows && !status; i++) {
 		struct shm_dispatch_row *row = &w->rows[i];
 
-		if (row->n_tokens < row->limit) {
+		if (row->n_tokens < row->limit)
 			row->n_tokens++;
-			w->ahead[row->slot - w->first_slot] = row->n_tokens + 1;
-		}
 	}
 	/* seq_cst: pairs with the fence after the coordinator sets
 	 * coordinator_sleeping: either it sees our result or we see it asleep. */
