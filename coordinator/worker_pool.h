@@ -1,11 +1,11 @@
 /*
  * worker_pool.h - starting, watching and ending worker processes.
  *
- * A worker is a real separate program (fork + exec of dynbatch-worker).
- * The child unblocks the signals the coordinator blocked for its
- * signalfd, sets PR_SET_PDEATHSIG so it dies with the coordinator, checks
- * the coordinator did not die before that took effect, puts the workers'
- * eventfd on descriptor 3 and /dev/null on stdin and stdout, and execs.
+ * A worker is a real separate program (posix_spawn of dynbatch-worker).
+ * The child gets an empty signal mask (the coordinator blocks signals for
+ * its signalfd), the workers' eventfd on descriptor 3 and /dev/null on
+ * stdin and stdout; the worker itself sets PR_SET_PDEATHSIG and checks that
+ * its parent is the coordinator named in the segment.
  * The parent opens a pidfd for the child at once (no reaping can race it),
  * which the event loop polls: readable means the worker exited.
  */

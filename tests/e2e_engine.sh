@@ -157,13 +157,13 @@ DYNBATCH_FAULT=io_uring_queue_init run_checked --workers 2 \
 	--input "$E2E_TMP/few.jsonl" --output /dev/null 2>/dev/null
 expect_eq "startup error exits 1" $? 1
 expect_eq "no segment after a startup error" "$LEFT_BEHIND" ""
-DYNBATCH_FAULT=fork run_checked --workers 2 --input "$E2E_TMP/few.jsonl" \
-	--output "$E2E_TMP/fork.out" 2>/dev/null
+DYNBATCH_FAULT=spawn run_checked --workers 2 --input "$E2E_TMP/few.jsonl" \
+	--output "$E2E_TMP/spawn.out" 2>/dev/null
 expect_eq "workers that cannot start: exit 1" $? 1
-expect_eq "every request still answered" "$(wc -l < "$E2E_TMP/fork.out")" \
+expect_eq "every request still answered" "$(wc -l < "$E2E_TMP/spawn.out")" \
 	"$(wc -l < "$E2E_TMP/few.jsonl")"
 check_results "failed engine: error results, nothing duplicated" sim \
-	"$E2E_TMP/few.jsonl" "$E2E_TMP/fork.out" --allow-errors
+	"$E2E_TMP/few.jsonl" "$E2E_TMP/spawn.out" --allow-errors
 expect_eq "no segment after failed worker starts" "$LEFT_BEHIND" ""
 
 "$BIN/gen_workload" --n 2000 --seed "$SEED" --max-tokens 100 > "$E2E_TMP/long.jsonl"

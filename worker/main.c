@@ -1,7 +1,7 @@
 /*
  * main.c - dynbatch-worker: one model process of a dynbatch engine.
  *
- * Started by the coordinator (fork + exec), never by hand:
+ * Started by the coordinator (posix_spawn), never by hand:
  *   dynbatch-worker --shm NAME --shard K --model SPEC --notify-fd FD
  *                   [--spin-us N] [--garbage-every N] [--nice N]
  */
