@@ -924,12 +924,29 @@ static bool shard_owes_results(const struct shard *s)
 	       s->issued_id;
 }
 
+/*
+ * Hand the result entries read so far back to the worker, and wake it if
+ * it sleeps waiting for room.
+ */
+static void shard_release_results(const struct shard *s, struct shm_channel *ch)
+{
+	/* release: every entry before result_pos has been read */
+	atomic_store_explicit(&ch->results_consumed, s->result_pos,
+			      memory_order_release);
+	/* seq_cst: pairs with the fence in worker_wait(): a worker waiting
+	 * for room either sees it or is seen asleep. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&ch->worker_sleeping, memory_order_relaxed))
+		sem_post(&ch->dispatch_sem);
+}
+
 /* Read every published result of the shard.  Returns true on progress. */
 static bool shard_poll(struct engine *e, struct shard *s)
 {
 	struct shm_channel *ch;
 	bool progress = false;
 	uint64_t step_cap = e->cfg->step_timeout_ms * 1000000ull;
+	uint64_t released = s->result_pos;
 
 	if (e->in_process || s->pid <= 0)
 		return false;
@@ -970,17 +987,18 @@ static bool shard_poll(struct engine *e, struct shard *s)
 		/* a wrong n_rows is rejected before any row is read */
 		shard_commit(e, s, id, r->rows, n_rows);
 		s->result_pos++;
+		/* A worker that got a whole ring ahead sleeps until we make
+		 * room: give back half a ring at a time, so that it runs
+		 * (its wake-up included) while we commit the other half,
+		 * instead of after. */
+		if (s->result_pos - released >= e->seg.hdr->ring_depth / 2) {
+			shard_release_results(s, ch);
+			released = s->result_pos;
+		}
 	}
 	if (!progress)
 		return false;
-	/* release: every entry before result_pos has been read */
-	atomic_store_explicit(&ch->results_consumed, s->result_pos,
-			      memory_order_release);
-	/* seq_cst: pairs with the fence in worker_wait(): a worker waiting
-	 * for room either sees it or is seen asleep. */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&ch->worker_sleeping, memory_order_relaxed))
-		sem_post(&ch->dispatch_sem);
+	shard_release_results(s, ch);
 	return true;	/* engine_loop() refills and dispatches next */
 }
 

@@ -133,7 +133,7 @@ static bool worker_result_room(const struct worker *w)
  * answers within microseconds).  Waiting for room in the result ring
  * means the coordinator is behind us: spinning would only take a CPU it
  * needs, so that wait sleeps after a few quick checks, and the
- * coordinator's next read of the ring wakes us with the whole ring free.
+ * coordinator wakes us once it has read half the ring.
  */
 static int worker_wait(struct worker *w, bool (*ready)(const struct worker *))
 {
