@@ -82,7 +82,7 @@
 #define SHM_LAYOUT_VERSION 3u
 #define SHM_CACHE_LINE 64
 #define SHM_PAGE 4096u
-#define SHM_RING_DEPTH 16u		/* positions per ring, power of two */
+#define SHM_RING_DEPTH 64u		/* positions per ring, power of two */
 #define SHM_NAME_MAX 64
 
 struct shm_header {
