@@ -4,6 +4,9 @@
  *
  * NOTES ON THE DESIGN
  *
+ * A line of the common shape (only id, prompt and max_tokens, plain ASCII,
+ * valid) is read by request_parse_fast() without jansson; it gives up on
+ * anything else, so what follows is the rule for every line.
  * Parsing is jansson with JSON_REJECT_DUPLICATES: a line that names a field
  * twice is ambiguous, so it is not JSON we accept.  "id" is read first so
  * that every later error can still name the request.  Optional fields that
@@ -28,6 +31,7 @@
  * every line we write is valid JSON.
  */
 #include "request.h"
+#include "request_fast.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -430,6 +434,11 @@ int request_parse(const char *line, size_t len, uint64_t line_no,
 	if (is_blank(line, len))
 		return parse_error(&pc, -EINVAL,
 				   "empty line is not JSON (expected an object)");
+	rc = request_parse_fast(line, len, lim, req);
+	if (rc == 1)
+		return 0;
+	if (rc < 0)
+		return parse_error(&pc, -ENOMEM, "out of memory");
 	obj = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY,
 			 &jerr);
 	if (!obj) {

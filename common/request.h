@@ -2,11 +2,14 @@
  * request.h - one decoding request: parsing a JSON Lines input line into
  * it, and formatting its result line (DESIGN.md section 3).
  *
- * Parsing uses jansson.  Every rule of DESIGN 3 that can be judged from the
- * line alone is checked here (JSON syntax, required and typed fields,
- * tokens in [0, vocab), empty stop sequences, prompt + max_tokens over the
- * context limit); the duplicate-live-id rule needs engine state and is the
- * coordinator's.  Unknown fields are ignored, as OpenAI-style servers do.
+ * Parsing uses jansson, after a fast path that reads the common shape (id,
+ * prompt, max_tokens; request_fast.h) without building a tree and leaves
+ * every other line, and every error, to jansson.  Every rule of DESIGN 3
+ * that can be judged from the line alone is checked here (JSON syntax,
+ * required and typed fields, tokens in [0, vocab), empty stop sequences,
+ * prompt + max_tokens over the context limit); the duplicate-live-id rule
+ * needs engine state and is the coordinator's.  Unknown fields are
+ * ignored, as OpenAI-style servers do.
  */
 #ifndef DYNBATCH_REQUEST_H
 #define DYNBATCH_REQUEST_H
