@@ -1,6 +1,6 @@
 /*
- * stats.c - see stats.h.  The latency histogram has 16 buckets per power
- * of two (about 4% resolution), enough for p50/p99 without storing every
+ * stats.c - see stats.h.  The latency histogram has 64 buckets per power
+ * of two (under 1.6% apart), enough for p50/p99 without storing every
  * sample: memory stays fixed however many requests pass.
  */
 #include "stats.h"
@@ -13,28 +13,34 @@ const char *const finish_reason_names[FINISH_N] = {
 	"stop", "length", "error", "cancelled"
 };
 
+/* Sub-buckets per power of two, as a shift: 64. */
+#define LATENCY_SUB_BITS 6
+#define LATENCY_SUB (1u << LATENCY_SUB_BITS)
+
+/* ns below LATENCY_SUB have a bucket each; above, [2^lg, 2^(lg+1)) is cut
+ * into LATENCY_SUB equal buckets. */
 static unsigned latency_bucket(uint64_t ns)
 {
-	unsigned lg, sub;
+	unsigned lg, sub, b;
 
-	if (ns < 16)
+	if (ns < LATENCY_SUB)
 		return (unsigned)ns;
-	lg = 63u - (unsigned)__builtin_clzll(ns);	/* >= 4 */
-	sub = (unsigned)(ns >> (lg - 4)) & 15u;
-	if ((lg - 3) * 16 + sub >= LATENCY_BUCKETS)
-		return LATENCY_BUCKETS - 1;
-	return (lg - 3) * 16 + sub;
+	lg = 63u - (unsigned)__builtin_clzll(ns);	/* >= LATENCY_SUB_BITS */
+	sub = (unsigned)(ns >> (lg - LATENCY_SUB_BITS)) & (LATENCY_SUB - 1);
+	b = (lg - LATENCY_SUB_BITS + 1) * LATENCY_SUB + sub;
+	return b < LATENCY_BUCKETS ? b : LATENCY_BUCKETS - 1;
 }
 
+/* The largest ns that falls in bucket b. */
 static uint64_t latency_bucket_top(unsigned b)
 {
 	unsigned lg, sub;
 
-	if (b < 16)
+	if (b < LATENCY_SUB)
 		return b;
-	lg = b / 16 + 3;
-	sub = b % 16;
-	return ((16ull + sub + 1) << (lg - 4)) - 1;
+	lg = b / LATENCY_SUB + LATENCY_SUB_BITS - 1;
+	sub = b % LATENCY_SUB;
+	return ((uint64_t)(LATENCY_SUB + sub + 1) << (lg - LATENCY_SUB_BITS)) - 1;
 }
 
 void stats_record_latency(struct engine_stats *s, uint64_t ns)

@@ -19,7 +19,9 @@ enum finish_reason {
 
 extern const char *const finish_reason_names[FINISH_N];
 
-#define LATENCY_BUCKETS 512	/* 16 per power of two, ns scale */
+/* 64 per power of two, ns scale, up to 2^40 ns (18 minutes); longer
+ * latencies count in the last bucket */
+#define LATENCY_BUCKETS (35u * 64u)
 
 struct engine_stats {
 	uint64_t n_finished[FINISH_N];	/* result lines by finish reason */
