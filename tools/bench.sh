@@ -227,7 +227,7 @@ set xtics (1, 2, 4, 8, 16)
 set y2range [0:1.1]
 set y2tics
 set ytics nomirror
-set key left top
+set key left center
 set grid
 plot "$OUT/scaling.dat" using 1:2 with linespoints title "measured tokens/s", \
      "$OUT/scaling.dat" using 1:4 with lines dashtype 2 title "ideal tokens/s", \
