@@ -1844,8 +1844,10 @@ files_done:
 		    cfg->n_slots, e->n_shards);
 	if (!e->in_process && (ret = worker_find_path(e->worker_path,
 						      sizeof(e->worker_path)))) {
-		fprintf(stderr, "dynbatch: cannot find dynbatch-worker: %s "
-			"(set DYNBATCH_WORKER)\n", strerror(-ret));
+		fprintf(stderr, "dynbatch: cannot find dynbatch-worker%s%s: %s "
+			"(set DYNBATCH_WORKER to its path)\n",
+			e->worker_path[0] ? " at " : "", e->worker_path,
+			strerror(-ret));
 		return ENGINE_EXIT_FAILED;
 	}
 	shm_segment_reap_stale();

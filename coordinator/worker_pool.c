@@ -135,9 +135,11 @@ int worker_find_path(char *path, size_t len)
 	ssize_t n;
 	char *slash;
 
-	if (env && *env) {
-		snprintf(path, len, "%s", env);
-		return 0;
+	path[0] = '\0';
+	if (env && *env) {	/* checked now: a typo fails the run at once */
+		if ((size_t)snprintf(path, len, "%s", env) >= len)
+			return -ENAMETOOLONG;
+		return access(path, X_OK) ? -errno : 0;
 	}
 	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (n < 0)

@@ -43,7 +43,9 @@ int worker_reap(pid_t pid, char *why, size_t why_len, int *signo);
 /* SIGKILL and reap (blocking).  For shutdown and failed starts. */
 void worker_kill_wait(pid_t pid);
 
-/* Path of dynbatch-worker: $DYNBATCH_WORKER, else beside our own binary. */
+/* Path of dynbatch-worker: $DYNBATCH_WORKER, else beside our own binary.
+ * 0, or a negative errno when it is not an executable file (path holds
+ * what was tried, or is empty). */
 int worker_find_path(char *path, size_t len);
 
 #endif /* DYNBATCH_WORKER_POOL_H */

@@ -148,6 +148,11 @@ grep -q '"id":"first","tokens":\[26355,5658,24635,10745,23270,31656,10417,8625\]
 "$BIN/dynbatch" run --input /nonexistent 2>/dev/null; expect_eq "missing input exits 2" $? 2
 msg=$("$BIN/dynbatch" run --workers x 2>&1); expect_eq "bad value message" "$msg" \
 	"dynbatch: bad value 'x' for --workers (see --help)"
+msg=$(DYNBATCH_WORKER=/nonexistent/dynbatch-worker "$BIN/dynbatch" run --workers 1 \
+	--input "$E2E_TMP/few.jsonl" --output /dev/null 2>&1)
+expect_eq "DYNBATCH_WORKER that is not there: exit 1" $? 1
+expect_eq "... and the message names it" "$msg" \
+	"dynbatch: cannot find dynbatch-worker at /nonexistent/dynbatch-worker: No such file or directory (set DYNBATCH_WORKER to its path)"
 "$BIN/dynbatch" --help | grep -q -- '--max-context' && pass "--help documents options" \
 	|| fail "--help"
 
