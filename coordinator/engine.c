@@ -998,7 +998,8 @@ static bool shard_poll(struct engine *e, struct shard *s)
 	}
 	if (!progress)
 		return false;
-	shard_release_results(s, ch);
+	if (s->result_pos != released)	/* else just handed back above */
+		shard_release_results(s, ch);
 	return true;	/* engine_loop() refills and dispatches next */
 }
 

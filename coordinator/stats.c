@@ -13,9 +13,7 @@ const char *const finish_reason_names[FINISH_N] = {
 	"stop", "length", "error", "cancelled"
 };
 
-/* Sub-buckets per power of two, as a shift: 64. */
-#define LATENCY_SUB_BITS 6
-#define LATENCY_SUB (1u << LATENCY_SUB_BITS)
+#define LATENCY_SUB (1u << LATENCY_SUB_BITS)	/* buckets per power of two */
 
 /* ns below LATENCY_SUB have a bucket each; above, [2^lg, 2^(lg+1)) is cut
  * into LATENCY_SUB equal buckets. */

@@ -19,9 +19,10 @@ enum finish_reason {
 
 extern const char *const finish_reason_names[FINISH_N];
 
-/* 64 per power of two, ns scale, up to 2^40 ns (18 minutes); longer
- * latencies count in the last bucket */
-#define LATENCY_BUCKETS (35u * 64u)
+/* Latency buckets: 2^LATENCY_SUB_BITS (64) per power of two, ns scale, up
+ * to 2^40 ns (18 minutes); longer latencies count in the last bucket. */
+#define LATENCY_SUB_BITS 6
+#define LATENCY_BUCKETS ((40u - LATENCY_SUB_BITS + 1) << LATENCY_SUB_BITS)
 
 struct engine_stats {
 	uint64_t n_finished[FINISH_N];	/* result lines by finish reason */
