@@ -85,6 +85,21 @@
 #define SHM_RING_DEPTH 64u		/* positions per ring, power of two */
 #define SHM_NAME_MAX 64
 
+/*
+ * coordinator_sleeping.  DOZING is for long model steps (a millisecond
+ * and more): the coordinator sleeps on a timer a fraction of a step long
+ * and reads the rings when it fires, so a result it need not act on at
+ * once (a token of a row that goes on) must not wake it; with many
+ * workers on few CPUs those wake-ups and the spinning before them take the
+ * CPU that the workers need to come back from their own sleeps on time.
+ */
+#define SHM_COORD_AWAKE		0	/* reading the rings: no wake-up */
+#define SHM_COORD_SLEEPING	1	/* wake it for every result and adoption */
+#define SHM_COORD_DOZING	2	/* wake it only for an urgent result: a
+					 * failed step, the last of the worker's
+					 * rows, a half-full ring; and for every
+					 * adoption */
+
 struct shm_header {
 	uint64_t magic;			/* SHM_MAGIC */
 	uint32_t layout_version;	/* SHM_LAYOUT_VERSION */
@@ -106,9 +121,10 @@ struct shm_header {
 	uint64_t shard_token_stride;	/* bytes of token buffers per shard,
 					 * page multiple */
 	uint8_t pad0[128 - 104];
-	/* 1 while the coordinator sleeps in io_uring: a worker that has
-	 * published a result then writes the eventfd to wake it.  Paired
-	 * with the seq_cst fence in worker_publish_result(). */
+	/* SHM_COORD_*: whether the coordinator sleeps in io_uring and for
+	 * which results a worker that has just published one (or adopted a
+	 * dispatch) writes the eventfd to wake it.  Paired with the seq_cst
+	 * fences in worker_step() and worker_adopt(). */
 	_Atomic uint32_t coordinator_sleeping;
 	uint8_t pad1[SHM_CACHE_LINE - 4];
 };

@@ -92,6 +92,7 @@
 #define ENGINE_PROGRESS_NS (250ull * 1000 * 1000)
 #define ENGINE_READY_POLL_NS (10ull * 1000 * 1000)
 #define ENGINE_SPIN_AHEAD_NS (250ull * 1000)	/* spin this early for a due result */
+#define ENGINE_DOZE_STEP_NS (1000ull * 1000)	/* steps this long: doze, no spin */
 
 /*
  * A worker whose results are rejected again right after a reset (a worker
@@ -1527,22 +1528,55 @@ static bool engine_spin_until(struct engine *e, uint64_t until)
 }
 
 /*
- * Nothing to do right now.  A wake-up from sleep costs 50-150 us on a
- * small VM (DESIGN.md 7), so when a result is due soon the coordinator
- * sleeps until just before it and then spins (ENGINE_SPIN_AHEAD_NS); otherwise it spins for
- * spin_us, then announces coordinator_sleeping and sleeps in io_uring
- * until a worker's eventfd write, an I/O event or the deadline.
+ * How long to doze, or 0.  When every shard that owes results takes
+ * ENGINE_DOZE_STEP_NS or more per step, the coordinator does not spin and
+ * is not woken for every result: its workers run ahead of it, so a result
+ * read a quarter of a step late costs them nothing, while spinning (and
+ * up to a wake-up per result) on a machine with fewer CPUs than workers
+ * takes the CPU that a worker needs the moment its own model call ends.
+ * Results that need an answer at once still wake it (SHM_COORD_DOZING).
+ */
+static uint64_t engine_doze_ns(const struct engine *e)
+{
+	uint64_t shortest = UINT64_MAX;
+
+	for (uint32_t i = 0; i < e->n_shards; i++) {
+		const struct shard *s = &e->shards[i];
+
+		if (!shard_owes_results(s))
+			continue;
+		if (s->step_ewma_ns < ENGINE_DOZE_STEP_NS)	/* 0: not known yet */
+			return 0;
+		if (s->step_ewma_ns < shortest)
+			shortest = s->step_ewma_ns;
+	}
+	return shortest == UINT64_MAX ? 0 : shortest / 4;
+}
+
+/*
+ * Nothing to do right now.  With long steps the coordinator dozes
+ * (engine_doze_ns()).  Otherwise: a wake-up from sleep costs 50-150 us on
+ * a small VM (DESIGN.md 7), so when a result is due soon the coordinator
+ * sleeps until just before it and then spins (ENGINE_SPIN_AHEAD_NS);
+ * otherwise it spins for spin_us, then announces coordinator_sleeping and
+ * sleeps in io_uring until a worker's eventfd write, an I/O event or the
+ * deadline.
  */
 static void engine_wait(struct engine *e, uint64_t deadline_ns)
 {
 	uint64_t now = clock_now_ns();
 	uint64_t due = e->in_process ? UINT64_MAX : engine_next_result_due(e);
+	uint64_t doze_ns = e->in_process ? 0 : engine_doze_ns(e);
 	bool want_parser;
 	struct io_event ev;
 	uint64_t timeout;
 	int ret;
 
-	if (!e->in_process) {
+	if (doze_ns) {
+		/* no spinning: the rings are read when the timer fires */
+		if (now + doze_ns < deadline_ns)
+			deadline_ns = now + doze_ns;
+	} else if (!e->in_process) {
 		if (due != UINT64_MAX && due < now + ENGINE_SPIN_AHEAD_NS) {
 			if (engine_spin_until(e, due + ENGINE_SPIN_AHEAD_NS))
 				return;
@@ -1552,11 +1586,14 @@ static void engine_wait(struct engine *e, uint64_t deadline_ns)
 		if (due != UINT64_MAX && due > now + ENGINE_SPIN_AHEAD_NS &&
 		    due - ENGINE_SPIN_AHEAD_NS < deadline_ns)
 			deadline_ns = due - ENGINE_SPIN_AHEAD_NS;
-		atomic_store(&e->seg.hdr->coordinator_sleeping, 1);
+	}
+	if (!e->in_process) {
+		atomic_store(&e->seg.hdr->coordinator_sleeping,
+			     doze_ns ? SHM_COORD_DOZING : SHM_COORD_SLEEPING);
 		/* seq_cst: pairs with the fence in worker_step(). */
 		atomic_thread_fence(memory_order_seq_cst);
 		if (engine_any_result_ready(e)) {
-			atomic_store(&e->seg.hdr->coordinator_sleeping, 0);
+			atomic_store(&e->seg.hdr->coordinator_sleeping, SHM_COORD_AWAKE);
 			return;
 		}
 	}
@@ -1566,7 +1603,7 @@ static void engine_wait(struct engine *e, uint64_t deadline_ns)
 	if (want_parser && parser_thread_want_wakeup(e->parser)) {
 		parser_thread_no_wakeup(e->parser);
 		if (!e->in_process)
-			atomic_store(&e->seg.hdr->coordinator_sleeping, 0);
+			atomic_store(&e->seg.hdr->coordinator_sleeping, SHM_COORD_AWAKE);
 		return;
 	}
 	now = clock_now_ns();
@@ -1575,7 +1612,7 @@ static void engine_wait(struct engine *e, uint64_t deadline_ns)
 	if (want_parser)
 		parser_thread_no_wakeup(e->parser);
 	if (!e->in_process)
-		atomic_store(&e->seg.hdr->coordinator_sleeping, 0);
+		atomic_store(&e->seg.hdr->coordinator_sleeping, SHM_COORD_AWAKE);
 	if (ret > 0)
 		engine_handle_event(e, &ev);
 	else if (ret < 0)

@@ -216,14 +216,20 @@ static void worker_fill_garbage(struct worker *w, struct shm_result *r,
 	}
 }
 
-/* Write the coordinator's eventfd if it sleeps (call after a seq_cst
- * fence that follows what it is to see). */
-static void worker_wake_coordinator(const struct worker *w)
+/*
+ * Write the coordinator's eventfd if it sleeps and wants to hear of this:
+ * a dozing coordinator (long steps) reads the rings on its own timer and
+ * is woken only when urgent.  Call after a seq_cst fence that follows
+ * what it is to see.
+ */
+static void worker_wake_coordinator(const struct worker *w, bool urgent)
 {
+	uint32_t sleeping = atomic_load_explicit(&w->seg.hdr->coordinator_sleeping,
+						 memory_order_relaxed);
 	uint64_t one = 1;
 
-	if (!atomic_load_explicit(&w->seg.hdr->coordinator_sleeping,
-				  memory_order_relaxed))
+	if (sleeping == SHM_COORD_AWAKE ||
+	    (sleeping == SHM_COORD_DOZING && !urgent))
 		return;
 	if (write(w->opt->notify_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
 		LOG(LOG_WARN, "notify write: %s", strerror(errno));
@@ -293,7 +299,7 @@ static int worker_adopt(struct worker *w)
 	/* The coordinator may be asleep waiting for exactly this (a slot it
 	 * wants to reuse); seq_cst pairs with its fence in engine_wait(). */
 	atomic_thread_fence(memory_order_seq_cst);
-	worker_wake_coordinator(w);
+	worker_wake_coordinator(w, true);
 	return 0;
 }
 
@@ -316,6 +322,7 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 {
 	const struct shm_header *hdr = w->seg.hdr;
 	struct shm_result *r = shm_result_at(hdr, w->ch, w->result_pos);
+	bool rows_left = false, urgent;
 	int status = 0;
 	uint64_t t0;
 
@@ -356,11 +363,18 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 
 		if (row->n_tokens < row->limit)
 			row->n_tokens++;
+		rows_left |= row->n_tokens < row->limit;
 	}
+	/* Urgent for a dozing coordinator: we failed, we are about to wait
+	 * for a dispatch, or we will soon wait for room in the ring. */
+	urgent = status || !rows_left ||
+		 w->result_pos - atomic_load_explicit(&w->ch->results_consumed,
+						      memory_order_relaxed) >=
+		 hdr->ring_depth / 2;
 	/* seq_cst: pairs with the fence after the coordinator sets
 	 * coordinator_sleeping: either it sees our result or we see it asleep. */
 	atomic_thread_fence(memory_order_seq_cst);
-	worker_wake_coordinator(w);
+	worker_wake_coordinator(w, urgent);
 }
 
 static void worker_free(struct worker *w)
