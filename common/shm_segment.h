@@ -97,8 +97,7 @@
 #define SHM_COORD_SLEEPING	1	/* wake it for every result and adoption */
 #define SHM_COORD_DOZING	2	/* wake it only for an urgent result: a
 					 * failed step, the last of the worker's
-					 * rows, a half-full ring; and for every
-					 * adoption */
+					 * rows, a half-full ring */
 
 struct shm_header {
 	uint64_t magic;			/* SHM_MAGIC */

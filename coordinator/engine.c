@@ -43,8 +43,11 @@
  * spin_us), then sets coordinator_sleeping, fences, looks once more, and
  * sleeps in io_uring; a worker that publishes a result while the flag is
  * set writes the eventfd, and so does the parser thread when it has a
- * request ready and the loop asked for it.  The coordinator wakes a
- * worker (sem_post) only when the worker has said it sleeps.
+ * request ready and the loop asked for it.  When every step takes a
+ * millisecond or more it dozes instead: no spinning, a timer of a quarter
+ * step, and only urgent results wake it (engine_doze_ns()).  The
+ * coordinator wakes a worker (sem_post) only when the worker has said it
+ * sleeps.
  *
  * Input.  Lines are read and split on the loop (io_uring reads) and
  * parsed on the parser thread (parser_thread.h), about one batch ahead of
@@ -1528,6 +1531,23 @@ static bool engine_spin_until(struct engine *e, uint64_t until)
 }
 
 /*
+ * Does the shard's next result bring every row to its limit, so that the
+ * worker then waits for our next dispatch?  That result we want at once
+ * (spinning for it as for short steps); it is the one a refill waits on.
+ */
+static bool shard_runs_dry_next(const struct engine *e, const struct shard *s)
+{
+	for (uint32_t i = 0; i < s->n_slots; i++) {
+		uint32_t slot = s->first_slot + i;
+		const struct slot_state *st = &e->slots.slots[slot];
+
+		if (st->state == SHM_SLOT_ACTIVE && st->n_tokens + 1 < e->slot_limit[slot])
+			return false;
+	}
+	return true;
+}
+
+/*
  * How long to doze, or 0.  When every shard that owes results takes
  * ENGINE_DOZE_STEP_NS or more per step, the coordinator does not spin and
  * is not woken for every result: its workers run ahead of it, so a result
@@ -1545,7 +1565,8 @@ static uint64_t engine_doze_ns(const struct engine *e)
 
 		if (!shard_owes_results(s))
 			continue;
-		if (s->step_ewma_ns < ENGINE_DOZE_STEP_NS)	/* 0: not known yet */
+		if (s->step_ewma_ns < ENGINE_DOZE_STEP_NS ||	/* 0: not known yet */
+		    shard_runs_dry_next(e, s))
 			return 0;
 		if (s->step_ewma_ns < shortest)
 			shortest = s->step_ewma_ns;
@@ -1608,6 +1629,7 @@ static void engine_wait(struct engine *e, uint64_t deadline_ns)
 	}
 	now = clock_now_ns();
 	timeout = deadline_ns <= now ? 1 : deadline_ns - now;
+	e->stats.n_dozes += doze_ns != 0;
 	ret = io_ring_next(&e->io, timeout, &ev);
 	if (want_parser)
 		parser_thread_no_wakeup(e->parser);

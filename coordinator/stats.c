@@ -120,7 +120,8 @@ int stats_write_json(const struct engine_stats *s, const char *path)
 		"\"coordinator_cpu_user_us\":%llu,\"coordinator_cpu_sys_us\":%llu,"
 		"\"coordinator_max_rss_kb\":%llu,"
 		"\"latency_p50_ms\":%.3f,\"latency_p99_ms\":%.3f,"
-		"\"mean_refill_us\":%.3f,\"model_s\":%.6f,\"step_s\":%.6f}\n",
+		"\"mean_refill_us\":%.3f,\"model_s\":%.6f,\"step_s\":%.6f,"
+		"\"coordinator_dozes\":%llu}\n",
 		(unsigned long long)s->n_tokens, wall,
 		wall > 0 ? (double)s->n_tokens / wall : 0,
 		(unsigned long long)s->n_steps, stats_occupancy(s),
@@ -134,7 +135,8 @@ int stats_write_json(const struct engine_stats *s, const char *path)
 		(double)stats_latency_quantile(s, 0.5) / 1e6,
 		(double)stats_latency_quantile(s, 0.99) / 1e6,
 		s->n_refills ? (double)s->refill_ns_sum / (double)s->n_refills / 1e3 : 0,
-		(double)s->model_ns / 1e9, (double)s->step_ns / 1e9);
+		(double)s->model_ns / 1e9, (double)s->step_ns / 1e9,
+		(unsigned long long)s->n_dozes);
 	if (ferror(f))
 		ret = -EIO;
 	if (fclose(f) && !ret)

@@ -37,6 +37,7 @@ struct engine_stats {
 	uint64_t n_hang_kills;		/* workers killed past the step timeout */
 	uint64_t n_worker_starts;
 	uint64_t n_poisoned;		/* requests failed as poison */
+	uint64_t n_dozes;		/* sleeps on the step timer (long steps) */
 	uint64_t start_ns, end_ns;
 	uint64_t cpu_user_us, cpu_sys_us; /* coordinator CPU at the end */
 	uint64_t max_rss_kb;		/* coordinator peak resident set */

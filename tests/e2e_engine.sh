@@ -50,6 +50,23 @@ run --workers 2 --batch 16 --queue 4 --input "$E2E_TMP/big.jsonl" \
 	--output "$E2E_TMP/big.out" 2>/dev/null
 check_results "queue of 4, vocab 32000" sim "$E2E_TMP/big.jsonl" "$E2E_TMP/big.out"
 
+# Steps of over a millisecond: the coordinator dozes on a timer instead of
+# spinning (SHM_COORD_DOZING), and stops still end each request exactly
+# where the reference does; with steps under a millisecond it never dozes.
+"$BIN/gen_workload" --n 120 --seed "$((SEED + 3))" --model "$MODEL" \
+	--max-tokens 40 > "$E2E_TMP/doze.jsonl"
+run --workers 3 --batch 24 --model "$MODEL,mode=sleep,call_us=1200" \
+	--input "$E2E_TMP/doze.jsonl" --output "$E2E_TMP/doze.out" \
+	--stats "$E2E_TMP/doze.stats" 2>/dev/null
+check_results "1.2 ms steps, 3 workers (dozing)" "$MODEL" "$E2E_TMP/doze.jsonl" \
+	"$E2E_TMP/doze.out"
+expect_gt "1.2 ms steps: the coordinator dozed" \
+	"$(stats_field "$E2E_TMP/doze.stats" coordinator_dozes)" 0
+run --workers 3 --batch 24 --model "$MODEL" --input "$E2E_TMP/doze.jsonl" \
+	--output /dev/null --stats "$E2E_TMP/nodoze.stats" 2>/dev/null
+expect_eq "steps of microseconds: the coordinator never dozed" \
+	"$(stats_field "$E2E_TMP/nodoze.stats" coordinator_dozes)" 0
+
 # --- 2. bad input: each bad line gets its error, the rest go on -----------
 cat > "$E2E_TMP/bad.jsonl" <<'JSONL'
 {"id":"good1","prompt":[1,2,3],"max_tokens":8}

@@ -37,9 +37,6 @@ quiet() {
 fi_field() {
 	sed -n "s/^fault_inject: seed=.* $2=\([0-9]*\).*/\1/p" "$1" | tail -n 1
 }
-# stats_field STATSFILE NAME: a number from the --stats JSON.
-stats_field() { grep -o "\"$2\":[0-9]*" "$1" 2>/dev/null | cut -d: -f2; }
-
 
 # --- 1. random kills and stops ------------------------------------------
 MODEL="sim:vocab=5000,seed=$((SEED % 1000))"
@@ -78,6 +75,21 @@ check_results "kills + long stops: nothing lost, nothing duplicated" "$MODEL" \
 	"$E2E_TMP/f.jsonl" "$E2E_TMP/long.out"
 expect_gt "kills + long stops: workers killed" "$(fi_field "$E2E_TMP/long.err" kills)" 0
 expect_gt "kills + long stops: hang kills" "$(stats_field "$E2E_TMP/long.stats" hang_kills)" 0
+
+# Steps of over a millisecond: the coordinator dozes between reads of the
+# rings and only urgent results wake it (SHM_COORD_DOZING); kills and
+# stops must change nothing there either.
+head -n 600 "$E2E_TMP/f.jsonl" > "$E2E_TMP/fd.jsonl"
+injected doze --kill-rate 10 --stop-rate 5 --stop-max-ms 300 -- --workers 4 \
+	--batch 32 --model "$MODEL,mode=sleep,call_us=1200" --step-timeout 400 \
+	--input "$E2E_TMP/fd.jsonl" --output "$E2E_TMP/doze.out" \
+	--stats "$E2E_TMP/doze.stats"
+expect_eq "kills + long steps: exit 0" "$RUN_RC" 0
+check_results "kills + long steps (dozing): nothing lost, nothing duplicated" \
+	"$MODEL" "$E2E_TMP/fd.jsonl" "$E2E_TMP/doze.out"
+expect_gt "kills + long steps: workers killed" "$(fi_field "$E2E_TMP/doze.err" kills)" 0
+expect_gt "kills + long steps: the coordinator dozed" \
+	"$(stats_field "$E2E_TMP/doze.stats" coordinator_dozes)" 0
 expect_eq "no segment left by the fault runs" "$LEFT_BEHIND" ""
 
 # --- 2. poison requests: crash and hang ---------------------------------

@@ -70,6 +70,9 @@ expect_gt() {
 	else fail "$1: got '$2', want > $3"; fi
 }
 
+# stats_field STATSFILE NAME: a number from the --stats JSON.
+stats_field() { grep -o "\"$2\":[0-9]*" "$1" 2>/dev/null | cut -d: -f2; }
+
 finish() {
 	echo "$E2E_PASSED passed, $E2E_FAILED failed"
 	[ "$E2E_FAILED" -eq 0 ]

@@ -297,9 +297,12 @@ static int worker_adopt(struct worker *w)
 	/* release: every token we wrote for a row we now leave is written */
 	atomic_store_explicit(&w->ch->dispatch_adopted, pos, memory_order_release);
 	/* The coordinator may be asleep waiting for exactly this (a slot it
-	 * wants to reuse); seq_cst pairs with its fence in engine_wait(). */
+	 * wants to reuse); seq_cst pairs with its fence in engine_wait().
+	 * Not urgent: a dozing one looks again within a quarter step, before
+	 * our next step can take a refill, and a wake-up per dispatch would
+	 * cost us a few microseconds each. */
 	atomic_thread_fence(memory_order_seq_cst);
-	worker_wake_coordinator(w, true);
+	worker_wake_coordinator(w, false);
 	return 0;
 }
 
