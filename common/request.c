@@ -257,14 +257,30 @@ static int stops_walk(const struct parse_ctx *pc, json_t *obj,
 	return 0;
 }
 
+int request_compile_stops(struct request *req)
+{
+	const int32_t **seqs;
+	uint64_t off = 0;
+
+	if (!req->n_stop_seqs)
+		return 0;
+	seqs = malloc(req->n_stop_seqs * sizeof(*seqs));
+	if (!seqs)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < req->n_stop_seqs; i++) {
+		seqs[i] = req->stop_tokens + off;
+		off += req->stop_lens[i];
+	}
+	req->stops = stop_matcher_create(seqs, req->stop_lens, req->n_stop_seqs);
+	free(seqs);
+	return req->stops ? 0 : -ENOMEM;
+}
+
 /* Validate, collect and compile the stop sequences into req. */
 static int parse_stops(const struct parse_ctx *pc, json_t *obj,
 		       struct request *req)
 {
 	struct stop_acc acc = { 0 };
-	const int32_t **seqs;
-	uint64_t off;
-	uint32_t i;
 	int rc;
 
 	rc = stops_walk(pc, obj, &acc);
@@ -277,34 +293,19 @@ static int parse_stops(const struct parse_ctx *pc, json_t *obj,
 
 	req->stop_tokens = malloc(acc.n_tokens * sizeof(*req->stop_tokens));
 	req->stop_lens = malloc(acc.n_seqs * sizeof(*req->stop_lens));
-	seqs = malloc(acc.n_seqs * sizeof(*seqs));
-	if (!req->stop_tokens || !req->stop_lens || !seqs)
-		goto out_nomem;
+	if (!req->stop_tokens || !req->stop_lens)
+		return parse_error(pc, -ENOMEM, "out of memory");
 	acc.tokens = req->stop_tokens;
 	acc.lens = req->stop_lens;
 	acc.n_tokens = 0;
 	acc.n_seqs = 0;
 	rc = stops_walk(pc, obj, &acc);	/* cannot fail: checked above */
 	if (rc)
-		goto out_free;
+		return rc;
 	req->n_stop_seqs = (uint32_t)acc.n_seqs;
-
-	for (i = 0, off = 0; i < req->n_stop_seqs; i++) {
-		seqs[i] = req->stop_tokens + off;
-		off += req->stop_lens[i];
-	}
-	req->stops = stop_matcher_create(seqs, req->stop_lens,
-					 req->n_stop_seqs);
-	if (!req->stops)
-		goto out_nomem;
-	free(seqs);
+	if (request_compile_stops(req))
+		return parse_error(pc, -ENOMEM, "out of memory");
 	return 0;
-
-out_nomem:
-	rc = parse_error(pc, -ENOMEM, "out of memory");
-out_free:
-	free(seqs);
-	return rc;
 }
 
 static int parse_id(const struct parse_ctx *pc, json_t *obj,

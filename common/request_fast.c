@@ -4,7 +4,10 @@
  * A scanner over [p, end) that never reads past end (lines are not
  * NUL-terminated) and gives up (returns false up the chain) at the first
  * byte that is not the common shape.  JSON whitespace is space, tab, CR
- * and LF, as in RFC 8259.
+ * and LF, as in RFC 8259.  The stop fields are collected one list per
+ * field and joined in request.h's order (stop_token, stop_token_ids,
+ * stop_sequence, stop_sequences) whatever the key order, then compiled by
+ * the same request_compile_stops() as jansson's path.
  */
 #include "request_fast.h"
 
@@ -17,12 +20,61 @@
 /* More digits than this may overflow or be "too big" for jansson: its call. */
 #define FAST_MAX_DIGITS 10
 
-enum { SEEN_ID = 1, SEEN_PROMPT = 2, SEEN_MAX_TOKENS = 4 };
+/* The fields, as bits of what a line has had; the four stop fields in the
+ * order their sequences are listed (request.h). */
+enum {
+	SEEN_ID = 1, SEEN_PROMPT = 2, SEEN_MAX_TOKENS = 4, SEEN_INCLUDE_STOP = 8,
+	SEEN_STOP_TOKEN = 16, SEEN_STOP_TOKEN_IDS = 32, SEEN_STOP_SEQUENCE = 64,
+	SEEN_STOP_SEQUENCES = 128,
+};
+#define FAST_STOP_FIELDS 4	/* stop_token .. stop_sequences */
+
+static const struct {
+	const char *name;
+	unsigned bit;
+} fields[] = {
+	{ "id", SEEN_ID },
+	{ "prompt", SEEN_PROMPT },
+	{ "max_tokens", SEEN_MAX_TOKENS },
+	{ "include_stop", SEEN_INCLUDE_STOP },
+	{ "stop_token", SEEN_STOP_TOKEN },
+	{ "stop_token_ids", SEEN_STOP_TOKEN_IDS },
+	{ "stop_sequence", SEEN_STOP_SEQUENCE },
+	{ "stop_sequences", SEEN_STOP_SEQUENCES },
+};
+#define N_FIELDS (sizeof(fields) / sizeof(fields[0]))	/* stop fields last */
 
 struct scan {
 	const char *p;
 	const char *end;
 };
+
+/* A growing array of tokens, or of sequence lengths. */
+struct u32_list {
+	uint32_t *v;
+	uint32_t n, cap;
+};
+
+/* The sequences one stop field gave, in input order. */
+struct stop_list {
+	struct u32_list tokens;		/* all sequences concatenated */
+	struct u32_list lens;		/* one length per sequence */
+};
+
+static int list_push(struct u32_list *l, uint32_t x)
+{
+	if (l->n == l->cap) {
+		uint32_t cap = l->cap ? 2 * l->cap : 16;
+		uint32_t *grown = realloc(l->v, (size_t)cap * sizeof(*grown));
+
+		if (!grown)
+			return -ENOMEM;
+		l->v = grown;
+		l->cap = cap;
+	}
+	l->v[l->n++] = x;
+	return 0;
+}
 
 static void skip_ws(struct scan *s)
 {
@@ -102,12 +154,13 @@ static bool key_is(const char *key, size_t len, const char *name)
 	return strlen(name) == len && memcmp(key, name, len) == 0;
 }
 
-/* The prompt array, after its key.  1, 0 (not the common shape), -ENOMEM. */
-static int scan_prompt(struct scan *s, const struct request_limits *lim,
-		       int32_t **prompt, uint32_t *n)
+/*
+ * An array of tokens (each below lim->vocab), appended to out; at most max
+ * of them in out.  1, 0 (not the common shape), -ENOMEM.
+ */
+static int scan_tokens(struct scan *s, const struct request_limits *lim,
+		       struct u32_list *out, uint32_t max)
 {
-	uint32_t cap = 0;
-
 	if (!eat(s, '['))
 		return 0;
 	if (eat(s, ']'))
@@ -115,65 +168,180 @@ static int scan_prompt(struct scan *s, const struct request_limits *lim,
 	do {
 		uint64_t t;
 
-		if (!scan_uint_below(s, lim->vocab, &t) || *n == lim->max_context)
+		if (!scan_uint_below(s, lim->vocab, &t) || out->n == max)
 			return 0;
-		if (*n == cap) {
-			int32_t *grown;
-
-			cap = cap ? 2 * cap : 16;
-			grown = realloc(*prompt, (size_t)cap * sizeof(**prompt));
-			if (!grown)
-				return -ENOMEM;
-			*prompt = grown;
-		}
-		(*prompt)[(*n)++] = (int32_t)t;
+		if (list_push(out, (uint32_t)t))
+			return -ENOMEM;
 	} while (eat(s, ','));
 	return eat(s, ']') ? 1 : 0;
+}
+
+/* One non-empty array of tokens as one more sequence of l. */
+static int scan_stop_sequence(struct scan *s, const struct request_limits *lim,
+			      struct stop_list *l)
+{
+	uint32_t before = l->tokens.n;
+	int rc = scan_tokens(s, lim, &l->tokens, UINT32_MAX);
+
+	if (rc != 1)
+		return rc;
+	if (l->tokens.n == before)
+		return 0;	/* empty: jansson's error to write */
+	return list_push(&l->lens, l->tokens.n - before) ? -ENOMEM : 1;
+}
+
+/*
+ * The value of a stop field (bit) into l: stop_token one token,
+ * stop_token_ids an array of them (each a sequence of one), stop_sequence
+ * one sequence, stop_sequences an array of them.  1, 0, -ENOMEM.
+ */
+static int scan_stop_field(struct scan *s, const struct request_limits *lim,
+			   unsigned bit, struct stop_list *l)
+{
+	uint64_t t;
+	int rc;
+
+	switch (bit) {
+	case SEEN_STOP_TOKEN:
+		if (!scan_uint_below(s, lim->vocab, &t))
+			return 0;
+		if (list_push(&l->tokens, (uint32_t)t) || list_push(&l->lens, 1))
+			return -ENOMEM;
+		return 1;
+	case SEEN_STOP_TOKEN_IDS:
+		rc = scan_tokens(s, lim, &l->tokens, UINT32_MAX);
+		while (rc == 1 && l->lens.n < l->tokens.n)
+			if (list_push(&l->lens, 1))
+				return -ENOMEM;
+		return rc;
+	case SEEN_STOP_SEQUENCE:
+		return scan_stop_sequence(s, lim, l);
+	default:	/* SEEN_STOP_SEQUENCES */
+		if (!eat(s, '['))
+			return 0;
+		if (eat(s, ']'))
+			return 1;
+		do {
+			rc = scan_stop_sequence(s, lim, l);
+			if (rc != 1)
+				return rc;
+		} while (eat(s, ','));
+		return eat(s, ']') ? 1 : 0;
+	}
+}
+
+/* true or false, as include_stop. */
+static bool scan_bool(struct scan *s, bool *out)
+{
+	skip_ws(s);
+	if (s->end - s->p >= 4 && memcmp(s->p, "true", 4) == 0) {
+		s->p += 4;
+		*out = true;
+		return true;
+	}
+	if (s->end - s->p >= 5 && memcmp(s->p, "false", 5) == 0) {
+		s->p += 5;
+		*out = false;
+		return true;
+	}
+	return false;
+}
+
+static void stop_lists_free(struct stop_list *lists)
+{
+	for (int i = 0; i < FAST_STOP_FIELDS; i++) {
+		free(lists[i].tokens.v);
+		free(lists[i].lens.v);
+	}
+}
+
+/*
+ * The stop lists, stop_token's first, as req's stop sequences, compiled.
+ * 0 or -ENOMEM.
+ */
+static int take_stops(struct stop_list *lists, struct request *req)
+{
+	uint32_t n_tokens = 0, n_seqs = 0;
+
+	for (int i = 0; i < FAST_STOP_FIELDS; i++) {
+		n_tokens += lists[i].tokens.n;
+		n_seqs += lists[i].lens.n;
+	}
+	if (!n_seqs)
+		return 0;
+	req->stop_tokens = malloc((size_t)n_tokens * sizeof(*req->stop_tokens));
+	req->stop_lens = malloc((size_t)n_seqs * sizeof(*req->stop_lens));
+	if (!req->stop_tokens || !req->stop_lens)
+		return -ENOMEM;
+	n_tokens = n_seqs = 0;
+	for (int i = 0; i < FAST_STOP_FIELDS; i++) {
+		if (!lists[i].lens.n)
+			continue;	/* a field that was absent or [] */
+		/* tokens are below vocab <= INT32_MAX: the same bits */
+		memcpy(req->stop_tokens + n_tokens, lists[i].tokens.v,
+		       lists[i].tokens.n * sizeof(uint32_t));
+		memcpy(req->stop_lens + n_seqs, lists[i].lens.v,
+		       lists[i].lens.n * sizeof(uint32_t));
+		n_tokens += lists[i].tokens.n;
+		n_seqs += lists[i].lens.n;
+	}
+	req->n_stop_seqs = n_seqs;
+	return request_compile_stops(req);
 }
 
 int request_parse_fast(const char *line, size_t len,
 		       const struct request_limits *lim, struct request *req)
 {
 	struct scan s = { line, line + len };
+	struct stop_list stops[FAST_STOP_FIELDS] = { 0 };
+	struct u32_list prompt = { 0 };
 	const char *id = NULL;
 	size_t id_len = 0;
-	int32_t *prompt = NULL;
-	uint32_t n_prompt = 0;
 	uint64_t max_tokens = REQUEST_DEFAULT_MAX_TOKENS;
+	bool include_stop = false;
 	unsigned seen = 0;
+	uint64_t line_no;
 	int rc = 0;
 
 	if (!eat(&s, '{'))
 		return 0;
 	do {
 		const char *key;
-		size_t key_len;
-		unsigned field;
+		size_t key_len, f = 0;
+		unsigned bit;
 
 		if (!scan_plain_string(&s, &key, &key_len) || !eat(&s, ':'))
 			goto give_up;
-		if (key_is(key, key_len, "id"))
-			field = SEEN_ID;
-		else if (key_is(key, key_len, "prompt"))
-			field = SEEN_PROMPT;
-		else if (key_is(key, key_len, "max_tokens"))
-			field = SEEN_MAX_TOKENS;
-		else
-			goto give_up;	/* stops, include_stop, unknown fields */
-		if (seen & field)
+		while (f < N_FIELDS && !key_is(key, key_len, fields[f].name))
+			f++;
+		if (f == N_FIELDS)
+			goto give_up;	/* an unknown field: jansson's error */
+		bit = fields[f].bit;
+		if (seen & bit)
 			goto give_up;	/* a duplicate key: jansson's error */
-		seen |= field;
-		if (field == SEEN_ID) {
+		seen |= bit;
+		if (bit == SEEN_ID) {
 			if (!scan_plain_string(&s, &id, &id_len))
 				goto give_up;
-		} else if (field == SEEN_PROMPT) {
-			rc = scan_prompt(&s, lim, &prompt, &n_prompt);
+		} else if (bit == SEEN_PROMPT) {
+			rc = scan_tokens(&s, lim, &prompt, lim->max_context);
+		} else if (bit == SEEN_MAX_TOKENS) {
+			if (!scan_uint_below(&s, (uint64_t)lim->max_context + 1,
+					     &max_tokens))
+				goto give_up;
+		} else if (bit == SEEN_INCLUDE_STOP) {
+			if (!scan_bool(&s, &include_stop))
+				goto give_up;
+		} else {	/* the stop fields, from SEEN_STOP_TOKEN up */
+			rc = scan_stop_field(&s, lim, bit,
+					     &stops[f - (N_FIELDS - FAST_STOP_FIELDS)]);
+		}
+		if (rc < 0)
+			goto give_up;
+		if (bit == SEEN_PROMPT || bit >= SEEN_STOP_TOKEN) {
 			if (rc != 1)
 				goto give_up;
 			rc = 0;
-		} else if (!scan_uint_below(&s, (uint64_t)lim->max_context + 1,
-					    &max_tokens)) {
-			goto give_up;
 		}
 	} while (eat(&s, ','));
 	if (!eat(&s, '}'))
@@ -181,7 +349,7 @@ int request_parse_fast(const char *line, size_t len,
 	skip_ws(&s);
 	if (s.p != s.end || !(seen & SEEN_PROMPT) ||
 	    (!(seen & SEEN_ID) && !lim->id_optional) ||
-	    n_prompt + max_tokens > lim->max_context)
+	    prompt.n + max_tokens > lim->max_context)
 		goto give_up;
 	if (seen & SEEN_ID) {
 		req->id = strndup(id, id_len);
@@ -190,12 +358,24 @@ int request_parse_fast(const char *line, size_t len,
 			goto give_up;
 		}
 	}
-	req->prompt = prompt;
-	req->n_prompt = n_prompt;
+	rc = take_stops(stops, req);
+	if (rc)
+		goto give_up;
+	/* tokens are below vocab <= INT32_MAX: the same bits */
+	req->prompt = (int32_t *)prompt.v;
+	req->n_prompt = prompt.n;
 	req->max_tokens = (uint32_t)max_tokens;
+	req->include_stop = include_stop;
+	stop_lists_free(stops);
 	return 1;
 
 give_up:
-	free(prompt);
+	/* zeroed again for jansson (but for the caller's line_no); only
+	 * -ENOMEM gets here with rc != 0 */
+	line_no = req->line_no;
+	request_release(req);
+	req->line_no = line_no;
+	free(prompt.v);
+	stop_lists_free(stops);
 	return rc;
 }

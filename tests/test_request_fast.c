@@ -4,11 +4,13 @@
  * The reference is an independent jansson read of the same line (the
  * parser request.c falls back to): whenever request_parse_fast() takes a
  * line, jansson must read it as an object with exactly the fields taken,
- * the same id, prompt and max_tokens, within the limits.  Lines of the
- * common shape, with random key order, whitespace, ids and prompts, must
- * all be taken (so the fast path is really used); a list of other shapes
- * must all be given up; and random byte mutations of good lines must
- * never be taken unless jansson agrees.  Randomized: the seed is printed,
+ * the same id, prompt, max_tokens, include_stop and stop sequences (in
+ * DESIGN 3's order: stop_token, stop_token_ids, stop_sequence,
+ * stop_sequences), within the limits.  Lines of the common shape, with
+ * random key order, whitespace, ids, prompts and stops, must all be taken
+ * (so the fast path is really used); a list of other shapes must all be
+ * given up; and random byte mutations of good lines must never be taken
+ * unless jansson agrees.  Randomized: the seed is printed,
  * SEED= replays it.
  */
 #include <errno.h>
@@ -29,17 +31,59 @@
 
 static const struct request_limits lim = { .vocab = 1000, .max_context = 600 };
 
+/* A token by DESIGN 3: an integer in [0, vocab). */
+static bool ref_token(const json_t *t, const struct request_limits *l, int32_t *out)
+{
+	if (!json_is_integer(t) || json_integer_value(t) < 0 ||
+	    json_integer_value(t) >= l->vocab)
+		return false;
+	*out = (int32_t)json_integer_value(t);
+	return true;
+}
+
+/* Tokens over want's stop sequences so far. */
+static uint32_t ref_n_tokens(const struct request *want)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < want->n_stop_seqs; i++)
+		n += want->stop_lens[i];
+	return n;
+}
+
+/* Append seq, a non-empty array of tokens, to want's stop sequences. */
+static bool ref_add_seq(const json_t *seq, const struct request_limits *l,
+			struct request *want)
+{
+	size_t n = json_array_size(seq);
+	uint32_t at = ref_n_tokens(want);
+
+	if (!json_is_array(seq) || n == 0)
+		return false;
+	want->stop_tokens = realloc(want->stop_tokens, (at + n) * sizeof(int32_t));
+	want->stop_lens = realloc(want->stop_lens,
+				  (want->n_stop_seqs + 1) * sizeof(uint32_t));
+	assert_non_null(want->stop_tokens);
+	assert_non_null(want->stop_lens);
+	for (size_t j = 0; j < n; j++)
+		if (!ref_token(json_array_get(seq, j), l, &want->stop_tokens[at + j]))
+			return false;
+	want->stop_lens[want->n_stop_seqs++] = (uint32_t)n;
+	return true;
+}
+
 /*
- * What jansson makes of line, judged by DESIGN 3 for the three fields the
- * fast path knows.  Returns 1 and fills want when the line is a valid
- * request made of only id, prompt and max_tokens; 0 otherwise.
+ * What jansson makes of line, judged by DESIGN 3 for the fields the fast
+ * path knows.  Returns 1 and fills want (without a matcher) when the line
+ * is a valid request made of only id, prompt, max_tokens, include_stop
+ * and the four stop fields; 0 otherwise.
  */
 static int reference_read(const char *line, size_t len,
 			  const struct request_limits *l, struct request *want)
 {
 	json_t *obj = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY,
 				 NULL);
-	json_t *id, *prompt, *mt;
+	json_t *id, *prompt, *mt, *inc, *st, *sti, *ss1, *ss;
 	size_t fields = 0;
 	int ok = 0;
 
@@ -50,9 +94,53 @@ static int reference_read(const char *line, size_t len,
 	id = json_object_get(obj, "id");
 	prompt = json_object_get(obj, "prompt");
 	mt = json_object_get(obj, "max_tokens");
-	fields = (id != NULL) + (prompt != NULL) + (mt != NULL);
+	inc = json_object_get(obj, "include_stop");
+	st = json_object_get(obj, "stop_token");
+	sti = json_object_get(obj, "stop_token_ids");
+	ss1 = json_object_get(obj, "stop_sequence");
+	ss = json_object_get(obj, "stop_sequences");
+	fields = (id != NULL) + (prompt != NULL) + (mt != NULL) + (inc != NULL) +
+		 (st != NULL) + (sti != NULL) + (ss1 != NULL) + (ss != NULL);
 	if (json_object_size(obj) != fields || !json_is_array(prompt))
 		goto out;
+	if (inc) {
+		if (!json_is_boolean(inc))
+			goto out;
+		want->include_stop = json_is_true(inc);
+	}
+	if (st) {	/* one sequence of one token */
+		json_t *one = json_array();
+
+		json_array_append(one, st);
+		ok = ref_add_seq(one, l, want);
+		json_decref(one);
+		if (!ok)
+			goto out;
+		ok = 0;
+	}
+	if (sti) {
+		if (!json_is_array(sti))
+			goto out;
+		for (size_t i = 0; i < json_array_size(sti); i++) {
+			json_t *one = json_array();
+			bool good;
+
+			json_array_append(one, json_array_get(sti, i));
+			good = ref_add_seq(one, l, want);
+			json_decref(one);
+			if (!good)
+				goto out;
+		}
+	}
+	if (ss1 && !ref_add_seq(ss1, l, want))
+		goto out;
+	if (ss) {
+		if (!json_is_array(ss))
+			goto out;
+		for (size_t i = 0; i < json_array_size(ss); i++)
+			if (!ref_add_seq(json_array_get(ss, i), l, want))
+				goto out;
+	}
 	if (id && !json_is_string(id))
 		goto out;
 	if (!id && !l->id_optional)
@@ -112,13 +200,25 @@ static int check_line(const char *line, size_t len, const struct request_limits 
 			assert_string_equal(got.id, want.id);
 		else
 			assert_null(got.id);
-		assert_null(got.stops);
-		assert_false(got.include_stop);
+		assert_int_equal(got.include_stop, want.include_stop);
+		assert_int_equal(got.n_stop_seqs, want.n_stop_seqs);
+		if (want.n_stop_seqs) {
+			assert_non_null(got.stops);
+			assert_memory_equal(got.stop_lens, want.stop_lens,
+					    want.n_stop_seqs * sizeof(uint32_t));
+			assert_memory_equal(got.stop_tokens, want.stop_tokens,
+					    ref_n_tokens(&want) * sizeof(int32_t));
+		} else {
+			assert_null(got.stops);
+		}
 	} else {
 		/* given up: nothing allocated, nothing written */
 		assert_null(got.id);
 		assert_null(got.prompt);
 		assert_int_equal(got.n_prompt, 0);
+		assert_null(got.stops);
+		assert_null(got.stop_tokens);
+		assert_int_equal(got.n_stop_seqs, 0);
 	}
 	request_release(&got);
 	request_release(&want);
@@ -135,16 +235,55 @@ static void put_ws(struct rng *r, char **p)
 		*(*p)++ = ws[rng_below(r, 4)];
 }
 
-/* A line of the common shape into buf; returns its length. */
+/* "key": after optional whitespace. */
+static void put_key(struct rng *r, char **p, const char *key)
+{
+	*p += sprintf(*p, "\"%s\"", key);
+	put_ws(r, p);
+	*(*p)++ = ':';
+	put_ws(r, p);
+}
+
+/* An array of n random tokens. */
+static void put_tokens(struct rng *r, char **p, uint32_t n,
+		       const struct request_limits *l)
+{
+	*(*p)++ = '[';
+	for (uint32_t i = 0; i < n; i++) {
+		if (i)
+			*(*p)++ = ',';
+		put_ws(r, p);
+		*p += sprintf(*p, "%u", rng_below(r, l->vocab));
+		put_ws(r, p);
+	}
+	*(*p)++ = ']';
+}
+
+enum { F_ID, F_PROMPT, F_MAX_TOKENS, F_INCLUDE_STOP, F_STOP_TOKEN,
+       F_STOP_TOKEN_IDS, F_STOP_SEQUENCE, F_STOP_SEQUENCES, F_N };
+
+/*
+ * A line of the common shape into buf, fields in random order, each
+ * optional one present or not; returns its length.
+ */
 static size_t common_line(struct rng *r, char *buf, const struct request_limits *l)
 {
 	uint32_t n_prompt = rng_below(r, 40), max_tokens = rng_below(r, 200);
-	bool with_id = !l->id_optional || rng_below(r, 2);
-	bool with_mt = rng_below(r, 3) != 0;
-	int order[3] = { 0, 1, 2 }, n_fields = 0;
+	bool with[F_N];
+	int order[F_N], n_fields = 0;
 	char *p = buf;
 
-	for (int i = 2; i > 0; i--) {	/* shuffle the key order */
+	for (int i = 0; i < F_N; i++) {
+		order[i] = i;
+		with[i] = rng_below(r, 3) == 0;	/* the stop fields, mostly */
+	}
+	with[F_ID] = !l->id_optional || rng_below(r, 2);
+	with[F_PROMPT] = true;
+	with[F_MAX_TOKENS] = rng_below(r, 3) != 0;
+	if (rng_below(r, 2))	/* half the lines: none of the stop fields */
+		with[F_INCLUDE_STOP] = with[F_STOP_TOKEN] = with[F_STOP_TOKEN_IDS] =
+			with[F_STOP_SEQUENCE] = with[F_STOP_SEQUENCES] = false;
+	for (int i = F_N - 1; i > 0; i--) {	/* shuffle the key order */
 		int j = (int)rng_below(r, (uint32_t)i + 1), t = order[i];
 
 		order[i] = order[j];
@@ -152,21 +291,20 @@ static size_t common_line(struct rng *r, char *buf, const struct request_limits 
 	}
 	put_ws(r, &p);
 	*p++ = '{';
-	for (int k = 0; k < 3; k++) {
-		if ((order[k] == 0 && !with_id) || (order[k] == 2 && !with_mt))
+	for (int k = 0; k < F_N; k++) {
+		uint32_t n;
+
+		if (!with[order[k]])
 			continue;
 		if (n_fields++) {
 			put_ws(r, &p);
 			*p++ = ',';
 		}
 		put_ws(r, &p);
-		if (order[k] == 0) {
-			uint32_t n = rng_below(r, 12);
-
-			p += sprintf(p, "\"id\"");
-			put_ws(r, &p);
-			*p++ = ':';
-			put_ws(r, &p);
+		switch (order[k]) {
+		case F_ID:
+			n = rng_below(r, 12);
+			put_key(r, &p, "id");
 			*p++ = '"';
 			for (uint32_t i = 0; i < n; i++) {
 				char c = (char)(0x20 + rng_below(r, 0x5f));
@@ -174,26 +312,43 @@ static size_t common_line(struct rng *r, char *buf, const struct request_limits 
 				*p++ = (c == '"' || c == '\\') ? 'x' : c;
 			}
 			*p++ = '"';
-		} else if (order[k] == 1) {
-			p += sprintf(p, "\"prompt\"");
-			put_ws(r, &p);
-			*p++ = ':';
-			put_ws(r, &p);
+			break;
+		case F_PROMPT:
+			put_key(r, &p, "prompt");
+			put_tokens(r, &p, n_prompt, l);
+			break;
+		case F_MAX_TOKENS:
+			put_key(r, &p, "max_tokens");
+			p += sprintf(p, "%u", max_tokens);
+			break;
+		case F_INCLUDE_STOP:
+			put_key(r, &p, "include_stop");
+			p += sprintf(p, rng_below(r, 2) ? "true" : "false");
+			break;
+		case F_STOP_TOKEN:
+			put_key(r, &p, "stop_token");
+			p += sprintf(p, "%u", rng_below(r, l->vocab));
+			break;
+		case F_STOP_TOKEN_IDS:
+			put_key(r, &p, "stop_token_ids");
+			put_tokens(r, &p, rng_below(r, 5), l);	/* may be [] */
+			break;
+		case F_STOP_SEQUENCE:
+			put_key(r, &p, "stop_sequence");
+			put_tokens(r, &p, 1 + rng_below(r, 5), l);
+			break;
+		default:	/* F_STOP_SEQUENCES, may be [] */
+			put_key(r, &p, "stop_sequences");
+			n = rng_below(r, 4);
 			*p++ = '[';
-			for (uint32_t i = 0; i < n_prompt; i++) {
+			for (uint32_t i = 0; i < n; i++) {
 				if (i)
 					*p++ = ',';
 				put_ws(r, &p);
-				p += sprintf(p, "%u", rng_below(r, l->vocab));
+				put_tokens(r, &p, 1 + rng_below(r, 5), l);
 				put_ws(r, &p);
 			}
 			*p++ = ']';
-		} else {
-			p += sprintf(p, "\"max_tokens\"");
-			put_ws(r, &p);
-			*p++ = ':';
-			put_ws(r, &p);
-			p += sprintf(p, "%u", max_tokens);
 		}
 	}
 	put_ws(r, &p);
@@ -228,9 +383,21 @@ static void test_common_shape_taken(void **state)
 static void test_other_shapes_given_up(void **state)
 {
 	static const char *const lines[] = {
-		"{\"id\":\"a\",\"prompt\":[1],\"stop_token\":3}",
-		"{\"id\":\"a\",\"prompt\":[1],\"stop_sequences\":[[1,2]]}",
-		"{\"id\":\"a\",\"prompt\":[1],\"include_stop\":true}",
+		"{\"id\":\"a\",\"prompt\":[1],\"stop_token\":null}",
+		"{\"id\":\"a\",\"prompt\":[1],\"stop_token\":1000}",
+		"{\"id\":\"a\",\"prompt\":[1],\"stop_token\":[3]}",
+		"{\"id\":\"a\",\"prompt\":[1],\"stop_token_ids\":[[3]]}",
+		"{\"id\":\"a\",\"prompt\":[1],\"stop_sequence\":[]}",
+		"{\"id\":\"a\",\"prompt\":[1],\"stop_sequences\":[[]]}",
+		"{\"id\":\"a\",\"prompt\":[1],\"stop_sequences\":[[1],[]]}",
+		"{\"id\":\"a\",\"prompt\":[1],\"stop_sequences\":[1,2]}",
+		"{\"id\":\"a\",\"prompt\":[1],\"stop_sequences\":[[1],]}",
+		"{\"id\":\"a\",\"prompt\":[1],\"stop_token\":3,\"stop_token\":4}",
+		"{\"id\":\"a\",\"prompt\":[1],\"include_stop\":1}",
+		"{\"id\":\"a\",\"prompt\":[1],\"include_stop\":\"true\"}",
+		"{\"id\":\"a\",\"prompt\":[1],\"include_stop\":tru}",
+		"{\"id\":\"a\",\"prompt\":[1],\"include_stop\":truex}",
+		"{\"id\":\"a\",\"prompt\":[1],\"include_stop\":null}",
 		"{\"id\":\"a\",\"prompt\":[1],\"temperature\":0}",
 		"{\"id\":\"a\",\"prompt\":[1],\"max_tokens\":null}",
 		"{\"id\":null,\"prompt\":[1]}",
