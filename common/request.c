@@ -4,9 +4,11 @@
  *
  * NOTES ON THE DESIGN
  *
- * A line of the common shape (only id, prompt and max_tokens, plain ASCII,
- * valid) is read by request_parse_fast() without jansson; it gives up on
- * anything else, so what follows is the rule for every line.
+ * A line of the common shape (id, prompt, max_tokens, the stop fields and
+ * include_stop; plain ASCII, valid) is read by request_parse_fast()
+ * without jansson; it gives up on anything else, so what follows is the
+ * rule for every line.  Both compile the stops with
+ * request_compile_stops().
  * Parsing is jansson with JSON_REJECT_DUPLICATES: a line that names a field
  * twice is ambiguous, so it is not JSON we accept.  "id" is read first so
  * that every later error can still name the request.  Optional fields that
