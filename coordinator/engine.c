@@ -1586,7 +1586,6 @@ static uint64_t engine_doze_ns(const struct engine *e)
 static void engine_wait(struct engine *e, uint64_t deadline_ns)
 {
 	uint64_t now = clock_now_ns();
-	uint64_t due = e->in_process ? UINT64_MAX : engine_next_result_due(e);
 	uint64_t doze_ns = e->in_process ? 0 : engine_doze_ns(e);
 	bool want_parser;
 	struct io_event ev;
@@ -1598,6 +1597,8 @@ static void engine_wait(struct engine *e, uint64_t deadline_ns)
 		if (now + doze_ns < deadline_ns)
 			deadline_ns = now + doze_ns;
 	} else if (!e->in_process) {
+		uint64_t due = engine_next_result_due(e);
+
 		if (due != UINT64_MAX && due < now + ENGINE_SPIN_AHEAD_NS) {
 			if (engine_spin_until(e, due + ENGINE_SPIN_AHEAD_NS))
 				return;

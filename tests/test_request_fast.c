@@ -51,14 +51,15 @@ static uint32_t ref_n_tokens(const struct request *want)
 	return n;
 }
 
-/* Append seq, a non-empty array of tokens, to want's stop sequences. */
-static bool ref_add_seq(const json_t *seq, const struct request_limits *l,
+/* Append seq to want's stop sequences: a non-empty array of tokens, or
+ * (one) a single token, a sequence of one. */
+static bool ref_add_seq(const json_t *seq, bool one, const struct request_limits *l,
 			struct request *want)
 {
-	size_t n = json_array_size(seq);
+	size_t n = one ? 1 : json_array_size(seq);
 	uint32_t at = ref_n_tokens(want);
 
-	if (!json_is_array(seq) || n == 0)
+	if ((!one && !json_is_array(seq)) || n == 0)
 		return false;
 	want->stop_tokens = realloc(want->stop_tokens, (at + n) * sizeof(int32_t));
 	want->stop_lens = realloc(want->stop_lens,
@@ -66,7 +67,8 @@ static bool ref_add_seq(const json_t *seq, const struct request_limits *l,
 	assert_non_null(want->stop_tokens);
 	assert_non_null(want->stop_lens);
 	for (size_t j = 0; j < n; j++)
-		if (!ref_token(json_array_get(seq, j), l, &want->stop_tokens[at + j]))
+		if (!ref_token(one ? seq : json_array_get(seq, j), l,
+			       &want->stop_tokens[at + j]))
 			return false;
 	want->stop_lens[want->n_stop_seqs++] = (uint32_t)n;
 	return true;
@@ -108,37 +110,22 @@ static int reference_read(const char *line, size_t len,
 			goto out;
 		want->include_stop = json_is_true(inc);
 	}
-	if (st) {	/* one sequence of one token */
-		json_t *one = json_array();
-
-		json_array_append(one, st);
-		ok = ref_add_seq(one, l, want);
-		json_decref(one);
-		if (!ok)
-			goto out;
-		ok = 0;
-	}
+	if (st && !ref_add_seq(st, true, l, want))
+		goto out;
 	if (sti) {
 		if (!json_is_array(sti))
 			goto out;
-		for (size_t i = 0; i < json_array_size(sti); i++) {
-			json_t *one = json_array();
-			bool good;
-
-			json_array_append(one, json_array_get(sti, i));
-			good = ref_add_seq(one, l, want);
-			json_decref(one);
-			if (!good)
+		for (size_t i = 0; i < json_array_size(sti); i++)
+			if (!ref_add_seq(json_array_get(sti, i), true, l, want))
 				goto out;
-		}
 	}
-	if (ss1 && !ref_add_seq(ss1, l, want))
+	if (ss1 && !ref_add_seq(ss1, false, l, want))
 		goto out;
 	if (ss) {
 		if (!json_is_array(ss))
 			goto out;
 		for (size_t i = 0; i < json_array_size(ss); i++)
-			if (!ref_add_seq(json_array_get(ss, i), l, want))
+			if (!ref_add_seq(json_array_get(ss, i), false, l, want))
 				goto out;
 	}
 	if (id && !json_is_string(id))
