@@ -1,6 +1,6 @@
 /*
  * request.c - parse one JSON Lines input line into a struct request, and
- * format a finished request's result line (DESIGN.md section 3).
+ * format a finished request's result line (docs/DESIGN.md 3).
  *
  * NOTES ON THE DESIGN
  *

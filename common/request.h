@@ -1,10 +1,10 @@
 /*
  * request.h - one decoding request: parsing a JSON Lines input line into
- * it, and formatting its result line (DESIGN.md section 3).
+ * it, and formatting its result line (docs/DESIGN.md 3).
  *
  * Parsing uses jansson, after a fast path that reads the common shape (id,
  * prompt, max_tokens; request_fast.h) without building a tree and leaves
- * every other line, and every error, to jansson.  Every rule of DESIGN 3
+ * every other line, and every error, to jansson.  Each rule of docs/DESIGN.md 3
  * that can be judged from the line alone is checked here (JSON syntax,
  * required and typed fields, tokens in [0, vocab), empty stop sequences,
  * prompt + max_tokens over the context limit); the duplicate-live-id rule

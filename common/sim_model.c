@@ -1,18 +1,18 @@
 /*
- * sim_model.c - the built-in simulated model (DESIGN.md 2.1); see
+ * sim_model.c - the built-in simulated model (docs/DESIGN.md 2.1); see
  * sim_model.h for the keys it takes.
  *
  * NOTES ON THE DESIGN
  *
  * sim_mix() and sim_next() are normative: the tests, the reference decoder
  * and the acceptance checks recompute them bit for bit, so they are the
- * DESIGN text verbatim and must never change.
+ * definition of docs/DESIGN.md 2.1, bit for bit, and must never change.
  *
  * next() is on the engine's hot path, once per shard per step, so it does
  * not allocate, lock or log.  It runs in three phases, in this order:
  *   1. faults: a row whose prefix ends in crash_token abort()s the process,
  *      one that ends in hang_token never returns (the poison requests of
- *      DESIGN 5);
+ *      docs/DESIGN.md 9.3);
  *   2. cost: call_us + row_us * n_rows + token_ns * sum(lengths), spent by
  *      spinning on CLOCK_MONOTONIC (a CPU-bound model) or by one absolute
  *      clock_nanosleep (a model waiting on an accelerator); the sum

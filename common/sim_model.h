@@ -1,5 +1,5 @@
 /*
- * sim_model.h - the built-in simulated model (DESIGN.md 2.1, normative).
+ * sim_model.h - the built-in simulated model (docs/DESIGN.md 2.1, normative).
  *
  * The next token is a hash of the sequence length and the last four tokens
  * of the prefix, so output is deterministic and cheap to recompute in a

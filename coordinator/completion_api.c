@@ -1,7 +1,7 @@
 /*
  * completion_api.c - see completion_api.h.
  *
- * The DESIGN 3 fields are validated by request_parse() itself, so a body
+ * The docs/DESIGN.md 3.1 fields are validated by request_parse(), so a body
  * is judged by exactly the rules a JSON Lines request is; this file adds
  * the HTTP-only fields.  The body is therefore parsed twice (once here for
  * "stream" and "model", once by request_parse); bodies are small and the

@@ -4,7 +4,7 @@
  * (a completion object, one Server-Sent Event per streamed step, an error
  * object).  No I/O and no HTTP framing here; see http_server.h.
  *
- * The body takes the DESIGN 3 request fields (prompt as token ids,
+ * The body takes the docs/DESIGN.md 3.1 request fields (prompt as token ids,
  * max_tokens, stop_token, stop_token_ids, stop_sequence, stop_sequences,
  * include_stop, and an optional id) plus "stream" and "model".  Fields of
  * OpenAI's API that change sampling are ignored, as the model is a black

@@ -206,7 +206,7 @@ struct engine {
 	uint32_t n_resume;
 	uint32_t n_paused;		/* PAUSED or RESUMING requests */
 	bool workers_lost;		/* every shard failed its last starts */
-	struct histogram step_hist;	/* dispatch -> result seen */
+	struct histogram step_hist;	/* a shard's time between results */
 	struct histogram request_hist;	/* admission -> finish (stop, length) */
 	struct histogram ttft_hist;	/* admission -> first token */
 	uint64_t n_prompt_tokens;	/* of requests admitted */
@@ -1577,7 +1577,7 @@ static uint64_t engine_doze_ns(const struct engine *e)
 /*
  * Nothing to do right now.  With long steps the coordinator dozes
  * (engine_doze_ns()).  Otherwise: a wake-up from sleep costs 50-150 us on
- * a small VM (DESIGN.md 7), so when a result is due soon the coordinator
+ * a small VM (docs/DESIGN.md 8.1), so with a result due soon the coordinator
  * sleeps until just before it and then spins (ENGINE_SPIN_AHEAD_NS);
  * otherwise it spins for spin_us, then announces coordinator_sleeping and
  * sleeps in io_uring until a worker's eventfd write, an I/O event or the

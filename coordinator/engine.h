@@ -1,5 +1,6 @@
 /*
- * engine.h - the coordinator's scheduler: one run of `dynbatch run`.
+ * engine.h - the coordinator's scheduler: one run of `dynbatch run` or
+ * `dynbatch serve`.
  *
  * Request flow:
  *
@@ -7,15 +8,17 @@
  *         -> waiting queue (FIFO, shm)
  *         -> free slot of a shard (slot_table_assign, generation++)
  *         -> dispatch ring -> worker -> model_next -> result ring
- *         -> validate (dispatch id, slot, generation, token range)
+ *         -> validate (dispatch id, slot, generation, position, token range)
  *         -> commit token, stop matcher, max_tokens -> output line
  *
- * Each shard (a fixed range of slots served by one worker) has at most
- * one step in flight and steps on its own: when its result arrives the
- * coordinator commits it, refills the shard's freed slots from the
- * queue and dispatches the shard's next step at once, whatever the other
- * shards are doing.  With zero workers the same loop calls the model
- * in-process on a single shard.
+ * Each shard (a fixed range of slots served by one worker) steps on its
+ * own, whatever the other shards are doing, and its worker runs ahead: it
+ * is sent the shard's rows only when they change, and posts one result
+ * per step, up to a ring of results ahead of what the coordinator has
+ * read (docs/DESIGN.md 7).  The coordinator commits each result in order,
+ * refills the shard's freed slots from the queue and sends the new rows.
+ * With zero workers the same loop calls the model in-process on a single
+ * shard, one step at a time.
  *
  * `dynbatch serve` runs the same loop with requests coming from HTTP
  * (http_server.h) instead of JSON Lines: cfg->http is set, and the server
@@ -55,7 +58,7 @@ struct engine_config {
 #define ENGINE_EXIT_FAILED 1
 #define ENGINE_EXIT_USAGE 2
 
-/* Run to completion.  Returns the process exit status (DESIGN 4.1). */
+/* Run to completion.  Returns the process exit status (docs/DESIGN.md 4.3). */
 int engine_run(const struct engine_config *cfg);
 
 /* ------------------------------------------------------------------------

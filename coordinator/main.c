@@ -1,5 +1,5 @@
 /*
- * main.c - the dynbatch command line (DESIGN.md 4.1).
+ * main.c - the dynbatch command line (docs/DESIGN.md 4).
  *
  *   dynbatch run [--workers N] [--batch B] [--model SPEC] [--max-context N]
  *                [--input FILE|-] [--output FILE|-] [options]

@@ -35,8 +35,8 @@ struct live_request {
 	uint32_t n_generated;		/* tokens committed so far */
 	uint32_t matcher_state;		/* stop_matcher cursor */
 	uint32_t stop_len;		/* matched stop sequence length at finish */
-	uint32_t n_failed_steps;	/* steps it was in that killed a worker */
-	uint32_t n_failed_alone;	/* of which it was the only row */
+	uint32_t n_failed_alone;	/* failed steps (a worker died or the model
+					 * failed) with it as the only row */
 	uint64_t admitted_ns;		/* entered the waiting queue */
 	uint64_t started_ns;		/* got a slot */
 	/* dynbatch serve only */

@@ -9,12 +9,15 @@
  *        slot_table_assign()                slot_table_release()
  *   FREE ---------------------> ACTIVE ------------------------> FREE
  *        generation++,                |  ^
- *        prompt copied into the       |  | slot_table_append()
- *        slot's token buffer          +--+ (one committed token)
+ *        prompt copied into the       |  | slot_table_commit(): one token
+ *        slot's token buffer          +--+ its worker wrote; or
+ *                                          slot_table_append(): one the
+ *                                          coordinator holds (a resume)
  *
  * A result may only commit to a slot whose generation equals the one the
  * dispatch carried; the bump on assignment is what makes results for a
- * slot's previous request stale.
+ * slot's previous request stale.  The engine gives a FREE slot a new
+ * request only once its worker can no longer write it (docs/DESIGN.md 6).
  */
 #ifndef DYNBATCH_SLOT_TABLE_H
 #define DYNBATCH_SLOT_TABLE_H

@@ -154,8 +154,8 @@ exec 9>&-
 wait $pid
 expect_eq "pipe run exits 0" "$?" 0
 grep -q '"id":"first","tokens":\[26355,5658,24635,10745,23270,31656,10417,8625\]' \
-	"$E2E_TMP/fifo.out" && pass "DESIGN 2.1 decode vector end to end" \
-	|| fail "DESIGN 2.1 decode vector"
+	"$E2E_TMP/fifo.out" && pass "the decode vector of docs/DESIGN.md 2.1" \
+	|| fail "docs/DESIGN.md 2.1 decode vector"
 
 # --- 5. exit codes and usage ----------------------------------------------
 "$BIN/dynbatch" run --batch 0 2>/dev/null; expect_eq "--batch 0 is a usage error" $? 2

@@ -1,5 +1,5 @@
 #!/bin/bash
-# e2e_faults.sh - DESIGN 5 end to end: under random worker kills and stops
+# e2e_faults.sh - docs/DESIGN.md 9: under random worker kills and stops
 # (bin/fault_inject) every request still ends with exactly the reference
 # tokens, also when stops outlast the step timeout; poison requests (crash
 # and hang) alone are failed; a SIGKILLed coordinator takes its workers

@@ -1,7 +1,7 @@
 /*
  * fuzz_request.c - libFuzzer target for the input path: line_reader
  * cutting a byte stream into lines, request_parse() on every line, and
- * result_format() on what came of it (DESIGN.md section 3).
+ * result_format() on what came of it (docs/DESIGN.md 3).
  *
  * The fuzz input is the raw JSON Lines stream exactly as dynbatch reads
  * it, so seed files are plain .jsonl.  A hash of the input picks how it is
@@ -17,7 +17,7 @@
  *  - request_parse(), with small limits (vocab 1000, context 512) and with
  *    a large vocab, returns 0 or -EINVAL.  On 0 the request matches an
  *    independent jansson read of the line field by field (stops merged in
- *    DESIGN order) and obeys the limits, and its stop_matcher passes its
+ *    docs/DESIGN.md 3.1 order) and obeys the limits; its matcher passes its
  *    own check and, run over the prompt and the stop sequences, agrees
  *    with a naive suffix search at every token.  On -EINVAL the error reads
  *    "line N: ..." for this N, every member but id is released, and id is

@@ -3,9 +3,9 @@
 //
 //   node openai_client.mjs BASE_URL API_KEY REQUESTS.jsonl RESULTS.jsonl
 //
-// BASE_URL ends in /v1.  REQUESTS are DESIGN 3 request lines; every one is
+// BASE_URL ends in /v1; REQUESTS hold docs/DESIGN.md 3.1 lines; every one is
 // sent twice, as a plain completion and as a stream, and the two must agree
-// (tokens, finish_reason, usage).  RESULTS gets one DESIGN result line per
+// (tokens, finish_reason, usage).  RESULTS gets one docs/DESIGN.md 3.2 line per
 // request ({"id","tokens","finish_reason"}) for refdecode --check.  Also the
 // model list, a wrong API key (401), out-of-range tokens (400) and streams
 // the reader abandons.  OPENAI_E2E_CONCURRENCY: requests in flight (8).
@@ -51,7 +51,7 @@ function describe(err) {
 	return String(err && err.stack ? err.stack : err);
 }
 
-// The body fields of one request line, in the OpenAI spelling: the DESIGN
+// A request line's body fields in the OpenAI spelling: the docs/DESIGN.md 3.1
 // shorthands stop_token and stop_sequence become stop_token_ids and
 // stop_sequences, so refdecode (which reads the original line) also checks
 // that the two spellings mean the same.  The openai client sends body fields

@@ -2,7 +2,7 @@
  * test_completion_api.c - cmocka tests of the OpenAI-style completion
  * bodies (coordinator/completion_api.c).
  *
- * completion_parse(): the DESIGN 3 fields plus "stream" and "model" are
+ * completion_parse(): docs/DESIGN.md 3.1's fields plus "stream" and "model" are
  * read, and each bad body names the field OpenAI clients expect in
  * "param" (NULL when the body is not JSON at all).  The writers:
  * every answer is parsed back with jansson and must have exactly the

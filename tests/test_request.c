@@ -1,6 +1,6 @@
 /*
  * test_request.c - cmocka tests of request_parse() and result_format()
- * (DESIGN.md section 3).
+ * (docs/DESIGN.md 3).
  *
  * Each bad-input rule gets its own case and the error text is checked for
  * the line number and the field (and index) it names.  result_format() is

@@ -5,7 +5,7 @@
  * parser request.c falls back to): whenever request_parse_fast() takes a
  * line, jansson must read it as an object with exactly the fields taken,
  * the same id, prompt, max_tokens, include_stop and stop sequences (in
- * DESIGN 3's order: stop_token, stop_token_ids, stop_sequence,
+ * docs/DESIGN.md 3.1's order: stop_token, stop_token_ids, stop_sequence,
  * stop_sequences), within the limits.  Lines of the common shape, with
  * random key order, whitespace, ids, prompts and stops, must all be taken
  * (so the fast path is really used); a list of other shapes must all be
@@ -31,7 +31,7 @@
 
 static const struct request_limits lim = { .vocab = 1000, .max_context = 600 };
 
-/* A token by DESIGN 3: an integer in [0, vocab). */
+/* A token by docs/DESIGN.md 3.1: an integer in [0, vocab). */
 static bool ref_token(const json_t *t, const struct request_limits *l, int32_t *out)
 {
 	if (!json_is_integer(t) || json_integer_value(t) < 0 ||
@@ -75,7 +75,7 @@ static bool ref_add_seq(const json_t *seq, bool one, const struct request_limits
 }
 
 /*
- * What jansson makes of line, judged by DESIGN 3 for the fields the fast
+ * What jansson makes of line, by docs/DESIGN.md 3.1, for the fields the fast
  * path knows.  Returns 1 and fills want (without a matcher) when the line
  * is a valid request made of only id, prompt, max_tokens, include_stop
  * and the four stop fields; 0 otherwise.

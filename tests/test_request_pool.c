@@ -141,7 +141,7 @@ static void model_alloc(struct model *m, struct rng *r)
 	assert_null(lr->req.prompt);
 	assert_int_equal(lr->slot, REQUEST_NONE);
 	assert_int_equal(lr->n_generated, 0);
-	assert_int_equal(lr->n_failed_steps, 0);
+	assert_int_equal(lr->n_failed_alone, 0);
 
 	rr = &m->live[m->n_live++];
 	rr->handle = h;

@@ -1,8 +1,8 @@
 /*
  * test_sim_model.c - unit tests of the sim model (common/sim_model.c).
  *
- * The hash is normative (DESIGN.md 2.1), so the test vectors below are the
- * DESIGN's, copied digit for digit.  The config parser is checked key by
+ * The hash is normative (docs/DESIGN.md 2.1): the test vectors below are
+ * that section's, copied digit for digit.  The config parser is checked key by
  * key and on every class of bad input.  The model table is checked against
  * sim_next() on random batches (the seed is printed; SEED=N replays it),
  * its cost against a lower bound only (a loaded machine may be slow, never

@@ -2,7 +2,7 @@
  * test_stop_matcher.c - the stop-sequence automaton against hand-worked
  * cases and, on random sequence sets and token streams, against a naive
  * reference: after every token, the longest stop sequence that is a suffix
- * of the stream so far, by direct comparison (DESIGN.md 6).
+ * of the stream so far, by direct comparison (docs/DESIGN.md 3.3).
  *
  * The random tests print their seed; SEED=<n> replays a run.  Each test
  * derives its own generator from the seed, so one test replays the same

@@ -1,6 +1,6 @@
 /*
  * fault_inject.c - run a dynbatch command and hurt its workers while it
- * runs (DESIGN.md 5).
+ * runs (docs/DESIGN.md 9).
  *
  *   fault_inject [--seed S] [--duration-ms D] [--kill-rate R]
  *                [--stop-rate R] [--stop-max-ms M] [--verbose]

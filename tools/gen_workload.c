@@ -1,6 +1,6 @@
 /*
  * gen_workload.c - write a random but reproducible request workload as
- * JSON Lines (DESIGN.md section 3) to standard output.
+ * JSON Lines (docs/DESIGN.md 3.1) to standard output.
  *
  *   gen_workload [--n N] [--seed S] [--model SPEC] [--vocab V]
  *                [--model-seed S] [--max-prompt P] [--max-tokens M]

@@ -11,7 +11,7 @@
  * another until N requests were started (or --duration-s passed).  Every
  * answer is checked on the wire (HTTP framing, chunked encoding, SSE
  * events, the completion JSON, usage); every completed request goes to
- * --requests-out as a DESIGN.md section 3 input line and its tokens to
+ * --requests-out as a docs/DESIGN.md 3.1 input line and its tokens to
  * --results-out as a result line, so `refdecode --check` can verify the
  * tokens themselves.  Key=value figures go to stdout at the end.
  *
@@ -130,7 +130,7 @@ enum lg_disc {
 /* One request and what came back for it so far. */
 struct lg_req {
 	char id[24];
-	json_t *json;		/* the DESIGN 3 input line: no "stream" */
+	json_t *json;		/* a docs/DESIGN.md 3.1 line: no "stream" */
 	uint32_t n_prompt;
 	uint32_t max_tokens;
 	bool stream;

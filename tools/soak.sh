@@ -1,7 +1,7 @@
 #!/bin/bash
 # soak.sh - run dynbatch under bin/fault_inject for a while, in rounds,
 # each with a fresh seed, workload and fault mix, and check every round
-# against the reference decoder (DESIGN 5: nothing lost, nothing
+# against the reference decoder (docs/DESIGN.md 9: nothing lost, nothing
 # duplicated, nothing mixed up).
 #
 #   tools/soak.sh [SECONDS]        default 300; SEED=S replays a soak

@@ -77,7 +77,7 @@ struct worker {
  * How long to spin for the next dispatch.  The coordinator answers a
  * result after it has committed the step (tens of microseconds for a big
  * batch); sleeping instead costs a 50-150 us wake-up on a small VM
- * (DESIGN.md 7).  So
+ * (docs/DESIGN.md 8.1).  So
  * the worker spins for about twice the usual answer time, learned from
  * the gaps it saw (at least spin_ns, at most WORKER_SPIN_MAX_NS).  Gaps
  * longer than WORKER_GAP_IDLE_NS are an idle shard, not an answer time.
