@@ -109,6 +109,8 @@ static const struct sandbox_rule sandbox_rules[] = {
 	{ SCMP_SYS(rt_sigaction), SANDBOX_ANY },
 	{ SCMP_SYS(rt_sigreturn), SANDBOX_ANY },
 	{ SCMP_SYS(restart_syscall), SANDBOX_ANY },	/* a sleep cut by a stop */
+	{ SCMP_SYS(pause), SANDBOX_ANY },	/* the sim model's hang_token */
+	{ SCMP_SYS(rt_sigsuspend), SANDBOX_ANY },	/* ... or a plugin's */
 	/* threads a plugin starts after create(): pthread_create() and
 	 * what a new thread registers */
 	{ SCMP_SYS(clone), SANDBOX_THREAD },
