@@ -101,6 +101,25 @@ expect_eq "the worker runs under a seccomp filter without new privileges" \
 expect_eq "DYNBATCH_NO_SANDBOX=1: the worker runs unfiltered" \
 	"$(sandbox_status DYNBATCH_NO_SANDBOX=1)" "00"
 
+# A worker that cannot enter its sandbox does not serve: strace makes its
+# prctl(PR_SET_NO_NEW_PRIVS) fail, the run fails with nothing answered.
+if command -v strace > /dev/null && strace -qq -o /dev/null true 2> /dev/null; then
+	timeout -k 5 60 strace -f -qq -o /dev/null -e trace=prctl \
+		-e inject=prctl:error=EPERM "$BIN/dynbatch" run --no-progress \
+		--workers 1 --model "$ESCAPE" --input "$E2E_TMP/e.jsonl" \
+		--output "$E2E_TMP/closed.out" 2> "$E2E_TMP/closed.err"
+	rc=$?
+	if [ $rc -ne 0 ] && grep -q 'sandbox: prctl(PR_SET_NO_NEW_PRIVS)' "$E2E_TMP/closed.err" &&
+	   ! grep -q '"tokens":\[[0-9]' "$E2E_TMP/closed.out"; then
+		pass "no sandbox, no service: the run fails (exit $rc), no token answered"
+	else
+		fail "a worker that could not enter its sandbox served (exit $rc)"
+		tail -n 3 "$E2E_TMP/closed.err" | sed 's/^/       /'
+	fi
+else
+	echo "  skipped: a worker that cannot enter its sandbox (no usable strace)"
+fi
+
 # --- 3. ordinary runs with the sandbox on ---------------------------------
 # every_ok TAG: no worker died and nothing was refused in TAG's run.
 every_ok() {

@@ -214,6 +214,10 @@ int worker_sandbox_enter(const int *write_fds, size_t n_write_fds, char *err,
 		snprintf(err, err_len, "sandbox: seccomp_init failed");
 		return -ENOMEM;
 	}
+#if SCMP_VER_MAJOR > 2 || (SCMP_VER_MAJOR == 2 && SCMP_VER_MINOR >= 5)
+	/* the kernel's errno when loading fails, not libseccomp's ECANCELED */
+	seccomp_attr_set(ctx, SCMP_FLTATR_API_SYSRAWRC, 1);
+#endif
 	ret = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_TSYNC, 1);
 	if (ret) {
 		snprintf(err, err_len, "sandbox: cannot filter every thread: %s",
