@@ -35,8 +35,8 @@
  *   11 a thread started and joined (pthread_create goes through clone)
  *   12 64 MiB from malloc (mmap), grown by realloc (mremap), freed
  *   13 nanosleep()
- * So a sandboxed worker answers ESCAPE_WORKS (15360), an unsandboxed one
- * ESCAPE_ALL (15871).  The vocabulary is 16384.
+ * So a sandboxed worker answers 15360 (bits 10-13), an unsandboxed one
+ * 15871 (bits 0-8 and 10-13).  The vocabulary is 16384.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -57,9 +57,7 @@
 
 #include "model.h"
 
-#define ESCAPE_VOCAB 16384u
-#define ESCAPE_N_ESCAPES 9	/* bits 0-8 */
-#define ESCAPE_WORKS 0x3c00u	/* bits 10-13 */
+#define ESCAPE_VOCAB 16384u	/* every mask of bits 0-13 is a token */
 
 struct escape_model {
 	char *path;		/* the file= argument */
