@@ -20,20 +20,23 @@ override CFLAGS += -std=gnu11 -Wall -Wextra -Werror -Wstrict-prototypes \
 	-D_GNU_SOURCE -Icommon -Icoordinator -Iworker -pthread -MMD -MP
 LDLIBS_COMMON := -ljansson -ldl -lrt -lm -pthread
 LDLIBS_COORD := -luring -lhttp_parser $(LDLIBS_COMMON)
+# The worker's sandbox (worker/sandbox.c), for it and the tests that link it.
+LDLIBS_WORKER := -lseccomp $(LDLIBS_COMMON)
 
 BUILD ?= build
 BIN ?= bin
 
-DEB_PACKAGES := liburing-dev libcmocka-dev libjansson-dev libhttp-parser-dev pkg-config
+DEB_PACKAGES := liburing-dev libcmocka-dev libjansson-dev libhttp-parser-dev libseccomp-dev pkg-config
 # What the end-to-end tests drive the server with: curl, nginx (two
-# replicas behind a load balancer), Node.js and npm (the openai client).
-TEST_DEB_PACKAGES := curl nginx-light
+# replicas behind a load balancer), Node.js and npm (the openai client);
+# strace makes a worker's sandbox fail to load (e2e_sandbox.sh).
+TEST_DEB_PACKAGES := curl nginx-light strace
 
 COMMON_SRC := $(wildcard common/*.c)
 COORD_SRC := $(filter-out coordinator/main.c,$(wildcard coordinator/*.c))
 WORKER_SRC := $(filter-out worker/main.c,$(wildcard worker/*.c))
 TEST_SRC := $(wildcard tests/test_*.c)
-TOOL_SRC := $(filter-out tools/example_plugin.c,$(wildcard tools/*.c))
+TOOL_SRC := $(filter-out tools/example_plugin.c tools/escape_plugin.c,$(wildcard tools/*.c))
 
 COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/%.o)
 COORD_OBJ := $(COORD_SRC:%.c=$(BUILD)/%.o)
@@ -41,13 +44,15 @@ WORKER_OBJ := $(WORKER_SRC:%.c=$(BUILD)/%.o)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TOOL_BIN := $(TOOL_SRC:tools/%.c=$(BIN)/%)
 PLUGIN := $(BUILD)/example_plugin.so
+# A hostile plugin that tries to leave the worker sandbox (e2e_sandbox.sh).
+ESCAPE_PLUGIN := $(BUILD)/escape_plugin.so
 
 LIBCOMMON := $(BUILD)/libcommon.a
 LIBCOORD := $(BUILD)/libcoord.a
 LIBWORKER := $(BUILD)/libworker.a
 
 .PHONY: all deps test-deps run serve load test unit e2e asan tsan bench soak clean
-all: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(TOOL_BIN) $(PLUGIN) $(TEST_BIN)
+all: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(TOOL_BIN) $(PLUGIN) $(ESCAPE_PLUGIN) $(TEST_BIN)
 
 # Install the Debian packages the build needs, only when one is missing.
 deps:
@@ -94,7 +99,7 @@ $(BIN)/dynbatch: $(BUILD)/coordinator/main.o $(LIBCOORD) $(LIBCOMMON)
 
 $(BIN)/dynbatch-worker: $(BUILD)/worker/main.o $(LIBWORKER) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS_COMMON)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS_WORKER)
 
 $(BIN)/%: $(BUILD)/tools/%.o $(LIBCOMMON)
 	@mkdir -p $(dir $@)
@@ -104,9 +109,13 @@ $(PLUGIN): tools/example_plugin.c common/model.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fPIC -shared -o $@ $<
 
+$(ESCAPE_PLUGIN): tools/escape_plugin.c common/model.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC -shared -o $@ $<
+
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBCOORD) $(LIBWORKER) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) -lcmocka $(LDLIBS_COORD)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) -lcmocka -lseccomp $(LDLIBS_COORD)
 
 # Decode the default workload (a few thousand mixed requests) with 4
 # workers and an accelerator-like sim model (2 ms per call), then check

@@ -65,6 +65,11 @@
  *
  * 6. Speed.  next() is the hot path: avoid allocating or logging in it;
  *    allocate the buffers you need in create(), sized for the batch.
+ *
+ * 7. The sandbox.  After create() a worker allows only what a step needs
+ *    (worker/sandbox.c): open and map your files and devices in create();
+ *    next() cannot open files, make sockets, fork, exec or write anywhere
+ *    but stderr (README, Sandbox; DYNBATCH_NO_SANDBOX=1 turns it off).
  */
 #include <errno.h>
 #include <stdbool.h>

@@ -4,6 +4,8 @@
  * Started by the coordinator (posix_spawn), never by hand:
  *   dynbatch-worker --shm NAME --shard K --model SPEC --notify-fd FD
  *                   [--spin-us N] [--garbage-every N] [--nice N]
+ * Once attached and with its model loaded, it serves inside a seccomp
+ * sandbox (sandbox.h; DYNBATCH_NO_SANDBOX=1 in the environment: none).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -15,14 +17,33 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "worker_loop.h"
 #include "parse_num.h"
+#include "sandbox.h"
+#include "worker_loop.h"
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: dynbatch-worker --shm NAME --shard K --model SPEC "
 		   "--notify-fd FD [--spin-us N] [--garbage-every N] [--nice N]\n"
 		   "Started by 'dynbatch run'; not meant to be run by hand.\n");
+}
+
+/*
+ * worker_options.before_serving: with the model loaded, give up what a
+ * step does not need (sandbox.h) unless DYNBATCH_NO_SANDBOX=1.  Writes
+ * stay possible on stderr (log lines) and the notification descriptor.
+ */
+static int worker_enter_sandbox(const struct worker_options *opt, char *err,
+				size_t err_len)
+{
+	const int write_fds[] = { STDERR_FILENO, opt->notify_fd };
+
+	if (worker_sandbox_disabled()) {
+		LOG(LOG_INFO, "no sandbox (%s=1)", WORKER_SANDBOX_OFF_ENV);
+		return 0;
+	}
+	return worker_sandbox_enter(write_fds, sizeof(write_fds) / sizeof(write_fds[0]),
+				    err, err_len);
 }
 
 int main(int argc, char **argv)
@@ -38,7 +59,11 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct worker_options opt = { .notify_fd = -1, .spin_ns = 20000 };
+	struct worker_options opt = {
+		.notify_fd = -1,
+		.spin_ns = 20000,
+		.before_serving = worker_enter_sandbox,
+	};
 	uint64_t v;
 	char role[32];
 	int c, idx = 0;

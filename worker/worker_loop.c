@@ -441,6 +441,10 @@ int worker_run(const struct worker_options *opt)
 		     shm_shard_first_slot(w.seg.hdr, opt->shard + 1) : w.seg.hdr->n_slots;
 	for (uint32_t slot = w.first_slot; slot < w.end_slot; slot++)
 		w.buffers[slot - w.first_slot] = shm_tokens_at(&w.seg, slot);
+	if (opt->before_serving && opt->before_serving(opt, err, sizeof(err))) {
+		LOG(LOG_ERROR, "%s", err);
+		goto out;
+	}
 	w.dispatch_pos = w.ch->start_dispatch_pos;
 	w.result_pos = w.ch->start_result_pos;
 	atomic_store(&w.ch->worker_ready_pid, (int32_t)getpid());

@@ -5,6 +5,7 @@
 #ifndef DYNBATCH_WORKER_LOOP_H
 #define DYNBATCH_WORKER_LOOP_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct model;
@@ -17,6 +18,12 @@ struct worker_options {
 	int notify_fd;		/* eventfd that wakes the coordinator */
 	uint64_t spin_ns;	/* how long to spin before sleeping */
 	uint32_t garbage_every;	/* test mode: every Nth result is garbage */
+	/* Called once the segment is attached and the model loaded, before
+	 * the worker says it is ready (main.c enters the sandbox here);
+	 * NULL: nothing.  Returns 0, or nonzero after writing err: the
+	 * worker then exits 1 without serving. */
+	int (*before_serving)(const struct worker_options *opt, char *err,
+			      size_t err_len);
 };
 
 /*
