@@ -88,7 +88,6 @@
 #include "worker_pool.h"
 
 #define ENGINE_READ_SIZE (256u * 1024)
-#define ENGINE_MAX_LINE (4u * 1024 * 1024)
 #define ENGINE_OUTPUT_HIGH (1u << 20)	/* stop admitting above this backlog */
 #define ENGINE_MAX_FAILED_STARTS 8	/* per shard, then give up on it */
 #define ENGINE_RESTART_MAX_NS (1000ull * 1000 * 1000)
@@ -497,8 +496,7 @@ static bool engine_feed_parser(struct engine *e)
 		if (st == LINE_OVERLONG) {
 			struct request none = { .line_no = e->lines.line_no };
 
-			snprintf(err, sizeof(err), "line %llu: longer than %u bytes",
-				 (unsigned long long)e->lines.line_no, ENGINE_MAX_LINE);
+			line_reader_overlong_error(&e->lines, err, sizeof(err));
 			engine_emit_unqueued(e, &none, FINISH_ERROR, err);
 			continue;
 		}
@@ -1446,7 +1444,7 @@ static bool engine_arm_io(struct engine *e)
 	if (e->http)
 		return http_server_pump(e->http);
 	if (!e->read_inflight && !e->input_eof && !e->n_signals && !e->failed &&
-	    line_reader_buffered(&e->lines) < ENGINE_READ_SIZE &&
+	    line_reader_wants_bytes(&e->lines, ENGINE_READ_SIZE) &&
 	    engine_can_admit(e)) {
 		io_ring_read(&e->io, e->in_fd, e->read_buf, ENGINE_READ_SIZE,
 			     IO_TAG_INPUT, 0);
@@ -1656,7 +1654,7 @@ static bool engine_done(const struct engine *e)
 
 	return input_done && !e->pool.n_live && !e->write_inflight &&
 	       !e->out_fill.len && !e->out_write.len &&
-	       (e->n_signals || e->failed || (!line_reader_buffered(&e->lines) &&
+	       (e->n_signals || e->failed || (line_reader_drained(&e->lines) &&
 					      !parser_thread_in_flight(e->parser)));
 }
 
@@ -1927,7 +1925,7 @@ files_done:
 	    engine_setup_shards(e))
 		goto nomem;
 	wait_queue_init(&e->queue, shm_queue_of(&e->seg), cfg->queue_capacity);
-	line_reader_init(&e->lines, ENGINE_MAX_LINE);
+	line_reader_init(&e->lines, cfg->max_line);
 	e->read_buf = malloc(ENGINE_READ_SIZE);
 	e->slot_freed_ns = calloc(cfg->n_slots, sizeof(uint64_t));
 	e->slot_limit = calloc(cfg->n_slots, sizeof(uint32_t));
