@@ -1648,6 +1648,12 @@ static bool engine_done(const struct engine *e)
 {
 	bool input_done = e->input_eof || e->n_signals || e->failed;
 
+	/* A failure ends the loop at once (engine_run answers every live
+	 * request); waiting on would block: a run whose only worker cannot
+	 * be started has no deadline left to wake it. */
+	if (e->failed)
+		return true;
+
 	if (e->http)	/* drained: nothing live, every answer sent */
 		return e->failed || (e->n_signals && !e->pool.n_live &&
 				     http_server_flushed(e->http));
