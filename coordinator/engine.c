@@ -68,6 +68,7 @@
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -1727,9 +1728,19 @@ static void engine_loop(struct engine *e)
  * Setup and teardown
  * ---------------------------------------------------------------------- */
 
+/* The input, or -1 with errno set; a directory is refused here (EISDIR),
+ * as a configuration error, not found by the first read. */
 static int open_input(const char *path)
 {
-	return strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : dup(STDIN_FILENO);
+	int fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : dup(STDIN_FILENO);
+	struct stat st;
+
+	if (fd >= 0 && !fstat(fd, &st) && S_ISDIR(st.st_mode)) {
+		close(fd);
+		errno = EISDIR;
+		return -1;
+	}
+	return fd;
 }
 
 static int open_output(const char *path)
@@ -1835,9 +1846,12 @@ static void engine_fail_all(struct engine *e)
 		write_all(e->out_fd, e->out_fill.data, e->out_fill.len);
 }
 
-static void engine_finish_stats(struct engine *e)
+/* Print the summary and write --stats.  0, or -1 when the stats file
+ * could not be written (the run then fails: its caller asked for it). */
+static int engine_finish_stats(struct engine *e)
 {
 	struct rusage ru;
+	int ret;
 
 	e->stats.end_ns = clock_now_ns();
 	if (!getrusage(RUSAGE_SELF, &ru)) {
@@ -1850,8 +1864,14 @@ static void engine_finish_stats(struct engine *e)
 	if (e->progress_on)
 		fprintf(stderr, "\r\033[K");
 	stats_print_summary(&e->stats, stderr);
-	if (e->cfg->stats_path && stats_write_json(&e->stats, e->cfg->stats_path))
-		LOG(LOG_ERROR, "cannot write --stats %s", e->cfg->stats_path);
+	if (!e->cfg->stats_path)
+		return 0;
+	ret = stats_write_json(&e->stats, e->cfg->stats_path);
+	if (!ret)
+		return 0;
+	fprintf(stderr, "dynbatch: --stats %s: cannot write the summary: %s\n",
+		e->cfg->stats_path, strerror(-ret));
+	return -1;
 }
 
 /* After a clean run every slot is free and every structure consistent;
@@ -2017,7 +2037,8 @@ int engine_run(const struct engine_config *cfg)
 			fprintf(stderr, "dynbatch: %s\n", e.fail_msg);
 			status = ENGINE_EXIT_FAILED;
 		}
-		engine_finish_stats(&e);
+		if (engine_finish_stats(&e))
+			status = ENGINE_EXIT_FAILED;
 	}
 	engine_teardown(&e);
 	return status;
