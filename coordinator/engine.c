@@ -76,6 +76,7 @@
 #include "io_ring.h"
 #include "line_reader.h"
 #include "log.h"
+#include "log_escape.h"
 #include "metrics.h"
 #include "model_loader.h"
 #include "parser_thread.h"
@@ -1215,7 +1216,7 @@ static void shard_blame_step(struct engine *e, struct shard *s, const char *why)
 		snprintf(msg, sizeof(msg), "line %llu: request failed %u model steps "
 			 "on its own (last: worker %s); giving up on it",
 			 (unsigned long long)lr->req.line_no, lr->n_failed_alone, why);
-		LOG(LOG_WARN, "poison request '%s': %s", lr->req.id, msg);
+		LOG(LOG_WARN, "poison request '%s': %s", LOG_STR(lr->req.id), msg);
 		e->stats.n_poisoned++;
 		shard_clear_suspect(s, rows[i].slot);
 		engine_finish(e, handle, FINISH_ERROR, msg);
