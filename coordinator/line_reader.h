@@ -10,7 +10,8 @@
  * bytes are dropped as they arrive (line_reader_feed() does not even copy
  * them), only counted, up to the next newline.  Then the line is reported
  * as overlong with its full length, in its place among the lines.  So the
- * buffer holds at most max_line + one read, even for an endless line.
+ * buffer holds at most max(max_line, one read) + one read, even for an
+ * endless line.
  * A last line without a newline counts at end of input.
  */
 #ifndef DYNBATCH_LINE_READER_H
