@@ -7,8 +7,9 @@
  * A line of the common shape (id, prompt, max_tokens, the stop fields and
  * include_stop; plain ASCII, valid) is read by request_parse_fast()
  * without jansson; it gives up on anything else, so what follows is the
- * rule for every line.  Both compile the stops with
- * request_compile_stops().
+ * rule for every line.  Both parsers merge and compile the stop fields
+ * with the same builder (request_build.h); neither calls the other's
+ * code beyond request_parse() trying the fast path first.
  * Parsing is jansson with JSON_REJECT_DUPLICATES: a line that names a field
  * twice is ambiguous, so it is not JSON we accept.  "id" is read first so
  * that every later error can still name the request.  Optional fields that
@@ -19,10 +20,10 @@
  *
  * The four stop fields are merged into one list of sequences, in the order
  * stop_token, stop_token_ids, stop_sequence, stop_sequences (a stop token
- * is a sequence of length one).  The merge walks the fields twice: once to
- * validate and count, once to fill arrays sized by the first walk, so no
- * array is ever grown.  Counts and the context sum are kept in uint64_t so
- * that no input, however long, can wrap them.
+ * is a sequence of length one): the fields are walked in that order,
+ * validating every token and handing it to the builder, which also
+ * bounds the counts.  The context sum is kept in uint64_t so that no
+ * input, however long, can wrap it.
  *
  * result_format() runs once per finished request, on the coordinator's
  * output path.  It reserves a worst-case size once (6 bytes per string
@@ -44,6 +45,7 @@
 #include <jansson.h>
 
 #include "json_writer.h"
+#include "request_build.h"
 #include "stop_matcher.h"
 
 /* ------------------------------------------------------------------------
@@ -55,14 +57,6 @@ struct parse_ctx {
 	const struct request_limits *lim;
 	char *err;
 	size_t err_len;
-};
-
-/* The stop sequences collected from all four fields. */
-struct stop_acc {
-	int32_t *tokens;	/* NULL while counting, else n_tokens room */
-	uint32_t *lens;		/* NULL while counting, else n_seqs room */
-	uint64_t n_tokens;
-	uint64_t n_seqs;
 };
 
 static int parse_error(const struct parse_ctx *pc, int rc, const char *fmt, ...)
@@ -150,23 +144,30 @@ static int token_get(const struct parse_ctx *pc, const json_t *v,
 			   label, (long long)t, pc->lim->vocab);
 }
 
-static void acc_push(struct stop_acc *acc, int32_t t)
+/* The builder's error as the line's: 0, or -ENOMEM / -EINVAL with err
+ * written. */
+static int build_error(const struct parse_ctx *pc, int rc)
 {
-	if (acc->tokens)
-		acc->tokens[acc->n_tokens] = t;
-	acc->n_tokens++;
+	if (rc == -ENOMEM)
+		return parse_error(pc, -ENOMEM, "out of memory");
+	if (rc)
+		return parse_error(pc, -EINVAL, "too many stop tokens");
+	return 0;
 }
 
-static void acc_end_seq(struct stop_acc *acc, uint32_t len)
+/* Token t as a stop sequence of its own in field f. */
+static int add_alone(const struct parse_ctx *pc, struct stop_builder *b,
+		     enum stop_field f, int32_t t)
 {
-	if (acc->lens)
-		acc->lens[acc->n_seqs] = len;
-	acc->n_seqs++;
+	int rc = stop_builder_push(b, f, t);
+
+	return build_error(pc, rc ? rc : stop_builder_end_seq(b, f));
 }
 
 /* One array of tokens as one sequence (stop_sequence, stop_sequences[i]). */
 static int stop_seq_walk(const struct parse_ctx *pc, const json_t *arr,
-			 const char *name, long i, struct stop_acc *acc)
+			 const char *name, long i, struct stop_builder *b,
+			 enum stop_field f)
 {
 	size_t j, n = json_array_size(arr);
 	int32_t t;
@@ -188,18 +189,19 @@ static int stop_seq_walk(const struct parse_ctx *pc, const json_t *arr,
 				       (long)j, &t);
 		if (rc)
 			return rc;
-		acc_push(acc, t);
+		rc = build_error(pc, stop_builder_push(b, f, t));
+		if (rc)
+			return rc;
 	}
-	acc_end_seq(acc, (uint32_t)n);
-	return 0;
+	return build_error(pc, stop_builder_end_seq(b, f));
 }
 
 /*
  * Walk the four stop fields in their fixed order, validating and adding
- * every sequence to acc.  0 or -EINVAL.
+ * every sequence to b.  0, -EINVAL or -ENOMEM.
  */
 static int stops_walk(const struct parse_ctx *pc, json_t *obj,
-		      struct stop_acc *acc)
+		      struct stop_builder *b)
 {
 	json_t *v;
 	size_t i;
@@ -209,10 +211,10 @@ static int stops_walk(const struct parse_ctx *pc, json_t *obj,
 	v = get_opt(obj, "stop_token");
 	if (v) {
 		rc = token_get(pc, v, "stop_token", -1, -1, &t);
+		if (!rc)
+			rc = add_alone(pc, b, STOP_FIELD_TOKEN, t);
 		if (rc)
 			return rc;
-		acc_push(acc, t);
-		acc_end_seq(acc, 1);
 	}
 
 	v = get_opt(obj, "stop_token_ids");
@@ -223,10 +225,10 @@ static int stops_walk(const struct parse_ctx *pc, json_t *obj,
 	for (i = 0; i < json_array_size(v); i++) {
 		rc = token_get(pc, json_array_get(v, i), "stop_token_ids",
 			       (long)i, -1, &t);
+		if (!rc)
+			rc = add_alone(pc, b, STOP_FIELD_TOKEN_IDS, t);
 		if (rc)
 			return rc;
-		acc_push(acc, t);
-		acc_end_seq(acc, 1);
 	}
 
 	v = get_opt(obj, "stop_sequence");
@@ -235,7 +237,8 @@ static int stops_walk(const struct parse_ctx *pc, json_t *obj,
 				   "field 'stop_sequence' must be an array of integers, not %s",
 				   json_kind(v));
 	if (v) {
-		rc = stop_seq_walk(pc, v, "stop_sequence", -1, acc);
+		rc = stop_seq_walk(pc, v, "stop_sequence", -1, b,
+				   STOP_FIELD_SEQUENCE);
 		if (rc)
 			return rc;
 	}
@@ -252,62 +255,28 @@ static int stops_walk(const struct parse_ctx *pc, json_t *obj,
 			return parse_error(pc, -EINVAL,
 					   "stop_sequences[%zu] must be an array of integers, not %s",
 					   i, json_kind(s));
-		rc = stop_seq_walk(pc, s, "stop_sequences", (long)i, acc);
+		rc = stop_seq_walk(pc, s, "stop_sequences", (long)i, b,
+				   STOP_FIELD_SEQUENCES);
 		if (rc)
 			return rc;
 	}
 	return 0;
 }
 
-int request_compile_stops(struct request *req)
-{
-	const int32_t **seqs;
-	uint64_t off = 0;
-
-	if (!req->n_stop_seqs)
-		return 0;
-	seqs = malloc(req->n_stop_seqs * sizeof(*seqs));
-	if (!seqs)
-		return -ENOMEM;
-	for (uint32_t i = 0; i < req->n_stop_seqs; i++) {
-		seqs[i] = req->stop_tokens + off;
-		off += req->stop_lens[i];
-	}
-	req->stops = stop_matcher_create(seqs, req->stop_lens, req->n_stop_seqs);
-	free(seqs);
-	return req->stops ? 0 : -ENOMEM;
-}
-
 /* Validate, collect and compile the stop sequences into req. */
 static int parse_stops(const struct parse_ctx *pc, json_t *obj,
 		       struct request *req)
 {
-	struct stop_acc acc = { 0 };
+	struct stop_builder b;
 	int rc;
 
-	rc = stops_walk(pc, obj, &acc);
-	if (rc)
+	stop_builder_init(&b);
+	rc = stops_walk(pc, obj, &b);
+	if (rc) {
+		stop_builder_release(&b);
 		return rc;
-	if (acc.n_seqs == 0)
-		return 0;
-	if (acc.n_seqs > UINT32_MAX || acc.n_tokens > UINT32_MAX)
-		return parse_error(pc, -EINVAL, "too many stop tokens");
-
-	req->stop_tokens = malloc(acc.n_tokens * sizeof(*req->stop_tokens));
-	req->stop_lens = malloc(acc.n_seqs * sizeof(*req->stop_lens));
-	if (!req->stop_tokens || !req->stop_lens)
-		return parse_error(pc, -ENOMEM, "out of memory");
-	acc.tokens = req->stop_tokens;
-	acc.lens = req->stop_lens;
-	acc.n_tokens = 0;
-	acc.n_seqs = 0;
-	rc = stops_walk(pc, obj, &acc);	/* cannot fail: checked above */
-	if (rc)
-		return rc;
-	req->n_stop_seqs = (uint32_t)acc.n_seqs;
-	if (request_compile_stops(req))
-		return parse_error(pc, -ENOMEM, "out of memory");
-	return 0;
+	}
+	return build_error(pc, stop_builder_finish(&b, req));
 }
 
 static int parse_id(const struct parse_ctx *pc, json_t *obj,

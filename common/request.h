@@ -63,12 +63,6 @@ int request_parse(const char *line, size_t len, uint64_t line_no,
 		  const struct request_limits *lim, struct request *req,
 		  char *err, size_t err_len);
 
-/*
- * Build req->stops from req->stop_tokens, stop_lens and n_stop_seqs
- * (nothing when there are none).  0, or -ENOMEM.  For parsers only.
- */
-int request_compile_stops(struct request *req);
-
 /* Free every member; req is zeroed.  Accepts a zeroed request. */
 void request_release(struct request *req);
 

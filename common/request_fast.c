@@ -4,10 +4,11 @@
  * A scanner over [p, end) that never reads past end (lines are not
  * NUL-terminated) and gives up (returns false up the chain) at the first
  * byte that is not the common shape.  JSON whitespace is space, tab, CR
- * and LF, as in RFC 8259.  The stop fields are collected one list per
- * field and joined in request.h's order (stop_token, stop_token_ids,
- * stop_sequence, stop_sequences) whatever the key order, then compiled by
- * the same request_compile_stops() as jansson's path.
+ * and LF, as in RFC 8259.  The stop fields go to the same builder as
+ * jansson's path (request_build.h), which joins them in request.h's
+ * order whatever the key order, and compiles them.  Nothing is written
+ * into the request until the whole line has been read, so giving up
+ * frees only what this file allocated, and calls nothing of request.c.
  */
 #include "request_fast.h"
 
@@ -16,6 +17,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "request_build.h"
 
 /* More digits than this may overflow or be "too big" for jansson: its call. */
 #define FAST_MAX_DIGITS 10
@@ -27,38 +30,32 @@ enum {
 	SEEN_STOP_TOKEN = 16, SEEN_STOP_TOKEN_IDS = 32, SEEN_STOP_SEQUENCE = 64,
 	SEEN_STOP_SEQUENCES = 128,
 };
-#define FAST_STOP_FIELDS 4	/* stop_token .. stop_sequences */
 
 static const struct {
 	const char *name;
 	unsigned bit;
+	enum stop_field stop;	/* for the stop fields */
 } fields[] = {
-	{ "id", SEEN_ID },
-	{ "prompt", SEEN_PROMPT },
-	{ "max_tokens", SEEN_MAX_TOKENS },
-	{ "include_stop", SEEN_INCLUDE_STOP },
-	{ "stop_token", SEEN_STOP_TOKEN },
-	{ "stop_token_ids", SEEN_STOP_TOKEN_IDS },
-	{ "stop_sequence", SEEN_STOP_SEQUENCE },
-	{ "stop_sequences", SEEN_STOP_SEQUENCES },
+	{ "id", SEEN_ID, 0 },
+	{ "prompt", SEEN_PROMPT, 0 },
+	{ "max_tokens", SEEN_MAX_TOKENS, 0 },
+	{ "include_stop", SEEN_INCLUDE_STOP, 0 },
+	{ "stop_token", SEEN_STOP_TOKEN, STOP_FIELD_TOKEN },
+	{ "stop_token_ids", SEEN_STOP_TOKEN_IDS, STOP_FIELD_TOKEN_IDS },
+	{ "stop_sequence", SEEN_STOP_SEQUENCE, STOP_FIELD_SEQUENCE },
+	{ "stop_sequences", SEEN_STOP_SEQUENCES, STOP_FIELD_SEQUENCES },
 };
-#define N_FIELDS (sizeof(fields) / sizeof(fields[0]))	/* stop fields last */
+#define N_FIELDS (sizeof(fields) / sizeof(fields[0]))
 
 struct scan {
 	const char *p;
 	const char *end;
 };
 
-/* A growing array of tokens, or of sequence lengths. */
+/* A growing array of tokens (the prompt). */
 struct u32_list {
 	uint32_t *v;
 	uint32_t n, cap;
-};
-
-/* The sequences one stop field gave, in input order. */
-struct stop_list {
-	struct u32_list tokens;		/* all sequences concatenated */
-	struct u32_list lens;		/* one length per sequence */
 };
 
 static int list_push(struct u32_list *l, uint32_t x)
@@ -176,53 +173,71 @@ static int scan_tokens(struct scan *s, const struct request_limits *lim,
 	return eat(s, ']') ? 1 : 0;
 }
 
-/* One non-empty array of tokens as one more sequence of l. */
-static int scan_stop_sequence(struct scan *s, const struct request_limits *lim,
-			      struct stop_list *l)
+/* The builder's answer as ours: 1 on 0, -ENOMEM, else 0 (too big:
+ * jansson's error to write). */
+static int built(int rc)
 {
-	uint32_t before = l->tokens.n;
-	int rc = scan_tokens(s, lim, &l->tokens, UINT32_MAX);
-
-	if (rc != 1)
-		return rc;
-	if (l->tokens.n == before)
-		return 0;	/* empty: jansson's error to write */
-	return list_push(&l->lens, l->tokens.n - before) ? -ENOMEM : 1;
+	return rc == -ENOMEM ? -ENOMEM : rc ? 0 : 1;
 }
 
 /*
- * The value of a stop field (bit) into l: stop_token one token,
- * stop_token_ids an array of them (each a sequence of one), stop_sequence
- * one sequence, stop_sequences an array of them.  1, 0, -ENOMEM.
+ * An array of tokens into field f of b: each a sequence of its own
+ * (alone: stop_token_ids), or all one sequence, which may not be empty.
+ * 1, 0 (not the common shape), -ENOMEM.
+ */
+static int scan_stop_array(struct scan *s, const struct request_limits *lim,
+			   struct stop_builder *b, enum stop_field f, bool alone)
+{
+	int rc;
+
+	if (!eat(s, '['))
+		return 0;
+	if (eat(s, ']'))
+		return alone;	/* an empty sequence: jansson's error */
+	do {
+		uint64_t t;
+
+		if (!scan_uint_below(s, lim->vocab, &t))
+			return 0;
+		rc = stop_builder_push(b, f, (int32_t)t);
+		if (!rc && alone)
+			rc = stop_builder_end_seq(b, f);
+		if (rc)
+			return built(rc);
+	} while (eat(s, ','));
+	if (!eat(s, ']'))
+		return 0;
+	return alone ? 1 : built(stop_builder_end_seq(b, f));
+}
+
+/*
+ * The value of stop field f into b: stop_token one token, stop_token_ids
+ * an array of them (each a sequence of one), stop_sequence one sequence,
+ * stop_sequences an array of them.  1, 0, -ENOMEM.
  */
 static int scan_stop_field(struct scan *s, const struct request_limits *lim,
-			   unsigned bit, struct stop_list *l)
+			   enum stop_field f, struct stop_builder *b)
 {
 	uint64_t t;
 	int rc;
 
-	switch (bit) {
-	case SEEN_STOP_TOKEN:
+	switch (f) {
+	case STOP_FIELD_TOKEN:
 		if (!scan_uint_below(s, lim->vocab, &t))
 			return 0;
-		if (list_push(&l->tokens, (uint32_t)t) || list_push(&l->lens, 1))
-			return -ENOMEM;
-		return 1;
-	case SEEN_STOP_TOKEN_IDS:
-		rc = scan_tokens(s, lim, &l->tokens, UINT32_MAX);
-		while (rc == 1 && l->lens.n < l->tokens.n)
-			if (list_push(&l->lens, 1))
-				return -ENOMEM;
-		return rc;
-	case SEEN_STOP_SEQUENCE:
-		return scan_stop_sequence(s, lim, l);
-	default:	/* SEEN_STOP_SEQUENCES */
+		rc = stop_builder_push(b, f, (int32_t)t);
+		return built(rc ? rc : stop_builder_end_seq(b, f));
+	case STOP_FIELD_TOKEN_IDS:
+		return scan_stop_array(s, lim, b, f, true);
+	case STOP_FIELD_SEQUENCE:
+		return scan_stop_array(s, lim, b, f, false);
+	default:	/* STOP_FIELD_SEQUENCES */
 		if (!eat(s, '['))
 			return 0;
 		if (eat(s, ']'))
 			return 1;
 		do {
-			rc = scan_stop_sequence(s, lim, l);
+			rc = scan_stop_array(s, lim, b, f, false);
 			if (rc != 1)
 				return rc;
 		} while (eat(s, ','));
@@ -247,64 +262,23 @@ static bool scan_bool(struct scan *s, bool *out)
 	return false;
 }
 
-static void stop_lists_free(struct stop_list *lists)
-{
-	for (int i = 0; i < FAST_STOP_FIELDS; i++) {
-		free(lists[i].tokens.v);
-		free(lists[i].lens.v);
-	}
-}
-
-/*
- * The stop lists, stop_token's first, as req's stop sequences, compiled.
- * 0 or -ENOMEM.
- */
-static int take_stops(struct stop_list *lists, struct request *req)
-{
-	uint32_t n_tokens = 0, n_seqs = 0;
-
-	for (int i = 0; i < FAST_STOP_FIELDS; i++) {
-		n_tokens += lists[i].tokens.n;
-		n_seqs += lists[i].lens.n;
-	}
-	if (!n_seqs)
-		return 0;
-	req->stop_tokens = malloc((size_t)n_tokens * sizeof(*req->stop_tokens));
-	req->stop_lens = malloc((size_t)n_seqs * sizeof(*req->stop_lens));
-	if (!req->stop_tokens || !req->stop_lens)
-		return -ENOMEM;
-	n_tokens = n_seqs = 0;
-	for (int i = 0; i < FAST_STOP_FIELDS; i++) {
-		if (!lists[i].lens.n)
-			continue;	/* a field that was absent or [] */
-		/* tokens are below vocab <= INT32_MAX: the same bits */
-		memcpy(req->stop_tokens + n_tokens, lists[i].tokens.v,
-		       lists[i].tokens.n * sizeof(uint32_t));
-		memcpy(req->stop_lens + n_seqs, lists[i].lens.v,
-		       lists[i].lens.n * sizeof(uint32_t));
-		n_tokens += lists[i].tokens.n;
-		n_seqs += lists[i].lens.n;
-	}
-	req->n_stop_seqs = n_seqs;
-	return request_compile_stops(req);
-}
-
 int request_parse_fast(const char *line, size_t len,
 		       const struct request_limits *lim, struct request *req)
 {
 	struct scan s = { line, line + len };
-	struct stop_list stops[FAST_STOP_FIELDS] = { 0 };
+	struct stop_builder stops;
 	struct u32_list prompt = { 0 };
 	const char *id = NULL;
+	char *id_copy = NULL;
 	size_t id_len = 0;
 	uint64_t max_tokens = REQUEST_DEFAULT_MAX_TOKENS;
 	bool include_stop = false;
 	unsigned seen = 0;
-	uint64_t line_no;
 	int rc = 0;
 
 	if (!eat(&s, '{'))
 		return 0;
+	stop_builder_init(&stops);
 	do {
 		const char *key;
 		size_t key_len, f = 0;
@@ -333,8 +307,7 @@ int request_parse_fast(const char *line, size_t len,
 			if (!scan_bool(&s, &include_stop))
 				goto give_up;
 		} else {	/* the stop fields, from SEEN_STOP_TOKEN up */
-			rc = scan_stop_field(&s, lim, bit,
-					     &stops[f - (N_FIELDS - FAST_STOP_FIELDS)]);
+			rc = scan_stop_field(&s, lim, fields[f].stop, &stops);
 		}
 		if (rc < 0)
 			goto give_up;
@@ -352,30 +325,30 @@ int request_parse_fast(const char *line, size_t len,
 	    prompt.n + max_tokens > lim->max_context)
 		goto give_up;
 	if (seen & SEEN_ID) {
-		req->id = strndup(id, id_len);
-		if (!req->id) {
+		id_copy = strndup(id, id_len);
+		if (!id_copy) {
 			rc = -ENOMEM;
 			goto give_up;
 		}
 	}
-	rc = take_stops(stops, req);
-	if (rc)
+	rc = stop_builder_finish(&stops, req);	/* releases the builder */
+	if (rc) {
+		rc = rc == -ENOMEM ? -ENOMEM : 0;	/* too big: jansson's */
 		goto give_up;
+	}
+	req->id = id_copy;
 	/* tokens are below vocab <= INT32_MAX: the same bits */
 	req->prompt = (int32_t *)prompt.v;
 	req->n_prompt = prompt.n;
 	req->max_tokens = (uint32_t)max_tokens;
 	req->include_stop = include_stop;
-	stop_lists_free(stops);
 	return 1;
 
 give_up:
-	/* zeroed again for jansson (but for the caller's line_no); only
-	 * -ENOMEM gets here with rc != 0 */
-	line_no = req->line_no;
-	request_release(req);
-	req->line_no = line_no;
+	/* req is untouched (still zeroed for jansson); only -ENOMEM gets
+	 * here with rc != 0 */
+	free(id_copy);
 	free(prompt.v);
-	stop_lists_free(stops);
+	stop_builder_release(&stops);
 	return rc;
 }

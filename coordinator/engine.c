@@ -68,6 +68,7 @@
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -75,6 +76,7 @@
 #include "io_ring.h"
 #include "line_reader.h"
 #include "log.h"
+#include "log_escape.h"
 #include "metrics.h"
 #include "model_loader.h"
 #include "parser_thread.h"
@@ -88,7 +90,6 @@
 #include "worker_pool.h"
 
 #define ENGINE_READ_SIZE (256u * 1024)
-#define ENGINE_MAX_LINE (4u * 1024 * 1024)
 #define ENGINE_OUTPUT_HIGH (1u << 20)	/* stop admitting above this backlog */
 #define ENGINE_MAX_FAILED_STARTS 8	/* per shard, then give up on it */
 #define ENGINE_RESTART_MAX_NS (1000ull * 1000 * 1000)
@@ -497,8 +498,7 @@ static bool engine_feed_parser(struct engine *e)
 		if (st == LINE_OVERLONG) {
 			struct request none = { .line_no = e->lines.line_no };
 
-			snprintf(err, sizeof(err), "line %llu: longer than %u bytes",
-				 (unsigned long long)e->lines.line_no, ENGINE_MAX_LINE);
+			line_reader_overlong_error(&e->lines, err, sizeof(err));
 			engine_emit_unqueued(e, &none, FINISH_ERROR, err);
 			continue;
 		}
@@ -1216,7 +1216,7 @@ static void shard_blame_step(struct engine *e, struct shard *s, const char *why)
 		snprintf(msg, sizeof(msg), "line %llu: request failed %u model steps "
 			 "on its own (last: worker %s); giving up on it",
 			 (unsigned long long)lr->req.line_no, lr->n_failed_alone, why);
-		LOG(LOG_WARN, "poison request '%s': %s", lr->req.id, msg);
+		LOG(LOG_WARN, "poison request '%s': %s", LOG_STR(lr->req.id), msg);
 		e->stats.n_poisoned++;
 		shard_clear_suspect(s, rows[i].slot);
 		engine_finish(e, handle, FINISH_ERROR, msg);
@@ -1446,7 +1446,7 @@ static bool engine_arm_io(struct engine *e)
 	if (e->http)
 		return http_server_pump(e->http);
 	if (!e->read_inflight && !e->input_eof && !e->n_signals && !e->failed &&
-	    line_reader_buffered(&e->lines) < ENGINE_READ_SIZE &&
+	    line_reader_wants_bytes(&e->lines, ENGINE_READ_SIZE) &&
 	    engine_can_admit(e)) {
 		io_ring_read(&e->io, e->in_fd, e->read_buf, ENGINE_READ_SIZE,
 			     IO_TAG_INPUT, 0);
@@ -1650,13 +1650,19 @@ static bool engine_done(const struct engine *e)
 {
 	bool input_done = e->input_eof || e->n_signals || e->failed;
 
+	/* A failure ends the loop at once (engine_run answers every live
+	 * request); waiting on would block: a run whose only worker cannot
+	 * be started has no deadline left to wake it. */
+	if (e->failed)
+		return true;
+
 	if (e->http)	/* drained: nothing live, every answer sent */
 		return e->failed || (e->n_signals && !e->pool.n_live &&
 				     http_server_flushed(e->http));
 
 	return input_done && !e->pool.n_live && !e->write_inflight &&
 	       !e->out_fill.len && !e->out_write.len &&
-	       (e->n_signals || e->failed || (!line_reader_buffered(&e->lines) &&
+	       (e->n_signals || e->failed || (line_reader_drained(&e->lines) &&
 					      !parser_thread_in_flight(e->parser)));
 }
 
@@ -1723,9 +1729,19 @@ static void engine_loop(struct engine *e)
  * Setup and teardown
  * ---------------------------------------------------------------------- */
 
+/* The input, or -1 with errno set; a directory is refused here (EISDIR),
+ * as a configuration error, not found by the first read. */
 static int open_input(const char *path)
 {
-	return strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : dup(STDIN_FILENO);
+	int fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : dup(STDIN_FILENO);
+	struct stat st;
+
+	if (fd >= 0 && !fstat(fd, &st) && S_ISDIR(st.st_mode)) {
+		close(fd);
+		errno = EISDIR;
+		return -1;
+	}
+	return fd;
 }
 
 static int open_output(const char *path)
@@ -1831,9 +1847,12 @@ static void engine_fail_all(struct engine *e)
 		write_all(e->out_fd, e->out_fill.data, e->out_fill.len);
 }
 
-static void engine_finish_stats(struct engine *e)
+/* Print the summary and write --stats.  0, or -1 when the stats file
+ * could not be written (the run then fails: its caller asked for it). */
+static int engine_finish_stats(struct engine *e)
 {
 	struct rusage ru;
+	int ret;
 
 	e->stats.end_ns = clock_now_ns();
 	if (!getrusage(RUSAGE_SELF, &ru)) {
@@ -1846,8 +1865,14 @@ static void engine_finish_stats(struct engine *e)
 	if (e->progress_on)
 		fprintf(stderr, "\r\033[K");
 	stats_print_summary(&e->stats, stderr);
-	if (e->cfg->stats_path && stats_write_json(&e->stats, e->cfg->stats_path))
-		LOG(LOG_ERROR, "cannot write --stats %s", e->cfg->stats_path);
+	if (!e->cfg->stats_path)
+		return 0;
+	ret = stats_write_json(&e->stats, e->cfg->stats_path);
+	if (!ret)
+		return 0;
+	fprintf(stderr, "dynbatch: --stats %s: cannot write the summary: %s\n",
+		e->cfg->stats_path, strerror(-ret));
+	return -1;
 }
 
 /* After a clean run every slot is free and every structure consistent;
@@ -1927,7 +1952,7 @@ files_done:
 	    engine_setup_shards(e))
 		goto nomem;
 	wait_queue_init(&e->queue, shm_queue_of(&e->seg), cfg->queue_capacity);
-	line_reader_init(&e->lines, ENGINE_MAX_LINE);
+	line_reader_init(&e->lines, cfg->max_line);
 	e->read_buf = malloc(ENGINE_READ_SIZE);
 	e->slot_freed_ns = calloc(cfg->n_slots, sizeof(uint64_t));
 	e->slot_limit = calloc(cfg->n_slots, sizeof(uint32_t));
@@ -2013,7 +2038,8 @@ int engine_run(const struct engine_config *cfg)
 			fprintf(stderr, "dynbatch: %s\n", e.fail_msg);
 			status = ENGINE_EXIT_FAILED;
 		}
-		engine_finish_stats(&e);
+		if (engine_finish_stats(&e))
+			status = ENGINE_EXIT_FAILED;
 	}
 	engine_teardown(&e);
 	return status;

@@ -42,6 +42,7 @@ struct engine_config {
 	const char *input_path;		/* "-" for stdin */
 	const char *output_path;	/* "-" for stdout */
 	const char *stats_path;		/* --stats FILE, or NULL */
+	uint32_t max_line;		/* run: longest input line, bytes */
 	uint32_t queue_capacity;	/* waiting queue bound */
 	uint64_t step_timeout_ms;	/* a step past this kills its worker */
 	uint64_t start_timeout_ms;	/* a worker not ready by then is killed */

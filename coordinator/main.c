@@ -40,6 +40,8 @@ static void usage(FILE *f)
 "  --max-context N    most tokens in one sequence, prompt included (4096)\n"
 "  --input FILE|-     JSON Lines requests (default -: standard input)\n"
 "  --output FILE|-    JSON Lines results (default -: standard output)\n"
+"  --max-line BYTES   longest input line; a longer one gets an error result\n"
+"                     and is skipped without being buffered (default 1048576)\n"
 "  --stats FILE       write the end-of-run summary as JSON to FILE\n"
 "  --queue N          waiting-queue capacity; input is read only while it has\n"
 "                     room (default 1024)\n"
@@ -106,7 +108,7 @@ int main(int argc, char **argv)
 	       OPT_WORKER_NICE, OPT_START_TIMEOUT, OPT_LISTEN, OPT_API_KEY,
 	       OPT_MODEL_NAME, OPT_MAX_CONN, OPT_CONN_BUFFER, OPT_WRITE_TIMEOUT,
 	       OPT_READ_TIMEOUT, OPT_IDLE_TIMEOUT, OPT_MAX_BODY, OPT_MAX_HEADER_BYTES,
-	       OPT_MAX_HEADERS };
+	       OPT_MAX_HEADERS, OPT_MAX_LINE };
 	static const struct option longopts[] = {
 		{ "workers", required_argument, NULL, OPT_WORKERS },
 		{ "batch", required_argument, NULL, OPT_BATCH },
@@ -115,6 +117,7 @@ int main(int argc, char **argv)
 		{ "input", required_argument, NULL, OPT_INPUT },
 		{ "output", required_argument, NULL, OPT_OUTPUT },
 		{ "stats", required_argument, NULL, OPT_STATS },
+		{ "max-line", required_argument, NULL, OPT_MAX_LINE },
 		{ "queue", required_argument, NULL, OPT_QUEUE },
 		{ "step-timeout", required_argument, NULL, OPT_STEP_TIMEOUT },
 		{ "start-timeout", required_argument, NULL, OPT_START_TIMEOUT },
@@ -147,6 +150,7 @@ int main(int argc, char **argv)
 		.max_context = 4096,
 		.input_path = "-",
 		.output_path = "-",
+		.max_line = 1u << 20,
 		.queue_capacity = 1024,
 		.step_timeout_ms = 10000,
 		.start_timeout_ms = 60000,
@@ -211,6 +215,10 @@ int main(int argc, char **argv)
 			break;
 		case OPT_OUTPUT:
 			cfg.output_path = optarg;
+			run_opt = true;
+			break;
+		case OPT_MAX_LINE:
+			bad = parse_u32(optarg, 1, 1u << 30, &cfg.max_line);
 			run_opt = true;
 			break;
 		case OPT_LISTEN:
@@ -322,7 +330,7 @@ int main(int argc, char **argv)
 		return ENGINE_EXIT_USAGE;
 	}
 	if (serve && run_opt) {
-		fprintf(stderr, "dynbatch serve: --input and --output are for "
+		fprintf(stderr, "dynbatch serve: --input, --output and --max-line are for "
 			"'dynbatch run'; requests come over HTTP\n");
 		return ENGINE_EXIT_USAGE;
 	}

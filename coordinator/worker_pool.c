@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -128,6 +129,19 @@ void worker_kill_wait(pid_t pid)
 		;
 }
 
+/* 0 when path is a regular file we may execute, else a negative errno
+ * (access() alone lets a directory through: its X bit means search). */
+static int worker_check_executable(const char *path)
+{
+	struct stat st;
+
+	if (access(path, X_OK) || stat(path, &st))
+		return -errno;
+	if (S_ISDIR(st.st_mode))
+		return -EISDIR;
+	return S_ISREG(st.st_mode) ? 0 : -EACCES;
+}
+
 int worker_find_path(char *path, size_t len)
 {
 	const char *env = getenv("DYNBATCH_WORKER");
@@ -139,7 +153,7 @@ int worker_find_path(char *path, size_t len)
 	if (env && *env) {	/* checked now: a typo fails the run at once */
 		if ((size_t)snprintf(path, len, "%s", env) >= len)
 			return -ENAMETOOLONG;
-		return access(path, X_OK) ? -errno : 0;
+		return worker_check_executable(path);
 	}
 	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (n < 0)
@@ -151,5 +165,5 @@ int worker_find_path(char *path, size_t len)
 	*slash = '\0';
 	if ((size_t)snprintf(path, len, "%s/dynbatch-worker", self) >= len)
 		return -ENAMETOOLONG;
-	return access(path, X_OK) ? -errno : 0;
+	return worker_check_executable(path);
 }

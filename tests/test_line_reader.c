@@ -12,9 +12,17 @@
  * (empty, around max_line, far beyond it, with '\r' before the '\n',
  * with '\r' and NUL inside), feeds them in random chunk sizes, takes the
  * lines sometimes at once and sometimes only after several feeds, and
- * compares each line with the reference.  A pointer from
- * line_reader_next() is only valid until the next feed, so every line is
- * compared at once.
+ * compares each line with the reference (an overlong line by its length).
+ * A pointer from line_reader_next() is only valid until the next feed, so
+ * every line is compared at once.
+ *
+ * The read-policy test reads as the engine does, only while
+ * line_reader_wants_bytes() says so, with lines around max_line and the
+ * read size and far beyond both, and takes lines only now and then (a
+ * full queue): the whole input must come through without a stall (the
+ * reader wanting no bytes while no line is ready: a run that hung at 0%
+ * CPU on a line longer than one read), and the buffer must stay within
+ * max(max_line, read size) + read size whatever the line lengths.
  *
  * The random tests print their seed; SEED=<n> replays a run.
  */
@@ -117,6 +125,7 @@ static bool take_one(struct run *run)
 	}
 	want = &run->ref->v[run->n_got++];
 	if (st != want->status || run->lr.line_no != run->n_got ||
+	    (st == LINE_OVERLONG && run->lr.overlong_len != want->len) ||
 	    (st == LINE_OK && (len != want->len ||
 			       memcmp(line, run->text + want->off, len)))) {
 		print_error("line %zu: status %d (want %d), line_no %llu, len %zu "
@@ -229,18 +238,23 @@ static void test_basic(void **state)
 	feed_str(&lr, "gh\n");
 	expect_line(&lr, "efgh", 4);
 	expect_status(&lr, LINE_NONE, 4);
-	/* an overlong line is reported once, as soon as it is known */
+	/* an overlong line is dropped as soon as it is known, and reported
+	 * once, with its length, when it ends */
 	feed_str(&lr, "123456789");
-	expect_status(&lr, LINE_OVERLONG, 5);
-	expect_status(&lr, LINE_NONE, 5);
+	expect_status(&lr, LINE_NONE, 4);
+	assert_int_equal(line_reader_buffered(&lr), 0);
 	feed_str(&lr, "more bytes of the same line");
-	expect_status(&lr, LINE_NONE, 5);
+	assert_int_equal(line_reader_buffered(&lr), 0);	/* not even copied */
+	expect_status(&lr, LINE_NONE, 4);
 	feed_str(&lr, "\nok\n");
+	expect_status(&lr, LINE_OVERLONG, 5);
+	assert_int_equal(lr.overlong_len, 9 + 27);
 	expect_line(&lr, "ok", 6);
 	/* exactly max_line bytes is fine, max_line + 1 is not */
 	feed_str(&lr, "12345678\n123456789\n1234567\r\n1234567\r");
 	expect_line(&lr, "12345678", 7);
 	expect_status(&lr, LINE_OVERLONG, 8);
+	assert_int_equal(lr.overlong_len, 9);
 	expect_line(&lr, "1234567", 9);
 	expect_status(&lr, LINE_NONE, 9);
 	feed_str(&lr, "x\n");
@@ -262,8 +276,13 @@ static void test_overlong_at_eof(void **state)
 	line_reader_init(&lr, 4);
 	feed_str(&lr, "a\n12345");
 	expect_line(&lr, "a", 1);
-	expect_status(&lr, LINE_OVERLONG, 2);
+	expect_status(&lr, LINE_NONE, 1);	/* dropped, not ended */
+	assert_false(line_reader_drained(&lr));
+	feed_str(&lr, "67");
 	lr.eof = true;
+	expect_status(&lr, LINE_OVERLONG, 2);	/* it ends at eof */
+	assert_int_equal(lr.overlong_len, 7);
+	assert_true(line_reader_drained(&lr));
 	expect_status(&lr, LINE_NONE, 2);
 	line_reader_release(&lr);
 
@@ -274,6 +293,7 @@ static void test_overlong_at_eof(void **state)
 	feed_str(&lr, "5");
 	lr.eof = true;
 	expect_status(&lr, LINE_OVERLONG, 1);
+	assert_int_equal(lr.overlong_len, 5);
 	expect_status(&lr, LINE_NONE, 1);
 	line_reader_release(&lr);
 
@@ -416,6 +436,182 @@ static void test_random_vs_naive(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* The engine's read policy                                            */
+/* ------------------------------------------------------------------ */
+
+/* A random length near one of the sizes that matter, or far beyond. */
+static size_t near_length(struct rng *r, size_t max_line, size_t read_size)
+{
+	size_t base;
+
+	switch (rng_below(r, 6)) {
+	case 0:
+		return 0;
+	case 1:
+		base = max_line;
+		break;
+	case 2:
+		base = read_size * (1 + rng_below(r, 3));
+		break;
+	case 3:
+		base = (max_line > read_size ? max_line : read_size) *
+		       (2 + rng_below(r, 3));
+		break;
+	default:
+		return rng_below(r, (uint32_t)max_line + 2);
+	}
+	base += rng_below(r, 5);
+	return base >= 2 ? base - 2 : 0;
+}
+
+/* A text of n_lines lines of near_length() bytes; *n its size. */
+static char *gen_text_near(struct rng *r, size_t max_line, size_t read_size,
+			   size_t n_lines, size_t *n)
+{
+	size_t cap = 1024, len = 0;
+	char *text = malloc(cap);
+
+	assert_non_null(text);
+	for (size_t i = 0; i < n_lines; i++) {
+		size_t l = near_length(r, max_line, read_size);
+
+		while (len + l + 2 > cap) {
+			cap *= 2;
+			text = realloc(text, cap);
+			assert_non_null(text);
+		}
+		gen_bytes(r, text + len, l);
+		len += l;
+		if (i + 1 == n_lines && rng_below(r, 2)) {
+			if (l && text[len - 1] == '\r')
+				text[len - 1] = 'x';	/* see gen_text() */
+			break;
+		}
+		text[len++] = '\n';
+	}
+	*n = len;
+	return text;
+}
+
+/* Read like engine_arm_io(): see the file comment. */
+static void drive_policy(struct rng *r, const char *text, size_t n,
+			 size_t max_line, size_t read_size,
+			 const struct ref_lines *ref)
+{
+	struct run run = { .text = text, .ref = ref };
+	size_t pos = 0;
+	size_t bound = (max_line > read_size ? max_line : read_size) + read_size;
+
+	line_reader_init(&run.lr, max_line);
+	for (;;) {
+		if (rng_below(r, 3) == 0)	/* room in the queue */
+			for (uint32_t k = rng_below(r, 3); k && take_one(&run); k--)
+				;
+		if (line_reader_wants_bytes(&run.lr, read_size)) {
+			/* a read returns up to read_size bytes, 0 at eof */
+			size_t chunk = 1 + rng_below(r, (uint32_t)read_size);
+
+			if (chunk > n - pos)
+				chunk = n - pos;
+			if (!chunk)
+				run.lr.eof = true;
+			else
+				assert_int_equal(line_reader_feed(&run.lr, text + pos,
+								  chunk), 0);
+			pos += chunk;
+		} else if (!take_one(&run)) {
+			if (run.lr.eof)
+				break;
+			/* no line, and no read either: nothing would ever
+			 * wake the engine again */
+			if (!line_reader_wants_bytes(&run.lr, read_size)) {
+				print_error("stall at byte %zu of %zu: %zu bytes "
+					    "buffered, no line, no read wanted; "
+					    "max_line %zu, read size %zu (SEED=%llu)\n",
+					    pos, n, line_reader_buffered(&run.lr),
+					    max_line, read_size, test_seed);
+				fail();
+			}
+		}
+		if (line_reader_buffered(&run.lr) > bound) {
+			print_error("%zu bytes buffered, more than %zu; max_line %zu, "
+				    "read size %zu (SEED=%llu)\n",
+				    line_reader_buffered(&run.lr), bound, max_line,
+				    read_size, test_seed);
+			fail();
+		}
+	}
+	if (run.n_got != ref->n) {
+		print_error("got %zu lines, want %zu, max_line %zu, read size %zu "
+			    "(SEED=%llu)\n", run.n_got, ref->n, max_line, read_size,
+			    test_seed);
+		fail();
+	}
+	assert_true(line_reader_drained(&run.lr));
+	line_reader_release(&run.lr);
+}
+
+static void test_read_policy_random(void **state)
+{
+	static const size_t max_lines[] = { 0, 3, 16, 100, 1000, 5000 };
+	static const size_t read_sizes[] = { 1, 7, 64, 1024, 4096 };
+	struct rng r = rng_for(2);
+	struct ref_lines ref = { 0 };
+
+	(void)state;
+	for (unsigned round = 0; round < 600; round++) {
+		size_t max_line = max_lines[rng_below(&r, 6)];
+		size_t read_size = read_sizes[rng_below(&r, 5)];
+		size_t n;
+		char *text = gen_text_near(&r, max_line, read_size,
+					   rng_below(&r, 40), &n);
+
+		ref_split(&ref, text, n, max_line);
+		drive_policy(&r, text, n, max_line, read_size, &ref);
+		free(text);
+	}
+	free(ref.v);
+}
+
+/*
+ * Regression: the engine read only while less than one read (256 KiB) was
+ * buffered, so a line longer than that but within max_line, with no '\n'
+ * yet, stopped the reads for good: the run hung at 0% CPU.
+ */
+static void test_wants_bytes_for_long_line(void **state)
+{
+	struct line_reader lr;
+	const char *line;
+	size_t len;
+
+	(void)state;
+	line_reader_init(&lr, 100);
+	assert_true(line_reader_wants_bytes(&lr, 8));
+	feed_str(&lr, "0123456789");
+	/* ten bytes, not yet looked at: take lines before reading more */
+	assert_false(line_reader_wants_bytes(&lr, 8));
+	assert_int_equal(line_reader_next(&lr, &line, &len), LINE_NONE);
+	/* no line among them: only more input can make one */
+	assert_true(line_reader_wants_bytes(&lr, 8));
+	feed_str(&lr, "abc\nde");
+	assert_false(line_reader_wants_bytes(&lr, 8));
+	expect_line(&lr, "0123456789abc", 1);
+	assert_true(line_reader_wants_bytes(&lr, 8));	/* 2 bytes left */
+	/* while an overlong line is dropped every byte is wanted */
+	for (int i = 0; i < 30; i++) {
+		feed_str(&lr, "0123456789");
+		expect_status(&lr, LINE_NONE, 1);
+		assert_true(line_reader_wants_bytes(&lr, 8));
+		assert_true(line_reader_buffered(&lr) <= 100);
+	}
+	lr.eof = true;
+	assert_false(line_reader_wants_bytes(&lr, 8));
+	expect_status(&lr, LINE_OVERLONG, 2);
+	assert_int_equal(lr.overlong_len, 2 + 300);
+	line_reader_release(&lr);
+}
+
+/* ------------------------------------------------------------------ */
 /* Regressions                                                          */
 /* ------------------------------------------------------------------ */
 
@@ -460,6 +656,8 @@ int main(void)
 		cmocka_unit_test(test_max_line_zero),
 		cmocka_unit_test(test_pointers_valid_until_feed),
 		cmocka_unit_test(test_random_vs_naive),
+		cmocka_unit_test(test_read_policy_random),
+		cmocka_unit_test(test_wants_bytes_for_long_line),
 		cmocka_unit_test(test_next_before_feed),
 		cmocka_unit_test(test_eof_line_trailing_cr),
 	};
