@@ -151,6 +151,7 @@ struct shard {
 	uint64_t restart_at_ns;		/* when dead: start a new one then */
 	uint32_t n_failed_starts;	/* consecutive deaths before ready */
 	uint32_t n_quick_deaths;	/* consecutive deaths soon after start */
+	struct io_op exit_op;		/* poll of pidfd; arg: the engine */
 	/* isolation after a fault: slots (and generations) to run alone */
 	uint32_t *suspect_slot;
 	uint32_t *suspect_gen;
@@ -173,6 +174,7 @@ struct engine {
 	int in_fd, out_fd, sig_fd, notify_fd;
 	uint64_t notify_buf;
 	struct signalfd_siginfo sig_buf;
+	struct io_op in_op, out_op, sig_op, notify_op;	/* arg: the engine */
 	/* input: lines are split here and parsed on the parser thread */
 	struct line_reader lines;
 	struct parser_thread *parser;
@@ -1169,7 +1171,7 @@ static int shard_start_worker(struct engine *e, struct shard *s)
 	s->ready_seen = false;
 	s->failed_step = false;
 	e->stats.n_worker_starts++;
-	io_ring_poll_in(&e->io, s->pidfd, IO_TAG_PIDFD, s->index);
+	io_ring_poll_in(&e->io, s->pidfd, &s->exit_op);
 	/* Anything already waiting for this shard goes out now. */
 	shard_advance(e, s);
 	return 0;
@@ -1279,7 +1281,7 @@ static void engine_handle_pidfd(struct engine *e, uint32_t index)
 	if (s->pid <= 0)
 		return;
 	if (!worker_reap(s->pid, why, sizeof(why), &signo)) {
-		io_ring_poll_in(&e->io, s->pidfd, IO_TAG_PIDFD, s->index);
+		io_ring_poll_in(&e->io, s->pidfd, &s->exit_op);
 		return;
 	}
 	shard_on_exit(e, s, why, signo);
@@ -1392,50 +1394,61 @@ static void engine_on_signal(struct engine *e, int signo)
 			  e->http ? "the server is shutting down" : NULL);
 }
 
-static void engine_handle_event(struct engine *e, const struct io_event *ev)
+/* The input read completed: bytes, end of input, or an error. */
+static void engine_on_input(struct io_op *op, int32_t res)
 {
-	switch (ev->tag) {
-	case IO_TAG_INPUT:
-		e->read_inflight = false;
-		if (ev->res > 0) {
-			if (line_reader_feed(&e->lines, e->read_buf, (size_t)ev->res))
-				engine_fail(e, "out of memory reading input");
-		} else if (ev->res == 0) {
-			e->input_eof = true;
-			e->lines.eof = true;
-		} else {
-			engine_fail(e, "reading input: %s", strerror(-ev->res));
-		}
-		break;
-	case IO_TAG_OUTPUT:
-		e->write_inflight = false;
-		if (ev->res < 0) {
-			engine_fail(e, "writing output: %s", strerror(-ev->res));
-			strbuf_consume(&e->out_write, e->out_write.len);
-			break;
-		}
-		strbuf_consume(&e->out_write, (size_t)ev->res);
-		break;
-	case IO_TAG_SIGNAL:
-		if (ev->res == (int32_t)sizeof(e->sig_buf))
-			engine_on_signal(e, (int)e->sig_buf.ssi_signo);
-		io_ring_read(&e->io, e->sig_fd, &e->sig_buf, sizeof(e->sig_buf),
-			     IO_TAG_SIGNAL, 0);
-		break;
-	case IO_TAG_PIDFD:
-		engine_handle_pidfd(e, ev->index);
-		break;
-	case IO_TAG_NOTIFY:
-		io_ring_read(&e->io, e->notify_fd, &e->notify_buf,
-			     sizeof(e->notify_buf), IO_TAG_NOTIFY, 0);
-		break;
-	case IO_TAG_ACCEPT:
-	case IO_TAG_RECV:
-	case IO_TAG_SEND:
-		if (e->http)
-			http_server_on_event(e->http, ev);
-		break;
+	struct engine *e = op->arg;
+
+	e->read_inflight = false;
+	if (res > 0) {
+		if (line_reader_feed(&e->lines, e->read_buf, (size_t)res))
+			engine_fail(e, "out of memory reading input");
+	} else if (res == 0) {
+		e->input_eof = true;
+		e->lines.eof = true;
+	} else {
+		engine_fail(e, "reading input: %s", strerror(-res));
 	}
+}
+
+/* The output write completed. */
+static void engine_on_output(struct io_op *op, int32_t res)
+{
+	struct engine *e = op->arg;
+
+	e->write_inflight = false;
+	if (res < 0) {
+		engine_fail(e, "writing output: %s", strerror(-res));
+		strbuf_consume(&e->out_write, e->out_write.len);
+		return;
+	}
+	strbuf_consume(&e->out_write, (size_t)res);
+}
+
+static void engine_on_signalfd(struct io_op *op, int32_t res)
+{
+	struct engine *e = op->arg;
+
+	if (res == (int32_t)sizeof(e->sig_buf))
+		engine_on_signal(e, (int)e->sig_buf.ssi_signo);
+	io_ring_read(&e->io, e->sig_fd, &e->sig_buf, sizeof(e->sig_buf), &e->sig_op);
+}
+
+/* A worker wrote the eventfd: it only had to wake us; read the next. */
+static void engine_on_notify(struct io_op *op, int32_t res)
+{
+	struct engine *e = op->arg;
+
+	io_ring_read(&e->io, e->notify_fd, &e->notify_buf, sizeof(e->notify_buf),
+		     &e->notify_op);
+}
+
+/* A worker's pidfd became readable (or the poll failed). */
+static void engine_on_exit_poll(struct io_op *op, int32_t res)
+{
+	struct shard *s = io_op_owner(op, struct shard, exit_op);
+
+	engine_handle_pidfd(op->arg, s->index);
 }
 
 /* Queue the input read and output write that are due (serve: take the
@@ -1449,7 +1462,7 @@ static bool engine_arm_io(struct engine *e)
 	    line_reader_buffered(&e->lines) < ENGINE_READ_SIZE &&
 	    engine_can_admit(e)) {
 		io_ring_read(&e->io, e->in_fd, e->read_buf, ENGINE_READ_SIZE,
-			     IO_TAG_INPUT, 0);
+			     &e->in_op);
 		e->read_inflight = true;
 	}
 	if (!e->write_inflight && (e->out_write.len || e->out_fill.len)) {
@@ -1461,7 +1474,7 @@ static bool engine_arm_io(struct engine *e)
 		}
 		io_ring_write(&e->io, e->out_fd, e->out_write.data,
 			      e->out_write.len > (1u << 30) ? 1u << 30 :
-			      (uint32_t)e->out_write.len, IO_TAG_OUTPUT, 0);
+			      (uint32_t)e->out_write.len, &e->out_op);
 		e->write_inflight = true;
 	}
 	return false;
@@ -1588,7 +1601,6 @@ static void engine_wait(struct engine *e, uint64_t deadline_ns)
 	uint64_t now = clock_now_ns();
 	uint64_t doze_ns = e->in_process ? 0 : engine_doze_ns(e);
 	bool want_parser;
-	struct io_event ev;
 	uint64_t timeout;
 	int ret;
 
@@ -1631,13 +1643,13 @@ static void engine_wait(struct engine *e, uint64_t deadline_ns)
 	now = clock_now_ns();
 	timeout = deadline_ns <= now ? 1 : deadline_ns - now;
 	e->stats.n_dozes += doze_ns != 0;
-	ret = io_ring_next(&e->io, timeout, &ev);
+	ret = io_ring_wait(&e->io, timeout);
 	if (want_parser)
 		parser_thread_no_wakeup(e->parser);
 	if (!e->in_process)
 		atomic_store(&e->seg.hdr->coordinator_sleeping, SHM_COORD_AWAKE);
 	if (ret > 0)
-		engine_handle_event(e, &ev);
+		io_ring_dispatch(&e->io);
 	else if (ret < 0)
 		engine_fail(e, "io_uring wait: %s", strerror(-ret));
 }
@@ -1662,17 +1674,13 @@ static bool engine_done(const struct engine *e)
 
 static void engine_loop(struct engine *e)
 {
-	struct io_event ev;
-
 	while (!engine_done(e)) {
 		bool progress = false;
 		uint64_t now, deadline;
 		int ret;
 
-		while ((ret = io_ring_next(&e->io, 0, &ev)) > 0) {
-			engine_handle_event(e, &ev);
+		while ((ret = io_ring_dispatch(&e->io)) > 0)
 			progress = true;
-		}
 		if (ret < 0)
 			engine_fail(e, "io_uring: %s", strerror(-ret));
 		if (e->failed)
@@ -1750,6 +1758,7 @@ static int engine_setup_shards(struct engine *e)
 		s->n_slots = (uint32_t)((uint64_t)b * (i + 1) / n) - s->first_slot;
 		s->next_dispatch_id = 1;
 		s->pidfd = -1;
+		s->exit_op = (struct io_op){ engine_on_exit_poll, e };
 		s->sent = calloc((size_t)SHM_RING_DEPTH * s->n_slots, sizeof(*s->sent));
 		s->seen = calloc(s->n_slots, sizeof(uint32_t));
 		s->suspect_slot = calloc(s->n_slots, sizeof(uint32_t));
@@ -1982,9 +1991,13 @@ files_done:
 			return ENGINE_EXIT_USAGE;
 		}
 	}
-	io_ring_read(&e->io, e->sig_fd, &e->sig_buf, sizeof(e->sig_buf), IO_TAG_SIGNAL, 0);
+	e->in_op = (struct io_op){ engine_on_input, e };
+	e->out_op = (struct io_op){ engine_on_output, e };
+	e->sig_op = (struct io_op){ engine_on_signalfd, e };
+	e->notify_op = (struct io_op){ engine_on_notify, e };
+	io_ring_read(&e->io, e->sig_fd, &e->sig_buf, sizeof(e->sig_buf), &e->sig_op);
 	io_ring_read(&e->io, e->notify_fd, &e->notify_buf, sizeof(e->notify_buf),
-		     IO_TAG_NOTIFY, 0);
+		     &e->notify_op);
 	e->progress_on = cfg->progress > 0 || (cfg->progress < 0 && isatty(STDERR_FILENO));
 	return ENGINE_EXIT_OK;
 nomem:

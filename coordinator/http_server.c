@@ -5,8 +5,8 @@
  *
  * Connections.  A fixed table of max_connections entries, each with its
  * own receive buffer, request reader and output buffers.  Every socket
- * operation is an io_uring recv or send tagged with the entry's index; an
- * entry is reused only after its socket is closed and no operation on it
+ * operation is an io_uring recv or send carrying one of the entry's two
+ * ops (io_op: its callback); an entry is reused only after its socket is closed and no operation on it
  * is in flight, so a completion can never land on the wrong connection.
  * A connection always has a recv queued while it has buffer room, also
  * while its request is running: that is how a disconnect is seen at once
@@ -73,6 +73,7 @@ struct conn {
 	struct strbuf out_fill;		/* answers being appended */
 	struct strbuf out_write;	/* the send in flight */
 	bool recv_inflight, send_inflight;
+	struct io_op recv_op, send_op;	/* arg: the server */
 	bool dirty;			/* on the work list */
 	bool closing;			/* shut down; freed when no I/O is left */
 	bool close_after_send;		/* the answer said Connection: close */
@@ -98,6 +99,7 @@ struct http_server {
 	int listen_fd;
 	bool accepting;
 	bool accept_inflight;
+	struct io_op accept_op;		/* arg: the server */
 	uint64_t accept_retry_ns;	/* accept failed: try again then */
 	struct conn *conns;
 	uint32_t n_conns;
@@ -548,8 +550,6 @@ static bool conn_process_input(struct http_server *srv, struct conn *c)
 
 static void conn_arm(struct http_server *srv, struct conn *c)
 {
-	uint32_t index = (uint32_t)(c - srv->conns);
-
 	if (c->closing)
 		return;
 	if (!c->send_inflight && conn_buffered(c)) {
@@ -561,7 +561,7 @@ static void conn_arm(struct http_server *srv, struct conn *c)
 		}
 		if (!io_ring_send(srv->io, c->fd, c->out_write.data,
 				  c->out_write.len > (1u << 30) ? 1u << 30 :
-				  (uint32_t)c->out_write.len, IO_TAG_SEND, index))
+				  (uint32_t)c->out_write.len, &c->send_op))
 			c->send_inflight = true;
 	}
 	if (!c->send_inflight && c->close_after_send && !conn_buffered(c)) {
@@ -570,14 +570,14 @@ static void conn_arm(struct http_server *srv, struct conn *c)
 	}
 	if (!c->recv_inflight && c->in_len < HTTP_IN_SIZE &&
 	    !io_ring_recv(srv->io, c->fd, c->in + c->in_len,
-			  HTTP_IN_SIZE - c->in_len, IO_TAG_RECV, index))
+			  HTTP_IN_SIZE - c->in_len, &c->recv_op))
 		c->recv_inflight = true;
 }
 
 static void arm_accept(struct http_server *srv)
 {
 	if (srv->accepting && !srv->accept_inflight && !srv->accept_retry_ns &&
-	    !io_ring_accept(srv->io, srv->listen_fd, IO_TAG_ACCEPT, 0))
+	    !io_ring_accept(srv->io, srv->listen_fd, &srv->accept_op))
 		srv->accept_inflight = true;
 }
 
@@ -631,53 +631,61 @@ static void on_accept(struct http_server *srv, int fd)
 	conn_mark(srv, c);
 }
 
-void http_server_on_event(struct http_server *srv, const struct io_event *ev)
+/* The accept on the listening socket completed: res is the new socket. */
+static void on_accept_done(struct io_op *op, int32_t res)
 {
-	struct conn *c;
+	struct http_server *srv = op->arg;
 
-	if (ev->tag == IO_TAG_ACCEPT) {
-		srv->accept_inflight = false;
-		if (ev->res >= 0) {
-			on_accept(srv, ev->res);
-		} else if (ev->res != -EINTR && ev->res != -ECONNABORTED &&
-			   srv->accepting) {
-			/* out of descriptors or memory: back off, then retry */
-			LOG(LOG_WARN, "accept: %s", strerror(-ev->res));
-			srv->accept_retry_ns = clock_now_ns() + HTTP_ACCEPT_RETRY_NS;
-		}
-		arm_accept(srv);
-		return;
+	srv->accept_inflight = false;
+	if (res >= 0) {
+		on_accept(srv, res);
+	} else if (res != -EINTR && res != -ECONNABORTED && srv->accepting) {
+		/* out of descriptors or memory: back off, then retry */
+		LOG(LOG_WARN, "accept: %s", strerror(-res));
+		srv->accept_retry_ns = clock_now_ns() + HTTP_ACCEPT_RETRY_NS;
 	}
-	if (ev->index >= srv->n_conns)
-		return;
-	c = &srv->conns[ev->index];
+	arm_accept(srv);
+}
+
+/* A recv on the connection completed. */
+static void conn_on_recv(struct io_op *op, int32_t res)
+{
+	struct http_server *srv = op->arg;
+	struct conn *c = io_op_owner(op, struct conn, recv_op);
+
 	if (c->fd < 0)
 		return;
-	if (ev->tag == IO_TAG_RECV) {
-		c->recv_inflight = false;
-		if (c->closing) {
-			conn_close(srv, c);
-			return;
-		}
-		if (ev->res <= 0) {	/* the client closed or reset */
-			conn_client_gone(srv, c);
-			return;
-		}
-		c->in_len += (uint32_t)ev->res;
-		conn_mark(srv, c);
+	c->recv_inflight = false;
+	if (c->closing) {
+		conn_close(srv, c);
 		return;
 	}
-	/* IO_TAG_SEND */
+	if (res <= 0) {	/* the client closed or reset */
+		conn_client_gone(srv, c);
+		return;
+	}
+	c->in_len += (uint32_t)res;
+	conn_mark(srv, c);
+}
+
+/* A send on the connection completed. */
+static void conn_on_send(struct io_op *op, int32_t res)
+{
+	struct http_server *srv = op->arg;
+	struct conn *c = io_op_owner(op, struct conn, send_op);
+
+	if (c->fd < 0)
+		return;
 	c->send_inflight = false;
 	if (c->closing) {
 		conn_close(srv, c);
 		return;
 	}
-	if (ev->res < 0) {
+	if (res < 0) {
 		conn_client_gone(srv, c);
 		return;
 	}
-	strbuf_consume(&c->out_write, (size_t)ev->res);
+	strbuf_consume(&c->out_write, (size_t)res);
 	c->last_progress_ns = clock_now_ns();
 	if (c->paused && conn_buffered(c) <= srv->cfg->conn_buffer / 2) {
 		c->paused = false;
@@ -1050,7 +1058,10 @@ struct http_server *http_server_create(const struct http_config *cfg,
 		return NULL;
 	}
 	srv->n_conns = n;
+	srv->accept_op = (struct io_op){ on_accept_done, srv };
 	for (uint32_t i = 0; i < n; i++) {
+		srv->conns[n - 1 - i].recv_op = (struct io_op){ conn_on_recv, srv };
+		srv->conns[n - 1 - i].send_op = (struct io_op){ conn_on_send, srv };
 		srv->conns[n - 1 - i].fd = -1;
 		http_reader_init(&srv->conns[n - 1 - i].reader, &cfg->limits);
 		srv->free_list[srv->n_free++] = n - 1 - i;

@@ -26,7 +26,6 @@
 #include "stats.h"
 
 struct engine;
-struct io_event;
 struct io_ring;
 struct live_request;
 struct request_limits;
@@ -59,8 +58,6 @@ struct http_server *http_server_create(const struct http_config *cfg,
 /* Close every connection (their requests are the engine's to release). */
 void http_server_destroy(struct http_server *srv);
 
-/* An accept, recv or send completed. */
-void http_server_on_event(struct http_server *srv, const struct io_event *ev);
 /* Per loop round: parse what arrived and answer or submit it, queue due
  * recvs and sends.  Returns true if it submitted or answered anything. */
 bool http_server_pump(struct http_server *srv);
