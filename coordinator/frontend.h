@@ -18,23 +18,26 @@
  *   on_signal(signo) <- SIGINT/TERM -  the first one: drain how?
  *   done()          <- each round --   may the loop end (nothing live)?
  *
- * Rules for the callbacks (on_tokens, on_finish, on_signal, tick, done,
- * before_sleep, after_sleep): they run inside the engine's loop, in the
- * middle of a commit or a finish, so they never re-enter the engine: no
- * engine_submit, engine_cancel, engine_pause or engine_resume.  They may
- * call the engine's read-only queries (engine_has_room, engine_n_waiting,
- * engine_vocab, engine_healthy, engine_metrics) and engine_fail_frontend(),
- * which only records the failure.  What a callback wants done to the
- * engine (pause a request whose client reads slowly, cancel one whose
- * client is gone) it notes and does from pump(), which runs at the top
- * level of the loop, where every engine call is allowed.
+ * Rules.  on_tokens, on_finish, on_signal, done, before_sleep and
+ * after_sleep run inside the engine (in the middle of a commit, a finish
+ * or a signal), so they never re-enter it: no engine_submit,
+ * engine_cancel, engine_pause or engine_resume.  They may call the
+ * engine's read-only queries (engine_has_room, engine_n_waiting,
+ * engine_vocab, engine_healthy, engine_metrics), engine_note_answered()
+ * and engine_fail_frontend(), which only records the failure.  What such
+ * a callback wants done to the engine (pause a request whose client reads
+ * slowly, cancel one whose client is gone) it notes and does from pump().
+ * pump() and tick(), and the front end's own io_uring completions
+ * (io_op), run at the top level of the loop, where every engine call is
+ * allowed.
  *
  * A cookie means nothing to the engine; it is stored with the request and
  * handed back.  A front end that abandons a request (its client went away)
- * calls engine_cancel() from pump() and then receives on_finish() for it
- * like for any other: a cookie that names something already gone must be
- * recognised and ignored by the front end (http_server.c keeps a serial
- * number in it).
+ * calls engine_cancel() at the top level; the on_finish() for it comes
+ * from inside that call, like the last call for any request.  So a cookie
+ * that names something already gone must be recognised and ignored by the
+ * front end (http_server.c keeps a serial number in it, bumped before it
+ * cancels).
  */
 #ifndef DYNBATCH_FRONTEND_H
 #define DYNBATCH_FRONTEND_H

@@ -768,8 +768,9 @@ static int stream_finish(struct http_server *srv, struct conn *c,
 	if (r->reason == FINISH_STOP || r->reason == FINISH_LENGTH) {
 		uint32_t from = c->n_sent < n ? c->n_sent : n;
 
-		if (completion_format_event(&srv->body, &m, r->tokens ? r->tokens + from : NULL,
-					    n - from, finish_reason_names[r->reason], &u))
+		if (completion_format_event(&srv->body, &m,
+					    r->tokens ? r->tokens + from : NULL, n - from,
+					    finish_reason_names[r->reason], &u))
 			return -1;
 	} else {
 		if (strbuf_append(&srv->body, "data: ", 6) ||
