@@ -42,17 +42,22 @@
  * result rings (around the time the next result is due, else for
  * spin_us), then sets coordinator_sleeping, fences, looks once more, and
  * sleeps in io_uring; a worker that publishes a result while the flag is
- * set writes the eventfd, and so does the parser thread when it has a
- * request ready and the loop asked for it.  When every step takes a
+ * set writes the eventfd, and the front end's before_sleep() arranges its
+ * own wake-up (the parser thread's eventfd).  When every step takes a
  * millisecond or more it dozes instead: no spinning, a timer of a quarter
  * step, and only urgent results wake it (engine_doze_ns()).  The
  * coordinator wakes a worker (sem_post) only when the worker has said it
  * sleeps.
  *
- * Input.  Lines are read and split on the loop (io_uring reads) and
- * parsed on the parser thread (parser_thread.h), about one batch ahead of
- * need; admission (duplicate ids, the queue) happens back on the loop in
- * input order.
+ * Front ends.  The engine knows no protocol: requests come from a front
+ * end (frontend.h) through engine_submit(), the one admission path, and
+ * go back through its on_tokens/on_finish callbacks, named by the cookie
+ * the front end gave.  Decisions about requests are made here, once, for
+ * every front end: which tokens are final (the stop holdback,
+ * engine_release_final()), max_tokens 0 (answered on the next round
+ * without a slot, engine_finish_at_once()), duplicate ids, and the
+ * metrics (prompt tokens, time to first token).  A callback never
+ * re-enters the engine, so a commit or a finish cannot nest another.
  */
 #include "engine.h"
 
@@ -68,18 +73,15 @@
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "clock.h"
-#include "http_server.h"
+#include "frontend.h"
 #include "io_ring.h"
-#include "line_reader.h"
 #include "log.h"
 #include "log_escape.h"
 #include "metrics.h"
 #include "model_loader.h"
-#include "parser_thread.h"
 #include "request.h"
 #include "request_pool.h"
 #include "shm_segment.h"
@@ -89,8 +91,6 @@
 #include "wait_queue.h"
 #include "worker_pool.h"
 
-#define ENGINE_READ_SIZE (256u * 1024)
-#define ENGINE_OUTPUT_HIGH (1u << 20)	/* stop admitting above this backlog */
 #define ENGINE_MAX_FAILED_STARTS 8	/* per shard, then give up on it */
 #define ENGINE_RESTART_MAX_NS (1000ull * 1000 * 1000)
 #define ENGINE_PROGRESS_NS (250ull * 1000 * 1000)
@@ -152,6 +152,7 @@ struct shard {
 	uint64_t restart_at_ns;		/* when dead: start a new one then */
 	uint32_t n_failed_starts;	/* consecutive deaths before ready */
 	uint32_t n_quick_deaths;	/* consecutive deaths soon after start */
+	struct io_op exit_op;		/* poll of pidfd; arg: the engine */
 	/* isolation after a fault: slots (and generations) to run alone */
 	uint32_t *suspect_slot;
 	uint32_t *suspect_gen;
@@ -171,18 +172,11 @@ struct engine {
 	bool in_process;
 	char worker_path[PATH_MAX];
 	struct io_ring io;
-	int in_fd, out_fd, sig_fd, notify_fd;
+	int sig_fd, notify_fd;
 	uint64_t notify_buf;
 	struct signalfd_siginfo sig_buf;
-	/* input: lines are split here and parsed on the parser thread */
-	struct line_reader lines;
-	struct parser_thread *parser;
-	char *read_buf;
-	bool read_inflight;
-	bool input_eof;
-	/* output: results accumulate in fill while write is being written */
-	struct strbuf out_fill, out_write;
-	bool write_inflight;
+	struct io_op sig_op, notify_op;	/* arg: the engine */
+	struct frontend fe;		/* where requests come from and go */
 	/* state */
 	int n_signals;
 	bool failed;
@@ -201,8 +195,10 @@ struct engine {
 	int32_t *next_tokens;
 	struct shm_result_row *inproc_rows;
 	struct engine_stats stats;
-	/* dynbatch serve */
-	struct http_server *http;	/* NULL for dynbatch run */
+	uint32_t *at_once;		/* AT_ONCE handles (max_tokens 0), oldest
+					 * first: finished on the next round */
+	uint32_t n_at_once;
+	/* pausing: a front end whose client reads slowly */
 	uint32_t *resume;		/* RESUMING handles, oldest first */
 	uint32_t n_resume;
 	uint32_t n_paused;		/* PAUSED or RESUMING requests */
@@ -233,40 +229,23 @@ static void engine_fail(struct engine *e, const char *fmt, ...)
  * Results
  * ---------------------------------------------------------------------- */
 
-static void engine_emit(struct engine *e, const struct result *r,
-			enum finish_reason reason)
+/* Take handle out of the list it is in (its place is RESUMING or
+ * AT_ONCE). */
+static void engine_unlist(uint32_t *list, uint32_t *n, uint32_t handle)
 {
-	if (result_format(r, &e->out_fill))
-		engine_fail(e, "out of memory formatting a result");
-	e->stats.n_finished[reason]++;
-}
-
-/* A line that never became a live request (bad input, max_tokens 0). */
-static void engine_emit_unqueued(struct engine *e, const struct request *req,
-				 enum finish_reason reason, const char *error)
-{
-	struct result r = {
-		.id = req->id,
-		.line_no = req->line_no,
-		.finish_reason = finish_reason_names[reason],
-		.error = error,
-		.n_prompt = req->n_prompt,
-	};
-
-	engine_emit(e, &r, reason);
+	for (uint32_t i = 0; i < *n; i++) {
+		if (list[i] != handle)
+			continue;
+		(*n)--;
+		memmove(list + i, list + i + 1, (*n - i) * sizeof(uint32_t));
+		return;
+	}
 }
 
 /* Take handle out of the resume line (it is RESUMING). */
 static void engine_unresume(struct engine *e, uint32_t handle)
 {
-	for (uint32_t i = 0; i < e->n_resume; i++) {
-		if (e->resume[i] != handle)
-			continue;
-		e->n_resume--;
-		memmove(e->resume + i, e->resume + i + 1,
-			(e->n_resume - i) * sizeof(uint32_t));
-		return;
-	}
+	engine_unlist(e->resume, &e->n_resume, handle);
 }
 
 static struct shard *shard_of_slot(struct engine *e, uint32_t slot)
@@ -310,6 +289,9 @@ static void engine_unplace(struct engine *e, uint32_t handle,
 		break;
 	case LIVE_UNPLACED:
 		break;
+	case LIVE_AT_ONCE:
+		engine_unlist(e->at_once, &e->n_at_once, handle);
+		break;
 	case LIVE_ACTIVE:
 		shard_drop_slot(e, lr->slot);
 		slot_table_release(&e->slots, lr->slot);
@@ -326,9 +308,9 @@ static void engine_unplace(struct engine *e, uint32_t handle,
 }
 
 /*
- * Answer live request handle (a result line, or the HTTP front end's
- * answer) and release it and whatever place it holds.  The only way a live
- * request ends, so each gets exactly one answer.
+ * Answer live request handle (the front end's on_finish) and release it
+ * and whatever place it holds.  The only way a live request ends, so each
+ * gets exactly one answer.
  */
 static void engine_finish(struct engine *e, uint32_t handle,
 			  enum finish_reason reason, const char *error)
@@ -336,6 +318,7 @@ static void engine_finish(struct engine *e, uint32_t handle,
 	struct live_request *lr = request_pool_get(&e->pool, handle);
 	uint64_t now = clock_now_ns();
 	const int32_t *tokens = NULL;
+	struct frontend_result result;
 	uint32_t n = 0;
 
 	if (!lr)
@@ -352,29 +335,41 @@ static void engine_finish(struct engine *e, uint32_t handle,
 		if (reason == FINISH_STOP && !lr->req.include_stop)
 			n -= lr->stop_len;
 	}
-	if (e->http) {
-		e->stats.n_finished[reason]++;
-		http_server_on_finish(e->http, lr, reason, error, tokens, n);
-	} else {
-		struct result r = {
-			.id = lr->req.id,
-			.line_no = lr->req.line_no,
-			.tokens = tokens,
-			.n_tokens = n,
-			.finish_reason = finish_reason_names[reason],
-			.error = error,
-			.n_prompt = lr->req.n_prompt,
-			.n_generated = lr->n_generated,
-		};
-
-		engine_emit(e, &r, reason);
-	}
-	if (reason == FINISH_STOP || reason == FINISH_LENGTH) {
+	e->stats.n_finished[reason]++;
+	result = (struct frontend_result){
+		.req = &lr->req,
+		.reason = reason,
+		.error = error,
+		.tokens = tokens,
+		.n_tokens = n,
+		.n_generated = lr->n_generated,
+	};
+	e->fe.ops->on_finish(e->fe.ctx, lr->cookie, &result);
+	/* latency of requests that ran (max_tokens 0 never did) */
+	if ((reason == FINISH_STOP || reason == FINISH_LENGTH) && lr->req.max_tokens) {
 		stats_record_latency(&e->stats, now - lr->admitted_ns);
 		histogram_record(&e->request_hist, now - lr->admitted_ns);
 	}
 	engine_unplace(e, handle, lr, now);
 	request_pool_free(&e->pool, handle);
+}
+
+/* Answer the requests that have nothing to generate (max_tokens 0), in
+ * the order they came.  Returns true if there were any. */
+static bool engine_finish_at_once(struct engine *e)
+{
+	uint32_t n = e->n_at_once;
+
+	/* on_finish never re-enters the engine: the list stays as it is */
+	for (uint32_t i = 0; i < n; i++) {
+		struct live_request *lr = request_pool_get(&e->pool, e->at_once[i]);
+
+		if (lr)
+			lr->place = LIVE_UNPLACED;
+		engine_finish(e, e->at_once[i], FINISH_LENGTH, NULL);
+	}
+	e->n_at_once = 0;
+	return n > 0;
 }
 
 /* Finish every request in the waiting queue, oldest first (popping each
@@ -404,125 +399,6 @@ static void engine_finish_all(struct engine *e, enum finish_reason reason,
 }
 
 /* ------------------------------------------------------------------------
- * Input and admission
- * ---------------------------------------------------------------------- */
-
-/* A parsed line becomes a live request, or is answered at once. */
-static void engine_admit(struct engine *e, struct parsed_line *pl)
-{
-	struct request *req = &pl->req;
-	char err[512];
-	uint32_t handle;
-	struct live_request *lr;
-
-	if (pl->rc == -ENOMEM) {
-		engine_fail(e, "out of memory parsing line %llu",
-			    (unsigned long long)pl->line_no);
-		request_release(req);
-		return;
-	}
-	if (pl->rc) {
-		req->line_no = pl->line_no;
-		engine_emit_unqueued(e, req, FINISH_ERROR, pl->err);
-		request_release(req);
-		return;
-	}
-	if (request_pool_find_id(&e->pool, req->id) != REQUEST_NONE) {
-		snprintf(err, sizeof(err), "line %llu: duplicate id '%.200s': a "
-			 "request with this id is still live",
-			 (unsigned long long)pl->line_no, req->id);
-		engine_emit_unqueued(e, req, FINISH_ERROR, err);
-		request_release(req);
-		return;
-	}
-	if (req->max_tokens == 0) {
-		engine_emit_unqueued(e, req, FINISH_LENGTH, NULL);
-		request_release(req);
-		return;
-	}
-	handle = request_pool_alloc(&e->pool);
-	lr = request_pool_get(&e->pool, handle);
-	if (!lr) {	/* cannot happen: admission is gated on queue room */
-		engine_fail(e, "request pool exhausted");
-		request_release(req);
-		return;
-	}
-	lr->req = *req;
-	lr->admitted_ns = clock_now_ns();
-	request_pool_add_id(&e->pool, handle);
-	wait_queue_push(&e->queue, handle);
-}
-
-/* May another request be admitted now? */
-static bool engine_can_admit(const struct engine *e)
-{
-	return !e->n_signals && !e->failed && !wait_queue_full(&e->queue) &&
-	       !request_pool_full(&e->pool) && e->out_fill.len < ENGINE_OUTPUT_HIGH;
-}
-
-/* Admit the next line the parser thread has finished, if there is room
- * and one is ready.  Returns true if it took one. */
-static bool engine_admit_parsed(struct engine *e)
-{
-	struct parsed_line pl;
-
-	if (!e->parser || !engine_can_admit(e) || !parser_thread_take(e->parser, &pl))
-		return false;
-	engine_admit(e, &pl);
-	return true;
-}
-
-/*
- * Hand complete input lines to the parser thread, keeping about one
- * batch's worth of requests parsed or being parsed beyond the queue.
- * Parsing further ahead would only hold more parsed requests (each with
- * its stop automaton) in memory that is fresh for every request instead of
- * recycled.  Overlong lines are answered here.  Returns true if it did
- * anything.
- */
-static bool engine_feed_parser(struct engine *e)
-{
-	uint32_t ahead = e->slots.n_slots;
-	bool fed = false;
-
-	while (engine_can_admit(e) && !parser_thread_full(e->parser) &&
-	       wait_queue_len(&e->queue) + parser_thread_in_flight(e->parser) < ahead) {
-		const char *line;
-		size_t len;
-		enum line_status st = line_reader_next(&e->lines, &line, &len);
-		char err[128];
-
-		if (st == LINE_NONE)
-			break;
-		fed = true;
-		if (st == LINE_OVERLONG) {
-			struct request none = { .line_no = e->lines.line_no };
-
-			line_reader_overlong_error(&e->lines, err, sizeof(err));
-			engine_emit_unqueued(e, &none, FINISH_ERROR, err);
-			continue;
-		}
-		if (parser_thread_submit(e->parser, line, len, e->lines.line_no)) {
-			engine_fail(e, "out of memory reading line %llu",
-				    (unsigned long long)e->lines.line_no);
-			break;
-		}
-	}
-	return fed;
-}
-
-/* Admit what the parser has finished, then feed it more lines. */
-static bool engine_parse_input(struct engine *e)
-{
-	bool progress = false;
-
-	while (engine_admit_parsed(e))
-		progress = true;
-	progress |= engine_feed_parser(e);
-	return progress;
-}
-
-/* ------------------------------------------------------------------------
  * Slots, dispatch, commit
  * ---------------------------------------------------------------------- */
 
@@ -537,8 +413,6 @@ static int engine_next_waiting(struct engine *e, uint32_t *handle)
 		e->n_paused--;
 		return 0;
 	}
-	if (!wait_queue_len(&e->queue))
-		engine_admit_parsed(e);
 	return wait_queue_pop(&e->queue, handle);
 }
 
@@ -745,6 +619,26 @@ static void shard_clear_suspect(struct shard *s, uint32_t slot)
 		shard_pop_suspect(s);
 }
 
+/*
+ * Hand the front end the request's tokens that became final: those no
+ * stop sequence can take back any more (the ones that may still be the
+ * start of a stop are held back until the match fails).
+ */
+static void engine_release_final(struct engine *e, struct live_request *lr)
+{
+	uint32_t final = lr->n_generated - stop_matcher_pending(lr->req.stops,
+								lr->matcher_state);
+	const int32_t *tokens;
+
+	if (final <= lr->n_final)
+		return;
+	tokens = lr->generated ? lr->generated :
+		 slot_table_tokens(&e->slots, lr->slot) + lr->req.n_prompt;
+	e->fe.ops->on_tokens(e->fe.ctx, lr->cookie, &lr->req, tokens + lr->n_final,
+			     final - lr->n_final);
+	lr->n_final = final;
+}
+
 /* Commit one validated token to the request in slot; finish it if done. */
 static void engine_commit_token(struct engine *e, uint32_t slot, int32_t token)
 {
@@ -762,7 +656,7 @@ static void engine_commit_token(struct engine *e, uint32_t slot, int32_t token)
 	}
 	if (lr->generated)
 		lr->generated[lr->n_generated] = token;
-	if (!lr->n_generated && e->http)
+	if (!lr->n_generated)
 		histogram_record(&e->ttft_hist, clock_now_ns() - lr->admitted_ns);
 	lr->n_generated++;
 	e->stats.n_tokens++;
@@ -777,8 +671,8 @@ static void engine_commit_token(struct engine *e, uint32_t slot, int32_t token)
 	}
 	if (lr->n_generated >= lr->req.max_tokens)
 		engine_finish(e, handle, FINISH_LENGTH, NULL);
-	else if (e->http)
-		http_server_on_tokens(e->http, lr);
+	else if (e->fe.ops->on_tokens)
+		engine_release_final(e, lr);
 }
 
 /*
@@ -1070,7 +964,7 @@ static void shard_note_failed_start(struct engine *e, struct shard *s,
 	for (uint32_t i = 0; i < e->n_shards; i++)
 		if (e->shards[i].n_failed_starts < ENGINE_MAX_FAILED_STARTS)
 			return;
-	if (!e->http) {
+	if (!e->cfg->keep_running) {
 		engine_fail(e, "no worker can be kept alive: %u starts in a row "
 			    "failed on every shard (last: %s); check --model and "
 			    "the worker's messages above", s->n_failed_starts, why);
@@ -1169,7 +1063,7 @@ static int shard_start_worker(struct engine *e, struct shard *s)
 	s->ready_seen = false;
 	s->failed_step = false;
 	e->stats.n_worker_starts++;
-	io_ring_poll_in(&e->io, s->pidfd, IO_TAG_PIDFD, s->index);
+	io_ring_poll_in(&e->io, s->pidfd, &s->exit_op);
 	/* Anything already waiting for this shard goes out now. */
 	shard_advance(e, s);
 	return 0;
@@ -1279,7 +1173,7 @@ static void engine_handle_pidfd(struct engine *e, uint32_t index)
 	if (s->pid <= 0)
 		return;
 	if (!worker_reap(s->pid, why, sizeof(why), &signo)) {
-		io_ring_poll_in(&e->io, s->pidfd, IO_TAG_PIDFD, s->index);
+		io_ring_poll_in(&e->io, s->pidfd, &s->exit_op);
 		return;
 	}
 	shard_on_exit(e, s, why, signo);
@@ -1368,103 +1262,43 @@ static uint64_t engine_check_workers(struct engine *e, uint64_t now)
  * Signals, I/O events
  * ---------------------------------------------------------------------- */
 
+/* The front end says (and logs) how the first signal drains. */
 static void engine_on_signal(struct engine *e, int signo)
 {
 	e->n_signals++;
-	if (e->n_signals == 1 && e->http) {
-		/* A server drains everything it accepted: waiting requests
-		 * were promised an answer too. */
-		LOG(LOG_WARN, "%s: draining (no new connections; every request "
-		    "already accepted finishes); signal again to stop now",
-		    strsignal(signo));
-		http_server_stop_accepting(e->http);
-		return;
-	}
 	if (e->n_signals == 1) {
-		LOG(LOG_WARN, "%s: draining (no new requests; active ones finish, "
-		    "waiting ones are cancelled); signal again to stop now",
-		    strsignal(signo));
-		engine_finish_waiting(e, FINISH_CANCELLED, NULL);
+		if (!e->fe.ops->on_signal(e->fe.ctx, signo))
+			engine_finish_waiting(e, FINISH_CANCELLED, NULL);
 		return;
 	}
 	LOG(LOG_WARN, "%s again: cancelling every request", strsignal(signo));
-	engine_finish_all(e, FINISH_CANCELLED,
-			  e->http ? "the server is shutting down" : NULL);
+	engine_finish_all(e, FINISH_CANCELLED, NULL);
 }
 
-static void engine_handle_event(struct engine *e, const struct io_event *ev)
+static void engine_on_signalfd(struct io_op *op, int32_t res)
 {
-	switch (ev->tag) {
-	case IO_TAG_INPUT:
-		e->read_inflight = false;
-		if (ev->res > 0) {
-			if (line_reader_feed(&e->lines, e->read_buf, (size_t)ev->res))
-				engine_fail(e, "out of memory reading input");
-		} else if (ev->res == 0) {
-			e->input_eof = true;
-			e->lines.eof = true;
-		} else {
-			engine_fail(e, "reading input: %s", strerror(-ev->res));
-		}
-		break;
-	case IO_TAG_OUTPUT:
-		e->write_inflight = false;
-		if (ev->res < 0) {
-			engine_fail(e, "writing output: %s", strerror(-ev->res));
-			strbuf_consume(&e->out_write, e->out_write.len);
-			break;
-		}
-		strbuf_consume(&e->out_write, (size_t)ev->res);
-		break;
-	case IO_TAG_SIGNAL:
-		if (ev->res == (int32_t)sizeof(e->sig_buf))
-			engine_on_signal(e, (int)e->sig_buf.ssi_signo);
-		io_ring_read(&e->io, e->sig_fd, &e->sig_buf, sizeof(e->sig_buf),
-			     IO_TAG_SIGNAL, 0);
-		break;
-	case IO_TAG_PIDFD:
-		engine_handle_pidfd(e, ev->index);
-		break;
-	case IO_TAG_NOTIFY:
-		io_ring_read(&e->io, e->notify_fd, &e->notify_buf,
-			     sizeof(e->notify_buf), IO_TAG_NOTIFY, 0);
-		break;
-	case IO_TAG_ACCEPT:
-	case IO_TAG_RECV:
-	case IO_TAG_SEND:
-		if (e->http)
-			http_server_on_event(e->http, ev);
-		break;
-	}
+	struct engine *e = op->arg;
+
+	if (res == (int32_t)sizeof(e->sig_buf))
+		engine_on_signal(e, (int)e->sig_buf.ssi_signo);
+	io_ring_read(&e->io, e->sig_fd, &e->sig_buf, sizeof(e->sig_buf), &e->sig_op);
 }
 
-/* Queue the input read and output write that are due (serve: take the
- * HTTP requests that arrived, queue recvs and sends).  Returns true if it
- * admitted anything. */
-static bool engine_arm_io(struct engine *e)
+/* A worker wrote the eventfd: it only had to wake us; read the next. */
+static void engine_on_notify(struct io_op *op, int32_t res)
 {
-	if (e->http)
-		return http_server_pump(e->http);
-	if (!e->read_inflight && !e->input_eof && !e->n_signals && !e->failed &&
-	    line_reader_wants_bytes(&e->lines, ENGINE_READ_SIZE) &&
-	    engine_can_admit(e)) {
-		io_ring_read(&e->io, e->in_fd, e->read_buf, ENGINE_READ_SIZE,
-			     IO_TAG_INPUT, 0);
-		e->read_inflight = true;
-	}
-	if (!e->write_inflight && (e->out_write.len || e->out_fill.len)) {
-		if (!e->out_write.len) {
-			struct strbuf t = e->out_write;
+	struct engine *e = op->arg;
 
-			e->out_write = e->out_fill;
-			e->out_fill = t;
-		}
-		io_ring_write(&e->io, e->out_fd, e->out_write.data,
-			      e->out_write.len > (1u << 30) ? 1u << 30 :
-			      (uint32_t)e->out_write.len, IO_TAG_OUTPUT, 0);
-		e->write_inflight = true;
-	}
-	return false;
+	io_ring_read(&e->io, e->notify_fd, &e->notify_buf, sizeof(e->notify_buf),
+		     &e->notify_op);
+}
+
+/* A worker's pidfd became readable (or the poll failed). */
+static void engine_on_exit_poll(struct io_op *op, int32_t res)
+{
+	struct shard *s = io_op_owner(op, struct shard, exit_op);
+
+	engine_handle_pidfd(op->arg, s->index);
 }
 
 /*
@@ -1587,8 +1421,7 @@ static void engine_wait(struct engine *e, uint64_t deadline_ns)
 {
 	uint64_t now = clock_now_ns();
 	uint64_t doze_ns = e->in_process ? 0 : engine_doze_ns(e);
-	bool want_parser;
-	struct io_event ev;
+	bool want_fe;
 	uint64_t timeout;
 	int ret;
 
@@ -1619,11 +1452,11 @@ static void engine_wait(struct engine *e, uint64_t deadline_ns)
 			return;
 		}
 	}
-	/* The parser thread writes the eventfd for us once it has a line. */
-	want_parser = e->parser && engine_can_admit(e) &&
-		      parser_thread_in_flight(e->parser);
-	if (want_parser && parser_thread_want_wakeup(e->parser)) {
-		parser_thread_no_wakeup(e->parser);
+	/* The front end's work off the loop (the parser thread) wakes us
+	 * through the ring, or is ready now. */
+	want_fe = e->fe.ops->before_sleep != NULL;
+	if (want_fe && e->fe.ops->before_sleep(e->fe.ctx)) {
+		e->fe.ops->after_sleep(e->fe.ctx);
 		if (!e->in_process)
 			atomic_store(&e->seg.hdr->coordinator_sleeping, SHM_COORD_AWAKE);
 		return;
@@ -1631,13 +1464,13 @@ static void engine_wait(struct engine *e, uint64_t deadline_ns)
 	now = clock_now_ns();
 	timeout = deadline_ns <= now ? 1 : deadline_ns - now;
 	e->stats.n_dozes += doze_ns != 0;
-	ret = io_ring_next(&e->io, timeout, &ev);
-	if (want_parser)
-		parser_thread_no_wakeup(e->parser);
+	ret = io_ring_wait(&e->io, timeout);
+	if (want_fe)
+		e->fe.ops->after_sleep(e->fe.ctx);
 	if (!e->in_process)
 		atomic_store(&e->seg.hdr->coordinator_sleeping, SHM_COORD_AWAKE);
 	if (ret > 0)
-		engine_handle_event(e, &ev);
+		io_ring_dispatch(&e->io);
 	else if (ret < 0)
 		engine_fail(e, "io_uring wait: %s", strerror(-ret));
 }
@@ -1646,47 +1479,27 @@ static void engine_wait(struct engine *e, uint64_t deadline_ns)
  * The loop
  * ---------------------------------------------------------------------- */
 
+/* Done: nothing live, and the front end has no more input or output. */
 static bool engine_done(const struct engine *e)
 {
-	bool input_done = e->input_eof || e->n_signals || e->failed;
-
-	/* A failure ends the loop at once (engine_run answers every live
-	 * request); waiting on would block: a run whose only worker cannot
-	 * be started has no deadline left to wake it. */
-	if (e->failed)
-		return true;
-
-	if (e->http)	/* drained: nothing live, every answer sent */
-		return e->failed || (e->n_signals && !e->pool.n_live &&
-				     http_server_flushed(e->http));
-
-	return input_done && !e->pool.n_live && !e->write_inflight &&
-	       !e->out_fill.len && !e->out_write.len &&
-	       (e->n_signals || e->failed || (line_reader_drained(&e->lines) &&
-					      !parser_thread_in_flight(e->parser)));
+	return e->failed || (!e->pool.n_live && e->fe.ops->done(e->fe.ctx));
 }
 
 static void engine_loop(struct engine *e)
 {
-	struct io_event ev;
-
 	while (!engine_done(e)) {
 		bool progress = false;
 		uint64_t now, deadline;
 		int ret;
 
-		while ((ret = io_ring_next(&e->io, 0, &ev)) > 0) {
-			engine_handle_event(e, &ev);
+		while ((ret = io_ring_dispatch(&e->io)) > 0)
 			progress = true;
-		}
 		if (ret < 0)
 			engine_fail(e, "io_uring: %s", strerror(-ret));
 		if (e->failed)
 			break;
-		if (e->parser)
-			progress |= engine_parse_input(e);
-		else if (e->http)
-			progress |= http_server_pump(e->http);
+		progress |= e->fe.ops->pump(e->fe.ctx);
+		progress |= engine_finish_at_once(e);
 		for (uint32_t i = 0; i < e->n_shards; i++) {
 			struct shard *s = &e->shards[i];
 
@@ -1704,8 +1517,8 @@ static void engine_loop(struct engine *e)
 		}
 		now = clock_now_ns();
 		deadline = engine_check_workers(e, now);
-		if (e->http) {
-			uint64_t t = http_server_tick(e->http, now);
+		if (e->fe.ops->tick) {
+			uint64_t t = e->fe.ops->tick(e->fe.ctx, now);
 
 			if (t < deadline)
 				deadline = t;
@@ -1717,7 +1530,7 @@ static void engine_loop(struct engine *e)
 		}
 		if (e->progress_on && now + ENGINE_PROGRESS_NS < deadline)
 			deadline = now + ENGINE_PROGRESS_NS;
-		progress |= engine_arm_io(e);
+		progress |= e->fe.ops->pump(e->fe.ctx);
 		if (io_ring_submit(&e->io))
 			engine_fail(e, "io_uring submit failed");
 		if (!progress && !engine_done(e))
@@ -1728,28 +1541,6 @@ static void engine_loop(struct engine *e)
 /* ------------------------------------------------------------------------
  * Setup and teardown
  * ---------------------------------------------------------------------- */
-
-/* The input, or -1 with errno set; a directory is refused here (EISDIR),
- * as a configuration error, not found by the first read. */
-static int open_input(const char *path)
-{
-	int fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : dup(STDIN_FILENO);
-	struct stat st;
-
-	if (fd >= 0 && !fstat(fd, &st) && S_ISDIR(st.st_mode)) {
-		close(fd);
-		errno = EISDIR;
-		return -1;
-	}
-	return fd;
-}
-
-static int open_output(const char *path)
-{
-	return strcmp(path, "-") ?
-	       open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) :
-	       dup(STDOUT_FILENO);
-}
 
 static int engine_setup_shards(struct engine *e)
 {
@@ -1766,6 +1557,7 @@ static int engine_setup_shards(struct engine *e)
 		s->n_slots = (uint32_t)((uint64_t)b * (i + 1) / n) - s->first_slot;
 		s->next_dispatch_id = 1;
 		s->pidfd = -1;
+		s->exit_op = (struct io_op){ engine_on_exit_poll, e };
 		s->sent = calloc((size_t)SHM_RING_DEPTH * s->n_slots, sizeof(*s->sent));
 		s->seen = calloc(s->n_slots, sizeof(uint32_t));
 		s->suspect_slot = calloc(s->n_slots, sizeof(uint32_t));
@@ -1791,9 +1583,7 @@ static void engine_teardown(struct engine *e)
 		free(s->suspect_gen);
 	}
 	free(e->shards);
-	parser_thread_destroy(e->parser);
-	if (e->http)
-		http_server_destroy(e->http);
+	free(e->at_once);
 	free(e->resume);
 	io_ring_exit(&e->io);
 	if (e->sig_fd >= 0)
@@ -1803,10 +1593,6 @@ static void engine_teardown(struct engine *e)
 	request_pool_release(&e->pool);
 	slot_table_release_all(&e->slots);
 	shm_segment_destroy(&e->seg);
-	line_reader_release(&e->lines);
-	strbuf_release(&e->out_fill);
-	strbuf_release(&e->out_write);
-	free(e->read_buf);
 	free(e->slot_freed_ns);
 	free(e->slot_limit);
 	free(e->slot_drain);
@@ -1814,37 +1600,17 @@ static void engine_teardown(struct engine *e)
 	free(e->lengths);
 	free(e->next_tokens);
 	free(e->inproc_rows);
-	if (e->in_fd >= 0)
-		close(e->in_fd);
-	if (e->out_fd >= 0)
-		close(e->out_fd);
 	model_close(e->model);
 }
 
-/* write() all of buf.  0, or -1 when the descriptor refuses more. */
-static int write_all(int fd, const char *buf, size_t len)
-{
-	while (len) {
-		ssize_t n = write(fd, buf, len);
-
-		if (n <= 0)
-			return -1;
-		buf += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
-/* After a failure: every live request gets an error line, written now. */
+/* After a failure: every live request gets an error answer (the front
+ * end writes what it still holds when it is destroyed). */
 static void engine_fail_all(struct engine *e)
 {
 	char msg[320];
 
 	snprintf(msg, sizeof(msg), "engine failed: %s", e->fail_msg);
 	engine_finish_all(e, FINISH_ERROR, msg);
-	/* Write synchronously, older bytes first: the loop is over. */
-	if (e->out_fd >= 0 && !write_all(e->out_fd, e->out_write.data, e->out_write.len))
-		write_all(e->out_fd, e->out_fill.data, e->out_fill.len);
 }
 
 /* Print the summary and write --stats.  0, or -1 when the stats file
@@ -1909,19 +1675,6 @@ static int engine_setup(struct engine *e)
 		return ENGINE_EXIT_USAGE;
 	}
 	e->vocab = model_vocab(e->model);
-	if (cfg->http)
-		goto files_done;	/* serve: requests come over HTTP */
-	e->in_fd = open_input(cfg->input_path);
-	if (e->in_fd < 0) {
-		fprintf(stderr, "dynbatch: --input %s: %s\n", cfg->input_path, strerror(errno));
-		return ENGINE_EXIT_USAGE;
-	}
-	e->out_fd = open_output(cfg->output_path);
-	if (e->out_fd < 0) {
-		fprintf(stderr, "dynbatch: --output %s: %s\n", cfg->output_path, strerror(errno));
-		return ENGINE_EXIT_USAGE;
-	}
-files_done:
 	e->in_process = cfg->n_workers == 0;
 	e->n_shards = e->in_process ? 1 :
 		      (cfg->n_workers < cfg->n_slots ? cfg->n_workers : cfg->n_slots);
@@ -1952,8 +1705,6 @@ files_done:
 	    engine_setup_shards(e))
 		goto nomem;
 	wait_queue_init(&e->queue, shm_queue_of(&e->seg), cfg->queue_capacity);
-	line_reader_init(&e->lines, cfg->max_line);
-	e->read_buf = malloc(ENGINE_READ_SIZE);
 	e->slot_freed_ns = calloc(cfg->n_slots, sizeof(uint64_t));
 	e->slot_limit = calloc(cfg->n_slots, sizeof(uint32_t));
 	e->slot_drain = calloc(cfg->n_slots, sizeof(uint64_t));
@@ -1962,7 +1713,8 @@ files_done:
 	e->next_tokens = calloc(cfg->n_slots, sizeof(int32_t));
 	e->inproc_rows = calloc(cfg->n_slots, sizeof(*e->inproc_rows));
 	e->resume = calloc(e->pool.capacity, sizeof(uint32_t));
-	if (!e->resume || !e->read_buf || !e->slot_freed_ns || !e->slot_drain ||
+	e->at_once = calloc(e->pool.capacity, sizeof(uint32_t));
+	if (!e->resume || !e->at_once || !e->slot_freed_ns || !e->slot_drain ||
 	    !e->slot_limit ||
 	    !e->prefixes || !e->lengths || !e->next_tokens || !e->inproc_rows)
 		goto nomem;
@@ -1978,38 +1730,16 @@ files_done:
 		fprintf(stderr, "dynbatch: eventfd/signalfd: %s\n", strerror(errno));
 		return ENGINE_EXIT_FAILED;
 	}
-	if (!cfg->http) {
-		struct request_limits lim = { .vocab = e->vocab,
-					      .max_context = cfg->max_context };
-		uint32_t cap = cfg->n_slots < 16 ? 16 : cfg->n_slots;
-
-		e->parser = parser_thread_create(&lim, cap, e->notify_fd);
-		if (!e->parser) {
-			fprintf(stderr, "dynbatch: cannot start the parser thread: %s\n",
-				strerror(errno));
-			return ENGINE_EXIT_FAILED;
-		}
-	}
-	/* serve: a recv and a send may be queued per connection in one round */
-	ret = io_ring_init(&e->io, cfg->http ? 1024 : 64 + 2 * e->n_shards);
+	ret = io_ring_init(&e->io, 64 + 2 * e->n_shards + cfg->io_entries);
 	if (ret) {
 		fprintf(stderr, "dynbatch: io_uring: %s\n", strerror(-ret));
 		return ENGINE_EXIT_FAILED;
 	}
-	if (cfg->http) {
-		struct request_limits lim = { .vocab = e->vocab,
-					      .max_context = cfg->max_context };
-
-		e->http = http_server_create(cfg->http, e, &e->io, &lim, err,
-					     sizeof(err));
-		if (!e->http) {
-			fprintf(stderr, "dynbatch: %s\n", err);
-			return ENGINE_EXIT_USAGE;
-		}
-	}
-	io_ring_read(&e->io, e->sig_fd, &e->sig_buf, sizeof(e->sig_buf), IO_TAG_SIGNAL, 0);
+	e->sig_op = (struct io_op){ engine_on_signalfd, e };
+	e->notify_op = (struct io_op){ engine_on_notify, e };
+	io_ring_read(&e->io, e->sig_fd, &e->sig_buf, sizeof(e->sig_buf), &e->sig_op);
 	io_ring_read(&e->io, e->notify_fd, &e->notify_buf, sizeof(e->notify_buf),
-		     IO_TAG_NOTIFY, 0);
+		     &e->notify_op);
 	e->progress_on = cfg->progress > 0 || (cfg->progress < 0 && isatty(STDERR_FILENO));
 	return ENGINE_EXIT_OK;
 nomem:
@@ -2017,43 +1747,72 @@ nomem:
 	return ENGINE_EXIT_FAILED;
 }
 
-int engine_run(const struct engine_config *cfg)
+struct engine *engine_create(const struct engine_config *cfg, int *status)
 {
-	struct engine e;
-	int status;
+	struct engine *e = calloc(1, sizeof(*e));
 
-	memset(&e, 0, sizeof(e));
-	e.cfg = cfg;
-	e.in_fd = e.out_fd = e.sig_fd = e.notify_fd = -1;
-	e.stats.start_ns = clock_now_ns();
-	status = engine_setup(&e);
-	if (status == ENGINE_EXIT_OK) {
-		for (uint32_t i = 0; i < e.n_shards && !e.in_process; i++)
-			shard_start_worker(&e, &e.shards[i]);
-		engine_loop(&e);
-		if (!e.failed)
-			engine_check_invariants(&e);
-		if (e.failed) {
-			engine_fail_all(&e);
-			fprintf(stderr, "dynbatch: %s\n", e.fail_msg);
-			status = ENGINE_EXIT_FAILED;
-		}
-		if (engine_finish_stats(&e))
-			status = ENGINE_EXIT_FAILED;
+	if (!e) {
+		fprintf(stderr, "dynbatch: out of memory\n");
+		*status = ENGINE_EXIT_FAILED;
+		return NULL;
 	}
-	engine_teardown(&e);
+	e->cfg = cfg;
+	e->sig_fd = e->notify_fd = -1;
+	e->stats.start_ns = clock_now_ns();
+	*status = engine_setup(e);
+	if (*status != ENGINE_EXIT_OK) {
+		engine_destroy(e);
+		return NULL;
+	}
+	return e;
+}
+
+struct io_ring *engine_io(struct engine *e)
+{
+	return &e->io;
+}
+
+void engine_set_frontend(struct engine *e, const struct frontend_ops *ops,
+			 void *ctx)
+{
+	e->fe = (struct frontend){ ops, ctx };
+}
+
+int engine_run(struct engine *e)
+{
+	int status = ENGINE_EXIT_OK;
+
+	for (uint32_t i = 0; i < e->n_shards && !e->in_process; i++)
+		shard_start_worker(e, &e->shards[i]);
+	engine_loop(e);
+	if (!e->failed)
+		engine_check_invariants(e);
+	if (e->failed) {
+		engine_fail_all(e);
+		fprintf(stderr, "dynbatch: %s\n", e->fail_msg);
+		status = ENGINE_EXIT_FAILED;
+	}
+	if (engine_finish_stats(e))
+		status = ENGINE_EXIT_FAILED;
 	return status;
 }
 
+void engine_destroy(struct engine *e)
+{
+	if (!e)
+		return;
+	engine_teardown(e);
+	free(e);
+}
+
 /* ------------------------------------------------------------------------
- * The HTTP front end's side (engine.h)
+ * The front ends' side (engine.h, frontend.h)
  * ---------------------------------------------------------------------- */
 
-int engine_submit(struct engine *e, struct request *req, uint64_t client,
+int engine_submit(struct engine *e, struct request *req, uint64_t cookie,
 		  uint32_t *handle)
 {
 	struct live_request *lr;
-	int32_t *generated;
 	uint32_t h;
 
 	if (e->n_signals || e->failed)
@@ -2064,19 +1823,22 @@ int engine_submit(struct engine *e, struct request *req, uint64_t client,
 		return -EEXIST;
 	if (wait_queue_full(&e->queue) || request_pool_full(&e->pool))
 		return -EAGAIN;
-	generated = malloc((size_t)req->max_tokens * sizeof(int32_t));
-	if (!generated)
-		return -ENOMEM;
 	h = request_pool_alloc(&e->pool);
 	lr = request_pool_get(&e->pool, h);
 	lr->req = *req;
 	memset(req, 0, sizeof(*req));
-	lr->generated = generated;
-	lr->client = client;
+	lr->cookie = cookie;
 	lr->admitted_ns = clock_now_ns();
 	request_pool_add_id(&e->pool, h);
-	wait_queue_push(&e->queue, h);
 	e->n_prompt_tokens += lr->req.n_prompt;
+	if (lr->req.max_tokens) {
+		wait_queue_push(&e->queue, h);
+	} else {
+		/* Nothing to generate: answered on the loop's next round,
+		 * not from inside this call (frontend.h). */
+		lr->place = LIVE_AT_ONCE;
+		e->at_once[e->n_at_once++] = h;	/* room: one per live request */
+	}
 	*handle = h;
 	return 0;
 }
@@ -2087,6 +1849,18 @@ void engine_cancel(struct engine *e, uint32_t handle)
 		engine_finish(e, handle, FINISH_CANCELLED, "the client went away");
 }
 
+/* Keep a copy of the tokens the request has in its slot (in-process,
+ * where the slot's copy is the only one).  0 or -ENOMEM. */
+static int engine_copy_generated(struct engine *e, struct live_request *lr)
+{
+	lr->generated = malloc((size_t)lr->req.max_tokens * sizeof(int32_t));
+	if (!lr->generated)
+		return -ENOMEM;
+	memcpy(lr->generated, slot_table_tokens(&e->slots, lr->slot) + lr->req.n_prompt,
+	       lr->n_generated * sizeof(int32_t));
+	return 0;
+}
+
 void engine_pause(struct engine *e, uint32_t handle)
 {
 	struct live_request *lr = request_pool_get(&e->pool, handle);
@@ -2094,6 +1868,9 @@ void engine_pause(struct engine *e, uint32_t handle)
 	if (!lr)
 		return;
 	if (lr->place == LIVE_ACTIVE) {
+		/* in-process its tokens are only in the slot it gives up */
+		if (!lr->generated && engine_copy_generated(e, lr))
+			return;		/* no memory: it keeps its slot */
 		engine_unplace(e, handle, lr, clock_now_ns());
 		e->n_paused++;
 	} else if (lr->place == LIVE_RESUMING) {
@@ -2112,6 +1889,38 @@ void engine_resume(struct engine *e, uint32_t handle)
 		return;
 	lr->place = LIVE_RESUMING;
 	e->resume[e->n_resume++] = handle;	/* room: one per live request */
+}
+
+bool engine_has_room(const struct engine *e)
+{
+	return !e->n_signals && !e->failed && !e->workers_lost &&
+	       !wait_queue_full(&e->queue) && !request_pool_full(&e->pool);
+}
+
+uint32_t engine_n_waiting(const struct engine *e)
+{
+	return wait_queue_len(&e->queue);
+}
+
+uint32_t engine_vocab(const struct engine *e)
+{
+	return e->vocab;
+}
+
+void engine_note_answered(struct engine *e, enum finish_reason reason)
+{
+	e->stats.n_finished[reason]++;
+}
+
+void engine_fail_frontend(struct engine *e, const char *fmt, ...)
+{
+	char msg[sizeof(e->fail_msg)];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	engine_fail(e, "%s", msg);
 }
 
 bool engine_healthy(const struct engine *e)

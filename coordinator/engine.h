@@ -1,28 +1,29 @@
 /*
- * engine.h - the coordinator's scheduler: one run of `dynbatch run` or
- * `dynbatch serve`.
+ * engine.h - the coordinator's scheduler: the one core of `dynbatch run`
+ * and `dynbatch serve`.
  *
  * Request flow:
  *
- *   input -> line_reader -> parser thread (request_parse) -> admission
- *         -> waiting queue (FIFO, shm)
+ *   front end (frontend.h) -> engine_submit -> waiting queue (FIFO, shm)
  *         -> free slot of a shard (slot_table_assign, generation++)
  *         -> dispatch ring -> worker -> model_next -> result ring
- *         -> validate (dispatch id, slot, generation, position, token range)
- *         -> commit token, stop matcher, max_tokens -> output line
+ *         -> validate (dispatch id, slot, generation, token range)
+ *         -> commit token, stop matcher, max_tokens
+ *         -> front end: on_tokens (final tokens), on_finish (the answer)
  *
- * Each shard (a fixed range of slots served by one worker) steps on its
- * own, whatever the other shards are doing, and its worker runs ahead: it
- * is sent the shard's rows only when they change, and posts one result
- * per step, up to a ring of results ahead of what the coordinator has
- * read (docs/DESIGN.md 7).  The coordinator commits each result in order,
- * refills the shard's freed slots from the queue and sends the new rows.
- * With zero workers the same loop calls the model in-process on a single
- * shard, one step at a time.
+ * Each shard (a fixed range of slots served by one worker) runs ahead on
+ * its own: its worker extends the rows it was sent, posting a result per
+ * step, while the coordinator commits those results in order, refills the
+ * shard's freed slots from the queue and sends changed rows, whatever the
+ * other shards are doing.  With zero workers the same loop calls the
+ * model in-process on a single shard.
  *
- * `dynbatch serve` runs the same loop with requests coming from HTTP
- * (http_server.h) instead of JSON Lines: cfg->http is set, and the server
- * drives the engine through the functions at the end of this file.
+ * The engine knows no protocol.  A front end plugs in through struct
+ * frontend_ops (frontend.h): the JSON Lines reader and writer of `run`
+ * (jsonl_frontend.h) or the HTTP server of `serve` (http_server.h).
+ * main() wires them: engine_create(), the front end's constructor (on the
+ * engine's io_ring), engine_set_frontend(), engine_run(), then the front
+ * end's destructor and engine_destroy().
  */
 #ifndef DYNBATCH_ENGINE_H
 #define DYNBATCH_ENGINE_H
@@ -30,7 +31,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-struct http_config;
+#include "stats.h"
+
+struct frontend_ops;
+struct io_ring;
 struct request;
 struct strbuf;
 
@@ -39,10 +43,7 @@ struct engine_config {
 	uint32_t n_slots;		/* batch capacity B */
 	const char *model_spec;		/* --model */
 	uint32_t max_context;		/* most tokens in one sequence */
-	const char *input_path;		/* "-" for stdin */
-	const char *output_path;	/* "-" for stdout */
 	const char *stats_path;		/* --stats FILE, or NULL */
-	uint32_t max_line;		/* run: longest input line, bytes */
 	uint32_t queue_capacity;	/* waiting queue bound */
 	uint64_t step_timeout_ms;	/* a step past this kills its worker */
 	uint64_t start_timeout_ms;	/* a worker not ready by then is killed */
@@ -52,30 +53,50 @@ struct engine_config {
 	uint32_t poison_attempts;	/* lone failures before a request fails */
 	uint32_t worker_nice;		/* workers' nice value, 0..19 */
 	int progress;			/* 1 on, 0 off, -1 when stderr is a tty */
-	const struct http_config *http;	/* serve: the HTTP front end, else NULL */
+	bool keep_running;		/* serve: when no worker can be kept
+					 * alive, fail the requests and keep
+					 * trying (not: fail the run) */
+	uint32_t io_entries;		/* io_uring entries the front end may
+					 * queue in one round */
 };
 
 #define ENGINE_EXIT_OK 0
 #define ENGINE_EXIT_FAILED 1
 #define ENGINE_EXIT_USAGE 2
 
-/* Run to completion.  Returns the process exit status (docs/DESIGN.md 4.3). */
-int engine_run(const struct engine_config *cfg);
-
-/* ------------------------------------------------------------------------
- * For the HTTP front end (dynbatch serve)
- * ---------------------------------------------------------------------- */
-
 struct engine;
 
 /*
- * Admit req (req->id set, max_tokens > 0) for the client cookie.  On 0 the
- * engine owns req and *handle names the live request; otherwise req is
- * untouched: -EAGAIN the waiting queue is full, -EEXIST a live request
- * has this id, -ESHUTDOWN the engine is draining, -EIO no worker can be
- * kept alive, -ENOMEM.
+ * Everything up to the first worker start: the model, the shared segment,
+ * the io_uring loop, the signalfd.  NULL on failure, with *status the
+ * process exit status (ENGINE_EXIT_USAGE for a bad --model) and the reason
+ * printed on stderr.
  */
-int engine_submit(struct engine *e, struct request *req, uint64_t client,
+struct engine *engine_create(const struct engine_config *cfg, int *status);
+/* The engine's io_uring loop, for the front end's own operations. */
+struct io_ring *engine_io(struct engine *e);
+/* Plug the front end in (before engine_run). */
+void engine_set_frontend(struct engine *e, const struct frontend_ops *ops,
+			 void *ctx);
+/* Start the workers and run until the front end is done (or a failure,
+ * or signals).  Returns the process exit status (DESIGN 4.1). */
+int engine_run(struct engine *e);
+/* Stop the workers, remove the segment, free everything.  Accepts NULL. */
+void engine_destroy(struct engine *e);
+
+/* ------------------------------------------------------------------------
+ * For front ends (frontend.h says which may be called from a callback)
+ * ---------------------------------------------------------------------- */
+
+/*
+ * Admit req (req->id set) for the front end's cookie.  On 0 the engine
+ * owns req (it is left zeroed) and *handle names the live request; its
+ * answer comes through on_finish, later, never from inside this call.
+ * Otherwise req is untouched: -EAGAIN the waiting queue is full, -EEXIST
+ * a live request has this id, -ESHUTDOWN the engine is draining or has
+ * failed, -EIO no worker can be kept alive.
+ */
+int engine_submit(struct engine *e, struct request *req, uint64_t cookie,
 		  uint32_t *handle);
 /* The client is gone: finish the request as cancelled (its slot is freed
  * and refilled; a result still in flight for it is stale). */
@@ -84,6 +105,20 @@ void engine_cancel(struct engine *e, uint32_t handle);
 void engine_pause(struct engine *e, uint32_t handle);
 /* The buffer drained: back to the front of the line for a slot. */
 void engine_resume(struct engine *e, uint32_t handle);
+/* May engine_submit() succeed now (not draining, queue and pool room)? */
+bool engine_has_room(const struct engine *e);
+/* Requests waiting for a slot. */
+uint32_t engine_n_waiting(const struct engine *e);
+/* The model's vocabulary size (token ids are below it). */
+uint32_t engine_vocab(const struct engine *e);
+/* A front end answered a line or request itself (it never became a live
+ * request): count it with the engine's finished requests. */
+void engine_note_answered(struct engine *e, enum finish_reason reason);
+/* The front end cannot go on (out of memory, its output failed): the run
+ * fails, every live request gets an error.  Only records the failure; the
+ * loop acts on it. */
+void engine_fail_frontend(struct engine *e, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 /* True while a worker is ready to step (or the engine runs in-process). */
 bool engine_healthy(const struct engine *e);
 /* Write the engine's Prometheus metrics.  0 or -ENOMEM. */

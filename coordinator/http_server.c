@@ -5,9 +5,10 @@
  *
  * Connections.  A fixed table of max_connections entries, each with its
  * own receive buffer, request reader and output buffers.  Every socket
- * operation is an io_uring recv or send tagged with the entry's index; an
- * entry is reused only after its socket is closed and no operation on it
- * is in flight, so a completion can never land on the wrong connection.
+ * operation is an io_uring recv or send carrying one of the entry's two
+ * ops (io_op: its callback); an entry is reused only after its socket is
+ * closed and no operation on it is in flight, so a completion can never
+ * land on the wrong connection.
  * A connection always has a recv queued while it has buffer room, also
  * while its request is running: that is how a disconnect is seen at once
  * (recv returns 0 or an error) rather than at the next write.
@@ -19,14 +20,16 @@
  * connection through it, and any path that abandons a request bumps the
  * serial first, so a late callback for it finds nothing.
  *
- * Work list.  Events and engine callbacks only mark a connection dirty;
- * http_server_pump() then parses, routes and queues I/O for the dirty ones,
- * so engine calls never nest inside a commit and each round touches only
- * the connections that changed.
+ * Work list.  Events and engine callbacks only mark a connection dirty
+ * (and note a pause or a drop it needs: a callback never re-enters the
+ * engine, frontend.h); http_server_pump() then carries those out, parses,
+ * routes and queues I/O for the dirty ones, so engine calls never nest
+ * inside a commit and each round touches only the connections that
+ * changed.
  *
- * Streaming.  Tokens that may still be the start of a stop sequence
- * (stop_matcher_pending()) are held back; everything older is final and
- * goes out as one Server-Sent Event per step, each in its own HTTP chunk.
+ * Streaming.  The engine hands over only final tokens (on_tokens: those
+ * no stop sequence can take back); each batch goes out as one
+ * Server-Sent Event, in its own HTTP chunk.
  *
  * Backpressure.  What a connection has buffered (including the send in
  * flight) is bounded by conn_buffer.  Past it, the request is paused: it
@@ -57,7 +60,6 @@
 #include "metrics.h"
 #include "request.h"
 #include "request_pool.h"
-#include "stop_matcher.h"
 
 #define HTTP_IN_SIZE (64u * 1024)	/* receive buffer per connection */
 #define HTTP_TICK_NS (5ull * 1000 * 1000)	/* timeout scan period */
@@ -73,6 +75,7 @@ struct conn {
 	struct strbuf out_fill;		/* answers being appended */
 	struct strbuf out_write;	/* the send in flight */
 	bool recv_inflight, send_inflight;
+	struct io_op recv_op, send_op;	/* arg: the server */
 	bool dirty;			/* on the work list */
 	bool closing;			/* shut down; freed when no I/O is left */
 	bool close_after_send;		/* the answer said Connection: close */
@@ -81,6 +84,9 @@ struct conn {
 	uint32_t handle;		/* its live request */
 	bool stream;
 	bool paused;			/* we paused it: output buffer full */
+	bool pause_due;			/* engine_pause() it from pump */
+	bool drop_due;			/* out of memory in a callback: drop
+					 * the connection from pump */
 	bool keep_alive;
 	uint32_t n_sent;		/* tokens streamed so far */
 	uint64_t created;		/* Unix seconds, for the answer */
@@ -98,6 +104,7 @@ struct http_server {
 	int listen_fd;
 	bool accepting;
 	bool accept_inflight;
+	struct io_op accept_op;		/* arg: the server */
 	uint64_t accept_retry_ns;	/* accept failed: try again then */
 	struct conn *conns;
 	uint32_t n_conns;
@@ -192,6 +199,7 @@ static void conn_free(struct http_server *srv, struct conn *c)
 	strbuf_release(&c->out_fill);
 	strbuf_release(&c->out_write);
 	c->closing = c->close_after_send = c->busy = c->paused = false;
+	c->pause_due = c->drop_due = false;
 	srv->free_list[srv->n_free++] = (uint32_t)(c - srv->conns);
 }
 
@@ -342,30 +350,6 @@ static void route_metrics(struct http_server *srv, struct conn *c)
 	respond(srv, c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL);
 }
 
-/* An answer for a request that never reaches the engine (max_tokens 0). */
-static void answer_at_once(struct http_server *srv, struct conn *c,
-			   const struct completion_request *cr)
-{
-	struct completion_meta m = { cr->req.id, (uint64_t)time(NULL),
-				     srv->cfg->model_name };
-	struct completion_usage u = { cr->req.n_prompt, 0 };
-
-	srv->body.len = 0;
-	if (!cr->stream) {
-		if (completion_format(&srv->body, &m, NULL, 0, "length", &u))
-			goto nomem;
-		respond(srv, c, 200, "application/json", NULL);
-		return;
-	}
-	if (completion_format_event(&srv->body, &m, NULL, 0, "length", &u) ||
-	    strbuf_printf(&srv->body, "data: [DONE]\n\n"))
-		goto nomem;
-	respond(srv, c, 200, "text/event-stream", "Cache-Control: no-cache\r\n");
-	return;
-nomem:
-	conn_drop(srv, c);
-}
-
 static void route_completions(struct http_server *srv, struct conn *c)
 {
 	const struct strbuf *body = &c->reader.msg.body;
@@ -391,10 +375,6 @@ static void route_completions(struct http_server *srv, struct conn *c)
 			respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);
 			goto out;
 		}
-	}
-	if (!cr.req.max_tokens) {
-		answer_at_once(srv, c, &cr);
-		goto out;
 	}
 	c->req_serial++;
 	ret = engine_submit(srv->e, &cr.req, cookie_of(srv, c), &c->handle);
@@ -548,8 +528,6 @@ static bool conn_process_input(struct http_server *srv, struct conn *c)
 
 static void conn_arm(struct http_server *srv, struct conn *c)
 {
-	uint32_t index = (uint32_t)(c - srv->conns);
-
 	if (c->closing)
 		return;
 	if (!c->send_inflight && conn_buffered(c)) {
@@ -561,7 +539,7 @@ static void conn_arm(struct http_server *srv, struct conn *c)
 		}
 		if (!io_ring_send(srv->io, c->fd, c->out_write.data,
 				  c->out_write.len > (1u << 30) ? 1u << 30 :
-				  (uint32_t)c->out_write.len, IO_TAG_SEND, index))
+				  (uint32_t)c->out_write.len, &c->send_op))
 			c->send_inflight = true;
 	}
 	if (!c->send_inflight && c->close_after_send && !conn_buffered(c)) {
@@ -570,14 +548,14 @@ static void conn_arm(struct http_server *srv, struct conn *c)
 	}
 	if (!c->recv_inflight && c->in_len < HTTP_IN_SIZE &&
 	    !io_ring_recv(srv->io, c->fd, c->in + c->in_len,
-			  HTTP_IN_SIZE - c->in_len, IO_TAG_RECV, index))
+			  HTTP_IN_SIZE - c->in_len, &c->recv_op))
 		c->recv_inflight = true;
 }
 
 static void arm_accept(struct http_server *srv)
 {
 	if (srv->accepting && !srv->accept_inflight && !srv->accept_retry_ns &&
-	    !io_ring_accept(srv->io, srv->listen_fd, IO_TAG_ACCEPT, 0))
+	    !io_ring_accept(srv->io, srv->listen_fd, &srv->accept_op))
 		srv->accept_inflight = true;
 }
 
@@ -631,53 +609,61 @@ static void on_accept(struct http_server *srv, int fd)
 	conn_mark(srv, c);
 }
 
-void http_server_on_event(struct http_server *srv, const struct io_event *ev)
+/* The accept on the listening socket completed: res is the new socket. */
+static void on_accept_done(struct io_op *op, int32_t res)
 {
-	struct conn *c;
+	struct http_server *srv = op->arg;
 
-	if (ev->tag == IO_TAG_ACCEPT) {
-		srv->accept_inflight = false;
-		if (ev->res >= 0) {
-			on_accept(srv, ev->res);
-		} else if (ev->res != -EINTR && ev->res != -ECONNABORTED &&
-			   srv->accepting) {
-			/* out of descriptors or memory: back off, then retry */
-			LOG(LOG_WARN, "accept: %s", strerror(-ev->res));
-			srv->accept_retry_ns = clock_now_ns() + HTTP_ACCEPT_RETRY_NS;
-		}
-		arm_accept(srv);
-		return;
+	srv->accept_inflight = false;
+	if (res >= 0) {
+		on_accept(srv, res);
+	} else if (res != -EINTR && res != -ECONNABORTED && srv->accepting) {
+		/* out of descriptors or memory: back off, then retry */
+		LOG(LOG_WARN, "accept: %s", strerror(-res));
+		srv->accept_retry_ns = clock_now_ns() + HTTP_ACCEPT_RETRY_NS;
 	}
-	if (ev->index >= srv->n_conns)
-		return;
-	c = &srv->conns[ev->index];
+	arm_accept(srv);
+}
+
+/* A recv on the connection completed. */
+static void conn_on_recv(struct io_op *op, int32_t res)
+{
+	struct http_server *srv = op->arg;
+	struct conn *c = io_op_owner(op, struct conn, recv_op);
+
 	if (c->fd < 0)
 		return;
-	if (ev->tag == IO_TAG_RECV) {
-		c->recv_inflight = false;
-		if (c->closing) {
-			conn_close(srv, c);
-			return;
-		}
-		if (ev->res <= 0) {	/* the client closed or reset */
-			conn_client_gone(srv, c);
-			return;
-		}
-		c->in_len += (uint32_t)ev->res;
-		conn_mark(srv, c);
+	c->recv_inflight = false;
+	if (c->closing) {
+		conn_close(srv, c);
 		return;
 	}
-	/* IO_TAG_SEND */
+	if (res <= 0) {	/* the client closed or reset */
+		conn_client_gone(srv, c);
+		return;
+	}
+	c->in_len += (uint32_t)res;
+	conn_mark(srv, c);
+}
+
+/* A send on the connection completed. */
+static void conn_on_send(struct io_op *op, int32_t res)
+{
+	struct http_server *srv = op->arg;
+	struct conn *c = io_op_owner(op, struct conn, send_op);
+
+	if (c->fd < 0)
+		return;
 	c->send_inflight = false;
 	if (c->closing) {
 		conn_close(srv, c);
 		return;
 	}
-	if (ev->res < 0) {
+	if (res < 0) {
 		conn_client_gone(srv, c);
 		return;
 	}
-	strbuf_consume(&c->out_write, (size_t)ev->res);
+	strbuf_consume(&c->out_write, (size_t)res);
 	c->last_progress_ns = clock_now_ns();
 	if (c->paused && conn_buffered(c) <= srv->cfg->conn_buffer / 2) {
 		c->paused = false;
@@ -686,8 +672,28 @@ void http_server_on_event(struct http_server *srv, const struct io_event *ev)
 	conn_mark(srv, c);
 }
 
-bool http_server_pump(struct http_server *srv)
+/* What an engine callback noted for the connection (callbacks never
+ * re-enter the engine).  Returns true if it did anything. */
+static bool conn_do_due(struct http_server *srv, struct conn *c)
 {
+	if (c->drop_due) {
+		c->drop_due = false;
+		conn_drop(srv, c);
+		return true;
+	}
+	if (c->pause_due) {
+		c->pause_due = false;
+		if (c->busy && c->paused) {	/* not resumed meanwhile */
+			engine_pause(srv->e, c->handle);
+			return true;
+		}
+	}
+	return false;
+}
+
+static bool http_server_pump(void *ctx)
+{
+	struct http_server *srv = ctx;
 	bool did = false;
 
 	/* A connection marked while we work is appended and seen too. */
@@ -696,6 +702,9 @@ bool http_server_pump(struct http_server *srv)
 
 		c->dirty = false;
 		if (c->fd < 0)
+			continue;
+		did |= conn_do_due(srv, c);
+		if (c->fd < 0 || c->closing)
 			continue;
 		did |= conn_process_input(srv, c);
 		if (c->fd >= 0)
@@ -710,57 +719,63 @@ bool http_server_pump(struct http_server *srv)
  * Engine callbacks
  * ---------------------------------------------------------------------- */
 
-void http_server_on_tokens(struct http_server *srv, const struct live_request *lr)
+/* A connection a callback cannot serve (out of memory): dropped from
+ * pump, where cancelling its request is allowed. */
+static void conn_drop_later(struct http_server *srv, struct conn *c)
 {
-	struct conn *c = conn_of_cookie(srv, lr->client);
+	c->drop_due = true;
+	conn_mark(srv, c);
+}
+
+/* n more tokens of the request are final: one event. */
+static void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req,
+			   const int32_t *tokens, uint32_t n)
+{
+	struct http_server *srv = ctx;
+	struct conn *c = conn_of_cookie(srv, cookie);
 	struct completion_meta m;
-	uint32_t release;
 	size_t before;
 
-	if (!c || !c->stream)
+	if (!c || !c->stream || c->drop_due)
 		return;
-	release = lr->n_generated - stop_matcher_pending(lr->req.stops,
-							 lr->matcher_state);
-	if (release <= c->n_sent)
-		return;
-	m = (struct completion_meta){ lr->req.id, c->created, srv->cfg->model_name };
+	m = (struct completion_meta){ req->id, c->created, srv->cfg->model_name };
 	srv->body.len = 0;
 	before = conn_buffered(c);
-	if (completion_format_event(&srv->body, &m, lr->generated + c->n_sent,
-				    release - c->n_sent, NULL, NULL) ||
+	if (completion_format_event(&srv->body, &m, tokens, n, NULL, NULL) ||
 	    put_chunk(&c->out_fill, &srv->body)) {
-		conn_drop(srv, c);
+		conn_drop_later(srv, c);
 		return;
 	}
-	c->n_sent = release;
+	c->n_sent += n;
 	conn_note_output(c, before);
 	conn_mark(srv, c);
 	if (!c->paused && conn_buffered(c) >= srv->cfg->conn_buffer) {
 		c->paused = true;
+		c->pause_due = true;
 		srv->n_pauses++;
-		engine_pause(srv->e, c->handle);
 	}
 }
 
 /* The last event of a stream, [DONE] and the end of the chunked body. */
 static int stream_finish(struct http_server *srv, struct conn *c,
-			 const struct live_request *lr, enum finish_reason reason,
-			 const char *error, const int32_t *tokens, uint32_t n)
+			 const struct frontend_result *r, const char *error)
 {
-	struct completion_meta m = { lr->req.id, c->created, srv->cfg->model_name };
-	struct completion_usage u = { lr->req.n_prompt, lr->n_generated };
+	struct completion_meta m = { r->req->id, c->created, srv->cfg->model_name };
+	struct completion_usage u = { r->req->n_prompt, r->n_generated };
+	uint32_t n = r->n_tokens;
 
 	srv->body.len = 0;
-	if (reason == FINISH_STOP || reason == FINISH_LENGTH) {
+	if (r->reason == FINISH_STOP || r->reason == FINISH_LENGTH) {
 		uint32_t from = c->n_sent < n ? c->n_sent : n;
 
-		if (completion_format_event(&srv->body, &m, tokens + from, n - from,
-					    finish_reason_names[reason], &u))
+		if (completion_format_event(&srv->body, &m,
+					    r->tokens ? r->tokens + from : NULL, n - from,
+					    finish_reason_names[r->reason], &u))
 			return -1;
 	} else {
 		if (strbuf_append(&srv->body, "data: ", 6) ||
-		    api_format_error(&srv->body, error ? error : "cancelled",
-				     "server_error", NULL, finish_reason_names[reason]) ||
+		    api_format_error(&srv->body, error, "server_error", NULL,
+				     finish_reason_names[r->reason]) ||
 		    strbuf_append(&srv->body, "\n\n", 2))
 			return -1;
 	}
@@ -772,11 +787,16 @@ static int stream_finish(struct http_server *srv, struct conn *c,
 	return 0;
 }
 
-void http_server_on_finish(struct http_server *srv, const struct live_request *lr,
-			   enum finish_reason reason, const char *error,
-			   const int32_t *tokens, uint32_t n_tokens)
+/* The request ended: the answer, or the end of its stream. */
+static void http_on_finish(void *ctx, uint64_t cookie, const struct frontend_result *r)
 {
-	struct conn *c = conn_of_cookie(srv, lr->client);
+	struct http_server *srv = ctx;
+	struct conn *c = conn_of_cookie(srv, cookie);
+	/* The engine cancels requests the server did not give up on only
+	 * when it shuts down (a second signal). */
+	const char *error = r->error ? r->error :
+			    r->reason == FINISH_CANCELLED ? "the server is shutting down" :
+			    "request failed";
 	struct completion_meta m;
 	struct completion_usage u;
 	size_t before;
@@ -784,9 +804,11 @@ void http_server_on_finish(struct http_server *srv, const struct live_request *l
 	if (!c)
 		return;		/* its client is gone */
 	conn_detach(c);
+	if (c->drop_due)
+		return;		/* pump drops the connection */
 	if (c->stream) {
 		before = conn_buffered(c);
-		if (stream_finish(srv, c, lr, reason, error, tokens, n_tokens)) {
+		if (stream_finish(srv, c, r, error)) {
 			conn_drop(srv, c);
 			return;
 		}
@@ -794,26 +816,24 @@ void http_server_on_finish(struct http_server *srv, const struct live_request *l
 		conn_request_done(srv, c);
 		return;
 	}
-	switch (reason) {
+	switch (r->reason) {
 	case FINISH_STOP:
 	case FINISH_LENGTH:
-		m = (struct completion_meta){ lr->req.id, c->created, srv->cfg->model_name };
-		u = (struct completion_usage){ lr->req.n_prompt, lr->n_generated };
+		m = (struct completion_meta){ r->req->id, c->created, srv->cfg->model_name };
+		u = (struct completion_usage){ r->req->n_prompt, r->n_generated };
 		srv->body.len = 0;
-		if (completion_format(&srv->body, &m, tokens, n_tokens,
-				      finish_reason_names[reason], &u)) {
+		if (completion_format(&srv->body, &m, r->tokens, r->n_tokens,
+				      finish_reason_names[r->reason], &u)) {
 			conn_drop(srv, c);
 			return;
 		}
 		respond(srv, c, 200, "application/json", NULL);
 		break;
 	case FINISH_ERROR:
-		respond_error(srv, c, 500, error ? error : "request failed",
-			      "server_error", NULL, NULL);
+		respond_error(srv, c, 500, error, "server_error", NULL, NULL);
 		break;
 	default:
-		respond_error(srv, c, 503, error ? error : "cancelled",
-			      "server_error", NULL, NULL);
+		respond_error(srv, c, 503, error, "server_error", NULL, NULL);
 		break;
 	}
 }
@@ -864,8 +884,9 @@ static uint64_t conn_tick(struct http_server *srv, struct conn *c, uint64_t now)
 	return due;
 }
 
-uint64_t http_server_tick(struct http_server *srv, uint64_t now)
+static uint64_t http_server_tick(void *ctx, uint64_t now)
 {
+	struct http_server *srv = ctx;
 	uint64_t next = UINT64_MAX;
 
 	if (srv->accept_retry_ns && now >= srv->accept_retry_ns) {
@@ -899,7 +920,8 @@ uint64_t http_server_tick(struct http_server *srv, uint64_t now)
 	return srv->next_tick_ns < next ? srv->next_tick_ns : next;
 }
 
-void http_server_stop_accepting(struct http_server *srv)
+/* Draining: close the listening socket, answer new requests 503. */
+static void http_server_stop_accepting(struct http_server *srv)
 {
 	if (!srv->accepting)
 		return;
@@ -920,7 +942,8 @@ void http_server_stop_accepting(struct http_server *srv)
 	}
 }
 
-bool http_server_flushed(const struct http_server *srv)
+/* True when no connection has an answer still to send. */
+static bool http_server_flushed(const struct http_server *srv)
 {
 	for (uint32_t i = 0; i < srv->n_conns; i++) {
 		const struct conn *c = &srv->conns[i];
@@ -930,6 +953,36 @@ bool http_server_flushed(const struct http_server *srv)
 	}
 	return true;
 }
+
+/* A server drains everything it accepted: waiting requests were promised
+ * an answer too. */
+static bool http_on_signal(void *ctx, int signo)
+{
+	LOG(LOG_WARN, "%s: draining (no new connections; every request "
+	    "already accepted finishes); signal again to stop now",
+	    strsignal(signo));
+	http_server_stop_accepting(ctx);
+	return true;
+}
+
+/* Drained: no new connections, every answer sent. */
+static bool http_done(void *ctx)
+{
+	const struct http_server *srv = ctx;
+
+	return !srv->accepting && http_server_flushed(srv);
+}
+
+const struct frontend_ops http_server_ops = {
+	.on_tokens = http_on_tokens,
+	.on_finish = http_on_finish,
+	.pump = http_server_pump,
+	.tick = http_server_tick,
+	.on_signal = http_on_signal,
+	.done = http_done,
+	.before_sleep = NULL,
+	.after_sleep = NULL,
+};
 
 int http_server_metrics(const struct http_server *srv, struct strbuf *out)
 {
@@ -1050,7 +1103,10 @@ struct http_server *http_server_create(const struct http_config *cfg,
 		return NULL;
 	}
 	srv->n_conns = n;
+	srv->accept_op = (struct io_op){ on_accept_done, srv };
 	for (uint32_t i = 0; i < n; i++) {
+		srv->conns[n - 1 - i].recv_op = (struct io_op){ conn_on_recv, srv };
+		srv->conns[n - 1 - i].send_op = (struct io_op){ conn_on_send, srv };
 		srv->conns[n - 1 - i].fd = -1;
 		http_reader_init(&srv->conns[n - 1 - i].reader, &cfg->limits);
 		srv->free_list[srv->n_free++] = n - 1 - i;

@@ -2,19 +2,22 @@
  * http_server.h - `dynbatch serve`: an OpenAI-style HTTP/1.1 front end on
  * the coordinator's own io_uring loop.
  *
- * The engine (engine.h) stays the only scheduler; this module turns HTTP
- * requests into engine_submit() calls and engine callbacks into answers:
+ * The engine (engine.h) stays the only scheduler; this module plugs into
+ * it through frontend.h, turning HTTP requests into engine_submit() calls
+ * and the engine's callbacks into answers:
  *
  *   accept -> recv -> http_reader -> route -> completion_parse
  *          -> engine_submit ...... engine steps ......
- *          -> http_server_on_tokens (stream: one SSE event per step)
- *          -> http_server_on_finish (the answer, or the last event)
+ *          -> on_tokens (stream: one SSE event per batch of final tokens)
+ *          -> on_finish (the answer, or the last event)
  *          -> send -> keep-alive or close
  *
  * A client that disconnects has its request cancelled (engine_cancel).  A
  * client that stops reading fills its connection's bounded output buffer;
  * its request then gives up its slot (engine_pause) until the buffer
  * drains, and after write_timeout_ms without progress it is cancelled.
+ * The first signal drains: no new connections, every accepted request
+ * finishes.
  */
 #ifndef DYNBATCH_HTTP_SERVER_H
 #define DYNBATCH_HTTP_SERVER_H
@@ -22,13 +25,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "frontend.h"
 #include "http_reader.h"
 #include "stats.h"
 
 struct engine;
-struct io_event;
 struct io_ring;
-struct live_request;
 struct request_limits;
 struct strbuf;
 
@@ -56,27 +58,13 @@ struct http_server *http_server_create(const struct http_config *cfg,
 				       struct engine *e, struct io_ring *io,
 				       const struct request_limits *lim,
 				       char *err, size_t err_len);
-/* Close every connection (their requests are the engine's to release). */
+/* Close every connection (their requests are the engine's to release).
+ * Call after engine_destroy() (no operation of ours is in flight then).
+ * Accepts NULL. */
 void http_server_destroy(struct http_server *srv);
 
-/* An accept, recv or send completed. */
-void http_server_on_event(struct http_server *srv, const struct io_event *ev);
-/* Per loop round: parse what arrived and answer or submit it, queue due
- * recvs and sends.  Returns true if it submitted or answered anything. */
-bool http_server_pump(struct http_server *srv);
-/* Enforce the timeouts; returns the next time this needs a look. */
-uint64_t http_server_tick(struct http_server *srv, uint64_t now_ns);
-/* Draining: close the listening socket, answer new requests 503. */
-void http_server_stop_accepting(struct http_server *srv);
-/* True when no connection has an answer still to send. */
-bool http_server_flushed(const struct http_server *srv);
-
-/* Engine callbacks.  New tokens were committed to lr (still running). */
-void http_server_on_tokens(struct http_server *srv, const struct live_request *lr);
-/* lr is finishing: n_tokens of tokens are its answer (stop removed). */
-void http_server_on_finish(struct http_server *srv, const struct live_request *lr,
-			   enum finish_reason reason, const char *error,
-			   const int32_t *tokens, uint32_t n_tokens);
+/* The table to hand engine_set_frontend() with the server. */
+extern const struct frontend_ops http_server_ops;
 
 /* The server's own metrics (connections, answers by status). */
 int http_server_metrics(const struct http_server *srv, struct strbuf *out);

@@ -10,11 +10,6 @@
 
 #include "fault_sim.h"
 
-static uint64_t io_user_data(enum io_tag tag, uint32_t index)
-{
-	return ((uint64_t)tag << 32) | index;
-}
-
 int io_ring_init(struct io_ring *r, uint32_t entries)
 {
 	memset(r, 0, sizeof(*r));
@@ -42,17 +37,17 @@ static struct io_uring_sqe *io_ring_sqe(struct io_ring *r)
 	return sqe;
 }
 
-/* Tag a prepared entry with what it is for; it counts as pending. */
+/* A prepared entry carries its op; it counts as pending. */
 static int io_ring_tag(struct io_ring *r, struct io_uring_sqe *sqe,
-		       enum io_tag tag, uint32_t index)
+		       struct io_op *op)
 {
-	io_uring_sqe_set_data64(sqe, io_user_data(tag, index));
+	io_uring_sqe_set_data(sqe, op);
 	r->n_pending++;
 	return 0;
 }
 
 int io_ring_read(struct io_ring *r, int fd, void *buf, uint32_t len,
-		 enum io_tag tag, uint32_t index)
+		 struct io_op *op)
 {
 	struct io_uring_sqe *sqe = io_ring_sqe(r);
 
@@ -60,53 +55,53 @@ int io_ring_read(struct io_ring *r, int fd, void *buf, uint32_t len,
 		return -EBUSY;
 	/* offset -1: use and advance the file position (files and pipes) */
 	io_uring_prep_read(sqe, fd, buf, len, (uint64_t)-1);
-	return io_ring_tag(r, sqe, tag, index);
+	return io_ring_tag(r, sqe, op);
 }
 
 int io_ring_write(struct io_ring *r, int fd, const void *buf, uint32_t len,
-		  enum io_tag tag, uint32_t index)
+		  struct io_op *op)
 {
 	struct io_uring_sqe *sqe = io_ring_sqe(r);
 
 	if (!sqe)
 		return -EBUSY;
 	io_uring_prep_write(sqe, fd, buf, len, (uint64_t)-1);
-	return io_ring_tag(r, sqe, tag, index);
+	return io_ring_tag(r, sqe, op);
 }
 
-int io_ring_poll_in(struct io_ring *r, int fd, enum io_tag tag, uint32_t index)
+int io_ring_poll_in(struct io_ring *r, int fd, struct io_op *op)
 {
 	struct io_uring_sqe *sqe = io_ring_sqe(r);
 
 	if (!sqe)
 		return -EBUSY;
 	io_uring_prep_poll_add(sqe, fd, POLLIN);
-	return io_ring_tag(r, sqe, tag, index);
+	return io_ring_tag(r, sqe, op);
 }
 
-int io_ring_accept(struct io_ring *r, int fd, enum io_tag tag, uint32_t index)
+int io_ring_accept(struct io_ring *r, int fd, struct io_op *op)
 {
 	struct io_uring_sqe *sqe = io_ring_sqe(r);
 
 	if (!sqe)
 		return -EBUSY;
 	io_uring_prep_accept(sqe, fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-	return io_ring_tag(r, sqe, tag, index);
+	return io_ring_tag(r, sqe, op);
 }
 
 int io_ring_recv(struct io_ring *r, int fd, void *buf, uint32_t len,
-		 enum io_tag tag, uint32_t index)
+		 struct io_op *op)
 {
 	struct io_uring_sqe *sqe = io_ring_sqe(r);
 
 	if (!sqe)
 		return -EBUSY;
 	io_uring_prep_recv(sqe, fd, buf, len, 0);
-	return io_ring_tag(r, sqe, tag, index);
+	return io_ring_tag(r, sqe, op);
 }
 
 int io_ring_send(struct io_ring *r, int fd, const void *buf, uint32_t len,
-		 enum io_tag tag, uint32_t index)
+		 struct io_op *op)
 {
 	struct io_uring_sqe *sqe = io_ring_sqe(r);
 
@@ -114,7 +109,7 @@ int io_ring_send(struct io_ring *r, int fd, const void *buf, uint32_t len,
 		return -EBUSY;
 	/* MSG_NOSIGNAL: a client that went away is an error code, not SIGPIPE */
 	io_uring_prep_send(sqe, fd, buf, len, MSG_NOSIGNAL);
-	return io_ring_tag(r, sqe, tag, index);
+	return io_ring_tag(r, sqe, op);
 }
 
 int io_ring_submit(struct io_ring *r)
@@ -124,14 +119,12 @@ int io_ring_submit(struct io_ring *r)
 	return ret < 0 ? ret : 0;
 }
 
-int io_ring_next(struct io_ring *r, uint64_t timeout_ns, struct io_event *ev)
+int io_ring_wait(struct io_ring *r, uint64_t timeout_ns)
 {
 	struct io_uring_cqe *cqe;
 	int ret;
 
-	if (timeout_ns == 0) {
-		ret = io_uring_peek_cqe(&r->ring, &cqe);
-	} else if (timeout_ns == UINT64_MAX) {
+	if (timeout_ns == UINT64_MAX) {
 		ret = io_uring_submit_and_wait(&r->ring, 1);
 		ret = ret < 0 ? ret : io_uring_peek_cqe(&r->ring, &cqe);
 	} else {
@@ -143,12 +136,25 @@ int io_ring_next(struct io_ring *r, uint64_t timeout_ns, struct io_event *ev)
 	}
 	if (ret == -EAGAIN || ret == -ETIME || ret == -EINTR)
 		return 0;
+	return ret < 0 ? ret : 1;
+}
+
+int io_ring_dispatch(struct io_ring *r)
+{
+	struct io_uring_cqe *cqe;
+	struct io_op *op;
+	int32_t res;
+	int ret = io_uring_peek_cqe(&r->ring, &cqe);
+
+	if (ret == -EAGAIN)
+		return 0;
 	if (ret < 0)
 		return ret;
-	ev->tag = (enum io_tag)(cqe->user_data >> 32);
-	ev->index = (uint32_t)cqe->user_data;
-	ev->res = cqe->res;
+	op = io_uring_cqe_get_data(cqe);
+	res = cqe->res;
+	/* Seen before done() runs: done() may queue and wait again. */
 	io_uring_cqe_seen(&r->ring, cqe);
 	r->n_pending--;
+	op->done(op, res);
 	return 1;
 }

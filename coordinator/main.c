@@ -7,6 +7,10 @@
  *
  * Exit status: 0 when every request got its result line, 2 for a usage or
  * configuration error, 1 when the engine itself failed.
+ *
+ * main() parses the options and wires the parts: the engine (with its
+ * io_uring loop), then the front end on that loop (jsonl_frontend for run,
+ * http_server for serve), plugged in through frontend.h, then runs.
  */
 #include <getopt.h>
 #include <malloc.h>
@@ -17,6 +21,7 @@
 
 #include "engine.h"
 #include "http_server.h"
+#include "jsonl_frontend.h"
 #include "log.h"
 #include "parse_num.h"
 
@@ -100,6 +105,51 @@ static const char *default_model_name(const char *spec, char *buf, size_t len)
 	return buf;
 }
 
+/* Wire the engine and the front end (http: serve), run, tear down.
+ * Returns the exit status. */
+static int run(const struct engine_config *cfg, const struct http_config *http,
+	       const struct jsonl_config *jsonl_cfg)
+{
+	struct http_server *srv = NULL;
+	struct jsonl_frontend *jsonl = NULL;
+	struct engine *e;
+	char err[256];
+	int status;
+
+	e = engine_create(cfg, &status);
+	if (!e)
+		return status;
+	if (http) {
+		struct request_limits lim = { .vocab = engine_vocab(e),
+					      .max_context = cfg->max_context };
+
+		srv = http_server_create(http, e, engine_io(e), &lim, err, sizeof(err));
+		if (!srv) {
+			fprintf(stderr, "dynbatch: %s\n", err);
+			engine_destroy(e);
+			return ENGINE_EXIT_USAGE;
+		}
+		engine_set_frontend(e, &http_server_ops, srv);
+	} else {
+		struct jsonl_config j = *jsonl_cfg;
+
+		j.n_slots = cfg->n_slots;
+		j.max_context = cfg->max_context;
+		jsonl = jsonl_frontend_create(&j, e, &status);
+		if (!jsonl) {
+			engine_destroy(e);
+			return status;
+		}
+		engine_set_frontend(e, &jsonl_frontend_ops, jsonl);
+	}
+	status = engine_run(e);
+	/* the engine first: its io_uring goes, with our operations on it */
+	engine_destroy(e);
+	http_server_destroy(srv);
+	jsonl_frontend_destroy(jsonl);
+	return status;
+}
+
 int main(int argc, char **argv)
 {
 	enum { OPT_WORKERS = 256, OPT_BATCH, OPT_MODEL, OPT_MAX_CONTEXT, OPT_INPUT,
@@ -148,9 +198,6 @@ int main(int argc, char **argv)
 		.n_slots = 64,
 		.model_spec = "sim",
 		.max_context = 4096,
-		.input_path = "-",
-		.output_path = "-",
-		.max_line = 1u << 20,
 		.queue_capacity = 1024,
 		.step_timeout_ms = 10000,
 		.start_timeout_ms = 60000,
@@ -169,6 +216,11 @@ int main(int argc, char **argv)
 		.idle_timeout_ms = 60000,
 		.limits = { .max_header_bytes = 16384, .max_headers = 64,
 			    .max_body = 1u << 20 },
+	};
+	struct jsonl_config jsonl = {
+		.input_path = "-",
+		.output_path = "-",
+		.max_line = 1u << 20,
 	};
 	char name_buf[128];
 	bool serve, serve_opt = false, run_opt = false;
@@ -210,15 +262,15 @@ int main(int argc, char **argv)
 			bad = parse_u32(optarg, 1, 1u << 24, &cfg.max_context);
 			break;
 		case OPT_INPUT:
-			cfg.input_path = optarg;
+			jsonl.input_path = optarg;
 			run_opt = true;
 			break;
 		case OPT_OUTPUT:
-			cfg.output_path = optarg;
+			jsonl.output_path = optarg;
 			run_opt = true;
 			break;
 		case OPT_MAX_LINE:
-			bad = parse_u32(optarg, 1, 1u << 30, &cfg.max_line);
+			bad = parse_u32(optarg, 1, 1u << 30, &jsonl.max_line);
 			run_opt = true;
 			break;
 		case OPT_LISTEN:
@@ -344,7 +396,9 @@ int main(int argc, char **argv)
 							     sizeof(name_buf));
 		if (http.api_key && !*http.api_key)
 			http.api_key = NULL;
-		cfg.http = &http;
+		cfg.keep_running = true;
+		/* a recv and a send may be queued per connection in one round */
+		cfg.io_entries = 1024;
 	}
-	return engine_run(&cfg);
+	return run(&cfg, serve ? &http : NULL, &jsonl);
 }

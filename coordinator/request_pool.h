@@ -19,13 +19,15 @@
 
 #define REQUEST_NONE UINT32_MAX
 
-/* Where a live request is (dynbatch serve can park one and resume it). */
+/* Where a live request is (a front end can park one and resume it). */
 enum live_place {
 	LIVE_QUEUED = 0,		/* in the waiting queue */
 	LIVE_UNPLACED,			/* taken off the queue, not (yet) in a slot */
 	LIVE_ACTIVE,			/* in a slot */
 	LIVE_PAUSED,			/* gave up its slot: its client reads slowly */
 	LIVE_RESUMING,			/* paused, now first in line for a slot */
+	LIVE_AT_ONCE,			/* nothing to generate (max_tokens 0):
+					 * answered on the engine's next round */
 };
 
 struct live_request {
@@ -39,11 +41,14 @@ struct live_request {
 					 * failed) with it as the only row */
 	uint64_t admitted_ns;		/* entered the waiting queue */
 	uint64_t started_ns;		/* got a slot */
-	/* dynbatch serve only */
-	uint64_t client;		/* the HTTP connection that waits for it */
+	uint64_t cookie;		/* the front end's, from engine_submit */
+	uint32_t n_final;		/* tokens handed to the front end as
+					 * final (on_tokens) */
 	int32_t *generated;		/* malloc'd max_tokens: every committed
-					 * token, kept off the slot so the request
-					 * can stream, pause and resume */
+					 * token, kept off the slot (a worker can
+					 * write the slot's copy) so the request
+					 * can pause and resume; NULL in-process
+					 * until it pauses */
 	bool in_use;
 };
 

@@ -112,10 +112,20 @@ expect_eq "headers over --max-header-bytes: 431" \
 hdrs=()
 for i in $(seq 20); do hdrs+=(-H "X-H$i: v"); done
 expect_eq "more than --max-headers: 431" "$(status GET /health "${hdrs[@]}")" 431
-# max_tokens 0 never reaches the engine
+# max_tokens 0: answered without a slot, through the one admission path
+# (engine_submit): counted like any request, and as a stream it ends with
+# its last event and [DONE]
+n_length=$(metric 'dynbatch_requests_total{finish_reason="length"}')
 code=$(status POST /v1/completions "${AUTH[@]}" -d '{"prompt":[1,2],"max_tokens":0}')
 grep -q '"token_ids":\[\],"finish_reason":"length"' "$E2E_TMP/body" && [ "$code" = 200 ] &&
 	pass "max_tokens 0: length, no tokens" || fail "max_tokens 0: $code $(cat "$E2E_TMP/body")"
+code=$(status POST /v1/completions "${AUTH[@]}" -d '{"prompt":[1,2],"max_tokens":0,"stream":true}')
+grep -q '"token_ids":\[\],"finish_reason":"length"' "$E2E_TMP/body" &&
+	grep -q '^data: \[DONE\]' "$E2E_TMP/body" && [ "$code" = 200 ] &&
+	pass "max_tokens 0 streamed: length, no tokens, [DONE]" ||
+	fail "max_tokens 0 streamed: $code $(cat "$E2E_TMP/body")"
+expect_eq "max_tokens 0 counted with the finished requests" \
+	"$(metric 'dynbatch_requests_total{finish_reason="length"}')" $((n_length + 2))
 
 # Raw sockets (bash /dev/tcp): a request that never completes gets 408,
 # an idle keep-alive connection is closed.

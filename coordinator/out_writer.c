@@ -1,0 +1,72 @@
+/*
+ * out_writer.c - see out_writer.h.
+ */
+#include "out_writer.h"
+
+#include <unistd.h>
+
+#include "io_ring.h"
+
+/* One io_uring operation takes at most this many bytes (its length is a
+ * 32-bit count); the rest goes in the next. */
+#define OUT_WRITER_MAX_OP (1u << 30)
+
+bool out_writer_arm(struct out_writer *w, struct io_ring *io, int fd,
+		    bool is_socket, struct io_op *op)
+{
+	uint32_t len;
+
+	if (w->inflight || !out_writer_pending(w))
+		return false;
+	if (!w->write.len) {
+		struct strbuf t = w->write;
+
+		w->write = w->fill;
+		w->fill = t;
+	}
+	len = w->write.len > OUT_WRITER_MAX_OP ? OUT_WRITER_MAX_OP :
+	      (uint32_t)w->write.len;
+	if (is_socket ? io_ring_send(io, fd, w->write.data, len, op) :
+			io_ring_write(io, fd, w->write.data, len, op))
+		return false;
+	w->inflight = true;
+	return true;
+}
+
+void out_writer_done(struct out_writer *w, int32_t res)
+{
+	w->inflight = false;
+	if (res > 0)
+		strbuf_consume(&w->write, (size_t)res);
+}
+
+/* write() all of buf.  0, or -1 when the descriptor refuses more. */
+static int write_all(int fd, const char *buf, size_t len)
+{
+	while (len) {
+		ssize_t n = write(fd, buf, len);
+
+		if (n <= 0)
+			return -1;
+		buf += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int out_writer_flush_sync(struct out_writer *w, int fd)
+{
+	if (write_all(fd, w->write.data, w->write.len) ||
+	    write_all(fd, w->fill.data, w->fill.len))
+		return -1;
+	strbuf_consume(&w->write, w->write.len);
+	strbuf_consume(&w->fill, w->fill.len);
+	return 0;
+}
+
+void out_writer_release(struct out_writer *w)
+{
+	strbuf_release(&w->fill);
+	strbuf_release(&w->write);
+	w->inflight = false;
+}
