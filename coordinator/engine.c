@@ -203,6 +203,9 @@ struct engine {
 	uint32_t n_resume;
 	uint32_t n_paused;		/* PAUSED or RESUMING requests */
 	bool workers_lost;		/* every shard failed its last starts */
+	bool gave_up;			/* run: workers_lost for good; every
+					 * request from now on gets an error
+					 * line and the run exits 1 */
 	struct histogram step_hist;	/* a shard's time between results */
 	struct histogram request_hist;	/* admission -> finish (stop, length) */
 	struct histogram ttft_hist;	/* admission -> first token */
@@ -964,12 +967,23 @@ static void shard_note_failed_start(struct engine *e, struct shard *s,
 	for (uint32_t i = 0; i < e->n_shards; i++)
 		if (e->shards[i].n_failed_starts < ENGINE_MAX_FAILED_STARTS)
 			return;
-	if (!e->cfg->keep_running) {
-		engine_fail(e, "no worker can be kept alive: %u starts in a row "
-			    "failed on every shard (last: %s); check --model and "
-			    "the worker's messages above", s->n_failed_starts, why);
+	if (!e->cfg->keep_running && !e->gave_up) {
+		/* A run stops starting workers but goes on answering: every
+		 * request, live or still to be read, gets its error line. */
+		char msg[400];
+
+		snprintf(e->fail_msg, sizeof(e->fail_msg), "no worker can be kept "
+			 "alive: %u starts in a row failed on every shard (last: %s); "
+			 "check --model and the worker's messages above",
+			 s->n_failed_starts, why);
+		LOG(LOG_ERROR, "%s", e->fail_msg);
+		snprintf(msg, sizeof(msg), "engine failed: %s", e->fail_msg);
+		e->gave_up = e->workers_lost = true;
+		engine_finish_all(e, FINISH_ERROR, msg);
 		return;
 	}
+	if (e->gave_up)
+		return;
 	/* A server stays up (GET /health says 503) and keeps trying, but
 	 * nobody should wait on it meanwhile. */
 	if (!e->workers_lost) {
@@ -1197,11 +1211,12 @@ static uint64_t engine_check_workers(struct engine *e, uint64_t now)
 		struct shard *s = &e->shards[i];
 		uint64_t due;
 
-		if (s->pid <= 0 && !e->failed && !(e->n_signals && !e->pool.n_live) &&
+		if (s->pid <= 0 && !e->failed && !e->gave_up &&
+		    !(e->n_signals && !e->pool.n_live) &&
 		    now >= s->restart_at_ns && shard_start_worker(e, s))
 			s->restart_at_ns = now + restart_backoff_ns(s->n_failed_starts);
 		if (s->pid <= 0) {
-			if (!e->failed && s->restart_at_ns < next)
+			if (!e->failed && !e->gave_up && s->restart_at_ns < next)
 				next = s->restart_at_ns;
 			continue;
 		}
@@ -1791,6 +1806,9 @@ int engine_run(struct engine *e)
 		engine_fail_all(e);
 		fprintf(stderr, "dynbatch: %s\n", e->fail_msg);
 		status = ENGINE_EXIT_FAILED;
+	} else if (e->gave_up) {
+		fprintf(stderr, "dynbatch: %s\n", e->fail_msg);
+		status = ENGINE_EXIT_FAILED;
 	}
 	if (engine_finish_stats(e))
 		status = ENGINE_EXIT_FAILED;
@@ -1817,7 +1835,7 @@ int engine_submit(struct engine *e, struct request *req, uint64_t cookie,
 
 	if (e->n_signals || e->failed)
 		return -ESHUTDOWN;
-	if (e->workers_lost)
+	if (e->workers_lost && req->max_tokens)	/* 0 needs no worker */
 		return -EIO;
 	if (request_pool_find_id(&e->pool, req->id) != REQUEST_NONE)
 		return -EEXIST;
@@ -1893,7 +1911,8 @@ void engine_resume(struct engine *e, uint32_t handle)
 
 bool engine_has_room(const struct engine *e)
 {
-	return !e->n_signals && !e->failed && !e->workers_lost &&
+	/* With workers lost, engine_submit() answers -EIO at once: room. */
+	return !e->n_signals && !e->failed &&
 	       !wait_queue_full(&e->queue) && !request_pool_full(&e->pool);
 }
 

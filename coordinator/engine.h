@@ -105,7 +105,8 @@ void engine_cancel(struct engine *e, uint32_t handle);
 void engine_pause(struct engine *e, uint32_t handle);
 /* The buffer drained: back to the front of the line for a slot. */
 void engine_resume(struct engine *e, uint32_t handle);
-/* May engine_submit() succeed now (not draining, queue and pool room)? */
+/* Would engine_submit() take a request now or refuse it at once (-EIO:
+ * workers lost), rather than -EAGAIN or -ESHUTDOWN? */
 bool engine_has_room(const struct engine *e);
 /* Requests waiting for a slot. */
 uint32_t engine_n_waiting(const struct engine *e);

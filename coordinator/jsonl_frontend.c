@@ -135,6 +135,11 @@ static void jsonl_admit(struct jsonl_frontend *j, struct parsed_line *pl)
 			 "request with this id is still live",
 			 (unsigned long long)pl->line_no, req->id);
 		jsonl_answer_line(j, req, FINISH_ERROR, err);
+	} else if (ret == -EIO) {	/* the run gave up on its workers */
+		snprintf(err, sizeof(err), "line %llu: engine failed: no worker "
+			 "can be kept alive (see the log)",
+			 (unsigned long long)pl->line_no);
+		jsonl_answer_line(j, req, FINISH_ERROR, err);
 	} else if (ret) {	/* cannot happen: admission is gated on room */
 		engine_fail_frontend(j->e, "cannot admit line %llu: %s",
 				     (unsigned long long)pl->line_no, strerror(-ret));

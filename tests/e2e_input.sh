@@ -145,21 +145,29 @@ fi
 
 # --- 2. no worker can be kept alive -------------------------------------------
 "$BIN/gen_workload" --n 5 --seed "$SEED" > "$E2E_TMP/five.jsonl"
+# Enough lines that most are still unread when the run gives up: each
+# must still get its line.  A request with max_tokens 0 needs no worker
+# and is answered "length"; every other one is an error.
+"$BIN/gen_workload" --n 3000 --seed "$SEED" > "$E2E_TMP/many.jsonl"
+n_need_worker=$(grep -vc '"max_tokens":0[,}]' "$E2E_TMP/many.jsonl")
 printf '#!/bin/sh\nexit 1\n' > "$E2E_TMP/exit1-worker"
 chmod +x "$E2E_TMP/exit1-worker"
 mkdir -p "$E2E_TMP/a-directory"
 for workers in 1 2 3; do
 	for how in spawn exit1; do
 		if [ $how = spawn ]; then
-			DYNBATCH_FAULT=spawn run --workers $workers --input "$E2E_TMP/five.jsonl" \
+			DYNBATCH_FAULT=spawn run --workers $workers --input "$E2E_TMP/many.jsonl" \
 				--output "$E2E_TMP/lost.out" 2>/dev/null
 		else
 			DYNBATCH_WORKER="$E2E_TMP/exit1-worker" run --workers $workers \
-				--input "$E2E_TMP/five.jsonl" --output "$E2E_TMP/lost.out" 2>/dev/null
+				--input "$E2E_TMP/many.jsonl" --output "$E2E_TMP/lost.out" 2>/dev/null
 		fi
 		expect_eq "workers that $how fail, $workers workers: exit 1 (not a hang)" $? 1
-		expect_eq "... an error line for each of the 5 requests" \
-			"$(grep -c '"finish_reason":"error".*no worker can be kept alive' "$E2E_TMP/lost.out")" 5
+		expect_eq "... a line for each of the 3000 requests" \
+			"$(wc -l < "$E2E_TMP/lost.out")" 3000
+		expect_eq "... an error line for each that needs a worker" \
+			"$(grep -c '"finish_reason":"error".*no worker can be kept alive' "$E2E_TMP/lost.out")" \
+			"$n_need_worker"
 	done
 	msg=$(DYNBATCH_WORKER="$E2E_TMP/a-directory" run --workers $workers \
 		--input "$E2E_TMP/five.jsonl" --output /dev/null 2>&1)
