@@ -53,8 +53,10 @@
 #include "completion_api.h"
 #include "engine.h"
 #include "io_ring.h"
+#include "json_writer.h"
 #include "log.h"
 #include "metrics.h"
+#include "parse_num.h"
 #include "request.h"
 #include "request_pool.h"
 #include "stop_matcher.h"
@@ -318,12 +320,27 @@ static void route_health(struct http_server *srv, struct conn *c)
 	respond(srv, c, ok ? 200 : 503, "application/json", NULL);
 }
 
+/* Append s as a JSON string (escaped); 0 or -ENOMEM. */
+static int append_json_str(struct strbuf *out, const char *s)
+{
+	size_t bound = json_str_bound(s);
+	char *end;
+
+	if (bound == SIZE_MAX || strbuf_reserve(out, bound))
+		return -ENOMEM;
+	end = json_put_str(out->data + out->len, s);
+	out->len = (size_t)(end - out->data);
+	out->data[out->len] = '\0';
+	return 0;
+}
+
 static void route_models(struct http_server *srv, struct conn *c)
 {
 	srv->body.len = 0;
-	if (strbuf_printf(&srv->body, "{\"object\":\"list\",\"data\":[{\"id\":\"%s\","
-			  "\"object\":\"model\",\"created\":%llu,"
-			  "\"owned_by\":\"dynbatch\"}]}", srv->cfg->model_name,
+	if (strbuf_printf(&srv->body, "{\"object\":\"list\",\"data\":[{\"id\":") ||
+	    append_json_str(&srv->body, srv->cfg->model_name) ||
+	    strbuf_printf(&srv->body, ",\"object\":\"model\",\"created\":%llu,"
+			  "\"owned_by\":\"dynbatch\"}]}",
 			  (unsigned long long)srv->started_s)) {
 		conn_drop(srv, c);
 		return;
@@ -981,10 +998,11 @@ static int listen_on(const char *spec, char *err, size_t err_len, char *shown,
 	socklen_t sl = sizeof(ss);
 	const char *colon = strrchr(spec, ':');
 	size_t hl;
+	uint32_t port_num;
 	int fd = -1, one = 1, ret;
 
-	if (!colon || colon == spec || strlen(colon + 1) >= sizeof(port) ||
-	    !colon[1] || (size_t)(colon - spec) >= sizeof(host)) {
+	if (!colon || colon == spec || !colon[1] ||
+	    (size_t)(colon - spec) >= sizeof(host)) {
 		snprintf(err, err_len, "--listen '%s': expected HOST:PORT", spec);
 		return -1;
 	}
@@ -996,7 +1014,14 @@ static int listen_on(const char *spec, char *err, size_t err_len, char *shown,
 		memcpy(host, spec, hl);
 		host[hl] = '\0';
 	}
-	snprintf(port, sizeof(port), "%s", colon + 1);
+	/* getaddrinfo() takes "65536" as port 0 and "99999" modulo 65536:
+	 * the port is read here, digits only, 0..65535. */
+	if (parse_u32(colon + 1, 0, 65535, &port_num)) {
+		snprintf(err, err_len, "--listen '%s': the port must be a number "
+			 "from 0 to 65535", spec);
+		return -1;
+	}
+	snprintf(port, sizeof(port), "%u", port_num);
 	ret = getaddrinfo(host, port, &hints, &res);
 	if (ret) {
 		snprintf(err, err_len, "--listen '%s': %s", spec, gai_strerror(ret));

@@ -71,6 +71,37 @@ load_check() {
 
 command -v curl >/dev/null || { echo "skipped: curl is not installed"; exit 0; }
 
+echo "== configuration errors exit 2 with a message"
+# refused NAME ENV ARGS...: the server must exit 2 at once, saying why.
+refused() {
+	local name=$1 env=$2 rc
+	shift 2
+	env $env timeout 5 "$BIN/dynbatch" serve --workers 1 "$@" \
+		> /dev/null 2> "$E2E_TMP/refused.err"
+	rc=$?
+	if [ "$rc" = 2 ] && [ -s "$E2E_TMP/refused.err" ]; then
+		pass "$name: exit 2 ($(head -1 "$E2E_TMP/refused.err"))"
+	else
+		fail "$name: exit $rc, '$(head -1 "$E2E_TMP/refused.err")'"
+	fi
+}
+for port in 65536 99999 -1 +80 ' 80' 8o 00000000000000000000065536; do
+	refused "--listen 127.0.0.1:'$port'" "" --listen "127.0.0.1:$port"
+done
+refused "an empty DYNBATCH_API_KEY" "DYNBATCH_API_KEY=" --listen 127.0.0.1:0
+refused "--api-key ''" "" --listen 127.0.0.1:0 --api-key ''
+refused "--model-name with a tab" "" --listen 127.0.0.1:0 --model-name $'a\tb'
+refused "--model-name with a newline" "" --listen 127.0.0.1:0 --model-name $'a\nb'
+# A name with quotes and a backslash is escaped: GET /v1/models stays JSON.
+serve_start name --workers 1 --batch 2 --model "$MODEL" --model-name 'my "m" \ 1'
+status GET /v1/models > /dev/null
+python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+sys.exit(d["data"][0]["id"] != sys.argv[2])' "$E2E_TMP/body" 'my "m" \ 1' &&
+	pass "a model name with quotes and a backslash: /v1/models is JSON naming it" ||
+	fail "/v1/models: $(cat "$E2E_TMP/body")"
+serve_stop
+
 echo "== the API and its errors"
 KEY=k3y
 serve_start api --workers 2 --batch 8 --model "$MODEL" --api-key "$KEY" \
