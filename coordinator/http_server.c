@@ -402,7 +402,7 @@ static void route_completions(struct http_server *srv, struct conn *c)
 		goto out;
 	}
 	if (!cr.req.id) {
-		if (asprintf(&cr.req.id, "cmpl-%x-%llu", (unsigned)getpid(),
+		if (asprintf(&cr.req.id, COMPLETION_ID_PREFIX "%x-%llu", (unsigned)getpid(),
 			     (unsigned long long)++srv->next_id) < 0) {
 			cr.req.id = NULL;
 			respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);

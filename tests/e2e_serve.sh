@@ -178,6 +178,24 @@ serve_stop
 expect_eq "SIGTERM: exit 0" "$SRV_RC" 0
 expect_eq "no segment left" "$(segments_of "$SRV_PID")" ""
 
+echo "== generated ids never collide with client ids"
+serve_start ids --workers 1 --batch 4 --model "$SLOW"
+status POST /v1/completions -d '{"prompt":[1],"max_tokens":1}' > /dev/null
+first=$(grep -o '"id":"cmpl-[0-9a-f]*-[0-9]*"' "$E2E_TMP/body" | cut -d'"' -f4)
+next="${first%-*}-$(( ${first##*-} + 1 ))"	# the id the server gives next
+curl -s -o "$E2E_TMP/taken" -w '%{http_code}' "$URL/v1/completions" \
+	-d "{\"id\":\"$next\",\"prompt\":[2],\"max_tokens\":300}" > "$E2E_TMP/taken_code" &
+sleep 0.2
+code=$(status POST /v1/completions -d '{"prompt":[3],"max_tokens":2}')
+wait $!
+[ -n "$first" ] && [ "$code" = 200 ] &&
+	pass "a request without an id gets 200 after a client sent '$next'" ||
+	fail "a request without an id: $code $(cat "$E2E_TMP/body") (first id '$first')"
+[ "$(cat "$E2E_TMP/taken_code")" = 400 ] && grep -q '"param":"id"' "$E2E_TMP/taken" &&
+	pass "a client id starting with 'cmpl-' is refused: 400, param id" ||
+	fail "client id '$next': $(cat "$E2E_TMP/taken_code") $(head -c 200 "$E2E_TMP/taken")"
+serve_stop
+
 echo "== admission: a full queue answers 429 at once"
 serve_start q429 --workers 1 --batch 1 --queue 1 --model "$SLOW"
 for i in $(seq 8); do
