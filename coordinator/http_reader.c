@@ -122,6 +122,7 @@ static int on_headers_complete(http_parser *p)
 	r->headers_done = true;
 	note_expect(r);
 	r->msg.method = p->method;
+	r->msg.http_minor = p->http_minor;
 	r->msg.keep_alive = http_should_keep_alive(p) != 0;
 	if (p->method == HTTP_CONNECT) {
 		reader_error(r, 400, "CONNECT is not supported");
@@ -178,6 +179,7 @@ void http_reader_reset(struct http_reader *r)
 	r->parser.data = r;
 	m->target.len = m->body.len = m->authorization.len = 0;
 	m->method = 0;
+	m->http_minor = 0;
 	m->keep_alive = false;
 	m->expect_continue = false;
 	r->field.len = r->expect.len = 0;

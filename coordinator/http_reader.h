@@ -33,6 +33,7 @@ struct http_message {
 	struct strbuf target;		/* request target ("/v1/completions?x") */
 	struct strbuf body;
 	struct strbuf authorization;	/* Authorization value, if sent */
+	unsigned http_minor;		/* HTTP/1.x: 0 or 1 */
 	bool keep_alive;		/* the client allows another request */
 	bool expect_continue;		/* "Expect: 100-continue" was sent */
 };

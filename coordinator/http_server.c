@@ -9,8 +9,11 @@
  * entry is reused only after its socket is closed and no operation on it
  * is in flight, so a completion can never land on the wrong connection.
  * A connection always has a recv queued while it has buffer room, also
- * while its request is running: that is how a disconnect is seen at once
- * (recv returns 0 or an error) rather than at the next write.
+ * while its request is running: that is how a reset is seen at once (recv
+ * fails) rather than at the next write.  recv returning 0 is a half-close
+ * as much as a close, so it is answered (conn_half_closed()); with no recv
+ * posted (after it, or with the buffer full of pipelined requests) the
+ * timer scan polls a running request's socket for a reset instead.
  *
  * Requests.  One request per connection at a time (HTTP/1.1 without
  * pipelined execution: a pipelined request waits in the receive buffer
@@ -29,7 +32,9 @@
  * goes out as one Server-Sent Event per step, each in its own HTTP chunk.
  *
  * Backpressure.  What a connection has buffered (including the send in
- * flight) is bounded by conn_buffer.  Past it, the request is paused: it
+ * flight) is bounded by conn_buffer.  Past it no further pipelined request
+ * is parsed (each answer is appended whole, so the bound is exceeded by
+ * one answer at most), and a streamed request is paused: it
  * gives up its slot, keeps its tokens, and resumes from its prefix (the
  * model is stateless) once half the buffer has drained.  The kernel's send
  * buffer is set to the same size so that a client that reads nothing is
@@ -42,6 +47,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +70,7 @@
 #define HTTP_IN_SIZE (64u * 1024)	/* receive buffer per connection */
 #define HTTP_TICK_NS (5ull * 1000 * 1000)	/* timeout scan period */
 #define HTTP_ACCEPT_RETRY_NS (50ull * 1000 * 1000)
+#define HTTP_PEER_CHECK_NS (50ull * 1000 * 1000)	/* reset check, no recv posted */
 #define HTTP_STATUS_MAX 600
 
 struct conn {
@@ -78,6 +85,8 @@ struct conn {
 	bool dirty;			/* on the work list */
 	bool closing;			/* shut down; freed when no I/O is left */
 	bool close_after_send;		/* the answer said Connection: close */
+	bool read_eof;			/* the client shut down its sending side:
+					 * what it sent is answered, then close */
 	/* the request being answered */
 	bool busy;			/* the engine has it */
 	uint32_t handle;		/* its live request */
@@ -194,6 +203,7 @@ static void conn_free(struct http_server *srv, struct conn *c)
 	strbuf_release(&c->out_fill);
 	strbuf_release(&c->out_write);
 	c->closing = c->close_after_send = c->busy = c->paused = false;
+	c->read_eof = false;
 	srv->free_list[srv->n_free++] = (uint32_t)(c - srv->conns);
 }
 
@@ -525,7 +535,13 @@ static void route(struct http_server *srv, struct conn *c)
 		      NULL, NULL);
 }
 
-/* Parse what the connection received; answer or submit whole requests. */
+/*
+ * Parse what the connection received; answer or submit whole requests.
+ * Answers not yet sent past conn_buffer stop the parsing (the rest stays
+ * in c->in, and with it full no recv is posted, so the kernel's window
+ * closes on a client that sends without reading); a send that drains them
+ * marks the connection and parsing goes on.
+ */
 static bool conn_process_input(struct http_server *srv, struct conn *c)
 {
 	bool did = false;
@@ -533,6 +549,9 @@ static bool conn_process_input(struct http_server *srv, struct conn *c)
 	while (c->in_len && !c->busy && !c->closing && !c->close_after_send) {
 		size_t used;
 		enum http_read_status st;
+
+		if (conn_buffered(c) >= srv->cfg->conn_buffer)
+			return did;
 
 		if (!c->request_start_ns)
 			c->request_start_ns = clock_now_ns();
@@ -556,6 +575,10 @@ static bool conn_process_input(struct http_server *srv, struct conn *c)
 		}
 		route(srv, c);
 	}
+	/* After a half-close nothing more comes: once every whole request
+	 * is answered (a partial one never will be), close. */
+	if (c->read_eof && !c->busy && !c->closing)
+		c->close_after_send = true;
 	return did;
 }
 
@@ -585,7 +608,7 @@ static void conn_arm(struct http_server *srv, struct conn *c)
 		conn_close(srv, c);
 		return;
 	}
-	if (!c->recv_inflight && c->in_len < HTTP_IN_SIZE &&
+	if (!c->recv_inflight && !c->read_eof && c->in_len < HTTP_IN_SIZE &&
 	    !io_ring_recv(srv->io, c->fd, c->in + c->in_len,
 			  HTTP_IN_SIZE - c->in_len, IO_TAG_RECV, index))
 		c->recv_inflight = true;
@@ -617,6 +640,30 @@ static void refuse_connection(struct http_server *srv, int fd)
 	srv->n_status[503]++;
 }
 
+/*
+ * recv returned 0: the client sent its last byte, which a half-close
+ * (shutdown(SHUT_WR)) does as well as a close.  Both are answered (a
+ * stream to its end); a client that really closed is told apart when
+ * something is sent to it: its socket answers with a reset, which
+ * conn_tick() finds.  A stream sends all the time; a plain HTTP/1.1
+ * request that runs is sent an interim "100 Continue" now, which every
+ * HTTP/1.1 client must accept before the answer (RFC 9110 15.2).
+ */
+static void conn_half_closed(struct http_server *srv, struct conn *c)
+{
+	size_t before = conn_buffered(c);
+
+	c->read_eof = true;
+	if (c->busy && !c->stream && c->reader.msg.http_minor == 1) {
+		if (strbuf_printf(&c->out_fill, "HTTP/1.1 100 Continue\r\n\r\n")) {
+			conn_drop(srv, c);
+			return;
+		}
+		conn_note_output(c, before);
+	}
+	conn_mark(srv, c);
+}
+
 static void on_accept(struct http_server *srv, int fd)
 {
 	int one = 1, sndbuf = (int)srv->cfg->conn_buffer;
@@ -640,6 +687,7 @@ static void on_accept(struct http_server *srv, int fd)
 	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
 	c->fd = fd;
 	c->in_len = 0;
+	c->read_eof = false;
 	c->busy = false;
 	c->handle = REQUEST_NONE;
 	c->request_start_ns = 0;
@@ -676,8 +724,12 @@ void http_server_on_event(struct http_server *srv, const struct io_event *ev)
 			conn_close(srv, c);
 			return;
 		}
-		if (ev->res <= 0) {	/* the client closed or reset */
+		if (ev->res < 0) {	/* reset, or another error */
 			conn_client_gone(srv, c);
+			return;
+		}
+		if (ev->res == 0) {
+			conn_half_closed(srv, c);
 			return;
 		}
 		c->in_len += (uint32_t)ev->res;
@@ -844,11 +896,32 @@ static uint64_t ms_ns(uint32_t ms)
 	return (uint64_t)ms * 1000000ull;
 }
 
+/*
+ * True when the client reset the connection.  Only needed while no recv is
+ * posted (that would complete with the error): after a half-close, and
+ * when the receive buffer is full of pipelined requests, where the reset
+ * waits behind bytes nobody reads.  poll() reports it at once, whatever
+ * is queued (POLLERR, POLLHUP).
+ */
+static bool conn_peer_reset(const struct conn *c)
+{
+	struct pollfd p = { .fd = c->fd, .events = POLLRDHUP };
+
+	return poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP));
+}
+
 /* Check one connection's timers; returns its next deadline. */
 static uint64_t conn_tick(struct http_server *srv, struct conn *c, uint64_t now)
 {
-	uint64_t due;
+	uint64_t due, peer_due = UINT64_MAX;
 
+	if (c->busy && !c->recv_inflight) {
+		if (conn_peer_reset(c)) {
+			conn_client_gone(srv, c);
+			return UINT64_MAX;
+		}
+		peer_due = now + HTTP_PEER_CHECK_NS;
+	}
 	if (conn_buffered(c) || c->paused) {
 		due = c->last_progress_ns + ms_ns(srv->cfg->write_timeout_ms);
 		if (now >= due) {
@@ -859,10 +932,10 @@ static uint64_t conn_tick(struct http_server *srv, struct conn *c, uint64_t now)
 			conn_drop(srv, c);
 			return UINT64_MAX;
 		}
-		return due;
+		return due < peer_due ? due : peer_due;
 	}
 	if (c->busy)
-		return UINT64_MAX;
+		return peer_due;
 	if (c->request_start_ns) {
 		due = c->request_start_ns + ms_ns(srv->cfg->read_timeout_ms);
 		if (now >= due) {
