@@ -93,6 +93,7 @@ struct conn {
 	bool stream;
 	bool paused;			/* we paused it: output buffer full */
 	bool keep_alive;
+	bool head_request;		/* HEAD: answered as GET, without the body */
 	uint32_t n_sent;		/* tokens streamed so far */
 	uint64_t created;		/* Unix seconds, for the answer */
 	/* timers */
@@ -147,6 +148,7 @@ static const char *status_text(int status)
 	case 431: return "Request Header Fields Too Large";
 	case 500: return "Internal Server Error";
 	case 503: return "Service Unavailable";
+	case 505: return "HTTP Version Not Supported";
 	default:  return "Error";
 	}
 }
@@ -258,6 +260,7 @@ static void conn_request_done(struct http_server *srv, struct conn *c)
 {
 	if (!c->keep_alive || !srv->accepting)
 		c->close_after_send = true;
+	c->head_request = false;
 	http_reader_reset(&c->reader);
 	c->request_start_ns = c->in_len ? clock_now_ns() : 0;
 	c->idle_since_ns = clock_now_ns();
@@ -279,7 +282,8 @@ static void respond(struct http_server *srv, struct conn *c, int status,
 			  status_text(status), content_type, srv->body.len,
 			  extra_headers ? extra_headers : "",
 			  close ? "Connection: close\r\n" : "") ||
-	    strbuf_append(&c->out_fill, srv->body.data, srv->body.len)) {
+	    (!c->head_request &&
+	     strbuf_append(&c->out_fill, srv->body.data, srv->body.len))) {
 		LOG(LOG_ERROR, "out of memory answering a request");
 		conn_drop(srv, c);
 		return;
@@ -508,6 +512,8 @@ static void route(struct http_server *srv, struct conn *c)
 	char allow[64];
 
 	c->keep_alive = m->keep_alive;
+	/* HEAD is GET without the body (RFC 9110 9.3.2); respond() drops it. */
+	c->head_request = m->method == HTTP_HEAD;
 	/* Everything but /health needs the key, unknown paths included:
 	 * without it a client learns nothing, not even what exists. */
 	if (!(len == 7 && !strncmp(m->target.data, "/health", 7)) &&
@@ -521,8 +527,10 @@ static void route(struct http_server *srv, struct conn *c)
 		if (strlen(routes[i].path) != len ||
 		    strncmp(routes[i].path, m->target.data, len))
 			continue;
-		if (m->method != routes[i].method) {
+		if (m->method != routes[i].method &&
+		    !(c->head_request && routes[i].method == HTTP_GET)) {
 			snprintf(allow, sizeof(allow), "Allow: %s\r\n",
+				 routes[i].method == HTTP_GET ? "GET, HEAD" :
 				 http_method_str(routes[i].method));
 			respond_error(srv, c, 405, "method not allowed",
 				      "invalid_request_error", NULL, allow);

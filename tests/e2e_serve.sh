@@ -171,6 +171,41 @@ resp=$(timeout 3 cat <&3 | grep -o 'HTTP/1.1 [0-9]*' | tr '\n' ' ')
 exec 3<&-
 expect_eq "two pipelined requests" "$resp" "HTTP/1.1 200 HTTP/1.1 401 "
 
+# HTTP strictness (RFC 9112) over raw sockets: what could be framed two
+# ways is refused; whitespace counts against --max-header-bytes.
+raw() {	# BYTES (printf format): send, read to the close; the status line
+	exec 3<>"/dev/tcp/127.0.0.1/$PORT"
+	printf "$1" >&3
+	timeout 3 cat <&3 > "$E2E_TMP/raw"
+	exec 3<&-
+	head -1 "$E2E_TMP/raw" | tr -d '\r'
+}
+expect_eq "whitespace before a header colon: 400" \
+	"$(raw 'GET /health HTTP/1.1\r\nHost : x\r\n\r\n')" "HTTP/1.1 400 Bad Request"
+expect_eq "obs-fold: 400" \
+	"$(raw 'GET /health HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n')" "HTTP/1.1 400 Bad Request"
+expect_eq "Transfer-Encoding: gzip, chunked: 400" \
+	"$(raw 'POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n')" \
+	"HTTP/1.1 400 Bad Request"
+expect_eq "HTTP/2.0 on the request line: 505" \
+	"$(raw 'GET /health HTTP/2.0\r\n\r\n')" "HTTP/1.1 505 HTTP Version Not Supported"
+pad=$(head -c 3000 /dev/zero | tr '\0' ' ')
+expect_eq "3000 bytes of whitespace in a header (--max-header-bytes 2048): 431" \
+	"$(raw "GET /health HTTP/1.1\\r\\nX-Pad:${pad}a\\r\\n\\r\\n")" \
+	"HTTP/1.1 431 Request Header Fields Too Large"
+# HEAD is GET without the body: a pipelined GET after it reads its own answer.
+expect_eq "HEAD /health" \
+	"$(raw 'HEAD /health HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nConnection: close\r\n\r\n')" \
+	"HTTP/1.1 200 OK"
+[ "$(grep -c '^HTTP/1.1 200' "$E2E_TMP/raw")" = 2 ] &&
+	[ "$(grep -o '{"status":"ok"}' "$E2E_TMP/raw" | wc -l)" = 1 ] &&
+	grep -q '^Content-Length: 15' "$E2E_TMP/raw" &&
+	pass "HEAD: GET's headers, no body, then the GET's whole answer" ||
+	fail "HEAD then GET: $(tr '\r\n' '  ' < "$E2E_TMP/raw")"
+expect_eq "HEAD without the key: 401" \
+	"$(raw 'HEAD /metrics HTTP/1.1\r\nConnection: close\r\n\r\n')" "HTTP/1.1 401 Unauthorized"
+grep -q 'error' "$E2E_TMP/raw" && fail "the 401 to HEAD has a body" || pass "with no body"
+
 # Every answer, plain and streamed, against the reference decoder.
 load_check "600 answers, half streamed" --api-key "$KEY" --requests 600 \
 	--concurrency 32 --stream-frac 0.5 --stop-frac 0.6 --max-tokens 48
