@@ -252,6 +252,7 @@ void http_reader_reset(struct http_reader *r)
 	r->field.len = r->expect.len = r->transfer_encoding.len = 0;
 	r->te_seen = false;
 	r->scan = HEAD_SCAN_START;
+	r->scan_cr = false;
 	r->header_bytes = r->n_headers = 0;
 	r->cur_header = HDR_OTHER;
 	r->in_value = r->headers_done = r->headers_reported = r->done = false;
@@ -274,13 +275,13 @@ void http_reader_release(struct http_reader *r)
  * Scan the head (leading empty lines, request line, header lines, the
  * empty line) byte by byte before http_parser reads it, for what it lets
  * pass: a header line that starts with whitespace (obs-fold, or whitespace
- * before the first field) and whitespace between a name and its colon,
- * both of which RFC 9112 5.1 and 5.2 let a server reject.  Every byte
+ * before the first field), whitespace between a name and its colon, and a
+ * bare CR (RFC 9112 5.1, 5.2, 2.2 let a server reject each).  Every byte
  * counts against max_header_bytes, whitespace and empty lines included,
- * so padding cannot get around it.  Stops at the end of the head, which
- * http_parser always reads up to before it pauses, so the two never
- * disagree on where it ends.  Returns the bytes scanned, len unless an
- * error was recorded.  A bare LF ends a line, as http_parser takes it.
+ * so padding cannot get around it.  Lines end at LF or CR LF, as
+ * http_parser ends them once bare CRs are refused (it takes a lone CR for
+ * an LF), so the two agree on where the head ends, however the bytes are
+ * split.  Returns the bytes scanned: len, or fewer with an error recorded.
  */
 static size_t scan_head(struct http_reader *r, const char *data, size_t len)
 {
@@ -294,9 +295,17 @@ static size_t scan_head(struct http_reader *r, const char *data, size_t len)
 			return i;
 		}
 		r->header_bytes++;
+		if (r->scan_cr && ch != '\n') {
+			reader_error(r, 400, "malformed HTTP request: a CR not "
+				     "followed by LF in the request head");
+			return i;
+		}
+		r->scan_cr = ch == '\r';
+		if (ch == '\r')
+			continue;
 		switch (r->scan) {
 		case HEAD_SCAN_START:
-			if (ch != '\r' && ch != '\n')
+			if (ch != '\n')
 				r->scan = HEAD_SCAN_REQUEST_LINE;
 			break;
 		case HEAD_SCAN_REQUEST_LINE:
@@ -310,8 +319,7 @@ static size_t scan_head(struct http_reader *r, const char *data, size_t len)
 					     "line starts with whitespace (obs-fold)");
 				return i;
 			}
-			r->scan = ch == '\r' ? HEAD_SCAN_END_CR :
-				  ch == '\n' ? HEAD_SCAN_DONE :
+			r->scan = ch == '\n' ? HEAD_SCAN_DONE :
 				  ch == ':' ? HEAD_SCAN_VALUE : HEAD_SCAN_NAME;
 			break;
 		case HEAD_SCAN_NAME:
@@ -325,9 +333,7 @@ static size_t scan_head(struct http_reader *r, const char *data, size_t len)
 			else if (ch == '\n')	/* no colon: http_parser says so */
 				r->scan = HEAD_SCAN_LINE_START;
 			break;
-		case HEAD_SCAN_END_CR:		/* LF, or http_parser says no */
 		case HEAD_SCAN_DONE:
-			r->scan = HEAD_SCAN_DONE;
 			break;
 		}
 	}

@@ -58,7 +58,6 @@ enum http_head_scan {
 	HEAD_SCAN_LINE_START,	/* first byte of a header line, or the end */
 	HEAD_SCAN_NAME,
 	HEAD_SCAN_VALUE,
-	HEAD_SCAN_END_CR,	/* CR of the empty line that ends the head */
 	HEAD_SCAN_DONE,		/* the body (or the trailers) follows */
 };
 
@@ -67,6 +66,7 @@ struct http_reader {
 	struct http_limits lim;
 	struct http_message msg;
 	enum http_head_scan scan;
+	bool scan_cr;			/* a CR was scanned: LF must follow */
 	uint32_t header_bytes;		/* every byte of the head, whitespace
 					 * included (then the trailers' fields),
 					 * against lim.max_header_bytes */

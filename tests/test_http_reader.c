@@ -716,6 +716,11 @@ static const struct {
 	{ "POST / HTTP/1.1\r\nTransfer-Encoding: identity\r\n\r\n", 400 },
 	{ "POST / HTTP/1.1\r\nTransfer-Encoding: chunkedx\r\n\r\n0\r\n\r\n", 400 },
 	{ "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400 },
+	/* a bare CR (2.2), which http_parser takes for an LF */
+	{ "GET / HTTP/1.1\r\nHost: \r\r\r\r", 400 },
+	{ "GET / HTTP/1.1\rHost: h\r\n\r\n", 400 },
+	{ "GET / HTTP/1.1\r\nX-A: a\rb\r\n\r\n", 400 },
+	{ "\rGET / HTTP/1.1\r\n\r\n", 400 },
 	/* versions other than 1.0 and 1.1 */
 	{ "GET / HTTP/2.0\r\n\r\n", 505 },
 	{ "GET / HTTP/0.9\r\n\r\n", 505 },
