@@ -27,7 +27,7 @@ BIN ?= bin
 DEB_PACKAGES := liburing-dev libcmocka-dev libjansson-dev libhttp-parser-dev pkg-config
 # What the end-to-end tests drive the server with: curl, nginx (two
 # replicas behind a load balancer), Node.js and npm (the openai client).
-TEST_DEB_PACKAGES := curl nginx-light
+TEST_DEB_PACKAGES := curl nginx-light python3
 
 COMMON_SRC := $(wildcard common/*.c)
 COORD_SRC := $(filter-out coordinator/main.c,$(wildcard coordinator/*.c))

@@ -13,7 +13,10 @@
  * fails) rather than at the next write.  recv returning 0 is a half-close
  * as much as a close, so it is answered (conn_half_closed()); with no recv
  * posted (after it, or with the buffer full of pipelined requests) the
- * timer scan polls a running request's socket for a reset instead.
+ * timer scan polls a running request's socket for a reset instead.  The
+ * kernel writes a posted recv's bytes where it was told to (c->in +
+ * in_len) whenever it completes, so parsing only advances in_start, and
+ * parsed bytes are moved out of the buffer just before the next recv.
  *
  * Requests.  One request per connection at a time (HTTP/1.1 without
  * pipelined execution: a pipelined request waits in the receive buffer
@@ -78,7 +81,9 @@ struct conn {
 	uint32_t req_serial;		/* bumped per request; in its cookie */
 	struct http_reader reader;
 	char *in;			/* HTTP_IN_SIZE bytes, in_len used */
-	uint32_t in_len;
+	uint32_t in_len;		/* a recv in flight writes from here on */
+	uint32_t in_start;		/* bytes before it are parsed; moved out
+					 * only while no recv is in flight */
 	struct strbuf out_fill;		/* answers being appended */
 	struct strbuf out_write;	/* the send in flight */
 	bool recv_inflight, send_inflight;
@@ -181,6 +186,12 @@ static void conn_mark(struct http_server *srv, struct conn *c)
 	srv->dirty[srv->n_dirty++] = (uint32_t)(c - srv->conns);
 }
 
+/* Received bytes not parsed yet. */
+static uint32_t conn_unparsed(const struct conn *c)
+{
+	return c->in_len - c->in_start;
+}
+
 static size_t conn_buffered(const struct conn *c)
 {
 	return c->out_fill.len + c->out_write.len;
@@ -200,7 +211,7 @@ static void conn_free(struct http_server *srv, struct conn *c)
 {
 	close(c->fd);
 	c->fd = -1;
-	c->in_len = 0;
+	c->in_len = c->in_start = 0;
 	http_reader_reset(&c->reader);
 	strbuf_release(&c->out_fill);
 	strbuf_release(&c->out_write);
@@ -262,7 +273,7 @@ static void conn_request_done(struct http_server *srv, struct conn *c)
 		c->close_after_send = true;
 	c->head_request = false;
 	http_reader_reset(&c->reader);
-	c->request_start_ns = c->in_len ? clock_now_ns() : 0;
+	c->request_start_ns = conn_unparsed(c) ? clock_now_ns() : 0;
 	c->idle_since_ns = clock_now_ns();
 	conn_mark(srv, c);
 }
@@ -554,7 +565,7 @@ static bool conn_process_input(struct http_server *srv, struct conn *c)
 {
 	bool did = false;
 
-	while (c->in_len && !c->busy && !c->closing && !c->close_after_send) {
+	while (conn_unparsed(c) && !c->busy && !c->closing && !c->close_after_send) {
 		size_t used;
 		enum http_read_status st;
 
@@ -563,9 +574,9 @@ static bool conn_process_input(struct http_server *srv, struct conn *c)
 
 		if (!c->request_start_ns)
 			c->request_start_ns = clock_now_ns();
-		st = http_reader_feed(&c->reader, c->in, c->in_len, &used);
-		memmove(c->in, c->in + used, c->in_len - used);
-		c->in_len -= (uint32_t)used;
+		st = http_reader_feed(&c->reader, c->in + c->in_start,
+				      conn_unparsed(c), &used);
+		c->in_start += (uint32_t)used;
 		if (st == HTTP_READ_MORE)
 			break;
 		did = true;
@@ -615,6 +626,11 @@ static void conn_arm(struct http_server *srv, struct conn *c)
 	if (!c->send_inflight && c->close_after_send && !conn_buffered(c)) {
 		conn_close(srv, c);
 		return;
+	}
+	if (!c->recv_inflight && c->in_start) {	/* room for the next recv */
+		memmove(c->in, c->in + c->in_start, conn_unparsed(c));
+		c->in_len -= c->in_start;
+		c->in_start = 0;
 	}
 	if (!c->recv_inflight && !c->read_eof && c->in_len < HTTP_IN_SIZE &&
 	    !io_ring_recv(srv->io, c->fd, c->in + c->in_len,
@@ -694,7 +710,7 @@ static void on_accept(struct http_server *srv, int fd)
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
 	c->fd = fd;
-	c->in_len = 0;
+	c->in_len = c->in_start = 0;
 	c->read_eof = false;
 	c->busy = false;
 	c->handle = REQUEST_NONE;
@@ -1011,7 +1027,7 @@ void http_server_stop_accepting(struct http_server *srv)
 		struct conn *c = &srv->conns[i];
 
 		if (c->fd >= 0 && !c->closing && !c->busy && !conn_buffered(c) &&
-		    !c->in_len)
+		    !conn_unparsed(c))
 			conn_close(srv, c);
 		else if (c->fd >= 0 && !c->busy)
 			c->close_after_send = true;

@@ -1,7 +1,9 @@
 #!/bin/bash
 # e2e_serve.sh - dynbatch serve end to end: the HTTP API's answers and
-# errors, admission limits, timeouts, draining, thousands of random
-# disconnects, and a client that stops reading, against the real binaries.
+# errors, configuration errors, HTTP strictness, admission limits,
+# timeouts, draining, thousands of random disconnects, clients that
+# pipeline without reading, half-close or reset (tests/hostile_http.py),
+# and a client that stops reading, against the real binaries.
 # Answers are checked with the independent reference decoder (refdecode).
 set -u
 . "$(dirname "$0")/e2e_lib.sh"
@@ -70,6 +72,8 @@ load_check() {
 }
 
 command -v curl >/dev/null || { echo "skipped: curl is not installed"; exit 0; }
+# the misbehaving clients (tests/hostile_http.py) and JSON checks
+command -v python3 >/dev/null || { echo "skipped: python3 is not installed"; exit 0; }
 
 echo "== configuration errors exit 2 with a message"
 # refused NAME ENV ARGS...: the server must exit 2 at once, saying why.

@@ -155,7 +155,7 @@ def flood(port, pid, total):
         if status != want or not whole:
             fail("answer %d (%s): status %d, whole %s" % (i, path, status, whole))
         if path == "/metrics" and not body.startswith(b"# HELP"):
-            fail("answer %d: not the metrics" % i)
+            fail("answer %d: not the metrics: %r" % (i, body[:120]))
         if path == "/health" and b'"status"' not in body:
             fail("answer %d: not the health" % i)
         i += 1
