@@ -712,6 +712,7 @@ static void on_accept(struct http_server *srv, int fd)
 	c->fd = fd;
 	c->in_len = c->in_start = 0;
 	c->read_eof = false;
+	c->head_request = false;
 	c->busy = false;
 	c->handle = REQUEST_NONE;
 	c->request_start_ns = 0;
