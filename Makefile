@@ -29,8 +29,9 @@ BIN ?= bin
 DEB_PACKAGES := liburing-dev libcmocka-dev libjansson-dev libhttp-parser-dev libseccomp-dev pkg-config
 # What the end-to-end tests drive the server with: curl, nginx (two
 # replicas behind a load balancer), Node.js and npm (the openai client);
-# strace makes a worker's sandbox fail to load (e2e_sandbox.sh).
-TEST_DEB_PACKAGES := curl nginx-light strace
+# strace makes a worker's sandbox fail to load (e2e_sandbox.sh); python3
+# plays the hostile HTTP clients (tests/hostile_http.py).
+TEST_DEB_PACKAGES := curl nginx-light strace python3
 
 COMMON_SRC := $(wildcard common/*.c)
 COORD_SRC := $(filter-out coordinator/main.c,$(wildcard coordinator/*.c))

@@ -104,6 +104,21 @@ out:
 	return rc;
 }
 
+/* A client id in the server's namespace: -EINVAL, the request emptied as
+ * on any other error but its id kept for the error answer. */
+static int refuse_reserved_id(struct completion_request *out, char *err,
+			      size_t err_len, const char **param)
+{
+	char *id = out->req.id;
+
+	out->req.id = NULL;
+	request_release(&out->req);
+	out->req.id = id;
+	return body_error(err, err_len, param, "id", "field 'id' must not start "
+			  "with '" COMPLETION_ID_PREFIX "': such ids are the ones "
+			  "the server gives requests sent without an id");
+}
+
 int completion_parse(const char *body, size_t len,
 		     const struct request_limits *lim,
 		     struct completion_request *out, char *err, size_t err_len,
@@ -121,6 +136,9 @@ int completion_parse(const char *body, size_t len,
 	/* A syntax error quotes the body ("near 'prompt'"), not a field. */
 	if (rc == -EINVAL && is_json)
 		*param = field_named_in(err);
+	if (!rc && out->req.id && !strncmp(out->req.id, COMPLETION_ID_PREFIX,
+					   strlen(COMPLETION_ID_PREFIX)))
+		rc = refuse_reserved_id(out, err, err_len, param);
 	return rc;
 }
 

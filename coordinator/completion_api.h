@@ -20,13 +20,21 @@
 #include "request.h"
 #include "strbuf.h"
 
+/*
+ * Ids the server generates for requests without one start with this; a
+ * client id that starts with it is refused (400, param "id"), so a client
+ * can never take an id the server is about to give out (nor the reverse).
+ */
+#define COMPLETION_ID_PREFIX "cmpl-"
+
 struct completion_request {
 	struct request req;	/* req.id is NULL when the body had none */
 	bool stream;		/* answer with Server-Sent Events */
 };
 
 /*
- * Parse a request body.  Returns 0, -EINVAL with err set to what is wrong
+ * Parse a request body (a client id must not start with
+ * COMPLETION_ID_PREFIX).  Returns 0, -EINVAL with err set to what is wrong
  * and *param to the field it names (NULL when it is the body as a whole),
  * or -ENOMEM.  lim->id_optional should be set.  Call
  * completion_request_release() in every case.

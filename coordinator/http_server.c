@@ -10,8 +10,14 @@
  * closed and no operation on it is in flight, so a completion can never
  * land on the wrong connection.
  * A connection always has a recv queued while it has buffer room, also
- * while its request is running: that is how a disconnect is seen at once
- * (recv returns 0 or an error) rather than at the next write.
+ * while its request is running: that is how a reset is seen at once (recv
+ * fails) rather than at the next write.  recv returning 0 is a half-close
+ * as much as a close, so it is answered (conn_half_closed()); with no recv
+ * posted (after it, or with the buffer full of pipelined requests) the
+ * timer scan polls a running request's socket for a reset instead.  The
+ * kernel writes a posted recv's bytes where it was told to (c->in +
+ * in_len) whenever it completes, so parsing only advances in_start, and
+ * parsed bytes are moved out of the buffer just before the next recv.
  *
  * Requests.  One request per connection at a time (HTTP/1.1 without
  * pipelined execution: a pipelined request waits in the receive buffer
@@ -32,7 +38,9 @@
  * Server-Sent Event, in its own HTTP chunk.
  *
  * Backpressure.  What a connection has buffered (including the send in
- * flight) is bounded by conn_buffer.  Past it, the request is paused: it
+ * flight) is bounded by conn_buffer.  Past it no further pipelined request
+ * is parsed (each answer is appended whole, so the bound is exceeded by
+ * one answer at most), and a streamed request is paused: it
  * gives up its slot, keeps its tokens, and resumes from its prefix (the
  * model is stateless) once half the buffer has drained.  The kernel's send
  * buffer is set to the same size so that a client that reads nothing is
@@ -45,6 +53,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,14 +65,17 @@
 #include "completion_api.h"
 #include "engine.h"
 #include "io_ring.h"
+#include "json_writer.h"
 #include "log.h"
 #include "metrics.h"
+#include "parse_num.h"
 #include "request.h"
 #include "request_pool.h"
 
 #define HTTP_IN_SIZE (64u * 1024)	/* receive buffer per connection */
 #define HTTP_TICK_NS (5ull * 1000 * 1000)	/* timeout scan period */
 #define HTTP_ACCEPT_RETRY_NS (50ull * 1000 * 1000)
+#define HTTP_PEER_CHECK_NS (50ull * 1000 * 1000)	/* reset check, no recv posted */
 #define HTTP_STATUS_MAX 600
 
 struct conn {
@@ -71,7 +83,9 @@ struct conn {
 	uint32_t req_serial;		/* bumped per request; in its cookie */
 	struct http_reader reader;
 	char *in;			/* HTTP_IN_SIZE bytes, in_len used */
-	uint32_t in_len;
+	uint32_t in_len;		/* a recv in flight writes from here on */
+	uint32_t in_start;		/* bytes before it are parsed; moved out
+					 * only while no recv is in flight */
 	struct strbuf out_fill;		/* answers being appended */
 	struct strbuf out_write;	/* the send in flight */
 	bool recv_inflight, send_inflight;
@@ -79,6 +93,8 @@ struct conn {
 	bool dirty;			/* on the work list */
 	bool closing;			/* shut down; freed when no I/O is left */
 	bool close_after_send;		/* the answer said Connection: close */
+	bool read_eof;			/* the client shut down its sending side:
+					 * what it sent is answered, then close */
 	/* the request being answered */
 	bool busy;			/* the engine has it */
 	uint32_t handle;		/* its live request */
@@ -88,6 +104,7 @@ struct conn {
 	bool drop_due;			/* out of memory in a callback: drop
 					 * the connection from pump */
 	bool keep_alive;
+	bool head_request;		/* HEAD: answered as GET, without the body */
 	uint32_t n_sent;		/* tokens streamed so far */
 	uint64_t created;		/* Unix seconds, for the answer */
 	/* timers */
@@ -143,6 +160,7 @@ static const char *status_text(int status)
 	case 431: return "Request Header Fields Too Large";
 	case 500: return "Internal Server Error";
 	case 503: return "Service Unavailable";
+	case 505: return "HTTP Version Not Supported";
 	default:  return "Error";
 	}
 }
@@ -175,6 +193,12 @@ static void conn_mark(struct http_server *srv, struct conn *c)
 	srv->dirty[srv->n_dirty++] = (uint32_t)(c - srv->conns);
 }
 
+/* Received bytes not parsed yet. */
+static uint32_t conn_unparsed(const struct conn *c)
+{
+	return c->in_len - c->in_start;
+}
+
 static size_t conn_buffered(const struct conn *c)
 {
 	return c->out_fill.len + c->out_write.len;
@@ -194,12 +218,13 @@ static void conn_free(struct http_server *srv, struct conn *c)
 {
 	close(c->fd);
 	c->fd = -1;
-	c->in_len = 0;
+	c->in_len = c->in_start = 0;
 	http_reader_reset(&c->reader);
 	strbuf_release(&c->out_fill);
 	strbuf_release(&c->out_write);
 	c->closing = c->close_after_send = c->busy = c->paused = false;
 	c->pause_due = c->drop_due = false;
+	c->read_eof = false;
 	srv->free_list[srv->n_free++] = (uint32_t)(c - srv->conns);
 }
 
@@ -254,8 +279,9 @@ static void conn_request_done(struct http_server *srv, struct conn *c)
 {
 	if (!c->keep_alive || !srv->accepting)
 		c->close_after_send = true;
+	c->head_request = false;
 	http_reader_reset(&c->reader);
-	c->request_start_ns = c->in_len ? clock_now_ns() : 0;
+	c->request_start_ns = conn_unparsed(c) ? clock_now_ns() : 0;
 	c->idle_since_ns = clock_now_ns();
 	conn_mark(srv, c);
 }
@@ -275,7 +301,8 @@ static void respond(struct http_server *srv, struct conn *c, int status,
 			  status_text(status), content_type, srv->body.len,
 			  extra_headers ? extra_headers : "",
 			  close ? "Connection: close\r\n" : "") ||
-	    strbuf_append(&c->out_fill, srv->body.data, srv->body.len)) {
+	    (!c->head_request &&
+	     strbuf_append(&c->out_fill, srv->body.data, srv->body.len))) {
 		LOG(LOG_ERROR, "out of memory answering a request");
 		conn_drop(srv, c);
 		return;
@@ -326,12 +353,27 @@ static void route_health(struct http_server *srv, struct conn *c)
 	respond(srv, c, ok ? 200 : 503, "application/json", NULL);
 }
 
+/* Append s as a JSON string (escaped); 0 or -ENOMEM. */
+static int append_json_str(struct strbuf *out, const char *s)
+{
+	size_t bound = json_str_bound(s);
+	char *end;
+
+	if (bound == SIZE_MAX || strbuf_reserve(out, bound))
+		return -ENOMEM;
+	end = json_put_str(out->data + out->len, s);
+	out->len = (size_t)(end - out->data);
+	out->data[out->len] = '\0';
+	return 0;
+}
+
 static void route_models(struct http_server *srv, struct conn *c)
 {
 	srv->body.len = 0;
-	if (strbuf_printf(&srv->body, "{\"object\":\"list\",\"data\":[{\"id\":\"%s\","
-			  "\"object\":\"model\",\"created\":%llu,"
-			  "\"owned_by\":\"dynbatch\"}]}", srv->cfg->model_name,
+	if (strbuf_printf(&srv->body, "{\"object\":\"list\",\"data\":[{\"id\":") ||
+	    append_json_str(&srv->body, srv->cfg->model_name) ||
+	    strbuf_printf(&srv->body, ",\"object\":\"model\",\"created\":%llu,"
+			  "\"owned_by\":\"dynbatch\"}]}",
 			  (unsigned long long)srv->started_s)) {
 		conn_drop(srv, c);
 		return;
@@ -369,7 +411,7 @@ static void route_completions(struct http_server *srv, struct conn *c)
 		goto out;
 	}
 	if (!cr.req.id) {
-		if (asprintf(&cr.req.id, "cmpl-%x-%llu", (unsigned)getpid(),
+		if (asprintf(&cr.req.id, COMPLETION_ID_PREFIX "%x-%llu", (unsigned)getpid(),
 			     (unsigned long long)++srv->next_id) < 0) {
 			cr.req.id = NULL;
 			respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);
@@ -461,6 +503,8 @@ static void route(struct http_server *srv, struct conn *c)
 	char allow[64];
 
 	c->keep_alive = m->keep_alive;
+	/* HEAD is GET without the body (RFC 9110 9.3.2); respond() drops it. */
+	c->head_request = m->method == HTTP_HEAD;
 	/* Everything but /health needs the key, unknown paths included:
 	 * without it a client learns nothing, not even what exists. */
 	if (!(len == 7 && !strncmp(m->target.data, "/health", 7)) &&
@@ -474,8 +518,10 @@ static void route(struct http_server *srv, struct conn *c)
 		if (strlen(routes[i].path) != len ||
 		    strncmp(routes[i].path, m->target.data, len))
 			continue;
-		if (m->method != routes[i].method) {
+		if (m->method != routes[i].method &&
+		    !(c->head_request && routes[i].method == HTTP_GET)) {
 			snprintf(allow, sizeof(allow), "Allow: %s\r\n",
+				 routes[i].method == HTTP_GET ? "GET, HEAD" :
 				 http_method_str(routes[i].method));
 			respond_error(srv, c, 405, "method not allowed",
 				      "invalid_request_error", NULL, allow);
@@ -488,20 +534,29 @@ static void route(struct http_server *srv, struct conn *c)
 		      NULL, NULL);
 }
 
-/* Parse what the connection received; answer or submit whole requests. */
+/*
+ * Parse what the connection received; answer or submit whole requests.
+ * Answers not yet sent past conn_buffer stop the parsing (the rest stays
+ * in c->in, and with it full no recv is posted, so the kernel's window
+ * closes on a client that sends without reading); a send that drains them
+ * marks the connection and parsing goes on.
+ */
 static bool conn_process_input(struct http_server *srv, struct conn *c)
 {
 	bool did = false;
 
-	while (c->in_len && !c->busy && !c->closing && !c->close_after_send) {
+	while (conn_unparsed(c) && !c->busy && !c->closing && !c->close_after_send) {
 		size_t used;
 		enum http_read_status st;
 
+		if (conn_buffered(c) >= srv->cfg->conn_buffer)
+			return did;
+
 		if (!c->request_start_ns)
 			c->request_start_ns = clock_now_ns();
-		st = http_reader_feed(&c->reader, c->in, c->in_len, &used);
-		memmove(c->in, c->in + used, c->in_len - used);
-		c->in_len -= (uint32_t)used;
+		st = http_reader_feed(&c->reader, c->in + c->in_start,
+				      conn_unparsed(c), &used);
+		c->in_start += (uint32_t)used;
 		if (st == HTTP_READ_MORE)
 			break;
 		did = true;
@@ -519,6 +574,10 @@ static bool conn_process_input(struct http_server *srv, struct conn *c)
 		}
 		route(srv, c);
 	}
+	/* After a half-close nothing more comes: once every whole request
+	 * is answered (a partial one never will be), close. */
+	if (c->read_eof && !c->busy && !c->closing)
+		c->close_after_send = true;
 	return did;
 }
 
@@ -546,7 +605,12 @@ static void conn_arm(struct http_server *srv, struct conn *c)
 		conn_close(srv, c);
 		return;
 	}
-	if (!c->recv_inflight && c->in_len < HTTP_IN_SIZE &&
+	if (!c->recv_inflight && c->in_start) {	/* room for the next recv */
+		memmove(c->in, c->in + c->in_start, conn_unparsed(c));
+		c->in_len -= c->in_start;
+		c->in_start = 0;
+	}
+	if (!c->recv_inflight && !c->read_eof && c->in_len < HTTP_IN_SIZE &&
 	    !io_ring_recv(srv->io, c->fd, c->in + c->in_len,
 			  HTTP_IN_SIZE - c->in_len, &c->recv_op))
 		c->recv_inflight = true;
@@ -578,6 +642,30 @@ static void refuse_connection(struct http_server *srv, int fd)
 	srv->n_status[503]++;
 }
 
+/*
+ * recv returned 0: the client sent its last byte, which a half-close
+ * (shutdown(SHUT_WR)) does as well as a close.  Both are answered (a
+ * stream to its end); a client that really closed is told apart when
+ * something is sent to it: its socket answers with a reset, which
+ * conn_tick() finds.  A stream sends all the time; a plain HTTP/1.1
+ * request that runs is sent an interim "100 Continue" now, which every
+ * HTTP/1.1 client must accept before the answer (RFC 9110 15.2).
+ */
+static void conn_half_closed(struct http_server *srv, struct conn *c)
+{
+	size_t before = conn_buffered(c);
+
+	c->read_eof = true;
+	if (c->busy && !c->stream && c->reader.msg.http_minor == 1) {
+		if (strbuf_printf(&c->out_fill, "HTTP/1.1 100 Continue\r\n\r\n")) {
+			conn_drop(srv, c);
+			return;
+		}
+		conn_note_output(c, before);
+	}
+	conn_mark(srv, c);
+}
+
 static void on_accept(struct http_server *srv, int fd)
 {
 	int one = 1, sndbuf = (int)srv->cfg->conn_buffer;
@@ -600,7 +688,9 @@ static void on_accept(struct http_server *srv, int fd)
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
 	c->fd = fd;
-	c->in_len = 0;
+	c->in_len = c->in_start = 0;
+	c->read_eof = false;
+	c->head_request = false;
 	c->busy = false;
 	c->handle = REQUEST_NONE;
 	c->request_start_ns = 0;
@@ -638,8 +728,12 @@ static void conn_on_recv(struct io_op *op, int32_t res)
 		conn_close(srv, c);
 		return;
 	}
-	if (res <= 0) {	/* the client closed or reset */
+	if (res < 0) {	/* reset, or another error */
 		conn_client_gone(srv, c);
+		return;
+	}
+	if (res == 0) {	/* a FIN: a half-close until a send says otherwise */
+		conn_half_closed(srv, c);
 		return;
 	}
 	c->in_len += (uint32_t)res;
@@ -847,11 +941,32 @@ static uint64_t ms_ns(uint32_t ms)
 	return (uint64_t)ms * 1000000ull;
 }
 
+/*
+ * True when the client reset the connection.  Only needed while no recv is
+ * posted (that would complete with the error): after a half-close, and
+ * when the receive buffer is full of pipelined requests, where the reset
+ * waits behind bytes nobody reads.  poll() reports it at once, whatever
+ * is queued (POLLERR, POLLHUP).
+ */
+static bool conn_peer_reset(const struct conn *c)
+{
+	struct pollfd p = { .fd = c->fd, .events = POLLRDHUP };
+
+	return poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP));
+}
+
 /* Check one connection's timers; returns its next deadline. */
 static uint64_t conn_tick(struct http_server *srv, struct conn *c, uint64_t now)
 {
-	uint64_t due;
+	uint64_t due, peer_due = UINT64_MAX;
 
+	if (c->busy && !c->recv_inflight) {
+		if (conn_peer_reset(c)) {
+			conn_client_gone(srv, c);
+			return UINT64_MAX;
+		}
+		peer_due = now + HTTP_PEER_CHECK_NS;
+	}
 	if (conn_buffered(c) || c->paused) {
 		due = c->last_progress_ns + ms_ns(srv->cfg->write_timeout_ms);
 		if (now >= due) {
@@ -862,10 +977,10 @@ static uint64_t conn_tick(struct http_server *srv, struct conn *c, uint64_t now)
 			conn_drop(srv, c);
 			return UINT64_MAX;
 		}
-		return due;
+		return due < peer_due ? due : peer_due;
 	}
 	if (c->busy)
-		return UINT64_MAX;
+		return peer_due;
 	if (c->request_start_ns) {
 		due = c->request_start_ns + ms_ns(srv->cfg->read_timeout_ms);
 		if (now >= due) {
@@ -935,7 +1050,7 @@ static void http_server_stop_accepting(struct http_server *srv)
 		struct conn *c = &srv->conns[i];
 
 		if (c->fd >= 0 && !c->closing && !c->busy && !conn_buffered(c) &&
-		    !c->in_len)
+		    !conn_unparsed(c))
 			conn_close(srv, c);
 		else if (c->fd >= 0 && !c->busy)
 			c->close_after_send = true;
@@ -1034,10 +1149,11 @@ static int listen_on(const char *spec, char *err, size_t err_len, char *shown,
 	socklen_t sl = sizeof(ss);
 	const char *colon = strrchr(spec, ':');
 	size_t hl;
+	uint32_t port_num;
 	int fd = -1, one = 1, ret;
 
-	if (!colon || colon == spec || strlen(colon + 1) >= sizeof(port) ||
-	    !colon[1] || (size_t)(colon - spec) >= sizeof(host)) {
+	if (!colon || colon == spec || !colon[1] ||
+	    (size_t)(colon - spec) >= sizeof(host)) {
 		snprintf(err, err_len, "--listen '%s': expected HOST:PORT", spec);
 		return -1;
 	}
@@ -1049,7 +1165,14 @@ static int listen_on(const char *spec, char *err, size_t err_len, char *shown,
 		memcpy(host, spec, hl);
 		host[hl] = '\0';
 	}
-	snprintf(port, sizeof(port), "%s", colon + 1);
+	/* getaddrinfo() takes "65536" as port 0 and "99999" modulo 65536:
+	 * the port is read here, digits only, 0..65535. */
+	if (parse_u32(colon + 1, 0, 65535, &port_num)) {
+		snprintf(err, err_len, "--listen '%s': the port must be a number "
+			 "from 0 to 65535", spec);
+		return -1;
+	}
+	snprintf(port, sizeof(port), "%u", port_num);
 	ret = getaddrinfo(host, port, &hints, &res);
 	if (ret) {
 		snprintf(err, err_len, "--listen '%s': %s", spec, gai_strerror(ret));

@@ -12,10 +12,12 @@
  *          -> on_finish (the answer, or the last event)
  *          -> send -> keep-alive or close
  *
- * A client that disconnects has its request cancelled (engine_cancel).  A
- * client that stops reading fills its connection's bounded output buffer;
- * its request then gives up its slot (engine_pause) until the buffer
- * drains, and after write_timeout_ms without progress it is cancelled.
+ * A client that disconnects has its request cancelled (engine_cancel); one
+ * that half-closes is answered, then closed.  A client that stops reading
+ * fills its connection's bounded output buffer; no further pipelined
+ * request is read, a streamed request gives up its slot (engine_pause)
+ * until the buffer drains, and after write_timeout_ms without progress it
+ * is cancelled.
  * The first signal drains: no new connections, every accepted request
  * finishes.
  */
@@ -39,8 +41,9 @@ struct http_config {
 	const char *api_key;		/* NULL: no Authorization needed */
 	const char *model_name;		/* in answers and GET /v1/models */
 	uint32_t max_connections;	/* more are answered 503 and closed */
-	uint32_t conn_buffer;		/* output bytes per connection before its
-					 * request pauses (also its SO_SNDBUF) */
+	uint32_t conn_buffer;		/* unsent answer bytes per connection
+					 * before it stops reading requests and
+					 * its stream pauses (also its SO_SNDBUF) */
 	uint32_t write_timeout_ms;	/* no output progress this long: cancel */
 	uint32_t read_timeout_ms;	/* a request must arrive whole in this */
 	uint32_t idle_timeout_ms;	/* idle keep-alive connections close */

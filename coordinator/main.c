@@ -13,6 +13,7 @@
  * http_server for serve), plugged in through frontend.h, then runs.
  */
 #include <getopt.h>
+#include <stdbool.h>
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,11 +73,12 @@ static void usage(FILE *f)
 "  --api-key KEY      require 'Authorization: Bearer KEY' on every endpoint\n"
 "                     but /health (default: $DYNBATCH_API_KEY, else none)\n"
 "  --model-name NAME  the model's name in answers (default: sim, or the\n"
-"                     plugin's file name)\n"
+"                     plugin's file name); no control characters\n"
 "  --max-connections N  open connections; more get 503 (default 1024)\n"
-"  --conn-buffer BYTES  answer bytes buffered per connection before its\n"
-"                     request gives up its slot until the client reads\n"
-"                     (default 65536; also the socket's send buffer)\n"
+"  --conn-buffer BYTES  unsent answer bytes per connection before no more\n"
+"                     pipelined requests are read from it and its stream\n"
+"                     gives up its slot until the client reads (default\n"
+"                     65536; also the socket's send buffer)\n"
 "  --write-timeout MS no output progress this long cancels the request and\n"
 "                     closes the connection (default 30000)\n"
 "  --read-timeout MS  a request must arrive whole within this (default 30000)\n"
@@ -87,6 +89,15 @@ static void usage(FILE *f)
 "\n"
 "Environment: DYNBATCH_WORKER (worker binary), DYNBATCH_LOG=error|warn|info|debug,\n"
 "DYNBATCH_API_KEY (serve)\n");
+}
+
+/* A model name goes into answers and logs: no control characters. */
+static bool has_control_char(const char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			return true;
+	return false;
 }
 
 /* The name answers give the model: "sim", or a plugin's file name. */
@@ -285,7 +296,12 @@ int main(int argc, char **argv)
 		case OPT_MODEL_NAME:
 			http.model_name = optarg;
 			serve_opt = true;
-			bad = !*optarg || strpbrk(optarg, "\"\\") != NULL;
+			if (*optarg && has_control_char(optarg)) {
+				fprintf(stderr, "dynbatch: --model-name must not contain "
+					"control characters (tab, newline, ...)\n");
+				return ENGINE_EXIT_USAGE;
+			}
+			bad = !*optarg;
 			break;
 		case OPT_MAX_CONN:
 			bad = parse_u32(optarg, 1, 65536, &http.max_connections);
@@ -394,8 +410,13 @@ int main(int argc, char **argv)
 		if (!http.model_name)
 			http.model_name = default_model_name(cfg.model_spec, name_buf,
 							     sizeof(name_buf));
-		if (http.api_key && !*http.api_key)
-			http.api_key = NULL;
+		/* An empty key would turn authentication off without a word:
+		 * refused like --api-key '', so a typo cannot open the server. */
+		if (http.api_key && !*http.api_key) {
+			fprintf(stderr, "dynbatch serve: DYNBATCH_API_KEY is set but "
+				"empty; set a key, or unset it to serve without one\n");
+			return ENGINE_EXIT_USAGE;
+		}
 		cfg.keep_running = true;
 		/* a recv and a send may be queued per connection in one round */
 		cfg.io_entries = 1024;

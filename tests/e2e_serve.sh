@@ -1,7 +1,9 @@
 #!/bin/bash
 # e2e_serve.sh - dynbatch serve end to end: the HTTP API's answers and
-# errors, admission limits, timeouts, draining, thousands of random
-# disconnects, and a client that stops reading, against the real binaries.
+# errors, configuration errors, HTTP strictness, admission limits,
+# timeouts, draining, thousands of random disconnects, clients that
+# pipeline without reading, half-close or reset (tests/hostile_http.py),
+# and a client that stops reading, against the real binaries.
 # Answers are checked with the independent reference decoder (refdecode).
 set -u
 . "$(dirname "$0")/e2e_lib.sh"
@@ -70,6 +72,39 @@ load_check() {
 }
 
 command -v curl >/dev/null || { echo "skipped: curl is not installed"; exit 0; }
+# the misbehaving clients (tests/hostile_http.py) and JSON checks
+command -v python3 >/dev/null || { echo "skipped: python3 is not installed"; exit 0; }
+
+echo "== configuration errors exit 2 with a message"
+# refused NAME ENV ARGS...: the server must exit 2 at once, saying why.
+refused() {
+	local name=$1 env=$2 rc
+	shift 2
+	env $env timeout 5 "$BIN/dynbatch" serve --workers 1 "$@" \
+		> /dev/null 2> "$E2E_TMP/refused.err"
+	rc=$?
+	if [ "$rc" = 2 ] && [ -s "$E2E_TMP/refused.err" ]; then
+		pass "$name: exit 2 ($(head -1 "$E2E_TMP/refused.err"))"
+	else
+		fail "$name: exit $rc, '$(head -1 "$E2E_TMP/refused.err")'"
+	fi
+}
+for port in 65536 99999 -1 +80 ' 80' 8o 00000000000000000000065536; do
+	refused "--listen 127.0.0.1:'$port'" "" --listen "127.0.0.1:$port"
+done
+refused "an empty DYNBATCH_API_KEY" "DYNBATCH_API_KEY=" --listen 127.0.0.1:0
+refused "--api-key ''" "" --listen 127.0.0.1:0 --api-key ''
+refused "--model-name with a tab" "" --listen 127.0.0.1:0 --model-name $'a\tb'
+refused "--model-name with a newline" "" --listen 127.0.0.1:0 --model-name $'a\nb'
+# A name with quotes and a backslash is escaped: GET /v1/models stays JSON.
+serve_start name --workers 1 --batch 2 --model "$MODEL" --model-name 'my "m" \ 1'
+status GET /v1/models > /dev/null
+python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+sys.exit(d["data"][0]["id"] != sys.argv[2])' "$E2E_TMP/body" 'my "m" \ 1' &&
+	pass "a model name with quotes and a backslash: /v1/models is JSON naming it" ||
+	fail "/v1/models: $(cat "$E2E_TMP/body")"
+serve_stop
 
 echo "== the API and its errors"
 KEY=k3y
@@ -150,12 +185,112 @@ resp=$(timeout 3 cat <&3 | grep -o 'HTTP/1.1 [0-9]*' | tr '\n' ' ')
 exec 3<&-
 expect_eq "two pipelined requests" "$resp" "HTTP/1.1 200 HTTP/1.1 401 "
 
+# HTTP strictness (RFC 9112) over raw sockets: what could be framed two
+# ways is refused; whitespace counts against --max-header-bytes.
+raw() {	# BYTES (printf format): send, read to the close; the status line
+	exec 3<>"/dev/tcp/127.0.0.1/$PORT"
+	printf "$1" >&3
+	timeout 3 cat <&3 > "$E2E_TMP/raw"
+	exec 3<&-
+	head -1 "$E2E_TMP/raw" | tr -d '\r'
+}
+expect_eq "whitespace before a header colon: 400" \
+	"$(raw 'GET /health HTTP/1.1\r\nHost : x\r\n\r\n')" "HTTP/1.1 400 Bad Request"
+expect_eq "obs-fold: 400" \
+	"$(raw 'GET /health HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n')" "HTTP/1.1 400 Bad Request"
+expect_eq "Transfer-Encoding: gzip, chunked: 400" \
+	"$(raw 'POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n')" \
+	"HTTP/1.1 400 Bad Request"
+expect_eq "HTTP/2.0 on the request line: 505" \
+	"$(raw 'GET /health HTTP/2.0\r\n\r\n')" "HTTP/1.1 505 HTTP Version Not Supported"
+pad=$(head -c 3000 /dev/zero | tr '\0' ' ')
+expect_eq "3000 bytes of whitespace in a header (--max-header-bytes 2048): 431" \
+	"$(raw "GET /health HTTP/1.1\\r\\nX-Pad:${pad}a\\r\\n\\r\\n")" \
+	"HTTP/1.1 431 Request Header Fields Too Large"
+# HEAD is GET without the body: a pipelined GET after it reads its own answer.
+expect_eq "HEAD /health" \
+	"$(raw 'HEAD /health HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nConnection: close\r\n\r\n')" \
+	"HTTP/1.1 200 OK"
+[ "$(grep -c '^HTTP/1.1 200' "$E2E_TMP/raw")" = 2 ] &&
+	[ "$(grep -o '{"status":"ok"}' "$E2E_TMP/raw" | wc -l)" = 1 ] &&
+	grep -q '^Content-Length: 15' "$E2E_TMP/raw" &&
+	pass "HEAD: GET's headers, no body, then the GET's whole answer" ||
+	fail "HEAD then GET: $(tr '\r\n' '  ' < "$E2E_TMP/raw")"
+expect_eq "HEAD without the key: 401" \
+	"$(raw 'HEAD /metrics HTTP/1.1\r\nConnection: close\r\n\r\n')" "HTTP/1.1 401 Unauthorized"
+grep -q 'error' "$E2E_TMP/raw" && fail "the 401 to HEAD has a body" || pass "with no body"
+
 # Every answer, plain and streamed, against the reference decoder.
 load_check "600 answers, half streamed" --api-key "$KEY" --requests 600 \
 	--concurrency 32 --stream-frac 0.5 --stop-frac 0.6 --max-tokens 48
 serve_stop
 expect_eq "SIGTERM: exit 0" "$SRV_RC" 0
 expect_eq "no segment left" "$(segments_of "$SRV_PID")" ""
+
+echo "== generated ids never collide with client ids"
+serve_start ids --workers 1 --batch 4 --model "$SLOW"
+status POST /v1/completions -d '{"prompt":[1],"max_tokens":1}' > /dev/null
+first=$(grep -o '"id":"cmpl-[0-9a-f]*-[0-9]*"' "$E2E_TMP/body" | cut -d'"' -f4)
+next="${first%-*}-$(( ${first##*-} + 1 ))"	# the id the server gives next
+curl -s -o "$E2E_TMP/taken" -w '%{http_code}' "$URL/v1/completions" \
+	-d "{\"id\":\"$next\",\"prompt\":[2],\"max_tokens\":300}" > "$E2E_TMP/taken_code" &
+sleep 0.2
+code=$(status POST /v1/completions -d '{"prompt":[3],"max_tokens":2}')
+wait $!
+[ -n "$first" ] && [ "$code" = 200 ] &&
+	pass "a request without an id gets 200 after a client sent '$next'" ||
+	fail "a request without an id: $code $(cat "$E2E_TMP/body") (first id '$first')"
+[ "$(cat "$E2E_TMP/taken_code")" = 400 ] && grep -q '"param":"id"' "$E2E_TMP/taken" &&
+	pass "a client id starting with 'cmpl-' is refused: 400, param id" ||
+	fail "client id '$next': $(cat "$E2E_TMP/taken_code") $(head -c 200 "$E2E_TMP/taken")"
+serve_stop
+
+echo "== hostile clients: pipelining without reading, half-closes, resets"
+HOSTILE="$(dirname "$0")/hostile_http.py"
+serve_start hostile --workers 1 --batch 4 --model "$SLOW"
+# A client that pipelines 2 MB of GETs (a third of them /metrics, ~6 KB
+# each) and reads nothing: the server stops parsing at --conn-buffer of
+# unsent answers, so its peak RSS stays flat; then everything is read.
+if python3 "$HOSTILE" flood "$PORT" "$SRV_PID" 2000000 > "$E2E_TMP/flood.out"; then
+	growth=$(awk -F= '$1 == "rss_growth_end_kb" { print $2 }' "$E2E_TMP/flood.out")
+	n=$(awk -F= '$1 == "answers" { print $2 }' "$E2E_TMP/flood.out")
+	[ "$growth" -lt 16384 ] &&
+		pass "2 MB pipelined unread: peak RSS grew ${growth} KB (< 16 MB), then $n answers whole and in order" ||
+		fail "2 MB pipelined unread: peak RSS grew ${growth} KB"
+else
+	fail "pipelining client: $(tail -1 "$E2E_TMP/flood.out")"
+fi
+# shutdown(SHUT_WR) after a request is no disconnect: answered, then closed.
+echo '{"id":"h","prompt":[5,6],"max_tokens":40}' > "$E2E_TMP/h_q.jsonl"
+want=$("$BIN/refdecode" --model "$MODEL" --input "$E2E_TMP/h_q.jsonl" |
+	grep -o '"tokens":\[[0-9,]*\]' | sed 's/"tokens":\[//; s/\]//')
+for mode in plain stream; do
+	python3 "$HOSTILE" halfclose "$PORT" "$mode" > "$E2E_TMP/half.out"
+	got=$(awk -F= '$1 == "tokens" { print $2 }' "$E2E_TMP/half.out")
+	[ -n "$want" ] && [ "$got" = "$want" ] &&
+		pass "half-close after a $mode request: answered in full, then closed" ||
+		fail "half-close, $mode: $(tail -1 "$E2E_TMP/half.out") (want $want)"
+done
+# A reset behind a full receive buffer of pipelined requests cancels the
+# running request (it used to hold its slot to the end: 6 s here).
+cancels_seen() {	# N: wait up to 2 s for N disconnect cancels, 0 busy slots
+	for _ in $(seq 40); do
+		[ "$(metric dynbatch_http_disconnect_cancels_total)" = "$1" ] &&
+			[ "$(metric dynbatch_slots_busy)" = 0 ] && return 0
+		sleep 0.05
+	done
+	return 1
+}
+python3 "$HOSTILE" reset_behind "$PORT" > "$E2E_TMP/reset.out"
+cancels_seen 1 && pass "a reset behind $(cut -d= -f2 "$E2E_TMP/reset.out") pipelined bytes cancels within 2 s" ||
+	fail "reset behind a full buffer: $(metric dynbatch_http_disconnect_cancels_total) cancels, $(metric dynbatch_slots_busy) busy"
+# A close (FIN) while a plain request runs is found by the interim 100
+# Continue it is sent: the closed socket answers it with a reset.
+python3 "$HOSTILE" close_running "$PORT"
+cancels_seen 2 && pass "a close while a plain request runs cancels it within 2 s" ||
+	fail "close while running: $(metric dynbatch_http_disconnect_cancels_total) cancels, $(metric dynbatch_slots_busy) busy"
+serve_stop
+expect_eq "exit 0" "$SRV_RC" 0
 
 echo "== admission: a full queue answers 429 at once"
 serve_start q429 --workers 1 --batch 1 --queue 1 --model "$SLOW"

@@ -150,6 +150,10 @@ static const struct bad_body bad_bodies[] = {
 	{ "{\"prompt\":[1],\"stop_token\":-1}", "stop_token", "stop_token" },
 	{ "{\"prompt\":[1],\"include_stop\":1}", "include_stop", "include_stop" },
 	{ "{\"prompt\":[1],\"id\":5}", "id", "id" },
+	/* The server's generated ids are not for clients to take. */
+	{ "{\"prompt\":[1],\"id\":\"cmpl-1a2b-7\"}", "id", "cmpl-" },
+	{ "{\"prompt\":[1],\"id\":\"cmpl-\",\"stream\":true}", "id", "cmpl-" },
+	{ "{\"id\":\"cmpl-x\",\"prompt\":[1],\"stop_sequences\":[[2,3]]}", "id", "cmpl-" },
 	/* Not JSON, or not an object: no field to name. */
 	{ "hello", NULL, "JSON" },
 	{ "", NULL, "JSON" },
@@ -205,6 +209,30 @@ static void test_parse_error_keeps_id(void **state)
 	assert_string_equal(c.req.id, "mine");
 	completion_request_release(&c);
 	assert_null(c.req.id);
+}
+
+/* Only ids that start with the generated ids' prefix are refused. */
+static void test_reserved_id_prefix(void **state)
+{
+	static const char *const fine[] = { "cmpl", "xcmpl-1", "Cmpl-1", "cmp-1",
+					    "a cmpl-1" };
+	struct completion_request c;
+	const char *param;
+	char err[256], body[128];
+
+	for (size_t i = 0; i < sizeof(fine) / sizeof(fine[0]); i++) {
+		snprintf(body, sizeof(body), "{\"id\":\"%s\",\"prompt\":[1]}", fine[i]);
+		if (parse_str(body, &c, err, sizeof(err), &param))
+			fail_msg("'%s' refused: %s", body, err);
+		assert_string_equal(c.req.id, fine[i]);
+		completion_request_release(&c);
+	}
+	assert_int_equal(parse_str("{\"id\":\"" COMPLETION_ID_PREFIX "9-9\",\"prompt\":[1]}",
+				   &c, err, sizeof(err), &param), -EINVAL);
+	assert_string_equal(param, "id");
+	assert_string_equal(c.req.id, COMPLETION_ID_PREFIX "9-9");	/* for the answer */
+	assert_null(c.req.prompt);
+	completion_request_release(&c);
 }
 
 /* ------------------------------------------------------------------------
@@ -612,6 +640,7 @@ int main(void)
 		cmocka_unit_test(test_parse_defaults),
 		cmocka_unit_test(test_parse_errors),
 		cmocka_unit_test(test_parse_error_keeps_id),
+		cmocka_unit_test(test_reserved_id_prefix),
 		cmocka_unit_test(test_format_completion),
 		cmocka_unit_test(test_format_events),
 		cmocka_unit_test(test_format_error),

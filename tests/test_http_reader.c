@@ -364,8 +364,8 @@ static const char *const split_streams[] = {
 	"POST /a HTTP/1.1\r\nContent-Length: 5\r\nAUTHORIZATION: Basic eDp5\r\n\r\nhello"
 	"POST /b HTTP/1.1\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
 	"2\r\nhi\r\n0\r\n\r\n",
-	/* Version 1.0, an obs-fold continuation, an empty header value. */
-	"GET /old HTTP/1.0\r\nX-Folded: a\r\n b\r\nX-Empty:\r\n\r\n"
+	/* Version 1.0, an empty header value, bare LF line ends. */
+	"GET /old HTTP/1.0\nX-Lf: a\nX-Empty:\r\n\r\n"
 	"GET /ka HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
 	/* Errors: over max_body (after a complete request), malformed. */
 	"GET / HTTP/1.1\r\n\r\nPOST / HTTP/1.1\r\nContent-Length: 99999999\r\n\r\nxx",
@@ -685,6 +685,176 @@ static void test_malformed(void **state)
 		assert_non_null(strstr(o.error_msg, "malformed HTTP request"));
 		outcome_release(&o);
 	}
+}
+
+/* ------------------------------------------------------------------------
+ * Strictness (RFC 9112): what http_parser lets through and we refuse
+ */
+
+static const struct {
+	const char *req;
+	int status;
+} strict_cases[] = {
+	/* whitespace between a name and its colon (5.1) */
+	{ "GET / HTTP/1.1\r\nHost : h\r\n\r\n", 400 },
+	{ "GET / HTTP/1.1\r\nHost\t: h\r\n\r\n", 400 },
+	{ "POST / HTTP/1.1\r\nTransfer-Encoding : chunked\r\n\r\n0\r\n\r\n", 400 },
+	{ "POST / HTTP/1.1\r\nContent-Length : 3\r\n\r\nabc", 400 },
+	{ "GET / HTTP/1.1\r\nAuthorization : Bearer k\r\n\r\n", 400 },
+	/* obs-fold, and whitespace before the first field (5.2, 2.2) */
+	{ "GET / HTTP/1.1\r\nX-A: a\r\n b\r\n\r\n", 400 },
+	{ "GET / HTTP/1.1\r\nX-A: a\r\n\tb\r\n\r\n", 400 },
+	{ "GET / HTTP/1.1\r\n X-A: a\r\n\r\n", 400 },
+	{ "GET / HTTP/1.1\nX-A: a\n b\n\n", 400 },
+	{ "POST / HTTP/1.1\r\nTransfer-Encoding: gzip,\r\n chunked\r\n\r\n0\r\n\r\n", 400 },
+	/* Transfer-Encoding other than one "chunked" (6.1) */
+	{ "POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\nabc", 400 },
+	{ "POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 400 },
+	{ "POST / HTTP/1.1\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n", 400 },
+	{ "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+	  "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400 },
+	{ "POST / HTTP/1.1\r\nTransfer-Encoding: identity\r\n\r\n", 400 },
+	{ "POST / HTTP/1.1\r\nTransfer-Encoding: chunkedx\r\n\r\n0\r\n\r\n", 400 },
+	{ "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400 },
+	/* a bare CR (2.2), which http_parser takes for an LF */
+	{ "GET / HTTP/1.1\r\nHost: \r\r\r\r", 400 },
+	{ "GET / HTTP/1.1\rHost: h\r\n\r\n", 400 },
+	{ "GET / HTTP/1.1\r\nX-A: a\rb\r\n\r\n", 400 },
+	{ "\rGET / HTTP/1.1\r\n\r\n", 400 },
+	/* versions other than 1.0 and 1.1 */
+	{ "GET / HTTP/2.0\r\n\r\n", 505 },
+	{ "GET / HTTP/0.9\r\n\r\n", 505 },
+	{ "GET / HTTP/1.2\r\n\r\n", 505 },
+	{ "GET / HTTP/3.0\r\nHost: h\r\n\r\n", 505 },
+	{ "POST / HTTP/1.9\r\nContent-Length: 1\r\n\r\nx", 505 },
+};
+
+static void test_strict_refusals(void **state)
+{
+	struct rng rng = rng_for(4);
+	struct outcome o;
+
+	for (size_t i = 0; i < sizeof(strict_cases) / sizeof(strict_cases[0]); i++) {
+		const char *req = strict_cases[i].req;
+
+		for (int mode = PIECE_ALL; mode <= PIECE_RANDOM; mode++) {
+			read_stream(req, strlen(req), &lim_default,
+				    (enum piece_mode)mode, &rng, &o);
+			if (!o.error || o.error_status != strict_cases[i].status ||
+			    o.n_msgs) {
+				print_outcome("strict", &o);
+				fail_msg("'%s' (mode %d): wanted %d", req, mode,
+					 strict_cases[i].status);
+			}
+			outcome_release(&o);
+		}
+		/* Behind a good request: that one is read, then the error. */
+		{
+			struct strbuf two = STRBUF_INIT;
+
+			assert_int_equal(strbuf_printf(&two, "GET /ok HTTP/1.1\r\n\r\n%s",
+						       req), 0);
+			read_str(two.data, &lim_default, &o);
+			assert_int_equal(o.n_msgs, 1);
+			assert_true(o.error);
+			assert_int_equal(o.error_status, strict_cases[i].status);
+			outcome_release(&o);
+			strbuf_release(&two);
+		}
+	}
+}
+
+/* Their neighbours that are fine. */
+static void test_strict_accepts(void **state)
+{
+	static const char *const fine[] = {
+		"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n\r\n",
+		"POST / HTTP/1.1\r\ntransfer-encoding: Chunked\r\n\r\n1\r\nx\r\n0\r\n\r\n",
+		"POST / HTTP/1.1\r\nTransfer-Encoding: \t chunked\r\n\r\n1\r\nx\r\n0\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost:h\r\nX-Sp:   lots   of   space   \r\n\r\n",
+		"GET / HTTP/1.0\r\n\r\n",
+		"GET / HTTP/1.1\nHost: h\n\n",
+		"\r\nGET / HTTP/1.1\r\n\r\n",
+		"HEAD /health HTTP/1.1\r\n\r\n",
+	};
+	struct outcome o;
+
+	for (size_t i = 0; i < sizeof(fine) / sizeof(fine[0]); i++) {
+		read_one(fine[i], &lim_default, &o);
+		outcome_release(&o);
+	}
+	read_one("HEAD /health HTTP/1.1\r\n\r\n", &lim_default, &o);
+	assert_int_equal(o.msgs[0].method, HTTP_HEAD);
+	outcome_release(&o);
+}
+
+/*
+ * Every byte of the head counts against max_header_bytes, whitespace and
+ * empty lines included: a head of exactly the limit is read, one byte more
+ * is 431, however the bytes are spent.
+ */
+static void test_whitespace_counts(void **state)
+{
+	static const char *const pads[] = { " ", "\t", "\r\n", "a" };
+	struct http_limits lim = lim_default;
+	struct strbuf req = STRBUF_INIT;
+	struct outcome o;
+
+	lim.max_header_bytes = 256;
+	for (size_t p = 0; p < sizeof(pads) / sizeof(pads[0]); p++) {
+		for (size_t extra = 0; extra <= 1; extra++) {
+			size_t head;
+
+			req.len = 0;
+			/* padding in a value (OWS before it), or empty lines first */
+			if (!strcmp(pads[p], "\r\n")) {
+				for (size_t i = 0; i < (256 - 18) / 2; i++)
+					assert_int_equal(strbuf_printf(&req, "\r\n"), 0);
+				assert_int_equal(strbuf_printf(&req, "GET / HTTP/1.1\r\n\r\n"), 0);
+			} else {
+				assert_int_equal(strbuf_printf(&req, "GET / HTTP/1.1\r\nX:"), 0);
+				while (req.len < 256 - 5)
+					assert_int_equal(strbuf_printf(&req, "%s", pads[p]), 0);
+				assert_int_equal(strbuf_printf(&req, "b\r\n\r\n"), 0);
+			}
+			head = req.len;
+			assert_int_equal(head, 256);
+			if (extra) {	/* one more byte in front */
+				memmove(req.data + 1, req.data, req.len);
+				req.data[0] = '\n';
+				req.len++;
+				req.data[req.len] = '\0';
+				expect_error(req.data, &lim, 431);
+			} else {
+				read_one(req.data, &lim, &o);
+				outcome_release(&o);
+			}
+		}
+	}
+	strbuf_release(&req);
+}
+
+/* Trailers count against the same limit and set no header we act on. */
+static void test_trailers(void **state)
+{
+	struct http_limits lim = lim_default;
+	struct strbuf req = STRBUF_INIT;
+	struct outcome o;
+
+	read_one("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+		 "1\r\nx\r\n0\r\nAuthorization: Bearer late\r\n"
+		 "Expect: 100-continue\r\nTransfer-Encoding: gzip\r\n\r\n",
+		 &lim_default, &o);
+	assert_int_equal(o.msgs[0].auth.len, 0);
+	assert_false(o.msgs[0].expect_continue);
+	assert_true(sb_is(&o.msgs[0].body, "x"));
+	outcome_release(&o);
+
+	lim.max_header_bytes = 256;
+	assert_int_equal(strbuf_printf(&req, "POST / HTTP/1.1\r\nTransfer-Encoding: "
+				       "chunked\r\n\r\n0\r\nX-T: %0300d\r\n\r\n", 1), 0);
+	expect_error(req.data, &lim, 431);
+	strbuf_release(&req);
 }
 
 /* ------------------------------------------------------------------------
@@ -1025,6 +1195,10 @@ int main(void)
 		cmocka_unit_test(test_content_length_over),
 		cmocka_unit_test(test_chunked_over),
 		cmocka_unit_test(test_malformed),
+		cmocka_unit_test(test_strict_refusals),
+		cmocka_unit_test(test_strict_accepts),
+		cmocka_unit_test(test_whitespace_counts),
+		cmocka_unit_test(test_trailers),
 		cmocka_unit_test(test_expect_continue),
 		cmocka_unit_test(test_headers_once_per_message),
 		cmocka_unit_test(test_authorization),
