@@ -42,12 +42,15 @@
  * result rings (around the time the next result is due, else for
  * spin_us), then sets coordinator_sleeping, fences, looks once more, and
  * sleeps in io_uring; a worker that publishes a result while the flag is
- * set writes the eventfd, and so does the parser thread when it has a
+ * set writes a byte to its own notification pipe (each worker holds the
+ * write end of its own pipe only, so none can read, and steal, another's
+ * wake-ups), and the parser thread writes its eventfd when it has a
  * request ready and the loop asked for it.  When every step takes a
  * millisecond or more it dozes instead: no spinning, a timer of a quarter
  * step, and only urgent results wake it (engine_doze_ns()).  The
- * coordinator wakes a worker (sem_post) only when the worker has said it
- * sleeps.
+ * coordinator wakes a worker (FUTEX_WAKE on its channel's wake word,
+ * shm_wake_worker()) only when the worker has said it sleeps, and never
+ * calls a glibc semaphore or waits on memory a worker can write.
  *
  * Input.  Lines are read and split on the loop (io_uring reads) and
  * parsed on the parser thread (parser_thread.h), about one batch ahead of
@@ -66,6 +69,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
@@ -144,6 +148,11 @@ struct shard {
 	/* the worker process */
 	pid_t pid;			/* 0 when none runs */
 	int pidfd;
+	/* read end of the current worker's notification pipe (-1: none);
+	 * the worker writes a byte to wake us */
+	int notify_rd;
+	uint32_t notify_epoch;		/* which pipe a read completion is for */
+	uint8_t notify_buf[64];
 	const char *killed_for;		/* why we SIGKILLed it, or NULL */
 	bool ready_seen;		/* it announced worker_ready_pid */
 	bool failed_step;		/* its model returned an error */
@@ -266,6 +275,13 @@ static void engine_unresume(struct engine *e, uint32_t handle)
 			(e->n_resume - i) * sizeof(uint32_t));
 		return;
 	}
+}
+
+/* Has the shard failed so many starts in a row that it takes no work
+ * until a worker of it is ready again? */
+static bool shard_lost(const struct shard *s)
+{
+	return s->n_failed_starts >= ENGINE_MAX_FAILED_STARTS && !s->ready_seen;
 }
 
 static struct shard *shard_of_slot(struct engine *e, uint32_t slot)
@@ -594,7 +610,7 @@ static void shard_refill(struct engine *e, struct shard *s)
 	uint64_t now = 0;
 	int ret;
 
-	if (s->n_active == s->n_slots)
+	if (s->n_active == s->n_slots || shard_lost(s))
 		return;
 	if (e->cfg->policy_static)
 		for (uint32_t i = 0; i < s->n_slots; i++)
@@ -735,7 +751,7 @@ static void shard_dispatch(struct engine *e, struct shard *s)
 	/* seq_cst: pairs with the fence in the worker's worker_wait(). */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load_explicit(&ch->worker_sleeping, memory_order_relaxed))
-		sem_post(&ch->dispatch_sem);
+		shm_wake_worker(ch);
 }
 
 /* Remove slot from the head of the suspects after it ran alone cleanly. */
@@ -941,7 +957,7 @@ static void shard_release_results(const struct shard *s, struct shm_channel *ch)
 	 * for room either sees it or is seen asleep. */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load_explicit(&ch->worker_sleeping, memory_order_relaxed))
-		sem_post(&ch->dispatch_sem);
+		shm_wake_worker(ch);
 }
 
 /* Read every published result of the shard.  Returns true on progress. */
@@ -1059,6 +1075,37 @@ static uint64_t restart_backoff_ns(uint32_t n)
 	return ns < ENGINE_RESTART_MAX_NS ? ns : ENGINE_RESTART_MAX_NS;
 }
 
+/*
+ * The shard cannot keep a worker alive: its requests go back to the head
+ * of the line, with the tokens they have, for the live shards to take
+ * (the model is a pure function of the prefix, so they go on exactly).
+ * Waiting for the shard instead would leave them waiting forever.
+ */
+static void shard_move_requests(struct engine *e, struct shard *s, const char *why)
+{
+	uint64_t now = clock_now_ns();
+	uint32_t moved = 0;
+
+	for (uint32_t i = 0; i < s->n_slots; i++) {
+		const struct slot_state *st = &e->slots.slots[s->first_slot + i];
+		uint32_t handle = st->request_handle;
+		struct live_request *lr;
+
+		if (st->state != SHM_SLOT_ACTIVE ||
+		    !(lr = request_pool_get(&e->pool, handle)))
+			continue;
+		engine_unplace(e, handle, lr, now);
+		lr->place = LIVE_RESUMING;
+		e->resume[e->n_resume++] = handle;	/* room: one per live request */
+		e->n_paused++;
+		moved++;
+	}
+	s->n_suspects = 0;
+	if (moved)
+		LOG(LOG_WARN, "shard %u: no worker can be kept alive (last: %s); "
+		    "its %u requests move to the other shards", s->index, why, moved);
+}
+
 /* A worker of this shard died before it was ready, or could not be
  * started at all.  When that keeps happening on every shard, give up. */
 static void shard_note_failed_start(struct engine *e, struct shard *s,
@@ -1067,6 +1114,7 @@ static void shard_note_failed_start(struct engine *e, struct shard *s,
 	s->n_failed_starts++;
 	if (s->n_failed_starts < ENGINE_MAX_FAILED_STARTS)
 		return;
+	shard_move_requests(e, s, why);
 	for (uint32_t i = 0; i < e->n_shards; i++)
 		if (e->shards[i].n_failed_starts < ENGINE_MAX_FAILED_STARTS)
 			return;
@@ -1090,16 +1138,15 @@ static void shard_note_failed_start(struct engine *e, struct shard *s,
 }
 
 /*
- * Before a new worker starts on the shard (none runs now): a fresh
- * channel, nothing draining (the old worker writes nothing any more), the
- * shard's token buffers rewritten from our own copies of every active
- * request's prompt and committed tokens (the old worker could write them,
- * so they are not trusted), and a first
- * dispatch with every ACTIVE slot.
+ * Before a new worker starts on the shard (none runs now), once the shard
+ * has a fresh object (shm_shard_renew: an empty channel, zeroed buffers):
+ * nothing draining (the old worker writes nothing any more), the shard's
+ * token buffers rewritten from our own copies of every active request's
+ * prompt and committed tokens (the old worker could write them, so they
+ * are not trusted), and a first dispatch with every ACTIVE slot.
  */
 static void shard_new_epoch(struct engine *e, struct shard *s)
 {
-	shm_channel_reset(&e->seg, s->index, s->dispatch_pos, s->result_pos);
 	s->first_pos = s->dispatch_pos;
 	s->first_id = s->next_dispatch_id;
 	s->issued_id = 0;
@@ -1138,22 +1185,73 @@ static void shard_new_epoch(struct engine *e, struct shard *s)
 	}
 }
 
+/*
+ * A fresh notification pipe for the shard's next worker: we keep the read
+ * end (blocking, for io_uring), the worker gets the write end
+ * (non-blocking: a full pipe means a wake-up is pending anyway).  A new
+ * pipe per worker: whatever an old worker left behind holding its write
+ * end writes into a pipe nobody reads.  0 or a negative errno.
+ */
+static int shard_open_notify(struct shard *s, int *write_end)
+{
+	int fds[2];
+
+	if (pipe2(fds, O_CLOEXEC))
+		return -errno;
+	if (fcntl(fds[1], F_SETFL, O_NONBLOCK)) {
+		int ret = -errno;
+
+		close(fds[0]);
+		close(fds[1]);
+		return ret;
+	}
+	if (s->notify_rd >= 0)	/* a read still queued on it ends stale */
+		close(s->notify_rd);
+	s->notify_rd = fds[0];
+	s->notify_epoch++;
+	*write_end = fds[1];
+	return 0;
+}
+
+/* Read the shard's notification pipe (again); the epoch in the index
+ * tells a completion for an older pipe apart. */
+static void shard_arm_notify(struct engine *e, struct shard *s)
+{
+	io_ring_read(&e->io, s->notify_rd, s->notify_buf, sizeof(s->notify_buf),
+		     IO_TAG_WORKER_NOTIFY,
+		     s->index | (s->notify_epoch & 0xffffu) << 16);
+}
+
 static int shard_start_worker(struct engine *e, struct shard *s)
 {
 	struct worker_spawn_args a = {
 		.worker_path = e->worker_path,
-		.shm_name = e->seg.name,
+		.shared_fd = e->seg.ro_fd,
+		.shard_fd = -1,
+		.notify_fd = -1,
 		.shard = s->index,
 		.model_spec = e->cfg->model_spec,
-		.notify_fd = e->notify_fd,
 		.spin_us = e->cfg->spin_us,
 		.garbage_every = e->cfg->garbage_every,
 		.nice = e->cfg->worker_nice,
 	};
 	int ret;
 
-	shard_new_epoch(e, s);
-	ret = worker_spawn(&a, &s->pid, &s->pidfd);
+	/* The old worker is gone: a fresh object, so that nothing it (or a
+	 * process it left behind) still maps is the new worker's. */
+	ret = shm_shard_renew(&e->seg, s->index, s->dispatch_pos, s->result_pos,
+			      &a.shard_fd);
+	if (!ret)
+		shard_new_epoch(e, s);
+	if (!ret)
+		ret = shard_open_notify(s, &a.notify_fd);
+	if (!ret)
+		ret = worker_spawn(&a, &s->pid, &s->pidfd);
+	/* the worker has its own copies now */
+	if (a.shard_fd >= 0)
+		close(a.shard_fd);
+	if (a.notify_fd >= 0)
+		close(a.notify_fd);
 	if (ret) {
 		char why[96];
 
@@ -1170,6 +1268,7 @@ static int shard_start_worker(struct engine *e, struct shard *s)
 	s->failed_step = false;
 	e->stats.n_worker_starts++;
 	io_ring_poll_in(&e->io, s->pidfd, IO_TAG_PIDFD, s->index);
+	shard_arm_notify(e, s);
 	/* Anything already waiting for this shard goes out now. */
 	shard_advance(e, s);
 	return 0;
@@ -1283,6 +1382,28 @@ static void engine_handle_pidfd(struct engine *e, uint32_t index)
 		return;
 	}
 	shard_on_exit(e, s, why, signo);
+}
+
+/*
+ * A worker's notification pipe was readable: the wake-up itself is all it
+ * says.  Read it again unless the completion is for an older pipe of the
+ * shard, or the worker closed its end (it exited: the pidfd tells).
+ */
+static void engine_handle_worker_notify(struct engine *e, const struct io_event *ev)
+{
+	uint32_t index = ev->index & 0xffffu;
+	struct shard *s;
+
+	if (index >= e->n_shards)
+		return;
+	s = &e->shards[index];
+	if (ev->index >> 16 != (s->notify_epoch & 0xffffu) || s->notify_rd < 0)
+		return;
+	if (ev->res > 0 || ev->res == -EINTR || ev->res == -EAGAIN)
+		shard_arm_notify(e, s);
+	else if (ev->res < 0)
+		LOG(LOG_WARN, "shard %u: reading the notification pipe: %s",
+		    s->index, strerror(-ev->res));
 }
 
 /* Time from then to now; 0 when then is later (set during this round). */
@@ -1428,6 +1549,9 @@ static void engine_handle_event(struct engine *e, const struct io_event *ev)
 	case IO_TAG_NOTIFY:
 		io_ring_read(&e->io, e->notify_fd, &e->notify_buf,
 			     sizeof(e->notify_buf), IO_TAG_NOTIFY, 0);
+		break;
+	case IO_TAG_WORKER_NOTIFY:
+		engine_handle_worker_notify(e, ev);
 		break;
 	case IO_TAG_ACCEPT:
 	case IO_TAG_RECV:
@@ -1610,12 +1734,12 @@ static void engine_wait(struct engine *e, uint64_t deadline_ns)
 			deadline_ns = due - ENGINE_SPIN_AHEAD_NS;
 	}
 	if (!e->in_process) {
-		atomic_store(&e->seg.hdr->coordinator_sleeping,
+		atomic_store(shm_coordinator_sleeping(&e->seg),
 			     doze_ns ? SHM_COORD_DOZING : SHM_COORD_SLEEPING);
 		/* seq_cst: pairs with the fence in worker_step(). */
 		atomic_thread_fence(memory_order_seq_cst);
 		if (engine_any_result_ready(e)) {
-			atomic_store(&e->seg.hdr->coordinator_sleeping, SHM_COORD_AWAKE);
+			atomic_store(shm_coordinator_sleeping(&e->seg), SHM_COORD_AWAKE);
 			return;
 		}
 	}
@@ -1625,7 +1749,7 @@ static void engine_wait(struct engine *e, uint64_t deadline_ns)
 	if (want_parser && parser_thread_want_wakeup(e->parser)) {
 		parser_thread_no_wakeup(e->parser);
 		if (!e->in_process)
-			atomic_store(&e->seg.hdr->coordinator_sleeping, SHM_COORD_AWAKE);
+			atomic_store(shm_coordinator_sleeping(&e->seg), SHM_COORD_AWAKE);
 		return;
 	}
 	now = clock_now_ns();
@@ -1635,7 +1759,7 @@ static void engine_wait(struct engine *e, uint64_t deadline_ns)
 	if (want_parser)
 		parser_thread_no_wakeup(e->parser);
 	if (!e->in_process)
-		atomic_store(&e->seg.hdr->coordinator_sleeping, SHM_COORD_AWAKE);
+		atomic_store(shm_coordinator_sleeping(&e->seg), SHM_COORD_AWAKE);
 	if (ret > 0)
 		engine_handle_event(e, &ev);
 	else if (ret < 0)
@@ -1723,16 +1847,19 @@ static void engine_loop(struct engine *e)
  * Setup and teardown
  * ---------------------------------------------------------------------- */
 
+/* Every descriptor close-on-exec: a worker must not inherit our output
+ * (it could write result lines of its own). */
 static int open_input(const char *path)
 {
-	return strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : dup(STDIN_FILENO);
+	return strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) :
+	       fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3);
 }
 
 static int open_output(const char *path)
 {
 	return strcmp(path, "-") ?
 	       open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) :
-	       dup(STDOUT_FILENO);
+	       fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
 }
 
 static int engine_setup_shards(struct engine *e)
@@ -1750,6 +1877,7 @@ static int engine_setup_shards(struct engine *e)
 		s->n_slots = (uint32_t)((uint64_t)b * (i + 1) / n) - s->first_slot;
 		s->next_dispatch_id = 1;
 		s->pidfd = -1;
+		s->notify_rd = -1;
 		s->sent = calloc((size_t)SHM_RING_DEPTH * s->n_slots, sizeof(*s->sent));
 		s->seen = calloc(s->n_slots, sizeof(uint32_t));
 		s->suspect_slot = calloc(s->n_slots, sizeof(uint32_t));
@@ -1769,6 +1897,8 @@ static void engine_teardown(struct engine *e)
 			worker_kill_wait(s->pid);
 		if (s->pidfd >= 0)
 			close(s->pidfd);
+		if (s->notify_rd >= 0)
+			close(s->notify_rd);
 		free(s->sent);
 		free(s->seen);
 		free(s->suspect_slot);
@@ -1785,6 +1915,7 @@ static void engine_teardown(struct engine *e)
 	if (e->notify_fd >= 0)
 		close(e->notify_fd);
 	request_pool_release(&e->pool);
+	wait_queue_release(&e->queue);
 	slot_table_release_all(&e->slots);
 	shm_segment_destroy(&e->seg);
 	line_reader_release(&e->lines);
@@ -1911,10 +2042,12 @@ files_done:
 			strerror(-ret));
 		return ENGINE_EXIT_FAILED;
 	}
-	shm_segment_reap_stale();
+	/* Workers run untrusted plugins as the same user: none may ptrace
+	 * us, or open our descriptors (the output, other workers' pipes) or
+	 * memory through /proc. */
+	prctl(PR_SET_DUMPABLE, 0);
 	p = (struct shm_params){ .n_slots = cfg->n_slots, .n_shards = e->n_shards,
 				 .max_context = cfg->max_context,
-				 .queue_capacity = cfg->queue_capacity,
 				 .vocab = e->vocab };
 	ret = shm_segment_create(&e->seg, &p);
 	if (ret) {
@@ -1924,9 +2057,9 @@ files_done:
 	}
 	if (slot_table_init(&e->slots, &e->seg) ||
 	    request_pool_init(&e->pool, cfg->queue_capacity + cfg->n_slots) ||
+	    wait_queue_init(&e->queue, cfg->queue_capacity) ||
 	    engine_setup_shards(e))
 		goto nomem;
-	wait_queue_init(&e->queue, shm_queue_of(&e->seg), cfg->queue_capacity);
 	line_reader_init(&e->lines, ENGINE_MAX_LINE);
 	e->read_buf = malloc(ENGINE_READ_SIZE);
 	e->slot_freed_ns = calloc(cfg->n_slots, sizeof(uint64_t));
@@ -2088,16 +2221,22 @@ void engine_resume(struct engine *e, uint32_t handle)
 	e->resume[e->n_resume++] = handle;	/* room: one per live request */
 }
 
+/* Healthy: a worker is ready, and no shard has given up (a shard that
+ * cannot keep a worker alive serves nothing: somebody must look). */
 bool engine_healthy(const struct engine *e)
 {
+	bool ready = false;
+
 	if (e->failed)
 		return false;
 	if (e->in_process)
 		return true;
-	for (uint32_t i = 0; i < e->n_shards; i++)
-		if (e->shards[i].pid > 0 && e->shards[i].ready_seen)
-			return true;
-	return false;
+	for (uint32_t i = 0; i < e->n_shards; i++) {
+		if (shard_lost(&e->shards[i]))
+			return false;
+		ready |= e->shards[i].pid > 0 && e->shards[i].ready_seen;
+	}
+	return ready;
 }
 
 /* Counted, not derived from n_busy: /metrics shows busy + free = batch

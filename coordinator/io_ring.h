@@ -3,8 +3,9 @@
  *
  * Every blocking wait of the coordinator is one io_uring_wait: input
  * reads, output writes, the signalfd (SIGINT/SIGTERM), each worker's
- * pidfd (readable when the process exits), the eventfd that workers
- * write to wake a sleeping coordinator, and for `dynbatch serve` the
+ * pidfd (readable when the process exits), each worker's notification
+ * pipe and the parser thread's eventfd (written to wake a sleeping
+ * coordinator), and for `dynbatch serve` the
  * listening socket and every HTTP connection.  Operations carry a tag (what they
  * are for) and an index (which worker) in their user_data; completions
  * are handed back through io_ring_next().
@@ -21,10 +22,12 @@ enum io_tag {
 	IO_TAG_OUTPUT,		/* write of the output descriptor */
 	IO_TAG_SIGNAL,		/* read of the signalfd */
 	IO_TAG_PIDFD,		/* poll of a worker's pidfd; index = shard */
-	IO_TAG_NOTIFY,		/* read of the workers' eventfd */
+	IO_TAG_NOTIFY,		/* read of the parser thread's eventfd */
 	IO_TAG_ACCEPT,		/* serve: accept on the listening socket */
 	IO_TAG_RECV,		/* serve: recv on a connection; index = conn */
 	IO_TAG_SEND,		/* serve: send on a connection; index = conn */
+	IO_TAG_WORKER_NOTIFY,	/* read of a worker's notification pipe;
+				 * index = shard | pipe epoch << 16 */
 };
 
 struct io_event {

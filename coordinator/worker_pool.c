@@ -17,9 +17,34 @@
 
 #include "fault_sim.h"
 
-#define WORKER_NOTIFY_FD 3
-
 extern char **environ;
+
+/*
+ * Put the descriptors the child gets in place: each source is first
+ * duplicated above every source and target (so that moving one onto its
+ * target cannot overwrite another that is still to be moved), then onto
+ * its target; everything from the first descriptor after the targets is
+ * closed, the intermediates with it.  dup2 leaves the targets without
+ * close-on-exec.  0 or an error number.
+ */
+static int spawn_pass_fds(posix_spawn_file_actions_t *actions,
+			  const int *src, unsigned n)
+{
+	int high = WORKER_SHARED_FD + (int)n, ret = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		if (src[i] >= high)
+			high = src[i] + 1;
+	for (unsigned i = 0; i < n && !ret; i++)
+		ret = posix_spawn_file_actions_adddup2(actions, src[i], high + (int)i);
+	for (unsigned i = 0; i < n && !ret; i++)
+		ret = posix_spawn_file_actions_adddup2(actions, high + (int)i,
+						       WORKER_SHARED_FD + (int)i);
+	if (!ret)
+		ret = posix_spawn_file_actions_addclosefrom_np(actions,
+							       WORKER_SHARED_FD + (int)n);
+	return ret;
+}
 
 /*
  * posix_spawn, not fork: glibc spawns with vfork semantics (the child
@@ -29,20 +54,24 @@ extern char **environ;
  * most of it those faults, and the start of 16 workers ran serially.
  * What the child of a fork did by hand is here the spawn's attributes:
  * an empty signal mask (the coordinator blocks signals for its
- * signalfd), SIGPIPE back to its default, the eventfd on descriptor 3
- * (dup2 onto itself clears close-on-exec, as POSIX says and glibc does
- * since 2.29) and /dev/null on stdin and stdout.  The worker sets
- * PR_SET_PDEATHSIG itself and checks its parent is the coordinator
- * named in the segment, which covers a coordinator that died first.
+ * signalfd), SIGPIPE back to its default, /dev/null on stdin and stdout,
+ * and exactly the descriptors of worker_pool.h (closefrom: a descriptor
+ * someone opened without close-on-exec, our output say, never reaches a
+ * worker).  The worker sets PR_SET_PDEATHSIG itself and checks its parent
+ * is the coordinator named in the header, which covers a coordinator that
+ * died first.
  */
 int worker_spawn(const struct worker_spawn_args *a, pid_t *pid, int *pidfd)
 {
-	char shard[16], fd_arg[16], spin[16], garbage[16], nice[16];
+	char shard[16], shared_arg[16], shard_arg[16], notify_arg[16];
+	char spin[16], garbage[16], nice[16];
 	char *const argv[] = {
-		"dynbatch-worker", "--shm", (char *)a->shm_name, "--shard", shard,
-		"--model", (char *)a->model_spec, "--notify-fd", fd_arg,
-		"--spin-us", spin, "--garbage-every", garbage, "--nice", nice, NULL,
+		"dynbatch-worker", "--shared-fd", shared_arg, "--shard-fd", shard_arg,
+		"--shard", shard, "--model", (char *)a->model_spec,
+		"--notify-fd", notify_arg, "--spin-us", spin,
+		"--garbage-every", garbage, "--nice", nice, NULL,
 	};
+	const int src[] = { a->shared_fd, a->shard_fd, a->notify_fd };
 	posix_spawn_file_actions_t actions;
 	posix_spawnattr_t attr;
 	sigset_t none, pipe_only;
@@ -50,7 +79,9 @@ int worker_spawn(const struct worker_spawn_args *a, pid_t *pid, int *pidfd)
 	int ret, fd;
 
 	snprintf(shard, sizeof(shard), "%u", a->shard);
-	snprintf(fd_arg, sizeof(fd_arg), "%d", WORKER_NOTIFY_FD);
+	snprintf(shared_arg, sizeof(shared_arg), "%d", WORKER_SHARED_FD);
+	snprintf(shard_arg, sizeof(shard_arg), "%d", WORKER_SHARD_FD);
+	snprintf(notify_arg, sizeof(notify_arg), "%d", WORKER_NOTIFY_FD);
 	snprintf(spin, sizeof(spin), "%u", a->spin_us);
 	snprintf(garbage, sizeof(garbage), "%u", a->garbage_every);
 	snprintf(nice, sizeof(nice), "%u", a->nice);
@@ -65,13 +96,13 @@ int worker_spawn(const struct worker_spawn_args *a, pid_t *pid, int *pidfd)
 		posix_spawn_file_actions_destroy(&actions);
 		return -ENOMEM;
 	}
-	ret = posix_spawn_file_actions_adddup2(&actions, a->notify_fd, WORKER_NOTIFY_FD);
-	if (!ret)
-		ret = posix_spawn_file_actions_addopen(&actions, STDIN_FILENO,
-						       "/dev/null", O_RDONLY, 0);
+	ret = posix_spawn_file_actions_addopen(&actions, STDIN_FILENO,
+					       "/dev/null", O_RDONLY, 0);
 	if (!ret)
 		ret = posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO,
 						       "/dev/null", O_WRONLY, 0);
+	if (!ret)
+		ret = spawn_pass_fds(&actions, src, sizeof(src) / sizeof(src[0]));
 	if (!ret)
 		ret = posix_spawnattr_setsigmask(&attr, &none);
 	if (!ret)
