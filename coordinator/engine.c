@@ -1704,7 +1704,7 @@ static uint64_t engine_doze_ns(const struct engine *e)
  * a small VM (DESIGN.md 7), so when a result is due soon the coordinator
  * sleeps until just before it and then spins (ENGINE_SPIN_AHEAD_NS);
  * otherwise it spins for spin_us, then announces coordinator_sleeping and
- * sleeps in io_uring until a worker's eventfd write, an I/O event or the
+ * sleeps in io_uring until a worker's pipe write, an I/O event or the
  * deadline.
  */
 static void engine_wait(struct engine *e, uint64_t deadline_ns)

@@ -208,4 +208,52 @@ for w in $workers; do [ -d /proc/$w ] && left="$left $w"; done
 [ -n "$workers" ] && [ -z "$left" ] && pass "its workers ($workers) are gone" \
 	|| fail "workers left running: '$left' (of '$workers')"
 
+
+echo "== what a worker holds (issue 13 B9, B10): --input - --output -"
+# A worker gets /dev/null as stdin and stdout, the coordinator's stderr and
+# the write end of its own notification pipe (the shared and shard objects
+# it was given as 3 and 4 are closed once mapped); no descriptor of the
+# coordinator's output (regression: dup(STDOUT_FILENO) was inherited), no
+# writable mapping of the shared object, one of its own shard, and no name
+# in /dev/shm.
+"$BIN/gen_workload" --n 60 --seed "$SEED" --max-tokens 100 > "$E2E_TMP/fds.jsonl"
+"$BIN/dynbatch" run --no-progress --workers 2 --batch 8 --model sim:row_us=1000 \
+	--input - --output - < "$E2E_TMP/fds.jsonl" > "$E2E_TMP/fds.out" 2>/dev/null &
+pid=$!
+workers=""
+for _ in $(seq 200); do
+	workers=$(worker_pids $pid)
+	[ "$(echo $workers | wc -w)" -eq 2 ] && break
+	sleep 0.02
+done
+sleep 0.3	# attached and serving
+expect_eq "two workers" "$(echo $workers | wc -w)" 2
+expect_eq "no /dev/shm name while it runs" "$(segments_of $pid)" ""
+shard_inodes=""
+for w in $workers; do
+	if ! fds=$(ls /proc/$w/fd 2>/dev/null | sort -n | tr '\n' ' '); then
+		echo "  skip descriptors of worker $w: /proc/$w/fd not readable (not root)"
+		continue
+	fi
+	expect_eq "worker $w: descriptors" "$fds" "0 1 2 5 "
+	expect_eq "worker $w: stdin and stdout are /dev/null" \
+		"$(readlink /proc/$w/fd/0) $(readlink /proc/$w/fd/1)" "/dev/null /dev/null"
+	flags=$(awk '$1 == "flags:" { print $2 }' /proc/$w/fdinfo/5 2>/dev/null)
+	[ -n "$flags" ] || flags=777	# no fd 5: fails below
+	expect_eq "worker $w: fd 5 is a pipe's write end only" \
+		"$(readlink /proc/$w/fd/5 | cut -d: -f1) $(( 8#$flags & 3 ))" "pipe 1"
+	maps=$(grep memfd: /proc/$w/maps)
+	expect_eq "worker $w: the shared object only read-only" \
+		"$(echo "$maps" | grep dynbatch-shared | awk '{ print $2 }' | sort -u)" "r--s"
+	expect_eq "worker $w: one writable mapping, of its shard" \
+		"$(echo "$maps" | awk '$2 == "rw-s" { print $6 }')" "/memfd:dynbatch-shard"
+	shard_inodes="$shard_inodes $(echo "$maps" | awk '$2 == "rw-s" { print $5 }')"
+done
+[ -n "$shard_inodes" ] && expect_eq "each worker maps a shard object of its own" \
+	"$(echo $shard_inodes | tr ' ' '\n' | sort -u | wc -l)" 2
+wait $pid
+expect_eq "run with --output -: exit 0" $? 0
+expect_eq "one result line per request, none forged" "$(wc -l < "$E2E_TMP/fds.out")" 60
+check_results "run with --output -: exact" sim "$E2E_TMP/fds.jsonl" "$E2E_TMP/fds.out"
+
 finish
