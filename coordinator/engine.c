@@ -72,6 +72,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -177,6 +178,8 @@ struct engine {
 	struct shard *shards;
 	uint32_t n_shards;
 	bool in_process;
+	bool worker_stderr_null;	/* our stderr is our output: workers
+					 * get /dev/null instead */
 	char worker_path[PATH_MAX];
 	struct io_ring io;
 	int in_fd, out_fd, sig_fd, notify_fd;
@@ -1234,6 +1237,7 @@ static int shard_start_worker(struct engine *e, struct shard *s)
 		.spin_us = e->cfg->spin_us,
 		.garbage_every = e->cfg->garbage_every,
 		.nice = e->cfg->worker_nice,
+		.stderr_null = e->worker_stderr_null,
 	};
 	int ret;
 
@@ -1862,6 +1866,25 @@ static int open_output(const char *path)
 	       fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
 }
 
+/*
+ * Is the output the very file our stderr writes to (--output - 2>&1 into a
+ * pipe or file)?  Then a worker's stderr would let it write result lines:
+ * it gets /dev/null instead, and its log is lost.  A terminal is left
+ * alone: nobody parses it, and a worker's error messages matter there.
+ */
+static bool output_is_stderr(int out_fd)
+{
+	struct stat out, err;
+
+	if (fstat(out_fd, &out) || fstat(STDERR_FILENO, &err) ||
+	    out.st_dev != err.st_dev || out.st_ino != err.st_ino ||
+	    isatty(out_fd))
+		return false;
+	LOG(LOG_WARN, "--output is also our stderr: workers' messages are "
+	    "discarded (so that no worker can write a result line)");
+	return true;
+}
+
 static int engine_setup_shards(struct engine *e)
 {
 	uint32_t n = e->n_shards, b = e->cfg->n_slots;
@@ -2027,6 +2050,7 @@ static int engine_setup(struct engine *e)
 		fprintf(stderr, "dynbatch: --output %s: %s\n", cfg->output_path, strerror(errno));
 		return ENGINE_EXIT_USAGE;
 	}
+	e->worker_stderr_null = output_is_stderr(e->out_fd);
 files_done:
 	e->in_process = cfg->n_workers == 0;
 	e->n_shards = e->in_process ? 1 :

@@ -101,6 +101,9 @@ int worker_spawn(const struct worker_spawn_args *a, pid_t *pid, int *pidfd)
 	if (!ret)
 		ret = posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO,
 						       "/dev/null", O_WRONLY, 0);
+	if (!ret && a->stderr_null)
+		ret = posix_spawn_file_actions_addopen(&actions, STDERR_FILENO,
+						       "/dev/null", O_WRONLY, 0);
 	if (!ret)
 		ret = spawn_pass_fds(&actions, src, sizeof(src) / sizeof(src[0]));
 	if (!ret)

@@ -3,7 +3,8 @@
  *
  * A worker is a real separate program (posix_spawn of dynbatch-worker).
  * The child gets an empty signal mask (the coordinator blocks signals for
- * its signalfd), /dev/null on stdin and stdout, the coordinator's stderr,
+ * its signalfd), /dev/null on stdin and stdout, the coordinator's stderr
+ * (/dev/null too when that is the coordinator's output),
  * and exactly three more descriptors: 3, the shared object read-only; 4,
  * its own shard's object; 5, the write end of its notification pipe.
  * Every other descriptor is closed in the child, whatever its
@@ -34,6 +35,8 @@ struct worker_spawn_args {
 	uint32_t spin_us;
 	uint32_t garbage_every;		/* test mode, 0 = off */
 	uint32_t nice;			/* worker's nice value (0..19) */
+	bool stderr_null;		/* /dev/null on stderr, not ours (our
+					 * stderr is our output) */
 };
 
 /*

@@ -256,4 +256,23 @@ expect_eq "run with --output -: exit 0" $? 0
 expect_eq "one result line per request, none forged" "$(wc -l < "$E2E_TMP/fds.out")" 60
 check_results "run with --output -: exact" sim "$E2E_TMP/fds.jsonl" "$E2E_TMP/fds.out"
 
+# With stderr and the output the same file (--output - 2>&1), a worker's
+# stderr would be a way to write result lines: it gets /dev/null.
+"$BIN/dynbatch" run --no-progress --workers 2 --batch 8 --model sim:row_us=1000 \
+	--input - --output - < "$E2E_TMP/fds.jsonl" > "$E2E_TMP/fds2.out" 2>&1 &
+pid=$!
+workers=""
+for _ in $(seq 200); do
+	workers=$(worker_pids $pid)
+	[ "$(echo $workers | wc -w)" -eq 2 ] && break
+	sleep 0.02
+done
+errs=""
+for w in $workers; do errs="$errs $(readlink /proc/$w/fd/2)"; done
+wait $pid
+expect_eq "--output - 2>&1: exit 0" $? 0
+expect_eq "--output - 2>&1: workers' stderr is /dev/null" "$errs" " /dev/null /dev/null"
+expect_eq "--output - 2>&1: one result line per request, and the warning" \
+	"$(grep -c '^{' "$E2E_TMP/fds2.out") $(grep -c 'workers. messages are discarded' "$E2E_TMP/fds2.out")" "60 1"
+
 finish
