@@ -20,30 +20,46 @@
 extern char **environ;
 
 /*
- * Put the descriptors the child gets in place: each source is first
- * duplicated above every source and target (so that moving one onto its
- * target cannot overwrite another that is still to be moved), then onto
- * its target; everything from the first descriptor after the targets is
- * closed, the intermediates with it.  dup2 leaves the targets without
- * close-on-exec.  0 or an error number.
+ * Put the descriptors the child gets in place (src[i] becomes
+ * WORKER_SHARED_FD + i) and close every other one above stderr, whatever
+ * its close-on-exec flag.  Every source must lie above the targets
+ * (spawn_lift_fds), so that no dup2 overwrites a source still to be
+ * moved; dup2 leaves the targets without close-on-exec.  0 or an error
+ * number.
  */
 static int spawn_pass_fds(posix_spawn_file_actions_t *actions,
 			  const int *src, unsigned n)
 {
-	int high = WORKER_SHARED_FD + (int)n, ret = 0;
+	int ret = 0;
 
-	for (unsigned i = 0; i < n; i++)
-		if (src[i] >= high)
-			high = src[i] + 1;
 	for (unsigned i = 0; i < n && !ret; i++)
-		ret = posix_spawn_file_actions_adddup2(actions, src[i], high + (int)i);
-	for (unsigned i = 0; i < n && !ret; i++)
-		ret = posix_spawn_file_actions_adddup2(actions, high + (int)i,
+		ret = posix_spawn_file_actions_adddup2(actions, src[i],
 						       WORKER_SHARED_FD + (int)i);
 	if (!ret)
 		ret = posix_spawn_file_actions_addclosefrom_np(actions,
 							       WORKER_SHARED_FD + (int)n);
 	return ret;
+}
+
+/*
+ * A source below WORKER_SHARED_FD + n (the targets, or 0..2 when the
+ * coordinator was started with a standard descriptor closed) is
+ * duplicated above them, close-on-exec; lifted[i] gets the duplicate to
+ * close after the spawn (or -1).  0 or a negative errno.
+ */
+static int spawn_lift_fds(int *src, int *lifted, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		lifted[i] = -1;
+	for (unsigned i = 0; i < n; i++) {
+		if (src[i] >= WORKER_SHARED_FD + (int)n)
+			continue;
+		lifted[i] = fcntl(src[i], F_DUPFD_CLOEXEC, WORKER_SHARED_FD + (int)n);
+		if (lifted[i] < 0)
+			return -errno;
+		src[i] = lifted[i];
+	}
+	return 0;
 }
 
 /*
@@ -71,7 +87,9 @@ int worker_spawn(const struct worker_spawn_args *a, pid_t *pid, int *pidfd)
 		"--notify-fd", notify_arg, "--spin-us", spin,
 		"--garbage-every", garbage, "--nice", nice, NULL,
 	};
-	const int src[] = { a->shared_fd, a->shard_fd, a->notify_fd };
+	int src[] = { a->shared_fd, a->shard_fd, a->notify_fd };
+	const unsigned n_src = sizeof(src) / sizeof(src[0]);
+	int lifted[sizeof(src) / sizeof(src[0])];
 	posix_spawn_file_actions_t actions;
 	posix_spawnattr_t attr;
 	sigset_t none, pipe_only;
@@ -90,22 +108,27 @@ int worker_spawn(const struct worker_spawn_args *a, pid_t *pid, int *pidfd)
 	sigaddset(&pipe_only, SIGPIPE);
 	if (fault_sim("spawn"))
 		return -EAGAIN;
+	ret = spawn_lift_fds(src, lifted, n_src);
+	if (ret)
+		goto out_lifted;
+	ret = -ENOMEM;
 	if (posix_spawn_file_actions_init(&actions))
-		return -ENOMEM;
+		goto out_lifted;
 	if (posix_spawnattr_init(&attr)) {
 		posix_spawn_file_actions_destroy(&actions);
-		return -ENOMEM;
+		goto out_lifted;
 	}
-	ret = posix_spawn_file_actions_addopen(&actions, STDIN_FILENO,
-					       "/dev/null", O_RDONLY, 0);
+	/* first the descriptors, while every source is still open */
+	ret = spawn_pass_fds(&actions, src, n_src);
+	if (!ret)
+		ret = posix_spawn_file_actions_addopen(&actions, STDIN_FILENO,
+						       "/dev/null", O_RDONLY, 0);
 	if (!ret)
 		ret = posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO,
 						       "/dev/null", O_WRONLY, 0);
 	if (!ret && a->stderr_null)
 		ret = posix_spawn_file_actions_addopen(&actions, STDERR_FILENO,
 						       "/dev/null", O_WRONLY, 0);
-	if (!ret)
-		ret = spawn_pass_fds(&actions, src, sizeof(src) / sizeof(src[0]));
 	if (!ret)
 		ret = posix_spawnattr_setsigmask(&attr, &none);
 	if (!ret)
@@ -118,8 +141,13 @@ int worker_spawn(const struct worker_spawn_args *a, pid_t *pid, int *pidfd)
 				  environ);
 	posix_spawnattr_destroy(&attr);
 	posix_spawn_file_actions_destroy(&actions);
+	ret = -ret;
+out_lifted:
+	for (unsigned i = 0; i < n_src; i++)
+		if (lifted[i] >= 0)
+			close(lifted[i]);
 	if (ret)
-		return -ret;
+		return ret;
 	fd = (int)syscall(SYS_pidfd_open, child, 0);
 	if (fd < 0) {
 		int err = -errno;
