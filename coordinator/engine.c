@@ -281,10 +281,10 @@ static void engine_unresume(struct engine *e, uint32_t handle)
 }
 
 /* Has the shard failed so many starts in a row that it takes no work
- * until a worker of it is ready again? */
+ * until a worker of it is ready again (which resets the count)? */
 static bool shard_lost(const struct shard *s)
 {
-	return s->n_failed_starts >= ENGINE_MAX_FAILED_STARTS && !s->ready_seen;
+	return s->n_failed_starts >= ENGINE_MAX_FAILED_STARTS;
 }
 
 static struct shard *shard_of_slot(struct engine *e, uint32_t slot)
