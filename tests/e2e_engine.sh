@@ -251,6 +251,23 @@ for w in $workers; do
 done
 [ -n "$shard_inodes" ] && expect_eq "each worker maps a shard object of its own" \
 	"$(echo $shard_inodes | tr ' ' '\n' | sort -u | wc -l)" 2
+# A worker keeps no capability and cannot regain one (a worker of root
+# could otherwise open the coordinator's descriptors or memory); and a
+# process like it (same user, no capabilities) cannot reach the
+# coordinator's output through /proc (the coordinator is not dumpable).
+for w in $workers; do
+	expect_eq "worker $w: no capabilities, no new privileges" \
+		"$(awk '$1 == "CapEff:" || $1 == "CapBnd:" || $1 == "NoNewPrivs:" { printf "%s ", $2 }' \
+		   /proc/$w/status)" "0000000000000000 0000000000000000 1 "
+done
+if command -v setpriv > /dev/null; then
+	if setpriv --bounding-set -all --inh-caps -all --no-new-privs -- \
+		sh -c "echo '{\"id\":\"forged\"}' >> /proc/$pid/fd/1" 2> /dev/null; then
+		fail "a capability-less process wrote the coordinator's output through /proc"
+	else
+		pass "a capability-less process cannot write the coordinator's output through /proc"
+	fi
+fi
 wait $pid
 expect_eq "run with --output -: exit 0" $? 0
 expect_eq "one result line per request, none forged" "$(wc -l < "$E2E_TMP/fds.out")" 60

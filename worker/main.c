@@ -25,10 +25,12 @@
 #include "parse_num.h"
 
 /*
- * Give up every capability (a no-op for an ordinary user).  Raw capset:
- * libcap is not worth a dependency for one call.  A worker needs none: it
- * maps the descriptors it was given, lowers its own priority and runs
- * the model.
+ * Give up every capability, for good (a no-op for an ordinary user).  A
+ * worker needs none: it maps the descriptors it was given, lowers its own
+ * priority and runs the model.  no_new_privs and an empty bounding set
+ * first, so that a worker of root cannot get them back by exec'ing
+ * anything; then the capabilities it has (raw capset: libcap is not worth
+ * a dependency for one call).
  */
 static void worker_drop_capabilities(void)
 {
@@ -36,9 +38,12 @@ static void worker_drop_capabilities(void)
 		.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
 	struct __user_cap_data_struct none[2];
 
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+		LOG(LOG_WARN, "no_new_privs: %s", strerror(errno));
+	for (int cap = 0; prctl(PR_CAPBSET_READ, cap, 0, 0, 0) >= 0; cap++)
+		prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);	/* EPERM: not root */
 	memset(none, 0, sizeof(none));
-	prctl(PR_SET_KEEPCAPS, 0);
-	if (syscall(SYS_capset, &hdr, none) && errno != EPERM)
+	if (syscall(SYS_capset, &hdr, none))
 		LOG(LOG_WARN, "capset: %s", strerror(errno));
 }
 
@@ -77,10 +82,10 @@ int main(int argc, char **argv)
 	 * ptrace us or open our descriptors and memory through /proc, and a
 	 * worker started by root keeps none of root's capabilities (which
 	 * would let it do exactly that to the coordinator). */
+	log_init_from_env();
 	prctl(PR_SET_DUMPABLE, 0);
 	worker_drop_capabilities();
 	signal(SIGINT, SIG_IGN);
-	log_init_from_env();
 	while ((c = getopt_long(argc, argv, "h", longopts, &idx)) != -1) {
 		switch (c) {
 		case 's':
