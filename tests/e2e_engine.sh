@@ -216,17 +216,33 @@ echo "== what a worker holds (issue 13 B9, B10): --input - --output -"
 # coordinator's output (regression: dup(STDOUT_FILENO) was inherited), no
 # writable mapping of the shared object, one of its own shard, and no name
 # in /dev/shm.
+# The input comes through a FIFO we hold open, so that the run lasts until
+# the checks are done.
 "$BIN/gen_workload" --n 60 --seed "$SEED" --max-tokens 100 > "$E2E_TMP/fds.jsonl"
+mkfifo "$E2E_TMP/fds.fifo" "$E2E_TMP/fds2.fifo"
+# fds_workers PID: wait until PID has 2 workers that have attached (closed
+# what they were given to map) and set WORKERS
+fds_workers() {
+	local w settled
+	WORKERS=""
+	for _ in $(seq 250); do
+		WORKERS=$(worker_pids $1)
+		settled=yes
+		for w in $WORKERS; do
+			[ -e /proc/$w/fd/3 ] && settled=no
+			grep -q 'NoNewPrivs:.1' /proc/$w/status 2>/dev/null || settled=no
+		done
+		[ "$(echo $WORKERS | wc -w)" -eq 2 ] && [ $settled = yes ] && break
+		sleep 0.02
+	done
+}
 "$BIN/dynbatch" run --no-progress --workers 2 --batch 8 --model sim:row_us=1000 \
-	--input - --output - < "$E2E_TMP/fds.jsonl" > "$E2E_TMP/fds.out" 2>/dev/null &
+	--input - --output - < "$E2E_TMP/fds.fifo" > "$E2E_TMP/fds.out" 2>/dev/null &
 pid=$!
-workers=""
-for _ in $(seq 200); do
-	workers=$(worker_pids $pid)
-	[ "$(echo $workers | wc -w)" -eq 2 ] && break
-	sleep 0.02
-done
-sleep 0.3	# attached and serving
+exec 7> "$E2E_TMP/fds.fifo"
+cat "$E2E_TMP/fds.jsonl" >&7
+fds_workers $pid
+workers=$WORKERS
 expect_eq "two workers" "$(echo $workers | wc -w)" 2
 expect_eq "no /dev/shm name while it runs" "$(segments_of $pid)" ""
 shard_inodes=""
@@ -268,6 +284,7 @@ if command -v setpriv > /dev/null; then
 		pass "a capability-less process cannot write the coordinator's output through /proc"
 	fi
 fi
+exec 7>&-
 wait $pid
 expect_eq "run with --output -: exit 0" $? 0
 expect_eq "one result line per request, none forged" "$(wc -l < "$E2E_TMP/fds.out")" 60
@@ -276,16 +293,14 @@ check_results "run with --output -: exact" sim "$E2E_TMP/fds.jsonl" "$E2E_TMP/fd
 # With stderr and the output the same file (--output - 2>&1), a worker's
 # stderr would be a way to write result lines: it gets /dev/null.
 "$BIN/dynbatch" run --no-progress --workers 2 --batch 8 --model sim:row_us=1000 \
-	--input - --output - < "$E2E_TMP/fds.jsonl" > "$E2E_TMP/fds2.out" 2>&1 &
+	--input - --output - < "$E2E_TMP/fds2.fifo" > "$E2E_TMP/fds2.out" 2>&1 &
 pid=$!
-workers=""
-for _ in $(seq 200); do
-	workers=$(worker_pids $pid)
-	[ "$(echo $workers | wc -w)" -eq 2 ] && break
-	sleep 0.02
-done
+exec 7> "$E2E_TMP/fds2.fifo"
+cat "$E2E_TMP/fds.jsonl" >&7
+fds_workers $pid
 errs=""
-for w in $workers; do errs="$errs $(readlink /proc/$w/fd/2)"; done
+for w in $WORKERS; do errs="$errs $(readlink /proc/$w/fd/2)"; done
+exec 7>&-
 wait $pid
 expect_eq "--output - 2>&1: exit 0" $? 0
 expect_eq "--output - 2>&1: workers' stderr is /dev/null" "$errs" " /dev/null /dev/null"
