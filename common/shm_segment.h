@@ -1,38 +1,72 @@
 /*
- * shm_segment.h - the one POSIX shared-memory segment that the coordinator
- * and its workers share, its layout and its lifetime.
+ * shm_segment.h - the memory the coordinator shares with its workers, its
+ * layout, who may write what, and its lifetime.
  *
  * NOTES ON THE DESIGN
  *
- * The coordinator creates the segment (0600, O_EXCL, a unique name
- * "/dynbatch-<pid>-<random>") and is the only writer of every region but
- * the channels and the generated tokens.  A worker maps the whole segment
- * read-only and then maps its own shard's channel and its own shard's
- * token buffers read-write over it, so a buggy worker cannot scribble on
- * the slot table, the queue, or another shard's tokens or channel.
+ * Workers run a model plugin, which may be buggy or hostile, so the
+ * memory is split by who may write it, and the kernel enforces the split:
+ *
+ *   object          held by                          worker's access
+ *   shared object   coordinator (RW mapping), every  read only
+ *                   worker (an O_RDONLY descriptor)
+ *   shard object i  coordinator (RW mapping),        read-write, its own
+ *                   worker i only                    shard only
+ *
+ * Both are unnamed (memfd_create): there is no /dev/shm name to find,
+ * steal, delete or clean up, and a worker gets them only as the
+ * descriptors it is spawned with (coordinator/worker_pool.c).
+ *
+ * The shared object (header, slot table) is sealed once the coordinator
+ * has mapped it writable: F_SEAL_FUTURE_WRITE (no new writable mapping,
+ * no write(), no hole punching, from anyone, even through a descriptor
+ * reopened O_RDWR via /proc/self/fd; a read-only mapping cannot be
+ * mprotect'ed writable), F_SEAL_SHRINK and F_SEAL_GROW (its size never
+ * changes under the coordinator, so it never takes a SIGBUS) and
+ * F_SEAL_SEAL.  The descriptor workers get is also opened O_RDONLY.
+ *
+ * A shard object (its channel and its token buffers) is created afresh
+ * for every worker the shard starts (shm_shard_renew), and mapped by the
+ * coordinator over the old one at the same address: whatever a dead
+ * worker (or a process it left behind) still holds is a different object
+ * from then on.  Sealed F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL, so the
+ * worker, which holds it writable, cannot truncate it (a SIGBUS in the
+ * coordinator) or seal it against its successor.
+ *
+ * The coordinator trusts nothing it reads from a shard object: results
+ * are validated field by field (coordinator/engine.c), the flags it reads
+ * (worker_sleeping, worker_ready_pid, dispatch_adopted) only decide
+ * whether to wake a worker, when it is ready and which slots it may reuse
+ * in that shard; the layout it uses comes from its private copy of the
+ * header (struct shm_segment.layout), never from shared memory.
  *
  * Who writes a slot's token buffer: the coordinator writes the prompt
  * (and, for a resumed request, the tokens it already had) when it assigns
  * the slot; the shard's worker writes each token it generates right after
- * the prefix, before it posts the result.  So a worker can run its next
- * step without waiting for the coordinator to commit the last one (the
- * coordinator commits later, from the result record, and keeps its own
- * copy of every committed token).  A worker writes a slot's buffer only
- * while the slot is in the dispatch it has adopted and below the row's
- * limit; the coordinator reuses a slot only once the worker cannot write
- * it any more (see coordinator/engine.c, "Run-ahead").  The coordinator
- * still treats everything it reads back from a channel as untrusted
- * input, and keeps its own private copy of everything it must trust
- * (slot -> request, generations, lengths, committed tokens).
+ * the prefix, before it posts the result, so it can run its next step
+ * without waiting for the coordinator to commit the last one.  The
+ * worker hands the model pointers into a second, read-only view of the
+ * same buffers (shm_segment.tokens_ro): a stray write of the model faults
+ * instead of silently changing a prompt.  A hostile worker can still
+ * rewrite its own shard's buffers through its writable view; that changes
+ * nothing but its own shard's output, which it decides anyway (it can
+ * post any token), and the coordinator never reads a buffer back: it keeps
+ * its own copy of every prompt and committed token and rewrites the
+ * buffers from them for each new worker.  No worker can read or write
+ * another shard's buffers.
  *
- * Regions, each starting on a page boundary:
+ * Waking.  The coordinator wakes a sleeping worker with FUTEX_WAKE on the
+ * channel's wake_seq word (shm_wake_worker): that is safe whatever value
+ * the worker left in the word, and the coordinator never waits on memory
+ * a worker can write.  A worker wakes the coordinator by writing a byte
+ * to the write end of a pipe of its own (the coordinator reads the other
+ * end): it cannot read it, so it cannot steal anyone's wake-ups.
  *
- *   offset         size                          region          writer
- *   0              4096                          struct shm_header  coordinator
- *   off_slots      n_slots * 32                  slot table      coordinator
- *   off_queue      16 + queue_capacity * 4       waiting queue   coordinator
- *   off_tokens     n_shards * shard_token_stride token buffers   see above
- *   off_channels   n_shards * channel_stride     channels        see below
+ * The shared object, each region starting on a page:
+ *
+ *   offset     size           region               writer
+ *   0          4096           struct shm_header    coordinator
+ *   off_slots  n_slots * 32   slot table (mirror)  coordinator
  *
  * struct shm_header (offsets pinned by static_assert in shm_segment.c):
  *
@@ -45,45 +79,50 @@
  *   28      4     n_shards              coordinator, once
  *   32      4     max_context           coordinator, once
  *   36      4     shard_capacity        coordinator, once
- *   40      4     queue_capacity        coordinator, once
- *   44      4     ring_depth            coordinator, once
- *   48      4     coordinator_pid       coordinator, once
- *   52      4     vocab                 coordinator, once
- *   56      40    off_slots .. channel_stride   coordinator, once
- *   96      8     shard_token_stride    coordinator, once
+ *   40      4     ring_depth            coordinator, once
+ *   44      4     coordinator_pid       coordinator, once
+ *   48      4     vocab                 coordinator, once
+ *   56      8     off_slots             coordinator, once
+ *   64      8     channel_size          coordinator, once
+ *   72      8     shard_tokens_size     coordinator, once
+ *   80      8     shard_size            coordinator, once
  *   128     4     coordinator_sleeping  coordinator (own cache line)
  *
- * A channel (one per shard) holds the two single-producer single-consumer
- * rings of that shard: dispatches (coordinator -> worker) and results
- * (worker -> coordinator), ring_depth entries each.  An entry for ring
- * position p sits at index p % ring_depth and is published by writing the
- * payload and then storing seq = p + 1 with release order; the reader
- * loads seq with acquire order and accepts the entry only when it equals
- * the p + 1 it expects.  A writer killed mid-record leaves a record nobody
- * accepts.  Neither side overwrites an entry the other may still read:
- * the worker posts result p only once results_consumed > p - ring_depth,
- * and the coordinator keeps at most ring_depth - 1 dispatches ahead of
- * the one the worker has adopted (dispatch_adopted).
+ * A shard object:
+ *
+ *   offset        size               region         writer
+ *   0             channel_size       struct shm_channel + rings  see below
+ *   channel_size  shard_tokens_size  token buffers  see above
+ *
+ * A channel holds the two single-producer single-consumer rings of the
+ * shard: dispatches (coordinator -> worker) and results (worker ->
+ * coordinator), ring_depth entries each.  An entry for ring position p
+ * sits at index p % ring_depth and is published by writing the payload
+ * and then storing seq = p + 1 with release order; the reader loads seq
+ * with acquire order and accepts the entry only when it equals the p + 1
+ * it expects.  A writer killed mid-record leaves a record nobody accepts.
+ * Neither side overwrites an entry the other may still read: the worker
+ * posts result p only once results_consumed > p - ring_depth, and the
+ * coordinator keeps at most ring_depth - 1 dispatches ahead of the one
+ * the worker has adopted (dispatch_adopted).
  *
  * Slots are split into shards as first_slot(i) = n_slots * i / n_shards;
- * each shard's token buffers start on a page (shard_token_stride apart) so
- * that its worker can map exactly them read-write.
+ * slot k of a shard has its buffer at channel_size + k * max_context * 4
+ * in the shard's object.
  */
 #ifndef DYNBATCH_SHM_SEGMENT_H
 #define DYNBATCH_SHM_SEGMENT_H
 
-#include <semaphore.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #define SHM_MAGIC 0x48435441424e5944ull	/* "DYNBATCH" little-endian */
-#define SHM_LAYOUT_VERSION 3u
+#define SHM_LAYOUT_VERSION 4u
 #define SHM_CACHE_LINE 64
 #define SHM_PAGE 4096u
 #define SHM_RING_DEPTH 64u		/* positions per ring, power of two */
-#define SHM_NAME_MAX 64
 
 /*
  * coordinator_sleeping.  DOZING is for long model steps (a millisecond
@@ -103,33 +142,35 @@ struct shm_header {
 	uint64_t magic;			/* SHM_MAGIC */
 	uint32_t layout_version;	/* SHM_LAYOUT_VERSION */
 	uint32_t header_size;		/* sizeof(struct shm_header) */
-	uint64_t segment_size;		/* bytes in the whole segment */
+	uint64_t segment_size;		/* bytes in the shared object */
 	uint32_t n_slots;		/* batch capacity B, all shards */
-	uint32_t n_shards;		/* channels (worker processes) */
+	uint32_t n_shards;		/* shard objects (worker processes) */
 	uint32_t max_context;		/* tokens per slot buffer */
 	uint32_t shard_capacity;	/* most slots (rows) in one shard */
-	uint32_t queue_capacity;	/* waiting queue entries */
 	uint32_t ring_depth;		/* entries per ring */
 	int32_t coordinator_pid;	/* workers exit when it is gone */
 	uint32_t vocab;			/* model vocabulary, for checks */
+	uint32_t pad_vocab;
 	uint64_t off_slots;		/* byte offset of the slot table */
-	uint64_t off_queue;		/* byte offset of struct shm_queue */
-	uint64_t off_tokens;		/* byte offset of slot 0's tokens */
-	uint64_t off_channels;		/* byte offset of channel 0 */
-	uint64_t channel_stride;	/* bytes per channel, page multiple */
-	uint64_t shard_token_stride;	/* bytes of token buffers per shard,
-					 * page multiple */
-	uint8_t pad0[128 - 104];
+	uint64_t channel_size;		/* bytes of a shard object's channel,
+					 * page multiple: its token buffers
+					 * start at this offset */
+	uint64_t shard_tokens_size;	/* bytes of a shard object's token
+					 * buffers, page multiple */
+	uint64_t shard_size;		/* bytes in a shard object */
+	uint8_t pad0[128 - 88];
 	/* SHM_COORD_*: whether the coordinator sleeps in io_uring and for
 	 * which results a worker that has just published one (or adopted a
-	 * dispatch) writes the eventfd to wake it.  Paired with the seq_cst
-	 * fences in worker_step() and worker_adopt(). */
+	 * dispatch) writes its notification pipe to wake it.  Paired with
+	 * the seq_cst fences in worker_step() and worker_adopt(). */
 	_Atomic uint32_t coordinator_sleeping;
 	uint8_t pad1[SHM_CACHE_LINE - 4];
 };
 
 /*
- * One batch slot.  Lifecycle (coordinator/slot_table.c):
+ * One batch slot, as mirrored for readers of the shared object (the
+ * coordinator's own copy is private: coordinator/slot_table.h).
+ * Lifecycle (coordinator/slot_table.c):
  *
  *      slot_table_assign()          slot_table_release()
  *   FREE ------------------> ACTIVE ------------------> FREE
@@ -145,13 +186,6 @@ struct shm_slot {
 	uint32_t n_tokens;		/* tokens in this slot's buffer */
 	uint32_t n_prompt;		/* of which prompt */
 	uint32_t pad[3];
-};
-
-/* The waiting queue: a FIFO ring of request handles. */
-struct shm_queue {
-	uint64_t head;			/* next position to pop */
-	uint64_t tail;			/* next position to push */
-	uint32_t handles[];		/* queue_capacity request handles */
 };
 
 /*
@@ -198,8 +232,10 @@ struct shm_result {
 };
 
 /*
- * Per-shard channel.  Line 0 is written by the coordinator, line 1 by
- * the shard's worker; the rings follow.
+ * A shard's channel, at offset 0 of its shard object.  Line 0 is written
+ * by the coordinator, line 1 by the shard's worker; the rings follow.
+ * The worker can write every byte of it: the coordinator reads nothing
+ * here that it does not check or that could hurt it (see the NOTES).
  */
 struct shm_channel {
 	uint64_t start_dispatch_pos;	/* coordinator: first position a new
@@ -208,9 +244,13 @@ struct shm_channel {
 	/* coordinator: every result before this position has been read; the
 	 * worker may reuse those entries (release store, acquire load) */
 	_Atomic uint64_t results_consumed;
-	uint8_t pad0[SHM_CACHE_LINE - 24];
-	/* worker: 1 while it sleeps in sem_wait(&dispatch_sem); the
-	 * coordinator posts the semaphore only then (after a seq_cst fence) */
+	/* coordinator: bumped before each FUTEX_WAKE (shm_wake_worker); the
+	 * worker sleeps in FUTEX_WAIT on it.  The coordinator only adds to
+	 * it and wakes, so any value a worker leaves in it is harmless. */
+	_Atomic uint32_t wake_seq;
+	uint8_t pad0[SHM_CACHE_LINE - 28];
+	/* worker: 1 while it sleeps on wake_seq; the coordinator wakes it
+	 * only then (after a seq_cst fence) */
 	_Atomic uint32_t worker_sleeping;
 	/* worker: its pid once it has attached and loaded the model; a worker
 	 * that dies before this is a failed start, not a failed step */
@@ -220,8 +260,6 @@ struct shm_channel {
 	 * writes no slot that the new dispatch leaves out */
 	_Atomic uint64_t dispatch_adopted;
 	uint8_t pad1[SHM_CACHE_LINE - 16];
-	sem_t dispatch_sem;		/* wakes the worker; count is a hint */
-	uint8_t pad2[SHM_CACHE_LINE * 2 - sizeof(sem_t)];
 	/* then ring_depth dispatch entries, then ring_depth result entries */
 };
 
@@ -229,54 +267,85 @@ struct shm_params {
 	uint32_t n_slots;
 	uint32_t n_shards;
 	uint32_t max_context;
-	uint32_t queue_capacity;
 	uint32_t vocab;
 };
 
-/* A mapped segment, as either process sees it. */
+/*
+ * The segment as either process sees it.  Not to be copied: hdr points
+ * into the struct itself.
+ */
 struct shm_segment {
-	char name[SHM_NAME_MAX];	/* "/dynbatch-..." */
-	void *base;
-	size_t size;
-	bool owner;			/* coordinator: unlink on destroy */
-	struct shm_header *hdr;
+	struct shm_header layout;	/* private copy of the header, checked
+					 * (shm_header_validate) */
+	const struct shm_header *hdr;	/* &layout: every offset and count
+					 * is read from here */
+	void *base;			/* the shared object (coordinator: RW,
+					 * worker: RO) */
+	size_t size;			/* its size */
+	void **shard_base;		/* per shard: its object's mapping, RW
+					 * (a worker maps only its own) */
+	const int32_t *tokens_ro;	/* worker: read-only view of its
+					 * shard's token buffers */
+	int ro_fd;			/* coordinator: the shared object
+					 * opened O_RDONLY, for workers; -1 */
+	bool owner;			/* coordinator: created it */
 };
 
 /*
- * Coordinator: create, size, map and initialise a new segment (every
- * channel's semaphore too).  Returns 0 or a negative errno; on failure
- * nothing is left behind (no name, no mapping).
+ * Coordinator: create, map, initialise and seal the shared object, and
+ * create every shard object.  Returns 0 or a negative errno; on failure
+ * nothing is left behind.
  */
 int shm_segment_create(struct shm_segment *seg, const struct shm_params *p);
 
-/* Coordinator: unmap and unlink.  Accepts a zeroed segment.  Idempotent. */
+/* Coordinator: unmap and close everything.  Accepts a zeroed segment.
+ * Idempotent. */
 void shm_segment_destroy(struct shm_segment *seg);
 
-/* Unlink the name only (after a fatal signal, say); mapping stays. */
-void shm_segment_unlink(struct shm_segment *seg);
+/*
+ * Coordinator, while no worker of the shard runs: replace the shard's
+ * object by a fresh one (zeroed token buffers, an empty channel whose
+ * rings start at dispatch_pos and result_pos), mapped at the same
+ * address.  *worker_fd gets a close-on-exec read-write descriptor of it
+ * for the shard's next worker, to be closed once that one is spawned.
+ * 0, or a negative errno with the old object left in place.
+ */
+int shm_shard_renew(struct shm_segment *seg, uint32_t shard,
+		    uint64_t dispatch_pos, uint64_t result_pos, int *worker_fd);
 
 /*
- * Worker: open name, check magic, version, header size and segment size
- * against the file, map it read-only and map channel shard read-write.
- * Returns 0, -EPROTO on a layout mismatch, or a negative errno; err gets
- * a one-line reason.
+ * Worker: read and check the header from shared_fd (magic, version,
+ * header size, layout, the object's size), map the shared object
+ * read-only and shard_fd (its size checked too) read-write, plus a
+ * read-only view of its token buffers.  The descriptors stay open (the
+ * caller closes them).  Returns 0, -EPROTO on a layout mismatch, or a
+ * negative errno; err gets a one-line reason.
  */
-int shm_segment_attach(struct shm_segment *seg, const char *name,
+int shm_segment_attach(struct shm_segment *seg, int shared_fd, int shard_fd,
 		       uint32_t shard, char *err, size_t err_len);
 
 /* Worker: unmap.  Accepts a zeroed segment. */
 void shm_segment_detach(struct shm_segment *seg);
 
 /*
- * Validate a header against a mapping of size bytes: every offset and
- * count in range.  0 or -EPROTO with a reason in err.
+ * Validate a header against a shared object of size bytes: every offset
+ * and count in range.  0 or -EPROTO with a reason in err.
  */
 int shm_header_validate(const struct shm_header *hdr, size_t size, char *err,
 			size_t err_len);
 
-/* Unlink segments "/dynbatch-<pid>-*" left by coordinators that are dead.
- * Returns how many it removed. */
-int shm_segment_reap_stale(void);
+/* ---- waking (futex words; see the NOTES) ---- */
+
+/* Coordinator: wake the shard's worker if it sleeps on wake_seq.  Safe
+ * whatever the worker wrote into its channel. */
+void shm_wake_worker(struct shm_channel *ch);
+
+/*
+ * Worker: sleep on wake_seq while it still holds seen (read before
+ * announcing worker_sleeping), at most timeout_ns.  Returns at once if
+ * the coordinator woke it since.
+ */
+void shm_worker_sleep(struct shm_channel *ch, uint32_t seen, uint64_t timeout_ns);
 
 /* ---- accessors (indexes must already be bounds-checked) ---- */
 
@@ -284,6 +353,14 @@ static inline struct shm_slot *shm_slot_at(const struct shm_segment *seg,
 					   uint32_t slot)
 {
 	return (struct shm_slot *)((char *)seg->base + seg->hdr->off_slots) + slot;
+}
+
+/* The live coordinator_sleeping word in the shared object (the private
+ * header copy holds layout only). */
+static inline _Atomic uint32_t *
+shm_coordinator_sleeping(const struct shm_segment *seg)
+{
+	return &((struct shm_header *)seg->base)->coordinator_sleeping;
 }
 
 /* First slot of shard (shards split the slots as evenly as they can). */
@@ -300,27 +377,22 @@ static inline uint32_t shm_slot_shard(const struct shm_header *hdr, uint32_t slo
 			  hdr->n_slots - 1);
 }
 
+/* The slot's token buffer, writable (the coordinator's, or a worker's
+ * own shard's). */
 static inline int32_t *shm_tokens_at(const struct shm_segment *seg,
 				     uint32_t slot)
 {
 	const struct shm_header *hdr = seg->hdr;
 	uint32_t shard = shm_slot_shard(hdr, slot);
 
-	return (int32_t *)((char *)seg->base + hdr->off_tokens +
-			   shard * hdr->shard_token_stride) +
+	return (int32_t *)((char *)seg->shard_base[shard] + hdr->channel_size) +
 	       (size_t)(slot - shm_shard_first_slot(hdr, shard)) * hdr->max_context;
-}
-
-static inline struct shm_queue *shm_queue_of(const struct shm_segment *seg)
-{
-	return (struct shm_queue *)((char *)seg->base + seg->hdr->off_queue);
 }
 
 static inline struct shm_channel *shm_channel_at(const struct shm_segment *seg,
 						 uint32_t shard)
 {
-	return (struct shm_channel *)((char *)seg->base + seg->hdr->off_channels +
-				      (size_t)shard * seg->hdr->channel_stride);
+	return (struct shm_channel *)seg->shard_base[shard];
 }
 
 size_t shm_dispatch_size(uint32_t shard_capacity);
@@ -356,10 +428,5 @@ static inline bool shm_entry_ready(_Atomic uint64_t *seq, uint64_t pos)
 	/* acquire: pairs with the release in shm_entry_publish() */
 	return atomic_load_explicit(seq, memory_order_acquire) == pos + 1;
 }
-
-/* Coordinator: forget every entry of a channel and re-arm its semaphore
- * (only while no worker of that shard is alive). */
-void shm_channel_reset(const struct shm_segment *seg, uint32_t shard,
-		       uint64_t dispatch_pos, uint64_t result_pos);
 
 #endif /* DYNBATCH_SHM_SEGMENT_H */

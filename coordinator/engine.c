@@ -42,12 +42,15 @@
  * result rings (around the time the next result is due, else for
  * spin_us), then sets coordinator_sleeping, fences, looks once more, and
  * sleeps in io_uring; a worker that publishes a result while the flag is
- * set writes the eventfd, and the front end's before_sleep() arranges its
- * own wake-up (the parser thread's eventfd).  When every step takes a
+ * set writes a byte to its own notification pipe (each worker holds the
+ * write end of its own pipe only, so none can read, and steal, another's
+ * wake-ups), and the front end's before_sleep() arranges its own wake-up
+ * (the parser thread's eventfd).  When every step takes a
  * millisecond or more it dozes instead: no spinning, a timer of a quarter
  * step, and only urgent results wake it (engine_doze_ns()).  The
- * coordinator wakes a worker (sem_post) only when the worker has said it
- * sleeps.
+ * coordinator wakes a worker (FUTEX_WAKE on its channel's wake word,
+ * shm_wake_worker()) only when the worker has said it sleeps, and never
+ * calls a glibc semaphore or waits on memory a worker can write.
  *
  * Front ends.  The engine knows no protocol: requests come from a front
  * end (frontend.h) through engine_submit(), the one admission path, and
@@ -71,8 +74,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -105,6 +110,20 @@
  * one step per dispatch, so that every good result counts.
  */
 #define SHARD_LOCKSTEP 64u
+
+/* Most reads of a shard's notification pipes in flight at once: the
+ * current pipe's, and older pipes' that something still holds open. */
+#define SHARD_NOTIFY_READS 4u
+
+struct shard;
+
+/* One queued read of a notification pipe (shard_arm_notify()). */
+struct notify_read {
+	struct io_op op;		/* arg: the engine */
+	struct shard *shard;
+	uint32_t epoch;			/* the pipe it reads (shard's epoch then) */
+	bool inflight;			/* queued, completion not yet seen */
+};
 
 struct shard {
 	uint32_t index;
@@ -145,6 +164,14 @@ struct shard {
 	/* the worker process */
 	pid_t pid;			/* 0 when none runs */
 	int pidfd;
+	/* read end of the current worker's notification pipe (-1: none);
+	 * the worker writes a byte to wake us */
+	int notify_rd;
+	uint32_t notify_epoch;		/* which pipe is the current one */
+	uint8_t notify_buf[64];		/* what is read is never looked at */
+	/* the reads queued on the pipes; one of an older pipe ends when
+	 * every copy of that pipe's write end is closed */
+	struct notify_read notify_reads[SHARD_NOTIFY_READS];
 	const char *killed_for;		/* why we SIGKILLed it, or NULL */
 	bool ready_seen;		/* it announced worker_ready_pid */
 	bool failed_step;		/* its model returned an error */
@@ -170,6 +197,8 @@ struct engine {
 	struct shard *shards;
 	uint32_t n_shards;
 	bool in_process;
+	bool worker_stderr_null;	/* our stderr is our output: workers
+					 * get /dev/null instead */
 	char worker_path[PATH_MAX];
 	struct io_ring io;
 	int sig_fd, notify_fd;
@@ -249,6 +278,13 @@ static void engine_unlist(uint32_t *list, uint32_t *n, uint32_t handle)
 static void engine_unresume(struct engine *e, uint32_t handle)
 {
 	engine_unlist(e->resume, &e->n_resume, handle);
+}
+
+/* Has the shard failed so many starts in a row that it takes no work
+ * until a worker of it is ready again (which resets the count)? */
+static bool shard_lost(const struct shard *s)
+{
+	return s->n_failed_starts >= ENGINE_MAX_FAILED_STARTS;
 }
 
 static struct shard *shard_of_slot(struct engine *e, uint32_t slot)
@@ -471,7 +507,7 @@ static void shard_refill(struct engine *e, struct shard *s)
 	uint64_t now = 0;
 	int ret;
 
-	if (s->n_active == s->n_slots)
+	if (s->n_active == s->n_slots || shard_lost(s))
 		return;
 	if (e->cfg->policy_static)
 		for (uint32_t i = 0; i < s->n_slots; i++)
@@ -612,7 +648,7 @@ static void shard_dispatch(struct engine *e, struct shard *s)
 	/* seq_cst: pairs with the fence in the worker's worker_wait(). */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load_explicit(&ch->worker_sleeping, memory_order_relaxed))
-		sem_post(&ch->dispatch_sem);
+		shm_wake_worker(ch);
 }
 
 /* Remove slot from the head of the suspects after it ran alone cleanly. */
@@ -838,7 +874,7 @@ static void shard_release_results(const struct shard *s, struct shm_channel *ch)
 	 * for room either sees it or is seen asleep. */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load_explicit(&ch->worker_sleeping, memory_order_relaxed))
-		sem_post(&ch->dispatch_sem);
+		shm_wake_worker(ch);
 }
 
 /* Read every published result of the shard.  Returns true on progress. */
@@ -956,6 +992,37 @@ static uint64_t restart_backoff_ns(uint32_t n)
 	return ns < ENGINE_RESTART_MAX_NS ? ns : ENGINE_RESTART_MAX_NS;
 }
 
+/*
+ * The shard cannot keep a worker alive: its requests go back to the head
+ * of the line, with the tokens they have, for the live shards to take
+ * (the model is a pure function of the prefix, so they go on exactly).
+ * Waiting for the shard instead would leave them waiting forever.
+ */
+static void shard_move_requests(struct engine *e, struct shard *s, const char *why)
+{
+	uint64_t now = clock_now_ns();
+	uint32_t moved = 0;
+
+	for (uint32_t i = 0; i < s->n_slots; i++) {
+		const struct slot_state *st = &e->slots.slots[s->first_slot + i];
+		uint32_t handle = st->request_handle;
+		struct live_request *lr;
+
+		if (st->state != SHM_SLOT_ACTIVE ||
+		    !(lr = request_pool_get(&e->pool, handle)))
+			continue;
+		engine_unplace(e, handle, lr, now);
+		lr->place = LIVE_RESUMING;
+		e->resume[e->n_resume++] = handle;	/* room: one per live request */
+		e->n_paused++;
+		moved++;
+	}
+	s->n_suspects = 0;
+	if (moved)
+		LOG(LOG_WARN, "shard %u: no worker can be kept alive (last: %s); "
+		    "its %u requests move to the other shards", s->index, why, moved);
+}
+
 /* A worker of this shard died before it was ready, or could not be
  * started at all.  When that keeps happening on every shard, give up. */
 static void shard_note_failed_start(struct engine *e, struct shard *s,
@@ -964,6 +1031,7 @@ static void shard_note_failed_start(struct engine *e, struct shard *s,
 	s->n_failed_starts++;
 	if (s->n_failed_starts < ENGINE_MAX_FAILED_STARTS)
 		return;
+	shard_move_requests(e, s, why);
 	for (uint32_t i = 0; i < e->n_shards; i++)
 		if (e->shards[i].n_failed_starts < ENGINE_MAX_FAILED_STARTS)
 			return;
@@ -998,16 +1066,15 @@ static void shard_note_failed_start(struct engine *e, struct shard *s,
 }
 
 /*
- * Before a new worker starts on the shard (none runs now): a fresh
- * channel, nothing draining (the old worker writes nothing any more), the
- * shard's token buffers rewritten from our own copies of every active
- * request's prompt and committed tokens (the old worker could write them,
- * so they are not trusted), and a first
- * dispatch with every ACTIVE slot.
+ * Before a new worker starts on the shard (none runs now), once the shard
+ * has a fresh object (shm_shard_renew: an empty channel, zeroed buffers):
+ * nothing draining (the old worker writes nothing any more), the shard's
+ * token buffers rewritten from our own copies of every active request's
+ * prompt and committed tokens (the old worker could write them, so they
+ * are not trusted), and a first dispatch with every ACTIVE slot.
  */
 static void shard_new_epoch(struct engine *e, struct shard *s)
 {
-	shm_channel_reset(&e->seg, s->index, s->dispatch_pos, s->result_pos);
 	s->first_pos = s->dispatch_pos;
 	s->first_id = s->next_dispatch_id;
 	s->issued_id = 0;
@@ -1046,22 +1113,95 @@ static void shard_new_epoch(struct engine *e, struct shard *s)
 	}
 }
 
+/*
+ * A fresh notification pipe for the shard's next worker: we keep the read
+ * end (blocking, for io_uring), the worker gets the write end
+ * (non-blocking: a full pipe means a wake-up is pending anyway).  A new
+ * pipe per worker: whatever an old worker left behind holding its write
+ * end writes into a pipe nobody reads.  0 or a negative errno.
+ */
+static int shard_open_notify(struct shard *s, int *write_end)
+{
+	int fds[2];
+
+	if (pipe2(fds, O_CLOEXEC))
+		return -errno;
+	if (fcntl(fds[1], F_SETFL, O_NONBLOCK)) {
+		int ret = -errno;
+
+		close(fds[0]);
+		close(fds[1]);
+		return ret;
+	}
+	if (s->notify_rd >= 0)	/* a read still queued on it ends stale */
+		close(s->notify_rd);
+	s->notify_rd = fds[0];
+	s->notify_epoch++;
+	*write_end = fds[1];
+	return 0;
+}
+
+static void engine_on_worker_notify(struct io_op *op, int32_t res);
+
+/*
+ * Read the shard's notification pipe (again).  Each read has an op of its
+ * own that remembers the pipe's epoch, so a completion for an older pipe
+ * (its worker gone) is told apart.  Such a read ends once every copy of
+ * the old write end is closed; a process the old worker left behind may
+ * keep one open, so after SHARD_NOTIFY_READS such reads the shard goes
+ * without wake-ups (its results are still read on the loop's deadlines).
+ */
+static void shard_arm_notify(struct engine *e, struct shard *s)
+{
+	struct notify_read *r = NULL;
+
+	for (uint32_t i = 0; i < SHARD_NOTIFY_READS && !r; i++)
+		if (!s->notify_reads[i].inflight)
+			r = &s->notify_reads[i];
+	if (!r) {
+		LOG(LOG_WARN, "shard %u: %u old notification pipes are still held "
+		    "open; its worker's wake-ups are not read", s->index,
+		    SHARD_NOTIFY_READS);
+		return;
+	}
+	*r = (struct notify_read){ .op = { engine_on_worker_notify, e }, .shard = s,
+				   .epoch = s->notify_epoch };
+	if (!io_ring_read(&e->io, s->notify_rd, s->notify_buf, sizeof(s->notify_buf),
+			  &r->op))
+		r->inflight = true;
+}
+
 static int shard_start_worker(struct engine *e, struct shard *s)
 {
 	struct worker_spawn_args a = {
 		.worker_path = e->worker_path,
-		.shm_name = e->seg.name,
+		.shared_fd = e->seg.ro_fd,
+		.shard_fd = -1,
+		.notify_fd = -1,
 		.shard = s->index,
 		.model_spec = e->cfg->model_spec,
-		.notify_fd = e->notify_fd,
 		.spin_us = e->cfg->spin_us,
 		.garbage_every = e->cfg->garbage_every,
 		.nice = e->cfg->worker_nice,
+		.stderr_null = e->worker_stderr_null,
 	};
 	int ret;
 
-	shard_new_epoch(e, s);
-	ret = worker_spawn(&a, &s->pid, &s->pidfd);
+	/* The old worker is gone: a fresh object, so that nothing it (or a
+	 * process it left behind) still maps is the new worker's. */
+	ret = shm_shard_renew(&e->seg, s->index, s->dispatch_pos, s->result_pos,
+			      &a.shard_fd);
+	if (!ret)
+		shard_new_epoch(e, s);
+	if (!ret)
+		ret = shard_open_notify(s, &a.notify_fd);
+	if (!ret)
+		ret = worker_spawn(&a, &s->pid, &s->pidfd);
+	/* the worker has its own copies now */
+	if (a.shard_fd >= 0)
+		close(a.shard_fd);
+	if (a.notify_fd >= 0)
+		close(a.notify_fd);
 	if (ret) {
 		char why[96];
 
@@ -1078,6 +1218,7 @@ static int shard_start_worker(struct engine *e, struct shard *s)
 	s->failed_step = false;
 	e->stats.n_worker_starts++;
 	io_ring_poll_in(&e->io, s->pidfd, &s->exit_op);
+	shard_arm_notify(e, s);
 	/* Anything already waiting for this shard goes out now. */
 	shard_advance(e, s);
 	return 0;
@@ -1191,6 +1332,27 @@ static void engine_handle_pidfd(struct engine *e, uint32_t index)
 		return;
 	}
 	shard_on_exit(e, s, why, signo);
+}
+
+/*
+ * A worker's notification pipe was readable: the wake-up itself is all it
+ * says.  Read it again unless the completion is for an older pipe of the
+ * shard, or the worker closed its end (it exited: the pidfd tells).
+ */
+static void engine_on_worker_notify(struct io_op *op, int32_t res)
+{
+	struct notify_read *r = io_op_owner(op, struct notify_read, op);
+	struct engine *e = op->arg;
+	struct shard *s = r->shard;
+
+	r->inflight = false;
+	if (r->epoch != s->notify_epoch || s->notify_rd < 0)
+		return;
+	if (res > 0 || res == -EINTR || res == -EAGAIN)
+		shard_arm_notify(e, s);
+	else if (res < 0)
+		LOG(LOG_WARN, "shard %u: reading the notification pipe: %s",
+		    s->index, strerror(-res));
 }
 
 /* Time from then to now; 0 when then is later (set during this round). */
@@ -1429,7 +1591,7 @@ static uint64_t engine_doze_ns(const struct engine *e)
  * a small VM (docs/DESIGN.md 8.1), so with a result due soon the coordinator
  * sleeps until just before it and then spins (ENGINE_SPIN_AHEAD_NS);
  * otherwise it spins for spin_us, then announces coordinator_sleeping and
- * sleeps in io_uring until a worker's eventfd write, an I/O event or the
+ * sleeps in io_uring until a worker's pipe write, an I/O event or the
  * deadline.
  */
 static void engine_wait(struct engine *e, uint64_t deadline_ns)
@@ -1458,12 +1620,12 @@ static void engine_wait(struct engine *e, uint64_t deadline_ns)
 			deadline_ns = due - ENGINE_SPIN_AHEAD_NS;
 	}
 	if (!e->in_process) {
-		atomic_store(&e->seg.hdr->coordinator_sleeping,
+		atomic_store(shm_coordinator_sleeping(&e->seg),
 			     doze_ns ? SHM_COORD_DOZING : SHM_COORD_SLEEPING);
 		/* seq_cst: pairs with the fence in worker_step(). */
 		atomic_thread_fence(memory_order_seq_cst);
 		if (engine_any_result_ready(e)) {
-			atomic_store(&e->seg.hdr->coordinator_sleeping, SHM_COORD_AWAKE);
+			atomic_store(shm_coordinator_sleeping(&e->seg), SHM_COORD_AWAKE);
 			return;
 		}
 	}
@@ -1473,7 +1635,7 @@ static void engine_wait(struct engine *e, uint64_t deadline_ns)
 	if (want_fe && e->fe.ops->before_sleep(e->fe.ctx)) {
 		e->fe.ops->after_sleep(e->fe.ctx);
 		if (!e->in_process)
-			atomic_store(&e->seg.hdr->coordinator_sleeping, SHM_COORD_AWAKE);
+			atomic_store(shm_coordinator_sleeping(&e->seg), SHM_COORD_AWAKE);
 		return;
 	}
 	now = clock_now_ns();
@@ -1483,7 +1645,7 @@ static void engine_wait(struct engine *e, uint64_t deadline_ns)
 	if (want_fe)
 		e->fe.ops->after_sleep(e->fe.ctx);
 	if (!e->in_process)
-		atomic_store(&e->seg.hdr->coordinator_sleeping, SHM_COORD_AWAKE);
+		atomic_store(shm_coordinator_sleeping(&e->seg), SHM_COORD_AWAKE);
 	if (ret > 0)
 		io_ring_dispatch(&e->io);
 	else if (ret < 0)
@@ -1573,6 +1735,7 @@ static int engine_setup_shards(struct engine *e)
 		s->next_dispatch_id = 1;
 		s->pidfd = -1;
 		s->exit_op = (struct io_op){ engine_on_exit_poll, e };
+		s->notify_rd = -1;
 		s->sent = calloc((size_t)SHM_RING_DEPTH * s->n_slots, sizeof(*s->sent));
 		s->seen = calloc(s->n_slots, sizeof(uint32_t));
 		s->suspect_slot = calloc(s->n_slots, sizeof(uint32_t));
@@ -1592,6 +1755,8 @@ static void engine_teardown(struct engine *e)
 			worker_kill_wait(s->pid);
 		if (s->pidfd >= 0)
 			close(s->pidfd);
+		if (s->notify_rd >= 0)
+			close(s->notify_rd);
 		free(s->sent);
 		free(s->seen);
 		free(s->suspect_slot);
@@ -1606,6 +1771,7 @@ static void engine_teardown(struct engine *e)
 	if (e->notify_fd >= 0)
 		close(e->notify_fd);
 	request_pool_release(&e->pool);
+	wait_queue_release(&e->queue);
 	slot_table_release_all(&e->slots);
 	shm_segment_destroy(&e->seg);
 	free(e->slot_freed_ns);
@@ -1704,10 +1870,12 @@ static int engine_setup(struct engine *e)
 			strerror(-ret));
 		return ENGINE_EXIT_FAILED;
 	}
-	shm_segment_reap_stale();
+	/* Workers run untrusted plugins as the same user: none may ptrace
+	 * us, or open our descriptors (the output, other workers' pipes) or
+	 * memory through /proc. */
+	prctl(PR_SET_DUMPABLE, 0);
 	p = (struct shm_params){ .n_slots = cfg->n_slots, .n_shards = e->n_shards,
 				 .max_context = cfg->max_context,
-				 .queue_capacity = cfg->queue_capacity,
 				 .vocab = e->vocab };
 	ret = shm_segment_create(&e->seg, &p);
 	if (ret) {
@@ -1717,9 +1885,9 @@ static int engine_setup(struct engine *e)
 	}
 	if (slot_table_init(&e->slots, &e->seg) ||
 	    request_pool_init(&e->pool, cfg->queue_capacity + cfg->n_slots) ||
+	    wait_queue_init(&e->queue, cfg->queue_capacity) ||
 	    engine_setup_shards(e))
 		goto nomem;
-	wait_queue_init(&e->queue, shm_queue_of(&e->seg), cfg->queue_capacity);
 	e->slot_freed_ns = calloc(cfg->n_slots, sizeof(uint64_t));
 	e->slot_limit = calloc(cfg->n_slots, sizeof(uint32_t));
 	e->slot_drain = calloc(cfg->n_slots, sizeof(uint64_t));
@@ -1909,6 +2077,11 @@ void engine_resume(struct engine *e, uint32_t handle)
 	e->resume[e->n_resume++] = handle;	/* room: one per live request */
 }
 
+void engine_quiet_workers(struct engine *e)
+{
+	e->worker_stderr_null = true;
+}
+
 bool engine_has_room(const struct engine *e)
 {
 	/* With workers lost, engine_submit() answers -EIO at once: room. */
@@ -1942,16 +2115,22 @@ void engine_fail_frontend(struct engine *e, const char *fmt, ...)
 	engine_fail(e, "%s", msg);
 }
 
+/* Healthy: a worker is ready, and no shard has given up (a shard that
+ * cannot keep a worker alive serves nothing: somebody must look). */
 bool engine_healthy(const struct engine *e)
 {
+	bool ready = false;
+
 	if (e->failed)
 		return false;
 	if (e->in_process)
 		return true;
-	for (uint32_t i = 0; i < e->n_shards; i++)
-		if (e->shards[i].pid > 0 && e->shards[i].ready_seen)
-			return true;
-	return false;
+	for (uint32_t i = 0; i < e->n_shards; i++) {
+		if (shard_lost(&e->shards[i]))
+			return false;
+		ready |= e->shards[i].pid > 0 && e->shards[i].ready_seen;
+	}
+	return ready;
 }
 
 /* Counted, not derived from n_busy: /metrics shows busy + free = batch

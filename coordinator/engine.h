@@ -105,6 +105,9 @@ void engine_cancel(struct engine *e, uint32_t handle);
 void engine_pause(struct engine *e, uint32_t handle);
 /* The buffer drained: back to the front of the line for a slot. */
 void engine_resume(struct engine *e, uint32_t handle);
+/* Workers get /dev/null as stderr from now on: the front end's output is
+ * our stderr, and no worker may write a line there.  Before engine_run(). */
+void engine_quiet_workers(struct engine *e);
 /* Would engine_submit() take a request now or refuse it at once (-EIO:
  * workers lost), rather than -EAGAIN or -ESHUTDOWN? */
 bool engine_has_room(const struct engine *e);

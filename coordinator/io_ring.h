@@ -3,9 +3,10 @@
  *
  * Every blocking wait of the coordinator is one io_uring_wait: input
  * reads, output writes, the signalfd (SIGINT/SIGTERM), each worker's
- * pidfd (readable when the process exits), the eventfd that workers
- * write to wake a sleeping coordinator, and for `dynbatch serve` the
- * listening socket and every HTTP connection.
+ * pidfd (readable when the process exits), each worker's notification
+ * pipe and the parser thread's eventfd (written to wake a sleeping
+ * coordinator), and for `dynbatch serve` the listening socket and every
+ * HTTP connection.
  *
  * Each operation carries its own callback: its owner embeds a struct io_op
  * (the callback and an argument) in its own state and passes it with the

@@ -352,6 +352,25 @@ static int open_output(const char *path)
 	       fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
 }
 
+/*
+ * Is the output the very file our stderr writes to (--output - 2>&1 into a
+ * pipe or file)?  Then a worker's stderr would let it write result lines:
+ * it gets /dev/null instead, and its log is lost.  A terminal is left
+ * alone: nobody parses it, and a worker's error messages matter there.
+ */
+static bool output_is_stderr(int out_fd)
+{
+	struct stat out, err;
+
+	if (fstat(out_fd, &out) || fstat(STDERR_FILENO, &err) ||
+	    out.st_dev != err.st_dev || out.st_ino != err.st_ino ||
+	    isatty(out_fd))
+		return false;
+	LOG(LOG_WARN, "--output is also our stderr: workers' messages are "
+	    "discarded (so that no worker can write a result line)");
+	return true;
+}
+
 struct jsonl_frontend *jsonl_frontend_create(const struct jsonl_config *cfg,
 					     struct engine *e, int *status)
 {
@@ -384,6 +403,8 @@ struct jsonl_frontend *jsonl_frontend_create(const struct jsonl_config *cfg,
 		*status = ENGINE_EXIT_USAGE;
 		goto out_destroy;
 	}
+	if (output_is_stderr(j->out_fd))
+		engine_quiet_workers(e);
 	j->read_buf = malloc(JSONL_READ_SIZE);
 	if (!j->read_buf) {
 		fprintf(stderr, "dynbatch: out of memory\n");

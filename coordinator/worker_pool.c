@@ -18,9 +18,50 @@
 
 #include "fault_sim.h"
 
-#define WORKER_NOTIFY_FD 3
-
 extern char **environ;
+
+/*
+ * Put the descriptors the child gets in place (src[i] becomes
+ * WORKER_SHARED_FD + i) and close every other one above stderr, whatever
+ * its close-on-exec flag.  Every source must lie above the targets
+ * (spawn_lift_fds), so that no dup2 overwrites a source still to be
+ * moved; dup2 leaves the targets without close-on-exec.  0 or an error
+ * number.
+ */
+static int spawn_pass_fds(posix_spawn_file_actions_t *actions,
+			  const int *src, unsigned n)
+{
+	int ret = 0;
+
+	for (unsigned i = 0; i < n && !ret; i++)
+		ret = posix_spawn_file_actions_adddup2(actions, src[i],
+						       WORKER_SHARED_FD + (int)i);
+	if (!ret)
+		ret = posix_spawn_file_actions_addclosefrom_np(actions,
+							       WORKER_SHARED_FD + (int)n);
+	return ret;
+}
+
+/*
+ * A source below WORKER_SHARED_FD + n (the targets, or 0..2 when the
+ * coordinator was started with a standard descriptor closed) is
+ * duplicated above them, close-on-exec; lifted[i] gets the duplicate to
+ * close after the spawn (or -1).  0 or a negative errno.
+ */
+static int spawn_lift_fds(int *src, int *lifted, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		lifted[i] = -1;
+	for (unsigned i = 0; i < n; i++) {
+		if (src[i] >= WORKER_SHARED_FD + (int)n)
+			continue;
+		lifted[i] = fcntl(src[i], F_DUPFD_CLOEXEC, WORKER_SHARED_FD + (int)n);
+		if (lifted[i] < 0)
+			return -errno;
+		src[i] = lifted[i];
+	}
+	return 0;
+}
 
 /*
  * posix_spawn, not fork: glibc spawns with vfork semantics (the child
@@ -30,20 +71,26 @@ extern char **environ;
  * most of it those faults, and the start of 16 workers ran serially.
  * What the child of a fork did by hand is here the spawn's attributes:
  * an empty signal mask (the coordinator blocks signals for its
- * signalfd), SIGPIPE back to its default, the eventfd on descriptor 3
- * (dup2 onto itself clears close-on-exec, as POSIX says and glibc does
- * since 2.29) and /dev/null on stdin and stdout.  The worker sets
- * PR_SET_PDEATHSIG itself and checks its parent is the coordinator
- * named in the segment, which covers a coordinator that died first.
+ * signalfd), SIGPIPE back to its default, /dev/null on stdin and stdout,
+ * and exactly the descriptors of worker_pool.h (closefrom: a descriptor
+ * someone opened without close-on-exec, our output say, never reaches a
+ * worker).  The worker sets PR_SET_PDEATHSIG itself and checks its parent
+ * is the coordinator named in the header, which covers a coordinator that
+ * died first.
  */
 int worker_spawn(const struct worker_spawn_args *a, pid_t *pid, int *pidfd)
 {
-	char shard[16], fd_arg[16], spin[16], garbage[16], nice[16];
+	char shard[16], shared_arg[16], shard_arg[16], notify_arg[16];
+	char spin[16], garbage[16], nice[16];
 	char *const argv[] = {
-		"dynbatch-worker", "--shm", (char *)a->shm_name, "--shard", shard,
-		"--model", (char *)a->model_spec, "--notify-fd", fd_arg,
-		"--spin-us", spin, "--garbage-every", garbage, "--nice", nice, NULL,
+		"dynbatch-worker", "--shared-fd", shared_arg, "--shard-fd", shard_arg,
+		"--shard", shard, "--model", (char *)a->model_spec,
+		"--notify-fd", notify_arg, "--spin-us", spin,
+		"--garbage-every", garbage, "--nice", nice, NULL,
 	};
+	int src[] = { a->shared_fd, a->shard_fd, a->notify_fd };
+	const unsigned n_src = sizeof(src) / sizeof(src[0]);
+	int lifted[sizeof(src) / sizeof(src[0])];
 	posix_spawn_file_actions_t actions;
 	posix_spawnattr_t attr;
 	sigset_t none, pipe_only;
@@ -51,7 +98,9 @@ int worker_spawn(const struct worker_spawn_args *a, pid_t *pid, int *pidfd)
 	int ret, fd;
 
 	snprintf(shard, sizeof(shard), "%u", a->shard);
-	snprintf(fd_arg, sizeof(fd_arg), "%d", WORKER_NOTIFY_FD);
+	snprintf(shared_arg, sizeof(shared_arg), "%d", WORKER_SHARED_FD);
+	snprintf(shard_arg, sizeof(shard_arg), "%d", WORKER_SHARD_FD);
+	snprintf(notify_arg, sizeof(notify_arg), "%d", WORKER_NOTIFY_FD);
 	snprintf(spin, sizeof(spin), "%u", a->spin_us);
 	snprintf(garbage, sizeof(garbage), "%u", a->garbage_every);
 	snprintf(nice, sizeof(nice), "%u", a->nice);
@@ -60,18 +109,26 @@ int worker_spawn(const struct worker_spawn_args *a, pid_t *pid, int *pidfd)
 	sigaddset(&pipe_only, SIGPIPE);
 	if (fault_sim("spawn"))
 		return -EAGAIN;
+	ret = spawn_lift_fds(src, lifted, n_src);
+	if (ret)
+		goto out_lifted;
+	ret = -ENOMEM;
 	if (posix_spawn_file_actions_init(&actions))
-		return -ENOMEM;
+		goto out_lifted;
 	if (posix_spawnattr_init(&attr)) {
 		posix_spawn_file_actions_destroy(&actions);
-		return -ENOMEM;
+		goto out_lifted;
 	}
-	ret = posix_spawn_file_actions_adddup2(&actions, a->notify_fd, WORKER_NOTIFY_FD);
+	/* first the descriptors, while every source is still open */
+	ret = spawn_pass_fds(&actions, src, n_src);
 	if (!ret)
 		ret = posix_spawn_file_actions_addopen(&actions, STDIN_FILENO,
 						       "/dev/null", O_RDONLY, 0);
 	if (!ret)
 		ret = posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO,
+						       "/dev/null", O_WRONLY, 0);
+	if (!ret && a->stderr_null)
+		ret = posix_spawn_file_actions_addopen(&actions, STDERR_FILENO,
 						       "/dev/null", O_WRONLY, 0);
 	if (!ret)
 		ret = posix_spawnattr_setsigmask(&attr, &none);
@@ -85,8 +142,13 @@ int worker_spawn(const struct worker_spawn_args *a, pid_t *pid, int *pidfd)
 				  environ);
 	posix_spawnattr_destroy(&attr);
 	posix_spawn_file_actions_destroy(&actions);
+	ret = -ret;
+out_lifted:
+	for (unsigned i = 0; i < n_src; i++)
+		if (lifted[i] >= 0)
+			close(lifted[i]);
 	if (ret)
-		return -ret;
+		return ret;
 	fd = (int)syscall(SYS_pidfd_open, child, 0);
 	if (fd < 0) {
 		int err = -errno;

@@ -3,9 +3,13 @@
  *
  * A worker is a real separate program (posix_spawn of dynbatch-worker).
  * The child gets an empty signal mask (the coordinator blocks signals for
- * its signalfd), the workers' eventfd on descriptor 3 and /dev/null on
- * stdin and stdout; the worker itself sets PR_SET_PDEATHSIG and checks that
- * its parent is the coordinator named in the segment.
+ * its signalfd), /dev/null on stdin and stdout, the coordinator's stderr
+ * (/dev/null too when that is the coordinator's output),
+ * and exactly three more descriptors: 3, the shared object read-only; 4,
+ * its own shard's object; 5, the write end of its notification pipe.
+ * Every other descriptor is closed in the child, whatever its
+ * close-on-exec flag says.  The worker itself sets PR_SET_PDEATHSIG and
+ * checks that its parent is the coordinator named in the header.
  * The parent opens a pidfd for the child at once (no reaping can race it),
  * which the event loop polls: readable means the worker exited.
  */
@@ -16,15 +20,23 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* The descriptors a worker is started with. */
+#define WORKER_SHARED_FD 3
+#define WORKER_SHARD_FD 4
+#define WORKER_NOTIFY_FD 5
+
 struct worker_spawn_args {
 	const char *worker_path;	/* dynbatch-worker executable */
-	const char *shm_name;
+	int shared_fd;			/* shared object, O_RDONLY: fd 3 */
+	int shard_fd;			/* the shard's object: fd 4 */
+	int notify_fd;			/* pipe write end: fd 5 */
 	uint32_t shard;
 	const char *model_spec;
-	int notify_fd;			/* eventfd, becomes fd 3 in the child */
 	uint32_t spin_us;
 	uint32_t garbage_every;		/* test mode, 0 = off */
 	uint32_t nice;			/* worker's nice value (0..19) */
+	bool stderr_null;		/* /dev/null on stderr, not ours (our
+					 * stderr is our output) */
 };
 
 /*

@@ -208,4 +208,103 @@ for w in $workers; do [ -d /proc/$w ] && left="$left $w"; done
 [ -n "$workers" ] && [ -z "$left" ] && pass "its workers ($workers) are gone" \
 	|| fail "workers left running: '$left' (of '$workers')"
 
+
+echo "== what a worker holds (issue 13 B9, B10): --input - --output -"
+# A worker gets /dev/null as stdin and stdout, the coordinator's stderr and
+# the write end of its own notification pipe (the shared and shard objects
+# it was given as 3 and 4 are closed once mapped); no descriptor of the
+# coordinator's output (regression: dup(STDOUT_FILENO) was inherited), no
+# writable mapping of the shared object, one of its own shard, and no name
+# in /dev/shm.
+# The input comes through a FIFO we hold open, so that the run lasts until
+# the checks are done.
+"$BIN/gen_workload" --n 60 --seed "$SEED" --max-tokens 100 > "$E2E_TMP/fds.jsonl"
+mkfifo "$E2E_TMP/fds.fifo" "$E2E_TMP/fds2.fifo"
+# fds_workers PID: wait until PID has 2 workers that have attached (closed
+# what they were given to map) and set WORKERS
+fds_workers() {
+	local w settled
+	WORKERS=""
+	for _ in $(seq 250); do
+		WORKERS=$(worker_pids $1)
+		settled=yes
+		for w in $WORKERS; do
+			[ -e /proc/$w/fd/3 ] && settled=no
+			grep -q 'NoNewPrivs:.1' /proc/$w/status 2>/dev/null || settled=no
+		done
+		[ "$(echo $WORKERS | wc -w)" -eq 2 ] && [ $settled = yes ] && break
+		sleep 0.02
+	done
+}
+"$BIN/dynbatch" run --no-progress --workers 2 --batch 8 --model sim:row_us=1000 \
+	--input - --output - < "$E2E_TMP/fds.fifo" > "$E2E_TMP/fds.out" 2>/dev/null &
+pid=$!
+exec 7> "$E2E_TMP/fds.fifo"
+cat "$E2E_TMP/fds.jsonl" >&7
+fds_workers $pid
+workers=$WORKERS
+expect_eq "two workers" "$(echo $workers | wc -w)" 2
+expect_eq "no /dev/shm name while it runs" "$(segments_of $pid)" ""
+shard_inodes=""
+for w in $workers; do
+	if ! fds=$(ls /proc/$w/fd 2>/dev/null | sort -n | tr '\n' ' '); then
+		echo "  skip descriptors of worker $w: /proc/$w/fd not readable (not root)"
+		continue
+	fi
+	expect_eq "worker $w: descriptors" "$fds" "0 1 2 5 "
+	expect_eq "worker $w: stdin and stdout are /dev/null" \
+		"$(readlink /proc/$w/fd/0) $(readlink /proc/$w/fd/1)" "/dev/null /dev/null"
+	flags=$(awk '$1 == "flags:" { print $2 }' /proc/$w/fdinfo/5 2>/dev/null)
+	[ -n "$flags" ] || flags=777	# no fd 5: fails below
+	expect_eq "worker $w: fd 5 is a pipe's write end only" \
+		"$(readlink /proc/$w/fd/5 | cut -d: -f1) $(( 8#$flags & 3 ))" "pipe 1"
+	maps=$(grep memfd: /proc/$w/maps)
+	expect_eq "worker $w: the shared object only read-only" \
+		"$(echo "$maps" | grep dynbatch-shared | awk '{ print $2 }' | sort -u)" "r--s"
+	expect_eq "worker $w: one writable mapping, of its shard" \
+		"$(echo "$maps" | awk '$2 == "rw-s" { print $6 }')" "/memfd:dynbatch-shard"
+	shard_inodes="$shard_inodes $(echo "$maps" | awk '$2 == "rw-s" { print $5 }')"
+done
+[ -n "$shard_inodes" ] && expect_eq "each worker maps a shard object of its own" \
+	"$(echo $shard_inodes | tr ' ' '\n' | sort -u | wc -l)" 2
+# A worker keeps no capability and cannot regain one (a worker of root
+# could otherwise open the coordinator's descriptors or memory); and a
+# process like it (same user, no capabilities) cannot reach the
+# coordinator's output through /proc (the coordinator is not dumpable).
+for w in $workers; do
+	expect_eq "worker $w: no capabilities, no new privileges" \
+		"$(awk '$1 == "CapEff:" || $1 == "CapBnd:" || $1 == "NoNewPrivs:" { printf "%s ", $2 }' \
+		   /proc/$w/status)" "0000000000000000 0000000000000000 1 "
+done
+if command -v setpriv > /dev/null; then
+	if setpriv --bounding-set -all --inh-caps -all --no-new-privs -- \
+		sh -c "echo '{\"id\":\"forged\"}' >> /proc/$pid/fd/1" 2> /dev/null; then
+		fail "a capability-less process wrote the coordinator's output through /proc"
+	else
+		pass "a capability-less process cannot write the coordinator's output through /proc"
+	fi
+fi
+exec 7>&-
+wait $pid
+expect_eq "run with --output -: exit 0" $? 0
+expect_eq "one result line per request, none forged" "$(wc -l < "$E2E_TMP/fds.out")" 60
+check_results "run with --output -: exact" sim "$E2E_TMP/fds.jsonl" "$E2E_TMP/fds.out"
+
+# With stderr and the output the same file (--output - 2>&1), a worker's
+# stderr would be a way to write result lines: it gets /dev/null.
+"$BIN/dynbatch" run --no-progress --workers 2 --batch 8 --model sim:row_us=1000 \
+	--input - --output - < "$E2E_TMP/fds2.fifo" > "$E2E_TMP/fds2.out" 2>&1 &
+pid=$!
+exec 7> "$E2E_TMP/fds2.fifo"
+cat "$E2E_TMP/fds.jsonl" >&7
+fds_workers $pid
+errs=""
+for w in $WORKERS; do errs="$errs $(readlink /proc/$w/fd/2)"; done
+exec 7>&-
+wait $pid
+expect_eq "--output - 2>&1: exit 0" $? 0
+expect_eq "--output - 2>&1: workers' stderr is /dev/null" "$errs" " /dev/null /dev/null"
+expect_eq "--output - 2>&1: one result line per request, and the warning" \
+	"$(grep -c '^{' "$E2E_TMP/fds2.out") $(grep -c 'workers. messages are discarded' "$E2E_TMP/fds2.out")" "60 1"
+
 finish

@@ -362,6 +362,43 @@ expect_eq "POST /v1/completions: 503" "$(status POST /v1/completions -d '{"promp
 serve_stop
 expect_eq "exit 0 after SIGTERM" "$SRV_RC" 0
 
+echo "== a shard that cannot keep a worker alive: /health 503, the others serve"
+# Issue 13 B11: shard 1's worker is killed and cannot be replaced
+# (regression: /health said ok while the shard's requests waited forever).
+cat > "$E2E_TMP/lost-worker" <<EOF
+#!/bin/bash
+case " \$* " in
+*" --shard 1 "*) [ -e "$E2E_TMP/lost-now" ] && exit 1 ;;
+esac
+exec -a dynbatch-worker "$(cd "$BIN" && pwd)/dynbatch-worker" "\$@"
+EOF
+chmod +x "$E2E_TMP/lost-worker"
+DYNBATCH_WORKER="$E2E_TMP/lost-worker" serve_start lost --workers 2 --batch 4 --model "$MODEL"
+expect_eq "GET /health before: 200" "$(status GET /health)" 200
+victim=""
+for w in $(worker_pids "$SRV_PID"); do
+	tr '\0' ' ' < "/proc/$w/cmdline" 2>/dev/null | grep -q -- '--shard 1 ' && victim=$w
+done
+touch "$E2E_TMP/lost-now"
+[ -n "$victim" ] && kill -KILL "$victim"
+for _ in $(seq 100); do
+	[ "$(status GET /health)" = 503 ] && break
+	sleep 0.1
+done
+expect_eq "GET /health once shard 1 gave up: 503" "$(status GET /health)" 503
+echo '{"id":"l","prompt":[3,4],"max_tokens":12}' > "$E2E_TMP/lost_q.jsonl"
+ok=0
+for i in 1 2 3 4 5 6; do
+	got=$(curl -s -m 10 "$URL/v1/completions" -d '{"prompt":[3,4],"max_tokens":12}' |
+	      grep -o '"token_ids":\[[0-9,]*\]' | sed 's/"token_ids"://')
+	want=$("$BIN/refdecode" --model "$MODEL" --input "$E2E_TMP/lost_q.jsonl" |
+	       grep -o '"tokens":\[[0-9,]*\]' | sed 's/"tokens"://')
+	[ -n "$got" ] && [ "$got" = "$want" ] && ok=$((ok + 1))
+done
+expect_eq "6 completions answered exactly by the live shard" "$ok" 6
+serve_stop
+expect_eq "exit 0 after SIGTERM" "$SRV_RC" 0
+
 echo "== thousands of random disconnects"
 serve_start disc --workers 2 --batch 16 --model "$SLOW"
 load_check "every completed answer" --requests 4000 --concurrency 64 \

@@ -58,7 +58,7 @@ static void fixture_open(struct fixture *f, uint32_t n_slots,
 {
 	struct shm_params p = {
 		.n_slots = n_slots, .n_shards = n_shards,
-		.max_context = max_context, .queue_capacity = 16,
+		.max_context = max_context,
 		.vocab = 1000,
 	};
 

@@ -1,14 +1,14 @@
 /*
  * test_wait_queue.c - the waiting queue against a trivial FIFO reference.
  *
- * The queue's shared part (struct shm_queue) is allocated here exactly as
- * large as the segment would make it, so AddressSanitizer sees any index
- * that escapes the capacity.  For every capacity 1..64 a random mix of
- * pushes and pops, biased in phases towards filling and towards draining
- * so that the queue is often full, often empty and wraps many times, is
- * applied to the queue and to a plain array with two counters; after every
- * operation the results, the length, fullness, the shared view and
- * wait_queue_check() must agree with the reference.
+ * The queue's ring is private to the coordinator (no worker can reach
+ * it) and exactly capacity entries long, so AddressSanitizer sees any
+ * index that escapes the capacity.  For every capacity 1..64 a random
+ * mix of pushes and pops, biased in phases towards filling and towards
+ * draining so that the queue is often full, often empty and wraps many
+ * times, is applied to the queue and to a plain array with two counters;
+ * after every operation the results, the length, fullness, the ring's
+ * contents and wait_queue_check() must agree with the reference.
  *
  * The random test prints its seed; SEED=<n> replays a run.
  */
@@ -25,20 +25,15 @@
 
 #include <cmocka.h>
 
-#include "shm_segment.h"
 #include "wait_queue.h"
 #include "test_rng.h"
 
-static struct shm_queue *shm_queue_alloc(uint32_t capacity)
+/* A queue of capacity, its indexes garbage first: init must reset them. */
+static void queue_init(struct wait_queue *q, uint32_t capacity)
 {
-	struct shm_queue *shm = calloc(1, sizeof(*shm) +
-				       (size_t)capacity * sizeof(uint32_t));
-
-	assert_non_null(shm);
-	/* garbage in the shared indexes: init must reset them */
-	shm->head = 12345;
-	shm->tail = 678;
-	return shm;
+	q->head = 12345;
+	q->tail = 678;
+	assert_int_equal(wait_queue_init(q, capacity), 0);
 }
 
 /* ------------------------------------------------------------------ */
@@ -47,15 +42,14 @@ static struct shm_queue *shm_queue_alloc(uint32_t capacity)
 
 static void test_empty_and_full(void **state)
 {
-	struct shm_queue *shm = shm_queue_alloc(3);
 	struct wait_queue q;
 	uint32_t h = 99;
 
 	(void)state;
-	wait_queue_init(&q, shm, 3);
+	queue_init(&q, 3);
 	assert_int_equal(wait_queue_check(&q), 0);
-	assert_int_equal(shm->head, 0);
-	assert_int_equal(shm->tail, 0);
+	assert_int_equal(q.head, 0);
+	assert_int_equal(q.tail, 0);
 	assert_int_equal(wait_queue_len(&q), 0);
 	assert_false(wait_queue_full(&q));
 	assert_int_equal(wait_queue_pop(&q, &h), -ENOENT);
@@ -79,36 +73,35 @@ static void test_empty_and_full(void **state)
 	assert_int_equal(wait_queue_pop(&q, &h), 0);
 	assert_int_equal(h, 8);
 	assert_int_equal(wait_queue_pop(&q, &h), -ENOENT);
-	assert_int_equal(shm->head, 4);
-	assert_int_equal(shm->tail, 4);
+	assert_int_equal(q.head, 4);
+	assert_int_equal(q.tail, 4);
 	assert_int_equal(wait_queue_check(&q), 0);
-	free(shm);
+	wait_queue_release(&q);
+	wait_queue_release(&q);	/* twice: harmless */
 }
 
-/* wait_queue_check() must notice a shared view that disagrees. */
+/* wait_queue_check() must notice indexes that cannot be. */
 static void test_check_detects_corruption(void **state)
 {
-	struct shm_queue *shm = shm_queue_alloc(4);
 	struct wait_queue q;
 
 	(void)state;
-	wait_queue_init(&q, shm, 4);
+	queue_init(&q, 4);
 	assert_int_equal(wait_queue_push(&q, 1), 0);
 	assert_int_equal(wait_queue_push(&q, 2), 0);
 	assert_int_equal(wait_queue_check(&q), 0);
-
-	shm->head++;
-	assert_int_equal(wait_queue_check(&q), -EINVAL);
-	shm->head--;
-	shm->tail += 3;
-	assert_int_equal(wait_queue_check(&q), -EINVAL);
-	shm->tail -= 3;
-	assert_int_equal(wait_queue_check(&q), 0);
-	/* private indexes further apart than the capacity */
+	/* indexes further apart than the capacity */
 	q.tail += 3;
-	shm->tail = q.tail;
 	assert_int_equal(wait_queue_check(&q), -EINVAL);
-	free(shm);
+	q.tail -= 3;
+	/* head past tail */
+	q.head = q.tail + 1;
+	assert_int_equal(wait_queue_check(&q), -EINVAL);
+	q.head = q.tail - 2;
+	assert_int_equal(wait_queue_check(&q), 0);
+	wait_queue_release(&q);
+	/* a released queue has no ring */
+	assert_int_equal(wait_queue_check(&q), -EINVAL);
 }
 
 /* ------------------------------------------------------------------ */
@@ -127,31 +120,30 @@ static void compare(const struct wait_queue *q, const struct ref_fifo *ref,
 
 	if (wait_queue_check(q) != 0 || wait_queue_len(q) != len ||
 	    wait_queue_full(q) != (len == capacity) ||
-	    q->shm->head != ref->head || q->shm->tail != ref->tail) {
+	    q->head != ref->head || q->tail != ref->tail) {
 		print_error("capacity %u op %u: len %u (want %zu) full %d "
-			    "shm head/tail %llu/%llu (want %zu/%zu) check %d "
+			    "head/tail %llu/%llu (want %zu/%zu) check %d "
 			    "(SEED=%llu)\n", capacity, op, wait_queue_len(q), len,
 			    wait_queue_full(q),
-			    (unsigned long long)q->shm->head,
-			    (unsigned long long)q->shm->tail, ref->head,
+			    (unsigned long long)q->head,
+			    (unsigned long long)q->tail, ref->head,
 			    ref->tail, wait_queue_check(q), test_seed);
 		fail();
 	}
-	/* what an observer of the segment sees: the live handles in order */
+	/* the ring holds the live handles in order */
 	for (size_t i = ref->head; i < ref->tail; i++)
-		assert_int_equal(q->shm->handles[i % capacity], ref->items[i]);
+		assert_int_equal(q->handles[i % capacity], ref->items[i]);
 }
 
 static void run_random(struct rng *r, uint32_t capacity)
 {
 	unsigned n_ops = 400 + capacity * 40;
-	struct shm_queue *shm = shm_queue_alloc(capacity);
 	struct ref_fifo ref = { calloc(n_ops + 3 * capacity, sizeof(uint32_t)), 0, 0 };
 	struct wait_queue q;
 	unsigned push_pct = 50;
 
 	assert_non_null(ref.items);
-	wait_queue_init(&q, shm, capacity);
+	queue_init(&q, capacity);
 	compare(&q, &ref, capacity, 0);
 	for (unsigned op = 1; op <= n_ops; op++) {
 		size_t len = ref.tail - ref.head;
@@ -206,7 +198,7 @@ static void run_random(struct rng *r, uint32_t capacity)
 	}
 	assert_true(ref.tail >= 3 * (size_t)capacity);
 	free(ref.items);
-	free(shm);
+	wait_queue_release(&q);
 }
 
 static void test_random_vs_fifo(void **state)
@@ -225,11 +217,10 @@ static void test_full_laps(void **state)
 
 	(void)state;
 	for (uint32_t capacity = 1; capacity <= 64; capacity += 7) {
-		struct shm_queue *shm = shm_queue_alloc(capacity);
 		struct wait_queue q;
 		uint32_t base = (uint32_t)rng_next(&r);
 
-		wait_queue_init(&q, shm, capacity);
+		queue_init(&q, capacity);
 		for (uint32_t lap = 0; lap < 10; lap++) {
 			for (uint32_t i = 0; i < capacity; i++)
 				assert_int_equal(wait_queue_push(&q, base + lap * capacity + i), 0);
@@ -245,8 +236,8 @@ static void test_full_laps(void **state)
 			assert_int_equal(wait_queue_len(&q), 0);
 			assert_int_equal(wait_queue_check(&q), 0);
 		}
-		assert_int_equal(shm->tail, 10ull * capacity);
-		free(shm);
+		assert_int_equal(q.tail, 10ull * capacity);
+		wait_queue_release(&q);
 	}
 }
 

@@ -5,7 +5,8 @@
  * dispatch record from the coordinator gives it a set of rows (slot,
  * generation, prefix length, limit); it then runs step after step on its
  * own: hand the model pointers straight into the shard's token buffers (no
- * copy of any prefix), write each new token right after its prefix, and
+ * copy of any prefix; through a read-only view, so a stray write of the
+ * model faults), write each new token right after its prefix, and
  * post one result record per step tagged with the dispatch id and each
  * row's slot, generation and position.  A row leaves the set when it
  * reaches its limit (max_tokens), or when the coordinator publishes a
@@ -20,9 +21,9 @@
  *
  * Waiting (for a dispatch when it has no rows, or for room in the result
  * ring): spin for a while, then announce worker_sleeping, fence, re-check,
- * and sleep on the channel's semaphore.  The coordinator posts the
- * semaphore only when it sees the flag (after its own fence), so a busy
- * shard never enters the kernel.
+ * and sleep in FUTEX_WAIT on the channel's wake_seq word.  The coordinator
+ * bumps the word and wakes it only when it sees the flag (after its own
+ * fence), so a busy shard never enters the kernel.
  * The wait wakes every 200 ms to check that the coordinator still exists
  * (PR_SET_PDEATHSIG covers the usual case; the check covers a coordinator
  * that died before the prctl took effect).
@@ -57,6 +58,7 @@ struct worker {
 	uint64_t dispatch_id;		/* the dispatch we run (0: none yet) */
 	uint64_t result_pos;		/* next result position to write */
 	int32_t **buffers;		/* per shard slot: its token buffer */
+	const int32_t **views;		/* per shard slot: the same, read-only */
 	const int32_t **prefixes;	/* shard_capacity pointers */
 	uint32_t *lengths;
 	int32_t *next_tokens;
@@ -84,6 +86,8 @@ struct worker {
  */
 #define WORKER_SPIN_MAX_NS (300ull * 1000)
 #define WORKER_GAP_IDLE_NS (1000ull * 1000)
+/* Longest sleep before checking that the coordinator still exists. */
+#define WORKER_SLEEP_NS (200ull * 1000 * 1000)
 
 static uint64_t worker_spin_budget(const struct worker *w)
 {
@@ -142,6 +146,7 @@ static int worker_wait(struct worker *w, bool (*ready)(const struct worker *))
 	uint64_t spin_ns = for_dispatch ? worker_spin_budget(w) : 0;
 	bool slept = false;
 	unsigned spins = 0;
+	uint32_t seen;
 
 	while (!ready(w)) {
 		if (++spins < 64 || clock_now_ns() - start < spin_ns) {
@@ -154,21 +159,16 @@ static int worker_wait(struct worker *w, bool (*ready)(const struct worker *))
 				cpu_relax();
 			continue;
 		}
+		/* Read before the flag goes up: a wake-up after this
+		 * point changes the word, so the wait below returns. */
+		seen = atomic_load_explicit(&w->ch->wake_seq, memory_order_acquire);
 		atomic_store(&w->ch->worker_sleeping, 1);
 		/* seq_cst: pairs with the fences in the coordinator's
-		 * shard_dispatch() and shard_poll(): either it sees our flag
-		 * or we see its dispatch (or the room it made). */
+		 * shard_dispatch() and shard_release_results(): either it
+		 * sees our flag or we see its dispatch (or the room it made). */
 		atomic_thread_fence(memory_order_seq_cst);
 		if (!ready(w)) {
-			struct timespec ts;
-
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += 200 * 1000 * 1000;
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
-			sem_timedwait(&w->ch->dispatch_sem, &ts);
+			shm_worker_sleep(w->ch, seen, WORKER_SLEEP_NS);
 			slept = true;
 		}
 		atomic_store(&w->ch->worker_sleeping, 0);
@@ -217,20 +217,23 @@ static void worker_fill_garbage(struct worker *w, struct shm_result *r,
 }
 
 /*
- * Write the coordinator's eventfd if it sleeps and wants to hear of this:
+ * Write our notification pipe if the coordinator sleeps and wants to hear
+ * of this:
  * a dozing coordinator (long steps) reads the rings on its own timer and
  * is woken only when urgent.  Call after a seq_cst fence that follows
  * what it is to see.
  */
 static void worker_wake_coordinator(const struct worker *w, bool urgent)
 {
-	uint32_t sleeping = atomic_load_explicit(&w->seg.hdr->coordinator_sleeping,
+	uint32_t sleeping = atomic_load_explicit(shm_coordinator_sleeping(&w->seg),
 						 memory_order_relaxed);
-	uint64_t one = 1;
+	uint8_t one = 1;
 
 	if (sleeping == SHM_COORD_AWAKE ||
 	    (sleeping == SHM_COORD_DOZING && !urgent))
 		return;
+	/* EAGAIN: the pipe is full, so the coordinator has a wake-up
+	 * waiting already */
 	if (write(w->opt->notify_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
 		LOG(LOG_WARN, "notify write: %s", strerror(errno));
 }
@@ -330,7 +333,7 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 	uint64_t t0;
 
 	for (uint32_t i = 0; i < n_rows; i++) {
-		w->prefixes[i] = w->buffers[w->step[i].slot - w->first_slot];
+		w->prefixes[i] = w->views[w->step[i].slot - w->first_slot];
 		w->lengths[i] = w->step[i].n_tokens;
 	}
 	t0 = clock_now_ns();
@@ -385,6 +388,7 @@ static void worker_free(struct worker *w)
 	free(w->prefixes);
 	free(w->lengths);
 	free(w->buffers);
+	free(w->views);
 	free(w->next_tokens);
 	free(w->rows);
 	free(w->step);
@@ -402,10 +406,17 @@ int worker_run(const struct worker_options *opt)
 	uint32_t cap;
 	int ret = 1;
 
-	if (shm_segment_attach(&w.seg, opt->shm_name, opt->shard, err, sizeof(err))) {
+	ret = shm_segment_attach(&w.seg, opt->shared_fd, opt->shard_fd,
+				 opt->shard, err, sizeof(err));
+	/* The mappings are all we need: a descriptor kept open is only
+	 * something more to reach through /proc. */
+	close(opt->shared_fd);
+	close(opt->shard_fd);
+	if (ret) {
 		LOG(LOG_ERROR, "cannot attach: %s", err);
 		return 1;
 	}
+	ret = 1;
 	if (!coordinator_alive(&w)) {
 		LOG(LOG_ERROR, "coordinator %d is gone", w.seg.hdr->coordinator_pid);
 		goto out;
@@ -424,13 +435,14 @@ int worker_run(const struct worker_options *opt)
 	w.prefixes = calloc(cap, sizeof(*w.prefixes));
 	w.lengths = calloc(cap, sizeof(*w.lengths));
 	w.buffers = calloc(cap, sizeof(*w.buffers));
+	w.views = calloc(cap, sizeof(*w.views));
 	w.next_tokens = calloc(cap, sizeof(*w.next_tokens));
 	w.rows = calloc(cap, sizeof(*w.rows));
 	w.step = calloc(cap, sizeof(*w.step));
 	w.incoming = calloc(cap, sizeof(*w.incoming));
 	w.ahead = calloc(cap, sizeof(*w.ahead));
 	w.ahead_gen = calloc(cap, sizeof(*w.ahead_gen));
-	if (!w.prefixes || !w.lengths || !w.buffers || !w.next_tokens ||
+	if (!w.prefixes || !w.lengths || !w.buffers || !w.views || !w.next_tokens ||
 	    !w.rows || !w.step || !w.incoming || !w.ahead || !w.ahead_gen) {
 		LOG(LOG_ERROR, "out of memory");
 		goto out;
@@ -439,8 +451,11 @@ int worker_run(const struct worker_options *opt)
 	w.first_slot = shm_shard_first_slot(w.seg.hdr, opt->shard);
 	w.end_slot = opt->shard + 1 < w.seg.hdr->n_shards ?
 		     shm_shard_first_slot(w.seg.hdr, opt->shard + 1) : w.seg.hdr->n_slots;
-	for (uint32_t slot = w.first_slot; slot < w.end_slot; slot++)
+	for (uint32_t slot = w.first_slot; slot < w.end_slot; slot++) {
 		w.buffers[slot - w.first_slot] = shm_tokens_at(&w.seg, slot);
+		w.views[slot - w.first_slot] = w.seg.tokens_ro +
+			(size_t)(slot - w.first_slot) * w.seg.hdr->max_context;
+	}
 	if (opt->before_serving && opt->before_serving(opt, err, sizeof(err))) {
 		LOG(LOG_ERROR, "%s", err);
 		goto out;
@@ -448,7 +463,7 @@ int worker_run(const struct worker_options *opt)
 	w.dispatch_pos = w.ch->start_dispatch_pos;
 	w.result_pos = w.ch->start_result_pos;
 	atomic_store(&w.ch->worker_ready_pid, (int32_t)getpid());
-	LOG(LOG_INFO, "serving shard %u of %s", opt->shard, opt->shm_name);
+	LOG(LOG_INFO, "serving shard %u", opt->shard);
 	for (;;) {
 		uint32_t n;
 

@@ -12,10 +12,11 @@ struct model;
 struct shm_segment;
 
 struct worker_options {
-	const char *shm_name;	/* segment to attach */
-	uint32_t shard;		/* which channel is ours */
+	int shared_fd;		/* the shared object, read-only */
+	int shard_fd;		/* our shard's object */
+	uint32_t shard;		/* which shard is ours */
 	const char *model_spec;	/* --model SPEC */
-	int notify_fd;		/* eventfd that wakes the coordinator */
+	int notify_fd;		/* pipe write end that wakes the coordinator */
 	uint64_t spin_ns;	/* how long to spin before sleeping */
 	uint32_t garbage_every;	/* test mode: every Nth result is garbage */
 	/* Called once the segment is attached and the model loaded, before
