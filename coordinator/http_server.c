@@ -4,7 +4,8 @@
  * NOTES ON THE DESIGN
  *
  * Connections.  A fixed table of max_connections entries, each with its
- * own receive buffer, request reader and output buffers.  Every socket
+ * own receive buffer, request reader and out_writer (out_writer.h: the
+ * answers are appended while the previous bytes are sent).  Every socket
  * operation is an io_uring recv or send carrying one of the entry's two
  * ops (io_op: its callback); an entry is reused only after its socket is
  * closed and no operation on it is in flight, so a completion can never
@@ -68,6 +69,7 @@
 #include "json_writer.h"
 #include "log.h"
 #include "metrics.h"
+#include "out_writer.h"
 #include "parse_num.h"
 #include "request.h"
 #include "request_pool.h"
@@ -86,9 +88,9 @@ struct conn {
 	uint32_t in_len;		/* a recv in flight writes from here on */
 	uint32_t in_start;		/* bytes before it are parsed; moved out
 					 * only while no recv is in flight */
-	struct strbuf out_fill;		/* answers being appended */
-	struct strbuf out_write;	/* the send in flight */
-	bool recv_inflight, send_inflight;
+	struct out_writer out;		/* answers: appended to out.fill while
+					 * out.write is being sent */
+	bool recv_inflight;
 	struct io_op recv_op, send_op;	/* arg: the server */
 	bool dirty;			/* on the work list */
 	bool closing;			/* shut down; freed when no I/O is left */
@@ -199,9 +201,10 @@ static uint32_t conn_unparsed(const struct conn *c)
 	return c->in_len - c->in_start;
 }
 
+/* Answer bytes not sent yet (the send in flight included). */
 static size_t conn_buffered(const struct conn *c)
 {
-	return c->out_fill.len + c->out_write.len;
+	return out_writer_pending(&c->out);
 }
 
 static void conn_note_output(struct conn *c, size_t before)
@@ -220,8 +223,7 @@ static void conn_free(struct http_server *srv, struct conn *c)
 	c->fd = -1;
 	c->in_len = c->in_start = 0;
 	http_reader_reset(&c->reader);
-	strbuf_release(&c->out_fill);
-	strbuf_release(&c->out_write);
+	out_writer_release(&c->out);
 	c->closing = c->close_after_send = c->busy = c->paused = false;
 	c->pause_due = c->drop_due = false;
 	c->read_eof = false;
@@ -235,7 +237,7 @@ static void conn_close(struct http_server *srv, struct conn *c)
 		c->closing = true;
 		shutdown(c->fd, SHUT_RDWR);	/* completes a pending recv */
 	}
-	if (!c->recv_inflight && !c->send_inflight)
+	if (!c->recv_inflight && !c->out.inflight)
 		conn_free(srv, c);
 }
 
@@ -296,13 +298,13 @@ static void respond(struct http_server *srv, struct conn *c, int status,
 	c->keep_alive = !close;
 	if (status >= 0 && status < HTTP_STATUS_MAX)
 		srv->n_status[status]++;
-	if (strbuf_printf(&c->out_fill, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n"
+	if (strbuf_printf(&c->out.fill, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n"
 			  "Content-Length: %zu\r\n%s%s\r\n", status,
 			  status_text(status), content_type, srv->body.len,
 			  extra_headers ? extra_headers : "",
 			  close ? "Connection: close\r\n" : "") ||
 	    (!c->head_request &&
-	     strbuf_append(&c->out_fill, srv->body.data, srv->body.len))) {
+	     strbuf_append(&c->out.fill, srv->body.data, srv->body.len))) {
 		LOG(LOG_ERROR, "out of memory answering a request");
 		conn_drop(srv, c);
 		return;
@@ -453,7 +455,7 @@ static void route_completions(struct http_server *srv, struct conn *c)
 		before = conn_buffered(c);
 		srv->n_status[200]++;
 		/* X-Accel-Buffering: proxies such as nginx pass events at once */
-		if (strbuf_printf(&c->out_fill, "HTTP/1.1 200 OK\r\n"
+		if (strbuf_printf(&c->out.fill, "HTTP/1.1 200 OK\r\n"
 				  "Content-Type: text/event-stream\r\n"
 				  "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n"
 				  "Transfer-Encoding: chunked\r\n%s\r\n",
@@ -562,7 +564,7 @@ static bool conn_process_input(struct http_server *srv, struct conn *c)
 		did = true;
 		if (st == HTTP_READ_HEADERS) {
 			if (c->reader.msg.expect_continue &&
-			    strbuf_printf(&c->out_fill, "HTTP/1.1 100 Continue\r\n\r\n"))
+			    strbuf_printf(&c->out.fill, "HTTP/1.1 100 Continue\r\n\r\n"))
 				conn_drop(srv, c);
 			continue;
 		}
@@ -589,19 +591,8 @@ static void conn_arm(struct http_server *srv, struct conn *c)
 {
 	if (c->closing)
 		return;
-	if (!c->send_inflight && conn_buffered(c)) {
-		if (!c->out_write.len) {
-			struct strbuf t = c->out_write;
-
-			c->out_write = c->out_fill;
-			c->out_fill = t;
-		}
-		if (!io_ring_send(srv->io, c->fd, c->out_write.data,
-				  c->out_write.len > (1u << 30) ? 1u << 30 :
-				  (uint32_t)c->out_write.len, &c->send_op))
-			c->send_inflight = true;
-	}
-	if (!c->send_inflight && c->close_after_send && !conn_buffered(c)) {
+	out_writer_arm(&c->out, srv->io, c->fd, true, &c->send_op);
+	if (!c->out.inflight && c->close_after_send && !conn_buffered(c)) {
 		conn_close(srv, c);
 		return;
 	}
@@ -657,7 +648,7 @@ static void conn_half_closed(struct http_server *srv, struct conn *c)
 
 	c->read_eof = true;
 	if (c->busy && !c->stream && c->reader.msg.http_minor == 1) {
-		if (strbuf_printf(&c->out_fill, "HTTP/1.1 100 Continue\r\n\r\n")) {
+		if (strbuf_printf(&c->out.fill, "HTTP/1.1 100 Continue\r\n\r\n")) {
 			conn_drop(srv, c);
 			return;
 		}
@@ -748,7 +739,7 @@ static void conn_on_send(struct io_op *op, int32_t res)
 
 	if (c->fd < 0)
 		return;
-	c->send_inflight = false;
+	out_writer_done(&c->out, res);	/* drops the bytes sent */
 	if (c->closing) {
 		conn_close(srv, c);
 		return;
@@ -757,7 +748,6 @@ static void conn_on_send(struct io_op *op, int32_t res)
 		conn_client_gone(srv, c);
 		return;
 	}
-	strbuf_consume(&c->out_write, (size_t)res);
 	c->last_progress_ns = clock_now_ns();
 	if (c->paused && conn_buffered(c) <= srv->cfg->conn_buffer / 2) {
 		c->paused = false;
@@ -836,7 +826,7 @@ static void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req
 	srv->body.len = 0;
 	before = conn_buffered(c);
 	if (completion_format_event(&srv->body, &m, tokens, n, NULL, NULL) ||
-	    put_chunk(&c->out_fill, &srv->body)) {
+	    put_chunk(&c->out.fill, &srv->body)) {
 		conn_drop_later(srv, c);
 		return;
 	}
@@ -874,8 +864,8 @@ static int stream_finish(struct http_server *srv, struct conn *c,
 			return -1;
 	}
 	if (strbuf_append(&srv->body, "data: [DONE]\n\n", 14) ||
-	    put_chunk(&c->out_fill, &srv->body) ||
-	    strbuf_append(&c->out_fill, "0\r\n\r\n", 5))
+	    put_chunk(&c->out.fill, &srv->body) ||
+	    strbuf_append(&c->out.fill, "0\r\n\r\n", 5))
 		return -1;
 	srv->body.len = 0;
 	return 0;
@@ -1257,8 +1247,7 @@ void http_server_destroy(struct http_server *srv)
 		if (c->fd >= 0)
 			close(c->fd);
 		http_reader_release(&c->reader);
-		strbuf_release(&c->out_fill);
-		strbuf_release(&c->out_write);
+		out_writer_release(&c->out);
 		free(c->in);
 	}
 	if (srv->listen_fd >= 0)
