@@ -338,6 +338,7 @@ void shm_channel_reset(const struct shm_segment *seg, uint32_t shard,
 	atomic_store(&ch->dispatch_adopted, dispatch_pos);
 	atomic_store(&ch->worker_sleeping, 0);
 	atomic_store(&ch->worker_ready_pid, 0);
+	atomic_store(&ch->in_model_call, 0);
 	/* The old worker is dead, so nobody waits on the semaphore. */
 	sem_destroy(&ch->dispatch_sem);
 	sem_init(&ch->dispatch_sem, 1, 0);

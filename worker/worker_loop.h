@@ -9,6 +9,20 @@
 
 struct model;
 struct shm_segment;
+struct shm_header;
+struct shm_channel;
+
+/*
+ * A test hook (tools/hostile_worker.c): called for each result record the
+ * worker has filled in at ring position *pos, in place of publishing it.
+ * It may rewrite the record, publishes what it likes (shm_entry_publish())
+ * and leaves *pos at the next position the worker is to write.
+ */
+struct worker_result_hook {
+	void (*publish)(void *arg, const struct shm_header *hdr,
+			struct shm_channel *ch, uint64_t *pos);
+	void *arg;
+};
 
 struct worker_options {
 	const char *shm_name;	/* segment to attach */
@@ -17,6 +31,7 @@ struct worker_options {
 	int notify_fd;		/* eventfd that wakes the coordinator */
 	uint64_t spin_ns;	/* how long to spin before sleeping */
 	uint32_t garbage_every;	/* test mode: every Nth result is garbage */
+	const struct worker_result_hook *result_hook; /* tests; NULL: honest */
 };
 
 /*
