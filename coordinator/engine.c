@@ -243,6 +243,8 @@ struct engine {
 
 static void engine_fail(struct engine *e, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+static void shard_warn(struct shard *s, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 
 static void engine_fail(struct engine *e, const char *fmt, ...)
 {
@@ -752,8 +754,8 @@ static void shard_dispatch(struct engine *e, struct shard *s)
 	if (s->reset) {
 		s->reset_id = s->issued_id;
 		if (++s->resets_unanswered >= 2 && !s->lockstep) {
-			LOG(LOG_WARN, "shard %u: the worker's results keep being "
-			    "rejected; one step per dispatch for a while", s->index);
+			shard_warn(s, "the worker's results keep being rejected; "
+				   "one step per dispatch for a while");
 			s->lockstep = SHARD_LOCKSTEP;
 		}
 	}
@@ -859,9 +861,6 @@ static bool shard_result_lacks_rows(struct engine *e, struct shard *s, uint64_t 
  * A warning about something the shard's worker sent: the worker can send
  * it on every result, so at most a few, then one a second with a count.
  */
-static void shard_warn(struct shard *s, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
 static void shard_warn(struct shard *s, const char *fmt, ...)
 {
 	uint64_t n_held;
