@@ -19,17 +19,24 @@
  * sent, by dispatch id.  A result record is read field by field, once,
  * into locals and accepted only if its sequence number and dispatch id
  * (one sent to this worker), row count, each row's slot, generation and
- * position and the token's range all match; anything else is counted as
- * stale and dropped, and the affected rows are extended again.
+ * position and the token's range all match; anything else is dropped and
+ * the affected rows are extended again.  A row the run-ahead made obsolete
+ * (its request ended, a reset sent the worker back) is counted as
+ * discarded, anything else as stale: a fault-free run has no stale
+ * result.  A sequence number or a dispatch id we did not send makes the
+ * whole result garbled (a reset).  Progress is a committed row: a worker
+ * whose results commit nothing SHARD_MAX_FRUITLESS times in a row is
+ * killed without blame and its requests move to other shards.
  *
  * Faults.  A worker's exit shows up as its pidfd becoming readable on the
  * io_uring loop.  What it left in the result ring is drained as stale, the
  * channel is reset, the shard's token buffers are rewritten from our own
  * copies, and a replacement is started from the committed lengths, with
  * back-off when starts keep failing.
- * A death the request can be blamed for (a crash, a model error, a hang
- * past --step-timeout that we killed) puts every row of the dispatch the
- * worker had adopted under
+ * A death the request can be blamed for (a model error, or a crash or a
+ * hang past --step-timeout inside the model call, as the worker reports
+ * in in_model_call) puts every row of the dispatch the worker had adopted
+ * under
  * suspicion: the shard then runs its suspects one per step, so a request
  * that kills the worker when alone is identified; after poison_attempts
  * such lone failures it is failed with an error result, and everyone else

@@ -232,6 +232,14 @@ check_results "garbage every 3rd result: all exact" "$MODEL" "$E2E_TMP/f.jsonl" 
 	"$E2E_TMP/garbage.out"
 expect_gt "garbage rejected as stale" \
 	"$(stats_field "$E2E_TMP/garbage.stats" stale_results_rejected)" 0
+# Among the garbage: dispatch ids never sent and sequence numbers for
+# other positions (regression: such a result was dropped without a reset,
+# the shard stalled until the step timeout and innocent requests were
+# failed as poison).  Each is a garbled result: a reset, nobody blamed.
+expect_eq "garbage every 3rd result: no hang kills" \
+	"$(stats_field "$E2E_TMP/garbage.stats" hang_kills)" 0
+expect_eq "garbage every 3rd result: nobody poisoned" \
+	"$(stats_field "$E2E_TMP/garbage.stats" poisoned)" 0
 # Short requests on a CPU-bound model: rows reach their limit while the
 # worker has yet to adopt the reset that a rejected result asked for
 # (regression: the slot was refilled at once, and the reset sent the worker

@@ -34,16 +34,17 @@ grep -o '"id":"[^"]*"' "$E2E_TMP/w.jsonl" | sort > "$E2E_TMP/ids.want"
 
 # hostile_run TAG SPEC WORKERS [DYNBATCH-OPTIONS...]: the workload through
 # stdin and stdout (so a worker holding either could steal or forge), with
-# DYNBATCH_HOSTILE=SPEC.  Sets RUN_RC and RUN_MS.
+# DYNBATCH_HOSTILE=SPEC, the model RUN_MODEL (default MODEL).  Sets
+# RUN_RC and RUN_MS.
 hostile_run() {
-	local tag=$1 spec=$2 workers=$3 start
+	local tag=$1 spec=$2 workers=$3 start model=${RUN_MODEL:-$MODEL}
 	shift 3
 	mkdir -p "$E2E_TMP/$tag.dir"
 	start=$(date +%s%N)
 	DYNBATCH_HOSTILE="$spec" DYNBATCH_WORKER="$HOSTILE_WORKER" \
 	DYNBATCH_HOSTILE_DIR="$E2E_TMP/$tag.dir" DYNBATCH_HOSTILE_FORGE_ID="$FIRST_ID" \
 		timeout -k 5 "$RUN_LIMIT_S" "$BIN/dynbatch" run --no-progress \
-		--workers "$workers" --batch 24 --model "$MODEL" --step-timeout 500 \
+		--workers "$workers" --batch 24 --model "$model" --step-timeout 500 \
 		--stats "$E2E_TMP/$tag.stats" --input - --output - "$@" \
 		< "$E2E_TMP/w.jsonl" > "$E2E_TMP/$tag.out" 2> "$E2E_TMP/$tag.err"
 	RUN_RC=$?
@@ -113,9 +114,10 @@ done
 # --- 2. attackers that never give up ---------------------------------------
 # Results that commit nothing, forever (every replacement attacks too):
 # each worker is killed after a bounded run of them, blaming nobody, and
-# its requests finish on the honest shards.
+# its requests finish on the honest shards.  Slower steps, so that the
+# shard is restarted and attacks several times.
 for mode in wrong-generation empty; do
-	hostile_case "$mode-forever" "$mode,lives=1000000" 3 pass
+	RUN_MODEL="$MODEL,row_us=150" hostile_case "$mode-forever" "$mode,lives=1000000" 3 pass
 done
 
 # SIGINT drains with such a worker: active requests finish or are
