@@ -16,11 +16,13 @@
  * around the honest loop):
  *   wrong-generation  every row's generation wrong (ahead, behind, 0)
  *   empty             every result without rows
- *   bad-dispatch-id   every 3rd result with a dispatch id never sent
- *   seq-jump          every 3rd result with a sequence number for another
- *                     position, or posted positions ahead
- *   flood             after each honest result, copies of it into every
- *                     free entry of the ring, as fast as it can
+ *   bad-dispatch-id   every 3rd result (the first of a life too) with a
+ *                     dispatch id never sent
+ *   seq-jump          every 3rd result (the first too) with a sequence
+ *                     number for another position, or posted positions
+ *                     ahead
+ *   flood             after its first honest result, copies of it into
+ *                     every entry the coordinator frees, as fast as it can
  * Channel-level modes attack whatever the process can reach, found the
  * generic way (/proc/self/maps, /proc/self/fd), from a thread beside the
  * honest loop, so they keep working whatever the segment's layout:
@@ -130,7 +132,9 @@ static void publish_bad_dispatch_id(void *arg, const struct shm_header *hdr,
 	struct hostile *h = arg;
 	struct shm_result *r = shm_result_at(hdr, ch, *pos);
 
-	if (++h->n_results % 3 == 0) {
+	/* the 1st, 4th, 7th...: a life starts with one, so a request run
+	 * alone after an attack meets the next attack at once */
+	if (++h->n_results % 3 == 1) {
 		switch (h->n_results / 3 % 3) {
 		case 0: r->dispatch_id += 1000000; break;	/* never sent */
 		case 1: r->dispatch_id = 0; break;		/* never used */
@@ -148,7 +152,7 @@ static void publish_seq_jump(void *arg, const struct shm_header *hdr,
 	size_t size = shm_result_size(hdr->shard_capacity);
 	struct shm_result *r = shm_result_at(hdr, ch, *pos);
 
-	if (++h->n_results % 3) {
+	if (++h->n_results % 3 != 1) {	/* the 1st, 4th, 7th... jump */
 		publish_at(ch, hdr, *pos, *pos + 1);
 		(*pos)++;
 		return;
@@ -176,11 +180,17 @@ static void publish_flood(void *arg, const struct shm_header *hdr,
 	h->n_results++;
 	publish_at(ch, hdr, *pos, *pos + 1);
 	(*pos)++;
-	/* copies into every entry the coordinator has handed back */
-	while (*pos - atomic_load_explicit(&ch->results_consumed,
-					   memory_order_acquire) < hdr->ring_depth) {
-		char *dst = (char *)shm_result_at(hdr, ch, *pos);
+	/* then copies of it into every entry the coordinator hands back,
+	 * for ever: no more steps */
+	for (;;) {
+		char *dst;
 
+		if (*pos - atomic_load_explicit(&ch->results_consumed,
+						memory_order_acquire) >= hdr->ring_depth) {
+			sched_yield();
+			continue;
+		}
+		dst = (char *)shm_result_at(hdr, ch, *pos);
 		memcpy(dst + sizeof(uint64_t), src + sizeof(uint64_t),
 		       size - sizeof(uint64_t));
 		publish_at(ch, hdr, *pos, *pos + 1);
