@@ -37,7 +37,7 @@ COMMON_SRC := $(wildcard common/*.c)
 COORD_SRC := $(filter-out coordinator/main.c,$(wildcard coordinator/*.c))
 WORKER_SRC := $(filter-out worker/main.c,$(wildcard worker/*.c))
 TEST_SRC := $(wildcard tests/test_*.c)
-TOOL_SRC := $(filter-out tools/example_plugin.c tools/escape_plugin.c,$(wildcard tools/*.c))
+TOOL_SRC := $(filter-out tools/example_plugin.c tools/escape_plugin.c tools/hostile_worker.c,$(wildcard tools/*.c))
 
 COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/%.o)
 COORD_OBJ := $(COORD_SRC:%.c=$(BUILD)/%.o)
@@ -53,7 +53,8 @@ LIBCOORD := $(BUILD)/libcoord.a
 LIBWORKER := $(BUILD)/libworker.a
 
 .PHONY: all deps test-deps run serve load test unit e2e asan tsan bench soak clean
-all: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(TOOL_BIN) $(PLUGIN) $(ESCAPE_PLUGIN) $(TEST_BIN)
+all: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(BIN)/dynbatch-hostile-worker \
+	$(TOOL_BIN) $(PLUGIN) $(ESCAPE_PLUGIN) $(TEST_BIN)
 
 # Install the Debian packages the build needs, only when one is missing.
 deps:
@@ -99,6 +100,13 @@ $(BIN)/dynbatch: $(BUILD)/coordinator/main.o $(LIBCOORD) $(LIBCOMMON)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS_COORD)
 
 $(BIN)/dynbatch-worker: $(BUILD)/worker/main.o $(LIBWORKER) $(LIBCOMMON)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS_WORKER)
+
+# A worker that attacks its coordinator (tests/e2e_hostile.sh): the real
+# worker loop with a hook around what it posts, so it links the worker's
+# library like bin/dynbatch-worker.
+$(BIN)/dynbatch-hostile-worker: $(BUILD)/tools/hostile_worker.o $(LIBWORKER) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS_WORKER)
 

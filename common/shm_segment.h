@@ -259,7 +259,12 @@ struct shm_channel {
 	 * once it has finished every step of the one before: from then on it
 	 * writes no slot that the new dispatch leaves out */
 	_Atomic uint64_t dispatch_adopted;
-	uint8_t pad1[SHM_CACHE_LINE - 16];
+	/* worker: 1 while it is inside model_next(), else 0.  Untrusted: it
+	 * only decides whether the coordinator may blame the step's requests
+	 * for a hang or a crash (a worker that stalls or dies elsewhere is
+	 * not the requests' fault); 0 in a fresh shard object. */
+	_Atomic uint32_t in_model_call;
+	uint8_t pad1[SHM_CACHE_LINE - 20];
 	/* then ring_depth dispatch entries, then ring_depth result entries */
 };
 

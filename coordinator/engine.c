@@ -19,17 +19,24 @@
  * sent, by dispatch id.  A result record is read field by field, once,
  * into locals and accepted only if its sequence number and dispatch id
  * (one sent to this worker), row count, each row's slot, generation and
- * position and the token's range all match; anything else is counted as
- * stale and dropped, and the affected rows are extended again.
+ * position and the token's range all match; anything else is dropped and
+ * the affected rows are extended again.  A row the run-ahead made obsolete
+ * (its request ended, a reset sent the worker back) is counted as
+ * discarded, anything else as stale: a fault-free run has no stale
+ * result.  A sequence number or a dispatch id we did not send makes the
+ * whole result garbled (a reset).  Progress is a committed row: a worker
+ * whose results commit nothing SHARD_MAX_FRUITLESS times in a row is
+ * killed without blame and its requests move to other shards.
  *
  * Faults.  A worker's exit shows up as its pidfd becoming readable on the
  * io_uring loop.  What it left in the result ring is drained as stale, the
  * channel is reset, the shard's token buffers are rewritten from our own
  * copies, and a replacement is started from the committed lengths, with
  * back-off when starts keep failing.
- * A death the request can be blamed for (a crash, a model error, a hang
- * past --step-timeout that we killed) puts every row of the dispatch the
- * worker had adopted under
+ * A death the request can be blamed for (a model error, or a crash or a
+ * hang past --step-timeout inside the model call, as the worker reports
+ * in in_model_call) puts every row of the dispatch the worker had adopted
+ * under
  * suspicion: the shard then runs its suspects one per step, so a request
  * that kills the worker when alone is identified; after poison_attempts
  * such lone failures it is failed with an error result, and everyone else
@@ -85,6 +92,7 @@
 #include "io_ring.h"
 #include "log.h"
 #include "log_escape.h"
+#include "log_limit.h"
 #include "metrics.h"
 #include "model_loader.h"
 #include "request.h"
@@ -124,6 +132,20 @@ struct notify_read {
 	uint32_t epoch;			/* the pipe it reads (shard's epoch then) */
 	bool inflight;			/* queued, completion not yet seen */
 };
+
+/*
+ * Progress is a committed row, not a result.  A worker whose results keep
+ * committing nothing (wrong generations, no rows, ids or sequence numbers
+ * we never sent, a flood of copies) is killed after this many in a row,
+ * and no request is blamed: its rows go to other shards.  An honest
+ * worker's longest such run is what it ran ahead when every row it held
+ * ended or was reset: a ring it had posted, plus the steps it ran until
+ * it adopted the next dispatch (under another ring), so four rings leave
+ * a wide margin and still end a misbehaving worker within milliseconds
+ * of fast steps.  A slow one that posts such results is ended by the step
+ * timeout instead, also without blame (engine_check_workers()).
+ */
+#define SHARD_MAX_FRUITLESS (4u * SHM_RING_DEPTH)
 
 struct shard {
 	uint32_t index;
@@ -180,6 +202,20 @@ struct shard {
 	uint32_t n_failed_starts;	/* consecutive deaths before ready */
 	uint32_t n_quick_deaths;	/* consecutive deaths soon after start */
 	struct io_op exit_op;		/* poll of pidfd; arg: the engine */
+	/* misbehaviour of the current worker (cleared when it exits) */
+	uint32_t n_fruitless;		/* results in a row that committed no
+					 * row (SHARD_MAX_FRUITLESS) */
+	uint64_t fruitless_ns;		/* when the last of them was read */
+	bool kill_blames;		/* killed_for: blame the rows it ran */
+	bool misbehaved;		/* killed for its results, or stalled
+					 * outside the model: no blame, its
+					 * rows move to other shards */
+	/* per result ring entry: the seq we found there when we last
+	 * consumed it (0 after a channel reset), which is what it holds
+	 * until the worker writes it again; any other value but the
+	 * position we expect is garbage */
+	uint64_t ring_seq[SHM_RING_DEPTH];
+	struct log_limit warn_limit;	/* this shard's per-result warnings */
 	/* isolation after a fault: slots (and generations) to run alone */
 	uint32_t *suspect_slot;
 	uint32_t *suspect_gen;
@@ -242,6 +278,8 @@ struct engine {
 };
 
 static void engine_fail(struct engine *e, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void shard_warn(struct shard *s, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
 static void engine_fail(struct engine *e, const char *fmt, ...)
@@ -636,8 +674,8 @@ static void shard_dispatch(struct engine *e, struct shard *s)
 	if (s->reset) {
 		s->reset_id = s->issued_id;
 		if (++s->resets_unanswered >= 2 && !s->lockstep) {
-			LOG(LOG_WARN, "shard %u: the worker's results keep being "
-			    "rejected; one step per dispatch for a while", s->index);
+			shard_warn(s, "the worker's results keep being rejected; "
+				   "one step per dispatch for a while");
 			s->lockstep = SHARD_LOCKSTEP;
 		}
 	}
@@ -760,16 +798,65 @@ static bool shard_result_lacks_rows(struct engine *e, struct shard *s, uint64_t 
 }
 
 /*
+ * A warning about something the shard's worker sent: the worker can send
+ * it on every result, so at most a few, then one a second with a count.
+ */
+static void shard_warn(struct shard *s, const char *fmt, ...)
+{
+	uint64_t n_held;
+	char msg[256];
+	va_list ap;
+
+	if (LOG_WARN > log_level_current ||
+	    !log_limit_pass(&s->warn_limit, clock_now_ns(), &n_held))
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (n_held)
+		LOG(LOG_WARN, "shard %u: %s (and %llu such warnings held back)",
+		    s->index, msg, (unsigned long long)n_held);
+	else
+		LOG(LOG_WARN, "shard %u: %s", s->index, msg);
+}
+
+/*
+ * Sort one rejected row: discarded (made obsolete by the run-ahead: its
+ * request ended, or a reset sent the worker back; not a fault) or stale
+ * (a generation or a position no dispatch of ours can have produced).
+ * st is the slot's private state.
+ */
+static void shard_count_rejected_row(struct engine *e, const struct shard *s,
+				     uint64_t id, const struct shm_result_row *row,
+				     const struct slot_state *st)
+{
+	bool obsolete;
+
+	if (st->state != SHM_SLOT_ACTIVE || st->generation != row->generation)
+		/* a request that held the slot before, or still holds it
+		 * but ended (a free slot keeps its last generation) */
+		obsolete = row->generation && row->generation <= st->generation;
+	else if (row->n_tokens < st->n_tokens)
+		obsolete = true;	/* re-run after a reset: committed */
+	else	/* ahead: fine only while a reset is on its way */
+		obsolete = s->reset || id < s->reset_id;
+	if (obsolete)
+		e->stats.n_discarded++;
+	else
+		e->stats.n_stale++;
+}
+
+/*
  * Apply the rows of one result of dispatch id.  rows/n_rows come from
  * shared memory: each row is copied once and checked against the private
  * slot table.  A row is committed only when its slot is ACTIVE with the
  * row's generation and its position is the slot's committed length (the
  * token continues exactly the committed prefix).  A row past that length
  * means we rejected one of the worker's earlier rows: the next dispatch
- * tells the worker to go back (reset).
+ * tells the worker to go back (reset).  Returns the rows committed.
  */
-static void shard_commit(struct engine *e, struct shard *s, uint64_t id,
-			 const struct shm_result_row *rows, uint32_t n_rows)
+static uint32_t shard_commit(struct engine *e, struct shard *s, uint64_t id,
+			     const struct shm_result_row *rows, uint32_t n_rows)
 {
 	uint32_t n_ok = 0, last_slot = 0;
 	bool garbled = false;
@@ -779,10 +866,10 @@ static void shard_commit(struct engine *e, struct shard *s, uint64_t id,
 
 	if (n_rows > s->n_slots) {
 		e->stats.n_stale++;
-		LOG(LOG_WARN, "shard %u: result with %u rows for a shard of %u: "
-		    "rejected", s->index, n_rows, s->n_slots);
+		shard_warn(s, "result with %u rows for a shard of %u: rejected",
+			   n_rows, s->n_slots);
 		shard_reset_after_garble(s, id);
-		return;
+		return 0;
 	}
 	for (uint32_t i = 0; i < n_rows; i++) {
 		struct shm_result_row row = rows[i];	/* one read of shared memory */
@@ -796,12 +883,12 @@ static void shard_commit(struct engine *e, struct shard *s, uint64_t id,
 		}
 		st = &e->slots.slots[row.slot];
 		if (st->state != SHM_SLOT_ACTIVE || st->generation != row.generation) {
-			e->stats.n_stale++;	/* its request ended, or garbage */
+			shard_count_rejected_row(e, s, id, &row, st);
 			continue;
 		}
 		s->seen[row.slot - s->first_slot] = s->result_stamp;
 		if (row.n_tokens != st->n_tokens) {
-			e->stats.n_stale++;
+			shard_count_rejected_row(e, s, id, &row, st);
 			/* Ahead of what we committed: we rejected one of its
 			 * earlier rows. */
 			if (row.n_tokens > st->n_tokens)
@@ -827,6 +914,7 @@ static void shard_commit(struct engine *e, struct shard *s, uint64_t id,
 	e->stats.n_steps++;
 	e->stats.n_step_rows += n_rows;
 	e->stats.n_step_capacity += s->n_slots;
+	return n_ok;
 }
 
 /* After results: refill freed slots and tell the worker what changed. */
@@ -877,33 +965,102 @@ static void shard_release_results(const struct shard *s, struct shm_channel *ch)
 		shm_wake_worker(ch);
 }
 
-/* Read every published result of the shard.  Returns true on progress. */
+/*
+ * Kill the shard's worker for what it did, not for what its requests did:
+ * nobody is blamed, and its rows move to other shards (shard_on_exit()).
+ */
+static void shard_kill_misbehaving(struct shard *s, const char *why)
+{
+	s->killed_for = why;
+	s->kill_blames = false;
+	s->misbehaved = true;
+	shard_kill(s);
+}
+
+/*
+ * A result committed nothing.  True when that was one too many in a row
+ * (SHARD_MAX_FRUITLESS) and the worker is being killed for it.
+ */
+static bool shard_note_fruitless(struct engine *e, struct shard *s, uint64_t now)
+{
+	s->fruitless_ns = now;
+	if (++s->n_fruitless < SHARD_MAX_FRUITLESS)
+		return false;
+	LOG(LOG_WARN, "worker %u (pid %d): %u results in a row committed nothing; "
+	    "killing it (no request is blamed)", s->index, (int)s->pid, s->n_fruitless);
+	e->stats.n_fruitless_kills++;
+	shard_kill_misbehaving(s, " for results that commit nothing");
+	return true;
+}
+
+/*
+ * A result entry that cannot be applied at all (a sequence number or a
+ * dispatch id we did not send): the worker's rows are no longer ours, so
+ * the next dispatch is a reset, whatever dispatch it ran.
+ */
+static void shard_reject_result(struct engine *e, struct shard *s)
+{
+	e->stats.n_stale++;
+	s->reset = s->redispatch = true;
+}
+
+/*
+ * Read the shard's published results, at most a ring of them (a worker
+ * that floods the ring must not keep us from the other shards and the
+ * input).  Returns true when any was read.
+ */
 static bool shard_poll(struct engine *e, struct shard *s)
 {
 	struct shm_channel *ch;
 	bool progress = false;
 	uint64_t step_cap = e->cfg->step_timeout_ms * 1000000ull;
 	uint64_t released = s->result_pos;
+	uint32_t depth;
 
-	if (e->in_process || s->pid <= 0)
+	if (e->in_process || s->pid <= 0 || s->misbehaved)
 		return false;
 	ch = shm_channel_at(&e->seg, s->index);
-	for (;;) {
+	depth = e->seg.hdr->ring_depth;
+	for (uint32_t n_read = 0; n_read < depth; n_read++) {
 		struct shm_result *r = shm_result_at(e->seg.hdr, ch, s->result_pos);
-		uint64_t id, now, took, model_ns;
-		uint32_t n_rows;
+		uint64_t *last_seq = &s->ring_seq[s->result_pos & (depth - 1)];
+		uint64_t id, now, took, model_ns, seq;
+		uint32_t n_rows, n_ok;
 		int32_t status;
 
-		if (!shm_entry_ready(&r->seq, s->result_pos))
-			break;
+		/* acquire: pairs with the release in the worker's
+		 * shm_entry_publish() */
+		seq = atomic_load_explicit(&r->seq, memory_order_acquire);
+		if (seq == *last_seq)
+			break;		/* not written since we last read it */
+		*last_seq = seq;
+		progress = true;
+		now = clock_now_ns();
+		if (seq != s->result_pos + 1) {
+			shard_warn(s, "result at ring position %llu has sequence "
+				   "number %llu: rejected",
+				   (unsigned long long)s->result_pos,
+				   (unsigned long long)seq);
+			shard_reject_result(e, s);
+			s->result_pos++;
+			if (shard_note_fruitless(e, s, now))
+				break;
+			continue;
+		}
 		id = r->dispatch_id;
 		n_rows = r->n_rows;
 		status = r->status;
 		model_ns = r->model_ns;		/* untrusted: stats only */
-		progress = true;
 		if (id < s->first_id || id > s->issued_id) {
-			e->stats.n_stale++;
+			/* garbled: the rows it carries may be anyone's */
+			shard_warn(s, "result with dispatch id %llu, not one of "
+				   "ours (%llu..%llu): rejected",
+				   (unsigned long long)id, (unsigned long long)s->first_id,
+				   (unsigned long long)s->issued_id);
+			shard_reject_result(e, s);
 			s->result_pos++;
+			if (shard_note_fruitless(e, s, now))
+				break;
 			continue;
 		}
 		if (status) {
@@ -914,21 +1071,27 @@ static bool shard_poll(struct engine *e, struct shard *s)
 			shard_kill(s);
 			break;
 		}
-		now = clock_now_ns();
-		took = now - s->progress_ns;
-		s->progress_ns = now;
-		shard_note_step_time(s, took);
-		histogram_record(&e->step_hist, took);
-		e->stats.step_ns += took;
 		e->stats.model_ns += model_ns < step_cap ? model_ns : step_cap;
 		/* a wrong n_rows is rejected before any row is read */
-		shard_commit(e, s, id, r->rows, n_rows);
+		n_ok = shard_commit(e, s, id, r->rows, n_rows);
 		s->result_pos++;
+		if (!n_ok && shard_note_fruitless(e, s, now))
+			break;
+		if (n_ok) {
+			/* Progress is a committed row: only that restarts
+			 * the step timeout's clock. */
+			took = now - s->progress_ns;
+			s->progress_ns = now;
+			s->n_fruitless = 0;
+			shard_note_step_time(s, took);
+			histogram_record(&e->step_hist, took);
+			e->stats.step_ns += took;
+		}
 		/* A worker that got a whole ring ahead sleeps until we make
 		 * room: give back half a ring at a time, so that it runs
 		 * (its wake-up included) while we commit the other half,
 		 * instead of after. */
-		if (s->result_pos - released >= e->seg.hdr->ring_depth / 2) {
+		if (s->result_pos - released >= depth / 2) {
 			shard_release_results(s, ch);
 			released = s->result_pos;
 		}
@@ -993,10 +1156,14 @@ static uint64_t restart_backoff_ns(uint32_t n)
 }
 
 /*
- * The shard cannot keep a worker alive: its requests go back to the head
- * of the line, with the tokens they have, for the live shards to take
- * (the model is a pure function of the prefix, so they go on exactly).
- * Waiting for the shard instead would leave them waiting forever.
+ * Move the shard's active requests to other shards: back to the head of
+ * the line (the resume line, ahead of the waiting queue), with the tokens
+ * they have, for any live shard to take (the model is a pure function of
+ * the prefix, so they go on exactly).  For a shard that cannot keep a
+ * worker alive (waiting for it would leave them waiting forever), and
+ * after a worker was killed for its own misbehaviour (the next one may be
+ * no better).  While draining they are cancelled instead, so that a shard
+ * whose workers keep failing cannot hold the drain up.
  */
 static void shard_move_requests(struct engine *e, struct shard *s, const char *why)
 {
@@ -1011,6 +1178,11 @@ static void shard_move_requests(struct engine *e, struct shard *s, const char *w
 		if (st->state != SHM_SLOT_ACTIVE ||
 		    !(lr = request_pool_get(&e->pool, handle)))
 			continue;
+		if (e->n_signals) {
+			engine_finish(e, handle, FINISH_CANCELLED, e->cfg->keep_running ?
+				      "the server is shutting down" : NULL);
+			continue;
+		}
 		engine_unplace(e, handle, lr, now);
 		lr->place = LIVE_RESUMING;
 		e->resume[e->n_resume++] = handle;	/* room: one per live request */
@@ -1019,8 +1191,8 @@ static void shard_move_requests(struct engine *e, struct shard *s, const char *w
 	}
 	s->n_suspects = 0;
 	if (moved)
-		LOG(LOG_WARN, "shard %u: no worker can be kept alive (last: %s); "
-		    "its %u requests move to the other shards", s->index, why, moved);
+		LOG(LOG_WARN, "shard %u: %s; its %u requests move to the other "
+		    "shards", s->index, why, moved);
 }
 
 /* A worker of this shard died before it was ready, or could not be
@@ -1031,7 +1203,12 @@ static void shard_note_failed_start(struct engine *e, struct shard *s,
 	s->n_failed_starts++;
 	if (s->n_failed_starts < ENGINE_MAX_FAILED_STARTS)
 		return;
-	shard_move_requests(e, s, why);
+	{
+		char lost[160];
+
+		snprintf(lost, sizeof(lost), "no worker can be kept alive (last: %s)", why);
+		shard_move_requests(e, s, lost);
+	}
 	for (uint32_t i = 0; i < e->n_shards; i++)
 		if (e->shards[i].n_failed_starts < ENGINE_MAX_FAILED_STARTS)
 			return;
@@ -1272,14 +1449,35 @@ static void shard_blame_step(struct engine *e, struct shard *s, const char *why)
 	}
 }
 
+/*
+ * May the rows the dead worker ran be blamed for its death?  Only for a
+ * death their step can have caused: a model error, a hang past the step
+ * timeout inside the model call (decided when we killed it), or a crash
+ * inside the model call.  A worker that stalls, exits or crashes
+ * anywhere else, was killed for its results, or was ended from outside,
+ * says nothing about its requests.
+ */
+static bool shard_exit_blames(const struct shard *s, const struct shm_channel *ch,
+			      int signo)
+{
+	bool outside = (signo == SIGKILL || signo == SIGTERM || signo == SIGINT) &&
+		       !s->killed_for;
+
+	if (s->failed_step)
+		return true;
+	if (s->killed_for)
+		return s->kill_blames;
+	/* untrusted, but a worker can always crash inside the model call */
+	return !outside && atomic_load(&ch->in_model_call) != 0;
+}
+
 /* The shard's worker exited: forget its step, blame, schedule a restart. */
 static void shard_on_exit(struct engine *e, struct shard *s, const char *why,
 			  int signo)
 {
 	struct shm_channel *ch = shm_channel_at(&e->seg, s->index);
 	bool was_ready = atomic_load(&ch->worker_ready_pid) == s->pid;
-	bool outside = (signo == SIGKILL || signo == SIGTERM || signo == SIGINT) &&
-		       !s->killed_for;
+	bool blames = shard_exit_blames(s, ch, signo);
 	bool owed = shard_owes_results(s);
 	uint64_t now = clock_now_ns();
 
@@ -1294,16 +1492,24 @@ static void shard_on_exit(struct engine *e, struct shard *s, const char *why,
 	while (shm_entry_ready(&shm_result_at(e->seg.hdr, ch, s->result_pos)->seq,
 			       s->result_pos)) {
 		s->result_pos++;
-		e->stats.n_stale++;
+		e->stats.n_discarded++;
 	}
+	/* the replacement's channel starts zeroed (shard_new_epoch()) */
+	memset(s->ring_seq, 0, sizeof(s->ring_seq));
 	/* A worker that never got as far as the model cannot blame a request. */
-	if (owed && was_ready && (!outside || s->failed_step)) {
+	if (owed && was_ready && blames) {
 		char blame[160];
 
 		snprintf(blame, sizeof(blame), "%s%s", why,
 			 s->killed_for ? s->killed_for : "");
 		shard_blame_step(e, s, blame);
 	}
+	if (was_ready && s->misbehaved)	/* the next worker may be no better */
+		shard_move_requests(e, s, "killed for its results, or stalled "
+				    "outside the model");
+	s->n_fruitless = 0;
+	s->misbehaved = false;
+	s->kill_blames = false;
 
 	if (!was_ready)
 		shard_note_failed_start(e, s, why);
@@ -1361,6 +1567,45 @@ static uint64_t since(uint64_t now, uint64_t then)
 	return now > then ? now - then : 0;
 }
 
+/*
+ * The shard's worker has committed no row for the step timeout.  If it
+ * posted results meanwhile, they were all rejected: it is killed for
+ * them.  Otherwise it hangs: the step's rows are blamed only when it hangs
+ * inside the model call (in_model_call, read now, when its clock ran
+ * out); a worker stuck anywhere else (waiting on a dispatch or for room
+ * that it has, after garbling what it sent) says nothing about them.
+ */
+static void shard_kill_stalled(struct engine *e, struct shard *s)
+{
+	struct shm_channel *ch = shm_channel_at(&e->seg, s->index);
+	bool in_model = atomic_load(&ch->in_model_call) != 0;
+
+	if (s->n_fruitless && s->fruitless_ns > s->progress_ns) {
+		LOG(LOG_WARN, "worker %u (pid %d): no result committed a row for "
+		    "longer than %llu ms; killing it (no request is blamed)",
+		    s->index, (int)s->pid, (unsigned long long)e->cfg->step_timeout_ms);
+		e->stats.n_fruitless_kills++;
+		shard_kill_misbehaving(s, " for results that commit nothing");
+		return;
+	}
+	LOG(LOG_WARN, "worker %u (pid %d): no result for longer than %llu ms; "
+	    "killing it (%u active rows, dispatch %llu of %llu adopted, %u "
+	    "draining%s%s, %s)", s->index, (int)s->pid,
+	    (unsigned long long)e->cfg->step_timeout_ms, s->n_active,
+	    (unsigned long long)atomic_load(&ch->dispatch_adopted),
+	    (unsigned long long)s->dispatch_pos, s->n_draining,
+	    s->redispatch ? ", rows to send" : "", s->reset ? ", reset to send" : "",
+	    in_model ? "inside the model call" : "outside the model call: no blame");
+	e->stats.n_hang_kills++;
+	if (in_model) {
+		s->killed_for = " after the step timeout";
+		s->kill_blames = true;
+		shard_kill(s);
+	} else {
+		shard_kill_misbehaving(s, " after the step timeout, outside the model call");
+	}
+}
+
 /* Start due replacements; kill workers past the start or step timeout.
  * Returns the time of the next such deadline (UINT64_MAX: none). */
 static uint64_t engine_check_workers(struct engine *e, uint64_t now)
@@ -1399,6 +1644,7 @@ static uint64_t engine_check_workers(struct engine *e, uint64_t now)
 				    "killing it", s->index, (int)s->pid,
 				    (unsigned long long)e->cfg->start_timeout_ms);
 				s->killed_for = " (not ready by the start timeout)";
+				s->kill_blames = false;
 				shard_kill(s);
 				continue;
 			} else {
@@ -1414,20 +1660,7 @@ static uint64_t engine_check_workers(struct engine *e, uint64_t now)
 		if (!shard_owes_results(s))
 			continue;
 		if (since(now, s->progress_ns) >= timeout) {
-			struct shm_channel *ch = shm_channel_at(&e->seg, i);
-
-			LOG(LOG_WARN, "worker %u (pid %d): no result for longer "
-			    "than %llu ms; killing it (%u active rows, dispatch "
-			    "%llu of %llu adopted, %u draining%s%s)", s->index,
-			    (int)s->pid, (unsigned long long)e->cfg->step_timeout_ms,
-			    s->n_active,
-			    (unsigned long long)atomic_load(&ch->dispatch_adopted),
-			    (unsigned long long)s->dispatch_pos, s->n_draining,
-			    s->redispatch ? ", rows to send" : "",
-			    s->reset ? ", reset to send" : "");
-			s->killed_for = " after the step timeout";
-			e->stats.n_hang_kills++;
-			shard_kill(s);
+			shard_kill_stalled(e, s);
 		} else if (s->progress_ns + timeout < next) {
 			next = s->progress_ns + timeout;
 		}
@@ -2174,7 +2407,14 @@ int engine_metrics(const struct engine *e, struct strbuf *out)
 	ret = ret ? ret : metrics_gauge(out, "dynbatch_requests_paused",
 			"Requests parked while their client reads slowly.", e->n_paused);
 	ret = ret ? ret : metrics_counter(out, "dynbatch_stale_results_rejected_total",
-			"Worker results rejected as stale or invalid.", NULL, st->n_stale);
+			"Worker results rejected as invalid (garbled, out of range).",
+			NULL, st->n_stale);
+	ret = ret ? ret : metrics_counter(out, "dynbatch_runahead_rows_discarded_total",
+			"Result rows run ahead and made obsolete (request ended, reset).",
+			NULL, st->n_discarded);
+	ret = ret ? ret : metrics_counter(out, "dynbatch_worker_fruitless_kills_total",
+			"Workers killed for results that kept committing nothing.",
+			NULL, st->n_fruitless_kills);
 	ret = ret ? ret : metrics_counter(out, "dynbatch_worker_restarts_total",
 			"Worker processes started to replace one that exited.", NULL,
 			st->n_worker_starts > e->n_shards && !e->in_process ?

@@ -90,10 +90,12 @@ void stats_print_summary(const struct engine_stats *s, FILE *f)
 		(unsigned long long)s->n_tokens, wall,
 		wall > 0 ? (double)s->n_tokens / wall : 0);
 	fprintf(f, "dynbatch: %llu steps, mean batch occupancy %.3f, %llu stale "
-		"results rejected, %llu worker deaths (%llu hang kills), "
+		"results rejected, %llu run-ahead rows discarded, %llu worker "
+		"deaths (%llu hang kills), "
 		"%llu poisoned requests, latency p50 %.3f ms p99 %.3f ms\n",
 		(unsigned long long)s->n_steps, stats_occupancy(s),
 		(unsigned long long)s->n_stale,
+		(unsigned long long)s->n_discarded,
 		(unsigned long long)s->n_worker_deaths,
 		(unsigned long long)s->n_hang_kills,
 		(unsigned long long)s->n_poisoned,
@@ -121,7 +123,8 @@ int stats_write_json(const struct engine_stats *s, const char *path)
 		"\"coordinator_max_rss_kb\":%llu,"
 		"\"latency_p50_ms\":%.3f,\"latency_p99_ms\":%.3f,"
 		"\"mean_refill_us\":%.3f,\"model_s\":%.6f,\"step_s\":%.6f,"
-		"\"coordinator_dozes\":%llu}\n",
+		"\"coordinator_dozes\":%llu,\"runahead_rows_discarded\":%llu,"
+		"\"fruitless_kills\":%llu}\n",
 		(unsigned long long)s->n_tokens, wall,
 		wall > 0 ? (double)s->n_tokens / wall : 0,
 		(unsigned long long)s->n_steps, stats_occupancy(s),
@@ -136,7 +139,9 @@ int stats_write_json(const struct engine_stats *s, const char *path)
 		(double)stats_latency_quantile(s, 0.99) / 1e6,
 		s->n_refills ? (double)s->refill_ns_sum / (double)s->n_refills / 1e3 : 0,
 		(double)s->model_ns / 1e9, (double)s->step_ns / 1e9,
-		(unsigned long long)s->n_dozes);
+		(unsigned long long)s->n_dozes,
+		(unsigned long long)s->n_discarded,
+		(unsigned long long)s->n_fruitless_kills);
 	if (ferror(f))
 		ret = -EIO;
 	if (fclose(f) && !ret)

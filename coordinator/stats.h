@@ -32,7 +32,15 @@ struct engine_stats {
 	uint64_t n_step_capacity;	/* shard slots over all completed steps */
 	uint64_t model_ns;		/* time inside model_next(), all steps */
 	uint64_t step_ns;		/* dispatch -> result seen, all steps */
-	uint64_t n_stale;		/* result rows or records rejected */
+	uint64_t n_stale;		/* result rows or records rejected as
+					 * invalid (garbled, out of range) */
+	uint64_t n_discarded;		/* result rows or records run ahead
+					 * and made obsolete (the request
+					 * ended, a reset, a newer dispatch,
+					 * the worker died): not a fault */
+	uint64_t n_fruitless_kills;	/* workers killed for posting results
+					 * that committed nothing, many in a
+					 * row (no request blamed) */
 	uint64_t n_worker_deaths;
 	uint64_t n_hang_kills;		/* workers killed past the step timeout */
 	uint64_t n_worker_starts;

@@ -222,6 +222,18 @@ check_results "garbage every 3rd result: all exact" "$MODEL" "$E2E_TMP/f.jsonl" 
 	"$E2E_TMP/garbage.out"
 expect_gt "garbage rejected as stale" \
 	"$(stats_field "$E2E_TMP/garbage.stats" stale_results_rejected)" 0
+# Among the garbage: dispatch ids never sent and sequence numbers for
+# other positions (regression: such a result was dropped without a reset,
+# the shard stalled until the step timeout and innocent requests were
+# failed as poison).  Each is a garbled result: a reset, nobody blamed.
+expect_eq "garbage every 3rd result: no hang kills" \
+	"$(stats_field "$E2E_TMP/garbage.stats" hang_kills)" 0
+expect_eq "garbage every 3rd result: nobody poisoned" \
+	"$(stats_field "$E2E_TMP/garbage.stats" poisoned)" 0
+# Its good results commit rows: it is never taken for a worker whose
+# results commit nothing.
+expect_eq "garbage every 3rd result: no fruitless kills" \
+	"$(stats_field "$E2E_TMP/garbage.stats" fruitless_kills)" 0
 # Short requests on a CPU-bound model: rows reach their limit while the
 # worker has yet to adopt the reset that a rejected result asked for
 # (regression: the slot was refilled at once, and the reset sent the worker
@@ -233,7 +245,7 @@ expect_gt "garbage rejected as stale" \
 GMODEL="sim:vocab=1000,seed=$((SEED % 1000)),row_us=55,mode=spin"
 "$BIN/gen_workload" --n 436 --seed "$((SEED + 5))" --model "$GMODEL" \
 	--max-tokens 21 --max-prompt 185 > "$E2E_TMP/g.jsonl"
-g_bad=0; g_hangs=0
+g_bad=0; g_hangs=0; g_fruitless=0
 for shape in "6 16 5" "6 16 5" "6 16 5" "1 38 2" "1 38 3"; do
 	set -- $shape
 	quiet garbage-short --workers $1 --batch $2 --garbage-every $3 \
@@ -243,9 +255,11 @@ for shape in "6 16 5" "6 16 5" "6 16 5" "1 38 2" "1 38 3"; do
 		--check "$E2E_TMP/garbage-short.out" > "$E2E_TMP/gcheck.log" 2>&1 ||
 		{ g_bad=$((g_bad + 1)); echo "       $shape:"; tail -n 3 "$E2E_TMP/gcheck.log"; }
 	g_hangs=$((g_hangs + $(stats_field "$E2E_TMP/gs.stats" hang_kills)))
+	g_fruitless=$((g_fruitless + $(stats_field "$E2E_TMP/gs.stats" fruitless_kills)))
 done
 expect_eq "garbled results, short requests: 5 runs all exact" $g_bad 0
 expect_eq "garbled results, short requests: no hang kills" $g_hangs 0
+expect_eq "garbled results, short requests: no fruitless kills" $g_fruitless 0
 expect_eq "no segment left by the other runs" "$LEFT_BEHIND" ""
 
 # --- 6. workers that fail before they are ready ------------------------------

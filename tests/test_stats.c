@@ -14,6 +14,8 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
+#include <unistd.h>
 
 #include "stats.h"
 #include "test_rng.h"
@@ -104,9 +106,48 @@ static void test_random_quantiles(void **state)
 	free(s);
 }
 
+/* The rejection counters reach the --stats JSON and the summary apart:
+ * invalid results as stale, obsolete run-ahead rows as discarded. */
+static void test_rejection_counters_reported(void **state)
+{
+	struct engine_stats *s = calloc(1, sizeof(*s));
+	char path[] = "/tmp/test_stats.XXXXXX", line[1024] = "";
+	json_error_t err;
+	json_t *root;
+	FILE *f;
+	int fd = mkstemp(path);
+
+	(void)state;
+	assert_non_null(s);
+	assert_true(fd >= 0);
+	close(fd);
+	s->n_stale = 3;
+	s->n_discarded = 744;
+	s->n_fruitless_kills = 2;
+	s->end_ns = 1000000000;
+	assert_int_equal(stats_write_json(s, path), 0);
+	root = json_load_file(path, 0, &err);
+	assert_non_null(root);
+	assert_int_equal(json_integer_value(json_object_get(root, "stale_results_rejected")), 3);
+	assert_int_equal(json_integer_value(json_object_get(root, "runahead_rows_discarded")), 744);
+	assert_int_equal(json_integer_value(json_object_get(root, "fruitless_kills")), 2);
+	json_decref(root);
+	f = fopen(path, "w+");
+	assert_non_null(f);
+	stats_print_summary(s, f);
+	rewind(f);
+	assert_non_null(fgets(line, sizeof(line), f));
+	assert_non_null(fgets(line, sizeof(line), f));
+	assert_non_null(strstr(line, ", 3 stale results rejected, 744 run-ahead rows discarded, "));
+	fclose(f);
+	unlink(path);
+	free(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_rejection_counters_reported),
 		cmocka_unit_test(test_empty_is_zero),
 		cmocka_unit_test(test_single_samples),
 		cmocka_unit_test(test_random_quantiles),

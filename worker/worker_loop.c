@@ -182,13 +182,18 @@ static int worker_wait(struct worker *w, bool (*ready)(const struct worker *))
 	return 0;
 }
 
-/* Fill a deliberately broken result (test mode): wrong slots, stale
- * generations, absurd counts, out-of-range tokens. */
-static void worker_fill_garbage(struct worker *w, struct shm_result *r,
-				uint32_t n_rows)
+/*
+ * Fill a deliberately broken result (test mode): wrong slots, stale
+ * generations, absurd counts, out-of-range tokens, dispatch ids never
+ * sent, sequence numbers for another position.  Returns the ring position
+ * whose seq to publish (the entry's own, w->result_pos, unless garbled).
+ */
+static uint64_t worker_fill_garbage(struct worker *w, struct shm_result *r,
+				    uint32_t n_rows)
 {
 	const struct shm_header *hdr = w->seg.hdr;
-	uint32_t kind = (uint32_t)(w->n_results / w->opt->garbage_every) % 4;
+	uint32_t kind = (uint32_t)(w->n_results / w->opt->garbage_every) % 6;
+	uint64_t seq_pos = w->result_pos;
 
 	r->n_rows = n_rows;
 	for (uint32_t i = 0; i < n_rows; i++) {
@@ -209,11 +214,19 @@ static void worker_fill_garbage(struct worker *w, struct shm_result *r,
 	case 2:	/* an absurd row count */
 		r->n_rows = 0xffffffffu;
 		break;
-	default: /* tokens outside the vocabulary */
+	case 3:	/* tokens outside the vocabulary */
 		for (uint32_t i = 0; i < n_rows; i++)
 			r->rows[i].token = (int32_t)(hdr->vocab + i) * (i & 1 ? -1 : 1);
 		break;
+	case 4:	/* a dispatch id never sent: far ahead, or 0 */
+		r->dispatch_id = w->n_results & 1 ? 0 : r->dispatch_id + (1ull << 40);
+		break;
+	default: /* the sequence number of a position laps ahead or behind */
+		seq_pos = w->n_results & 1 ? w->result_pos + 3 * hdr->ring_depth :
+					     w->result_pos - 1;
+		break;
 	}
+	return seq_pos;
 }
 
 /*
@@ -329,16 +342,19 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 	const struct shm_header *hdr = w->seg.hdr;
 	struct shm_result *r = shm_result_at(hdr, w->ch, w->result_pos);
 	bool rows_left = false, urgent;
+	uint64_t t0, seq_pos = w->result_pos;
 	int status = 0;
-	uint64_t t0;
 
 	for (uint32_t i = 0; i < n_rows; i++) {
 		w->prefixes[i] = w->views[w->step[i].slot - w->first_slot];
 		w->lengths[i] = w->step[i].n_tokens;
 	}
 	t0 = clock_now_ns();
+	/* relaxed: the coordinator reads it only to decide blame */
+	atomic_store_explicit(&w->ch->in_model_call, 1, memory_order_relaxed);
 	status = model_next(w->model, n_rows, w->prefixes, w->lengths,
 			    w->next_tokens);
+	atomic_store_explicit(&w->ch->in_model_call, 0, memory_order_relaxed);
 	r->model_ns = clock_now_ns() - t0;
 
 	r->dispatch_id = w->dispatch_id;
@@ -350,7 +366,7 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 			w->next_tokens[i];
 	}
 	if (w->opt->garbage_every && w->n_results % w->opt->garbage_every == 0) {
-		worker_fill_garbage(w, r, n_rows);
+		seq_pos = worker_fill_garbage(w, r, n_rows);
 	} else {
 		r->n_rows = n_rows;
 		for (uint32_t i = 0; i < n_rows; i++) {
@@ -360,8 +376,13 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 			r->rows[i].n_tokens = w->step[i].n_tokens;
 		}
 	}
-	shm_entry_publish(&r->seq, w->result_pos);
-	w->result_pos++;
+	if (w->opt->result_hook) {
+		w->opt->result_hook->publish(w->opt->result_hook->arg, hdr, w->ch,
+					     &w->result_pos);
+	} else {
+		shm_entry_publish(&r->seq, seq_pos);
+		w->result_pos++;
+	}
 	/* Our rows move on (a failed step leaves them: the coordinator
 	 * restarts us). */
 	for (uint32_t i = 0; i < w->n_rows && !status; i++) {

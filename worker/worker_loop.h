@@ -10,6 +10,20 @@
 
 struct model;
 struct shm_segment;
+struct shm_header;
+struct shm_channel;
+
+/*
+ * A test hook (tools/hostile_worker.c): called for each result record the
+ * worker has filled in at ring position *pos, in place of publishing it.
+ * It may rewrite the record, publishes what it likes (shm_entry_publish())
+ * and leaves *pos at the next position the worker is to write.
+ */
+struct worker_result_hook {
+	void (*publish)(void *arg, const struct shm_header *hdr,
+			struct shm_channel *ch, uint64_t *pos);
+	void *arg;
+};
 
 struct worker_options {
 	int shared_fd;		/* the shared object, read-only */
@@ -25,6 +39,7 @@ struct worker_options {
 	 * worker then exits 1 without serving. */
 	int (*before_serving)(const struct worker_options *opt, char *err,
 			      size_t err_len);
+	const struct worker_result_hook *result_hook; /* tests; NULL: honest */
 };
 
 /*

@@ -1,0 +1,646 @@
+/*
+ * hostile_worker.c - dynbatch-hostile-worker: a worker that attacks its
+ * coordinator, for tests/e2e_hostile.sh (DYNBATCH_WORKER=<this>).
+ *
+ *   DYNBATCH_HOSTILE="MODE[,shard=N][,lives=L]"
+ *
+ * It attacks only on shard N (default 0) and only in the first L worker
+ * processes started for that shard in one coordinator's life (default 2,
+ * counted in a file under $DYNBATCH_HOSTILE_DIR, else $TMPDIR or /tmp);
+ * everywhere else it is the honest worker (worker_run()), so a run has
+ * honest shards to compare with bin/refdecode, and every request is still
+ * answered once the attacker has spent its lives.  An attacker attacks
+ * for as long as it lives.
+ *
+ * Result-level modes rewrite what the worker posts (a worker_result_hook
+ * around the honest loop):
+ *   wrong-generation  every row's generation wrong (ahead, behind, 0)
+ *   empty             every result without rows
+ *   bad-dispatch-id   every 3rd result (the first of a life too) with a
+ *                     dispatch id never sent
+ *   seq-jump          every 3rd result (the first too) with a sequence
+ *                     number for another position, or posted positions
+ *                     ahead
+ *   flood             after its first honest result, copies of it into
+ *                     every entry the coordinator frees, as fast as it can
+ * Channel-level modes attack whatever the process can reach, found the
+ * generic way (/proc/self/maps, /proc/self/fd), from a thread beside the
+ * honest loop, so they keep working whatever the segment's layout:
+ *   scribble          random bytes over every writable shared mapping
+ *                     (its channel, wake-up words included), again and
+ *                     again; the worker posts nothing itself
+ *   steal-wakeups     reads every readable descriptor it holds, in a loop
+ *   write-fds         writes a forged JSON result line to every descriptor
+ *   mprotect          makes every shared mapping writable (mprotect) and
+ *                     writes garbage over it (the header, other shards'
+ *                     prompts), and reopens the segment O_RDWR through
+ *                     /proc/self/fd and /dev/shm to do the same
+ * A write that faults (a read-only mapping) is skipped, not fatal: once
+ * the coordinator gives a worker nothing it may not write, these modes
+ * do no harm.  What an attack achieved (bytes stolen, mappings made
+ * writable, objects reopened for writing) is written, now and then, to
+ * $DYNBATCH_HOSTILE_DIR/report-<pid> as "stolen=N writable=N reopened=N".
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "parse_num.h"
+#include "shm_segment.h"
+#include "sim_model.h"
+#include "worker_loop.h"
+
+#define HOSTILE_DEFAULT_LIVES 2u
+#define HOSTILE_MAX_MAPS 64u
+
+struct hostile {
+	uint64_t n_results;		/* results the hook has seen */
+	uint64_t rng;			/* splitmix64 state */
+	const char *forge_id;		/* id of the forged result lines */
+	char report_path[PATH_MAX];	/* "" when there is no report */
+	/* what the attack thread achieved */
+	uint64_t n_stolen;		/* bytes read from descriptors */
+	uint64_t n_writable;		/* read-only mappings made writable */
+	uint64_t n_reopened;		/* shared objects reopened O_RDWR */
+	uint64_t reported_ns;		/* when the report was last written */
+};
+
+static struct hostile hostile;
+
+/* ------------------------------------------------------------------------
+ * Result-level modes: worker_result_hook publishers
+ * ---------------------------------------------------------------------- */
+
+static void publish_at(struct shm_channel *ch, const struct shm_header *hdr,
+		       uint64_t pos, uint64_t seq_value)
+{
+	/* release, as shm_entry_publish() (seq_value - 1 is a position) */
+	shm_entry_publish(&shm_result_at(hdr, ch, pos)->seq, seq_value - 1);
+}
+
+static void publish_wrong_generation(void *arg, const struct shm_header *hdr,
+				     struct shm_channel *ch, uint64_t *pos)
+{
+	struct hostile *h = arg;
+	struct shm_result *r = shm_result_at(hdr, ch, *pos);
+	uint32_t n = r->n_rows <= hdr->shard_capacity ? r->n_rows : 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		switch ((h->n_results + i) % 3) {
+		case 0: r->rows[i].generation += 1 + (uint32_t)(h->n_results % 1000); break;
+		case 1: r->rows[i].generation -= 1; break;
+		default: r->rows[i].generation = 0; break;
+		}
+	}
+	h->n_results++;
+	publish_at(ch, hdr, *pos, *pos + 1);
+	(*pos)++;
+}
+
+static void publish_empty(void *arg, const struct shm_header *hdr,
+			  struct shm_channel *ch, uint64_t *pos)
+{
+	struct hostile *h = arg;
+
+	shm_result_at(hdr, ch, *pos)->n_rows = 0;
+	h->n_results++;
+	publish_at(ch, hdr, *pos, *pos + 1);
+	(*pos)++;
+}
+
+static void publish_bad_dispatch_id(void *arg, const struct shm_header *hdr,
+				    struct shm_channel *ch, uint64_t *pos)
+{
+	struct hostile *h = arg;
+	struct shm_result *r = shm_result_at(hdr, ch, *pos);
+
+	/* the 1st, 4th, 7th...: a life starts with one, so a request run
+	 * alone after an attack meets the next attack at once */
+	if (++h->n_results % 3 == 1) {
+		switch (h->n_results / 3 % 3) {
+		case 0: r->dispatch_id += 1000000; break;	/* never sent */
+		case 1: r->dispatch_id = 0; break;		/* never used */
+		default: r->dispatch_id = UINT64_MAX; break;
+		}
+	}
+	publish_at(ch, hdr, *pos, *pos + 1);
+	(*pos)++;
+}
+
+static void publish_seq_jump(void *arg, const struct shm_header *hdr,
+			     struct shm_channel *ch, uint64_t *pos)
+{
+	struct hostile *h = arg;
+	size_t size = shm_result_size(hdr->shard_capacity);
+	struct shm_result *r = shm_result_at(hdr, ch, *pos);
+
+	if (++h->n_results % 3 != 1) {	/* the 1st, 4th, 7th... jump */
+		publish_at(ch, hdr, *pos, *pos + 1);
+		(*pos)++;
+		return;
+	}
+	if (h->n_results / 3 % 2) {
+		/* this entry, but a sequence number laps ahead */
+		publish_at(ch, hdr, *pos, *pos + 1 + 5ull * hdr->ring_depth);
+		(*pos)++;
+		return;
+	}
+	/* positions ahead: the ones in between are never written */
+	memcpy((char *)shm_result_at(hdr, ch, *pos + 3) + sizeof(r->seq),
+	       (char *)r + sizeof(r->seq), size - sizeof(r->seq));
+	publish_at(ch, hdr, *pos + 3, *pos + 4);
+	*pos += 4;
+}
+
+static void publish_flood(void *arg, const struct shm_header *hdr,
+			  struct shm_channel *ch, uint64_t *pos)
+{
+	struct hostile *h = arg;
+	size_t size = shm_result_size(hdr->shard_capacity);
+	const char *src = (const char *)shm_result_at(hdr, ch, *pos);
+
+	h->n_results++;
+	publish_at(ch, hdr, *pos, *pos + 1);
+	(*pos)++;
+	/* then copies of it into every entry the coordinator hands back,
+	 * for ever: no more steps */
+	for (;;) {
+		char *dst;
+
+		if (*pos - atomic_load_explicit(&ch->results_consumed,
+						memory_order_acquire) >= hdr->ring_depth) {
+			sched_yield();
+			continue;
+		}
+		dst = (char *)shm_result_at(hdr, ch, *pos);
+		memcpy(dst + sizeof(uint64_t), src + sizeof(uint64_t),
+		       size - sizeof(uint64_t));
+		publish_at(ch, hdr, *pos, *pos + 1);
+		(*pos)++;
+	}
+}
+
+/* scribble: the worker posts nothing; the attack thread does the rest. */
+static void publish_nothing(void *arg, const struct shm_header *hdr,
+			    struct shm_channel *ch, uint64_t *pos)
+{
+	for (;;)
+		pause();
+}
+
+/* ------------------------------------------------------------------------
+ * Channel-level modes: an attack thread
+ * ---------------------------------------------------------------------- */
+
+static void hostile_report(bool now_please);
+
+/* A fault in the attack thread skips the write that faulted. */
+static __thread sigjmp_buf *fault_guard;
+
+static void on_fault(int signo)
+{
+	if (fault_guard)
+		siglongjmp(*fault_guard, 1);
+	signal(signo, SIG_DFL);	/* not ours: fault again, and die of it */
+}
+
+struct mapping {
+	char *start;
+	size_t len;
+	bool writable;
+	char path[PATH_MAX];
+};
+
+/* The process's shared mappings (the 's' in the permissions). */
+static unsigned shared_mappings(struct mapping *m, unsigned max)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[PATH_MAX + 128];
+	unsigned n = 0;
+
+	if (!f)
+		return 0;
+	while (n < max && fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		char perms[8];
+		int path_at = 0;
+
+		if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %n", &lo, &hi, perms,
+			   &path_at) < 3 || perms[3] != 's')
+			continue;
+		m[n].start = (char *)lo;
+		m[n].len = hi - lo;
+		m[n].writable = perms[1] == 'w';
+		snprintf(m[n].path, sizeof(m[n].path), "%s", path_at ? line + path_at : "");
+		m[n].path[strcspn(m[n].path, "\n")] = '\0';
+		n++;
+	}
+	fclose(f);
+	return n;
+}
+
+/* Fill [p, p+len) with random bytes; false if it faulted. */
+static bool scribble_range(char *p, size_t len)
+{
+	sigjmp_buf jb;
+
+	if (sigsetjmp(jb, 1)) {
+		fault_guard = NULL;
+		return false;
+	}
+	fault_guard = &jb;
+	for (size_t i = 0; i + 8 <= len; i += 8) {
+		uint64_t v = sim_splitmix64(&hostile.rng);
+
+		memcpy(p + i, &v, 8);
+	}
+	fault_guard = NULL;
+	return true;
+}
+
+static void attack_scribble(void)
+{
+	struct mapping m[HOSTILE_MAX_MAPS];
+	unsigned n = shared_mappings(m, HOSTILE_MAX_MAPS);
+
+	for (unsigned i = 0; i < n; i++)
+		if (m[i].writable)
+			scribble_range(m[i].start, m[i].len);
+}
+
+/* Every descriptor in /proc/self/fd but the directory's own. */
+static unsigned open_fds(int *fds, unsigned max)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *de;
+	unsigned n = 0;
+
+	if (!d)
+		return 0;
+	while ((de = readdir(d)) && n < max) {
+		int fd = atoi(de->d_name);
+
+		if (de->d_name[0] == '.' || fd == dirfd(d))
+			continue;
+		fds[n++] = fd;
+	}
+	closedir(d);
+	return n;
+}
+
+static void attack_steal_wakeups(void)
+{
+	int fds[256];
+	unsigned n = open_fds(fds, 256);
+	char buf[4096];
+
+	for (unsigned i = 0; i < n; i++) {
+		struct pollfd p = { .fd = fds[i], .events = POLLIN };
+
+		if (poll(&p, 1, 0) == 1 && (p.revents & POLLIN)) {
+			ssize_t got = read(fds[i], buf, sizeof(buf));
+
+			if (got > 0)
+				hostile.n_stolen += (uint64_t)got;
+		}
+	}
+}
+
+static void attack_write_fds(void)
+{
+	int fds[256];
+	unsigned n = open_fds(fds, 256);
+	char line[256];
+	int len = snprintf(line, sizeof(line), "{\"id\":\"%s\",\"tokens\":[1,2,3],"
+			   "\"finish_reason\":\"length\"}\n", hostile.forge_id);
+
+	for (unsigned i = 0; i < n; i++) {
+		struct stat st;
+
+		/* not the log: that only fills the test's stderr */
+		if (fds[i] == STDERR_FILENO || fstat(fds[i], &st))
+			continue;
+		if (write(fds[i], line, (size_t)len) < 0)
+			continue;
+	}
+}
+
+/* Map what fd refers to read-write and scribble over it. */
+static void scribble_fd(int fd)
+{
+	struct stat st;
+	void *p;
+
+	if (fstat(fd, &st) || st.st_size <= 0)
+		return;
+	p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		return;
+	hostile.n_reopened++;
+	hostile_report(true);	/* the damage may end us */
+	scribble_range(p, (size_t)st.st_size);
+	munmap(p, (size_t)st.st_size);
+}
+
+static void attack_mprotect(void)
+{
+	struct mapping m[HOSTILE_MAX_MAPS];
+	unsigned n = shared_mappings(m, HOSTILE_MAX_MAPS);
+	int fds[256];
+	unsigned n_fds = open_fds(fds, 256);
+
+	for (unsigned i = 0; i < n; i++) {
+		int fd;
+
+		if (!m[i].writable &&
+		    !mprotect(m[i].start, m[i].len, PROT_READ | PROT_WRITE)) {
+			hostile.n_writable++;
+			hostile_report(true);
+			scribble_range(m[i].start, m[i].len);
+		}
+		/* the object behind it, opened again for writing */
+		if (m[i].path[0] == '/' && strncmp(m[i].path, "/dev/zero", 9)) {
+			char path[PATH_MAX];
+
+			snprintf(path, sizeof(path), "%s", m[i].path);
+			if (strstr(path, " (deleted)"))
+				*strstr(path, " (deleted)") = '\0';
+			fd = open(path, O_RDWR | O_CLOEXEC);
+			if (fd >= 0) {
+				scribble_fd(fd);
+				close(fd);
+			}
+		}
+	}
+	for (unsigned i = 0; i < n_fds; i++) {
+		char path[64], target[PATH_MAX];
+		ssize_t len;
+		int fd;
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fds[i]);
+		len = readlink(path, target, sizeof(target) - 1);
+		if (len <= 0)
+			continue;
+		target[len] = '\0';
+		if (!strstr(target, "/dev/shm/") && !strstr(target, "memfd:"))
+			continue;
+		fd = open(path, O_RDWR | O_CLOEXEC);
+		if (fd >= 0) {
+			scribble_fd(fd);
+			close(fd);
+		}
+	}
+}
+
+/* ------------------------------------------------------------------------
+ * Modes and main
+ * ---------------------------------------------------------------------- */
+
+struct mode {
+	const char *name;
+	void (*publish)(void *arg, const struct shm_header *hdr,
+			struct shm_channel *ch, uint64_t *pos);
+	void (*attack)(void);		/* one round of the attack thread */
+	unsigned round_us;		/* pause between rounds */
+};
+
+static const struct mode modes[] = {
+	{ "wrong-generation", publish_wrong_generation, NULL, 0 },
+	{ "empty", publish_empty, NULL, 0 },
+	{ "bad-dispatch-id", publish_bad_dispatch_id, NULL, 0 },
+	{ "seq-jump", publish_seq_jump, NULL, 0 },
+	{ "flood", publish_flood, NULL, 0 },
+	{ "scribble", publish_nothing, attack_scribble, 100 },
+	{ "steal-wakeups", NULL, attack_steal_wakeups, 0 },
+	{ "write-fds", NULL, attack_write_fds, 20000 },
+	{ "mprotect", NULL, attack_mprotect, 10000 },
+};
+
+/* Write what the attack achieved: now, or at most every 100 ms. */
+static void hostile_report(bool now_please)
+{
+	struct timespec ts;
+	uint64_t now;
+	FILE *f;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	if (!hostile.report_path[0] ||
+	    (!now_please && now - hostile.reported_ns < 100000000ull))
+		return;
+	hostile.reported_ns = now;
+	f = fopen(hostile.report_path, "w");
+	if (!f)
+		return;
+	fprintf(f, "stolen=%llu writable=%llu reopened=%llu\n",
+		(unsigned long long)hostile.n_stolen,
+		(unsigned long long)hostile.n_writable,
+		(unsigned long long)hostile.n_reopened);
+	fclose(f);
+}
+
+static void *attack_thread(void *arg)
+{
+	const struct mode *m = arg;
+
+	for (;;) {
+		m->attack();
+		hostile_report(false);
+		if (m->round_us)
+			usleep(m->round_us);
+		else
+			sched_yield();
+	}
+	return NULL;
+}
+
+/*
+ * Is this process one of the first lives attackers of shard in this
+ * coordinator's life?  Counts starts in a file named for both.
+ */
+static const char *hostile_dir(void)
+{
+	const char *dir = getenv("DYNBATCH_HOSTILE_DIR");
+
+	if (!dir || !*dir)
+		dir = getenv("TMPDIR");
+	return dir && *dir ? dir : "/tmp";
+}
+
+static bool hostile_life_left(uint32_t shard, uint32_t lives)
+{
+	const char *dir = hostile_dir();
+	char path[PATH_MAX];
+	unsigned n = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/dynbatch-hostile-%d-%u", dir, (int)getppid(),
+		 shard);
+	f = fopen(path, "r");
+	if (f) {
+		if (fscanf(f, "%u", &n) != 1)
+			n = 0;
+		fclose(f);
+	}
+	f = fopen(path, "w");
+	if (f) {
+		fprintf(f, "%u\n", n + 1);
+		fclose(f);
+	}
+	return n < lives;
+}
+
+/* DYNBATCH_HOSTILE="MODE[,shard=N][,lives=L]"; NULL mode on a bad spec. */
+static const struct mode *parse_spec(const char *spec, uint32_t *shard, uint32_t *lives)
+{
+	char buf[256], *save = NULL, *tok;
+	const struct mode *mode = NULL;
+	uint64_t v;
+
+	snprintf(buf, sizeof(buf), "%s", spec);
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (!strncmp(tok, "shard=", 6) && !parse_u64(tok + 6, 0, 1u << 16, &v)) {
+			*shard = (uint32_t)v;
+		} else if (!strncmp(tok, "lives=", 6) && !parse_u64(tok + 6, 0, 1u << 30, &v)) {
+			*lives = (uint32_t)v;
+		} else {
+			for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
+				if (!strcmp(tok, modes[i].name))
+					mode = &modes[i];
+			if (!mode) {
+				fprintf(stderr, "dynbatch-hostile-worker: bad DYNBATCH_HOSTILE "
+					"part '%s'\n", tok);
+				return NULL;
+			}
+		}
+	}
+	if (!mode)
+		fprintf(stderr, "dynbatch-hostile-worker: DYNBATCH_HOSTILE names no mode\n");
+	return mode;
+}
+
+/* The worker's command line (coordinator/worker_pool.c's worker_spawn()). */
+static int parse_args(int argc, char **argv, struct worker_options *opt)
+{
+	static const struct option longopts[] = {
+		{ "shared-fd", required_argument, NULL, 's' },
+		{ "shard-fd", required_argument, NULL, 'f' },
+		{ "shard", required_argument, NULL, 'k' },
+		{ "model", required_argument, NULL, 'm' },
+		{ "notify-fd", required_argument, NULL, 'n' },
+		{ "spin-us", required_argument, NULL, 'p' },
+		{ "garbage-every", required_argument, NULL, 'g' },
+		{ "nice", required_argument, NULL, 'i' },
+		{ NULL, 0, NULL, 0 },
+	};
+	uint64_t v;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'm': opt->model_spec = optarg; break;
+		case 's':
+		case 'f':
+		case 'k':
+		case 'n':
+		case 'p':
+		case 'g':
+			if (parse_u64(optarg, 0, 1u << 30, &v))
+				return -EINVAL;
+			if (c == 's')
+				opt->shared_fd = (int)v;
+			else if (c == 'f')
+				opt->shard_fd = (int)v;
+			else if (c == 'k')
+				opt->shard = (uint32_t)v;
+			else if (c == 'n')
+				opt->notify_fd = (int)v;
+			else if (c == 'p')
+				opt->spin_ns = v * 1000;
+			else
+				opt->garbage_every = (uint32_t)v;
+			break;
+		case 'i':
+			break;	/* the attacker keeps its priority */
+		default:
+			return -EINVAL;
+		}
+	}
+	return opt->shared_fd >= 0 && opt->shard_fd >= 0 && opt->model_spec &&
+	       opt->notify_fd >= 0 ? 0 : -EINVAL;
+}
+
+int main(int argc, char **argv)
+{
+	struct worker_options opt = { .shared_fd = -1, .shard_fd = -1,
+				      .notify_fd = -1, .spin_ns = 20000 };
+	struct worker_result_hook hook = { .arg = &hostile };
+	uint32_t shard = 0, lives = HOSTILE_DEFAULT_LIVES;
+	const char *spec = getenv("DYNBATCH_HOSTILE");
+	const struct mode *mode;
+	char role[48];
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	signal(SIGINT, SIG_IGN);
+	log_init_from_env();
+	if (parse_args(argc, argv, &opt)) {
+		fprintf(stderr, "dynbatch-hostile-worker: bad command line (keep "
+			"tools/hostile_worker.c in step with worker/main.c)\n");
+		return 2;
+	}
+	mode = parse_spec(spec ? spec : "", &shard, &lives);
+	if (!mode)
+		return 2;
+	if (opt.shard != shard || !hostile_life_left(shard, lives)) {
+		snprintf(role, sizeof(role), "worker %u", opt.shard);
+		log_set_role(role);
+		return worker_run(&opt);
+	}
+	snprintf(role, sizeof(role), "hostile worker %u (%s)", opt.shard, mode->name);
+	log_set_role(role);
+	LOG(LOG_WARN, "attacking");
+	hostile.rng = (uint64_t)getpid() * 0x9E3779B97F4A7C15ull ^ (uint64_t)time(NULL);
+	hostile.forge_id = getenv("DYNBATCH_HOSTILE_FORGE_ID");
+	if (!hostile.forge_id)
+		hostile.forge_id = "forged";
+	if (getenv("DYNBATCH_HOSTILE_DIR"))
+		snprintf(hostile.report_path, sizeof(hostile.report_path),
+			 "%s/report-%d", hostile_dir(), (int)getpid());
+	if (mode->publish) {
+		hook.publish = mode->publish;
+		opt.result_hook = &hook;
+	}
+	if (mode->attack) {
+		struct sigaction sa = { .sa_handler = on_fault, .sa_flags = SA_NODEFER };
+		pthread_t t;
+
+		sigaction(SIGSEGV, &sa, NULL);
+		sigaction(SIGBUS, &sa, NULL);
+		if (pthread_create(&t, NULL, attack_thread, (void *)mode)) {
+			fprintf(stderr, "dynbatch-hostile-worker: cannot start the attack\n");
+			return 1;
+		}
+	}
+	worker_run(&opt);
+	/* The attack goes on until the coordinator ends us. */
+	for (;;)
+		pause();
+}
