@@ -213,15 +213,18 @@ static int probe_judge(struct probe_run *r, const char *how, uint64_t timeout_ms
 			return MODEL_PROBE_REFUSED;
 		}
 	}
-	if (r->n_answer)
+	if (r->timed_out && !r->answer_done)
+		snprintf(why, why_len, "the probe gave no answer within %llu ms "
+			 "(--start-timeout) and was killed%s%s%s",
+			 (unsigned long long)timeout_ms,
+			 r->n_answer ? " (it wrote '" : "",
+			 r->n_answer ? log_escape(r->answer, esc, sizeof(esc)) : "",
+			 r->n_answer ? "' and no newline)" : "");
+	else if (r->n_answer)
 		snprintf(why, why_len, "the probe answered '%s', not 'vocab N' (N "
 			 "in 1..%llu) or 'error TEXT' and a newline",
 			 log_escape(r->answer, esc, sizeof(esc)),
 			 (unsigned long long)PROBE_VOCAB_MAX);
-	else if (r->timed_out)
-		snprintf(why, why_len, "the probe gave no answer within %llu ms "
-			 "(--start-timeout) and was killed",
-			 (unsigned long long)timeout_ms);
 	else
 		snprintf(why, why_len, "the probe %s without an answer",
 			 r->exited ? how : "closed its answer pipe");

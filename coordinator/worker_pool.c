@@ -215,6 +215,8 @@ int worker_spawn_probe(const char *worker_path, const char *model_spec,
 	};
 
 	snprintf(answer_arg, sizeof(answer_arg), "%d", WORKER_PROBE_FD);
+	if (fault_sim("spawn_probe"))
+		return -EAGAIN;
 	return spawn_child(&plan, pid, pidfd);
 }
 

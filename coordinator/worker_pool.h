@@ -12,6 +12,8 @@
  * checks that its parent is the coordinator named in the header.
  * The parent opens a pidfd for the child at once (no reaping can race it),
  * which the event loop polls: readable means the worker exited.
+ * A probe (worker_spawn_probe) is started the same way with one
+ * descriptor, 3, its answer pipe, and a stderr the caller chooses.
  */
 #ifndef DYNBATCH_WORKER_POOL_H
 #define DYNBATCH_WORKER_POOL_H

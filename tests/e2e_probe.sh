@@ -90,53 +90,67 @@ same_results "example plugin: 2 workers give what --workers 0 gives" \
 	"$E2E_TMP/ex2.out" "$E2E_TMP/ex0.out"
 
 # --- 3. plugins that misbehave while they are probed -----------------------
-# bad_plugin MODE WANT: the run refuses the plugin with exit 2 and a
-# message holding WANT, on time (the start timeout is 500 ms), with
-# every process that ran the plugin gone and nothing raw from the plugin
-# in the message.
+# bad_plugin ARGS WANT: the run with the plugin's create() given ARGS
+# refuses it with exit 2 and a message holding WANT, on time (the start
+# timeout is 500 ms), with every process that ran the plugin gone and
+# nothing raw from the plugin in the message.
 bad_plugin() {
-	local mode=$1 want=$2 start end coord msg p left=""
+	local args=$1 want=$2 start end coord msg p left="" name
+	name=$(printf '%s' "${args:0:40}" | tr -c '[:print:]' '?')
 	rm -f "$MARKER" "$E2E_TMP/bad.out"
 	start=$(date +%s%N)
 	DYNBATCH_TEST_MARKER="$MARKER" run_pid "$E2E_TMP/pid" --workers 2 \
-		--start-timeout 500 --model "$PROBE_PLUGIN:mode=$mode" \
+		--start-timeout 500 --model "$PROBE_PLUGIN:$args" \
 		--input "$E2E_TMP/in.jsonl" --output "$E2E_TMP/bad.out" \
 		2> "$E2E_TMP/bad.err"
-	expect_eq "mode=$mode: exit 2" $? 2
+	expect_eq "$name: exit 2" $? 2
 	end=$(date +%s%N)
 	coord=$(cat "$E2E_TMP/pid")
 	msg=$(cat "$E2E_TMP/bad.err")
 	case "$msg" in
-	"dynbatch: --model $PROBE_PLUGIN:mode=$mode: the model cannot be opened: "*"$want"*)
-		pass "mode=$mode: the message says why ($want)" ;;
-	*)	fail "mode=$mode: message '$msg', want '$want'" ;;
+	"dynbatch: --model $PROBE_PLUGIN:"*": the model cannot be opened: "*"$want"*)
+		pass "$name: the message says why (${want:0:120})" ;;
+	*)	fail "$name: message '$msg', want '$want'" ;;
 	esac
-	expect_eq "mode=$mode: one line, nothing raw" \
+	expect_eq "$name: one line, nothing raw" \
 		"$(wc -l < "$E2E_TMP/bad.err") $(tr -d '\n[:print:]' < "$E2E_TMP/bad.err" | wc -c)" \
 		"1 0"
-	[ -s "$E2E_TMP/bad.out" ] && fail "mode=$mode: output written" \
-		|| pass "mode=$mode: no output"
+	[ -s "$E2E_TMP/bad.out" ] && fail "$name: output written" \
+		|| pass "$name: no output"
 	if [ $(( (end - start) / 1000000 )) -lt 10000 ]; then
-		pass "mode=$mode: on time ($(( (end - start) / 1000000 )) ms)"
+		pass "$name: on time ($(( (end - start) / 1000000 )) ms)"
 	else
-		fail "mode=$mode: took $(( (end - start) / 1000000 )) ms"
+		fail "$name: took $(( (end - start) / 1000000 )) ms"
 	fi
-	expect_eq "mode=$mode: no plugin code in the coordinator" \
+	expect_eq "$name: no plugin code in the coordinator" \
 		"$(awk -v c="$coord" '$2 == c' "$MARKER" 2>/dev/null)" ""
 	for p in $(awk '{ print $2 }' "$MARKER" 2>/dev/null | sort -u); do
 		kill -0 "$p" 2>/dev/null && left="$left $p"
 	done
-	expect_eq "mode=$mode: no process that ran the plugin is left" "$left" ""
-	expect_eq "mode=$mode: no segment left" "$(segments_of "$coord")" ""
+	expect_eq "$name: no process that ran the plugin is left" "$left" ""
+	expect_eq "$name: no segment left" "$(segments_of "$coord")" ""
 }
-bad_plugin hang "the probe gave no answer within 500 ms (--start-timeout) and was killed"
-bad_plugin closehang "the probe gave no answer within 500 ms"
-bad_plugin crash "the probe was killed by signal 11"
-bad_plugin silent "the probe exited with status 0 without an answer"
-bad_plugin fail 'no weights here forged line \x1b[31m'
-bad_plugin vocab0 "reports a vocabulary of 0 tokens"
-bad_plugin vocabmax "reports a vocabulary of 4294967295 tokens"
-bad_plugin garbage "the probe answered 'vocab 12x\\x1b[2J\\n"
+bad_plugin mode=hang "the probe gave no answer within 500 ms (--start-timeout) and was killed"
+bad_plugin mode=closehang "the probe gave no answer within 500 ms"
+bad_plugin mode=crash "the probe was killed by signal"
+bad_plugin mode=silent "the probe exited with status 0 without an answer"
+bad_plugin mode=fail 'no weights here forged line \x1b[31m'
+bad_plugin mode=vocab0 "reports a vocabulary of 0 tokens"
+bad_plugin mode=vocabmax "reports a vocabulary of 4294967295 tokens"
+bad_plugin mode=garbage "the probe answered 'vocab 12x\\x1b[2J\\n"
+bad_plugin mode=flood "the probe gave no answer within 500 ms (--start-timeout) and was killed; its stderr ended with '"
+grep -qF "flood\nflood\n'" "$E2E_TMP/bad.err" && pass "mode=flood: the tail of its stderr, escaped" \
+	|| fail "mode=flood: no stderr tail in '$(cat "$E2E_TMP/bad.err")'"
+bad_plugin sayraw="vocab 10" "no answer within 500 ms (--start-timeout) and was killed (it wrote 'vocab 10' and no newline)"
+# answers a plugin may forge on the pipe before the probe's own: each is
+# refused, and the probe, still running, is killed
+for answer in "vocab 0" "vocab 2147483649" "vocab 99999999999" "vocab 0010" \
+	"vocab +10" "vocab -1" "vocab 10 " "vocab  10" "vocab 1e3" "VOCAB 10" \
+	"vocab" "vocab 10"$'\r' "$(printf 'x%.0s' {1..3000})"; do
+	want=$(printf '%s\n' "$answer" | head -c 1024 | tr -d '\r')
+	[ ${#answer} -gt 1000 ] && want=$(printf 'x%.0s' {1..100})
+	bad_plugin say="$answer" "the probe answered '$want"
+done
 
 # a plugin that is not there: the same exit 2, naming the file
 run_pid "$E2E_TMP/pid" --workers 2 --model "$E2E_TMP/nothere.so" \
@@ -145,5 +159,15 @@ expect_eq "missing plugin: exit 2" $? 2
 grep -q "cannot load model plugin '$E2E_TMP/nothere.so'" "$E2E_TMP/bad.err" \
 	&& pass "missing plugin: the message names it" \
 	|| fail "missing plugin: $(cat "$E2E_TMP/bad.err")"
+
+# a probe that cannot be started: exit 1 (not the model's fault), no
+# descriptor or process left, the message says so
+DYNBATCH_FAULT=spawn_probe run_pid "$E2E_TMP/pid" --workers 2 \
+	--model "$PROBE_PLUGIN" --input "$E2E_TMP/in.jsonl" --output /dev/null \
+	2> "$E2E_TMP/bad.err"
+expect_eq "probe that cannot start: exit 1" $? 1
+grep -q "^dynbatch: --model $PROBE_PLUGIN: cannot run a probe of .*dynbatch-worker: Resource temporarily unavailable$" \
+	"$E2E_TMP/bad.err" && pass "probe that cannot start: the message says so" \
+	|| fail "probe that cannot start: $(cat "$E2E_TMP/bad.err")"
 
 finish

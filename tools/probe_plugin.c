@@ -23,9 +23,13 @@
  *             pipe), then works as ok
  *   silent    _exit(0) from create(): no answer at all
  *   closehang closes fd 3, then never returns
+ *   flood     writes "flood" lines to stderr, never returns
+ * and "say=TEXT" writes TEXT and a newline to fd 3, "sayraw=TEXT" TEXT
+ * alone, and then never returns (the answers a hostile plugin may forge).
  */
 #include <fcntl.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +74,24 @@ static void *probe_create(const char *args, char *err, size_t err_len)
 	struct probe_model *m;
 
 	probe_mark("create");
+	if (!strncmp(args, "say=", 4) || !strncmp(args, "sayraw=", 7)) {
+		const char *text = strchr(args, '=') + 1;
+		bool newline = args[3] == '=';
+
+		if (write(3, text, strlen(text)) < 0 ||
+		    (newline && write(3, "\n", 1) < 0))
+			perror("probe_plugin: fd 3");
+		for (;;)
+			pause();
+	}
+	if (!strcmp(mode, "flood")) {
+		static const char line[] = "flood\n";
+
+		while (write(2, line, sizeof(line) - 1) > 0)
+			;
+		for (;;)
+			pause();
+	}
 	if (!strcmp(mode, "hang") || !strcmp(mode, "closehang")) {
 		if (!strcmp(mode, "closehang"))
 			close(3);
