@@ -1900,13 +1900,13 @@ static int engine_setup(struct engine *e)
 			strerror(-ret));
 		return ENGINE_EXIT_FAILED;
 	}
+	/* Workers run untrusted plugins as the same user: none may ptrace
+	 * us, or open our descriptors (the output, other workers' pipes) or
+	 * memory through /proc.  Before the probe: it runs a plugin too. */
+	prctl(PR_SET_DUMPABLE, 0);
 	ret = engine_open_model(e);
 	if (ret != ENGINE_EXIT_OK)
 		return ret;
-	/* Workers run untrusted plugins as the same user: none may ptrace
-	 * us, or open our descriptors (the output, other workers' pipes) or
-	 * memory through /proc. */
-	prctl(PR_SET_DUMPABLE, 0);
 	p = (struct shm_params){ .n_slots = cfg->n_slots, .n_shards = e->n_shards,
 				 .max_context = cfg->max_context,
 				 .vocab = e->vocab };
