@@ -37,7 +37,8 @@ COMMON_SRC := $(wildcard common/*.c)
 COORD_SRC := $(filter-out coordinator/main.c,$(wildcard coordinator/*.c))
 WORKER_SRC := $(filter-out worker/main.c,$(wildcard worker/*.c))
 TEST_SRC := $(wildcard tests/test_*.c)
-TOOL_SRC := $(filter-out tools/example_plugin.c tools/escape_plugin.c tools/hostile_worker.c,$(wildcard tools/*.c))
+TOOL_SRC := $(filter-out tools/example_plugin.c tools/escape_plugin.c tools/probe_plugin.c \
+	tools/hostile_worker.c,$(wildcard tools/*.c))
 
 COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/%.o)
 COORD_OBJ := $(COORD_SRC:%.c=$(BUILD)/%.o)
@@ -47,6 +48,9 @@ TOOL_BIN := $(TOOL_SRC:tools/%.c=$(BIN)/%)
 PLUGIN := $(BUILD)/example_plugin.so
 # A hostile plugin that tries to leave the worker sandbox (e2e_sandbox.sh).
 ESCAPE_PLUGIN := $(BUILD)/escape_plugin.so
+# A plugin that records which process runs its code and misbehaves while
+# the coordinator learns its vocabulary (e2e_probe.sh).
+PROBE_PLUGIN := $(BUILD)/probe_plugin.so
 
 LIBCOMMON := $(BUILD)/libcommon.a
 LIBCOORD := $(BUILD)/libcoord.a
@@ -54,7 +58,7 @@ LIBWORKER := $(BUILD)/libworker.a
 
 .PHONY: all deps test-deps run serve load test unit e2e asan tsan bench soak clean
 all: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(BIN)/dynbatch-hostile-worker \
-	$(TOOL_BIN) $(PLUGIN) $(ESCAPE_PLUGIN) $(TEST_BIN)
+	$(TOOL_BIN) $(PLUGIN) $(ESCAPE_PLUGIN) $(PROBE_PLUGIN) $(TEST_BIN)
 
 # Install the Debian packages the build needs, only when one is missing.
 deps:
@@ -119,6 +123,10 @@ $(PLUGIN): tools/example_plugin.c common/model.h
 	$(CC) $(CFLAGS) -fPIC -shared -o $@ $<
 
 $(ESCAPE_PLUGIN): tools/escape_plugin.c common/model.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC -shared -o $@ $<
+
+$(PROBE_PLUGIN): tools/probe_plugin.c common/model.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fPIC -shared -o $@ $<
 

@@ -148,6 +148,11 @@ static int model_resolve(const char *spec,
 	return *dl ? 0 : -ENOENT;
 }
 
+bool model_spec_names_plugin(const char *spec)
+{
+	return spec && model_spec_is_path(spec, strcspn(spec, ":"));
+}
+
 struct model *model_open(const char *spec, char *err, size_t err_len)
 {
 	char why[256] = "";

@@ -12,6 +12,7 @@
 #ifndef DYNBATCH_MODEL_LOADER_H
 #define DYNBATCH_MODEL_LOADER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -22,6 +23,9 @@ struct model;
  * reason naming the bad part of the spec into err.
  */
 struct model *model_open(const char *spec, char *err, size_t err_len);
+
+/* Does spec name a plugin (whose code model_open() would run)? */
+bool model_spec_names_plugin(const char *spec);
 
 /* Vocabulary size of an open model. */
 uint32_t model_vocab(const struct model *m);

@@ -95,6 +95,7 @@
 #include "log_limit.h"
 #include "metrics.h"
 #include "model_loader.h"
+#include "model_probe.h"
 #include "request.h"
 #include "request_pool.h"
 #include "shm_segment.h"
@@ -2074,21 +2075,50 @@ static void engine_check_invariants(struct engine *e)
 				    "counts %u active slots", i, e->shards[i].n_active);
 }
 
-/* Everything up to the first worker start.  Returns an exit status. */
-static int engine_setup(struct engine *e)
+/*
+ * Learn the model's vocabulary.  A plugin's code never runs here when
+ * workers run it (docs/DESIGN.md 11.1): its vocabulary comes from a
+ * sandboxed probe (model_probe.h).  The sim model is our own code and
+ * cheap to open; with --workers 0 the coordinator runs the model itself
+ * by design, and keeps it open.  Returns an exit status.
+ */
+static int engine_open_model(struct engine *e)
 {
-	const struct engine_config *cfg = e->cfg;
-	struct shm_params p;
-	char err[256];
-	sigset_t sigs;
+	const char *spec = e->cfg->model_spec;
+	char err[1024], esc[LOG_ESCAPE_MAX + 1];
 	int ret;
 
-	e->model = model_open(cfg->model_spec, err, sizeof(err));
+	if (!e->in_process && model_spec_names_plugin(spec)) {
+		ret = model_probe_vocab(e->worker_path, spec, e->cfg->start_timeout_ms,
+					&e->vocab, err, sizeof(err));
+		if (!ret)
+			return ENGINE_EXIT_OK;
+		fprintf(stderr, "dynbatch: --model %s: %s%s\n",
+			log_escape(spec, esc, sizeof(esc)),
+			ret > 0 ? "the model cannot be opened: " : "", err);
+		return ret > 0 ? ENGINE_EXIT_USAGE : ENGINE_EXIT_FAILED;
+	}
+	e->model = model_open(spec, err, sizeof(err));
 	if (!e->model) {
 		fprintf(stderr, "dynbatch: --model: %s\n", err);
 		return ENGINE_EXIT_USAGE;
 	}
 	e->vocab = model_vocab(e->model);
+	if (!e->in_process) {	/* the workers run it */
+		model_close(e->model);
+		e->model = NULL;
+	}
+	return ENGINE_EXIT_OK;
+}
+
+/* Everything up to the first worker start.  Returns an exit status. */
+static int engine_setup(struct engine *e)
+{
+	const struct engine_config *cfg = e->cfg;
+	struct shm_params p;
+	sigset_t sigs;
+	int ret;
+
 	e->in_process = cfg->n_workers == 0;
 	e->n_shards = e->in_process ? 1 :
 		      (cfg->n_workers < cfg->n_slots ? cfg->n_workers : cfg->n_slots);
@@ -2105,8 +2135,11 @@ static int engine_setup(struct engine *e)
 	}
 	/* Workers run untrusted plugins as the same user: none may ptrace
 	 * us, or open our descriptors (the output, other workers' pipes) or
-	 * memory through /proc. */
+	 * memory through /proc.  Before the probe: it runs a plugin too. */
 	prctl(PR_SET_DUMPABLE, 0);
+	ret = engine_open_model(e);
+	if (ret != ENGINE_EXIT_OK)
+		return ret;
 	p = (struct shm_params){ .n_slots = cfg->n_slots, .n_shards = e->n_shards,
 				 .max_context = cfg->max_context,
 				 .vocab = e->vocab };

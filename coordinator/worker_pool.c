@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,19 +21,34 @@
 
 extern char **environ;
 
+/* What one child is started with. */
+struct spawn_plan {
+	const char *path;	/* the executable */
+	char *const *argv;
+	int *src;		/* src[i] becomes WORKER_SHARED_FD + i */
+	unsigned n_src;		/* at most SPAWN_MAX_FDS */
+	int stderr_src;		/* becomes its stderr; -1: ours */
+	bool stderr_null;	/* /dev/null on its stderr (stderr_src -1) */
+};
+
+#define SPAWN_MAX_FDS 4
+
 /*
  * Put the descriptors the child gets in place (src[i] becomes
- * WORKER_SHARED_FD + i) and close every other one above stderr, whatever
- * its close-on-exec flag.  Every source must lie above the targets
- * (spawn_lift_fds), so that no dup2 overwrites a source still to be
- * moved; dup2 leaves the targets without close-on-exec.  0 or an error
- * number.
+ * WORKER_SHARED_FD + i, stderr_src stderr) and close every other one
+ * above stderr, whatever its close-on-exec flag.  Every source must lie
+ * above the targets (spawn_lift_fds), so that no dup2 overwrites a source
+ * still to be moved; dup2 leaves the targets without close-on-exec.  0 or
+ * an error number.
  */
 static int spawn_pass_fds(posix_spawn_file_actions_t *actions,
-			  const int *src, unsigned n)
+			  const int *src, unsigned n, int stderr_src)
 {
 	int ret = 0;
 
+	if (stderr_src >= 0)
+		ret = posix_spawn_file_actions_adddup2(actions, stderr_src,
+						       STDERR_FILENO);
 	for (unsigned i = 0; i < n && !ret; i++)
 		ret = posix_spawn_file_actions_adddup2(actions, src[i],
 						       WORKER_SHARED_FD + (int)i);
@@ -43,19 +59,23 @@ static int spawn_pass_fds(posix_spawn_file_actions_t *actions,
 }
 
 /*
- * A source below WORKER_SHARED_FD + n (the targets, or 0..2 when the
+ * A source below the first descriptor the child does not get
+ * (WORKER_SHARED_FD + n_targets: the targets, or 0..2 when the
  * coordinator was started with a standard descriptor closed) is
- * duplicated above them, close-on-exec; lifted[i] gets the duplicate to
- * close after the spawn (or -1).  0 or a negative errno.
+ * duplicated above it, close-on-exec; lifted[i] gets the duplicate to
+ * close after the spawn (or -1).  A source of -1 stays.  0 or a negative
+ * errno.
  */
-static int spawn_lift_fds(int *src, int *lifted, unsigned n)
+static int spawn_lift_fds(int *src, int *lifted, unsigned n, unsigned n_targets)
 {
+	const int floor = WORKER_SHARED_FD + (int)n_targets;
+
 	for (unsigned i = 0; i < n; i++)
 		lifted[i] = -1;
 	for (unsigned i = 0; i < n; i++) {
-		if (src[i] >= WORKER_SHARED_FD + (int)n)
+		if (src[i] < 0 || src[i] >= floor)
 			continue;
-		lifted[i] = fcntl(src[i], F_DUPFD_CLOEXEC, WORKER_SHARED_FD + (int)n);
+		lifted[i] = fcntl(src[i], F_DUPFD_CLOEXEC, floor);
 		if (lifted[i] < 0)
 			return -errno;
 		src[i] = lifted[i];
@@ -72,44 +92,33 @@ static int spawn_lift_fds(int *src, int *lifted, unsigned n)
  * What the child of a fork did by hand is here the spawn's attributes:
  * an empty signal mask (the coordinator blocks signals for its
  * signalfd), SIGPIPE back to its default, /dev/null on stdin and stdout,
- * and exactly the descriptors of worker_pool.h (closefrom: a descriptor
+ * and exactly the descriptors of the plan (closefrom: a descriptor
  * someone opened without close-on-exec, our output say, never reaches a
- * worker).  The worker sets PR_SET_PDEATHSIG itself and checks its parent
- * is the coordinator named in the header, which covers a coordinator that
- * died first.
+ * child).  The child sets PR_SET_PDEATHSIG itself; a worker also checks
+ * its parent is the coordinator named in the header, which covers a
+ * coordinator that died first.  Then a pidfd for the child at once (no
+ * reaping can race it).  0 with *pid and *pidfd set, or a negative errno
+ * (nothing left running).
  */
-int worker_spawn(const struct worker_spawn_args *a, pid_t *pid, int *pidfd)
+static int spawn_child(const struct spawn_plan *p, pid_t *pid, int *pidfd)
 {
-	char shard[16], shared_arg[16], shard_arg[16], notify_arg[16];
-	char spin[16], garbage[16], nice[16];
-	char *const argv[] = {
-		"dynbatch-worker", "--shared-fd", shared_arg, "--shard-fd", shard_arg,
-		"--shard", shard, "--model", (char *)a->model_spec,
-		"--notify-fd", notify_arg, "--spin-us", spin,
-		"--garbage-every", garbage, "--nice", nice, NULL,
-	};
-	int src[] = { a->shared_fd, a->shard_fd, a->notify_fd };
-	const unsigned n_src = sizeof(src) / sizeof(src[0]);
-	int lifted[sizeof(src) / sizeof(src[0])];
+	/* the plan's sources, then stderr_src: all lifted above the targets */
+	int src[SPAWN_MAX_FDS + 1], lifted[SPAWN_MAX_FDS + 1];
+	const unsigned n_src = p->n_src + 1;
 	posix_spawn_file_actions_t actions;
 	posix_spawnattr_t attr;
 	sigset_t none, pipe_only;
 	pid_t child;
 	int ret, fd;
 
-	snprintf(shard, sizeof(shard), "%u", a->shard);
-	snprintf(shared_arg, sizeof(shared_arg), "%d", WORKER_SHARED_FD);
-	snprintf(shard_arg, sizeof(shard_arg), "%d", WORKER_SHARD_FD);
-	snprintf(notify_arg, sizeof(notify_arg), "%d", WORKER_NOTIFY_FD);
-	snprintf(spin, sizeof(spin), "%u", a->spin_us);
-	snprintf(garbage, sizeof(garbage), "%u", a->garbage_every);
-	snprintf(nice, sizeof(nice), "%u", a->nice);
+	if (p->n_src > SPAWN_MAX_FDS)
+		return -EINVAL;
+	memcpy(src, p->src, p->n_src * sizeof(src[0]));
+	src[p->n_src] = p->stderr_src;
 	sigemptyset(&none);
 	sigemptyset(&pipe_only);
 	sigaddset(&pipe_only, SIGPIPE);
-	if (fault_sim("spawn"))
-		return -EAGAIN;
-	ret = spawn_lift_fds(src, lifted, n_src);
+	ret = spawn_lift_fds(src, lifted, n_src, p->n_src);
 	if (ret)
 		goto out_lifted;
 	ret = -ENOMEM;
@@ -120,14 +129,14 @@ int worker_spawn(const struct worker_spawn_args *a, pid_t *pid, int *pidfd)
 		goto out_lifted;
 	}
 	/* first the descriptors, while every source is still open */
-	ret = spawn_pass_fds(&actions, src, n_src);
+	ret = spawn_pass_fds(&actions, src, p->n_src, src[p->n_src]);
 	if (!ret)
 		ret = posix_spawn_file_actions_addopen(&actions, STDIN_FILENO,
 						       "/dev/null", O_RDONLY, 0);
 	if (!ret)
 		ret = posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO,
 						       "/dev/null", O_WRONLY, 0);
-	if (!ret && a->stderr_null)
+	if (!ret && p->stderr_src < 0 && p->stderr_null)
 		ret = posix_spawn_file_actions_addopen(&actions, STDERR_FILENO,
 						       "/dev/null", O_WRONLY, 0);
 	if (!ret)
@@ -138,7 +147,7 @@ int worker_spawn(const struct worker_spawn_args *a, pid_t *pid, int *pidfd)
 		ret = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK |
 						      POSIX_SPAWN_SETSIGDEF);
 	if (!ret)	/* returns the error number itself, not -1 and errno */
-		ret = posix_spawn(&child, a->worker_path, &actions, &attr, argv,
+		ret = posix_spawn(&child, p->path, &actions, &attr, p->argv,
 				  environ);
 	posix_spawnattr_destroy(&attr);
 	posix_spawn_file_actions_destroy(&actions);
@@ -160,6 +169,55 @@ out_lifted:
 	*pid = child;
 	*pidfd = fd;
 	return 0;
+}
+
+int worker_spawn(const struct worker_spawn_args *a, pid_t *pid, int *pidfd)
+{
+	char shard[16], shared_arg[16], shard_arg[16], notify_arg[16];
+	char spin[16], garbage[16], nice[16];
+	char *const argv[] = {
+		"dynbatch-worker", "--shared-fd", shared_arg, "--shard-fd", shard_arg,
+		"--shard", shard, "--model", (char *)a->model_spec,
+		"--notify-fd", notify_arg, "--spin-us", spin,
+		"--garbage-every", garbage, "--nice", nice, NULL,
+	};
+	int src[] = { a->shared_fd, a->shard_fd, a->notify_fd };
+	const struct spawn_plan plan = {
+		.path = a->worker_path, .argv = argv, .src = src,
+		.n_src = sizeof(src) / sizeof(src[0]), .stderr_src = -1,
+		.stderr_null = a->stderr_null,
+	};
+
+	snprintf(shard, sizeof(shard), "%u", a->shard);
+	snprintf(shared_arg, sizeof(shared_arg), "%d", WORKER_SHARED_FD);
+	snprintf(shard_arg, sizeof(shard_arg), "%d", WORKER_SHARD_FD);
+	snprintf(notify_arg, sizeof(notify_arg), "%d", WORKER_NOTIFY_FD);
+	snprintf(spin, sizeof(spin), "%u", a->spin_us);
+	snprintf(garbage, sizeof(garbage), "%u", a->garbage_every);
+	snprintf(nice, sizeof(nice), "%u", a->nice);
+	if (fault_sim("spawn"))
+		return -EAGAIN;
+	return spawn_child(&plan, pid, pidfd);
+}
+
+int worker_spawn_probe(const char *worker_path, const char *model_spec,
+		       int answer_fd, int stderr_fd, pid_t *pid, int *pidfd)
+{
+	char answer_arg[16];
+	char *const argv[] = {
+		"dynbatch-worker", "--probe-fd", answer_arg,
+		"--model", (char *)model_spec, NULL,
+	};
+	int src[] = { answer_fd };
+	const struct spawn_plan plan = {
+		.path = worker_path, .argv = argv, .src = src, .n_src = 1,
+		.stderr_src = stderr_fd,
+	};
+
+	snprintf(answer_arg, sizeof(answer_arg), "%d", WORKER_PROBE_FD);
+	if (fault_sim("spawn_probe"))
+		return -EAGAIN;
+	return spawn_child(&plan, pid, pidfd);
 }
 
 int worker_reap(pid_t pid, char *why, size_t why_len, int *signo)

@@ -12,6 +12,8 @@
  * checks that its parent is the coordinator named in the header.
  * The parent opens a pidfd for the child at once (no reaping can race it),
  * which the event loop polls: readable means the worker exited.
+ * A probe (worker_spawn_probe) is started the same way with one
+ * descriptor, 3, its answer pipe, and a stderr the caller chooses.
  */
 #ifndef DYNBATCH_WORKER_POOL_H
 #define DYNBATCH_WORKER_POOL_H
@@ -24,6 +26,8 @@
 #define WORKER_SHARED_FD 3
 #define WORKER_SHARD_FD 4
 #define WORKER_NOTIFY_FD 5
+/* The one descriptor a probe is started with: its answer pipe. */
+#define WORKER_PROBE_FD 3
 
 struct worker_spawn_args {
 	const char *worker_path;	/* dynbatch-worker executable */
@@ -44,6 +48,17 @@ struct worker_spawn_args {
  * errno (nothing left running).
  */
 int worker_spawn(const struct worker_spawn_args *a, pid_t *pid, int *pidfd);
+
+/*
+ * Start a probe (model_probe.h): dynbatch-worker --probe-fd 3 --model
+ * SPEC, which loads the model, enters the worker sandbox, writes one line
+ * to fd 3 and exits.  It gets /dev/null on stdin and stdout, stderr_fd as
+ * its stderr, answer_fd (a pipe's write end) as fd 3 and nothing else.
+ * Returns 0 with *pid and *pidfd set, or a negative errno (nothing left
+ * running).
+ */
+int worker_spawn_probe(const char *worker_path, const char *model_spec,
+		       int answer_fd, int stderr_fd, pid_t *pid, int *pidfd);
 
 /*
  * Reap pid if it has exited.  Returns 1 with a description of how it

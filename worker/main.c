@@ -10,8 +10,15 @@
  * notification pipe.
  * Once attached and with its model loaded, it serves inside a seccomp
  * sandbox (sandbox.h; DYNBATCH_NO_SANDBOX=1 in the environment: none).
+ *
+ * Or, as a probe (coordinator/model_probe.h), so that a plugin's code
+ * never runs in the coordinator:
+ *   dynbatch-worker --probe-fd FD --model SPEC
+ * loads the model exactly as a worker does, enters the same sandbox and
+ * writes one line to FD, "vocab N" or "error TEXT", then exits.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -23,6 +30,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "model_loader.h"
 #include "parse_num.h"
 #include "sandbox.h"
 #include "worker_loop.h"
@@ -55,6 +63,7 @@ static void usage(FILE *f)
 	fprintf(f, "usage: dynbatch-worker --shared-fd FD --shard-fd FD --shard K "
 		   "--model SPEC --notify-fd FD [--spin-us N] [--garbage-every N] "
 		   "[--nice N]\n"
+		   "       dynbatch-worker --probe-fd FD --model SPEC\n"
 		   "Started by 'dynbatch run'; not meant to be run by hand.\n");
 }
 
@@ -76,6 +85,66 @@ static int worker_enter_sandbox(const struct worker_options *opt, char *err,
 				    err, err_len);
 }
 
+/*
+ * Write the probe's answer line to fd: "PREFIX TEXT\n", TEXT on one line
+ * (a plugin's reason may hold a newline), in one write() so the reader
+ * sees it whole (PIPE_BUF).  0 or -1.
+ */
+static int probe_answer(int fd, const char *prefix, const char *text)
+{
+	char line[512];
+	int n = snprintf(line, sizeof(line) - 1, "%s %s", prefix, text);
+
+	if (n < 0)
+		return -1;
+	if ((size_t)n > sizeof(line) - 2)
+		n = (int)sizeof(line) - 2;
+	for (int i = 0; i < n; i++)
+		if (line[i] == '\n' || line[i] == '\r')
+			line[i] = ' ';
+	line[n++] = '\n';
+	return write(fd, line, (size_t)n) == n ? 0 : -1;
+}
+
+/*
+ * The probe: open the model as a worker would (model_open() runs the
+ * plugin's constructors, create() and vocab()), enter the worker's
+ * sandbox, answer, close the model.  Returns the exit status: 0 when the
+ * model opened, 1 when it did not (the answer says why), 2 when no answer
+ * could be written.
+ */
+static int worker_probe(int answer_fd, const char *spec)
+{
+	const int write_fds[] = { STDERR_FILENO, answer_fd };
+	char err[256], why[256], num[16];
+	struct model *m;
+	int ret;
+
+	if (fcntl(answer_fd, F_GETFD) < 0) {
+		LOG(LOG_ERROR, "--probe-fd %d: %s", answer_fd, strerror(errno));
+		return 2;
+	}
+	m = model_open(spec, err, sizeof(err));
+	ret = m ? 0 : 1;
+	/* refused or not, whatever the plugin left running (a thread) is
+	 * filtered before we answer; a worker would not serve unfiltered */
+	if (worker_sandbox_disabled()) {
+		LOG(LOG_INFO, "no sandbox (%s=1)", WORKER_SANDBOX_OFF_ENV);
+	} else if (worker_sandbox_enter(write_fds, sizeof(write_fds) /
+					sizeof(write_fds[0]), why, sizeof(why)) && !ret) {
+		snprintf(err, sizeof(err), "%s", why);
+		ret = 1;
+	}
+	if (ret) {
+		ret = probe_answer(answer_fd, "error", err) ? 2 : 1;
+	} else {
+		snprintf(num, sizeof(num), "%u", model_vocab(m));
+		ret = probe_answer(answer_fd, "vocab", num) ? 2 : 0;
+	}
+	model_close(m);
+	return ret;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -87,6 +156,7 @@ int main(int argc, char **argv)
 		{ "spin-us", required_argument, NULL, 'p' },
 		{ "garbage-every", required_argument, NULL, 'g' },
 		{ "nice", required_argument, NULL, 'i' },
+		{ "probe-fd", required_argument, NULL, 'P' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -99,7 +169,7 @@ int main(int argc, char **argv)
 	};
 	uint64_t v;
 	char role[32];
-	int c, idx = 0;
+	int c, idx = 0, probe_fd = -1;
 
 	/* Die with the coordinator.  SIGINT from a terminal goes to the
 	 * whole process group: the coordinator drains and ends us itself. */
@@ -154,6 +224,11 @@ int main(int argc, char **argv)
 			if (nice((int)v) < 0 && errno)
 				LOG(LOG_WARN, "nice(%d): %s", (int)v, strerror(errno));
 			break;
+		case 'P':
+			if (parse_u64(optarg, 0, 1u << 20, &v))
+				goto bad;
+			probe_fd = (int)v;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -161,6 +236,10 @@ int main(int argc, char **argv)
 			usage(stderr);
 			return 2;
 		}
+	}
+	if (probe_fd >= 0 && opt.model_spec) {
+		log_set_role("probe");
+		return worker_probe(probe_fd, opt.model_spec);
 	}
 	if (opt.shared_fd < 0 || opt.shard_fd < 0 || !opt.model_spec ||
 	    opt.notify_fd < 0) {
