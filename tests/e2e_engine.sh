@@ -64,8 +64,17 @@ expect_gt "1.2 ms steps: the coordinator dozed" \
 	"$(stats_field "$E2E_TMP/doze.stats" coordinator_dozes)" 0
 run --workers 3 --batch 24 --model "$MODEL" --input "$E2E_TMP/doze.jsonl" \
 	--output /dev/null --stats "$E2E_TMP/nodoze.stats" 2>/dev/null
-expect_eq "steps of microseconds: the coordinator never dozed" \
-	"$(stats_field "$E2E_TMP/nodoze.stats" coordinator_dozes)" 0
+# Dozing follows measured step times, so a worker descheduled for a
+# millisecond on a loaded machine (or under ASan) may make a few steps
+# look long: at most one doze per 100 steps, against one or more per step
+# in the 1.2 ms run.
+nodoze=$(stats_field "$E2E_TMP/nodoze.stats" coordinator_dozes)
+nodoze_steps=$(stats_field "$E2E_TMP/nodoze.stats" steps)
+if [ -n "$nodoze" ] && [ -n "$nodoze_steps" ] && [ $((nodoze * 100)) -le "$nodoze_steps" ]; then
+	pass "steps of microseconds: the coordinator (almost) never dozed ($nodoze in $nodoze_steps steps)"
+else
+	fail "steps of microseconds: the coordinator dozed $nodoze times in $nodoze_steps steps"
+fi
 
 # --- 2. bad input: each bad line gets its error, the rest go on -----------
 cat > "$E2E_TMP/bad.jsonl" <<'JSONL'
