@@ -79,7 +79,7 @@ struct io_ring *engine_io(struct engine *e);
 void engine_set_frontend(struct engine *e, const struct frontend_ops *ops,
 			 void *ctx);
 /* Start the workers and run until the front end is done (or a failure,
- * or signals).  Returns the process exit status (DESIGN 4.1). */
+ * or signals).  Returns the process exit status (docs/DESIGN.md 4.3). */
 int engine_run(struct engine *e);
 /* Stop the workers, remove the segment, free everything.  Accepts NULL. */
 void engine_destroy(struct engine *e);
