@@ -33,7 +33,7 @@ static void usage(FILE *f)
 "       dynbatch serve [options]    serve an OpenAI-style HTTP API\n"
 "\n"
 "A continuous-batching engine: a coordinator and N worker processes sharing\n"
-"one POSIX shared-memory segment.\n"
+"unnamed shared memory (each worker writes only its own shard's).\n"
 "\n"
 "Engine options (run and serve):\n"
 "  --workers N        worker processes (default: number of CPUs); 0 runs the\n"
