@@ -129,8 +129,11 @@ struct http_server {
 	uint32_t n_conns;
 	uint32_t *free_list;
 	uint32_t n_free;
-	uint32_t *dirty;		/* connections to look at in pump */
-	uint32_t n_dirty;
+	/* connections to look at in pump: a ring of n_conns entries, from
+	 * dirty_head to dirty_tail; a connection is in it at most once (its
+	 * dirty flag), so it never holds more than n_conns */
+	uint32_t *dirty;
+	uint32_t dirty_head, dirty_tail;
 	uint64_t next_tick_ns;		/* earliest timer found by the last scan */
 	uint64_t last_scan_ns;
 	bool rescan;			/* a connection changed since that scan */
@@ -192,7 +195,7 @@ static void conn_mark(struct http_server *srv, struct conn *c)
 	if (c->dirty)
 		return;
 	c->dirty = true;
-	srv->dirty[srv->n_dirty++] = (uint32_t)(c - srv->conns);
+	srv->dirty[srv->dirty_tail++ % srv->n_conns] = (uint32_t)(c - srv->conns);
 }
 
 /* Received bytes not parsed yet. */
@@ -780,9 +783,11 @@ static bool http_server_pump(void *ctx)
 	struct http_server *srv = ctx;
 	bool did = false;
 
-	/* A connection marked while we work is appended and seen too. */
-	for (uint32_t i = 0; i < srv->n_dirty; i++) {
-		struct conn *c = &srv->conns[srv->dirty[i]];
+	/* A connection marked while we work (its own answer marks it again)
+	 * is appended and seen too; it left the ring before, so the ring
+	 * holds each connection at most once. */
+	while (srv->dirty_head != srv->dirty_tail) {
+		struct conn *c = &srv->conns[srv->dirty[srv->dirty_head++ % srv->n_conns]];
 
 		c->dirty = false;
 		if (c->fd < 0)
@@ -794,7 +799,6 @@ static bool http_server_pump(void *ctx)
 		if (c->fd >= 0)
 			conn_arm(srv, c);
 	}
-	srv->n_dirty = 0;
 	arm_accept(srv);
 	return did;
 }

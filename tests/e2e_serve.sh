@@ -292,6 +292,18 @@ cancels_seen 2 && pass "a close while a plain request runs cancels it within 2 s
 serve_stop
 expect_eq "exit 0" "$SRV_RC" 0
 
+# Every connection of the table answered in the same loop round: the
+# server's list of connections to look at used to overflow then (a heap
+# overflow any client could cause; SIGABRT or SIGSEGV at 1024).
+serve_start burst --workers 1 --batch 2 --model "$MODEL"
+python3 "$HOSTILE" burst "$PORT" 1024 > "$E2E_TMP/burst.out" 2>&1
+expect_eq "1024 connections (the table) answered in one round, twice: each gets its answer" \
+	"$(grep -o 'answered=[0-9]*' "$E2E_TMP/burst.out")" "answered=1024"
+kill -0 "$SRV_PID" 2>/dev/null && pass "... and the server is alive" ||
+	fail "... the server died: $(tail -n 2 "$E2E_TMP/burst.err")"
+serve_stop
+expect_eq "exit 0" "$SRV_RC" 0
+
 echo "== admission: a full queue answers 429 at once"
 serve_start q429 --workers 1 --batch 1 --queue 1 --model "$SLOW"
 for i in $(seq 8); do

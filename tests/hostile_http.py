@@ -236,6 +236,42 @@ def close_running(port):
     sock.close()
 
 
+def burst(port, n):
+    """n connections (the whole table) at once, twice.  First each sends
+    a byte per round, together, then all close: every one is answered
+    (a half-closed partial request) in the same round of the server's
+    loop, which overflowed its list of connections to look at (a heap
+    overflow any client could cause: SIGABRT or SIGSEGV).  Then each
+    sends a whole request at once and must get its answer."""
+    socks = [connect(port) for _ in range(n)]
+    for k in range(3):
+        for s in socks:
+            s.sendall(b"G" if k == 0 else b"E")
+        time.sleep(0.2)
+    for s in socks:
+        s.close()
+    time.sleep(0.5)
+    socks = [connect(port) for _ in range(n)]
+    for s in socks:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    ok = 0
+    for s in socks:
+        s.settimeout(10)
+        got = b""
+        try:
+            while b"\r\n\r\n" not in got:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                got += chunk
+        except OSError:
+            pass
+        if got.startswith(b"HTTP/1.1 "):	# 200, or 503 while old ones close
+            ok += 1
+        s.close()
+    print("answered=%d" % ok)
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "flood":
@@ -244,6 +280,8 @@ def main():
         halfclose(int(sys.argv[2]), sys.argv[3])
     elif cmd == "reset_behind":
         reset_behind(int(sys.argv[2]))
+    elif cmd == "burst":
+        burst(int(sys.argv[2]), int(sys.argv[3]))
     elif cmd == "close_running":
         close_running(int(sys.argv[2]))
     else:
