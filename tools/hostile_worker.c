@@ -226,6 +226,7 @@ struct mapping {
 	char *start;
 	size_t len;
 	bool writable;
+	unsigned long inode;
 	char path[PATH_MAX];
 };
 
@@ -243,9 +244,12 @@ static unsigned shared_mappings(struct mapping *m, unsigned max)
 		char perms[8];
 		int path_at = 0;
 
-		if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %n", &lo, &hi, perms,
-			   &path_at) < 3 || perms[3] != 's')
+		unsigned long inode = 0;
+
+		if (sscanf(line, "%lx-%lx %7s %*s %*s %lu %n", &lo, &hi, perms,
+			   &inode, &path_at) < 4 || perms[3] != 's')
 			continue;
+		m[n].inode = inode;
 		m[n].start = (char *)lo;
 		m[n].len = hi - lo;
 		m[n].writable = perms[1] == 'w';
@@ -370,6 +374,16 @@ static void scribble_fd(int fd)
 	munmap(p, (size_t)st.st_size);
 }
 
+/* Is inode that of an object the worker maps writable already (its own
+ * shard object: writing it is scribble's business, not a way in)? */
+static bool own_writable(const struct mapping *m, unsigned n, unsigned long inode)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (m[i].writable && m[i].inode == inode)
+			return true;
+	return false;
+}
+
 static void attack_mprotect(void)
 {
 	struct mapping m[HOSTILE_MAX_MAPS];
@@ -387,7 +401,8 @@ static void attack_mprotect(void)
 			scribble_range(m[i].start, m[i].len);
 		}
 		/* the object behind it, opened again for writing */
-		if (m[i].path[0] == '/' && strncmp(m[i].path, "/dev/zero", 9)) {
+		if (m[i].path[0] == '/' && strncmp(m[i].path, "/dev/zero", 9) &&
+		    !own_writable(m, n, m[i].inode)) {
 			char path[PATH_MAX];
 
 			snprintf(path, sizeof(path), "%s", m[i].path);
@@ -412,6 +427,12 @@ static void attack_mprotect(void)
 		target[len] = '\0';
 		if (!strstr(target, "/dev/shm/") && !strstr(target, "memfd:"))
 			continue;
+		{
+			struct stat st;
+
+			if (stat(path, &st) || own_writable(m, n, st.st_ino))
+				continue;
+		}
 		fd = open(path, O_RDWR | O_CLOEXEC);
 		if (fd >= 0) {
 			scribble_fd(fd);
