@@ -15,6 +15,7 @@
 #include "log.h"
 #include "model_loader.h"
 #include "request.h"
+#include "sleep_handshake.h"
 #include "stop_matcher.h"
 
 /*
@@ -276,9 +277,8 @@ static void shard_dispatch(struct engine *e, struct shard *s)
 	memcpy(d->rows, rows, n * sizeof(d->rows[0]));
 	shm_entry_publish(&d->seq, s->dispatch_pos);
 	s->dispatch_pos++;
-	/* seq_cst: pairs with the fence in the worker's worker_wait(). */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&ch->worker_sleeping, memory_order_relaxed))
+	/* pairs with the worker's announcement in worker_wait() */
+	if (sleep_handshake_check(&ch->worker_sleeping))
 		shm_wake_worker(ch);
 }
 
@@ -488,10 +488,9 @@ static void shard_release_results(const struct shard *s, struct shm_channel *ch)
 	/* release: every entry before result_pos has been read */
 	atomic_store_explicit(&ch->results_consumed, s->result_pos,
 			      memory_order_release);
-	/* seq_cst: pairs with the fence in worker_wait(): a worker waiting
-	 * for room either sees it or is seen asleep. */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&ch->worker_sleeping, memory_order_relaxed))
+	/* pairs with the announcement in worker_wait(): a worker waiting
+	 * for room either sees it or is seen asleep */
+	if (sleep_handshake_check(&ch->worker_sleeping))
 		shm_wake_worker(ch);
 }
 

@@ -9,6 +9,7 @@
 
 #include "clock.h"
 #include "engine_internal.h"
+#include "sleep_handshake.h"
 
 #define ENGINE_SPIN_AHEAD_NS (250ull * 1000)	/* spin this early for a due result */
 #define ENGINE_DOZE_STEP_NS (1000ull * 1000)	/* steps this long: doze, no spin */
@@ -17,7 +18,7 @@
  * Has the worker adopted a dispatch we have not acted on, while we wait
  * for exactly that: a slot to drain, or room to send newer rows?
  */
-static bool shard_adoption_news(struct engine *e, const struct shard *s)
+static bool shard_adoption_news(const struct engine *e, const struct shard *s)
 {
 	return (s->n_draining || s->redispatch) &&
 	       atomic_load_explicit(&shm_channel_at(&e->seg, s->index)->dispatch_adopted,
@@ -26,10 +27,10 @@ static bool shard_adoption_news(struct engine *e, const struct shard *s)
 
 /* Is there anything for the coordinator in a channel: a result, or an
  * adoption it waits for? */
-static bool engine_any_result_ready(struct engine *e)
+static bool engine_any_result_ready(const struct engine *e)
 {
 	for (uint32_t i = 0; i < e->n_shards; i++) {
-		struct shard *s = &e->shards[i];
+		const struct shard *s = &e->shards[i];
 
 		if (s->pid > 0 && (shm_entry_ready(&shm_result_at(e->seg.hdr,
 				shm_channel_at(&e->seg, i), s->result_pos)->seq,
@@ -37,6 +38,12 @@ static bool engine_any_result_ready(struct engine *e)
 			return true;
 	}
 	return false;
+}
+
+/* engine_any_result_ready() in the form the handshake re-checks. */
+static bool engine_recheck_rings(const void *e)
+{
+	return engine_any_result_ready(e);
 }
 
 /*
@@ -155,12 +162,12 @@ void engine_wait(struct engine *e, uint64_t deadline_ns)
 			deadline_ns = due - ENGINE_SPIN_AHEAD_NS;
 	}
 	if (!e->in_process) {
-		atomic_store(shm_coordinator_sleeping(&e->seg),
-			     doze_ns ? SHM_COORD_DOZING : SHM_COORD_SLEEPING);
-		/* seq_cst: pairs with the fence in worker_step(). */
-		atomic_thread_fence(memory_order_seq_cst);
-		if (engine_any_result_ready(e)) {
-			atomic_store(shm_coordinator_sleeping(&e->seg), SHM_COORD_AWAKE);
+		/* pairs with sleep_handshake_check() in the worker's
+		 * worker_wake_coordinator(), after a result or an adoption */
+		if (sleep_handshake_announce(shm_coordinator_sleeping(&e->seg),
+					     doze_ns ? SHM_COORD_DOZING : SHM_COORD_SLEEPING,
+					     engine_recheck_rings, e)) {
+			sleep_handshake_done(shm_coordinator_sleeping(&e->seg));
 			return;
 		}
 	}
@@ -170,7 +177,7 @@ void engine_wait(struct engine *e, uint64_t deadline_ns)
 	if (want_fe && e->fe.ops->before_sleep(e->fe.ctx)) {
 		e->fe.ops->after_sleep(e->fe.ctx);
 		if (!e->in_process)
-			atomic_store(shm_coordinator_sleeping(&e->seg), SHM_COORD_AWAKE);
+			sleep_handshake_done(shm_coordinator_sleeping(&e->seg));
 		return;
 	}
 	now = clock_now_ns();
@@ -180,7 +187,7 @@ void engine_wait(struct engine *e, uint64_t deadline_ns)
 	if (want_fe)
 		e->fe.ops->after_sleep(e->fe.ctx);
 	if (!e->in_process)
-		atomic_store(shm_coordinator_sleeping(&e->seg), SHM_COORD_AWAKE);
+		sleep_handshake_done(shm_coordinator_sleeping(&e->seg));
 	if (ret > 0)
 		io_ring_dispatch(&e->io);
 	else if (ret < 0)
