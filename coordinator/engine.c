@@ -3,15 +3,11 @@
  *
  * NOTES ON THE DESIGN
  *
- * Run-ahead.  A shard's worker is sent the rows to extend (slot,
- * generation, committed length, limit = prompt + max_tokens) only when
- * they change, and steps on its own, writing each new token after its
- * prefix in the shard's token buffers and posting one result per step, up
- * to ring_depth results ahead of what we have read.  We commit a row only
- * at the slot's committed length, so results are applied strictly in
- * order.  Reusing a slot waits until the worker can no longer write it
- * (shard_drop_slot, shard_slot_reusable); a rejected row makes the next
- * dispatch a reset to our committed lengths (shard_reset_after_garble).
+ * The engine is three files: this one (requests from admission to
+ * their answer, the workers' lives, signals, the loop), shard_sched.c
+ * (the shard scheduler: refill, dispatch, commit, run-ahead) and
+ * wait_policy.c (spin, doze or sleep when a round made no progress).
+ * They share struct engine and struct shard through engine_internal.h.
  *
  * Trust.  Everything the coordinator must trust lives in its private
  * memory: the slot table's private copy, the request pool with every
@@ -19,7 +15,8 @@
  * sent, by dispatch id.  A result record is read field by field, once,
  * into locals and accepted only if its sequence number and dispatch id
  * (one sent to this worker), row count, each row's slot, generation and
- * position and the token's range all match; anything else is dropped and
+ * position and the token's range all match (shard_poll(), shard_commit()
+ * in shard_sched.c); anything else is dropped and
  * the affected rows are extended again.  A row the run-ahead made obsolete
  * (its request ended, a reset sent the worker back) is counted as
  * discarded, anything else as stale: a fault-free run has no stale
@@ -45,20 +42,6 @@
  * an outside event (an operator, the OOM killer, the fault injector): the
  * rows are sent again, nobody is blamed.
  *
- * Waking.  After a round with no progress the coordinator spins on the
- * result rings (around the time the next result is due, else for
- * spin_us), then sets coordinator_sleeping, fences, looks once more, and
- * sleeps in io_uring; a worker that publishes a result while the flag is
- * set writes a byte to its own notification pipe (each worker holds the
- * write end of its own pipe only, so none can read, and steal, another's
- * wake-ups), and the front end's before_sleep() arranges its own wake-up
- * (the parser thread's eventfd).  When every step takes a
- * millisecond or more it dozes instead: no spinning, a timer of a quarter
- * step, and only urgent results wake it (engine_doze_ns()).  The
- * coordinator wakes a worker (FUTEX_WAKE on its channel's wake word,
- * shm_wake_worker()) only when the worker has said it sleeps, and never
- * calls a glibc semaphore or waits on memory a worker can write.
- *
  * Front ends.  The engine knows no protocol: requests come from a front
  * end (frontend.h) through engine_submit(), the one admission path, and
  * go back through its on_tokens/on_finish callbacks, named by the cookie
@@ -75,7 +58,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -275,7 +257,7 @@ static void engine_finish_all(struct engine *e, enum finish_reason reason,
 }
 
 /* ------------------------------------------------------------------------
- * Slots, dispatch, commit
+ * Committed tokens (the scheduler, shard_sched.c, calls these)
  * ---------------------------------------------------------------------- */
 
 /*

@@ -1,7 +1,13 @@
 /*
- * engine_internal.h - the engine's private state, shared by the files that
- * make up the engine: engine.c, shard_sched.c and wait_policy.c.  No
- * other file may include it; everyone else goes through engine.h.
+ * engine_internal.h - the engine's private state: struct engine and
+ * struct shard, shared by the three files that make up the engine,
+ * engine.c (requests, workers' lives, the loop), shard_sched.c (the shard
+ * scheduler) and wait_policy.c (spin, doze, sleep).  Only those three may
+ * include it; every other file, tests included, goes through engine.h.
+ *
+ * Besides the structs it declares the engine.c functions the scheduler
+ * calls back (engine_fail(), engine_finish(), engine_commit_token()) and
+ * two one-line questions about a shard that all three ask.
  */
 #ifndef DYNBATCH_ENGINE_INTERNAL_H
 #define DYNBATCH_ENGINE_INTERNAL_H
@@ -168,11 +174,17 @@ struct engine {
 	uint64_t n_prompt_tokens;	/* of requests admitted */
 };
 
-/* engine.c: what the scheduler and the wait policy call back */
+/* ---- engine.c, for shard_sched.c and wait_policy.c ---- */
+
+/* Fail the whole engine (once: the first message is kept and logged). */
 void engine_fail(struct engine *e, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* Answer live request handle (the front end's on_finish) and free it and
+ * its place: a slot goes back through shard_drop_slot(). */
 void engine_finish(struct engine *e, uint32_t handle,
 		   enum finish_reason reason, const char *error);
+/* Commit a validated token to the request in slot, release the tokens
+ * that became final, and finish the request if it is done. */
 void engine_commit_token(struct engine *e, uint32_t slot, int32_t token);
 
 /* Does the shard's worker owe us results (rows it has been sent)? */

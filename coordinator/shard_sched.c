@@ -1,5 +1,29 @@
 /*
  * shard_sched.c - the shard scheduler; see shard_sched.h.
+ *
+ * NOTES ON THE DESIGN (docs/DESIGN.md 7)
+ *
+ * Run-ahead.  A shard's worker is sent the rows to extend (slot,
+ * generation, committed length, limit = prompt + max_tokens) only when
+ * they change, and steps on its own, writing each new token after its
+ * prefix in the shard's token buffers and posting one result per step, up
+ * to ring_depth results ahead of what we have read.  We commit a row only
+ * at the slot's committed length, so results are applied strictly in
+ * order.  Reusing a slot waits until the worker can no longer write it
+ * (shard_drop_slot, shard_slot_reusable); a rejected row makes the next
+ * dispatch a reset to our committed lengths (shard_reset_after_garble).
+ *
+ * Each field of a result is read from shared memory once, into a local,
+ * before it is checked: the worker may change it meanwhile.  A shard that
+ * keeps rejecting results right after resets runs in lockstep for a
+ * while (SHARD_LOCKSTEP).
+ *
+ * Waking the worker.  After publishing a dispatch (shard_dispatch()) or
+ * handing result entries back (shard_release_results()) the coordinator
+ * wakes the worker (FUTEX_WAKE on its channel's wake word,
+ * shm_wake_worker()) only when the worker has said it sleeps
+ * (sleep_handshake_check()), and never calls a glibc semaphore or waits
+ * on memory a worker can write.
  */
 #include "shard_sched.h"
 
@@ -43,6 +67,10 @@
 static void shard_warn(struct shard *s, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
+/* ------------------------------------------------------------------------
+ * Slots and refill
+ * ---------------------------------------------------------------------- */
+
 static struct shard *shard_of_slot(struct engine *e, uint32_t slot)
 {
 	return &e->shards[shm_slot_shard(e->seg.hdr, slot)];
@@ -75,7 +103,7 @@ void shard_drop_slot(struct engine *e, uint32_t slot)
 
 /* The next request for a free slot: a resumed one first (it held a slot
  * before), then the waiting queue.  -ENOENT when there is none. */
-static int engine_next_waiting(struct engine *e, uint32_t *handle)
+static int shard_next_waiting(struct engine *e, uint32_t *handle)
 {
 	if (e->n_resume) {
 		*handle = e->resume[0];
@@ -89,8 +117,8 @@ static int engine_next_waiting(struct engine *e, uint32_t *handle)
 
 /* Put lr into slot: its prompt, and the tokens it had when it paused.
  * 0, -EINVAL when it does not fit, -ENOMEM. */
-static int engine_place(struct engine *e, uint32_t slot, uint32_t handle,
-			struct live_request *lr)
+static int shard_place(struct engine *e, uint32_t slot, uint32_t handle,
+		       struct live_request *lr)
 {
 	uint32_t limit = lr->req.n_prompt + lr->req.max_tokens;
 
@@ -152,7 +180,7 @@ static void shard_refill(struct engine *e, struct shard *s)
 
 		if (!shard_slot_reusable(e, s, slot))
 			continue;
-		if (engine_next_waiting(e, &handle))
+		if (shard_next_waiting(e, &handle))
 			return;
 		lr = request_pool_get(&e->pool, handle);
 		if (!lr) {
@@ -160,7 +188,7 @@ static void shard_refill(struct engine *e, struct shard *s)
 			return;
 		}
 		lr->place = LIVE_UNPLACED;	/* off the queue, not yet in a slot */
-		ret = engine_place(e, slot, handle, lr);
+		ret = shard_place(e, slot, handle, lr);
 		if (ret) {
 			engine_finish(e, handle, FINISH_ERROR, ret == -ENOMEM ?
 				      "out of memory placing the request" :
@@ -182,6 +210,10 @@ static void shard_refill(struct engine *e, struct shard *s)
 		lr->matcher_state = STOP_MATCHER_ROOT;
 	}
 }
+
+/* ------------------------------------------------------------------------
+ * Dispatch
+ * ---------------------------------------------------------------------- */
 
 /* Drop the first suspect (it ran alone cleanly, finished, or was failed). */
 static void shard_pop_suspect(struct shard *s)
@@ -288,6 +320,10 @@ void shard_clear_suspect(struct shard *s, uint32_t slot)
 	if (s->n_suspects && s->suspect_slot[0] == slot)
 		shard_pop_suspect(s);
 }
+
+/* ------------------------------------------------------------------------
+ * Commit
+ * ---------------------------------------------------------------------- */
 
 /*
  * We rejected a row that was not merely stale (garbled, or ahead of what we
@@ -464,6 +500,10 @@ void shard_advance(struct engine *e, struct shard *s)
 	shard_refill(e, s);
 	shard_dispatch(e, s);
 }
+
+/* ------------------------------------------------------------------------
+ * Reading results
+ * ---------------------------------------------------------------------- */
 
 /* Kill the shard's worker; its exit is handled on the pidfd. */
 void shard_kill(struct shard *s)

@@ -1,6 +1,23 @@
 /*
  * wait_policy.c - how the coordinator waits when a round made no
  * progress; see wait_policy.h.
+ *
+ * NOTES ON THE DESIGN (docs/DESIGN.md 8)
+ *
+ * After a round with no progress the coordinator spins on the result
+ * rings (around the time the next result is due, else for spin_us), then
+ * sets coordinator_sleeping, fences, looks once more (sleep_handshake.h),
+ * and sleeps in io_uring; a worker that publishes a result while the flag
+ * is set writes a byte to its own notification pipe (each worker holds
+ * the write end of its own pipe only, so none can read, and steal,
+ * another's wake-ups), and the front end's before_sleep() arranges its
+ * own wake-up (the parser thread's eventfd).  When every step takes a
+ * millisecond or more it dozes instead: no spinning, a timer of a quarter
+ * step, and only urgent results wake it (engine_doze_ns()).
+ *
+ * Only engine_wait() is called from outside; the rest reads the shards'
+ * rings and timings and changes nothing but the coordinator_sleeping
+ * flag and the doze count.
  */
 #include "wait_policy.h"
 
