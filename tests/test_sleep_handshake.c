@@ -9,7 +9,8 @@
  * a random while, reads the futex word, announces with
  * sleep_handshake_announce() (whose re-check looks at the round), and
  * sleeps in FUTEX_WAIT on that word with a short timeout.  Random delays
- * on both sides move the two threads' steps across each other.
+ * on both sides move the two threads' steps across each other; every
+ * 32nd round the sleeper first waits awake for up to a millisecond.
  *
  * A lost wake-up is a sleep that times out although the publisher has
  * already posted the round and made its decision (it has set `decided`
@@ -22,7 +23,7 @@
  * HANDSHAKE_BREAK=fence (no fences, relaxed flag store) or
  * HANDSHAKE_BREAK=recheck (no look after the announcement) runs the same
  * test on a broken handshake, to show that the test can fail: it then
- * counts lost wake-ups and fails.  ROUNDS= sets N (default 20000).
+ * counts lost wake-ups and fails.  ROUNDS= sets N (default 50000).
  * Randomized: the seed is printed, SEED= replays the delays (not the
  * threads' timing).
  */
@@ -135,6 +136,15 @@ static void *sleeper_main(void *arg)
 		uint64_t give_up = clock_now_ns() + 10ull * 1000 * 1000 * 1000;
 
 		spin_for(&r, 200);
+		/* every 32nd round, wait awake for a while first: the
+		 * publisher should then find the flag down and skip the
+		 * wake-up */
+		if (k % 32 == 0) {
+			uint64_t until = clock_now_ns() + 1000 * 1000;
+
+			while (!round_posted(&w) && clock_now_ns() < until)
+				sched_yield();
+		}
 		while (!round_posted(&w)) {
 			uint32_t seen = atomic_load_explicit(&p->wake_word,
 							     memory_order_acquire);
@@ -203,7 +213,7 @@ static void test_no_lost_wakeup(void **state)
 		p->ops = (struct handshake_ops){ nofence_announce, nofence_check };
 	else if (brk && !strcmp(brk, "recheck"))
 		p->ops = (struct handshake_ops){ norecheck_announce, real_check };
-	p->n_rounds = rounds ? strtoull(rounds, NULL, 10) : 20000;
+	p->n_rounds = rounds ? strtoull(rounds, NULL, 10) : 50000;
 	assert_int_equal(pthread_create(&sleeper, NULL, sleeper_main, p), 0);
 	assert_int_equal(pthread_create(&publisher, NULL, publisher_main, p), 0);
 	pthread_join(publisher, NULL);
