@@ -161,8 +161,8 @@ struct shm_header {
 	uint8_t pad0[128 - 88];
 	/* SHM_COORD_*: whether the coordinator sleeps in io_uring and for
 	 * which results a worker that has just published one (or adopted a
-	 * dispatch) writes its notification pipe to wake it.  Paired with
-	 * the seq_cst fences in worker_step() and worker_adopt(). */
+	 * dispatch) writes its notification pipe to wake it.  Set and read
+	 * through sleep_handshake.h (engine_wait(), worker_wake_coordinator()). */
 	_Atomic uint32_t coordinator_sleeping;
 	uint8_t pad1[SHM_CACHE_LINE - 4];
 };
@@ -250,7 +250,8 @@ struct shm_channel {
 	_Atomic uint32_t wake_seq;
 	uint8_t pad0[SHM_CACHE_LINE - 28];
 	/* worker: 1 while it sleeps on wake_seq; the coordinator wakes it
-	 * only then (after a seq_cst fence) */
+	 * only then (sleep_handshake.h: worker_wait(), shard_dispatch(),
+	 * shard_release_results()) */
 	_Atomic uint32_t worker_sleeping;
 	/* worker: its pid once it has attached and loaded the model; a worker
 	 * that dies before this is a failed start, not a failed step */

@@ -3,15 +3,11 @@
  *
  * NOTES ON THE DESIGN
  *
- * Run-ahead.  A shard's worker is sent the rows to extend (slot,
- * generation, committed length, limit = prompt + max_tokens) only when
- * they change, and steps on its own, writing each new token after its
- * prefix in the shard's token buffers and posting one result per step, up
- * to ring_depth results ahead of what we have read.  We commit a row only
- * at the slot's committed length, so results are applied strictly in
- * order.  Reusing a slot waits until the worker can no longer write it
- * (shard_drop_slot, shard_slot_reusable); a rejected row makes the next
- * dispatch a reset to our committed lengths (shard_reset_after_garble).
+ * The engine is three files: this one (requests from admission to
+ * their answer, the workers' lives, signals, the loop), shard_sched.c
+ * (the shard scheduler: refill, dispatch, commit, run-ahead) and
+ * wait_policy.c (spin, doze or sleep when a round made no progress).
+ * They share struct engine and struct shard through engine_internal.h.
  *
  * Trust.  Everything the coordinator must trust lives in its private
  * memory: the slot table's private copy, the request pool with every
@@ -19,7 +15,8 @@
  * sent, by dispatch id.  A result record is read field by field, once,
  * into locals and accepted only if its sequence number and dispatch id
  * (one sent to this worker), row count, each row's slot, generation and
- * position and the token's range all match; anything else is dropped and
+ * position and the token's range all match (shard_poll(), shard_commit()
+ * in shard_sched.c); anything else is dropped and
  * the affected rows are extended again.  A row the run-ahead made obsolete
  * (its request ended, a reset sent the worker back) is counted as
  * discarded, anything else as stale: a fault-free run has no stale
@@ -45,20 +42,6 @@
  * an outside event (an operator, the OOM killer, the fault injector): the
  * rows are sent again, nobody is blamed.
  *
- * Waking.  After a round with no progress the coordinator spins on the
- * result rings (around the time the next result is due, else for
- * spin_us), then sets coordinator_sleeping, fences, looks once more, and
- * sleeps in io_uring; a worker that publishes a result while the flag is
- * set writes a byte to its own notification pipe (each worker holds the
- * write end of its own pipe only, so none can read, and steal, another's
- * wake-ups), and the front end's before_sleep() arranges its own wake-up
- * (the parser thread's eventfd).  When every step takes a
- * millisecond or more it dozes instead: no spinning, a timer of a quarter
- * step, and only urgent results wake it (engine_doze_ns()).  The
- * coordinator wakes a worker (FUTEX_WAKE on its channel's wake word,
- * shm_wake_worker()) only when the worker has said it sleeps, and never
- * calls a glibc semaphore or waits on memory a worker can write.
- *
  * Front ends.  The engine knows no protocol: requests come from a front
  * end (frontend.h) through engine_submit(), the one admission path, and
  * go back through its on_tokens/on_finish callbacks, named by the cookie
@@ -70,11 +53,11 @@
  * re-enters the engine, so a commit or a finish cannot nest another.
  */
 #include "engine.h"
+#include "engine_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -96,194 +79,29 @@
 #include "metrics.h"
 #include "model_loader.h"
 #include "model_probe.h"
+#include "shard_sched.h"
 #include "request.h"
 #include "request_pool.h"
 #include "shm_segment.h"
 #include "slot_table.h"
 #include "stats.h"
 #include "stop_matcher.h"
+#include "wait_policy.h"
 #include "wait_queue.h"
 #include "worker_pool.h"
 
-#define ENGINE_MAX_FAILED_STARTS 8	/* per shard, then give up on it */
 #define ENGINE_RESTART_MAX_NS (1000ull * 1000 * 1000)
 #define ENGINE_PROGRESS_NS (250ull * 1000 * 1000)
 #define ENGINE_READY_POLL_NS (10ull * 1000 * 1000)
-#define ENGINE_SPIN_AHEAD_NS (250ull * 1000)	/* spin this early for a due result */
-#define ENGINE_DOZE_STEP_NS (1000ull * 1000)	/* steps this long: doze, no spin */
 
-/*
- * A worker whose results are rejected again right after a reset (a worker
- * that garbles most of them) would lose every step it ran ahead; for this
- * many dispatches the shard then runs like a lockstep engine, each row
- * one step per dispatch, so that every good result counts.
- */
-#define SHARD_LOCKSTEP 64u
 
-/* Most reads of a shard's notification pipes in flight at once: the
- * current pipe's, and older pipes' that something still holds open. */
-#define SHARD_NOTIFY_READS 4u
 
-struct shard;
 
-/* One queued read of a notification pipe (shard_arm_notify()). */
-struct notify_read {
-	struct io_op op;		/* arg: the engine */
-	struct shard *shard;
-	uint32_t epoch;			/* the pipe it reads (shard's epoch then) */
-	bool inflight;			/* queued, completion not yet seen */
-};
 
-/*
- * Progress is a committed row, not a result.  A worker whose results keep
- * committing nothing (wrong generations, no rows, ids or sequence numbers
- * we never sent, a flood of copies) is killed after this many in a row,
- * and no request is blamed: its rows go to other shards.  An honest
- * worker's longest such run is what it ran ahead when every row it held
- * ended or was reset: a ring it had posted, plus the steps it ran until
- * it adopted the next dispatch (under another ring), so four rings leave
- * a wide margin and still end a misbehaving worker within milliseconds
- * of fast steps.  A slow one that posts such results is ended by the step
- * timeout instead, also without blame (engine_check_workers()).
- */
-#define SHARD_MAX_FRUITLESS (4u * SHM_RING_DEPTH)
 
-struct shard {
-	uint32_t index;
-	uint32_t first_slot;		/* slots [first_slot, first_slot+n_slots) */
-	uint32_t n_slots;
-	uint32_t n_active;		/* of which ACTIVE */
-	uint64_t committing_id;		/* dispatch id of the result being
-					 * committed now (0: none) */
-	/* dispatches to the current worker: private, trusted copies */
-	uint64_t next_dispatch_id;	/* starts at 1, never reused */
-	uint64_t first_id;		/* first id sent to the current worker */
-	uint64_t issued_id;		/* the newest dispatch sent (0: none) */
-	uint64_t first_pos;		/* first dispatch position of the worker */
-	/* the rows of the last SHM_RING_DEPTH dispatches, by ring index: the
-	 * one the worker runs is among them (for blame when it dies) */
-	struct shm_dispatch_row *sent;	/* SHM_RING_DEPTH * n_slots */
-	uint32_t n_sent[SHM_RING_DEPTH];
-	uint64_t sent_id[SHM_RING_DEPTH]; /* the dispatch id of each */
-	/* per shard slot: the result (result_stamp) that last carried a row of
-	 * the slot's current generation */
-	uint32_t *seen;
-	uint32_t result_stamp;
-	bool redispatch;		/* the worker's rows are out of date */
-	uint32_t n_draining;		/* slots waiting in slot_drain */
-	uint64_t adopted_seen;		/* dispatch_adopted when last looked at */
-	bool reset;			/* next dispatch: take our lengths */
-	uint64_t reset_id;		/* the last dispatch sent with reset */
-	uint32_t resets_unanswered;	/* resets sent since a row of a result
-					 * run after a reset was committed */
-	uint32_t lockstep;		/* dispatches left in which each row
-					 * gets one step only (SHARD_LOCKSTEP) */
-	bool sent_lockstep;		/* the newest dispatch was one of them */
-	uint64_t suspect_id;		/* dispatch running a suspect alone */
-	uint64_t progress_ns;		/* last result, or last dispatch sent */
-	uint64_t step_ewma_ns;		/* typical time between results */
-	uint64_t dispatch_pos;		/* next dispatch ring position */
-	uint64_t result_pos;		/* next result ring position */
-	/* the worker process */
-	pid_t pid;			/* 0 when none runs */
-	int pidfd;
-	/* read end of the current worker's notification pipe (-1: none);
-	 * the worker writes a byte to wake us */
-	int notify_rd;
-	uint32_t notify_epoch;		/* which pipe is the current one */
-	uint8_t notify_buf[64];		/* what is read is never looked at */
-	/* the reads queued on the pipes; one of an older pipe ends when
-	 * every copy of that pipe's write end is closed */
-	struct notify_read notify_reads[SHARD_NOTIFY_READS];
-	const char *killed_for;		/* why we SIGKILLed it, or NULL */
-	bool ready_seen;		/* it announced worker_ready_pid */
-	bool failed_step;		/* its model returned an error */
-	uint64_t started_ns;
-	uint64_t restart_at_ns;		/* when dead: start a new one then */
-	uint32_t n_failed_starts;	/* consecutive deaths before ready */
-	uint32_t n_quick_deaths;	/* consecutive deaths soon after start */
-	struct io_op exit_op;		/* poll of pidfd; arg: the engine */
-	/* misbehaviour of the current worker (cleared when it exits) */
-	uint32_t n_fruitless;		/* results in a row that committed no
-					 * row (SHARD_MAX_FRUITLESS) */
-	uint64_t fruitless_ns;		/* when the last of them was read */
-	bool kill_blames;		/* killed_for: blame the rows it ran */
-	bool misbehaved;		/* killed for its results, or stalled
-					 * outside the model: no blame, its
-					 * rows move to other shards */
-	/* per result ring entry: the seq we found there when we last
-	 * consumed it (0 after a channel reset), which is what it holds
-	 * until the worker writes it again; any other value but the
-	 * position we expect is garbage */
-	uint64_t ring_seq[SHM_RING_DEPTH];
-	struct log_limit warn_limit;	/* this shard's per-result warnings */
-	/* isolation after a fault: slots (and generations) to run alone */
-	uint32_t *suspect_slot;
-	uint32_t *suspect_gen;
-	uint32_t n_suspects;
-};
 
-struct engine {
-	const struct engine_config *cfg;
-	struct model *model;
-	uint32_t vocab;
-	struct shm_segment seg;
-	struct slot_table slots;
-	struct wait_queue queue;
-	struct request_pool pool;
-	struct shard *shards;
-	uint32_t n_shards;
-	bool in_process;
-	bool worker_stderr_null;	/* our stderr is our output: workers
-					 * get /dev/null instead */
-	char worker_path[PATH_MAX];
-	struct io_ring io;
-	int sig_fd, notify_fd;
-	uint64_t notify_buf;
-	struct signalfd_siginfo sig_buf;
-	struct io_op sig_op, notify_op;	/* arg: the engine */
-	struct frontend fe;		/* where requests come from and go */
-	/* state */
-	int n_signals;
-	bool failed;
-	char fail_msg[256];
-	bool progress_on;
-	uint64_t last_progress_ns;
-	uint64_t *slot_freed_ns;	/* per slot: when it last became free */
-	uint32_t *slot_limit;		/* per slot: prefix length at which its
-					 * request is done (prompt + max_tokens) */
-	uint64_t *slot_drain;		/* per slot: the worker may still write
-					 * it until dispatch_adopted reaches
-					 * this (0: free to reuse) */
-	/* in-process stepping buffers, n_slots each */
-	const int32_t **prefixes;
-	uint32_t *lengths;
-	int32_t *next_tokens;
-	struct shm_result_row *inproc_rows;
-	struct engine_stats stats;
-	uint32_t *at_once;		/* AT_ONCE handles (max_tokens 0), oldest
-					 * first: finished on the next round */
-	uint32_t n_at_once;
-	/* pausing: a front end whose client reads slowly */
-	uint32_t *resume;		/* RESUMING handles, oldest first */
-	uint32_t n_resume;
-	uint32_t n_paused;		/* PAUSED or RESUMING requests */
-	bool workers_lost;		/* every shard failed its last starts */
-	bool gave_up;			/* run: workers_lost for good; every
-					 * request from now on gets an error
-					 * line and the run exits 1 */
-	struct histogram step_hist;	/* a shard's time between results */
-	struct histogram request_hist;	/* admission -> finish (stop, length) */
-	struct histogram ttft_hist;	/* admission -> first token */
-	uint64_t n_prompt_tokens;	/* of requests admitted */
-};
 
-static void engine_fail(struct engine *e, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-static void shard_warn(struct shard *s, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
-static void engine_fail(struct engine *e, const char *fmt, ...)
+void engine_fail(struct engine *e, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -317,43 +135,6 @@ static void engine_unlist(uint32_t *list, uint32_t *n, uint32_t handle)
 static void engine_unresume(struct engine *e, uint32_t handle)
 {
 	engine_unlist(e->resume, &e->n_resume, handle);
-}
-
-/* Has the shard failed so many starts in a row that it takes no work
- * until a worker of it is ready again (which resets the count)? */
-static bool shard_lost(const struct shard *s)
-{
-	return s->n_failed_starts >= ENGINE_MAX_FAILED_STARTS;
-}
-
-static struct shard *shard_of_slot(struct engine *e, uint32_t slot)
-{
-	return &e->shards[shm_slot_shard(e->seg.hdr, slot)];
-}
-
-/*
- * Slot leaves its shard's rows.  A row that ends before its limit (a stop,
- * a cancel, a pause, a failure) goes on being extended until the worker
- * adopts a dispatch without it, so the slot may be reused only then
- * (slot_drain).  A row that reached its limit is left alone by the worker
- * by itself, but only if the result that took it there was run under the
- * newest dispatch we sent: an older dispatch the worker has yet to adopt
- * (a reset, or the rows after an isolation) would send it back to an
- * earlier position, to extend the row again over the slot's next request.
- */
-static void shard_drop_slot(struct engine *e, uint32_t slot)
-{
-	struct shard *s = shard_of_slot(e, slot);
-
-	s->n_active--;
-	if (e->in_process)
-		return;
-	s->redispatch = true;
-	if (e->slots.slots[slot].n_tokens < e->slot_limit[slot] ||
-	    s->committing_id != s->issued_id) {
-		e->slot_drain[slot] = s->dispatch_pos + 1;
-		s->n_draining++;
-	}
 }
 
 /* Leave wherever the request is, freeing its slot (stale results for it
@@ -390,7 +171,7 @@ static void engine_unplace(struct engine *e, uint32_t handle,
  * and whatever place it holds.  The only way a live request ends, so each
  * gets exactly one answer.
  */
-static void engine_finish(struct engine *e, uint32_t handle,
+void engine_finish(struct engine *e, uint32_t handle,
 			  enum finish_reason reason, const char *error)
 {
 	struct live_request *lr = request_pool_get(&e->pool, handle);
@@ -477,225 +258,8 @@ static void engine_finish_all(struct engine *e, enum finish_reason reason,
 }
 
 /* ------------------------------------------------------------------------
- * Slots, dispatch, commit
+ * Committed tokens (the scheduler, shard_sched.c, calls these)
  * ---------------------------------------------------------------------- */
-
-/* The next request for a free slot: a resumed one first (it held a slot
- * before), then the waiting queue.  -ENOENT when there is none. */
-static int engine_next_waiting(struct engine *e, uint32_t *handle)
-{
-	if (e->n_resume) {
-		*handle = e->resume[0];
-		e->n_resume--;
-		memmove(e->resume, e->resume + 1, e->n_resume * sizeof(uint32_t));
-		e->n_paused--;
-		return 0;
-	}
-	return wait_queue_pop(&e->queue, handle);
-}
-
-/* Put lr into slot: its prompt, and the tokens it had when it paused.
- * 0, -EINVAL when it does not fit, -ENOMEM. */
-static int engine_place(struct engine *e, uint32_t slot, uint32_t handle,
-			struct live_request *lr)
-{
-	uint32_t limit = lr->req.n_prompt + lr->req.max_tokens;
-
-	/* with workers, run allocates the private token copy here, when it
-	 * is needed; serve has one from submission */
-	if (!lr->generated && !e->in_process) {
-		lr->generated = malloc((size_t)lr->req.max_tokens * sizeof(int32_t));
-		if (!lr->generated)
-			return -ENOMEM;
-	}
-	if (slot_table_assign(&e->slots, slot, handle, lr->req.prompt,
-			      lr->req.n_prompt))
-		return -EINVAL;
-	for (uint32_t i = 0; i < lr->n_generated; i++) {
-		if (slot_table_append(&e->slots, slot, lr->generated[i])) {
-			slot_table_release(&e->slots, slot);
-			return -EINVAL;
-		}
-	}
-	/* admission checked that the request fits the context */
-	e->slot_limit[slot] = limit < e->slots.max_context ? limit : e->slots.max_context;
-	shard_of_slot(e, slot)->n_active++;
-	return 0;
-}
-
-/* May slot be given a new request?  Not while the worker can still write
- * it (shard_drop_slot). */
-static bool shard_slot_reusable(struct engine *e, struct shard *s, uint32_t slot)
-{
-	if (e->slots.slots[slot].state != SHM_SLOT_FREE)
-		return false;
-	if (!e->slot_drain[slot])
-		return true;
-	/* acquire: pairs with the worker's release in worker_adopt() */
-	if (atomic_load_explicit(&shm_channel_at(&e->seg, s->index)->dispatch_adopted,
-				 memory_order_acquire) < e->slot_drain[slot])
-		return false;
-	e->slot_drain[slot] = 0;
-	s->n_draining--;
-	return true;
-}
-
-/* Fill the shard's free slots from the waiting queue (FIFO). */
-static void shard_refill(struct engine *e, struct shard *s)
-{
-	uint64_t now = 0;
-	int ret;
-
-	if (s->n_active == s->n_slots || shard_lost(s))
-		return;
-	if (e->cfg->policy_static)
-		for (uint32_t i = 0; i < s->n_slots; i++)
-			if (!shard_slot_reusable(e, s, s->first_slot + i))
-				return;
-	for (uint32_t i = 0; i < s->n_slots; i++) {
-		uint32_t slot = s->first_slot + i;
-		struct live_request *lr;
-		uint32_t handle;
-
-		if (!shard_slot_reusable(e, s, slot))
-			continue;
-		if (engine_next_waiting(e, &handle))
-			return;
-		lr = request_pool_get(&e->pool, handle);
-		if (!lr) {
-			engine_fail(e, "waiting queue held a bad handle %u", handle);
-			return;
-		}
-		lr->place = LIVE_UNPLACED;	/* off the queue, not yet in a slot */
-		ret = engine_place(e, slot, handle, lr);
-		if (ret) {
-			engine_finish(e, handle, FINISH_ERROR, ret == -ENOMEM ?
-				      "out of memory placing the request" :
-				      "prompt does not fit a slot");
-			continue;
-		}
-		s->redispatch = true;
-		if (!now)
-			now = clock_now_ns();
-		lr->slot = slot;
-		lr->place = LIVE_ACTIVE;
-		if (e->slot_freed_ns[slot]) {
-			e->stats.refill_ns_sum += now - e->slot_freed_ns[slot];
-			e->stats.n_refills++;
-		}
-		if (lr->started_ns)	/* resumed: its stop cursor carries on */
-			continue;
-		lr->started_ns = now;
-		lr->matcher_state = STOP_MATCHER_ROOT;
-	}
-}
-
-/* Drop the first suspect (it ran alone cleanly, finished, or was failed). */
-static void shard_pop_suspect(struct shard *s)
-{
-	s->n_suspects--;
-	memmove(s->suspect_slot, s->suspect_slot + 1, s->n_suspects * sizeof(uint32_t));
-	memmove(s->suspect_gen, s->suspect_gen + 1, s->n_suspects * sizeof(uint32_t));
-}
-
-/*
- * Collect the rows of the shard's next dispatch into rows: every ACTIVE
- * slot, to be extended up to its request's limit; or, while requests are
- * under suspicion after a worker died, the first suspect alone for one
- * step (limit one past its prefix).  Sets s->suspect_id accordingly.
- */
-static uint32_t shard_collect_rows(struct engine *e, struct shard *s,
-				   struct shm_dispatch_row *rows)
-{
-	uint32_t n = 0;
-
-	s->suspect_id = 0;
-	while (s->n_suspects) {
-		uint32_t slot = s->suspect_slot[0];
-		const struct slot_state *st = &e->slots.slots[slot];
-
-		if (st->state == SHM_SLOT_ACTIVE && st->generation == s->suspect_gen[0]) {
-			rows[0] = (struct shm_dispatch_row){
-				.slot = slot, .generation = st->generation,
-				.n_tokens = st->n_tokens, .limit = st->n_tokens + 1 };
-			s->suspect_id = s->next_dispatch_id;
-			return 1;
-		}
-		shard_pop_suspect(s);
-	}
-	for (uint32_t i = 0; i < s->n_slots; i++) {
-		uint32_t slot = s->first_slot + i;
-		const struct slot_state *st = &e->slots.slots[slot];
-
-		if (st->state != SHM_SLOT_ACTIVE)
-			continue;
-		rows[n++] = (struct shm_dispatch_row){
-			.slot = slot, .generation = st->generation,
-			.n_tokens = st->n_tokens,
-			.limit = s->lockstep ? st->n_tokens + 1 : e->slot_limit[slot] };
-	}
-	return n;
-}
-
-/*
- * Publish the shard's rows to its worker when they changed.  At most
- * ring_depth - 1 dispatches are ahead of the one the worker has adopted,
- * so no entry is overwritten while the worker may be reading it, and
- * s->sent still holds the adopted one's rows (for blame).
- */
-static void shard_dispatch(struct engine *e, struct shard *s)
-{
-	struct shm_channel *ch;
-	struct shm_dispatch *d;
-	struct shm_dispatch_row *rows;
-	uint32_t depth = e->seg.hdr->ring_depth, n;
-
-	if (!s->redispatch || s->pid <= 0 || e->in_process)
-		return;
-	ch = shm_channel_at(&e->seg, s->index);
-	/* acquire: pairs with the worker's release in worker_adopt() */
-	if (s->dispatch_pos - atomic_load_explicit(&ch->dispatch_adopted,
-						   memory_order_acquire) >= depth - 1)
-		return;	/* the worker is behind: send the latest rows later */
-	rows = s->sent + (s->dispatch_pos & (depth - 1)) * s->n_slots;
-	n = shard_collect_rows(e, s, rows);
-	s->n_sent[s->dispatch_pos & (depth - 1)] = n;
-	s->sent_id[s->dispatch_pos & (depth - 1)] = s->next_dispatch_id;
-	s->issued_id = s->next_dispatch_id++;
-	s->redispatch = false;
-	if (n)	/* the worker owes results from now on */
-		s->progress_ns = clock_now_ns();
-	d = shm_dispatch_at(e->seg.hdr, ch, s->dispatch_pos);
-	d->dispatch_id = s->issued_id;
-	d->n_rows = n;
-	d->flags = s->reset ? SHM_DISPATCH_RESET : 0;
-	s->sent_lockstep = s->lockstep > 0;
-	if (s->lockstep)
-		s->lockstep--;
-	if (s->reset) {
-		s->reset_id = s->issued_id;
-		if (++s->resets_unanswered >= 2 && !s->lockstep) {
-			shard_warn(s, "the worker's results keep being rejected; "
-				   "one step per dispatch for a while");
-			s->lockstep = SHARD_LOCKSTEP;
-		}
-	}
-	s->reset = false;
-	memcpy(d->rows, rows, n * sizeof(d->rows[0]));
-	shm_entry_publish(&d->seq, s->dispatch_pos);
-	s->dispatch_pos++;
-	/* seq_cst: pairs with the fence in the worker's worker_wait(). */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&ch->worker_sleeping, memory_order_relaxed))
-		shm_wake_worker(ch);
-}
-
-/* Remove slot from the head of the suspects after it ran alone cleanly. */
-static void shard_clear_suspect(struct shard *s, uint32_t slot)
-{
-	if (s->n_suspects && s->suspect_slot[0] == slot)
-		shard_pop_suspect(s);
-}
 
 /*
  * Hand the front end the request's tokens that became final: those no
@@ -718,7 +282,7 @@ static void engine_release_final(struct engine *e, struct live_request *lr)
 }
 
 /* Commit one validated token to the request in slot; finish it if done. */
-static void engine_commit_token(struct engine *e, uint32_t slot, int32_t token)
+void engine_commit_token(struct engine *e, uint32_t slot, int32_t token)
 {
 	uint32_t handle = e->slots.slots[slot].request_handle;
 	struct live_request *lr = request_pool_get(&e->pool, handle);
@@ -751,397 +315,6 @@ static void engine_commit_token(struct engine *e, uint32_t slot, int32_t token)
 		engine_finish(e, handle, FINISH_LENGTH, NULL);
 	else if (e->fe.ops->on_tokens)
 		engine_release_final(e, lr);
-}
-
-/*
- * We rejected a row that was not merely stale (garbled, or ahead of what we
- * committed because of an earlier garbled one): the worker's rows have run
- * past what we hold, so the next dispatch sends it back to our committed
- * lengths (reset), at once rather than when its next rows turn up ahead.
- * A result run before the worker took our last reset needs no new one: the
- * reset already covers it.
- */
-static void shard_reset_after_garble(struct shard *s, uint64_t id)
-{
-	if (id >= s->reset_id)
-		s->reset = s->redispatch = true;
-}
-
-/*
- * The worker extends every row of the dispatch it runs in every result,
- * until the row reaches its limit; we commit rows in order, so a row of
- * that dispatch that is still active here (same generation: not finished,
- * not reused) must be in this result.  One that is missing means the
- * worker believes it done (its last rows were garbled and rejected, or it
- * kept a longer prefix of its own): without a reset it would never be
- * extended again.  False when the dispatch's rows are no longer kept.
- */
-static bool shard_result_lacks_rows(struct engine *e, struct shard *s, uint64_t id)
-{
-	uint32_t depth = e->seg.hdr->ring_depth, idx;
-	const struct shm_dispatch_row *want;
-
-	if (!id || id < s->first_id)
-		return false;
-	/* ids and positions advance together within one worker's life */
-	idx = (uint32_t)((s->first_pos + (id - s->first_id)) & (depth - 1));
-	if (s->sent_id[idx] != id)
-		return false;
-	want = s->sent + (size_t)idx * s->n_slots;
-	for (uint32_t i = 0; i < s->n_sent[idx]; i++) {
-		const struct slot_state *st = &e->slots.slots[want[i].slot];
-
-		if (st->state == SHM_SLOT_ACTIVE && st->generation == want[i].generation &&
-		    s->seen[want[i].slot - s->first_slot] != s->result_stamp)
-			return true;
-	}
-	return false;
-}
-
-/*
- * A warning about something the shard's worker sent: the worker can send
- * it on every result, so at most a few, then one a second with a count.
- */
-static void shard_warn(struct shard *s, const char *fmt, ...)
-{
-	uint64_t n_held;
-	char msg[256];
-	va_list ap;
-
-	if (LOG_WARN > log_level_current ||
-	    !log_limit_pass(&s->warn_limit, clock_now_ns(), &n_held))
-		return;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	if (n_held)
-		LOG(LOG_WARN, "shard %u: %s (and %llu such warnings held back)",
-		    s->index, msg, (unsigned long long)n_held);
-	else
-		LOG(LOG_WARN, "shard %u: %s", s->index, msg);
-}
-
-/*
- * Sort one rejected row: discarded (made obsolete by the run-ahead: its
- * request ended, or a reset sent the worker back; not a fault) or stale
- * (a generation or a position no dispatch of ours can have produced).
- * st is the slot's private state.
- */
-static void shard_count_rejected_row(struct engine *e, const struct shard *s,
-				     uint64_t id, const struct shm_result_row *row,
-				     const struct slot_state *st)
-{
-	bool obsolete;
-
-	if (st->state != SHM_SLOT_ACTIVE || st->generation != row->generation)
-		/* a request that held the slot before, or still holds it
-		 * but ended (a free slot keeps its last generation) */
-		obsolete = row->generation && row->generation <= st->generation;
-	else if (row->n_tokens < st->n_tokens)
-		obsolete = true;	/* re-run after a reset: committed */
-	else	/* ahead: fine only while a reset is on its way */
-		obsolete = s->reset || id < s->reset_id;
-	if (obsolete)
-		e->stats.n_discarded++;
-	else
-		e->stats.n_stale++;
-}
-
-/*
- * Apply the rows of one result of dispatch id.  rows/n_rows come from
- * shared memory: each row is copied once and checked against the private
- * slot table.  A row is committed only when its slot is ACTIVE with the
- * row's generation and its position is the slot's committed length (the
- * token continues exactly the committed prefix).  A row past that length
- * means we rejected one of the worker's earlier rows: the next dispatch
- * tells the worker to go back (reset).  Returns the rows committed.
- */
-static uint32_t shard_commit(struct engine *e, struct shard *s, uint64_t id,
-			     const struct shm_result_row *rows, uint32_t n_rows)
-{
-	uint32_t n_ok = 0, last_slot = 0;
-	bool garbled = false;
-
-	if (++s->result_stamp == 0)	/* 0 means never seen */
-		s->result_stamp = 1;
-
-	if (n_rows > s->n_slots) {
-		e->stats.n_stale++;
-		shard_warn(s, "result with %u rows for a shard of %u: rejected",
-			   n_rows, s->n_slots);
-		shard_reset_after_garble(s, id);
-		return 0;
-	}
-	for (uint32_t i = 0; i < n_rows; i++) {
-		struct shm_result_row row = rows[i];	/* one read of shared memory */
-		const struct slot_state *st;
-
-		if (row.slot < s->first_slot || row.slot - s->first_slot >= s->n_slots ||
-		    row.token < 0 || (uint32_t)row.token >= e->vocab) {
-			e->stats.n_stale++;
-			garbled = true;
-			continue;
-		}
-		st = &e->slots.slots[row.slot];
-		if (st->state != SHM_SLOT_ACTIVE || st->generation != row.generation) {
-			shard_count_rejected_row(e, s, id, &row, st);
-			continue;
-		}
-		s->seen[row.slot - s->first_slot] = s->result_stamp;
-		if (row.n_tokens != st->n_tokens) {
-			shard_count_rejected_row(e, s, id, &row, st);
-			/* Ahead of what we committed: we rejected one of its
-			 * earlier rows. */
-			if (row.n_tokens > st->n_tokens)
-				garbled = true;
-			continue;
-		}
-		s->committing_id = id;
-		engine_commit_token(e, row.slot, row.token);
-		s->committing_id = 0;
-		last_slot = row.slot;
-		n_ok++;
-	}
-	if (garbled || shard_result_lacks_rows(e, s, id))
-		shard_reset_after_garble(s, id);
-	else if (n_ok && id >= s->reset_id)
-		s->resets_unanswered = 0;
-	if (s->sent_lockstep)	/* every row waits for its next step */
-		s->redispatch = true;
-	if (id && id == s->suspect_id && n_ok == 1) {
-		shard_clear_suspect(s, last_slot);
-		s->redispatch = true;
-	}
-	e->stats.n_steps++;
-	e->stats.n_step_rows += n_rows;
-	e->stats.n_step_capacity += s->n_slots;
-	return n_ok;
-}
-
-/* After results: refill freed slots and tell the worker what changed. */
-static void shard_advance(struct engine *e, struct shard *s)
-{
-	if (!e->in_process)
-		s->adopted_seen = atomic_load_explicit(
-			&shm_channel_at(&e->seg, s->index)->dispatch_adopted,
-			memory_order_acquire);
-	shard_refill(e, s);
-	shard_dispatch(e, s);
-}
-
-/* Kill the shard's worker; its exit is handled on the pidfd. */
-static void shard_kill(struct shard *s)
-{
-	if (s->pid > 0)
-		kill(s->pid, SIGKILL);
-}
-
-/* Track how long the shard takes per result, to know when to expect the
- * next one (engine_wait() spins only around that moment). */
-static void shard_note_step_time(struct shard *s, uint64_t ns)
-{
-	s->step_ewma_ns = s->step_ewma_ns ? s->step_ewma_ns - s->step_ewma_ns / 8 + ns / 8 : ns;
-}
-
-/* Does the shard's worker owe us results (rows it has been sent)? */
-static bool shard_owes_results(const struct shard *s)
-{
-	return s->pid > 0 && s->n_active && s->issued_id >= s->first_id &&
-	       s->issued_id;
-}
-
-/*
- * Hand the result entries read so far back to the worker, and wake it if
- * it sleeps waiting for room.
- */
-static void shard_release_results(const struct shard *s, struct shm_channel *ch)
-{
-	/* release: every entry before result_pos has been read */
-	atomic_store_explicit(&ch->results_consumed, s->result_pos,
-			      memory_order_release);
-	/* seq_cst: pairs with the fence in worker_wait(): a worker waiting
-	 * for room either sees it or is seen asleep. */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&ch->worker_sleeping, memory_order_relaxed))
-		shm_wake_worker(ch);
-}
-
-/*
- * Kill the shard's worker for what it did, not for what its requests did:
- * nobody is blamed, and its rows move to other shards (shard_on_exit()).
- */
-static void shard_kill_misbehaving(struct shard *s, const char *why)
-{
-	s->killed_for = why;
-	s->kill_blames = false;
-	s->misbehaved = true;
-	shard_kill(s);
-}
-
-/*
- * A result committed nothing.  True when that was one too many in a row
- * (SHARD_MAX_FRUITLESS) and the worker is being killed for it.
- */
-static bool shard_note_fruitless(struct engine *e, struct shard *s, uint64_t now)
-{
-	s->fruitless_ns = now;
-	if (++s->n_fruitless < SHARD_MAX_FRUITLESS)
-		return false;
-	LOG(LOG_WARN, "worker %u (pid %d): %u results in a row committed nothing; "
-	    "killing it (no request is blamed)", s->index, (int)s->pid, s->n_fruitless);
-	e->stats.n_fruitless_kills++;
-	shard_kill_misbehaving(s, " for results that commit nothing");
-	return true;
-}
-
-/*
- * A result entry that cannot be applied at all (a sequence number or a
- * dispatch id we did not send): the worker's rows are no longer ours, so
- * the next dispatch is a reset, whatever dispatch it ran.
- */
-static void shard_reject_result(struct engine *e, struct shard *s)
-{
-	e->stats.n_stale++;
-	s->reset = s->redispatch = true;
-}
-
-/*
- * Read the shard's published results, at most a ring of them (a worker
- * that floods the ring must not keep us from the other shards and the
- * input).  Returns true when any was read.
- */
-static bool shard_poll(struct engine *e, struct shard *s)
-{
-	struct shm_channel *ch;
-	bool progress = false;
-	uint64_t step_cap = e->cfg->step_timeout_ms * 1000000ull;
-	uint64_t released = s->result_pos;
-	uint32_t depth;
-
-	if (e->in_process || s->pid <= 0 || s->misbehaved)
-		return false;
-	ch = shm_channel_at(&e->seg, s->index);
-	depth = e->seg.hdr->ring_depth;
-	for (uint32_t n_read = 0; n_read < depth; n_read++) {
-		struct shm_result *r = shm_result_at(e->seg.hdr, ch, s->result_pos);
-		uint64_t *last_seq = &s->ring_seq[s->result_pos & (depth - 1)];
-		uint64_t id, now, took, model_ns, seq;
-		uint32_t n_rows, n_ok;
-		int32_t status;
-
-		/* acquire: pairs with the release in the worker's
-		 * shm_entry_publish() */
-		seq = atomic_load_explicit(&r->seq, memory_order_acquire);
-		if (seq == *last_seq)
-			break;		/* not written since we last read it */
-		*last_seq = seq;
-		progress = true;
-		now = clock_now_ns();
-		if (seq != s->result_pos + 1) {
-			shard_warn(s, "result at ring position %llu has sequence "
-				   "number %llu: rejected",
-				   (unsigned long long)s->result_pos,
-				   (unsigned long long)seq);
-			shard_reject_result(e, s);
-			s->result_pos++;
-			if (shard_note_fruitless(e, s, now))
-				break;
-			continue;
-		}
-		id = r->dispatch_id;
-		n_rows = r->n_rows;
-		status = r->status;
-		model_ns = r->model_ns;		/* untrusted: stats only */
-		if (id < s->first_id || id > s->issued_id) {
-			/* garbled: the rows it carries may be anyone's */
-			shard_warn(s, "result with dispatch id %llu, not one of "
-				   "ours (%llu..%llu): rejected",
-				   (unsigned long long)id, (unsigned long long)s->first_id,
-				   (unsigned long long)s->issued_id);
-			shard_reject_result(e, s);
-			s->result_pos++;
-			if (shard_note_fruitless(e, s, now))
-				break;
-			continue;
-		}
-		if (status) {
-			LOG(LOG_WARN, "shard %u: model failed a step (%s); "
-			    "restarting the worker", s->index, strerror(-status));
-			s->failed_step = true;
-			s->result_pos++;
-			shard_kill(s);
-			break;
-		}
-		e->stats.model_ns += model_ns < step_cap ? model_ns : step_cap;
-		/* a wrong n_rows is rejected before any row is read */
-		n_ok = shard_commit(e, s, id, r->rows, n_rows);
-		s->result_pos++;
-		if (!n_ok && shard_note_fruitless(e, s, now))
-			break;
-		if (n_ok) {
-			/* Progress is a committed row: only that restarts
-			 * the step timeout's clock. */
-			took = now - s->progress_ns;
-			s->progress_ns = now;
-			s->n_fruitless = 0;
-			shard_note_step_time(s, took);
-			histogram_record(&e->step_hist, took);
-			e->stats.step_ns += took;
-		}
-		/* A worker that got a whole ring ahead sleeps until we make
-		 * room: give back half a ring at a time, so that it runs
-		 * (its wake-up included) while we commit the other half,
-		 * instead of after. */
-		if (s->result_pos - released >= depth / 2) {
-			shard_release_results(s, ch);
-			released = s->result_pos;
-		}
-	}
-	if (!progress)
-		return false;
-	if (s->result_pos != released)	/* else just handed back above */
-		shard_release_results(s, ch);
-	return true;	/* engine_loop() refills and dispatches next */
-}
-
-/* --workers 0: run the shard's step right here, as a worker would. */
-static bool shard_step_in_process(struct engine *e, struct shard *s)
-{
-	struct shm_result_row *rows = e->inproc_rows;
-	struct shm_dispatch_row *step = s->sent;
-	uint64_t t0;
-	uint32_t n;
-	int ret;
-
-	shard_refill(e, s);
-	n = shard_collect_rows(e, s, step);
-	if (!n)
-		return false;
-	for (uint32_t i = 0; i < n; i++) {
-		e->prefixes[i] = slot_table_tokens(&e->slots, step[i].slot);
-		e->lengths[i] = step[i].n_tokens;
-	}
-	t0 = clock_now_ns();
-	ret = model_next(e->model, n, e->prefixes, e->lengths, e->next_tokens);
-	t0 = clock_now_ns() - t0;
-	histogram_record(&e->step_hist, t0);
-	e->stats.model_ns += t0;	/* in-process, the step is the model call */
-	e->stats.step_ns += t0;
-	if (ret) {
-		engine_fail(e, "model failed: %s", strerror(-ret));
-		return false;
-	}
-	for (uint32_t i = 0; i < n; i++) {
-		/* the worker's part: the token goes right after its prefix */
-		e->slots.tokens[step[i].slot][step[i].n_tokens] = e->next_tokens[i];
-		rows[i] = (struct shm_result_row){
-			.slot = step[i].slot,
-			.generation = step[i].generation,
-			.token = e->next_tokens[i],
-			.n_tokens = step[i].n_tokens };
-	}
-	shard_commit(e, s, 0, rows, n);
-	return true;
 }
 
 /* ------------------------------------------------------------------------
@@ -1710,180 +883,6 @@ static void engine_on_exit_poll(struct io_op *op, int32_t res)
 	struct shard *s = io_op_owner(op, struct shard, exit_op);
 
 	engine_handle_pidfd(op->arg, s->index);
-}
-
-/*
- * Has the worker adopted a dispatch we have not acted on, while we wait
- * for exactly that: a slot to drain, or room to send newer rows?
- */
-static bool shard_adoption_news(struct engine *e, const struct shard *s)
-{
-	return (s->n_draining || s->redispatch) &&
-	       atomic_load_explicit(&shm_channel_at(&e->seg, s->index)->dispatch_adopted,
-				    memory_order_acquire) != s->adopted_seen;
-}
-
-/* Is there anything for the coordinator in a channel: a result, or an
- * adoption it waits for? */
-static bool engine_any_result_ready(struct engine *e)
-{
-	for (uint32_t i = 0; i < e->n_shards; i++) {
-		struct shard *s = &e->shards[i];
-
-		if (s->pid > 0 && (shm_entry_ready(&shm_result_at(e->seg.hdr,
-				shm_channel_at(&e->seg, i), s->result_pos)->seq,
-				s->result_pos) || shard_adoption_news(e, s)))
-			return true;
-	}
-	return false;
-}
-
-/*
- * When is the next result due?  The earliest over the shards whose worker
- * owes results (last result or dispatch + typical time between results),
- * or UINT64_MAX when none does or nothing is known yet.
- */
-static uint64_t engine_next_result_due(const struct engine *e)
-{
-	uint64_t due = UINT64_MAX;
-
-	for (uint32_t i = 0; i < e->n_shards; i++) {
-		const struct shard *s = &e->shards[i];
-
-		if (shard_owes_results(s) && s->step_ewma_ns &&
-		    s->progress_ns + s->step_ewma_ns < due)
-			due = s->progress_ns + s->step_ewma_ns;
-	}
-	return due;
-}
-
-/* Spin on the result rings until one is ready, an event waits, or until. */
-static bool engine_spin_until(struct engine *e, uint64_t until)
-{
-	unsigned n = 0;
-
-	while (clock_now_ns() < until) {
-		if (engine_any_result_ready(e) || io_ring_has_event(&e->io))
-			return true;
-		/* Yield now and then: on a small machine a worker may need
-		 * this CPU to finish the very step we are waiting for. */
-		if ((++n & 63) == 0)
-			sched_yield();
-		else
-			cpu_relax();
-	}
-	return false;
-}
-
-/*
- * Does the shard's next result bring every row to its limit, so that the
- * worker then waits for our next dispatch?  That result we want at once
- * (spinning for it as for short steps); it is the one a refill waits on.
- */
-static bool shard_runs_dry_next(const struct engine *e, const struct shard *s)
-{
-	for (uint32_t i = 0; i < s->n_slots; i++) {
-		uint32_t slot = s->first_slot + i;
-		const struct slot_state *st = &e->slots.slots[slot];
-
-		if (st->state == SHM_SLOT_ACTIVE && st->n_tokens + 1 < e->slot_limit[slot])
-			return false;
-	}
-	return true;
-}
-
-/*
- * How long to doze, or 0.  When every shard that owes results takes
- * ENGINE_DOZE_STEP_NS or more per step, the coordinator does not spin and
- * is not woken for every result: its workers run ahead of it, so a result
- * read a quarter of a step late costs them nothing, while spinning (and
- * up to a wake-up per result) on a machine with fewer CPUs than workers
- * takes the CPU that a worker needs the moment its own model call ends.
- * Results that need an answer at once still wake it (SHM_COORD_DOZING).
- */
-static uint64_t engine_doze_ns(const struct engine *e)
-{
-	uint64_t shortest = UINT64_MAX;
-
-	for (uint32_t i = 0; i < e->n_shards; i++) {
-		const struct shard *s = &e->shards[i];
-
-		if (!shard_owes_results(s))
-			continue;
-		if (s->step_ewma_ns < ENGINE_DOZE_STEP_NS ||	/* 0: not known yet */
-		    shard_runs_dry_next(e, s))
-			return 0;
-		if (s->step_ewma_ns < shortest)
-			shortest = s->step_ewma_ns;
-	}
-	return shortest == UINT64_MAX ? 0 : shortest / 4;
-}
-
-/*
- * Nothing to do right now.  With long steps the coordinator dozes
- * (engine_doze_ns()).  Otherwise: a wake-up from sleep costs 50-150 us on
- * a small VM (docs/DESIGN.md 8.1), so with a result due soon the coordinator
- * sleeps until just before it and then spins (ENGINE_SPIN_AHEAD_NS);
- * otherwise it spins for spin_us, then announces coordinator_sleeping and
- * sleeps in io_uring until a worker's pipe write, an I/O event or the
- * deadline.
- */
-static void engine_wait(struct engine *e, uint64_t deadline_ns)
-{
-	uint64_t now = clock_now_ns();
-	uint64_t doze_ns = e->in_process ? 0 : engine_doze_ns(e);
-	bool want_fe;
-	uint64_t timeout;
-	int ret;
-
-	if (doze_ns) {
-		/* no spinning: the rings are read when the timer fires */
-		if (now + doze_ns < deadline_ns)
-			deadline_ns = now + doze_ns;
-	} else if (!e->in_process) {
-		uint64_t due = engine_next_result_due(e);
-
-		if (due != UINT64_MAX && due < now + ENGINE_SPIN_AHEAD_NS) {
-			if (engine_spin_until(e, due + ENGINE_SPIN_AHEAD_NS))
-				return;
-		} else if (engine_spin_until(e, now + (uint64_t)e->cfg->spin_us * 1000)) {
-			return;
-		}
-		if (due != UINT64_MAX && due > now + ENGINE_SPIN_AHEAD_NS &&
-		    due - ENGINE_SPIN_AHEAD_NS < deadline_ns)
-			deadline_ns = due - ENGINE_SPIN_AHEAD_NS;
-	}
-	if (!e->in_process) {
-		atomic_store(shm_coordinator_sleeping(&e->seg),
-			     doze_ns ? SHM_COORD_DOZING : SHM_COORD_SLEEPING);
-		/* seq_cst: pairs with the fence in worker_step(). */
-		atomic_thread_fence(memory_order_seq_cst);
-		if (engine_any_result_ready(e)) {
-			atomic_store(shm_coordinator_sleeping(&e->seg), SHM_COORD_AWAKE);
-			return;
-		}
-	}
-	/* The front end's work off the loop (the parser thread) wakes us
-	 * through the ring, or is ready now. */
-	want_fe = e->fe.ops->before_sleep != NULL;
-	if (want_fe && e->fe.ops->before_sleep(e->fe.ctx)) {
-		e->fe.ops->after_sleep(e->fe.ctx);
-		if (!e->in_process)
-			atomic_store(shm_coordinator_sleeping(&e->seg), SHM_COORD_AWAKE);
-		return;
-	}
-	now = clock_now_ns();
-	timeout = deadline_ns <= now ? 1 : deadline_ns - now;
-	e->stats.n_dozes += doze_ns != 0;
-	ret = io_ring_wait(&e->io, timeout);
-	if (want_fe)
-		e->fe.ops->after_sleep(e->fe.ctx);
-	if (!e->in_process)
-		atomic_store(shm_coordinator_sleeping(&e->seg), SHM_COORD_AWAKE);
-	if (ret > 0)
-		io_ring_dispatch(&e->io);
-	else if (ret < 0)
-		engine_fail(e, "io_uring wait: %s", strerror(-ret));
 }
 
 /* ------------------------------------------------------------------------

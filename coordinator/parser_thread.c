@@ -11,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "sleep_handshake.h"
+
 struct parser_slot {
 	char *line;		/* malloc'd copy, freed by the thread */
 	size_t len;
@@ -33,6 +35,19 @@ struct parser_thread {
 	_Alignas(64) _Atomic uint32_t parser_waiting;	/* thread */
 };
 
+/* What the parser thread waits for: a line past pos, or the stop. */
+struct parser_wait_for {
+	struct parser_thread *p;
+	uint64_t pos;
+};
+
+static bool parser_recheck_work(const void *arg)
+{
+	const struct parser_wait_for *f = arg;
+
+	return f->pos < atomic_load(&f->p->submitted) || atomic_load(&f->p->stop);
+}
+
 static void *parser_main(void *arg)
 {
 	struct parser_thread *p = arg;
@@ -45,14 +60,16 @@ static void *parser_main(void *arg)
 			break;
 		/* acquire: pairs with the release in parser_thread_submit() */
 		if (pos >= atomic_load_explicit(&p->submitted, memory_order_acquire)) {
-			atomic_store(&p->parser_waiting, 1);
-			/* seq_cst: pairs with the fence in parser_thread_submit():
-			 * either it sees us waiting or we see its line. */
-			atomic_thread_fence(memory_order_seq_cst);
-			if (pos >= atomic_load(&p->submitted) && !atomic_load(&p->stop))
+			struct parser_wait_for wait_for = { p, pos };
+
+			/* pairs with sleep_handshake_check() in
+			 * parser_thread_submit(): either it sees us waiting or
+			 * we see its line */
+			if (!sleep_handshake_announce(&p->parser_waiting, 1,
+						      parser_recheck_work, &wait_for))
 				while (sem_wait(&p->work) && errno == EINTR)
 					;
-			atomic_store(&p->parser_waiting, 0);
+			sleep_handshake_done(&p->parser_waiting);
 			continue;
 		}
 		s = &p->slots[pos % p->capacity];
@@ -64,9 +81,8 @@ static void *parser_main(void *arg)
 		pos++;
 		/* release: pairs with the acquire in parser_thread_take() */
 		atomic_store_explicit(&p->parsed, pos, memory_order_release);
-		/* seq_cst: pairs with the fence in parser_thread_want_wakeup() */
-		atomic_thread_fence(memory_order_seq_cst);
-		if (atomic_load_explicit(&p->loop_waiting, memory_order_relaxed)) {
+		/* pairs with the announcement in parser_thread_want_wakeup() */
+		if (sleep_handshake_check(&p->loop_waiting)) {
 			uint64_t one = 1;
 
 			if (write(p->notify_fd, &one, sizeof(one)) < 0) {
@@ -162,10 +178,9 @@ int parser_thread_submit(struct parser_thread *p, const char *line,
 	s->out.line_no = line_no;
 	/* release: pairs with the acquire in parser_main() */
 	atomic_store_explicit(&p->submitted, pos + 1, memory_order_release);
-	/* seq_cst: pairs with the fence in parser_main(); post only to a
-	 * thread that said it waits (a post is a system call). */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&p->parser_waiting, memory_order_relaxed))
+	/* pairs with the announcement in parser_main(); post only to a
+	 * thread that said it waits (a post is a system call) */
+	if (sleep_handshake_check(&p->parser_waiting))
 		sem_post(&p->work);
 	return 0;
 }
@@ -187,15 +202,20 @@ bool parser_thread_take(struct parser_thread *p, struct parsed_line *out)
 	return true;
 }
 
+static bool parser_recheck_parsed(const void *arg)
+{
+	const struct parser_thread *p = arg;
+
+	return p->taken < atomic_load(&p->parsed);
+}
+
 bool parser_thread_want_wakeup(struct parser_thread *p)
 {
-	atomic_store(&p->loop_waiting, 1);
-	/* seq_cst: pairs with the fence in parser_main() */
-	atomic_thread_fence(memory_order_seq_cst);
-	return p->taken < atomic_load(&p->parsed);
+	/* pairs with sleep_handshake_check() in parser_main() */
+	return sleep_handshake_announce(&p->loop_waiting, 1, parser_recheck_parsed, p);
 }
 
 void parser_thread_no_wakeup(struct parser_thread *p)
 {
-	atomic_store_explicit(&p->loop_waiting, 0, memory_order_relaxed);
+	sleep_handshake_done(&p->loop_waiting);
 }

@@ -20,10 +20,10 @@
  * a few wasted rows, and a result entry is never overwritten unread.
  *
  * Waiting (for a dispatch when it has no rows, or for room in the result
- * ring): spin for a while, then announce worker_sleeping, fence, re-check,
- * and sleep in FUTEX_WAIT on the channel's wake_seq word.  The coordinator
- * bumps the word and wakes it only when it sees the flag (after its own
- * fence), so a busy shard never enters the kernel.
+ * ring): spin for a while, then announce worker_sleeping, fence, re-check
+ * (sleep_handshake.h), and sleep in FUTEX_WAIT on the channel's wake_seq
+ * word.  The coordinator bumps the word and wakes it only when it sees the
+ * flag (after its own fence), so a busy shard never enters the kernel.
  * The wait wakes every 200 ms to check that the coordinator still exists
  * (PR_SET_PDEATHSIG covers the usual case; the check covers a coordinator
  * that died before the prctl took effect).
@@ -46,6 +46,7 @@
 #include "log.h"
 #include "model_loader.h"
 #include "shm_segment.h"
+#include "sleep_handshake.h"
 
 struct worker {
 	const struct worker_options *opt;
@@ -131,6 +132,19 @@ static bool worker_result_room(const struct worker *w)
 	       w->seg.hdr->ring_depth;
 }
 
+/* What worker_wait() waits for, in the form the handshake re-checks. */
+struct worker_wait_for {
+	const struct worker *w;
+	bool (*ready)(const struct worker *);
+};
+
+static bool worker_wait_recheck(const void *arg)
+{
+	const struct worker_wait_for *f = arg;
+
+	return f->ready(f->w);
+}
+
 /*
  * Wait until ready(w).  Returns 0, or -EPIPE when the coordinator is gone.
  * Waiting for a dispatch spins for the learnt budget (the coordinator
@@ -144,6 +158,7 @@ static int worker_wait(struct worker *w, bool (*ready)(const struct worker *))
 	bool for_dispatch = ready == worker_dispatch_ready;
 	uint64_t begin = clock_now_ns(), start = begin;
 	uint64_t spin_ns = for_dispatch ? worker_spin_budget(w) : 0;
+	struct worker_wait_for wait_for = { w, ready };
 	bool slept = false;
 	unsigned spins = 0;
 	uint32_t seen;
@@ -162,16 +177,15 @@ static int worker_wait(struct worker *w, bool (*ready)(const struct worker *))
 		/* Read before the flag goes up: a wake-up after this
 		 * point changes the word, so the wait below returns. */
 		seen = atomic_load_explicit(&w->ch->wake_seq, memory_order_acquire);
-		atomic_store(&w->ch->worker_sleeping, 1);
-		/* seq_cst: pairs with the fences in the coordinator's
+		/* pairs with sleep_handshake_check() in the coordinator's
 		 * shard_dispatch() and shard_release_results(): either it
-		 * sees our flag or we see its dispatch (or the room it made). */
-		atomic_thread_fence(memory_order_seq_cst);
-		if (!ready(w)) {
+		 * sees our flag or we see its dispatch (or the room it made) */
+		if (!sleep_handshake_announce(&w->ch->worker_sleeping, 1,
+					      worker_wait_recheck, &wait_for)) {
 			shm_worker_sleep(w->ch, seen, WORKER_SLEEP_NS);
 			slept = true;
 		}
-		atomic_store(&w->ch->worker_sleeping, 0);
+		sleep_handshake_done(&w->ch->worker_sleeping);
 		if (!coordinator_alive(w))
 			return -EPIPE;
 		start = clock_now_ns();
@@ -233,13 +247,14 @@ static uint64_t worker_fill_garbage(struct worker *w, struct shm_result *r,
  * Write our notification pipe if the coordinator sleeps and wants to hear
  * of this:
  * a dozing coordinator (long steps) reads the rings on its own timer and
- * is woken only when urgent.  Call after a seq_cst fence that follows
- * what it is to see.
+ * is woken only when urgent.  Call after publishing what it is to see:
+ * the handshake's fence pairs with the one after the coordinator sets
+ * coordinator_sleeping in engine_wait(), so either it sees what we
+ * published or we see it asleep.
  */
 static void worker_wake_coordinator(const struct worker *w, bool urgent)
 {
-	uint32_t sleeping = atomic_load_explicit(shm_coordinator_sleeping(&w->seg),
-						 memory_order_relaxed);
+	uint32_t sleeping = sleep_handshake_check(shm_coordinator_sleeping(&w->seg));
 	uint8_t one = 1;
 
 	if (sleeping == SHM_COORD_AWAKE ||
@@ -313,11 +328,9 @@ static int worker_adopt(struct worker *w)
 	/* release: every token we wrote for a row we now leave is written */
 	atomic_store_explicit(&w->ch->dispatch_adopted, pos, memory_order_release);
 	/* The coordinator may be asleep waiting for exactly this (a slot it
-	 * wants to reuse); seq_cst pairs with its fence in engine_wait().
-	 * Not urgent: a dozing one looks again within a quarter step, before
-	 * our next step can take a refill, and a wake-up per dispatch would
-	 * cost us a few microseconds each. */
-	atomic_thread_fence(memory_order_seq_cst);
+	 * wants to reuse).  Not urgent: a dozing one looks again within a
+	 * quarter step, before our next step can take a refill, and a
+	 * wake-up per dispatch would cost us a few microseconds each. */
 	worker_wake_coordinator(w, false);
 	return 0;
 }
@@ -398,9 +411,6 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 		 w->result_pos - atomic_load_explicit(&w->ch->results_consumed,
 						      memory_order_relaxed) >=
 		 hdr->ring_depth / 2;
-	/* seq_cst: pairs with the fence after the coordinator sets
-	 * coordinator_sleeping: either it sees our result or we see it asleep. */
-	atomic_thread_fence(memory_order_seq_cst);
 	worker_wake_coordinator(w, urgent);
 }
 

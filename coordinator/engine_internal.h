@@ -1,0 +1,204 @@
+/*
+ * engine_internal.h - the engine's private state: struct engine and
+ * struct shard, shared by the three files that make up the engine,
+ * engine.c (requests, workers' lives, the loop), shard_sched.c (the shard
+ * scheduler) and wait_policy.c (spin, doze, sleep).  Only those three may
+ * include it; every other file, tests included, goes through engine.h.
+ *
+ * Besides the structs it declares the engine.c functions the scheduler
+ * calls back (engine_fail(), engine_finish(), engine_commit_token()) and
+ * two one-line questions about a shard that all three ask.
+ */
+#ifndef DYNBATCH_ENGINE_INTERNAL_H
+#define DYNBATCH_ENGINE_INTERNAL_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/signalfd.h>
+#include <sys/types.h>
+
+#include "engine.h"
+#include "frontend.h"
+#include "io_ring.h"
+#include "log_limit.h"
+#include "metrics.h"
+#include "request_pool.h"
+#include "shm_segment.h"
+#include "slot_table.h"
+#include "stats.h"
+#include "wait_queue.h"
+
+#define ENGINE_MAX_FAILED_STARTS 8	/* per shard, then give up on it */
+
+/* Most reads of a shard's notification pipes in flight at once: the
+ * current pipe's, and older pipes' that something still holds open. */
+#define SHARD_NOTIFY_READS 4u
+
+struct shard;
+
+/* One queued read of a notification pipe (shard_arm_notify()). */
+struct notify_read {
+	struct io_op op;		/* arg: the engine */
+	struct shard *shard;
+	uint32_t epoch;			/* the pipe it reads (shard's epoch then) */
+	bool inflight;			/* queued, completion not yet seen */
+};
+struct shard {
+	uint32_t index;
+	uint32_t first_slot;		/* slots [first_slot, first_slot+n_slots) */
+	uint32_t n_slots;
+	uint32_t n_active;		/* of which ACTIVE */
+	uint64_t committing_id;		/* dispatch id of the result being
+					 * committed now (0: none) */
+	/* dispatches to the current worker: private, trusted copies */
+	uint64_t next_dispatch_id;	/* starts at 1, never reused */
+	uint64_t first_id;		/* first id sent to the current worker */
+	uint64_t issued_id;		/* the newest dispatch sent (0: none) */
+	uint64_t first_pos;		/* first dispatch position of the worker */
+	/* the rows of the last SHM_RING_DEPTH dispatches, by ring index: the
+	 * one the worker runs is among them (for blame when it dies) */
+	struct shm_dispatch_row *sent;	/* SHM_RING_DEPTH * n_slots */
+	uint32_t n_sent[SHM_RING_DEPTH];
+	uint64_t sent_id[SHM_RING_DEPTH]; /* the dispatch id of each */
+	/* per shard slot: the result (result_stamp) that last carried a row of
+	 * the slot's current generation */
+	uint32_t *seen;
+	uint32_t result_stamp;
+	bool redispatch;		/* the worker's rows are out of date */
+	uint32_t n_draining;		/* slots waiting in slot_drain */
+	uint64_t adopted_seen;		/* dispatch_adopted when last looked at */
+	bool reset;			/* next dispatch: take our lengths */
+	uint64_t reset_id;		/* the last dispatch sent with reset */
+	uint32_t resets_unanswered;	/* resets sent since a row of a result
+					 * run after a reset was committed */
+	uint32_t lockstep;		/* dispatches left in which each row
+					 * gets one step only (SHARD_LOCKSTEP) */
+	bool sent_lockstep;		/* the newest dispatch was one of them */
+	uint64_t suspect_id;		/* dispatch running a suspect alone */
+	uint64_t progress_ns;		/* last result, or last dispatch sent */
+	uint64_t step_ewma_ns;		/* typical time between results */
+	uint64_t dispatch_pos;		/* next dispatch ring position */
+	uint64_t result_pos;		/* next result ring position */
+	/* the worker process */
+	pid_t pid;			/* 0 when none runs */
+	int pidfd;
+	/* read end of the current worker's notification pipe (-1: none);
+	 * the worker writes a byte to wake us */
+	int notify_rd;
+	uint32_t notify_epoch;		/* which pipe is the current one */
+	uint8_t notify_buf[64];		/* what is read is never looked at */
+	/* the reads queued on the pipes; one of an older pipe ends when
+	 * every copy of that pipe's write end is closed */
+	struct notify_read notify_reads[SHARD_NOTIFY_READS];
+	const char *killed_for;		/* why we SIGKILLed it, or NULL */
+	bool ready_seen;		/* it announced worker_ready_pid */
+	bool failed_step;		/* its model returned an error */
+	uint64_t started_ns;
+	uint64_t restart_at_ns;		/* when dead: start a new one then */
+	uint32_t n_failed_starts;	/* consecutive deaths before ready */
+	uint32_t n_quick_deaths;	/* consecutive deaths soon after start */
+	struct io_op exit_op;		/* poll of pidfd; arg: the engine */
+	/* misbehaviour of the current worker (cleared when it exits) */
+	uint32_t n_fruitless;		/* results in a row that committed no
+					 * row (SHARD_MAX_FRUITLESS) */
+	uint64_t fruitless_ns;		/* when the last of them was read */
+	bool kill_blames;		/* killed_for: blame the rows it ran */
+	bool misbehaved;		/* killed for its results, or stalled
+					 * outside the model: no blame, its
+					 * rows move to other shards */
+	/* per result ring entry: the seq we found there when we last
+	 * consumed it (0 after a channel reset), which is what it holds
+	 * until the worker writes it again; any other value but the
+	 * position we expect is garbage */
+	uint64_t ring_seq[SHM_RING_DEPTH];
+	struct log_limit warn_limit;	/* this shard's per-result warnings */
+	/* isolation after a fault: slots (and generations) to run alone */
+	uint32_t *suspect_slot;
+	uint32_t *suspect_gen;
+	uint32_t n_suspects;
+};
+
+struct engine {
+	const struct engine_config *cfg;
+	struct model *model;
+	uint32_t vocab;
+	struct shm_segment seg;
+	struct slot_table slots;
+	struct wait_queue queue;
+	struct request_pool pool;
+	struct shard *shards;
+	uint32_t n_shards;
+	bool in_process;
+	bool worker_stderr_null;	/* our stderr is our output: workers
+					 * get /dev/null instead */
+	char worker_path[PATH_MAX];
+	struct io_ring io;
+	int sig_fd, notify_fd;
+	uint64_t notify_buf;
+	struct signalfd_siginfo sig_buf;
+	struct io_op sig_op, notify_op;	/* arg: the engine */
+	struct frontend fe;		/* where requests come from and go */
+	/* state */
+	int n_signals;
+	bool failed;
+	char fail_msg[256];
+	bool progress_on;
+	uint64_t last_progress_ns;
+	uint64_t *slot_freed_ns;	/* per slot: when it last became free */
+	uint32_t *slot_limit;		/* per slot: prefix length at which its
+					 * request is done (prompt + max_tokens) */
+	uint64_t *slot_drain;		/* per slot: the worker may still write
+					 * it until dispatch_adopted reaches
+					 * this (0: free to reuse) */
+	/* in-process stepping buffers, n_slots each */
+	const int32_t **prefixes;
+	uint32_t *lengths;
+	int32_t *next_tokens;
+	struct shm_result_row *inproc_rows;
+	struct engine_stats stats;
+	uint32_t *at_once;		/* AT_ONCE handles (max_tokens 0), oldest
+					 * first: finished on the next round */
+	uint32_t n_at_once;
+	/* pausing: a front end whose client reads slowly */
+	uint32_t *resume;		/* RESUMING handles, oldest first */
+	uint32_t n_resume;
+	uint32_t n_paused;		/* PAUSED or RESUMING requests */
+	bool workers_lost;		/* every shard failed its last starts */
+	bool gave_up;			/* run: workers_lost for good; every
+					 * request from now on gets an error
+					 * line and the run exits 1 */
+	struct histogram step_hist;	/* a shard's time between results */
+	struct histogram request_hist;	/* admission -> finish (stop, length) */
+	struct histogram ttft_hist;	/* admission -> first token */
+	uint64_t n_prompt_tokens;	/* of requests admitted */
+};
+
+/* ---- engine.c, for shard_sched.c and wait_policy.c ---- */
+
+/* Fail the whole engine (once: the first message is kept and logged). */
+void engine_fail(struct engine *e, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Answer live request handle (the front end's on_finish) and free it and
+ * its place: a slot goes back through shard_drop_slot(). */
+void engine_finish(struct engine *e, uint32_t handle,
+		   enum finish_reason reason, const char *error);
+/* Commit a validated token to the request in slot, release the tokens
+ * that became final, and finish the request if it is done. */
+void engine_commit_token(struct engine *e, uint32_t slot, int32_t token);
+
+/* Does the shard's worker owe us results (rows it has been sent)? */
+static inline bool shard_owes_results(const struct shard *s)
+{
+	return s->pid > 0 && s->n_active && s->issued_id >= s->first_id &&
+	       s->issued_id;
+}
+
+/* Has the shard failed so many starts in a row that it takes no work
+ * until a worker of it is ready again (which resets the count)? */
+static inline bool shard_lost(const struct shard *s)
+{
+	return s->n_failed_starts >= ENGINE_MAX_FAILED_STARTS;
+}
+
+#endif

@@ -1,0 +1,31 @@
+/*
+ * wait_policy.h - how the coordinator waits when a round made no progress
+ * (docs/DESIGN.md 8): spin on the result rings, doze on a timer, or sleep
+ * in io_uring until a worker, the front end or a deadline wakes it.
+ *
+ * The choice: when every shard that owes results takes a millisecond or
+ * more per step, doze for a quarter of the shortest step without spinning
+ * (a dozing coordinator is woken only for urgent results); otherwise, when
+ * a result is due soon (a shard's typical time between results), spin
+ * from just before it; else spin --spin-us.  Then announce
+ * coordinator_sleeping through the sleep handshake (sleep_handshake.h),
+ * let the front end arrange its own wake-up (before_sleep), and sleep.
+ */
+#ifndef DYNBATCH_WAIT_POLICY_H
+#define DYNBATCH_WAIT_POLICY_H
+
+#include <stdint.h>
+
+struct engine;
+
+/*
+ * Wait for something to do, at most until deadline_ns (clock_now_ns()
+ * time): a result or an adoption in a channel, an io_uring completion (a
+ * worker's notification pipe, a pidfd, the front end's I/O, a signal),
+ * the front end's before_sleep() saying it has work, or the deadline.
+ * Dispatches the completions it woke for; an io_uring failure fails the
+ * engine (engine_fail()).
+ */
+void engine_wait(struct engine *e, uint64_t deadline_ns);
+
+#endif
