@@ -678,17 +678,27 @@ static void shard_on_exit(struct engine *e, struct shard *s, const char *why,
 			 s->killed_for ? s->killed_for : "");
 		shard_blame_step(e, s, blame);
 	}
-	if (was_ready && s->misbehaved)	/* the next worker may be no better */
+	if (was_ready && s->misbehaved) {	/* the next may be no better */
 		shard_move_requests(e, s, "killed for its results, or stalled "
 				    "outside the model");
+		s->n_bad_lives++;
+	}
 	s->n_fruitless = 0;
-	s->misbehaved = false;
+	s->n_life_commits = 0;
 	s->kill_blames = false;
 
-	if (!was_ready)
+	if (!was_ready) {
 		shard_note_failed_start(e, s, why);
-	else
+	} else if (s->misbehaved && s->n_bad_lives >= ENGINE_MAX_FAILED_STARTS) {
+		/* Workers that start but never commit a row are as useless as
+		 * workers that cannot start: the shard is lost (with one
+		 * worker, the run would otherwise go on for ever). */
+		s->n_failed_starts = ENGINE_MAX_FAILED_STARTS - 1;
+		shard_note_failed_start(e, s, "its workers keep misbehaving");
+	} else {
 		s->n_failed_starts = 0;
+	}
+	s->misbehaved = false;
 	if (now - s->started_ns < ENGINE_RESTART_MAX_NS)
 		s->n_quick_deaths++;
 	else
@@ -813,6 +823,7 @@ static uint64_t engine_check_workers(struct engine *e, uint64_t now)
 				s->progress_ns = now;
 				s->n_failed_starts = 0;
 				e->workers_lost = false;
+				next = now;	/* refill it on the next round */
 			} else if (since(now, s->started_ns) >= start_timeout) {
 				LOG(LOG_WARN, "worker %u (pid %d) not ready after %llu ms; "
 				    "killing it", s->index, (int)s->pid,

@@ -103,6 +103,14 @@ struct shard {
 	uint32_t n_fruitless;		/* results in a row that committed no
 					 * row (SHARD_MAX_FRUITLESS) */
 	uint64_t fruitless_ns;		/* when the last of them was read */
+	uint32_t n_bad_lives;		/* workers in a row killed for their
+					 * results or a stall outside the model,
+					 * none with SHARD_MAX_FRUITLESS results
+					 * that committed rows: at
+					 * ENGINE_MAX_FAILED_STARTS the shard
+					 * is lost (shard_lost()) */
+	uint32_t n_life_commits;	/* results of the current worker that
+					 * committed rows (up to the bound) */
 	bool kill_blames;		/* killed_for: blame the rows it ran */
 	bool misbehaved;		/* killed for its results, or stalled
 					 * outside the model: no blame, its

@@ -167,7 +167,11 @@ static void shard_refill(struct engine *e, struct shard *s)
 	uint64_t now = 0;
 	int ret;
 
-	if (s->n_active == s->n_slots || shard_lost(s))
+	/* A worker not yet ready gets no request: one that never says it
+	 * is (a slow model load, or a worker that scribbled its own flag)
+	 * holds nobody's request until the start timeout ends it. */
+	if (s->n_active == s->n_slots || shard_lost(s) ||
+	    (!e->in_process && !s->ready_seen))
 		return;
 	if (e->cfg->policy_static)
 		for (uint32_t i = 0; i < s->n_slots; i++)
@@ -652,6 +656,12 @@ bool shard_poll(struct engine *e, struct shard *s)
 			took = now - s->progress_ns;
 			s->progress_ns = now;
 			s->n_fruitless = 0;
+			/* a worker that does real work clears its shard's
+			 * record; one honest result per life does not (a
+			 * flood that starts with one would run for ever) */
+			if (s->n_life_commits < SHARD_MAX_FRUITLESS &&
+			    ++s->n_life_commits == SHARD_MAX_FRUITLESS)
+				s->n_bad_lives = 0;
 			shard_note_step_time(s, took);
 			histogram_record(&e->step_hist, took);
 			e->stats.step_ns += took;

@@ -110,6 +110,24 @@ for mode in wrong-generation empty; do
 	RUN_MODEL="$MODEL,row_us=150" hostile_case "$mode-forever" "$mode,lives=1000000" 3
 done
 
+# The only worker attacks for ever: after ENGINE_MAX_FAILED_STARTS (8)
+# such workers in a row the shard is lost like one whose workers cannot
+# start, so the run ends (exit 1) with a line for every request, an error
+# for each that was not done (it ran until the timeout: its requests
+# "moved to the other shards", of which there were none).
+for mode in empty wrong-generation flood; do
+	hostile_run "$mode-alone" "$mode,lives=1000000" 1
+	n_lines=$(wc -l < "$E2E_TMP/$mode-alone.out")
+	n_err=$(grep -c '"finish_reason":"error".*no worker can be kept alive' "$E2E_TMP/$mode-alone.out")
+	if [ "$RUN_RC" -eq 1 ] && [ "$n_lines" -eq 1500 ] && [ "$n_err" -gt 0 ] &&
+	   "$BIN/refdecode" --model "$MODEL" --input "$E2E_TMP/w.jsonl" \
+		--check "$E2E_TMP/$mode-alone.out" --allow-errors > "$E2E_TMP/$mode-alone.check" 2>&1; then
+		pass "$mode for ever, the only worker: exit 1 after $RUN_MS ms, 1500 lines, $n_err errors, the rest exact"
+	else
+		fail "$mode for ever, the only worker: exit $RUN_RC after $RUN_MS ms, $n_lines lines, $n_err errors: $(tail -n 1 "$E2E_TMP/$mode-alone.check" 2>/dev/null)"
+	fi
+done
+
 # SIGINT drains with such a worker: active requests finish or are
 # cancelled, waiting ones are cancelled, within seconds (it spun at 95%
 # CPU and never drained).  A slower model, so that the drain has work.

@@ -75,6 +75,8 @@ struct hostile {
 	uint64_t n_results;		/* results the hook has seen */
 	uint64_t rng;			/* splitmix64 state */
 	const char *forge_id;		/* id of the forged result lines */
+	int own_shard_fd;		/* the descriptor of its own shard's
+					 * object (it may write that) */
 	char report_path[PATH_MAX];	/* "" when there is no report */
 	/* what the attack thread achieved */
 	uint64_t n_stolen;		/* bytes read from descriptors */
@@ -420,6 +422,10 @@ static void attack_mprotect(void)
 		ssize_t len;
 		int fd;
 
+		/* its own shard's object, before the honest loop has mapped
+		 * (and closed) it: writing that is allowed, not a way in */
+		if (fds[i] == hostile.own_shard_fd)
+			continue;
 		snprintf(path, sizeof(path), "/proc/self/fd/%d", fds[i]);
 		len = readlink(path, target, sizeof(target) - 1);
 		if (len <= 0)
@@ -649,6 +655,7 @@ int main(int argc, char **argv)
 	log_set_role(role);
 	LOG(LOG_WARN, "attacking");
 	hostile.rng = (uint64_t)getpid() * 0x9E3779B97F4A7C15ull ^ (uint64_t)time(NULL);
+	hostile.own_shard_fd = opt.shard_fd;
 	hostile.forge_id = getenv("DYNBATCH_HOSTILE_FORGE_ID");
 	if (!hostile.forge_id)
 		hostile.forge_id = "forged";

@@ -494,6 +494,11 @@ int worker_run(const struct worker_options *opt)
 	w.dispatch_pos = w.ch->start_dispatch_pos;
 	w.result_pos = w.ch->start_result_pos;
 	atomic_store(&w.ch->worker_ready_pid, (int32_t)getpid());
+	/* The coordinator gives a shard requests only once its worker is
+	 * ready: tell it now rather than at its next look.  The pipe is
+	 * non-blocking; a full one means a wake-up is pending anyway. */
+	if (write(opt->notify_fd, "r", 1) < 0 && errno != EAGAIN)
+		LOG(LOG_WARN, "waking the coordinator: %s", strerror(errno));
 	LOG(LOG_INFO, "serving shard %u", opt->shard);
 	for (;;) {
 		uint32_t n;
