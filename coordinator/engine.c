@@ -369,6 +369,27 @@ static void shard_move_requests(struct engine *e, struct shard *s, const char *w
 		    "shards", s->index, why, moved);
 }
 
+/*
+ * A run that can no longer step stops trying but goes on answering:
+ * every request, live or still to be read, gets its error line (the front
+ * end's -EIO from engine_submit()), and the run exits 1.
+ */
+void engine_give_up(struct engine *e, const char *fmt, ...)
+{
+	char msg[sizeof(e->fail_msg) + 32];
+	va_list ap;
+
+	if (e->gave_up)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(e->fail_msg, sizeof(e->fail_msg), fmt, ap);
+	va_end(ap);
+	LOG(LOG_ERROR, "%s", e->fail_msg);
+	snprintf(msg, sizeof(msg), "engine failed: %s", e->fail_msg);
+	e->gave_up = e->workers_lost = true;
+	engine_finish_all(e, FINISH_ERROR, msg);
+}
+
 /* A worker of this shard died before it was ready, or could not be
  * started at all.  When that keeps happening on every shard, give up. */
 static void shard_note_failed_start(struct engine *e, struct shard *s,
@@ -387,18 +408,9 @@ static void shard_note_failed_start(struct engine *e, struct shard *s,
 		if (e->shards[i].n_failed_starts < ENGINE_MAX_FAILED_STARTS)
 			return;
 	if (!e->cfg->keep_running && !e->gave_up) {
-		/* A run stops starting workers but goes on answering: every
-		 * request, live or still to be read, gets its error line. */
-		char msg[400];
-
-		snprintf(e->fail_msg, sizeof(e->fail_msg), "no worker can be kept "
-			 "alive: %u starts in a row failed on every shard (last: %s); "
-			 "check --model and the worker's messages above",
-			 s->n_failed_starts, why);
-		LOG(LOG_ERROR, "%s", e->fail_msg);
-		snprintf(msg, sizeof(msg), "engine failed: %s", e->fail_msg);
-		e->gave_up = e->workers_lost = true;
-		engine_finish_all(e, FINISH_ERROR, msg);
+		engine_give_up(e, "no worker can be kept alive: %u starts in a row "
+			       "failed on every shard (last: %s); check --model and "
+			       "the worker's messages above", s->n_failed_starts, why);
 		return;
 	}
 	if (e->gave_up)

@@ -187,6 +187,10 @@ struct engine {
 /* Fail the whole engine (once: the first message is kept and logged). */
 void engine_fail(struct engine *e, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* Stop stepping but go on answering: every request gets an error line
+ * and the run exits 1 (engine.c explains). */
+void engine_give_up(struct engine *e, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 /* Answer live request handle (the front end's on_finish) and free it and
  * its place: a slot goes back through shard_drop_slot(). */
 void engine_finish(struct engine *e, uint32_t handle,

@@ -12,6 +12,7 @@
  * io_uring loop), then the front end on that loop (jsonl_frontend for run,
  * http_server for serve), plugged in through frontend.h, then runs.
  */
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdbool.h>
 #include <malloc.h>
@@ -161,6 +162,26 @@ static int run(const struct engine_config *cfg, const struct http_config *http,
 	return status;
 }
 
+/*
+ * Descriptors 0, 1 and 2 open before anything else is: started with one
+ * of them closed, the next descriptor we open (an eventfd, say) would take
+ * its number, and `--input -` would read our own wake-ups or `--output -`
+ * write result lines into it.  A closed one gets /dev/null.
+ */
+static void std_fds_open(void)
+{
+	for (int fd = 0; fd <= 2; fd++) {
+		if (fcntl(fd, F_GETFD) >= 0)
+			continue;
+		int null = open("/dev/null", fd ? O_WRONLY : O_RDONLY);
+
+		if (null >= 0 && null != fd) {	/* a lower one was closed too */
+			dup2(null, fd);
+			close(null);
+		}
+	}
+}
+
 int main(int argc, char **argv)
 {
 	enum { OPT_WORKERS = 256, OPT_BATCH, OPT_MODEL, OPT_MAX_CONTEXT, OPT_INPUT,
@@ -244,6 +265,7 @@ int main(int argc, char **argv)
 	mallopt(M_MMAP_THRESHOLD, 32 << 20);
 	mallopt(M_TRIM_THRESHOLD, 64 << 20);
 	log_set_role("coordinator");
+	std_fds_open();
 	log_init_from_env();
 	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
 		usage(stdout);

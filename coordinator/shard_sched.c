@@ -637,8 +637,8 @@ bool shard_poll(struct engine *e, struct shard *s)
 			continue;
 		}
 		if (status) {
-			LOG(LOG_WARN, "shard %u: model failed a step (%s); "
-			    "restarting the worker", s->index, strerror(-status));
+			shard_warn(s, "model failed a step (%s); restarting the "
+				   "worker", strerror(-status));
 			s->failed_step = true;
 			s->result_pos++;
 			shard_kill(s);
@@ -705,8 +705,8 @@ bool shard_step_in_process(struct engine *e, struct shard *s)
 	histogram_record(&e->step_hist, t0);
 	e->stats.model_ns += t0;	/* in-process, the step is the model call */
 	e->stats.step_ns += t0;
-	if (ret) {
-		engine_fail(e, "model failed: %s", strerror(-ret));
+	if (ret) {	/* no worker to isolate the request in: give up */
+		engine_give_up(e, "model failed: %s", strerror(-ret));
 		return false;
 	}
 	for (uint32_t i = 0; i < n; i++) {

@@ -225,4 +225,58 @@ grep -qF "poison request 'p\\ndynbatch[1] coordinator: error: forged\\x1b[2J\\xc
 check_results "... the other request exact" sim "$E2E_TMP/evil.jsonl" "$E2E_TMP/evil.out" \
 	--allow-errors
 
+
+# --- 5. started with a standard descriptor closed -----------------------------
+# The next descriptor opened took its number: with stdin closed the run
+# read its own eventfd as input and hung; with stdout closed it wrote
+# result lines into an eventfd.  A closed one is /dev/null now.
+"$BIN/gen_workload" --n 50 --seed "$SEED" > "$E2E_TMP/fifty.jsonl"
+timeout -k 5 10 "$BIN/dynbatch" run --no-progress --workers 1 \
+	--output "$E2E_TMP/closed_in.out" <&- 2> "$E2E_TMP/closed_in.err"
+expect_eq "stdin closed, --input -: an empty input, exit 0 (not a hang)" "$?" 0
+expect_eq "... no result" "$(wc -l < "$E2E_TMP/closed_in.out")" 0
+timeout -k 5 10 "$BIN/dynbatch" run --no-progress --workers 1 \
+	--input "$E2E_TMP/fifty.jsonl" >&- 2> "$E2E_TMP/closed_out.err"
+expect_eq "stdout closed, --output -: results go nowhere, exit 0" "$?" 0
+expect_eq "... and no write error" "$(grep -c 'writing output' "$E2E_TMP/closed_out.err")" 0
+
+
+# --- 6. a model that fails a step --------------------------------------------
+# With workers the failing request is isolated and failed alone; with
+# --workers 0 there is nobody to isolate it in, so the run gives up, but
+# every request still gets its line (the rest of the input got none).
+python3 - "$SEED" > "$E2E_TMP/nextfail.jsonl" <<'PY'
+import random, sys
+random.seed(int(sys.argv[1]))
+for i in range(300):
+    p = [random.choice([1, 2, 3, 5, 8, 13]) for _ in range(random.randrange(1, 6))]
+    if i == 150:
+        p = [3, 7]	# the plugin's next() fails on a prefix ending in 7
+    print('{"id":"n%d","prompt":%s,"max_tokens":%d}' % (i, p, random.randrange(1, 20)))
+PY
+run --workers 0 --batch 8 --model "$BUILD/probe_plugin.so:mode=nextfail" \
+	--input "$E2E_TMP/nextfail.jsonl" --output "$E2E_TMP/nextfail0.out" 2>/dev/null
+expect_eq "--workers 0, a model that fails a step: exit 1" "$?" 1
+expect_eq "... a line for each of the 300 requests" "$(wc -l < "$E2E_TMP/nextfail0.out")" 300
+run --workers 2 --batch 8 --model "$BUILD/probe_plugin.so:mode=nextfail" \
+	--input "$E2E_TMP/nextfail.jsonl" --output "$E2E_TMP/nextfail2.out" 2>/dev/null
+expect_eq "2 workers, the same model: exit 0" "$?" 0
+expect_eq "... a line for each of the 300 requests" "$(wc -l < "$E2E_TMP/nextfail2.out")" 300
+# the same model without the failure, in-process, is the reference: every
+# request that did not fail has its tokens; n150 failed (so did any whose
+# generated tokens end in 7)
+run --workers 0 --batch 8 --model "$BUILD/probe_plugin.so" \
+	--input "$E2E_TMP/nextfail.jsonl" --output "$E2E_TMP/nextfail_ref.out" 2>/dev/null
+python3 - "$E2E_TMP/nextfail2.out" "$E2E_TMP/nextfail_ref.out" > "$E2E_TMP/nextfail.cmp" <<'PY'
+import json, sys
+got = {r["id"]: r for r in map(json.loads, open(sys.argv[1]))}
+ref = {r["id"]: r for r in map(json.loads, open(sys.argv[2]))}
+bad = [i for i, r in got.items()
+       if r["finish_reason"] != "error" and r["tokens"] != ref[i]["tokens"]]
+print("n150 failed" if got["n150"]["finish_reason"] == "error" else "n150 did not fail",
+      "%d wrong" % len(bad))
+PY
+expect_eq "... n150 failed (it is isolated), every other answer exact" \
+	"$(cat "$E2E_TMP/nextfail.cmp")" "n150 failed 0 wrong"
+
 finish

@@ -24,9 +24,11 @@
  *   silent    _exit(0) from create(): no answer at all
  *   closehang closes fd 3, then never returns
  *   flood     writes "flood" lines to stderr, never returns
+ *   nextfail  works as ok, but next() fails (-EIO) on a prefix ending in 7
  * and "say=TEXT" writes TEXT and a newline to fd 3, "sayraw=TEXT" TEXT
  * alone, and then never returns (the answers a hostile plugin may forge).
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -42,6 +44,7 @@
 
 struct probe_model {
 	uint32_t vocab;
+	bool fail_on_7;		/* mode nextfail */
 };
 
 /* Append "what pid ppid" to $DYNBATCH_TEST_MARKER, if set. */
@@ -117,6 +120,7 @@ static void *probe_create(const char *args, char *err, size_t err_len)
 		snprintf(err, err_len, "out of memory");
 		return NULL;
 	}
+	m->fail_on_7 = !strcmp(mode, "nextfail");
 	m->vocab = !strcmp(mode, "vocab0") ? 0 :
 		   !strcmp(mode, "vocabmax") ? UINT32_MAX : PROBE_PLUGIN_VOCAB;
 	return m;
@@ -132,6 +136,9 @@ static int probe_next(void *model, uint32_t n_rows, const int32_t *const *prefix
 {
 	for (uint32_t i = 0; i < n_rows; i++) {
 		uint64_t last = lengths[i] ? (uint64_t)prefixes[i][lengths[i] - 1] : 0;
+
+		if (((struct probe_model *)model)->fail_on_7 && last == 7)
+			return -EIO;
 
 		next_tokens[i] = (int32_t)((7 * last + 3 * (uint64_t)lengths[i] + 1) %
 					   PROBE_PLUGIN_VOCAB);
