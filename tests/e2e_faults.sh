@@ -314,14 +314,7 @@ grep -q '"id":"slow","tokens":\[26355,5658,24635\],"finish_reason":"length"' \
 # --- 7. a shard that cannot keep a worker alive -----------------------------
 # Issue 13 B11: shard 1's worker is killed and every replacement fails to
 # start; its requests move to shard 0 (regression: they waited forever).
-cat > "$E2E_TMP/lost-worker" <<EOF
-#!/bin/bash
-case " \$* " in
-*" --shard 1 "*) [ -e "$E2E_TMP/lost-now" ] && exit 1 ;;
-esac
-exec -a dynbatch-worker "$(cd "$BIN" && pwd)/dynbatch-worker" "\$@"
-EOF
-chmod +x "$E2E_TMP/lost-worker"
+make_lost_worker
 "$BIN/gen_workload" --n 120 --seed "$((SEED + 7))" --max-tokens 40 > "$E2E_TMP/lost.jsonl"
 DYNBATCH_WORKER="$E2E_TMP/lost-worker" timeout -k 5 60 "$BIN/dynbatch" run --no-progress \
 	--workers 2 --batch 8 --model sim:row_us=3000 --input "$E2E_TMP/lost.jsonl" \

@@ -71,6 +71,20 @@ expect_gt() {
 }
 
 # stats_field STATSFILE NAME: a number from the --stats JSON.
+# make_lost_worker: $E2E_TMP/lost-worker, a DYNBATCH_WORKER that runs the
+# real worker, except for shard 1 once $E2E_TMP/lost-now exists: then it
+# exits at once (a shard whose worker cannot be replaced).
+make_lost_worker() {
+	cat > "$E2E_TMP/lost-worker" <<EOF
+#!/bin/bash
+case " \$* " in
+*" --shard 1 "*) [ -e "$E2E_TMP/lost-now" ] && exit 1 ;;
+esac
+exec -a dynbatch-worker "$(cd "$BIN" && pwd)/dynbatch-worker" "\$@"
+EOF
+	chmod +x "$E2E_TMP/lost-worker"
+}
+
 stats_field() { grep -o "\"$2\":[0-9]*" "$1" 2>/dev/null | cut -d: -f2; }
 
 finish() {

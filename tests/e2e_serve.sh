@@ -377,14 +377,7 @@ expect_eq "exit 0 after SIGTERM" "$SRV_RC" 0
 echo "== a shard that cannot keep a worker alive: /health 503, the others serve"
 # Issue 13 B11: shard 1's worker is killed and cannot be replaced
 # (regression: /health said ok while the shard's requests waited forever).
-cat > "$E2E_TMP/lost-worker" <<EOF
-#!/bin/bash
-case " \$* " in
-*" --shard 1 "*) [ -e "$E2E_TMP/lost-now" ] && exit 1 ;;
-esac
-exec -a dynbatch-worker "$(cd "$BIN" && pwd)/dynbatch-worker" "\$@"
-EOF
-chmod +x "$E2E_TMP/lost-worker"
+make_lost_worker
 DYNBATCH_WORKER="$E2E_TMP/lost-worker" serve_start lost --workers 2 --batch 4 --model "$MODEL"
 expect_eq "GET /health before: 200" "$(status GET /health)" 200
 victim=""

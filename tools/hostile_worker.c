@@ -44,7 +44,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
@@ -66,6 +65,7 @@
 #include "parse_num.h"
 #include "shm_segment.h"
 #include "sim_model.h"
+#include "worker_args.h"
 #include "worker_loop.h"
 
 #define HOSTILE_DEFAULT_LIVES 2u
@@ -574,75 +574,27 @@ static const struct mode *parse_spec(const char *spec, uint32_t *shard, uint32_t
 	return mode;
 }
 
-/* The worker's command line (coordinator/worker_pool.c's worker_spawn()). */
-static int parse_args(int argc, char **argv, struct worker_options *opt)
-{
-	static const struct option longopts[] = {
-		{ "shared-fd", required_argument, NULL, 's' },
-		{ "shard-fd", required_argument, NULL, 'f' },
-		{ "shard", required_argument, NULL, 'k' },
-		{ "model", required_argument, NULL, 'm' },
-		{ "notify-fd", required_argument, NULL, 'n' },
-		{ "spin-us", required_argument, NULL, 'p' },
-		{ "garbage-every", required_argument, NULL, 'g' },
-		{ "nice", required_argument, NULL, 'i' },
-		{ NULL, 0, NULL, 0 },
-	};
-	uint64_t v;
-	int c;
-
-	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-		switch (c) {
-		case 'm': opt->model_spec = optarg; break;
-		case 's':
-		case 'f':
-		case 'k':
-		case 'n':
-		case 'p':
-		case 'g':
-			if (parse_u64(optarg, 0, 1u << 30, &v))
-				return -EINVAL;
-			if (c == 's')
-				opt->shared_fd = (int)v;
-			else if (c == 'f')
-				opt->shard_fd = (int)v;
-			else if (c == 'k')
-				opt->shard = (uint32_t)v;
-			else if (c == 'n')
-				opt->notify_fd = (int)v;
-			else if (c == 'p')
-				opt->spin_ns = v * 1000;
-			else
-				opt->garbage_every = (uint32_t)v;
-			break;
-		case 'i':
-			break;	/* the attacker keeps its priority */
-		default:
-			return -EINVAL;
-		}
-	}
-	return opt->shared_fd >= 0 && opt->shard_fd >= 0 && opt->model_spec &&
-	       opt->notify_fd >= 0 ? 0 : -EINVAL;
-}
-
 int main(int argc, char **argv)
 {
-	struct worker_options opt = { .shared_fd = -1, .shard_fd = -1,
-				      .notify_fd = -1, .spin_ns = 20000 };
+	struct worker_args args;
+	struct worker_options opt;
 	struct worker_result_hook hook = { .arg = &hostile };
 	uint32_t shard = 0, lives = HOSTILE_DEFAULT_LIVES;
 	const char *spec = getenv("DYNBATCH_HOSTILE");
 	const struct mode *mode;
-	char role[48];
+	char role[48], err[160];
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	signal(SIGINT, SIG_IGN);
 	log_init_from_env();
-	if (parse_args(argc, argv, &opt)) {
-		fprintf(stderr, "dynbatch-hostile-worker: bad command line (keep "
-			"tools/hostile_worker.c in step with worker/main.c)\n");
+	/* the attacker keeps its priority (--nice) and is never a probe */
+	if (worker_args_parse(argc, argv, &args, err, sizeof(err)) || args.help ||
+	    args.probe_fd >= 0) {
+		fprintf(stderr, "dynbatch-hostile-worker: %s\n",
+			args.help || args.probe_fd >= 0 ? "serves a shard only" : err);
 		return 2;
 	}
+	opt = args.opt;
 	mode = parse_spec(spec ? spec : "", &shard, &lives);
 	if (!mode)
 		return 2;

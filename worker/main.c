@@ -19,7 +19,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,8 +30,8 @@
 
 #include "log.h"
 #include "model_loader.h"
-#include "parse_num.h"
 #include "sandbox.h"
+#include "worker_args.h"
 #include "worker_loop.h"
 
 /*
@@ -147,29 +146,8 @@ static int worker_probe(int answer_fd, const char *spec)
 
 int main(int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		{ "shared-fd", required_argument, NULL, 's' },
-		{ "shard-fd", required_argument, NULL, 'f' },
-		{ "shard", required_argument, NULL, 'k' },
-		{ "model", required_argument, NULL, 'm' },
-		{ "notify-fd", required_argument, NULL, 'n' },
-		{ "spin-us", required_argument, NULL, 'p' },
-		{ "garbage-every", required_argument, NULL, 'g' },
-		{ "nice", required_argument, NULL, 'i' },
-		{ "probe-fd", required_argument, NULL, 'P' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	struct worker_options opt = {
-		.shared_fd = -1,
-		.shard_fd = -1,
-		.notify_fd = -1,
-		.spin_ns = 20000,
-		.before_serving = worker_enter_sandbox,
-	};
-	uint64_t v;
-	char role[32];
-	int c, idx = 0, probe_fd = -1;
+	struct worker_args a;
+	char role[32], err[160];
 
 	/* Die with the coordinator.  SIGINT from a terminal goes to the
 	 * whole process group: the coordinator drains and ends us itself. */
@@ -182,75 +160,28 @@ int main(int argc, char **argv)
 	prctl(PR_SET_DUMPABLE, 0);
 	worker_drop_capabilities();
 	signal(SIGINT, SIG_IGN);
-	while ((c = getopt_long(argc, argv, "h", longopts, &idx)) != -1) {
-		switch (c) {
-		case 's':
-			if (parse_u64(optarg, 0, 1u << 20, &v))
-				goto bad;
-			opt.shared_fd = (int)v;
-			break;
-		case 'f':
-			if (parse_u64(optarg, 0, 1u << 20, &v))
-				goto bad;
-			opt.shard_fd = (int)v;
-			break;
-		case 'm': opt.model_spec = optarg; break;
-		case 'k':
-			if (parse_u64(optarg, 0, 1u << 16, &v))
-				goto bad;
-			opt.shard = (uint32_t)v;
-			break;
-		case 'n':
-			if (parse_u64(optarg, 0, 1u << 20, &v))
-				goto bad;
-			opt.notify_fd = (int)v;
-			break;
-		case 'p':
-			if (parse_u64(optarg, 0, 1000000, &v))
-				goto bad;
-			opt.spin_ns = v * 1000;
-			break;
-		case 'g':
-			if (parse_u64(optarg, 0, 1u << 30, &v))
-				goto bad;
-			opt.garbage_every = (uint32_t)v;
-			break;
-		case 'i':
-			if (parse_u64(optarg, 0, 19, &v))
-				goto bad;
-			/* Below the coordinator: every shard waits on its
-			 * latency, so on a busy machine it must win the CPU. */
-			errno = 0;
-			if (nice((int)v) < 0 && errno)
-				LOG(LOG_WARN, "nice(%d): %s", (int)v, strerror(errno));
-			break;
-		case 'P':
-			if (parse_u64(optarg, 0, 1u << 20, &v))
-				goto bad;
-			probe_fd = (int)v;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
-	if (probe_fd >= 0 && opt.model_spec) {
-		log_set_role("probe");
-		return worker_probe(probe_fd, opt.model_spec);
-	}
-	if (opt.shared_fd < 0 || opt.shard_fd < 0 || !opt.model_spec ||
-	    opt.notify_fd < 0) {
+	if (worker_args_parse(argc, argv, &a, err, sizeof(err))) {
+		fprintf(stderr, "dynbatch-worker: %s\n", err);
 		usage(stderr);
 		return 2;
 	}
-	snprintf(role, sizeof(role), "worker %u", opt.shard);
+	if (a.help) {
+		usage(stdout);
+		return 0;
+	}
+	if (a.nice >= 0) {
+		/* Below the coordinator: every shard waits on its latency, so
+		 * on a busy machine it must win the CPU. */
+		errno = 0;
+		if (nice(a.nice) < 0 && errno)
+			LOG(LOG_WARN, "nice(%d): %s", a.nice, strerror(errno));
+	}
+	if (a.probe_fd >= 0) {
+		log_set_role("probe");
+		return worker_probe(a.probe_fd, a.opt.model_spec);
+	}
+	a.opt.before_serving = worker_enter_sandbox;
+	snprintf(role, sizeof(role), "worker %u", a.opt.shard);
 	log_set_role(role);
-	return worker_run(&opt);
-bad:
-	fprintf(stderr, "dynbatch-worker: bad value '%s' for --%s\n", optarg,
-		longopts[idx].name);
-	return 2;
+	return worker_run(&a.opt);
 }
