@@ -151,7 +151,9 @@ static int build_error(const struct parse_ctx *pc, int rc)
 	if (rc == -ENOMEM)
 		return parse_error(pc, -ENOMEM, "out of memory");
 	if (rc)
-		return parse_error(pc, -EINVAL, "too many stop tokens");
+		return parse_error(pc, -EINVAL, "too many stop tokens: more than %u "
+				   "in all stop sequences together",
+				   REQUEST_MAX_STOP_TOKENS);
 	return 0;
 }
 

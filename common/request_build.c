@@ -101,7 +101,7 @@ int stop_builder_finish(struct stop_builder *b, struct request *req)
 	}
 	if (!n_seqs)
 		goto out;
-	if (n_tokens > UINT32_MAX || n_seqs > UINT32_MAX) {
+	if (n_tokens > REQUEST_MAX_STOP_TOKENS) {	/* n_seqs <= n_tokens */
 		rc = -E2BIG;
 		goto out;
 	}

@@ -56,9 +56,18 @@ int stop_builder_push(struct stop_builder *b, enum stop_field f, int32_t t);
 int stop_builder_end_seq(struct stop_builder *b, enum stop_field f);
 
 /*
+ * Most stop tokens of one request, all its sequences together.  The stop
+ * automaton costs about 64 bytes a token and lives as long as the
+ * request, so without a bound one body of a megabyte held 7 MB, and a
+ * full waiting queue of them gigabytes; 4096 leaves room for 100
+ * sequences of 32 tokens (what the benchmark uses) and more.
+ */
+#define REQUEST_MAX_STOP_TOKENS 4096u
+
+/*
  * Set req->stop_tokens, stop_lens and n_stop_seqs to the merged
  * sequences (nothing when there are none) and compile req->stops.
- * Returns 0, -E2BIG (more than UINT32_MAX tokens or sequences in all) or
+ * Returns 0, -E2BIG (more than REQUEST_MAX_STOP_TOKENS tokens in all) or
  * -ENOMEM; on an error req's stop members stay empty.  The builder is
  * released in every case.
  */

@@ -11,6 +11,7 @@
  * field gave a sequence).  The random test prints its seed; SEED=<n>
  * replays a run.
  */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -85,6 +86,38 @@ static void test_order(void **state)
 	request_release(&req);
 }
 
+/* REQUEST_MAX_STOP_TOKENS in all is taken; one more token is -E2BIG, and
+ * the request keeps no stop member. */
+static void test_stop_token_limit(void **state)
+{
+	(void)state;
+	for (uint32_t extra = 0; extra <= 1; extra++) {
+		uint32_t n = REQUEST_MAX_STOP_TOKENS + extra;
+		struct stop_builder b;
+		struct request req;
+
+		memset(&req, 0, sizeof(req));
+		stop_builder_init(&b);
+		for (uint32_t i = 0; i < n; i++) {
+			/* sequences of 8 in one field, the rest alone */
+			enum stop_field f = i < n - n % 8 ? STOP_FIELD_SEQUENCES :
+							    STOP_FIELD_TOKEN_IDS;
+
+			assert_int_equal(stop_builder_push(&b, f, (int32_t)(i % 1000)), 0);
+			if (f == STOP_FIELD_TOKEN_IDS || i % 8 == 7)
+				assert_int_equal(stop_builder_end_seq(&b, f), 0);
+		}
+		assert_int_equal(stop_builder_finish(&b, &req), extra ? -E2BIG : 0);
+		if (extra) {
+			assert_null(req.stop_tokens);
+			assert_null(req.stops);
+		} else {
+			assert_non_null(req.stops);
+		}
+		request_release(&req);
+	}
+}
+
 static void test_random_vs_reference(void **state)
 {
 	struct rng r = rng_for(1);
@@ -146,6 +179,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_empty),
 		cmocka_unit_test(test_order),
+		cmocka_unit_test(test_stop_token_limit),
 		cmocka_unit_test(test_random_vs_reference),
 	};
 
