@@ -92,6 +92,7 @@
 
 #define ENGINE_RESTART_MAX_NS (1000ull * 1000 * 1000)
 #define ENGINE_PROGRESS_NS (250ull * 1000 * 1000)
+#define ENGINE_ABANDON_NS (1000ull * 1000 * 1000)	/* after a 2nd signal */
 #define ENGINE_READY_POLL_NS (10ull * 1000 * 1000)
 
 
@@ -880,6 +881,10 @@ static void engine_on_signal(struct engine *e, int signo)
 	}
 	LOG(LOG_WARN, "%s again: cancelling every request", strsignal(signo));
 	engine_finish_all(e, FINISH_CANCELLED, NULL);
+	/* From now on the front end gets ENGINE_ABANDON_NS to write what it
+	 * holds: an output nobody reads must not keep us for ever. */
+	if (!e->abandon_at_ns)
+		e->abandon_at_ns = clock_now_ns() + ENGINE_ABANDON_NS;
 }
 
 static void engine_on_signalfd(struct io_op *op, int32_t res)
@@ -915,7 +920,8 @@ static void engine_on_exit_poll(struct io_op *op, int32_t res)
 /* Done: nothing live, and the front end has no more input or output. */
 static bool engine_done(const struct engine *e)
 {
-	return e->failed || (!e->pool.n_live && e->fe.ops->done(e->fe.ctx));
+	return e->failed || (!e->pool.n_live && (e->fe.ops->done(e->fe.ctx) ||
+		(e->abandon_at_ns && clock_now_ns() >= e->abandon_at_ns)));
 }
 
 static void engine_loop(struct engine *e)
@@ -961,6 +967,8 @@ static void engine_loop(struct engine *e)
 					     e->slots.n_busy, stderr);
 			e->last_progress_ns = now;
 		}
+		if (e->abandon_at_ns && e->abandon_at_ns < deadline)
+			deadline = e->abandon_at_ns;
 		if (e->progress_on && now + ENGINE_PROGRESS_NS < deadline)
 			deadline = now + ENGINE_PROGRESS_NS;
 		progress |= e->fe.ops->pump(e->fe.ctx);

@@ -173,6 +173,9 @@ struct engine {
 	uint32_t n_resume;
 	uint32_t n_paused;		/* PAUSED or RESUMING requests */
 	bool workers_lost;		/* every shard failed its last starts */
+	uint64_t abandon_at_ns;		/* after a second signal: the loop ends
+					 * then even if the front end still has
+					 * output it cannot write (0: none) */
 	bool gave_up;			/* run: workers_lost for good; every
 					 * request from now on gets an error
 					 * line and the run exits 1 */

@@ -39,6 +39,8 @@
 #include "request.h"
 
 #define JSONL_READ_SIZE (256u * 1024)
+#define JSONL_FLUSH_STALL_MS 1000	/* at exit, a reader that takes
+					 * nothing for this long is given up */
 #define JSONL_OUTPUT_HIGH (1u << 20)	/* stop admitting above this backlog */
 
 struct jsonl_frontend {
@@ -430,14 +432,21 @@ out_destroy:
 	return NULL;
 }
 
-void jsonl_frontend_destroy(struct jsonl_frontend *j)
+int jsonl_frontend_destroy(struct jsonl_frontend *j)
 {
+	int ret = 0;
+
 	if (!j)
-		return;
+		return 0;
 	/* After a failure the error lines are still here: write them now,
 	 * older bytes first (the loop is over). */
-	if (j->out_fd >= 0)
-		out_writer_flush_sync(&j->out, j->out_fd);
+	if (j->out_fd >= 0 &&
+	    out_writer_flush_sync(&j->out, j->out_fd, JSONL_FLUSH_STALL_MS)) {
+		fprintf(stderr, "dynbatch: --output: %zu bytes of result lines "
+			"could not be written (the reader takes nothing)\n",
+			j->out.write.len + j->out.fill.len);
+		ret = -1;
+	}
 	parser_thread_destroy(j->parser);
 	line_reader_release(&j->lines);
 	out_writer_release(&j->out);
@@ -449,4 +458,5 @@ void jsonl_frontend_destroy(struct jsonl_frontend *j)
 	if (j->out_fd >= 0)
 		close(j->out_fd);
 	free(j);
+	return ret;
 }

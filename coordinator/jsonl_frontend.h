@@ -44,10 +44,12 @@ struct jsonl_frontend *jsonl_frontend_create(const struct jsonl_config *cfg,
 					     struct engine *e, int *status);
 
 /*
- * Write what is still buffered (after a failed run: the error lines),
- * blocking, then stop the thread and close everything.  Call after
- * engine_destroy() (no operation of ours is in flight then).  Accepts NULL.
+ * Write what is still buffered (after a failed run: the error lines;
+ * after a second signal: the cancelled ones), giving up on a reader that
+ * takes nothing for a second, then stop the thread and close everything.
+ * Call after engine_destroy() (no operation of ours is in flight then).
+ * Accepts NULL.  0, or -1 when result lines could not be written.
  */
-void jsonl_frontend_destroy(struct jsonl_frontend *j);
+int jsonl_frontend_destroy(struct jsonl_frontend *j);
 
 #endif /* DYNBATCH_JSONL_FRONTEND_H */

@@ -158,7 +158,8 @@ static int run(const struct engine_config *cfg, const struct http_config *http,
 	/* the engine first: its io_uring goes, with our operations on it */
 	engine_destroy(e);
 	http_server_destroy(srv);
-	jsonl_frontend_destroy(jsonl);
+	if (jsonl_frontend_destroy(jsonl) && status == ENGINE_EXIT_OK)
+		status = ENGINE_EXIT_FAILED;	/* result lines were lost */
 	return status;
 }
 

@@ -3,6 +3,9 @@
  */
 #include "out_writer.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include "io_ring.h"
@@ -40,12 +43,20 @@ void out_writer_done(struct out_writer *w, int32_t res)
 		strbuf_consume(&w->write, (size_t)res);
 }
 
-/* write() all of buf.  0, or -1 when the descriptor refuses more. */
-static int write_all(int fd, const char *buf, size_t len)
+/* write() all of buf to a non-blocking fd, waiting at most stall_ms each
+ * time it is full.  0, or -1 when it refuses more or stalls that long. */
+static int write_all(int fd, const char *buf, size_t len, int stall_ms)
 {
 	while (len) {
 		ssize_t n = write(fd, buf, len);
 
+		if (n < 0 && errno == EAGAIN) {
+			struct pollfd p = { .fd = fd, .events = POLLOUT };
+
+			if (poll(&p, 1, stall_ms) <= 0)
+				return -1;
+			continue;
+		}
 		if (n <= 0)
 			return -1;
 		buf += n;
@@ -54,14 +65,23 @@ static int write_all(int fd, const char *buf, size_t len)
 	return 0;
 }
 
-int out_writer_flush_sync(struct out_writer *w, int fd)
+int out_writer_flush_sync(struct out_writer *w, int fd, int stall_ms)
 {
-	if (write_all(fd, w->write.data, w->write.len) ||
-	    write_all(fd, w->fill.data, w->fill.len))
+	int flags = fcntl(fd, F_GETFL);
+	int ret = -1;
+
+	/* non-blocking for the wait to be bounded; the descriptor's flags
+	 * are put back (a dup of our stdout shares them with the shell) */
+	if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK))
 		return -1;
-	strbuf_consume(&w->write, w->write.len);
-	strbuf_consume(&w->fill, w->fill.len);
-	return 0;
+	if (!write_all(fd, w->write.data, w->write.len, stall_ms) &&
+	    !write_all(fd, w->fill.data, w->fill.len, stall_ms)) {
+		strbuf_consume(&w->write, w->write.len);
+		strbuf_consume(&w->fill, w->fill.len);
+		ret = 0;
+	}
+	fcntl(fd, F_SETFL, flags);
+	return ret;
 }
 
 void out_writer_release(struct out_writer *w)

@@ -45,9 +45,11 @@ bool out_writer_arm(struct out_writer *w, struct io_ring *io, int fd,
  * are dropped; on an error nothing is (the caller decides). */
 void out_writer_done(struct out_writer *w, int32_t res);
 
-/* Write everything still held, older bytes first, blocking (after the
- * loop has ended).  0, or -1 when the descriptor refuses more. */
-int out_writer_flush_sync(struct out_writer *w, int fd);
+/* Write everything still held, older bytes first (after the loop has
+ * ended), waiting at most stall_ms for the descriptor to take more each
+ * time it is full: a reader that never reads cannot hold the exit up.
+ * 0, or -1 when the descriptor refuses more or stalls that long. */
+int out_writer_flush_sync(struct out_writer *w, int fd, int stall_ms);
 
 /* Drop every byte and free the buffers; reusable afterwards. */
 void out_writer_release(struct out_writer *w);

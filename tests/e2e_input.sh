@@ -279,4 +279,33 @@ PY
 expect_eq "... n150 failed (it is isolated), every other answer exact" \
 	"$(cat "$E2E_TMP/nextfail.cmp")" "n150 failed 0 wrong"
 
+
+# --- 7. an output nobody reads, then two signals ------------------------------
+# A FIFO held open by a process that never reads: the run cannot finish
+# writing, so a first SIGTERM drains for ever; after the second it gives
+# the output a second and ends, exit 1, saying how much was lost (it
+# ignored every signal and had to be killed).
+"$BIN/gen_workload" --n 3000 --seed "$SEED" > "$E2E_TMP/unread.jsonl"
+mkfifo "$E2E_TMP/unread.fifo"
+exec 7<>"$E2E_TMP/unread.fifo"	# a holder that never reads
+"$BIN/dynbatch" run --no-progress --workers 2 --input "$E2E_TMP/unread.jsonl" \
+	--output "$E2E_TMP/unread.fifo" 2> "$E2E_TMP/unread.err" &
+UNREAD_PID=$!
+sleep 1
+kill -TERM "$UNREAD_PID"
+sleep 0.5
+kill -TERM "$UNREAD_PID"
+for _ in $(seq 100); do kill -0 "$UNREAD_PID" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$UNREAD_PID" 2>/dev/null; then
+	fail "output nobody reads, two SIGTERMs: still running 10 s later"
+	kill -KILL "$UNREAD_PID"
+	wait "$UNREAD_PID" 2>/dev/null
+else
+	wait "$UNREAD_PID"
+	expect_eq "output nobody reads, two SIGTERMs: ends, exit 1" "$?" 1
+	expect_eq "... and says how much it could not write" \
+		"$(grep -c 'result lines could not be written' "$E2E_TMP/unread.err")" 1
+fi
+exec 7>&-
+
 finish

@@ -131,7 +131,7 @@ static void test_flush_sync_older_first(void **state)
 	/* as after a loop that ended with a write half done */
 	assert_int_equal(strbuf_append(&h.w.write, "older ", 6), 0);
 	assert_int_equal(strbuf_append(&h.w.fill, "newer", 5), 0);
-	assert_int_equal(out_writer_flush_sync(&h.w, h.fds[1]), 0);
+	assert_int_equal(out_writer_flush_sync(&h.w, h.fds[1], 1000), 0);
 	assert_int_equal(out_writer_pending(&h.w), 0);
 	drain(&h);
 	assert_int_equal(h.got.len, 11);
