@@ -253,8 +253,6 @@ void http_reader_reset(struct http_reader *r)
 	r->te_seen = false;
 	r->scan = HEAD_SCAN_START;
 	r->scan_cr = false;
-	r->chunk_scan = CHUNK_SCAN_SIZE;
-	r->chunk_size = r->chunk_left = 0;
 	r->header_bytes = r->n_headers = 0;
 	r->cur_header = HDR_OTHER;
 	r->in_value = r->headers_done = r->headers_reported = r->done = false;
@@ -342,74 +340,9 @@ static size_t scan_head(struct http_reader *r, const char *data, size_t len)
 	return i;
 }
 
-static int hex_value(char ch)
-{
-	return ch >= '0' && ch <= '9' ? ch - '0' :
-	       ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 :
-	       ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
-}
-
-/*
- * Follow the chunked framing of body bytes http_parser has taken, and
- * insist on CR LF after each chunk's data (RFC 9112 7.1), which the
- * lenient http_parser does not: accepting any two bytes there lets a
- * request be framed one way here and another by a proxy in front (request
- * smuggling).  The sizes and the size lines themselves are http_parser's
- * to check.  Records an error and returns -1 on a bad terminator.
- */
-static int scan_chunks(struct http_reader *r, const char *data, size_t len)
-{
-	for (size_t i = 0; i < len && r->chunk_scan != CHUNK_SCAN_LAST; i++) {
-		char ch = data[i];
-		int h;
-
-		switch (r->chunk_scan) {
-		case CHUNK_SCAN_SIZE:
-			h = hex_value(ch);
-			if (h >= 0 && r->chunk_size <= (UINT64_MAX >> 4)) {
-				r->chunk_size = r->chunk_size << 4 | (uint64_t)h;
-				break;
-			}
-			/* this byte ends the digits: it may end the line */
-			r->chunk_scan = CHUNK_SCAN_LINE;
-			__attribute__((fallthrough));
-		case CHUNK_SCAN_LINE:
-			if (ch != '\n')
-				break;
-			r->chunk_left = r->chunk_size;
-			r->chunk_size = 0;
-			r->chunk_scan = r->chunk_left ? CHUNK_SCAN_DATA : CHUNK_SCAN_LAST;
-			break;
-		case CHUNK_SCAN_DATA: {
-			size_t take = len - i < r->chunk_left ? len - i : (size_t)r->chunk_left;
-
-			r->chunk_left -= take;
-			i += take - 1;
-			if (!r->chunk_left)
-				r->chunk_scan = CHUNK_SCAN_DATA_CR;
-			break;
-		}
-		case CHUNK_SCAN_DATA_CR:
-		case CHUNK_SCAN_DATA_LF:
-			if (ch != (r->chunk_scan == CHUNK_SCAN_DATA_CR ? '\r' : '\n')) {
-				reader_error(r, 400, "malformed HTTP request: chunk "
-					     "data not followed by CR LF");
-				return -1;
-			}
-			r->chunk_scan = r->chunk_scan == CHUNK_SCAN_DATA_CR ?
-					CHUNK_SCAN_DATA_LF : CHUNK_SCAN_SIZE;
-			break;
-		case CHUNK_SCAN_LAST:
-			break;
-		}
-	}
-	return 0;
-}
-
 enum http_read_status http_reader_feed(struct http_reader *r, const char *data,
 				       size_t len, size_t *consumed)
 {
-	size_t body_at;
 	enum http_errno err;
 	size_t n;
 
@@ -425,14 +358,9 @@ enum http_read_status http_reader_feed(struct http_reader *r, const char *data,
 		*consumed = n;
 		return HTTP_READ_ERROR;
 	}
-	/* the head ends where the scan stopped; the body starts there */
-	body_at = r->scan == HEAD_SCAN_DONE ? n : len;
 	n = http_parser_execute(&r->parser, &reader_settings, data, len);
 	*consumed = n;
 	if (r->error_status)
-		return HTTP_READ_ERROR;
-	if (r->headers_done && (r->parser.flags & F_CHUNKED) && body_at < n &&
-	    scan_chunks(r, data + body_at, n - body_at))
 		return HTTP_READ_ERROR;
 	err = HTTP_PARSER_ERRNO(&r->parser);
 	if (err != HPE_OK && err != HPE_PAUSED) {

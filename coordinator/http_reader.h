@@ -61,27 +61,12 @@ enum http_head_scan {
 	HEAD_SCAN_DONE,		/* the body (or the trailers) follows */
 };
 
-/* Where the chunked framing of a body is: http_parser (built lenient)
- * skips the two bytes after each chunk's data unchecked, so they are
- * checked here to be CR LF. */
-enum http_chunk_scan {
-	CHUNK_SCAN_SIZE,	/* hex digits of a chunk's size */
-	CHUNK_SCAN_LINE,	/* the rest of the size line (extensions) */
-	CHUNK_SCAN_DATA,	/* chunk_left bytes of data */
-	CHUNK_SCAN_DATA_CR,	/* the CR after the data */
-	CHUNK_SCAN_DATA_LF,	/* the LF after it */
-	CHUNK_SCAN_LAST,	/* the last chunk: trailers are http_parser's */
-};
-
 struct http_reader {
 	http_parser parser;
 	struct http_limits lim;
 	struct http_message msg;
 	enum http_head_scan scan;
 	bool scan_cr;			/* a CR was scanned: LF must follow */
-	enum http_chunk_scan chunk_scan;	/* chunked bodies only */
-	uint64_t chunk_size;		/* the size being read, then */
-	uint64_t chunk_left;		/* data bytes of the chunk not yet seen */
 	uint32_t header_bytes;		/* every byte of the head, whitespace
 					 * included (then the trailers' fields),
 					 * against lim.max_header_bytes */
