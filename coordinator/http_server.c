@@ -1,6 +1,14 @@
 /*
  * http_server.c - see http_server.h.
  *
+ * The connection side of the HTTP front end: accepting, recv and send
+ * (through out_writer), timers, half-close and reset detection,
+ * backpressure, draining, the work list, and the frontend_ops table
+ * (pump, tick, on_signal, done).  What a parsed request gets (routing,
+ * the answers, the engine callbacks on_tokens and on_finish) is in
+ * http_routes.c; the state both share (struct http_server, struct conn)
+ * is in http_server_internal.h.  The notes below cover both files.
+ *
  * NOTES ON THE DESIGN
  *
  * Connections.  A fixed table of max_connections entries, each with its
@@ -49,6 +57,7 @@
  * write_timeout_ms cancels the request and closes the connection.
  */
 #include "http_server.h"
+#include "http_server_internal.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -63,10 +72,8 @@
 #include <unistd.h>
 
 #include "clock.h"
-#include "completion_api.h"
 #include "engine.h"
 #include "io_ring.h"
-#include "json_writer.h"
 #include "log.h"
 #include "metrics.h"
 #include "out_writer.h"
@@ -78,143 +85,6 @@
 #define HTTP_TICK_NS (5ull * 1000 * 1000)	/* timeout scan period */
 #define HTTP_ACCEPT_RETRY_NS (50ull * 1000 * 1000)
 #define HTTP_PEER_CHECK_NS (50ull * 1000 * 1000)	/* reset check, no recv posted */
-#define HTTP_STATUS_MAX 600
-
-struct conn {
-	int fd;				/* -1: the entry is free */
-	uint32_t req_serial;		/* bumped per request; in its cookie */
-	struct http_reader reader;
-	char *in;			/* HTTP_IN_SIZE bytes, in_len used */
-	uint32_t in_len;		/* a recv in flight writes from here on */
-	uint32_t in_start;		/* bytes before it are parsed; moved out
-					 * only while no recv is in flight */
-	struct out_writer out;		/* answers: appended to out.fill while
-					 * out.write is being sent */
-	bool recv_inflight;
-	struct io_op recv_op, send_op;	/* arg: the server */
-	bool dirty;			/* on the work list */
-	bool closing;			/* shut down; freed when no I/O is left */
-	bool close_after_send;		/* the answer said Connection: close */
-	bool read_eof;			/* the client shut down its sending side:
-					 * what it sent is answered, then close */
-	/* the request being answered */
-	bool busy;			/* the engine has it */
-	uint32_t handle;		/* its live request */
-	bool stream;
-	bool paused;			/* we paused it: output buffer full */
-	bool pause_due;			/* engine_pause() it from pump */
-	bool drop_due;			/* out of memory in a callback: drop
-					 * the connection from pump */
-	bool keep_alive;
-	bool head_request;		/* HEAD: answered as GET, without the body */
-	uint32_t n_sent;		/* tokens streamed so far */
-	uint64_t created;		/* Unix seconds, for the answer */
-	/* timers */
-	uint64_t request_start_ns;	/* first byte of an unfinished request */
-	uint64_t idle_since_ns;		/* last answer queued, nothing since */
-	uint64_t last_progress_ns;	/* output last moved (or started) */
-};
-
-struct http_server {
-	const struct http_config *cfg;
-	struct engine *e;
-	struct io_ring *io;
-	struct request_limits lim;
-	int listen_fd;
-	bool accepting;
-	bool accept_inflight;
-	struct io_op accept_op;		/* arg: the server */
-	uint64_t accept_retry_ns;	/* accept failed: try again then */
-	struct conn *conns;
-	uint32_t n_conns;
-	uint32_t *free_list;
-	uint32_t n_free;
-	/* connections to look at in pump: a ring of n_conns entries, from
-	 * dirty_head to dirty_tail; a connection is in it at most once (its
-	 * dirty flag), so it never holds more than n_conns */
-	uint32_t *dirty;
-	uint32_t dirty_head, dirty_tail;
-	uint64_t next_tick_ns;		/* earliest timer found by the last scan */
-	uint64_t last_scan_ns;
-	bool rescan;			/* a connection changed since that scan */
-	uint64_t next_id;		/* generated request ids */
-	uint64_t started_s;
-	struct strbuf body;		/* scratch: an answer body being built */
-	/* for /metrics */
-	uint64_t n_accepted;
-	uint64_t n_refused;		/* over max_connections */
-	uint64_t n_disconnects;		/* requests cancelled: client went away */
-	uint64_t n_write_timeouts;
-	uint64_t n_pauses;
-	uint64_t n_status[HTTP_STATUS_MAX];
-};
-
-static const char *status_text(int status)
-{
-	switch (status) {
-	case 100: return "Continue";
-	case 200: return "OK";
-	case 400: return "Bad Request";
-	case 401: return "Unauthorized";
-	case 404: return "Not Found";
-	case 405: return "Method Not Allowed";
-	case 408: return "Request Timeout";
-	case 409: return "Conflict";
-	case 413: return "Content Too Large";
-	case 429: return "Too Many Requests";
-	case 431: return "Request Header Fields Too Large";
-	case 500: return "Internal Server Error";
-	case 503: return "Service Unavailable";
-	case 505: return "HTTP Version Not Supported";
-	default:  return "Error";
-	}
-}
-
-static uint64_t cookie_of(const struct http_server *srv, const struct conn *c)
-{
-	return ((uint64_t)c->req_serial << 32) | (uint32_t)(c - srv->conns);
-}
-
-/* The connection waiting for the request with this cookie, or NULL. */
-static struct conn *conn_of_cookie(struct http_server *srv, uint64_t cookie)
-{
-	uint32_t index = (uint32_t)cookie;
-	struct conn *c;
-
-	if (index >= srv->n_conns)
-		return NULL;
-	c = &srv->conns[index];
-	if (c->fd < 0 || !c->busy || c->req_serial != (uint32_t)(cookie >> 32))
-		return NULL;
-	return c;
-}
-
-static void conn_mark(struct http_server *srv, struct conn *c)
-{
-	srv->rescan = true;	/* its timers may have changed */
-	if (c->dirty)
-		return;
-	c->dirty = true;
-	srv->dirty[srv->dirty_tail++ % srv->n_conns] = (uint32_t)(c - srv->conns);
-}
-
-/* Received bytes not parsed yet. */
-static uint32_t conn_unparsed(const struct conn *c)
-{
-	return c->in_len - c->in_start;
-}
-
-/* Answer bytes not sent yet (the send in flight included). */
-static size_t conn_buffered(const struct conn *c)
-{
-	return out_writer_pending(&c->out);
-}
-
-static void conn_note_output(struct conn *c, size_t before)
-{
-	if (!before)	/* output starts moving now: its clock starts */
-		c->last_progress_ns = clock_now_ns();
-}
 
 /* ------------------------------------------------------------------------
  * Closing
@@ -246,7 +116,7 @@ static void conn_close(struct http_server *srv, struct conn *c)
 
 /* Forget the connection's request: later callbacks for it find nothing.
  * Returns the handle to cancel, or REQUEST_NONE. */
-static uint32_t conn_detach(struct conn *c)
+uint32_t conn_detach(struct conn *c)
 {
 	uint32_t handle = c->busy ? c->handle : REQUEST_NONE;
 
@@ -258,7 +128,7 @@ static uint32_t conn_detach(struct conn *c)
 }
 
 /* Give up on the connection: cancel its request, close. */
-static void conn_drop(struct http_server *srv, struct conn *c)
+void conn_drop(struct http_server *srv, struct conn *c)
 {
 	uint32_t handle = conn_detach(c);
 
@@ -273,270 +143,6 @@ static void conn_client_gone(struct http_server *srv, struct conn *c)
 	if (c->busy)
 		srv->n_disconnects++;
 	conn_drop(srv, c);
-}
-
-/* ------------------------------------------------------------------------
- * Answers
- * ---------------------------------------------------------------------- */
-
-/* The request is answered: ready for the next one, or close after it. */
-static void conn_request_done(struct http_server *srv, struct conn *c)
-{
-	if (!c->keep_alive || !srv->accepting)
-		c->close_after_send = true;
-	c->head_request = false;
-	http_reader_reset(&c->reader);
-	c->request_start_ns = conn_unparsed(c) ? clock_now_ns() : 0;
-	c->idle_since_ns = clock_now_ns();
-	conn_mark(srv, c);
-}
-
-/* A whole answer with a body: head, srv->body, then the next request. */
-static void respond(struct http_server *srv, struct conn *c, int status,
-		    const char *content_type, const char *extra_headers)
-{
-	size_t before = conn_buffered(c);
-	bool close = !c->keep_alive || !srv->accepting;
-
-	c->keep_alive = !close;
-	if (status >= 0 && status < HTTP_STATUS_MAX)
-		srv->n_status[status]++;
-	if (strbuf_printf(&c->out.fill, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n"
-			  "Content-Length: %zu\r\n%s%s\r\n", status,
-			  status_text(status), content_type, srv->body.len,
-			  extra_headers ? extra_headers : "",
-			  close ? "Connection: close\r\n" : "") ||
-	    (!c->head_request &&
-	     strbuf_append(&c->out.fill, srv->body.data, srv->body.len))) {
-		LOG(LOG_ERROR, "out of memory answering a request");
-		conn_drop(srv, c);
-		return;
-	}
-	srv->body.len = 0;
-	conn_note_output(c, before);
-	conn_request_done(srv, c);
-}
-
-static void respond_error(struct http_server *srv, struct conn *c, int status,
-			  const char *message, const char *type,
-			  const char *param, const char *extra_headers)
-{
-	srv->body.len = 0;
-	if (api_format_error(&srv->body, message, type, param, NULL)) {
-		conn_drop(srv, c);
-		return;
-	}
-	respond(srv, c, status, "application/json", extra_headers);
-}
-
-/* Append body as one HTTP chunk. */
-static int put_chunk(struct strbuf *out, const struct strbuf *body)
-{
-	if (!body->len)
-		return 0;
-	if (strbuf_printf(out, "%zx\r\n", body->len) ||
-	    strbuf_append(out, body->data, body->len) ||
-	    strbuf_append(out, "\r\n", 2))
-		return -1;
-	return 0;
-}
-
-/* ------------------------------------------------------------------------
- * Routes
- * ---------------------------------------------------------------------- */
-
-static void route_health(struct http_server *srv, struct conn *c)
-{
-	bool ok = engine_healthy(srv->e) && srv->accepting;
-
-	srv->body.len = 0;
-	if (strbuf_printf(&srv->body, "{\"status\":\"%s\"}",
-			  ok ? "ok" : srv->accepting ? "no worker" : "draining")) {
-		conn_drop(srv, c);
-		return;
-	}
-	respond(srv, c, ok ? 200 : 503, "application/json", NULL);
-}
-
-/* Append s as a JSON string (escaped); 0 or -ENOMEM. */
-static int append_json_str(struct strbuf *out, const char *s)
-{
-	size_t bound = json_str_bound(s);
-	char *end;
-
-	if (bound == SIZE_MAX || strbuf_reserve(out, bound))
-		return -ENOMEM;
-	end = json_put_str(out->data + out->len, s);
-	out->len = (size_t)(end - out->data);
-	out->data[out->len] = '\0';
-	return 0;
-}
-
-static void route_models(struct http_server *srv, struct conn *c)
-{
-	srv->body.len = 0;
-	if (strbuf_printf(&srv->body, "{\"object\":\"list\",\"data\":[{\"id\":") ||
-	    append_json_str(&srv->body, srv->cfg->model_name) ||
-	    strbuf_printf(&srv->body, ",\"object\":\"model\",\"created\":%llu,"
-			  "\"owned_by\":\"dynbatch\"}]}",
-			  (unsigned long long)srv->started_s)) {
-		conn_drop(srv, c);
-		return;
-	}
-	respond(srv, c, 200, "application/json", NULL);
-}
-
-static void route_metrics(struct http_server *srv, struct conn *c)
-{
-	srv->body.len = 0;
-	if (engine_metrics(srv->e, &srv->body) ||
-	    http_server_metrics(srv, &srv->body)) {
-		conn_drop(srv, c);
-		return;
-	}
-	respond(srv, c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL);
-}
-
-static void route_completions(struct http_server *srv, struct conn *c)
-{
-	const struct strbuf *body = &c->reader.msg.body;
-	struct completion_request cr;
-	const char *param;
-	char err[512];
-	size_t before;
-	int ret;
-
-	ret = completion_parse(body->len ? body->data : "", body->len, &srv->lim,
-			       &cr, err, sizeof(err), &param);
-	if (ret) {
-		if (ret == -ENOMEM)
-			respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);
-		else
-			respond_error(srv, c, 400, err, "invalid_request_error", param, NULL);
-		goto out;
-	}
-	if (!cr.req.id) {
-		if (asprintf(&cr.req.id, COMPLETION_ID_PREFIX "%x-%llu", (unsigned)getpid(),
-			     (unsigned long long)++srv->next_id) < 0) {
-			cr.req.id = NULL;
-			respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);
-			goto out;
-		}
-	}
-	c->req_serial++;
-	ret = engine_submit(srv->e, &cr.req, cookie_of(srv, c), &c->handle);
-	switch (ret) {
-	case 0:
-		break;
-	case -EAGAIN:
-		respond_error(srv, c, 429, "the waiting queue is full; retry later",
-			      "rate_limit_error", NULL, "Retry-After: 1\r\n");
-		goto out;
-	case -EEXIST:
-		snprintf(err, sizeof(err), "a request with id '%.200s' is still running",
-			 cr.req.id);
-		respond_error(srv, c, 409, err, "invalid_request_error", "id", NULL);
-		goto out;
-	case -EIO:
-		respond_error(srv, c, 503, "no model worker can be kept alive",
-			      "server_error", NULL, "Retry-After: 5\r\n");
-		goto out;
-	case -ESHUTDOWN:
-		respond_error(srv, c, 503, "the server is shutting down",
-			      "server_error", NULL, NULL);
-		goto out;
-	default:
-		respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);
-		goto out;
-	}
-	c->busy = true;
-	c->stream = cr.stream;
-	c->n_sent = 0;
-	c->created = (uint64_t)time(NULL);
-	c->request_start_ns = 0;
-	if (c->stream) {
-		before = conn_buffered(c);
-		srv->n_status[200]++;
-		/* X-Accel-Buffering: proxies such as nginx pass events at once */
-		if (strbuf_printf(&c->out.fill, "HTTP/1.1 200 OK\r\n"
-				  "Content-Type: text/event-stream\r\n"
-				  "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n"
-				  "Transfer-Encoding: chunked\r\n%s\r\n",
-				  c->keep_alive ? "" : "Connection: close\r\n")) {
-			conn_drop(srv, c);
-			goto out;
-		}
-		conn_note_output(c, before);
-		conn_mark(srv, c);
-	}
-out:
-	completion_request_release(&cr);
-}
-
-/* Bearer-token check, in time independent of where the key differs. */
-static bool authorized(const struct http_server *srv, const struct conn *c)
-{
-	const struct strbuf *a = &c->reader.msg.authorization;
-	const char *key = srv->cfg->api_key;
-	size_t n;
-	unsigned char diff = 0;
-
-	if (!key)
-		return true;
-	n = strlen(key);
-	if (a->len != 7 + n || strncasecmp(a->data, "Bearer ", 7))
-		return false;
-	for (size_t i = 0; i < n; i++)
-		diff |= (unsigned char)(a->data[7 + i] ^ key[i]);
-	return diff == 0;
-}
-
-static void route(struct http_server *srv, struct conn *c)
-{
-	static const struct {
-		const char *path;
-		unsigned method;
-		void (*fn)(struct http_server *, struct conn *);
-	} routes[] = {
-		{ "/v1/completions", HTTP_POST, route_completions },
-		{ "/v1/models", HTTP_GET, route_models },
-		{ "/health", HTTP_GET, route_health },
-		{ "/metrics", HTTP_GET, route_metrics },
-	};
-	const struct http_message *m = &c->reader.msg;
-	size_t len = strcspn(m->target.len ? m->target.data : "", "?");
-	char allow[64];
-
-	c->keep_alive = m->keep_alive;
-	/* HEAD is GET without the body (RFC 9110 9.3.2); respond() drops it. */
-	c->head_request = m->method == HTTP_HEAD;
-	/* Everything but /health needs the key, unknown paths included:
-	 * without it a client learns nothing, not even what exists. */
-	if (!(len == 7 && !strncmp(m->target.data, "/health", 7)) &&
-	    !authorized(srv, c)) {
-		respond_error(srv, c, 401, "missing or wrong API key "
-			      "(Authorization: Bearer KEY)", "invalid_request_error",
-			      NULL, "WWW-Authenticate: Bearer\r\n");
-		return;
-	}
-	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
-		if (strlen(routes[i].path) != len ||
-		    strncmp(routes[i].path, m->target.data, len))
-			continue;
-		if (m->method != routes[i].method &&
-		    !(c->head_request && routes[i].method == HTTP_GET)) {
-			snprintf(allow, sizeof(allow), "Allow: %s\r\n",
-				 routes[i].method == HTTP_GET ? "GET, HEAD" :
-				 http_method_str(routes[i].method));
-			respond_error(srv, c, 405, "method not allowed",
-				      "invalid_request_error", NULL, allow);
-			return;
-		}
-		routes[i].fn(srv, c);
-		return;
-	}
-	respond_error(srv, c, 404, "no such endpoint", "invalid_request_error",
-		      NULL, NULL);
 }
 
 /*
@@ -801,129 +407,6 @@ static bool http_server_pump(void *ctx)
 	}
 	arm_accept(srv);
 	return did;
-}
-
-/* ------------------------------------------------------------------------
- * Engine callbacks
- * ---------------------------------------------------------------------- */
-
-/* A connection a callback cannot serve (out of memory): dropped from
- * pump, where cancelling its request is allowed. */
-static void conn_drop_later(struct http_server *srv, struct conn *c)
-{
-	c->drop_due = true;
-	conn_mark(srv, c);
-}
-
-/* n more tokens of the request are final: one event. */
-static void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req,
-			   const int32_t *tokens, uint32_t n)
-{
-	struct http_server *srv = ctx;
-	struct conn *c = conn_of_cookie(srv, cookie);
-	struct completion_meta m;
-	size_t before;
-
-	if (!c || !c->stream || c->drop_due)
-		return;
-	m = (struct completion_meta){ req->id, c->created, srv->cfg->model_name };
-	srv->body.len = 0;
-	before = conn_buffered(c);
-	if (completion_format_event(&srv->body, &m, tokens, n, NULL, NULL) ||
-	    put_chunk(&c->out.fill, &srv->body)) {
-		conn_drop_later(srv, c);
-		return;
-	}
-	c->n_sent += n;
-	conn_note_output(c, before);
-	conn_mark(srv, c);
-	if (!c->paused && conn_buffered(c) >= srv->cfg->conn_buffer) {
-		c->paused = true;
-		c->pause_due = true;
-		srv->n_pauses++;
-	}
-}
-
-/* The last event of a stream, [DONE] and the end of the chunked body. */
-static int stream_finish(struct http_server *srv, struct conn *c,
-			 const struct frontend_result *r, const char *error)
-{
-	struct completion_meta m = { r->req->id, c->created, srv->cfg->model_name };
-	struct completion_usage u = { r->req->n_prompt, r->n_generated };
-	uint32_t n = r->n_tokens;
-
-	srv->body.len = 0;
-	if (r->reason == FINISH_STOP || r->reason == FINISH_LENGTH) {
-		uint32_t from = c->n_sent < n ? c->n_sent : n;
-
-		if (completion_format_event(&srv->body, &m,
-					    r->tokens ? r->tokens + from : NULL, n - from,
-					    finish_reason_names[r->reason], &u))
-			return -1;
-	} else {
-		if (strbuf_append(&srv->body, "data: ", 6) ||
-		    api_format_error(&srv->body, error, "server_error", NULL,
-				     finish_reason_names[r->reason]) ||
-		    strbuf_append(&srv->body, "\n\n", 2))
-			return -1;
-	}
-	if (strbuf_append(&srv->body, "data: [DONE]\n\n", 14) ||
-	    put_chunk(&c->out.fill, &srv->body) ||
-	    strbuf_append(&c->out.fill, "0\r\n\r\n", 5))
-		return -1;
-	srv->body.len = 0;
-	return 0;
-}
-
-/* The request ended: the answer, or the end of its stream. */
-static void http_on_finish(void *ctx, uint64_t cookie, const struct frontend_result *r)
-{
-	struct http_server *srv = ctx;
-	struct conn *c = conn_of_cookie(srv, cookie);
-	/* The engine cancels requests the server did not give up on only
-	 * when it shuts down (a second signal). */
-	const char *error = r->error ? r->error :
-			    r->reason == FINISH_CANCELLED ? "the server is shutting down" :
-			    "request failed";
-	struct completion_meta m;
-	struct completion_usage u;
-	size_t before;
-
-	if (!c)
-		return;		/* its client is gone */
-	conn_detach(c);
-	if (c->drop_due)
-		return;		/* pump drops the connection */
-	if (c->stream) {
-		before = conn_buffered(c);
-		if (stream_finish(srv, c, r, error)) {
-			conn_drop(srv, c);
-			return;
-		}
-		conn_note_output(c, before);
-		conn_request_done(srv, c);
-		return;
-	}
-	switch (r->reason) {
-	case FINISH_STOP:
-	case FINISH_LENGTH:
-		m = (struct completion_meta){ r->req->id, c->created, srv->cfg->model_name };
-		u = (struct completion_usage){ r->req->n_prompt, r->n_generated };
-		srv->body.len = 0;
-		if (completion_format(&srv->body, &m, r->tokens, r->n_tokens,
-				      finish_reason_names[r->reason], &u)) {
-			conn_drop(srv, c);
-			return;
-		}
-		respond(srv, c, 200, "application/json", NULL);
-		break;
-	case FINISH_ERROR:
-		respond_error(srv, c, 500, error, "server_error", NULL, NULL);
-		break;
-	default:
-		respond_error(srv, c, 503, error, "server_error", NULL, NULL);
-		break;
-	}
 }
 
 /* ------------------------------------------------------------------------
