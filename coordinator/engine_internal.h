@@ -1,13 +1,17 @@
 /*
  * engine_internal.h - the engine's private state: struct engine and
- * struct shard, shared by the three files that make up the engine,
- * engine.c (requests, workers' lives, the loop), shard_sched.c (the shard
- * scheduler) and wait_policy.c (spin, doze, sleep).  Only those three may
- * include it; every other file, tests included, goes through engine.h.
+ * struct shard, shared by the four files that make up the engine,
+ * engine.c (requests, the loop), worker_supervisor.c (workers' lives),
+ * shard_sched.c (the shard scheduler) and wait_policy.c (spin, doze,
+ * sleep).  Only those four may include it; every other file, tests
+ * included, goes through engine.h.
  *
  * Besides the structs it declares the engine.c functions the scheduler
- * calls back (engine_fail(), engine_finish(), engine_commit_token()) and
- * two one-line questions about a shard that all three ask.
+ * and the worker supervisor call back (engine_fail(), engine_finish(),
+ * engine_commit_token(); engine_unplace() and engine_finish_all() for
+ * worker_supervisor.c), engine_give_up() (worker_supervisor.c, also called
+ * by shard_sched.c) and two one-line questions about a shard that all
+ * ask.
  */
 #ifndef DYNBATCH_ENGINE_INTERNAL_H
 #define DYNBATCH_ENGINE_INTERNAL_H
@@ -185,14 +189,10 @@ struct engine {
 	uint64_t n_prompt_tokens;	/* of requests admitted */
 };
 
-/* ---- engine.c, for shard_sched.c and wait_policy.c ---- */
+/* ---- engine.c, for shard_sched.c, wait_policy.c, worker_supervisor.c ---- */
 
 /* Fail the whole engine (once: the first message is kept and logged). */
 void engine_fail(struct engine *e, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-/* Stop stepping but go on answering: every request gets an error line
- * and the run exits 1 (engine.c explains). */
-void engine_give_up(struct engine *e, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 /* Answer live request handle (the front end's on_finish) and free it and
  * its place: a slot goes back through shard_drop_slot(). */
@@ -201,6 +201,26 @@ void engine_finish(struct engine *e, uint32_t handle,
 /* Commit a validated token to the request in slot, release the tokens
  * that became final, and finish the request if it is done. */
 void engine_commit_token(struct engine *e, uint32_t slot, int32_t token);
+
+/* ---- engine.c, for worker_supervisor.c only ---- */
+
+/* Take the live request out of wherever it is (queue, slot, lists),
+ * freeing its slot; it stays live.  worker_supervisor.c calls it to move
+ * a lost shard's requests to the resume line. */
+void engine_unplace(struct engine *e, uint32_t handle,
+		    struct live_request *lr, uint64_t now);
+/* Finish every live request (waiting, active or paused) with reason;
+ * worker_supervisor.c calls it when giving up or when no worker can be
+ * kept alive. */
+void engine_finish_all(struct engine *e, enum finish_reason reason,
+		       const char *error);
+
+/* ---- worker_supervisor.c, for shard_sched.c ---- */
+
+/* Stop stepping but go on answering: every request gets an error line
+ * and the run exits 1 (worker_supervisor.c explains). */
+void engine_give_up(struct engine *e, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 
 /* Does the shard's worker owe us results (rows it has been sent)? */
 static inline bool shard_owes_results(const struct shard *s)

@@ -8,10 +8,11 @@
  * prefix (shard_poll()), reset the worker's rows after a garbled result,
  * run suspects alone after a fault, and keep the run-ahead bookkeeping
  * (the rows of the last dispatches, which slots are still draining).
- * The worker's life (starting, reaping, blame, timeouts) stays in
- * engine.c; so do the requests: the scheduler hands each committed token
- * to engine_commit_token() and finishes a request it cannot place with
- * engine_finish() (both in engine_internal.h).
+ * The worker's life (starting, reaping, blame, timeouts) is
+ * worker_supervisor.c's; the requests stay in engine.c: the scheduler
+ * hands each committed token to engine_commit_token() and finishes a
+ * request it cannot place with engine_finish() (both in
+ * engine_internal.h).
  *
  * Everything here runs on the coordinator's loop thread.
  */
