@@ -65,7 +65,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -349,15 +348,6 @@ static void engine_on_signalfd(struct io_op *op, int32_t res)
 	io_ring_read(&e->io, e->sig_fd, &e->sig_buf, sizeof(e->sig_buf), &e->sig_op);
 }
 
-/* A worker wrote the eventfd: it only had to wake us; read the next. */
-static void engine_on_notify(struct io_op *op, int32_t res)
-{
-	struct engine *e = op->arg;
-
-	io_ring_read(&e->io, e->notify_fd, &e->notify_buf, sizeof(e->notify_buf),
-		     &e->notify_op);
-}
-
 /* A worker's pidfd became readable (or the poll failed). */
 static void engine_on_exit_poll(struct io_op *op, int32_t res)
 {
@@ -485,8 +475,6 @@ static void engine_teardown(struct engine *e)
 	io_ring_exit(&e->io);
 	if (e->sig_fd >= 0)
 		close(e->sig_fd);
-	if (e->notify_fd >= 0)
-		close(e->notify_fd);
 	request_pool_release(&e->pool);
 	wait_queue_release(&e->queue);
 	slot_table_release_all(&e->slots);
@@ -651,15 +639,14 @@ static int engine_setup(struct engine *e)
 	    !e->prefixes || !e->lengths || !e->next_tokens || !e->inproc_rows)
 		goto nomem;
 
-	e->notify_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGINT);
 	sigaddset(&sigs, SIGTERM);
 	sigprocmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);	/* a closed socket or pipe is an error code */
 	e->sig_fd = signalfd(-1, &sigs, SFD_CLOEXEC);
-	if (e->notify_fd < 0 || e->sig_fd < 0) {
-		fprintf(stderr, "dynbatch: eventfd/signalfd: %s\n", strerror(errno));
+	if (e->sig_fd < 0) {
+		fprintf(stderr, "dynbatch: signalfd: %s\n", strerror(errno));
 		return ENGINE_EXIT_FAILED;
 	}
 	ret = io_ring_init(&e->io, 64 + 2 * e->n_shards + cfg->io_entries);
@@ -668,10 +655,7 @@ static int engine_setup(struct engine *e)
 		return ENGINE_EXIT_FAILED;
 	}
 	e->sig_op = (struct io_op){ engine_on_signalfd, e };
-	e->notify_op = (struct io_op){ engine_on_notify, e };
 	io_ring_read(&e->io, e->sig_fd, &e->sig_buf, sizeof(e->sig_buf), &e->sig_op);
-	io_ring_read(&e->io, e->notify_fd, &e->notify_buf, sizeof(e->notify_buf),
-		     &e->notify_op);
 	e->progress_on = cfg->progress > 0 || (cfg->progress < 0 && isatty(STDERR_FILENO));
 	return ENGINE_EXIT_OK;
 nomem:
@@ -689,7 +673,7 @@ struct engine *engine_create(const struct engine_config *cfg, int *status)
 		return NULL;
 	}
 	e->cfg = cfg;
-	e->sig_fd = e->notify_fd = -1;
+	e->sig_fd = -1;
 	e->stats.start_ns = clock_now_ns();
 	*status = engine_setup(e);
 	if (*status != ENGINE_EXIT_OK) {

@@ -146,10 +146,9 @@ struct engine {
 					 * get /dev/null instead */
 	char worker_path[PATH_MAX];
 	struct io_ring io;
-	int sig_fd, notify_fd;
-	uint64_t notify_buf;
+	int sig_fd;
 	struct signalfd_siginfo sig_buf;
-	struct io_op sig_op, notify_op;	/* arg: the engine */
+	struct io_op sig_op;		/* arg: the engine */
 	struct frontend fe;		/* where requests come from and go */
 	/* state */
 	int n_signals;
