@@ -2,24 +2,56 @@
  * model.h - the model ABI: how a worker (or the in-process engine) asks a
  * model for the next token of each row of a batch.
  *
- * The engine treats the model as a black box:
- *
- *     model_next(batch_prefixes) -> next_tokens
- *
- * A model is either the built-in "sim" model (sim_model.h) or a shared
- * object loaded with dlopen() that exports one symbol:
+ * A model is either built in ("sim", sim_model.h; "llama", llama_model.h)
+ * or a shared object loaded with dlopen() that exports one symbol:
  *
  *     const struct dynbatch_model_api *dynbatch_model_plugin(void);
  *
- * The ABI is versioned: a plugin sets abi_version to the
- * DYNBATCH_MODEL_ABI_VERSION it was compiled against, and the loader
- * refuses any other value.  Only append fields at the end of the struct and
- * bump the version when you do.
+ * This header has no dependency on the rest of dynbatch, so a plugin can
+ * be built from it alone.  docs/DESIGN.md 2 is the design behind it.
  *
- * Prefixes are handed to the model in place: prefixes[i] points straight
- * into the engine's shared token buffer and must not be written or kept
- * past the call.  This header has no dependency on the rest of dynbatch so
- * a plugin can be built from it alone.
+ * TWO KINDS OF MODEL
+ *
+ * A token model (ABI version 1, and version 2 models that leave step NULL)
+ * is a stateless black box: next() gets every row's whole prefix on every
+ * step and returns one token per row.  The sim model is one.
+ *
+ * A stateful model (version 2 with step non-NULL) keeps state per slot in
+ * the worker (a transformer's KV cache) and computes only the tokens it
+ * has not seen: step() gets each row with its identity and position and
+ * writes logits; the worker picks the token (greedy: the argmax, the
+ * lowest id on ties).  The engine never assumes that a model's state
+ * survived anything: after a new request in the slot, a replacement
+ * worker, a run-ahead reset, a resume or an isolation run it hands the
+ * row over with n_cached = 0 and the model rebuilds the state from the
+ * tokens ("re-prefill").
+ *
+ * VERSIONING
+ *
+ * A plugin sets abi_version to the DYNBATCH_MODEL_ABI_VERSION it was
+ * compiled against.  The loader accepts 1 and 2.  A version 1 table ends
+ * at destroy: the loader never reads the fields after it.  Only append
+ * fields at the end of the struct, and bump the version when you do.
+ *
+ * THREADS AND LIFETIME
+ *
+ * One thread calls into a model handle at a time, always the same one in
+ * a worker.  Every pointer the engine passes in (prefixes, rows, tokens,
+ * logits, refusals) is valid only during the call: a model must not keep
+ * it.  Prefix tokens are read-only (in a worker they are mapped
+ * read-only: a write faults).  In a worker, bind() runs before the worker
+ * enters its sandbox (worker/sandbox.c) and step() after it: reserve every
+ * mapping in create() or bind(); step() and release() may only touch
+ * memory (madvise(MADV_DONTNEED) is allowed to give pages back) and
+ * compute.  No file, socket or process system call works in step().
+ *
+ * ERRORS
+ *
+ * A negative errno from next() or step() fails the whole step: the engine
+ * restarts the worker and isolates the request that made it fail
+ * (docs/DESIGN.md 9.3).  A row the model cannot serve at all is refused
+ * instead (refusals[], below): that request alone ends with an error
+ * naming the reason.  Logits that are NaN fail the step.
  */
 #ifndef DYNBATCH_MODEL_H
 #define DYNBATCH_MODEL_H
@@ -27,8 +59,48 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DYNBATCH_MODEL_ABI_VERSION 1u
+#define DYNBATCH_MODEL_ABI_VERSION 2u
 #define DYNBATCH_MODEL_PLUGIN_SYMBOL "dynbatch_model_plugin"
+
+/* Why a stateful model refuses a row (refusals[] of step()). */
+enum dynbatch_refusal {
+	DYNBATCH_REFUSE_NONE = 0,	/* the row is served */
+	DYNBATCH_REFUSE_EMPTY_PROMPT = 1, /* no token to start from */
+	DYNBATCH_REFUSE_CONTEXT = 2,	/* longer than the model can hold */
+	DYNBATCH_REFUSE_TOKEN = 3,	/* a token the model cannot embed */
+	DYNBATCH_REFUSE_OTHER = 4,	/* anything else */
+};
+
+/*
+ * One row of a stateful step.  The row asks the model to continue
+ * tokens[0 .. n_tokens) of the request in slot `slot`.
+ */
+struct dynbatch_model_row {
+	uint32_t slot;		/* [0, n_slots) of bind(): which state to use */
+	uint32_t generation;	/* the slot's request; informational (a new
+				 * one always comes with n_cached = 0) */
+	const int32_t *tokens;	/* the prefix, read-only, valid in the call */
+	uint32_t n_tokens;	/* prefix length; <= max_context of bind() */
+	/*
+	 * The model may take tokens[0 .. n_cached) from its own state for
+	 * this slot (it consumed exactly them before).  0: throw the slot's
+	 * state away first.  Never more than the model has consumed.
+	 */
+	uint32_t n_cached;
+	/*
+	 * Consume tokens[n_cached .. n_cached + n_consume) in this step
+	 * (a prefill chunk may stop before the prompt ends).  At least 1,
+	 * except for an empty prefix (n_tokens == 0), which has nothing to
+	 * consume.  After the step the model holds state for
+	 * tokens[0 .. n_cached + n_consume).
+	 */
+	uint32_t n_consume;
+	/*
+	 * 1 when n_cached + n_consume == n_tokens: write the logits of the
+	 * token that follows tokens[n_tokens - 1].  0: consume only.
+	 */
+	uint32_t want_output;
+};
 
 struct dynbatch_model_api {
 	uint32_t abi_version;	/* DYNBATCH_MODEL_ABI_VERSION */
@@ -45,17 +117,62 @@ struct dynbatch_model_api {
 	uint32_t (*vocab)(void *model);
 
 	/*
-	 * One decoding step.  For each row i < n_rows, write into
+	 * One token-model step.  For each row i < n_rows, write into
 	 * next_tokens[i] the token that continues prefixes[i][0..lengths[i]).
 	 * Returns 0, or a negative errno on failure (the engine then treats
 	 * the step as failed).  Must be deterministic: the same prefix gives
-	 * the same token whatever else is in the batch.
+	 * the same token whatever else is in the batch.  May be NULL in a
+	 * version 2 table whose step is set.
 	 */
 	int (*next)(void *model, uint32_t n_rows, const int32_t *const *prefixes,
 		    const uint32_t *lengths, int32_t *next_tokens);
 
 	/* Release everything create() made.  Accepts NULL. */
 	void (*destroy)(void *model);
+
+	/* ---- version 2: the loader reads these only when abi_version >= 2 */
+
+	/*
+	 * The longest prefix, in tokens, the model can hold (a checkpoint's
+	 * seq_len); 0: no limit of its own.  The engine's --max-context
+	 * defaults to it, and a larger --max-context is a usage error.
+	 * May be NULL (no limit).
+	 */
+	uint32_t (*max_context)(void *model);
+
+	/*
+	 * Stateful models: called once before the first step.  The model
+	 * will see slots [0, n_slots), each with prefixes of at most
+	 * max_context tokens.  Reserve the state here (address space; touch
+	 * pages only as they are used).  Returns 0, or a negative errno
+	 * after writing a one-line reason into err.
+	 */
+	int (*bind)(void *model, uint32_t n_slots, uint32_t max_context,
+		    char *err, size_t err_len);
+
+	/*
+	 * Stateful models: one step over n_rows rows (at most one per slot).
+	 * Let n_out be the number of rows with want_output; write the logits
+	 * of the k-th such row (in row order) to logits[k * vocab ..
+	 * (k + 1) * vocab).  Set refusals[i] to a dynbatch_refusal for each
+	 * row i (DYNBATCH_REFUSE_NONE when served); a refused row's logits
+	 * slot is still reserved and its contents ignored, and its slot's
+	 * state is dropped by the engine.  Returns 0, or a negative errno:
+	 * the whole step failed.  The logits of a row must depend only on
+	 * its tokens: never on the batch, the row's place in it, the
+	 * chunking of its prefill or whether its state was rebuilt.
+	 * NULL: a token model (next() is used).
+	 */
+	int (*step)(void *model, uint32_t n_rows,
+		    const struct dynbatch_model_row *rows, float *logits,
+		    uint32_t *refusals);
+
+	/*
+	 * Stateful models: drop the state of slot (its request ended, or
+	 * the engine cannot vouch for it) and give its memory back.  May be
+	 * NULL when step is NULL.
+	 */
+	void (*release)(void *model, uint32_t slot);
 };
 
 typedef const struct dynbatch_model_api *(*dynbatch_model_plugin_fn)(void);

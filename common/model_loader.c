@@ -25,6 +25,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +38,10 @@
 	"(expected sim, sim:key=value,... or path/to/plugin.so[:args])"
 
 struct model {
-	const struct dynbatch_model_api *api;
+	/* Our copy of the plugin's table: a version 1 table ends at destroy,
+	 * so only that much is read from it, and the rest stays NULL. */
+	struct dynbatch_model_api table;
+	const struct dynbatch_model_api *api;	/* &table */
 	void *handle;		/* what api->create() returned */
 	void *dl;		/* dlopen() handle; NULL for the sim model */
 	uint32_t vocab;		/* api->vocab(handle), read once at open */
@@ -86,18 +90,11 @@ static void *model_load_plugin(const char *path,
 			 path, DYNBATCH_MODEL_PLUGIN_SYMBOL);
 		goto out_dlclose;
 	}
-	if (a->abi_version != DYNBATCH_MODEL_ABI_VERSION) {
+	if (a->abi_version < 1 || a->abi_version > DYNBATCH_MODEL_ABI_VERSION) {
 		snprintf(err, err_len,
-			 "model plugin '%s' has ABI version %u, this dynbatch needs version %u (rebuild it against this model.h)",
+			 "model plugin '%s' has ABI version %u, this dynbatch reads versions 1 to %u (rebuild it against this model.h)",
 			 path, (unsigned)a->abi_version,
 			 (unsigned)DYNBATCH_MODEL_ABI_VERSION);
-		goto out_dlclose;
-	}
-	if (!a->create || !a->vocab || !a->next) {
-		snprintf(err, err_len,
-			 "model plugin '%s' leaves %s() NULL in its API table",
-			 path, !a->create ? "create" :
-			       !a->vocab ? "vocab" : "next");
 		goto out_dlclose;
 	}
 	*api = a;
@@ -148,6 +145,40 @@ static int model_resolve(const char *spec,
 	return *dl ? 0 : -ENOENT;
 }
 
+/*
+ * Copy the table at a into m->table, only as much of it as its version
+ * has, and check that the callbacks its kind of model needs are there.
+ * Returns 0, or -EINVAL after writing err.
+ */
+static int model_take_table(struct model *m, const struct dynbatch_model_api *a,
+			    const char *spec, char *err, size_t err_len)
+{
+	const char *missing = NULL;
+
+	memset(&m->table, 0, sizeof(m->table));
+	memcpy(&m->table, a, a->abi_version >= 2 ? sizeof(*a) :
+	       offsetof(struct dynbatch_model_api, max_context));
+	m->api = &m->table;
+	if (!a->create)
+		missing = "create";
+	else if (!a->vocab)
+		missing = "vocab";
+	else if (m->table.step && !m->table.bind)
+		missing = "bind";
+	else if (m->table.step && !m->table.release)
+		missing = "release";
+	else if (!m->table.step && !a->next)
+		missing = "next";
+	if (missing) {
+		snprintf(err, err_len,
+			 "model '%.*s' leaves %s() NULL in its API table%s",
+			 (int)strcspn(spec, ":"), spec, missing,
+			 !strcmp(missing, "next") ? " (and has no step())" : "");
+		return -EINVAL;
+	}
+	return 0;
+}
+
 bool model_spec_names_plugin(const char *spec)
 {
 	return spec && model_spec_is_path(spec, strcspn(spec, ":"));
@@ -177,6 +208,8 @@ struct model *model_open(const char *spec, char *err, size_t err_len)
 	}
 	if (model_resolve(spec, &m->api, &args, &m->dl, err, err_len))
 		goto out_free;
+	if (model_take_table(m, m->api, spec, err, err_len))
+		goto out_dlclose;
 
 	m->handle = m->api->create(args, why, sizeof(why));
 	if (!m->handle) {
