@@ -45,6 +45,7 @@ struct model {
 	void *handle;		/* what api->create() returned */
 	void *dl;		/* dlopen() handle; NULL for the sim model */
 	uint32_t vocab;		/* api->vocab(handle), read once at open */
+	uint32_t max_context;	/* api->max_context(handle) or 0, read once */
 };
 
 /* Does name[0..len) name a plugin file rather than a built-in model? */
@@ -231,6 +232,8 @@ struct model *model_open(const char *spec, char *err, size_t err_len)
 			 "1 .. 2^31)", (int)strcspn(spec, ":"), spec, m->vocab);
 		goto out_destroy;
 	}
+	if (m->api->max_context)
+		m->max_context = m->api->max_context(m->handle);
 	return m;
 
 out_destroy:
@@ -261,6 +264,40 @@ int model_next(struct model *m, uint32_t n_rows, const int32_t *const *prefixes,
 		if (next_tokens[i] < 0 || (uint32_t)next_tokens[i] >= m->vocab)
 			return -ERANGE;
 	return 0;
+}
+
+bool model_is_stateful(const struct model *m)
+{
+	return m->api->step != NULL;
+}
+
+uint32_t model_max_context(const struct model *m)
+{
+	return m->max_context;
+}
+
+int model_bind(struct model *m, uint32_t n_slots, uint32_t max_context,
+	       char *err, size_t err_len)
+{
+	int ret;
+
+	snprintf(err, err_len, "bind() failed");
+	ret = m->api->bind(m->handle, n_slots, max_context, err, err_len);
+	return ret ? (ret < 0 ? ret : -EIO) : 0;
+}
+
+int model_step(struct model *m, uint32_t n_rows,
+	       const struct dynbatch_model_row *rows, float *logits,
+	       uint32_t *refusals)
+{
+	int ret = m->api->step(m->handle, n_rows, rows, logits, refusals);
+
+	return ret ? (ret < 0 ? ret : -EIO) : 0;
+}
+
+void model_release(struct model *m, uint32_t slot)
+{
+	m->api->release(m->handle, slot);
 }
 
 void model_close(struct model *m)

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 struct model;
+struct dynbatch_model_row;
 
 /*
  * Open the model SPEC names.  Returns NULL after writing a one-line
@@ -33,6 +34,28 @@ uint32_t model_vocab(const struct model *m);
 /* One batch step; see dynbatch_model_api.next.  0 or a negative errno. */
 int model_next(struct model *m, uint32_t n_rows, const int32_t *const *prefixes,
 	       const uint32_t *lengths, int32_t *next_tokens);
+
+/*
+ * The version 2 part of the ABI (model.h); model_runner.h is the one
+ * caller.  A stateful model has step(): it needs model_bind() once before
+ * its first model_step().
+ */
+bool model_is_stateful(const struct model *m);
+
+/* The longest prefix the model can hold; 0: no limit of its own. */
+uint32_t model_max_context(const struct model *m);
+
+/* See dynbatch_model_api.bind.  0 or a negative errno (err written). */
+int model_bind(struct model *m, uint32_t n_slots, uint32_t max_context,
+	       char *err, size_t err_len);
+
+/* See dynbatch_model_api.step.  0 or a negative errno. */
+int model_step(struct model *m, uint32_t n_rows,
+	       const struct dynbatch_model_row *rows, float *logits,
+	       uint32_t *refusals);
+
+/* See dynbatch_model_api.release. */
+void model_release(struct model *m, uint32_t slot);
 
 /* Close the model (and dlclose a plugin).  Accepts NULL. */
 void model_close(struct model *m);

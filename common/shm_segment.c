@@ -31,7 +31,7 @@ static_assert(offsetof(struct shm_header, coordinator_sleeping) == 128,
 	      "coordinator_sleeping on its own cache line");
 static_assert(sizeof(struct shm_slot) == 32, "slot table entry");
 static_assert(sizeof(struct shm_dispatch_row) == 16, "dispatch row");
-static_assert(sizeof(struct shm_result_row) == 16, "result row");
+static_assert(sizeof(struct shm_result_row) == 20, "result row");
 static_assert(sizeof(struct shm_dispatch) == 24, "dispatch head");
 static_assert(sizeof(struct shm_result) == 32, "result head");
 static_assert(offsetof(struct shm_channel, wake_seq) == 24, "wake word");
@@ -41,7 +41,7 @@ static_assert(sizeof(struct shm_channel) == 2 * SHM_CACHE_LINE, "channel head");
 static_assert((SHM_RING_DEPTH & (SHM_RING_DEPTH - 1)) == 0, "ring depth");
 
 #define SHM_MAX_SLOTS (1u << 16)
-#define SHM_MAX_CONTEXT (1u << 24)
+
 
 /* Seals of the shared object once the coordinator has mapped it: nobody
  * (the coordinator's own later mappings included) may write it except

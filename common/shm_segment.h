@@ -200,14 +200,30 @@ struct shm_dispatch_row {
 					 * (prompt + max_tokens, <= max_context) */
 };
 
-/* One row of a result: the token that continues one prefix. */
+/*
+ * One row of a result: the token that continues one prefix, or, from a
+ * stateful model (model.h), no token yet (a prefill chunk) or a refusal.
+ * docs/DESIGN.md 7.2 says how the coordinator checks each kind.
+ */
 struct shm_result_row {
 	uint32_t slot;			/* copied from the dispatch row */
 	uint32_t generation;		/* copied from the dispatch row */
-	int32_t token;			/* the model's next token */
+	int32_t token;			/* the model's next token, or one of
+					 * SHM_TOKEN_PREFILL, SHM_TOKEN_REFUSED */
 	uint32_t n_tokens;		/* length of the prefix it continues
 					 * (the token sits at this index) */
+	uint32_t detail;		/* PREFILL: prefix tokens the model
+					 * holds now (< n_tokens); REFUSED:
+					 * the enum dynbatch_refusal; else 0 */
 };
+
+/* The row consumed a chunk of its prefix and has no token yet. */
+#define SHM_TOKEN_PREFILL (-2)
+/* The model refused the row (detail says why): its request ends. */
+#define SHM_TOKEN_REFUSED (-3)
+
+/* The longest --max-context a slot's buffer may have. */
+#define SHM_MAX_CONTEXT (1u << 24)
 
 /* The worker takes every row's n_tokens as given (after the coordinator
  * rejected a result), instead of keeping its own, longer prefix for a row

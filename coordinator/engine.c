@@ -80,6 +80,8 @@
 #include "metrics.h"
 #include "model_loader.h"
 #include "model_probe.h"
+#include "model_runner.h"
+#include "model.h"
 #include "shard_sched.h"
 #include "request.h"
 #include "request_pool.h"
@@ -318,6 +320,27 @@ void engine_commit_token(struct engine *e, uint32_t slot, int32_t token)
 		engine_release_final(e, lr);
 }
 
+void engine_refuse(struct engine *e, uint32_t slot, uint32_t why)
+{
+	static const char *const reasons[] = {
+		[DYNBATCH_REFUSE_EMPTY_PROMPT] = "the model refused the request: "
+			"the prompt is empty, so there is no token to start from",
+		[DYNBATCH_REFUSE_CONTEXT] = "the model refused the request: "
+			"the sequence is longer than the model can hold",
+		[DYNBATCH_REFUSE_TOKEN] = "the model refused the request: "
+			"a token it cannot embed",
+	};
+	uint32_t handle = e->slots.slots[slot].request_handle;
+
+	if (!request_pool_get(&e->pool, handle)) {
+		engine_fail(e, "slot %u lost its request", slot);
+		return;
+	}
+	engine_finish(e, handle, FINISH_ERROR,
+		      why < sizeof(reasons) / sizeof(reasons[0]) && reasons[why] ?
+		      reasons[why] : "the model refused the request");
+}
+
 /* ------------------------------------------------------------------------
  * Signals, I/O events
  * ---------------------------------------------------------------------- */
@@ -482,10 +505,13 @@ static void engine_teardown(struct engine *e)
 	free(e->slot_freed_ns);
 	free(e->slot_limit);
 	free(e->slot_drain);
-	free(e->prefixes);
-	free(e->lengths);
-	free(e->next_tokens);
+	free(e->slot_prefilled);
+	free(e->inproc_step);
+	free(e->inproc_outcomes);
+	free(e->inproc_slots);
+	free(e->inproc_gens);
 	free(e->inproc_rows);
+	model_runner_destroy(e->runner);
 	model_close(e->model);
 }
 
@@ -547,6 +573,32 @@ static void engine_check_invariants(struct engine *e)
 }
 
 /*
+ * The longest sequence: --max-context, which may not exceed the model's
+ * own limit (model_limit, 0: none), or by default that limit (a
+ * checkpoint's seq_len), else ENGINE_DEFAULT_MAX_CONTEXT.
+ */
+static int engine_set_max_context(struct engine *e, uint32_t model_limit)
+{
+	uint32_t want = e->cfg->max_context;
+
+	if (want && model_limit && want > model_limit) {
+		fprintf(stderr, "dynbatch: --max-context %u is larger than the "
+			"model's own limit of %u tokens\n", want, model_limit);
+		return ENGINE_EXIT_USAGE;
+	}
+	if (!want)
+		want = model_limit ? model_limit : ENGINE_DEFAULT_MAX_CONTEXT;
+	if (want > SHM_MAX_CONTEXT) {
+		fprintf(stderr, "dynbatch: the model's limit of %u tokens is more "
+			"than a slot can hold (%u): give --max-context\n", want,
+			SHM_MAX_CONTEXT);
+		return ENGINE_EXIT_USAGE;
+	}
+	e->max_context = want;
+	return ENGINE_EXIT_OK;
+}
+
+/*
  * Learn the model's vocabulary.  A plugin's code never runs here when
  * workers run it (docs/DESIGN.md 11.1): its vocabulary comes from a
  * sandboxed probe (model_probe.h).  The sim model is our own code and
@@ -560,10 +612,14 @@ static int engine_open_model(struct engine *e)
 	int ret;
 
 	if (!e->in_process && model_spec_names_plugin(spec)) {
+		struct model_probe probe;
+
 		ret = model_probe_vocab(e->worker_path, spec, e->cfg->start_timeout_ms,
-					&e->vocab, err, sizeof(err));
-		if (!ret)
-			return ENGINE_EXIT_OK;
+					&probe, err, sizeof(err));
+		if (!ret) {
+			e->vocab = probe.vocab;
+			return engine_set_max_context(e, probe.max_context);
+		}
 		fprintf(stderr, "dynbatch: --model %s: %s%s\n",
 			log_escape(spec, esc, sizeof(esc)),
 			ret > 0 ? "the model cannot be opened: " : "", err);
@@ -575,11 +631,12 @@ static int engine_open_model(struct engine *e)
 		return ENGINE_EXIT_USAGE;
 	}
 	e->vocab = model_vocab(e->model);
-	if (!e->in_process) {	/* the workers run it */
+	ret = engine_set_max_context(e, model_max_context(e->model));
+	if (!e->in_process || ret != ENGINE_EXIT_OK) {	/* the workers run it */
 		model_close(e->model);
 		e->model = NULL;
 	}
-	return ENGINE_EXIT_OK;
+	return ret;
 }
 
 /* Everything up to the first worker start.  Returns an exit status. */
@@ -612,7 +669,7 @@ static int engine_setup(struct engine *e)
 	if (ret != ENGINE_EXIT_OK)
 		return ret;
 	p = (struct shm_params){ .n_slots = cfg->n_slots, .n_shards = e->n_shards,
-				 .max_context = cfg->max_context,
+				 .max_context = e->max_context,
 				 .vocab = e->vocab };
 	ret = shm_segment_create(&e->seg, &p);
 	if (ret) {
@@ -628,16 +685,29 @@ static int engine_setup(struct engine *e)
 	e->slot_freed_ns = calloc(cfg->n_slots, sizeof(uint64_t));
 	e->slot_limit = calloc(cfg->n_slots, sizeof(uint32_t));
 	e->slot_drain = calloc(cfg->n_slots, sizeof(uint64_t));
-	e->prefixes = calloc(cfg->n_slots, sizeof(*e->prefixes));
-	e->lengths = calloc(cfg->n_slots, sizeof(*e->lengths));
-	e->next_tokens = calloc(cfg->n_slots, sizeof(int32_t));
+	e->slot_prefilled = calloc(cfg->n_slots, sizeof(uint32_t));
+	e->inproc_step = calloc(cfg->n_slots, sizeof(*e->inproc_step));
+	e->inproc_outcomes = calloc(cfg->n_slots, sizeof(*e->inproc_outcomes));
+	e->inproc_slots = calloc(cfg->n_slots, sizeof(uint32_t));
+	e->inproc_gens = calloc(cfg->n_slots, sizeof(uint32_t));
 	e->inproc_rows = calloc(cfg->n_slots, sizeof(*e->inproc_rows));
 	e->resume = calloc(e->pool.capacity, sizeof(uint32_t));
 	e->at_once = calloc(e->pool.capacity, sizeof(uint32_t));
 	if (!e->resume || !e->at_once || !e->slot_freed_ns || !e->slot_drain ||
-	    !e->slot_limit ||
-	    !e->prefixes || !e->lengths || !e->next_tokens || !e->inproc_rows)
+	    !e->slot_limit || !e->slot_prefilled || !e->inproc_step ||
+	    !e->inproc_outcomes || !e->inproc_slots || !e->inproc_gens ||
+	    !e->inproc_rows)
 		goto nomem;
+	if (e->in_process) {
+		char err[256];
+
+		e->runner = model_runner_create(e->model, cfg->n_slots, e->max_context,
+						cfg->step_tokens, err, sizeof(err));
+		if (!e->runner) {
+			fprintf(stderr, "dynbatch: --model: %s\n", err);
+			return ENGINE_EXIT_USAGE;
+		}
+	}
 
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGINT);
@@ -825,6 +895,11 @@ bool engine_has_room(const struct engine *e)
 uint32_t engine_n_waiting(const struct engine *e)
 {
 	return wait_queue_len(&e->queue);
+}
+
+uint32_t engine_max_context(const struct engine *e)
+{
+	return e->max_context;
 }
 
 uint32_t engine_vocab(const struct engine *e)

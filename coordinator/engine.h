@@ -42,7 +42,10 @@ struct engine_config {
 	uint32_t n_workers;		/* worker processes; 0 = in-process */
 	uint32_t n_slots;		/* batch capacity B */
 	const char *model_spec;		/* --model */
-	uint32_t max_context;		/* most tokens in one sequence */
+	uint32_t max_context;		/* most tokens in one sequence; 0:
+					 * the model's own limit, else 4096 */
+	uint32_t step_tokens;		/* --step-tokens: a stateful model's
+					 * token budget per step; 0: none */
 	const char *stats_path;		/* --stats FILE, or NULL */
 	uint32_t queue_capacity;	/* waiting queue bound */
 	uint64_t step_timeout_ms;	/* a step past this kills its worker */
@@ -63,6 +66,9 @@ struct engine_config {
 #define ENGINE_EXIT_OK 0
 #define ENGINE_EXIT_FAILED 1
 #define ENGINE_EXIT_USAGE 2
+
+/* --max-context when neither the user nor the model sets one. */
+#define ENGINE_DEFAULT_MAX_CONTEXT 4096u
 
 struct engine;
 
@@ -115,6 +121,9 @@ bool engine_has_room(const struct engine *e);
 uint32_t engine_n_waiting(const struct engine *e);
 /* The model's vocabulary size (token ids are below it). */
 uint32_t engine_vocab(const struct engine *e);
+
+/* The most tokens in one sequence (--max-context, or the model's). */
+uint32_t engine_max_context(const struct engine *e);
 /* A front end answered a line or request itself (it never became a live
  * request): count it with the engine's finished requests. */
 void engine_note_answered(struct engine *e, enum finish_reason reason);

@@ -27,6 +27,7 @@
 #include "io_ring.h"
 #include "log_limit.h"
 #include "metrics.h"
+#include "model_runner.h"
 #include "request_pool.h"
 #include "shm_segment.h"
 #include "slot_table.h"
@@ -135,6 +136,8 @@ struct engine {
 	const struct engine_config *cfg;
 	struct model *model;
 	uint32_t vocab;
+	uint32_t max_context;		/* resolved: engine_set_max_context() */
+	struct model_runner *runner;	/* --workers 0: the model's steps */
 	struct shm_segment seg;
 	struct slot_table slots;
 	struct wait_queue queue;
@@ -159,13 +162,19 @@ struct engine {
 	uint64_t *slot_freed_ns;	/* per slot: when it last became free */
 	uint32_t *slot_limit;		/* per slot: prefix length at which its
 					 * request is done (prompt + max_tokens) */
+	uint32_t *slot_prefilled;	/* per slot: the most prefix tokens its
+					 * worker said its model holds (prefill
+					 * rows), since the request came, the
+					 * worker started or the last reset:
+					 * only more counts as progress */
 	uint64_t *slot_drain;		/* per slot: the worker may still write
 					 * it until dispatch_adopted reaches
 					 * this (0: free to reuse) */
 	/* in-process stepping buffers, n_slots each */
-	const int32_t **prefixes;
-	uint32_t *lengths;
-	int32_t *next_tokens;
+	struct runner_row *inproc_step;
+	struct runner_result *inproc_outcomes;
+	uint32_t *inproc_slots;		/* model_runner_keep() arguments */
+	uint32_t *inproc_gens;
 	struct shm_result_row *inproc_rows;
 	struct engine_stats stats;
 	uint32_t *at_once;		/* AT_ONCE handles (max_tokens 0), oldest
@@ -200,6 +209,9 @@ void engine_finish(struct engine *e, uint32_t handle,
 /* Commit a validated token to the request in slot, release the tokens
  * that became final, and finish the request if it is done. */
 void engine_commit_token(struct engine *e, uint32_t slot, int32_t token);
+/* The model refused the request in slot (why: enum dynbatch_refusal, any
+ * value: it comes from a worker): answer it with an error naming why. */
+void engine_refuse(struct engine *e, uint32_t slot, uint32_t why);
 
 /* ---- engine.c, for worker_supervisor.c only ---- */
 

@@ -2,6 +2,7 @@
  * main.c - the dynbatch command line (docs/DESIGN.md 4).
  *
  *   dynbatch run [--workers N] [--batch B] [--model SPEC] [--max-context N]
+ *                [--step-tokens N]
  *                [--input FILE|-] [--output FILE|-] [options]
  *   dynbatch serve [--listen HOST:PORT] [the same engine options] [options]
  *
@@ -40,11 +41,17 @@ static void usage(FILE *f)
 "  --workers N        worker processes (default: number of CPUs); 0 runs the\n"
 "                     same scheduler in one process, calling the model directly\n"
 "  --batch B          total batch slots across all workers (default 64)\n"
-"  --model SPEC       sim | sim:key=value,... | path/to/plugin.so[:args]\n"
-"                     (default sim). sim keys: vocab (32000), seed (0),\n"
-"                     call_us, row_us, token_ns (0), mode=spin|sleep,\n"
-"                     crash_token=T, hang_token=T\n"
-"  --max-context N    most tokens in one sequence, prompt included (4096)\n"
+"  --model SPEC       sim | sim:key=value,... | llama:CHECKPOINT[,key=value]\n"
+"                     | path/to/plugin.so[:args] (default sim). sim keys:\n"
+"                     vocab (32000), seed (0), call_us, row_us, token_ns (0),\n"
+"                     mode=spin|sleep, crash_token=T, hang_token=T.\n"
+"                     llama: a llama2.c checkpoint; key kernel=auto|avx2|portable\n"
+"  --max-context N    most tokens in one sequence, prompt included (default:\n"
+"                     the model's own limit, e.g. a checkpoint's seq_len,\n"
+"                     else 4096; more than the model's is refused)\n"
+"  --step-tokens N    stateful models (llama): at most N tokens per step; long\n"
+"                     prompts are prefilled in chunks between decode steps\n"
+"                     (default 0: no budget)\n"
 "  --input FILE|-     JSON Lines requests (default -: standard input)\n"
 "  --output FILE|-    JSON Lines results (default -: standard output)\n"
 "  --max-line BYTES   longest input line; a longer one gets an error result\n"
@@ -133,7 +140,7 @@ static int run(const struct engine_config *cfg, const struct http_config *http,
 		return status;
 	if (http) {
 		struct request_limits lim = { .vocab = engine_vocab(e),
-					      .max_context = cfg->max_context };
+					      .max_context = engine_max_context(e) };
 
 		srv = http_server_create(http, e, engine_io(e), &lim, err, sizeof(err));
 		if (!srv) {
@@ -146,7 +153,7 @@ static int run(const struct engine_config *cfg, const struct http_config *http,
 		struct jsonl_config j = *jsonl_cfg;
 
 		j.n_slots = cfg->n_slots;
-		j.max_context = cfg->max_context;
+		j.max_context = engine_max_context(e);
 		jsonl = jsonl_frontend_create(&j, e, &status);
 		if (!jsonl) {
 			engine_destroy(e);
@@ -191,12 +198,13 @@ int main(int argc, char **argv)
 	       OPT_WORKER_NICE, OPT_START_TIMEOUT, OPT_LISTEN, OPT_API_KEY,
 	       OPT_MODEL_NAME, OPT_MAX_CONN, OPT_CONN_BUFFER, OPT_WRITE_TIMEOUT,
 	       OPT_READ_TIMEOUT, OPT_IDLE_TIMEOUT, OPT_MAX_BODY, OPT_MAX_HEADER_BYTES,
-	       OPT_MAX_HEADERS, OPT_MAX_LINE };
+	       OPT_MAX_HEADERS, OPT_MAX_LINE, OPT_STEP_TOKENS };
 	static const struct option longopts[] = {
 		{ "workers", required_argument, NULL, OPT_WORKERS },
 		{ "batch", required_argument, NULL, OPT_BATCH },
 		{ "model", required_argument, NULL, OPT_MODEL },
 		{ "max-context", required_argument, NULL, OPT_MAX_CONTEXT },
+		{ "step-tokens", required_argument, NULL, OPT_STEP_TOKENS },
 		{ "input", required_argument, NULL, OPT_INPUT },
 		{ "output", required_argument, NULL, OPT_OUTPUT },
 		{ "stats", required_argument, NULL, OPT_STATS },
@@ -230,7 +238,6 @@ int main(int argc, char **argv)
 		.n_workers = ncpu > 0 ? (uint32_t)ncpu : 1,
 		.n_slots = 64,
 		.model_spec = "sim",
-		.max_context = 4096,
 		.queue_capacity = 1024,
 		.step_timeout_ms = 10000,
 		.start_timeout_ms = 60000,
@@ -294,6 +301,9 @@ int main(int argc, char **argv)
 			break;
 		case OPT_MAX_CONTEXT:
 			bad = parse_u32(optarg, 1, 1u << 24, &cfg.max_context);
+			break;
+		case OPT_STEP_TOKENS:
+			bad = parse_u32(optarg, 0, 1u << 24, &cfg.step_tokens);
 			break;
 		case OPT_INPUT:
 			jsonl.input_path = optarg;

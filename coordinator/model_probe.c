@@ -173,30 +173,47 @@ static void probe_end(struct probe_run *r, char *how, size_t how_len)
 		snprintf(how, how_len, "exited with status %d", WEXITSTATUS(status));
 }
 
-/* N of "vocab N": 1 .. PROBE_VOCAB_MAX in plain decimal.  0 or -1. */
-static int probe_parse_vocab(const char *s, size_t len, uint32_t *vocab)
+/* A plain decimal in [lo, hi]: no sign, no leading zero.  0 or -1. */
+static int probe_parse_num(const char *s, size_t len, uint64_t lo, uint64_t hi,
+			   uint32_t *out)
 {
 	uint64_t v = 0;
 
-	if (len < 1 || len > 10 || s[0] == '0')
+	if (len < 1 || len > 10 || (s[0] == '0' && len > 1))
 		return -1;
 	for (size_t i = 0; i < len; i++) {
 		if (s[i] < '0' || s[i] > '9')
 			return -1;
 		v = v * 10 + (uint64_t)(s[i] - '0');
 	}
-	if (v > PROBE_VOCAB_MAX)
+	if (v < lo || v > hi)
 		return -1;
-	*vocab = (uint32_t)v;
+	*out = (uint32_t)v;
 	return 0;
 }
 
+/* "N context M" of "vocab N context M": the vocabulary, 1 ..
+ * PROBE_VOCAB_MAX, and the model's longest prefix (0: no limit).  0 or -1. */
+static int probe_parse_vocab(const char *s, size_t len, struct model_probe *out)
+{
+	static const char sep[] = " context ";
+	const char *at = memmem(s, len, sep, sizeof(sep) - 1);
+	size_t n;
+
+	if (!at)
+		return -1;
+	n = (size_t)(at - s);
+	return probe_parse_num(s, n, 1, PROBE_VOCAB_MAX, &out->vocab) ||
+	       probe_parse_num(at + sizeof(sep) - 1, len - n - (sizeof(sep) - 1),
+			       0, UINT32_MAX, &out->max_context) ? -1 : 0;
+}
+
 /*
- * Judge a probe that has been waited for and reaped.  0 with *vocab set,
+ * Judge a probe that has been waited for and reaped.  0 with *out set,
  * or MODEL_PROBE_REFUSED with the reason (escaped) in why.
  */
 static int probe_judge(struct probe_run *r, const char *how, uint64_t timeout_ms,
-		       uint32_t *vocab, char *why, size_t why_len)
+		       struct model_probe *out, char *why, size_t why_len)
 {
 	char text[PROBE_ANSWER_MAX + 1], esc[2 * LOG_ESCAPE_MAX];
 	const char *nl = memchr(r->answer, '\n', r->n_answer);
@@ -204,7 +221,7 @@ static int probe_judge(struct probe_run *r, const char *how, uint64_t timeout_ms
 
 	if (nl && (size_t)(nl - r->answer) + 1 == r->n_answer) {
 		if (len > 6 && !memcmp(r->answer, "vocab ", 6) &&
-		    !probe_parse_vocab(r->answer + 6, len - 6, vocab))
+		    !probe_parse_vocab(r->answer + 6, len - 6, out))
 			return 0;
 		if (len > 6 && !memcmp(r->answer, "error ", 6)) {
 			memcpy(text, r->answer + 6, len - 6);
@@ -221,8 +238,8 @@ static int probe_judge(struct probe_run *r, const char *how, uint64_t timeout_ms
 			 r->n_answer ? log_escape(r->answer, esc, sizeof(esc)) : "",
 			 r->n_answer ? "' and no newline)" : "");
 	else if (r->n_answer)
-		snprintf(why, why_len, "the probe answered '%s', not 'vocab N' (N "
-			 "in 1..%llu) or 'error TEXT' and a newline",
+		snprintf(why, why_len, "the probe answered '%s', not 'vocab N context M' "
+			 "(N in 1..%llu) or 'error TEXT' and a newline",
 			 log_escape(r->answer, esc, sizeof(esc)),
 			 (unsigned long long)PROBE_VOCAB_MAX);
 	else
@@ -232,7 +249,7 @@ static int probe_judge(struct probe_run *r, const char *how, uint64_t timeout_ms
 }
 
 int model_probe_vocab(const char *worker_path, const char *spec,
-		      uint64_t timeout_ms, uint32_t *vocab, char *err,
+		      uint64_t timeout_ms, struct model_probe *out, char *err,
 		      size_t err_len)
 {
 	struct probe_run r = { .pidfd = -1 };
@@ -266,7 +283,7 @@ int model_probe_vocab(const char *worker_path, const char *spec,
 	close(r.pidfd);
 	if (ret)
 		goto out_pipes;
-	ret = probe_judge(&r, how, timeout_ms, vocab, why, sizeof(why));
+	ret = probe_judge(&r, how, timeout_ms, out, why, sizeof(why));
 	if (ret && r.n_tail)
 		snprintf(err, err_len, "%s; its stderr ended with '%s'", why,
 			 log_escape(r.tail, esc, sizeof(esc)));

@@ -29,14 +29,20 @@
  * model cannot be used (it failed, hung, crashed or answered garbage). */
 #define MODEL_PROBE_REFUSED 1
 
+/* What a probe learns of a model. */
+struct model_probe {
+	uint32_t vocab;		/* its vocabulary */
+	uint32_t max_context;	/* its longest prefix; 0: no limit */
+};
+
 /*
  * Run a probe of worker_path on spec, for at most timeout_ms.  Returns 0
- * with *vocab set; MODEL_PROBE_REFUSED after writing into err (err_len
+ * with *out set; MODEL_PROBE_REFUSED after writing into err (err_len
  * bytes) a line that says why, the probe's own words escaped; or a
  * negative errno when the probe could not be run at all (err says why).
  */
 int model_probe_vocab(const char *worker_path, const char *spec,
-		      uint64_t timeout_ms, uint32_t *vocab, char *err,
+		      uint64_t timeout_ms, struct model_probe *out, char *err,
 		      size_t err_len);
 
 #endif /* DYNBATCH_MODEL_PROBE_H */

@@ -64,6 +64,11 @@
  */
 #define SHARD_MAX_FRUITLESS (4u * SHM_RING_DEPTH)
 
+/* Resets in a row with no committed row between them before the worker
+ * is killed (no blame).  Lockstep (SHARD_LOCKSTEP) makes an honest but
+ * faulty worker commit between resets long before this. */
+#define SHARD_MAX_RESETS 64u
+
 static void shard_warn(struct shard *s, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
@@ -140,6 +145,7 @@ static int shard_place(struct engine *e, uint32_t slot, uint32_t handle,
 	}
 	/* admission checked that the request fits the context */
 	e->slot_limit[slot] = limit < e->slots.max_context ? limit : e->slots.max_context;
+	e->slot_prefilled[slot] = 0;
 	shard_of_slot(e, slot)->n_active++;
 	return 0;
 }
@@ -218,6 +224,14 @@ static void shard_refill(struct engine *e, struct shard *s)
 /* ------------------------------------------------------------------------
  * Dispatch
  * ---------------------------------------------------------------------- */
+
+/* The shard's worker holds no model state that we count on any more (it
+ * is new, or was sent back by a reset): its prefill starts over. */
+void shard_forget_prefill(struct engine *e, const struct shard *s)
+{
+	memset(e->slot_prefilled + s->first_slot, 0,
+	       s->n_slots * sizeof(e->slot_prefilled[0]));
+}
 
 /* Drop the first suspect (it ran alone cleanly, finished, or was failed). */
 static void shard_pop_suspect(struct shard *s)
@@ -303,11 +317,18 @@ static void shard_dispatch(struct engine *e, struct shard *s)
 		s->lockstep--;
 	if (s->reset) {
 		s->reset_id = s->issued_id;
+		/* the worker re-prefills every row from nothing now */
+		shard_forget_prefill(e, s);
 		if (++s->resets_unanswered >= 2 && !s->lockstep) {
 			shard_warn(s, "the worker's results keep being rejected; "
 				   "one step per dispatch for a while");
 			s->lockstep = SHARD_LOCKSTEP;
 		}
+		/* Each reset renews the progress a prefill row may claim
+		 * (slot_prefilled): a worker that garbles a result, claims
+		 * prefill progress, and again, would never end otherwise. */
+		if (s->resets_unanswered > SHARD_MAX_RESETS)
+			shard_kill_misbehaving(s, " for resets that commit nothing");
 	}
 	s->reset = false;
 	memcpy(d->rows, rows, n * sizeof(d->rows[0]));
@@ -430,14 +451,19 @@ static void shard_count_rejected_row(struct engine *e, const struct shard *s,
  * row's generation and its position is the slot's committed length (the
  * token continues exactly the committed prefix).  A row past that length
  * means we rejected one of the worker's earlier rows: the next dispatch
- * tells the worker to go back (reset).  Returns the rows committed.
+ * tells the worker to go back (reset).  A stateful model's row may carry
+ * no token yet (a prefill chunk) or a refusal instead (docs/DESIGN.md
+ * 7.2).  Returns the rows committed (refusals included), and in
+ * *n_prefill the prefill rows that got further than before.
  */
 static uint32_t shard_commit(struct engine *e, struct shard *s, uint64_t id,
-			     const struct shm_result_row *rows, uint32_t n_rows)
+			     const struct shm_result_row *rows, uint32_t n_rows,
+			     uint32_t *n_prefill)
 {
 	uint32_t n_ok = 0, last_slot = 0;
 	bool garbled = false;
 
+	*n_prefill = 0;
 	if (++s->result_stamp == 0)	/* 0 means never seen */
 		s->result_stamp = 1;
 
@@ -450,10 +476,12 @@ static uint32_t shard_commit(struct engine *e, struct shard *s, uint64_t id,
 	}
 	for (uint32_t i = 0; i < n_rows; i++) {
 		struct shm_result_row row = rows[i];	/* one read of shared memory */
+		bool no_token = row.token == SHM_TOKEN_PREFILL ||
+				row.token == SHM_TOKEN_REFUSED;
 		const struct slot_state *st;
 
 		if (row.slot < s->first_slot || row.slot - s->first_slot >= s->n_slots ||
-		    row.token < 0 || (uint32_t)row.token >= e->vocab) {
+		    (!no_token && (row.token < 0 || (uint32_t)row.token >= e->vocab))) {
 			e->stats.n_stale++;
 			garbled = true;
 			continue;
@@ -470,6 +498,25 @@ static uint32_t shard_commit(struct engine *e, struct shard *s, uint64_t id,
 			 * earlier rows. */
 			if (row.n_tokens > st->n_tokens)
 				garbled = true;
+			continue;
+		}
+		if (row.token == SHM_TOKEN_PREFILL) {
+			/* A model that holds the whole prefix has a token
+			 * for it: this one cannot be. */
+			if (row.detail >= row.n_tokens) {
+				e->stats.n_stale++;
+				garbled = true;
+			} else if (row.detail > e->slot_prefilled[row.slot]) {
+				e->slot_prefilled[row.slot] = row.detail;
+				(*n_prefill)++;
+			}
+			continue;
+		}
+		if (row.token == SHM_TOKEN_REFUSED) {
+			s->committing_id = id;
+			engine_refuse(e, row.slot, row.detail);
+			s->committing_id = 0;
+			n_ok++;
 			continue;
 		}
 		s->committing_id = id;
@@ -598,7 +645,7 @@ bool shard_poll(struct engine *e, struct shard *s)
 		struct shm_result *r = shm_result_at(e->seg.hdr, ch, s->result_pos);
 		uint64_t *last_seq = &s->ring_seq[s->result_pos & (depth - 1)];
 		uint64_t id, now, took, model_ns, seq;
-		uint32_t n_rows, n_ok;
+		uint32_t n_rows, n_ok, n_prefill;
 		int32_t status;
 
 		/* acquire: pairs with the release in the worker's
@@ -646,10 +693,17 @@ bool shard_poll(struct engine *e, struct shard *s)
 		}
 		e->stats.model_ns += model_ns < step_cap ? model_ns : step_cap;
 		/* a wrong n_rows is rejected before any row is read */
-		n_ok = shard_commit(e, s, id, r->rows, n_rows);
+		n_ok = shard_commit(e, s, id, r->rows, n_rows, &n_prefill);
 		s->result_pos++;
-		if (!n_ok && shard_note_fruitless(e, s, now))
+		if (!n_ok && !n_prefill && shard_note_fruitless(e, s, now))
 			break;
+		if (!n_ok && n_prefill) {
+			/* a prefill chunk that got further is progress: each
+			 * slot can claim it only up to its prefix length per
+			 * worker life or reset (slot_prefilled) */
+			s->progress_ns = now;
+			s->n_fruitless = 0;
+		}
 		if (n_ok) {
 			/* Progress is a committed row: only that restarts
 			 * the step timeout's clock. */
@@ -687,8 +741,8 @@ bool shard_step_in_process(struct engine *e, struct shard *s)
 {
 	struct shm_result_row *rows = e->inproc_rows;
 	struct shm_dispatch_row *step = s->sent;
+	uint32_t n, n_prefill;
 	uint64_t t0;
-	uint32_t n;
 	int ret;
 
 	shard_refill(e, s);
@@ -696,11 +750,17 @@ bool shard_step_in_process(struct engine *e, struct shard *s)
 	if (!n)
 		return false;
 	for (uint32_t i = 0; i < n; i++) {
-		e->prefixes[i] = slot_table_tokens(&e->slots, step[i].slot);
-		e->lengths[i] = step[i].n_tokens;
+		e->inproc_step[i] = (struct runner_row){
+			.slot = step[i].slot, .generation = step[i].generation,
+			.tokens = slot_table_tokens(&e->slots, step[i].slot),
+			.n_tokens = step[i].n_tokens };
+		e->inproc_slots[i] = step[i].slot;
+		e->inproc_gens[i] = step[i].generation;
 	}
+	/* slots that left since the last step: their state goes */
+	model_runner_keep(e->runner, n, e->inproc_slots, e->inproc_gens);
 	t0 = clock_now_ns();
-	ret = model_next(e->model, n, e->prefixes, e->lengths, e->next_tokens);
+	ret = model_runner_step(e->runner, n, e->inproc_step, e->inproc_outcomes);
 	t0 = clock_now_ns() - t0;
 	histogram_record(&e->step_hist, t0);
 	e->stats.model_ns += t0;	/* in-process, the step is the model call */
@@ -710,15 +770,18 @@ bool shard_step_in_process(struct engine *e, struct shard *s)
 		return false;
 	}
 	for (uint32_t i = 0; i < n; i++) {
-		/* the worker's part: the token goes right after its prefix */
-		e->slots.tokens[step[i].slot][step[i].n_tokens] = e->next_tokens[i];
+		const struct runner_result *o = &e->inproc_outcomes[i];
+
 		rows[i] = (struct shm_result_row){
-			.slot = step[i].slot,
-			.generation = step[i].generation,
-			.token = e->next_tokens[i],
-			.n_tokens = step[i].n_tokens };
+			.slot = step[i].slot, .generation = step[i].generation,
+			.n_tokens = step[i].n_tokens, .detail = o->detail,
+			.token = o->outcome == RUNNER_TOKEN ? o->token :
+				 o->outcome == RUNNER_PREFILL ? SHM_TOKEN_PREFILL :
+				 SHM_TOKEN_REFUSED };
+		/* the worker's part: the token goes right after its prefix */
+		if (o->outcome == RUNNER_TOKEN)
+			e->slots.tokens[step[i].slot][step[i].n_tokens] = o->token;
 	}
-	shard_commit(e, s, 0, rows, n);
+	shard_commit(e, s, 0, rows, n, &n_prefill);
 	return true;
 }
-

@@ -60,6 +60,10 @@ void shard_drop_slot(struct engine *e, uint32_t slot);
  * the next suspect runs. */
 void shard_clear_suspect(struct shard *s, uint32_t slot);
 
+/* The shard's worker is new or was reset: the prefill progress its rows
+ * may claim starts over (engine->slot_prefilled). */
+void shard_forget_prefill(struct engine *e, const struct shard *s);
+
 /* SIGKILL the shard's worker, if any; its exit arrives on the pidfd. */
 void shard_kill(struct shard *s);
 

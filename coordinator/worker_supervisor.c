@@ -163,6 +163,7 @@ static void shard_new_epoch(struct engine *e, struct shard *s)
 	s->reset = false;
 	s->reset_id = 0;
 	s->resets_unanswered = 0;
+	shard_forget_prefill(e, s);
 	s->lockstep = 0;
 	s->sent_lockstep = false;
 	s->n_draining = 0;
@@ -261,6 +262,7 @@ int shard_start_worker(struct engine *e, struct shard *s)
 		.model_spec = e->cfg->model_spec,
 		.spin_us = e->cfg->spin_us,
 		.garbage_every = e->cfg->garbage_every,
+		.step_tokens = e->cfg->step_tokens,
 		.nice = e->cfg->worker_nice,
 		.stderr_null = e->worker_stderr_null,
 	};

@@ -987,7 +987,7 @@ static void write_result(struct shm_result *res, uint32_t cap, uint64_t pos)
 	for (uint32_t i = 0; i < cap; i++)
 		res->rows[i] = (struct shm_result_row){
 			(uint32_t)(pos + i), (uint32_t)(pos ^ i) + 1,
-			(int32_t)(pos * 31 + i) - 5000, 0 };
+			(int32_t)(pos * 31 + i) - 5000, 0, 0 };
 }
 
 static void check_result(const struct shm_result *res, uint32_t cap,

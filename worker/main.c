@@ -4,6 +4,7 @@
  * Started by the coordinator (posix_spawn), never by hand:
  *   dynbatch-worker --shared-fd FD --shard-fd FD --shard K --model SPEC
  *                   --notify-fd FD [--spin-us N] [--garbage-every N]
+ *                   [--step-tokens N]
  *                   [--nice N]
  * The descriptors are the ones coordinator/worker_pool.c passes: the
  * shared object (read-only), the shard's object and the write end of the
@@ -60,7 +61,7 @@ static void worker_drop_capabilities(void)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: dynbatch-worker --shared-fd FD --shard-fd FD --shard K "
-		   "--model SPEC --notify-fd FD [--spin-us N] [--garbage-every N] "
+		   "--model SPEC --notify-fd FD [--spin-us N] [--garbage-every N] [--step-tokens N] "
 		   "[--nice N]\n"
 		   "       dynbatch-worker --probe-fd FD --model SPEC\n"
 		   "Started by 'dynbatch run'; not meant to be run by hand.\n");
@@ -115,7 +116,7 @@ static int probe_answer(int fd, const char *prefix, const char *text)
 static int worker_probe(int answer_fd, const char *spec)
 {
 	const int write_fds[] = { STDERR_FILENO, answer_fd };
-	char err[256], why[256], num[16];
+	char err[256], why[256], num[48];
 	struct model *m;
 	int ret;
 
@@ -137,7 +138,8 @@ static int worker_probe(int answer_fd, const char *spec)
 	if (ret) {
 		ret = probe_answer(answer_fd, "error", err) ? 2 : 1;
 	} else {
-		snprintf(num, sizeof(num), "%u", model_vocab(m));
+		snprintf(num, sizeof(num), "%u context %u", model_vocab(m),
+			 model_max_context(m));
 		ret = probe_answer(answer_fd, "vocab", num) ? 2 : 0;
 	}
 	model_close(m);

@@ -44,7 +44,9 @@
 
 #include "clock.h"
 #include "log.h"
+#include "model.h"
 #include "model_loader.h"
+#include "model_runner.h"
 #include "shm_segment.h"
 #include "sleep_handshake.h"
 
@@ -53,6 +55,7 @@ struct worker {
 	struct shm_segment seg;
 	struct shm_channel *ch;
 	struct model *model;
+	struct model_runner *runner;	/* the model's steps, and its state */
 	uint32_t first_slot;		/* our shard: [first_slot, end_slot) */
 	uint32_t end_slot;
 	uint64_t dispatch_pos;		/* next dispatch position to look at */
@@ -60,9 +63,11 @@ struct worker {
 	uint64_t result_pos;		/* next result position to write */
 	int32_t **buffers;		/* per shard slot: its token buffer */
 	const int32_t **views;		/* per shard slot: the same, read-only */
-	const int32_t **prefixes;	/* shard_capacity pointers */
-	uint32_t *lengths;
-	int32_t *next_tokens;
+	struct runner_row *step_rows;	/* this step's rows, for the runner */
+	struct runner_result *outcomes;	/* and what became of each */
+	uint32_t *step_index;		/* step row -> its index in rows */
+	uint32_t *keep_slots;		/* model_runner_keep() arguments */
+	uint32_t *keep_gens;
 	struct shm_dispatch_row *rows;	/* the rows we run, private */
 	uint32_t n_rows;
 	struct shm_dispatch_row *step;	/* this step's rows (below their limit) */
@@ -213,8 +218,9 @@ static uint64_t worker_fill_garbage(struct worker *w, struct shm_result *r,
 	for (uint32_t i = 0; i < n_rows; i++) {
 		r->rows[i].slot = w->step[i].slot;
 		r->rows[i].generation = w->step[i].generation;
-		r->rows[i].token = w->next_tokens[i];
+		r->rows[i].token = w->outcomes[i].token;
 		r->rows[i].n_tokens = w->step[i].n_tokens;
+		r->rows[i].detail = 0;
 	}
 	switch (kind) {
 	case 0:	/* slots far out of range */
@@ -323,6 +329,17 @@ static int worker_adopt(struct worker *w)
 		w->ahead_gen[w->rows[i].slot - w->first_slot] = 0;
 	memcpy(w->rows, w->incoming, n_rows * sizeof(w->rows[0]));
 	w->n_rows = n_rows;
+	/* The model's state: a reset rewinds rows to what the coordinator
+	 * committed, and it may have rejected what we computed past that,
+	 * so nothing is vouched for (docs/DESIGN.md 2.2); rows the dispatch
+	 * leaves out have ended, and their state goes. */
+	if (flags & SHM_DISPATCH_RESET)
+		model_runner_forget_all(w->runner);
+	for (uint32_t i = 0; i < n_rows; i++) {
+		w->keep_slots[i] = w->rows[i].slot - w->first_slot;
+		w->keep_gens[i] = w->rows[i].generation;
+	}
+	model_runner_keep(w->runner, n_rows, w->keep_slots, w->keep_gens);
 	w->dispatch_id = id;
 	w->dispatch_pos = pos;
 	/* release: every token we wrote for a row we now leave is written */
@@ -340,15 +357,47 @@ static uint32_t worker_collect_step(struct worker *w)
 {
 	uint32_t n = 0;
 
-	for (uint32_t i = 0; i < w->n_rows; i++)
-		if (w->rows[i].n_tokens < w->rows[i].limit)
+	for (uint32_t i = 0; i < w->n_rows; i++) {
+		if (w->rows[i].n_tokens < w->rows[i].limit) {
+			w->step_index[n] = i;
 			w->step[n++] = w->rows[i];
+		}
+	}
 	return n;
+}
+
+/* The result row of step row i, from what the runner made of it. */
+static struct shm_result_row worker_result_row(const struct worker *w,
+					       uint32_t i, int status)
+{
+	const struct runner_result *o = &w->outcomes[i];
+	struct shm_result_row row = {
+		.slot = w->step[i].slot, .generation = w->step[i].generation,
+		.n_tokens = w->step[i].n_tokens, .token = -1 };
+
+	if (status)
+		return row;
+	switch (o->outcome) {
+	case RUNNER_TOKEN:
+		row.token = o->token;
+		break;
+	case RUNNER_PREFILL:
+		row.token = SHM_TOKEN_PREFILL;
+		row.detail = o->detail;
+		break;
+	default:
+		row.token = SHM_TOKEN_REFUSED;
+		row.detail = o->detail;
+		break;
+	}
+	return row;
 }
 
 /*
  * Run one step on the n_rows rows in w->step, write each new token after
- * its prefix, advance our rows and post the result (room is there).
+ * its prefix, advance the rows that got one and post the result (room is
+ * there).  Every row of the step is in the result, with its token, or
+ * with no token yet (a prefill chunk), or refused.
  */
 static void worker_step(struct worker *w, uint32_t n_rows)
 {
@@ -359,14 +408,16 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 	int status = 0;
 
 	for (uint32_t i = 0; i < n_rows; i++) {
-		w->prefixes[i] = w->views[w->step[i].slot - w->first_slot];
-		w->lengths[i] = w->step[i].n_tokens;
+		uint32_t local = w->step[i].slot - w->first_slot;
+
+		w->step_rows[i] = (struct runner_row){
+			.slot = local, .generation = w->step[i].generation,
+			.tokens = w->views[local], .n_tokens = w->step[i].n_tokens };
 	}
 	t0 = clock_now_ns();
 	/* relaxed: the coordinator reads it only to decide blame */
 	atomic_store_explicit(&w->ch->in_model_call, 1, memory_order_relaxed);
-	status = model_next(w->model, n_rows, w->prefixes, w->lengths,
-			    w->next_tokens);
+	status = model_runner_step(w->runner, n_rows, w->step_rows, w->outcomes);
 	atomic_store_explicit(&w->ch->in_model_call, 0, memory_order_relaxed);
 	r->model_ns = clock_now_ns() - t0;
 
@@ -374,20 +425,26 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 	r->status = status;
 	w->n_results++;
 	for (uint32_t i = 0; i < n_rows && !status; i++) {
+		struct shm_dispatch_row *row = &w->rows[w->step_index[i]];
+
+		if (w->outcomes[i].outcome == RUNNER_REFUSED) {
+			/* its request ends: extend it no more */
+			row->limit = row->n_tokens;
+			continue;
+		}
+		if (w->outcomes[i].outcome != RUNNER_TOKEN)
+			continue;
 		/* our shard's buffer, below the row's limit <= max_context */
-		w->buffers[w->step[i].slot - w->first_slot][w->step[i].n_tokens] =
-			w->next_tokens[i];
+		w->buffers[row->slot - w->first_slot][row->n_tokens] =
+			w->outcomes[i].token;
+		row->n_tokens++;
 	}
 	if (w->opt->garbage_every && w->n_results % w->opt->garbage_every == 0) {
 		seq_pos = worker_fill_garbage(w, r, n_rows);
 	} else {
 		r->n_rows = n_rows;
-		for (uint32_t i = 0; i < n_rows; i++) {
-			r->rows[i].slot = w->step[i].slot;
-			r->rows[i].generation = w->step[i].generation;
-			r->rows[i].token = status ? -1 : w->next_tokens[i];
-			r->rows[i].n_tokens = w->step[i].n_tokens;
-		}
+		for (uint32_t i = 0; i < n_rows; i++)
+			r->rows[i] = worker_result_row(w, i, status);
 	}
 	if (w->opt->result_hook) {
 		w->opt->result_hook->publish(w->opt->result_hook->arg, hdr, w->ch,
@@ -396,15 +453,10 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 		shm_entry_publish(&r->seq, seq_pos);
 		w->result_pos++;
 	}
-	/* Our rows move on (a failed step leaves them: the coordinator
-	 * restarts us). */
-	for (uint32_t i = 0; i < w->n_rows && !status; i++) {
-		struct shm_dispatch_row *row = &w->rows[i];
-
-		if (row->n_tokens < row->limit)
-			row->n_tokens++;
-		rows_left |= row->n_tokens < row->limit;
-	}
+	/* A failed step leaves our rows where they were: the coordinator
+	 * restarts us. */
+	for (uint32_t i = 0; i < w->n_rows && !status; i++)
+		rows_left |= w->rows[i].n_tokens < w->rows[i].limit;
 	/* Urgent for a dozing coordinator: we failed, we are about to wait
 	 * for a dispatch, or we will soon wait for room in the ring. */
 	urgent = status || !rows_left ||
@@ -416,16 +468,19 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 
 static void worker_free(struct worker *w)
 {
-	free(w->prefixes);
-	free(w->lengths);
+	free(w->step_rows);
+	free(w->outcomes);
+	free(w->step_index);
+	free(w->keep_slots);
+	free(w->keep_gens);
 	free(w->buffers);
 	free(w->views);
-	free(w->next_tokens);
 	free(w->rows);
 	free(w->step);
 	free(w->incoming);
 	free(w->ahead);
 	free(w->ahead_gen);
+	model_runner_destroy(w->runner);
 	model_close(w->model);
 	shm_segment_detach(&w->seg);
 }
@@ -463,19 +518,29 @@ int worker_run(const struct worker_options *opt)
 		goto out;
 	}
 	cap = w.seg.hdr->shard_capacity;
-	w.prefixes = calloc(cap, sizeof(*w.prefixes));
-	w.lengths = calloc(cap, sizeof(*w.lengths));
+	w.step_rows = calloc(cap, sizeof(*w.step_rows));
+	w.outcomes = calloc(cap, sizeof(*w.outcomes));
+	w.step_index = calloc(cap, sizeof(*w.step_index));
+	w.keep_slots = calloc(cap, sizeof(*w.keep_slots));
+	w.keep_gens = calloc(cap, sizeof(*w.keep_gens));
 	w.buffers = calloc(cap, sizeof(*w.buffers));
 	w.views = calloc(cap, sizeof(*w.views));
-	w.next_tokens = calloc(cap, sizeof(*w.next_tokens));
 	w.rows = calloc(cap, sizeof(*w.rows));
 	w.step = calloc(cap, sizeof(*w.step));
 	w.incoming = calloc(cap, sizeof(*w.incoming));
 	w.ahead = calloc(cap, sizeof(*w.ahead));
 	w.ahead_gen = calloc(cap, sizeof(*w.ahead_gen));
-	if (!w.prefixes || !w.lengths || !w.buffers || !w.views || !w.next_tokens ||
-	    !w.rows || !w.step || !w.incoming || !w.ahead || !w.ahead_gen) {
+	if (!w.step_rows || !w.outcomes || !w.step_index || !w.keep_slots ||
+	    !w.keep_gens || !w.buffers || !w.views || !w.rows || !w.step ||
+	    !w.incoming || !w.ahead || !w.ahead_gen) {
 		LOG(LOG_ERROR, "out of memory");
+		goto out;
+	}
+	/* before the sandbox: binding a stateful model reserves its state */
+	w.runner = model_runner_create(w.model, cap, w.seg.hdr->max_context,
+				       opt->step_tokens, err, sizeof(err));
+	if (!w.runner) {
+		LOG(LOG_ERROR, "model: %s", err);
 		goto out;
 	}
 	w.ch = shm_channel_at(&w.seg, opt->shard);
