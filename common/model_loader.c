@@ -33,6 +33,7 @@
 
 #include "model.h"
 #include "sim_model.h"
+#include "simkv_model.h"
 
 #define MODEL_SPEC_HELP \
 	"(expected sim, sim:key=value,... or path/to/plugin.so[:args])"
@@ -124,6 +125,10 @@ static int model_resolve(const char *spec,
 	*dl = NULL;
 	if (name_len == 3 && memcmp(spec, "sim", 3) == 0) {
 		*api = sim_model_api();
+		return 0;
+	}
+	if (name_len == 5 && memcmp(spec, "simkv", 5) == 0) {
+		*api = simkv_model_api();
 		return 0;
 	}
 	if (!model_spec_is_path(spec, name_len)) {

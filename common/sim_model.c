@@ -298,12 +298,22 @@ static void sim_faults(const struct sim_config *cfg, uint32_t n_rows,
 	}
 }
 
+void sim_act(const struct sim_config *cfg, uint32_t n_rows,
+	     const int32_t *const *prefixes, const uint32_t *lengths)
+{
+	uint64_t cost_ns;
+
+	sim_faults(cfg, n_rows, prefixes, lengths);
+	cost_ns = sim_cost_ns(cfg, n_rows, lengths);
+	if (cost_ns)
+		sim_spend(cfg, cost_ns);
+}
+
 static int sim_model_next(void *model, uint32_t n_rows,
 			  const int32_t *const *prefixes,
 			  const uint32_t *lengths, int32_t *next_tokens)
 {
 	const struct sim_model *sm = model;
-	uint64_t cost_ns;
 
 	if (!sm || (n_rows && (!prefixes || !lengths || !next_tokens)))
 		return -EINVAL;
@@ -311,10 +321,7 @@ static int sim_model_next(void *model, uint32_t n_rows,
 		if (lengths[i] && !prefixes[i])
 			return -EINVAL;
 
-	sim_faults(&sm->cfg, n_rows, prefixes, lengths);
-	cost_ns = sim_cost_ns(&sm->cfg, n_rows, lengths);
-	if (cost_ns)
-		sim_spend(&sm->cfg, cost_ns);
+	sim_act(&sm->cfg, n_rows, prefixes, lengths);
 	for (uint32_t i = 0; i < n_rows; i++)
 		next_tokens[i] = sim_next(prefixes[i], lengths[i],
 					  sm->cfg.vocab, sm->cfg.seed);

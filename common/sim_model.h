@@ -56,6 +56,14 @@ static inline uint64_t sim_splitmix64(uint64_t *state)
 /* The next token after p[0..n). */
 int32_t sim_next(const int32_t *p, size_t n, uint32_t vocab, uint64_t seed);
 
+/*
+ * What one sim call over these rows does besides its tokens: crash or
+ * hang on a poison token, then spend the configured cost.  For models
+ * built on the sim (simkv_model.c).
+ */
+void sim_act(const struct sim_config *cfg, uint32_t n_rows,
+	     const int32_t *const *prefixes, const uint32_t *lengths);
+
 /* Defaults: vocab 32000, seed 0, no cost, spin, no faults. */
 void sim_config_default(struct sim_config *cfg);
 
