@@ -8,8 +8,9 @@
  * what a step tells it to consume.  So if the engine ever vouched for
  * state the model does not hold, or for state of another request (after
  * a new request in the slot, a reset, a replacement worker), the tokens
- * would differ from the reference decoder's.  And an n_cached above what
- * it consumed fails the step outright.
+ * would differ from the reference decoder's: it checks what it holds
+ * against the prefix at every token it gives, and gives a wrong one when
+ * they differ.  An n_cached above what it consumed fails the step.
  *
  * Keys: every sim key (sim_model.h), plus context=N, the longest prefix
  * it holds (its max_context(); default 0, no limit of its own).  The
@@ -152,6 +153,24 @@ static uint32_t simkv_check_row(const struct simkv *m,
 	return DYNBATCH_REFUSE_NONE;
 }
 
+/*
+ * The token after what the model holds, h[0..n): the sim's.  But if what
+ * it holds is not the row's prefix (the engine vouched for state of
+ * another request, or of tokens since rewritten), a token the sim would
+ * not give: a test instrument must make the engine's mistake visible in
+ * the output, where refdecode sees it (failing the step would not: the
+ * request would be re-run alone on a fresh worker, and pass).
+ */
+static int32_t simkv_token(const struct simkv *m, const struct dynbatch_model_row *r,
+			   const int32_t *h, uint32_t n)
+{
+	int32_t t = sim_next(h, n, m->cfg.vocab, m->cfg.seed);
+
+	if (memcmp(h, r->tokens, (size_t)n * sizeof(int32_t)))
+		t = (int32_t)(((uint32_t)t + 1) % m->cfg.vocab);
+	return t;
+}
+
 static int simkv_step(void *model, uint32_t n_rows,
 		      const struct dynbatch_model_row *rows, float *logits,
 		      uint32_t *refusals)
@@ -191,8 +210,8 @@ static int simkv_step(void *model, uint32_t n_rows,
 		if (refusals[i])
 			continue;
 		memset(out, 0, m->cfg.vocab * sizeof(float));
-		out[sim_next(m->act_rows[n_act], m->act_lengths[n_act],
-			     m->cfg.vocab, m->cfg.seed)] = 1.0f;
+		out[simkv_token(m, &rows[i], m->act_rows[n_act],
+				m->act_lengths[n_act])] = 1.0f;
 		n_act++;
 	}
 	return 0;
