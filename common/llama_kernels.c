@@ -1,0 +1,252 @@
+/*
+ * llama_kernels.c - matmul, dot and axpy for the llama model, in AVX2+FMA
+ * and in portable C; see llama_kernels.h.
+ *
+ * NOTES ON THE DESIGN
+ *
+ * The AVX2 matmul reads each weight once per call, however many rows: it
+ * walks the outputs in blocks of LLAMA_NR weight rows (which stay in L1)
+ * and, for each block, the input rows in blocks of LLAMA_MR, keeping
+ * MR x NR accumulators in registers (4 x 3 = 12 of the 16 ymm registers;
+ * 3 hold weights, 1 an input).  Each weight vector loaded is used MR
+ * times, each input vector NR times.
+ *
+ * Batch invariance: every output element has exactly one 8-lane
+ * accumulator, fed in order i = 0, 8, 16, ... by one FMA per step, then
+ * reduced by llama_hsum8() (a fixed tree), then the n_in % 8 tail added
+ * one scalar FMA at a time in order.  The tile shapes at the edges (fewer
+ * rows or outputs) run the same inline function with smaller constant
+ * bounds, so an element's arithmetic never depends on which tile it fell
+ * in.  The scalar tail uses explicit FMAs so that the compiler's choice
+ * to contract or not cannot differ between tile variants.
+ *
+ * The functions carry __attribute__((target("avx2,fma"))) instead of the
+ * Makefile passing -mavx2, so the rest of the program still runs on any
+ * x86-64 and llama_kernels_get() picks at run time.
+ */
+#include "llama_kernels.h"
+
+#include <string.h>
+
+/* ---------------------------------------------------------------- portable */
+
+/*
+ * Portable: 8 partial sums per element, like the AVX2 kernel's lanes, so
+ * a compiler may vectorise it, then summed in a fixed order.
+ */
+static float llama_dot_portable(const float *a, const float *b, size_t n)
+{
+	float part[8] = { 0 };
+	size_t i, n8 = n & ~(size_t)7;
+	float s;
+
+	for (i = 0; i < n8; i += 8)
+		for (int l = 0; l < 8; l++)
+			part[l] += a[i + l] * b[i + l];
+	s = ((part[0] + part[4]) + (part[2] + part[6])) +
+	    ((part[1] + part[5]) + (part[3] + part[7]));
+	for (; i < n; i++)
+		s += a[i] * b[i];
+	return s;
+}
+
+static void llama_matmul_portable(float *out, const float *x, size_t n_rows,
+				  const float *w, size_t n_in, size_t n_out)
+{
+	for (size_t o = 0; o < n_out; o++)
+		for (size_t b = 0; b < n_rows; b++)
+			out[b * n_out + o] = llama_dot_portable(w + o * n_in,
+								x + b * n_in,
+								n_in);
+}
+
+static void llama_axpy_portable(float *y, float a, const float *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		y[i] += a * x[i];
+}
+
+/* -------------------------------------------------------------- AVX2 + FMA */
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+#define LLAMA_AVX2 __attribute__((target("avx2,fma")))
+#define LLAMA_MR 4	/* input rows per tile */
+#define LLAMA_NR 3	/* outputs per tile */
+
+static inline __attribute__((always_inline)) LLAMA_AVX2 float
+llama_hsum8(__m256 v)
+{
+	__m128 lo = _mm_add_ps(_mm256_castps256_ps128(v),
+			       _mm256_extractf128_ps(v, 1));
+	__m128 hi = _mm_movehl_ps(lo, lo);
+
+	lo = _mm_add_ps(lo, hi);
+	hi = _mm_shuffle_ps(lo, lo, 1);
+	return _mm_cvtss_f32(_mm_add_ss(lo, hi));
+}
+
+/* s + a * b with one rounding, as the tail of every dot product. */
+static inline __attribute__((always_inline)) LLAMA_AVX2 float
+llama_fma1(float a, float b, float s)
+{
+	return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b),
+					  _mm_set_ss(s)));
+}
+
+/*
+ * One tile: rows x[0..R) times weight rows w[0..O), R <= MR, O <= NR,
+ * written to out[r * n_out + o].  Inlined with constant R and O.
+ */
+static inline __attribute__((always_inline)) LLAMA_AVX2 void
+llama_tile(int R, int O, float *out, const float *x, const float *w,
+	   size_t n_in, size_t n_out)
+{
+	__m256 acc[LLAMA_MR][LLAMA_NR];
+	size_t i, n8 = n_in & ~(size_t)7;
+
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+#pragma GCC unroll 3
+		for (int o = 0; o < O; o++)
+			acc[r][o] = _mm256_setzero_ps();
+	for (i = 0; i < n8; i += 8) {
+		__m256 wv[LLAMA_NR];
+
+#pragma GCC unroll 3
+		for (int o = 0; o < O; o++)
+			wv[o] = _mm256_loadu_ps(w + o * n_in + i);
+#pragma GCC unroll 4
+		for (int r = 0; r < R; r++) {
+			__m256 xv = _mm256_loadu_ps(x + r * n_in + i);
+
+#pragma GCC unroll 3
+			for (int o = 0; o < O; o++)
+				acc[r][o] = _mm256_fmadd_ps(wv[o], xv,
+							    acc[r][o]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++) {
+#pragma GCC unroll 3
+		for (int o = 0; o < O; o++) {
+			float s = llama_hsum8(acc[r][o]);
+
+			for (size_t j = n8; j < n_in; j++)
+				s = llama_fma1(w[o * n_in + j],
+					       x[r * n_in + j], s);
+			out[r * n_out + o] = s;
+		}
+	}
+}
+
+/* The tile for R rows and O outputs, each a constant-bound copy. */
+#define LLAMA_TILE_CASE(R, O)                                          \
+	case (R) * 4 + (O):                                            \
+		llama_tile(R, O, out, x, w, n_in, n_out);              \
+		break
+
+static LLAMA_AVX2 void llama_tile_any(int R, int O, float *out,
+				      const float *x, const float *w,
+				      size_t n_in, size_t n_out)
+{
+	switch (R * 4 + O) {
+	LLAMA_TILE_CASE(1, 1); LLAMA_TILE_CASE(1, 2); LLAMA_TILE_CASE(1, 3);
+	LLAMA_TILE_CASE(2, 1); LLAMA_TILE_CASE(2, 2); LLAMA_TILE_CASE(2, 3);
+	LLAMA_TILE_CASE(3, 1); LLAMA_TILE_CASE(3, 2); LLAMA_TILE_CASE(3, 3);
+	LLAMA_TILE_CASE(4, 1); LLAMA_TILE_CASE(4, 2);
+	default:
+		break;
+	}
+}
+
+static LLAMA_AVX2 void llama_matmul_avx2(float *out, const float *x,
+					 size_t n_rows, const float *w,
+					 size_t n_in, size_t n_out)
+{
+	for (size_t o = 0; o < n_out; o += LLAMA_NR) {
+		int O = n_out - o < LLAMA_NR ? (int)(n_out - o) : LLAMA_NR;
+		size_t b = 0;
+
+		if (O == LLAMA_NR)
+			for (; b + LLAMA_MR <= n_rows; b += LLAMA_MR)
+				llama_tile(LLAMA_MR, LLAMA_NR,
+					   out + b * n_out + o, x + b * n_in,
+					   w + o * n_in, n_in, n_out);
+		for (; b < n_rows; b += LLAMA_MR) {
+			int R = n_rows - b < LLAMA_MR ? (int)(n_rows - b) :
+							LLAMA_MR;
+
+			llama_tile_any(R, O, out + b * n_out + o, x + b * n_in,
+				       w + o * n_in, n_in, n_out);
+		}
+	}
+}
+
+static LLAMA_AVX2 float llama_dot_avx2(const float *a, const float *b,
+				       size_t n)
+{
+	__m256 acc = _mm256_setzero_ps();
+	size_t i, n8 = n & ~(size_t)7;
+	float s;
+
+	for (i = 0; i < n8; i += 8)
+		acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i),
+				      _mm256_loadu_ps(b + i), acc);
+	s = llama_hsum8(acc);
+	for (; i < n; i++)
+		s = llama_fma1(a[i], b[i], s);
+	return s;
+}
+
+static LLAMA_AVX2 void llama_axpy_avx2(float *y, float a, const float *x,
+				       size_t n)
+{
+	__m256 av = _mm256_set1_ps(a);
+	size_t i, n8 = n & ~(size_t)7;
+
+	for (i = 0; i < n8; i += 8)
+		_mm256_storeu_ps(y + i,
+				 _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i),
+						 _mm256_loadu_ps(y + i)));
+	for (; i < n; i++)
+		y[i] = llama_fma1(a, x[i], y[i]);
+}
+
+static const struct llama_kernels llama_kernels_avx2 = {
+	.name = "avx2",
+	.matmul = llama_matmul_avx2,
+	.dot = llama_dot_avx2,
+	.axpy = llama_axpy_avx2,
+};
+
+bool llama_kernels_have_avx2(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+#else
+bool llama_kernels_have_avx2(void)
+{
+	return false;
+}
+#endif
+
+static const struct llama_kernels llama_kernels_portable = {
+	.name = "portable",
+	.matmul = llama_matmul_portable,
+	.dot = llama_dot_portable,
+	.axpy = llama_axpy_portable,
+};
+
+const struct llama_kernels *llama_kernels_get(enum llama_kernel_kind kind)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	if (kind == LLAMA_KERNEL_AVX2 && llama_kernels_have_avx2())
+		return &llama_kernels_avx2;
+#endif
+	if (kind == LLAMA_KERNEL_AVX2)
+		return NULL;
+	return &llama_kernels_portable;
+}

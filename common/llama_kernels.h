@@ -1,0 +1,44 @@
+/*
+ * llama_kernels.h - the arithmetic of the llama model that dominates its
+ * time: matrix times a batch of vectors, dot products and y += a * x.
+ *
+ * Two implementations behind one table: AVX2+FMA (chosen at run time when
+ * the CPU has it) and portable C.  They do not agree bit for bit with each
+ * other, but each is BATCH INVARIANT: an output element is computed by the
+ * same operations in the same order whatever the number of rows, the
+ * row's place among them and its neighbours.  The model's promise that a
+ * row's logits depend only on its tokens rests on this.
+ */
+#ifndef DYNBATCH_LLAMA_KERNELS_H
+#define DYNBATCH_LLAMA_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+enum llama_kernel_kind {
+	LLAMA_KERNEL_PORTABLE,
+	LLAMA_KERNEL_AVX2,
+};
+
+struct llama_kernels {
+	const char *name;	/* "portable" or "avx2" */
+	/*
+	 * out[b][o] = sum over i of w[o][i] * x[b][i], for b < n_rows and
+	 * o < n_out; x is [n_rows][n_in], w is [n_out][n_in], out is
+	 * [n_rows][n_out], all row-major.  out must not overlap x or w.
+	 */
+	void (*matmul)(float *out, const float *x, size_t n_rows,
+		       const float *w, size_t n_in, size_t n_out);
+	/* sum over i < n of a[i] * b[i] */
+	float (*dot)(const float *a, const float *b, size_t n);
+	/* y[i] += a * x[i] for i < n */
+	void (*axpy)(float *y, float a, const float *x, size_t n);
+};
+
+/* Does this CPU run the AVX2+FMA kernels? */
+bool llama_kernels_have_avx2(void);
+
+/* The table of kind (the AVX2 one only when llama_kernels_have_avx2()). */
+const struct llama_kernels *llama_kernels_get(enum llama_kernel_kind kind);
+
+#endif /* DYNBATCH_LLAMA_KERNELS_H */

@@ -1,0 +1,346 @@
+/*
+ * make_checkpoint.c - write a llama2.c checkpoint of any shape with seeded
+ * random weights, for tests and benchmarks of the llama model.
+ *
+ *   make_checkpoint --out FILE [--shape stories15M|stories110M]
+ *                   [--dim D --hidden H --layers L --heads NH
+ *                    --kv-heads NKV --vocab V --seq-len S]
+ *                   [--separate-classifier] [--format legacy|ak42]
+ *                   [--seed N]
+ *
+ * Exit status: 0 written, 1 I/O error (the partial file is removed),
+ * 2 bad arguments.
+ *
+ * NOTES ON THE DESIGN
+ *
+ * Each tensor is drawn from its own splitmix64 stream, seeded by the seed
+ * and the tensor's name, so the same seed gives the same model in both
+ * formats whatever their tensor order, and a reader's tests can compare
+ * the two.  Tensors are generated and written in blocks, so a 110M-shape
+ * file (about 440 MB) never sits in memory.
+ *
+ * Scales: matrices are uniform with standard deviation 1/sqrt(fan_in), so
+ * each layer's output has about unit RMS; norm weights are 1 +- 0.1.  The
+ * token embedding and the classifier have standard deviation
+ * LOGIT_STD/sqrt(dim): the logits (classifier . unit-RMS vector) then
+ * spread with deviation LOGIT_STD, peaked but not one-hot, and the
+ * embedding is small beside what the layers add to the residual stream,
+ * so a tied classifier does not simply echo the last token.
+ *
+ * With plain 1/sqrt(fan_in) scales, attention scores spread by about 1,
+ * so attention is a near-uniform average of the whole history, which
+ * barely moves from one position to the next: greedy decoding then
+ * repeats one token for dozens of steps.  wq and wk are QK_GAIN times
+ * larger (scores spread by about QK_GAIN^2, so attention picks positions)
+ * and w2 FFN_GAIN times larger (the per-token FFN outweighs the history):
+ * on the stories15M shape 250 greedy tokens then hold ~250 distinct ids,
+ * on a 300-token vocabulary about 50.  RMSNorm
+ * before every matmul keeps activations finite at any position.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "llama_checkpoint.h"
+#include "parse_num.h"
+#include "sim_model.h"
+
+#define LOGIT_STD 2.5
+#define QK_GAIN 3.0	/* sharper attention: see the file comment */
+#define FFN_GAIN 2.5	/* a louder per-token FFN: see the file comment */
+#define BLOCK_FLOATS 65536
+
+enum tensor_id {
+	T_EMBED = 1, T_RMS_ATT, T_WQ, T_WK, T_WV, T_WO, T_RMS_FFN,
+	T_W1, T_W2, T_W3, T_RMS_FINAL, T_WCLS,
+};
+
+struct shape {
+	uint32_t dim, hidden, layers, heads, kv_heads, vocab, seq_len;
+};
+
+struct writer {
+	FILE *f;
+	const char *path;
+	uint64_t seed;
+	float buf[BLOCK_FLOATS];
+	bool failed;
+};
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: make_checkpoint --out FILE [--shape stories15M|stories110M]\n"
+		"       [--dim D --hidden H --layers L --heads NH --kv-heads NKV\n"
+		"        --vocab V --seq-len S] [--separate-classifier]\n"
+		"       [--format legacy|ak42] [--seed N]\n");
+}
+
+/* Write n items of size bytes; remember the first failure. */
+static void write_items(struct writer *w, const void *p, size_t size, size_t n)
+{
+	if (!w->failed && fwrite(p, size, n, w->f) != n) {
+		fprintf(stderr, "make_checkpoint: write to '%s' failed: %s\n",
+			w->path, strerror(errno));
+		w->failed = true;
+	}
+}
+
+static void write_floats(struct writer *w, const float *p, size_t n)
+{
+	write_items(w, p, sizeof(float), n);
+}
+
+/* n floats of tensor id: uniform with mean `mean` and deviation `std`. */
+static void write_tensor(struct writer *w, enum tensor_id id, uint64_t n,
+			 double mean, double std)
+{
+	uint64_t state = sim_mix(w->seed ^ ((uint64_t)id * 0xA24BAED4963EE407ull));
+	double half = std * sqrt(3.0);
+
+	while (n && !w->failed) {
+		size_t k = n < BLOCK_FLOATS ? (size_t)n : BLOCK_FLOATS;
+
+		for (size_t i = 0; i < k; i++) {
+			double u = (double)(sim_splitmix64(&state) >> 11) *
+				   (1.0 / 9007199254740992.0);
+
+			w->buf[i] = (float)(mean + (2.0 * u - 1.0) * half);
+		}
+		write_floats(w, w->buf, k);
+		n -= k;
+	}
+}
+
+/* The legacy RoPE tables llama2.c's export wrote (real, then imag). */
+static void write_rope(struct writer *w, const struct shape *s)
+{
+	uint32_t hs = s->dim / s->heads;
+
+	for (int part = 0; part < 2; part++) {
+		for (uint32_t pos = 0; pos < s->seq_len && !w->failed; pos++) {
+			for (uint32_t j = 0; j < hs / 2; j++) {
+				double freq = 1.0 / pow(10000.0, (2.0 * j) / hs);
+
+				w->buf[j] = (float)(part ? sin(pos * freq) :
+							   cos(pos * freq));
+			}
+			write_floats(w, w->buf, hs / 2);
+		}
+	}
+}
+
+static void write_i32(struct writer *w, int32_t v)
+{
+	write_items(w, &v, sizeof(v), 1);	/* little-endian hosts only */
+}
+
+static void write_layers(struct writer *w, const struct shape *s, bool ak42)
+{
+	uint64_t L = s->layers, d = s->dim, h = s->hidden;
+	uint64_t kvd = (uint64_t)s->kv_heads * (s->dim / s->heads);
+
+	if (ak42) {
+		write_tensor(w, T_RMS_ATT, L * d, 1.0, 0.1 / sqrt(3.0));
+		write_tensor(w, T_RMS_FFN, L * d, 1.0, 0.1 / sqrt(3.0));
+		write_tensor(w, T_RMS_FINAL, d, 1.0, 0.1 / sqrt(3.0));
+		write_tensor(w, T_EMBED, s->vocab * d, 0, LOGIT_STD / sqrt(d));
+	} else {
+		write_tensor(w, T_EMBED, s->vocab * d, 0, LOGIT_STD / sqrt(d));
+		write_tensor(w, T_RMS_ATT, L * d, 1.0, 0.1 / sqrt(3.0));
+	}
+	write_tensor(w, T_WQ, L * d * d, 0, QK_GAIN / sqrt(d));
+	write_tensor(w, T_WK, L * kvd * d, 0, QK_GAIN / sqrt(d));
+	write_tensor(w, T_WV, L * kvd * d, 0, 1 / sqrt(d));
+	write_tensor(w, T_WO, L * d * d, 0, 1 / sqrt(d));
+	if (!ak42)
+		write_tensor(w, T_RMS_FFN, L * d, 1.0, 0.1 / sqrt(3.0));
+	write_tensor(w, T_W1, L * h * d, 0, 1 / sqrt(d));
+	write_tensor(w, T_W2, L * d * h, 0, FFN_GAIN / sqrt(h));
+	write_tensor(w, T_W3, L * h * d, 0, 1 / sqrt(d));
+	if (!ak42) {
+		write_tensor(w, T_RMS_FINAL, d, 1.0, 0.1 / sqrt(3.0));
+		write_rope(w, s);
+	}
+}
+
+static void write_checkpoint(struct writer *w, const struct shape *s,
+			     bool separate, bool ak42)
+{
+	int32_t vocab = (int32_t)s->vocab;
+
+	if (ak42) {
+		unsigned char pad[LLAMA_AK42_HEADER_BYTES - 9 * 4] = { 0 };
+
+		write_i32(w, (int32_t)LLAMA_AK42_MAGIC);
+		write_i32(w, 1);
+		pad[0] = separate ? 0 : 1;	/* shared_classifier, then zeros */
+		write_i32(w, (int32_t)s->dim);
+		write_i32(w, (int32_t)s->hidden);
+		write_i32(w, (int32_t)s->layers);
+		write_i32(w, (int32_t)s->heads);
+		write_i32(w, (int32_t)s->kv_heads);
+		write_i32(w, vocab);
+		write_i32(w, (int32_t)s->seq_len);
+		write_items(w, pad, 1, sizeof(pad));
+	} else {
+		write_i32(w, (int32_t)s->dim);
+		write_i32(w, (int32_t)s->hidden);
+		write_i32(w, (int32_t)s->layers);
+		write_i32(w, (int32_t)s->heads);
+		write_i32(w, (int32_t)s->kv_heads);
+		write_i32(w, separate ? -vocab : vocab);
+		write_i32(w, (int32_t)s->seq_len);
+	}
+	write_layers(w, s, ak42);
+	if (separate)
+		write_tensor(w, T_WCLS, (uint64_t)s->vocab * s->dim, 0,
+			     LOGIT_STD / sqrt(s->dim));
+}
+
+/* The same rules as the reader; 0 or prints why and returns -1. */
+static int shape_check(const struct shape *s)
+{
+	const uint32_t *v = &s->dim;
+	static const char *const names[] = { "--dim", "--hidden", "--layers",
+		"--heads", "--kv-heads", "--vocab", "--seq-len" };
+
+	for (int i = 0; i < 7; i++) {
+		if (v[i] == 0) {
+			fprintf(stderr, "make_checkpoint: %s is missing or 0\n",
+				names[i]);
+			return -1;
+		}
+	}
+	if (s->dim % s->heads || (s->dim / s->heads) % 2 ||
+	    s->heads % s->kv_heads) {
+		fprintf(stderr,
+			"make_checkpoint: need --heads dividing --dim with an even head size, and --kv-heads dividing --heads\n");
+		return -1;
+	}
+	return 0;
+}
+
+static int set_preset(struct shape *s, const char *name)
+{
+	static const struct shape s15 = { 288, 768, 6, 6, 6, 32000, 256 };
+	static const struct shape s110 = { 768, 2048, 12, 12, 12, 32000, 1024 };
+
+	if (strcmp(name, "stories15M") == 0)
+		*s = s15;
+	else if (strcmp(name, "stories110M") == 0)
+		*s = s110;
+	else
+		return -1;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "out", required_argument, NULL, 'o' },
+		{ "shape", required_argument, NULL, 'S' },
+		{ "dim", required_argument, NULL, 'd' },
+		{ "hidden", required_argument, NULL, 'h' },
+		{ "layers", required_argument, NULL, 'l' },
+		{ "heads", required_argument, NULL, 'n' },
+		{ "kv-heads", required_argument, NULL, 'k' },
+		{ "vocab", required_argument, NULL, 'v' },
+		{ "seq-len", required_argument, NULL, 's' },
+		{ "separate-classifier", no_argument, NULL, 'c' },
+		{ "format", required_argument, NULL, 'f' },
+		{ "seed", required_argument, NULL, 'r' },
+		{ "help", no_argument, NULL, 'H' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct shape s = { 0 };
+	static struct writer w;
+	bool separate = false, ak42 = false;
+	const char *out = NULL;
+	uint32_t *field;
+	int c;
+
+	w.seed = 1;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		field = NULL;
+		switch (c) {
+		case 'o': out = optarg; break;
+		case 'S':
+			if (set_preset(&s, optarg)) {
+				fprintf(stderr, "make_checkpoint: unknown --shape '%s' (stories15M or stories110M)\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case 'd': field = &s.dim; break;
+		case 'h': field = &s.hidden; break;
+		case 'l': field = &s.layers; break;
+		case 'n': field = &s.heads; break;
+		case 'k': field = &s.kv_heads; break;
+		case 'v': field = &s.vocab; break;
+		case 's': field = &s.seq_len; break;
+		case 'c': separate = true; break;
+		case 'f':
+			if (strcmp(optarg, "ak42") == 0) {
+				ak42 = true;
+			} else if (strcmp(optarg, "legacy") == 0) {
+				ak42 = false;
+			} else {
+				fprintf(stderr, "make_checkpoint: unknown --format '%s' (legacy or ak42)\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case 'r':
+			if (parse_u64(optarg, 0, UINT64_MAX, &w.seed)) {
+				fprintf(stderr, "make_checkpoint: bad --seed '%s'\n", optarg);
+				return 2;
+			}
+			break;
+		case 'H': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+		if (field && parse_u32(optarg, 1, INT32_MAX, field)) {
+			fprintf(stderr, "make_checkpoint: bad %s '%s' (1 to %d)\n",
+				argv[optind - 1], optarg, INT32_MAX);
+			return 2;
+		}
+	}
+	if (optind < argc || !out) {
+		fprintf(stderr, "make_checkpoint: %s\n",
+			!out ? "--out FILE is required" : "unexpected argument");
+		usage(stderr);
+		return 2;
+	}
+	if (shape_check(&s))
+		return 2;
+	w.path = out;
+	w.f = fopen(out, "wb");
+	if (!w.f) {
+		fprintf(stderr, "make_checkpoint: cannot create '%s': %s\n", out,
+			strerror(errno));
+		return 1;
+	}
+	write_checkpoint(&w, &s, separate, ak42);
+	if (fclose(w.f) != 0 && !w.failed) {
+		fprintf(stderr, "make_checkpoint: closing '%s' failed: %s\n", out,
+			strerror(errno));
+		w.failed = true;
+	}
+	if (w.failed) {
+		unlink(out);
+		return 1;
+	}
+	printf("make_checkpoint: wrote %s (%s, dim %u hidden %u layers %u heads %u kv_heads %u vocab %u seq_len %u, %s classifier) seed=%llu\n",
+	       out, ak42 ? "ak42 v1" : "legacy", s.dim, s.hidden, s.layers,
+	       s.heads, s.kv_heads, s.vocab, s.seq_len,
+	       separate ? "separate" : "shared", (unsigned long long)w.seed);
+	return 0;
+}
