@@ -32,11 +32,13 @@
 #include <string.h>
 
 #include "model.h"
+#include "llama_model.h"
 #include "sim_model.h"
 #include "simkv_model.h"
 
 #define MODEL_SPEC_HELP \
-	"(expected sim, sim:key=value,... or path/to/plugin.so[:args])"
+	"(expected sim, sim:key=value,..., simkv:key=value,..., " \
+	"llama:CHECKPOINT[,key=value] or path/to/plugin.so[:args])"
 
 struct model {
 	/* Our copy of the plugin's table: a version 1 table ends at destroy,
@@ -129,6 +131,10 @@ static int model_resolve(const char *spec,
 	}
 	if (name_len == 5 && memcmp(spec, "simkv", 5) == 0) {
 		*api = simkv_model_api();
+		return 0;
+	}
+	if (name_len == 5 && memcmp(spec, "llama", 5) == 0) {
+		*api = llama_model_api();
 		return 0;
 	}
 	if (!model_spec_is_path(spec, name_len)) {

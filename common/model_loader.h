@@ -4,6 +4,8 @@
  * SPEC is one of
  *     sim                       the built-in sim model, defaults
  *     sim:key=value,...         sim with keys (see sim_model.h)
+ *     simkv[:key=value,...]     the sim as a stateful model (simkv_model.h)
+ *     llama:CHECKPOINT[,k=v]    the llama transformer (llama_model.h)
  *     path/to/plugin.so         a plugin (model.h ABI), no arguments
  *     path/to/plugin.so:ARGS    a plugin; ARGS is passed verbatim to create()
  * A spec names a plugin when its part before the first ':' contains '/' or
