@@ -37,8 +37,10 @@ COMMON_SRC := $(wildcard common/*.c)
 COORD_SRC := $(filter-out coordinator/main.c,$(wildcard coordinator/*.c))
 WORKER_SRC := $(filter-out worker/main.c,$(wildcard worker/*.c))
 TEST_SRC := $(wildcard tests/test_*.c)
+# tools/ref_llama*.c are parts of bin/refdecode, not tools of their own.
+REFDECODE_PARTS := tools/ref_llama.c tools/ref_llama_check.c
 TOOL_SRC := $(filter-out tools/example_plugin.c tools/escape_plugin.c tools/probe_plugin.c \
-	tools/hostile_worker.c,$(wildcard tools/*.c))
+	tools/hostile_worker.c $(REFDECODE_PARTS),$(wildcard tools/*.c))
 
 COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/%.o)
 COORD_OBJ := $(COORD_SRC:%.c=$(BUILD)/%.o)
@@ -117,6 +119,9 @@ $(BIN)/dynbatch-hostile-worker: $(BUILD)/tools/hostile_worker.o $(LIBWORKER) $(L
 $(BIN)/%: $(BUILD)/tools/%.o $(LIBCOMMON)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS_COMMON)
+
+# The reference decoder's naive llama model (refdecode --model llama:PATH).
+$(BIN)/refdecode: $(REFDECODE_PARTS:%.c=$(BUILD)/%.o)
 
 $(PLUGIN): tools/example_plugin.c common/model.h
 	@mkdir -p $(dir $@)
