@@ -58,7 +58,7 @@ LIBCOMMON := $(BUILD)/libcommon.a
 LIBCOORD := $(BUILD)/libcoord.a
 LIBWORKER := $(BUILD)/libworker.a
 
-.PHONY: all deps test-deps run serve load test unit e2e asan tsan bench soak clean
+.PHONY: all deps test-deps run serve load test unit e2e asan tsan bench bench-llama soak clean
 all: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(BIN)/dynbatch-hostile-worker \
 	$(TOOL_BIN) $(PLUGIN) $(ESCAPE_PLUGIN) $(PROBE_PLUGIN) $(TEST_BIN)
 
@@ -189,6 +189,14 @@ bench: deps
 	@command -v gnuplot >/dev/null || { SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get install -y -qq gnuplot-nox || echo "make bench: no gnuplot, no plot"; }
 	BIN=$(BIN) bash tools/bench.sh $(BUILD)/bench
+
+# The built-in llama model against this machine's FMA peak and read
+# bandwidth (bin/machine_limits): decode, prefill and chunked-prefill
+# figures with stories15M- and stories110M-shaped checkpoints (random
+# weights, made once in $(BUILD)/bench); writes $(BUILD)/bench/llama.md.
+bench-llama: deps
+	$(MAKE) all
+	BIN=$(BIN) bash tools/bench_llama.sh $(BUILD)/bench
 
 # The fault injector for SOAK_SECONDS (default 300) in rounds, each checked
 # against the reference decoder.
