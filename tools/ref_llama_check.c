@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parse_num.h"
 #include "ref_llama_check.h"
 
 #define REF_EMPTY_PROMPT_ERROR "prompt is empty: the llama model has no token to start from"
@@ -322,6 +323,55 @@ int ref_llama_decode(const struct ref_llama *m, const struct request *req,
 	memcpy(*raw, seq + req->n_prompt, n_gen * sizeof(**raw));
 out:
 	free(seq);
+	free(logits);
+	return rc;
+}
+
+int ref_llama_print_logits(const struct ref_llama *m, const char *list,
+			   FILE *out)
+{
+	uint32_t vocab = ref_llama_shape(m)->vocab, n = 0, cap = 16;
+	int32_t *tok = malloc(cap * sizeof(*tok));
+	const char *p = list;
+	double *logits = NULL;
+	int rc = 1;
+
+	while (tok && *p) {
+		const char *end = p + strcspn(p, ",");
+		uint64_t t;
+
+		if (parse_u64_n(p, (size_t)(end - p), 0, vocab - 1, &t)) {
+			fprintf(stderr, "refdecode: --print-logits: '%.*s' is not a token in [0, %u)\n",
+				(int)(end - p), p, vocab);
+			rc = 2;
+			goto out;
+		}
+		if (n == cap) {
+			int32_t *more = realloc(tok, 2 * cap * sizeof(*tok));
+
+			if (!more)
+				goto out;
+			tok = more;
+			cap *= 2;
+		}
+		tok[n++] = (int32_t)t;
+		p = *end ? end + 1 : end;
+	}
+	if (!tok)
+		goto out;
+	logits = n ? malloc((uint64_t)n * vocab * sizeof(*logits)) : NULL;
+	if (!n || !logits || ref_llama_forward(m, tok, n, 0, logits)) {
+		fprintf(stderr, "refdecode: --print-logits: cannot run %u tokens (seq_len %u)\n",
+			n, ref_llama_shape(m)->seq_len);
+		goto out;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		for (uint32_t v = 0; v < vocab; v++)
+			fprintf(out, "%.17g%c", logits[(uint64_t)i * vocab + v],
+				v + 1 < vocab ? ' ' : '\n');
+	rc = fflush(out) ? 1 : 0;
+out:
+	free(tok);
 	free(logits);
 	return rc;
 }

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "ref_llama.h"
 #include "request.h"
@@ -60,5 +61,13 @@ int ref_llama_check(const struct ref_llama *m, const struct request *req,
 int ref_llama_decode(const struct ref_llama *m, const struct request *req,
 		     int32_t **raw, uint32_t *n_raw, uint32_t *n_out,
 		     const char **finish, const char **error);
+
+/*
+ * refdecode --print-logits: the logits after every position of list
+ * ("T1,T2,...") to out, one line per position, %.17g separated by spaces.
+ * Returns an exit status: 0, 1 (failure) or 2 (a bad list).
+ */
+int ref_llama_print_logits(const struct ref_llama *m, const char *list,
+			   FILE *out);
 
 #endif /* DYNBATCH_REF_LLAMA_CHECK_H */

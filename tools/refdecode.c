@@ -760,60 +760,6 @@ static int load_llama(struct ref_opts *o)
 	return 0;
 }
 
-/*
- * --print-logits: the reference logits after every position of a
- * comma-separated token list, one line per position.  0 or exit status.
- */
-static int print_logits(const struct ref_opts *o)
-{
-	uint32_t vocab = ref_llama_shape(o->llama)->vocab, n = 0, cap = 16;
-	const char *p = o->print_logits;
-	int32_t *tok = malloc(cap * sizeof(*tok));
-	double *logits = NULL;
-	int rc = 1;
-
-	while (tok && *p) {
-		const char *end = p + strcspn(p, ",");
-		uint64_t t;
-
-		if (parse_u64_n(p, (size_t)(end - p), 0, vocab - 1, &t) == 0) {
-			if (n == cap) {
-				int32_t *more = realloc(tok, 2 * cap * sizeof(*tok));
-
-				if (!more)
-					goto out;
-				tok = more;
-				cap *= 2;
-			}
-			tok[n++] = (int32_t)t;
-		} else {
-			fprintf(stderr, "refdecode: --print-logits: '%.*s' is not a token in [0, %u)\n",
-				(int)(end - p), p, vocab);
-			rc = 2;
-			goto out;
-		}
-		p = *end ? end + 1 : end;
-	}
-	if (!tok)
-		goto out;
-	logits = n ? malloc((uint64_t)n * vocab * sizeof(*logits)) : NULL;
-	if (!n || !logits ||
-	    ref_llama_forward(o->llama, tok, n, 0, logits)) {
-		fprintf(stderr, "refdecode: --print-logits: cannot run %u tokens (seq_len %u)\n",
-			n, ref_llama_shape(o->llama)->seq_len);
-		goto out;
-	}
-	for (uint32_t i = 0; i < n; i++)
-		for (uint32_t v = 0; v < vocab; v++)
-			printf("%.17g%c", logits[(uint64_t)i * vocab + v],
-			       v + 1 < vocab ? ' ' : '\n');
-	rc = fflush(stdout) ? 1 : 0;
-out:
-	free(tok);
-	free(logits);
-	return rc;
-}
-
 static int parse_opts(int argc, char **argv, struct ref_opts *o)
 {
 	static const struct option longopts[] = {
@@ -925,7 +871,8 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	if (o.print_logits) {
-		exit_code = print_logits(&o);
+		exit_code = ref_llama_print_logits(o.llama, o.print_logits,
+						   stdout);
 		goto out;
 	}
 	in = open_input(o.input);
