@@ -293,7 +293,8 @@ int ref_llama_decode(const struct ref_llama *m, const struct request *req,
 		rc = -ENOMEM;
 		goto out;
 	}
-	memcpy(seq, req->prompt, req->n_prompt * sizeof(*seq));
+	if (req->n_prompt)	/* prompt is NULL when empty */
+		memcpy(seq, req->prompt, req->n_prompt * sizeof(*seq));
 	while (!*error && n_gen < req->max_tokens && !stop) {
 		uint32_t n = req->n_prompt + n_gen;
 

@@ -20,6 +20,8 @@
 #    --near-tie 0.3, with near-ties counted and the rest still checked.
 # 4. Broken results fail: a changed token, a generation cut short, a stop
 #    reported as length, an empty prompt answered without an error.
+#    Cancelled results pass only with --allow-cancelled and a correct
+#    start.
 # 5. A truncated checkpoint is refused with a message (exit 2).
 # Exit 0 when all hold; python3 missing: says skipped, exit 0.
 set -euo pipefail
@@ -123,6 +125,32 @@ for b in token short stop empty; do
 	fi
 	ok "broken result ($b) caught: $(head -1 "$DIR/bad_$b.txt")"
 done
+
+# 4b. cancelled results: a correct start passes with --allow-cancelled
+# only; a cancelled result with a wrong token fails even with it.
+python3 - "$DIR/py.jsonl" "$DIR" <<'EOF'
+import json, sys
+rs = [json.loads(l) for l in open(sys.argv[1])]
+good, bad, n = [], [], 0
+for r in rs:
+    g, b = dict(r), dict(r)
+    if r["finish_reason"] == "length" and len(r["tokens"]) > 2 and n < 5:
+        g["tokens"] = r["tokens"][:len(r["tokens"]) // 2]
+        g["finish_reason"] = b["finish_reason"] = "cancelled"
+        b["tokens"] = g["tokens"][:-1] + [(g["tokens"][-1] + 7) % 48]
+        n += 1
+    good.append(json.dumps(g) + "\n")
+    bad.append(json.dumps(b) + "\n")
+open(sys.argv[2] + "/cancelled.jsonl", "w").write("".join(good))
+open(sys.argv[2] + "/bad_cancelled.jsonl", "w").write("".join(bad))
+EOF
+"$BIN/refdecode" --model "llama:$ck" --input "$DIR/w.jsonl" --check "$DIR/cancelled.jsonl" 2> /dev/null &&
+	fail "cancelled results pass without --allow-cancelled"
+"$BIN/refdecode" --model "llama:$ck" --input "$DIR/w.jsonl" --check "$DIR/cancelled.jsonl" \
+	--allow-cancelled 2> "$DIR/cancelled.txt" || fail "correct cancelled results fail: $(cat "$DIR/cancelled.txt")"
+"$BIN/refdecode" --model "llama:$ck" --input "$DIR/w.jsonl" --check "$DIR/bad_cancelled.jsonl" \
+	--allow-cancelled 2> /dev/null && fail "a cancelled result with a wrong token passes"
+ok "cancelled results: $(tail -1 "$DIR/cancelled.txt")"
 
 # 5. a truncated checkpoint
 head -c 1000 "$ck" > "$DIR/short.bin"
