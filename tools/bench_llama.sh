@@ -25,8 +25,10 @@
 #         per token) (attention's own flops are left out: small at these
 #         context lengths);
 #     the bound of a run is the lower of the two.  "kernel" is the flop
-#     rate while the model runs (model_s of --stats) as a share of FMA
-#     peak: the kernels alone, without the engine around them.
+#     rate while the model runs (model_s of --stats, prompt and generated
+#     tokens) as a share of FMA peak: the kernels alone, without the
+#     engine around them.  tokens/s counts generated tokens (the 8-token
+#     prompts' prefill is in the time).
 #  4. Prefill: one long prompt (110M: 1000 tokens; 15M: seq_len 256 holds
 #     248 + a few), max_tokens 1: TTFT is the request's latency, prefill
 #     tokens/s the prompt over it.
@@ -237,7 +239,8 @@ for shape in $SHAPES; do
 			tokens=$(json "$OUT/$name.json" tokens)
 			model_s=$(json "$OUT/$name.json" model_s)
 			tps[$W-$B]=$t
-			kernel=$(calc %.3f "($model_s > 0) ? $tokens * 2 * $params / ($model_s * $FMA * 1e9) : 0")
+			# Prompt tokens go through the same weights: count them.
+			kernel=$(calc %.3f "($model_s > 0) ? ($tokens + $n * $prompt) * 2 * $params / ($model_s * $FMA * 1e9) : 0")
 			row "| $W | $B | $(calc %.1f "$t") | $(calc %.1f "$bound") | $by | $(calc %.3f "$t / $bound") | $kernel |"
 		done
 	done
