@@ -30,8 +30,9 @@
 #     engine around them.  tokens/s counts generated tokens (the 8-token
 #     prompts' prefill is in the time).
 #  4. Prefill: one long prompt (110M: 1000 tokens; 15M: seq_len 256 holds
-#     248 + a few), max_tokens 1: TTFT is the request's latency, prefill
-#     tokens/s the prompt over it.
+#     248 + a few), max_tokens 1, three times to an idle `dynbatch serve`
+#     (1 worker): TTFT is the request's time (curl), prefill tokens/s the
+#     prompt over it.
 #  5. Chunked prefill: `dynbatch serve` with decode streams (short prompts,
 #     64 tokens, streamed) while long prompts (up to the context) arrive,
 #     (bin/loadgen for the streams, two curl clients for the long
@@ -170,17 +171,31 @@ start_server() {
 	die "the server did not start listening within 60 s (see $log)"
 }
 
+# wait_healthy: until /health says a worker is ready (the checkpoint is
+# loaded), so no figure includes the start.
+wait_healthy() {
+	local i
+	for i in $(seq 1200); do
+		[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")" = 200 ] && return 0
+		kill -0 "$SERVER_PID" 2>/dev/null || die "the server exited before it was healthy"
+		sleep 0.1
+	done
+	stop_server
+	die "the server was not healthy within 120 s"
+}
+
 stop_server() {
 	kill -TERM "$SERVER_PID" 2>/dev/null || true
 	wait "$SERVER_PID" 2>/dev/null || true
 }
 
-# long_client FILE: for LOAD_S seconds, POST $OUT/long.json (one long
-# prompt, max_tokens 1) to the server one after another; appends each
-# request's time in ms to FILE.
+# long_client FILE [COUNT]: for LOAD_S seconds (or COUNT requests), POST
+# $OUT/long.json (one long prompt, max_tokens 1) to the server one after
+# another; appends each request's time in ms to FILE.
 long_client() {
-	local end=$((SECONDS + LOAD_S)) t
-	while [ "$SECONDS" -lt "$end" ]; do
+	local end=$((SECONDS + LOAD_S)) left=${2:-0} t
+	while [ "$SECONDS" -lt "$end" ] || [ "$left" -gt 0 ]; do
+		left=$((left - 1))
 		t=$(curl -s -o /dev/null -w '%{http_code} %{time_total}' -H 'Content-Type: application/json' \
 			--data-binary @"$OUT/long.json" "http://127.0.0.1:$PORT/v1/completions") || break
 		[ "${t%% *}" = 200 ] || { note "long prompt: HTTP ${t%% *}"; break; }
@@ -252,13 +267,25 @@ for shape in $SHAPES; do
 	fi
 
 	# --- 4. prefill -------------------------------------------------
+	# One long prompt at a time to a healthy server (a `run` would count
+	# the workers' start in the first request's latency); median of 3.
 	long=$((seq >= 1024 ? 1000 : seq - 8))
+	workload 1 "$long" 1 "$vocab" 9 | sed 's/"id":"l0",//' > "$OUT/long.json"
 	name="$shape-prefill"
-	workload 1 "$long" 1 "$vocab" 7 > "$OUT/$name.jsonl"
-	run "$name" --model "$model" --workers 1 --batch 1 --input "$OUT/$name.jsonl"
-	ttft=$(json "$OUT/$name.json" latency_p50_ms)
+	if [ "$DRY" = 1 ]; then
+		echo "+ $BIN/dynbatch serve --workers 1 --batch 1 --model $model & 3 x POST a $long-token prompt" >&2
+		ttft=0
+	else
+		start_server "$OUT/$name.server.log" --workers 1 --batch 1 --model "$model"
+		wait_healthy
+		: > "$OUT/$name.txt"
+		LOAD_S=0 long_client "$OUT/$name.txt" 3
+		stop_server
+		ttft=$(pct "$OUT/$name.txt" 50)
+		[ "$ttft" != - ] || die "$name: no long prompt was answered (see $OUT/$name.server.log)"
+	fi
 	pre_tps=$(calc %.1f "($ttft > 0) ? $long / ($ttft / 1000) : 0")
-	row "- prefill of a $long-token prompt$([ "$long" = 1000 ] || echo " (seq_len $seq: the longest that fits with room to decode)"), 1 worker: TTFT $ttft ms, $pre_tps tokens/s, $(calc %.3f "$pre_tps / $fma_bound") of one core's FMA bound"
+	row "- prefill of a $long-token prompt$([ "$long" = 1000 ] || echo " (seq_len $seq: the longest that fits with room to decode)"), 1 worker: TTFT $ttft ms (median of 3), $pre_tps tokens/s, $(calc %.3f "$pre_tps / $fma_bound") of one core's FMA bound"
 	row ""
 
 	# --- 5. chunked prefill -------------------------------------------
@@ -266,7 +293,6 @@ for shape in $SHAPES; do
 	row ""
 	row "| --step-tokens | decode TPOT p50 ms | TPOT p99 ms | decode tokens/s | long prompt TTFT p50 ms | TTFT p99 ms |"
 	row "| ---: | ---: | ---: | ---: | ---: | ---: |"
-	workload 1 "$long" 1 "$vocab" 9 | sed 's/"id":"l0",//' > "$OUT/long.json"
 	settings="none"
 	if [ "$HAVE_STEP_TOKENS" = 1 ]; then
 		settings="none $STEP_TOKENS"
@@ -283,6 +309,7 @@ for shape in $SHAPES; do
 			continue
 		fi
 		start_server "$OUT/$name.server.log" --workers 1 --batch 16 --model "$model" "${extra[@]}"
+		wait_healthy
 		"$BIN/loadgen" --port "$PORT" --requests 1000000 --duration-s "$LOAD_S" \
 			--concurrency 8 --stream-frac 1 --max-prompt 8 --max-tokens 64 \
 			--stop-frac 0 --vocab "$vocab" --seed 1 --quiet > "$OUT/$name.decode.txt" &
