@@ -37,8 +37,10 @@ COMMON_SRC := $(wildcard common/*.c)
 COORD_SRC := $(filter-out coordinator/main.c,$(wildcard coordinator/*.c))
 WORKER_SRC := $(filter-out worker/main.c,$(wildcard worker/*.c))
 TEST_SRC := $(wildcard tests/test_*.c)
+# tools/ref_llama*.c are parts of bin/refdecode, not tools of their own.
+REFDECODE_PARTS := tools/ref_llama.c tools/ref_llama_check.c
 TOOL_SRC := $(filter-out tools/example_plugin.c tools/escape_plugin.c tools/probe_plugin.c \
-	tools/hostile_worker.c,$(wildcard tools/*.c))
+	tools/hostile_worker.c $(REFDECODE_PARTS),$(wildcard tools/*.c))
 
 COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/%.o)
 COORD_OBJ := $(COORD_SRC:%.c=$(BUILD)/%.o)
@@ -56,7 +58,7 @@ LIBCOMMON := $(BUILD)/libcommon.a
 LIBCOORD := $(BUILD)/libcoord.a
 LIBWORKER := $(BUILD)/libworker.a
 
-.PHONY: all deps test-deps run serve load test unit e2e asan tsan bench soak clean
+.PHONY: all deps test-deps run serve load test unit e2e asan tsan bench bench-llama soak clean
 all: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(BIN)/dynbatch-hostile-worker \
 	$(TOOL_BIN) $(PLUGIN) $(ESCAPE_PLUGIN) $(PROBE_PLUGIN) $(TEST_BIN)
 
@@ -117,6 +119,9 @@ $(BIN)/dynbatch-hostile-worker: $(BUILD)/tools/hostile_worker.o $(LIBWORKER) $(L
 $(BIN)/%: $(BUILD)/tools/%.o $(LIBCOMMON)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS_COMMON)
+
+# The reference decoder's naive llama model (refdecode --model llama:PATH).
+$(BIN)/refdecode: $(REFDECODE_PARTS:%.c=$(BUILD)/%.o)
 
 $(PLUGIN): tools/example_plugin.c common/model.h
 	@mkdir -p $(dir $@)
@@ -184,6 +189,14 @@ bench: deps
 	@command -v gnuplot >/dev/null || { SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get install -y -qq gnuplot-nox || echo "make bench: no gnuplot, no plot"; }
 	BIN=$(BIN) bash tools/bench.sh $(BUILD)/bench
+
+# The built-in llama model against this machine's FMA peak and read
+# bandwidth (bin/machine_limits): decode, prefill and chunked-prefill
+# figures with stories15M- and stories110M-shaped checkpoints (random
+# weights, made once in $(BUILD)/bench); writes $(BUILD)/bench/llama.md.
+bench-llama: deps
+	$(MAKE) all
+	BIN=$(BIN) bash tools/bench_llama.sh $(BUILD)/bench
 
 # The fault injector for SOAK_SECONDS (default 300) in rounds, each checked
 # against the reference decoder.

@@ -3,7 +3,8 @@
  *
  *   refdecode [--model SPEC] [--max-context N] --input FILE
  *             [--check RESULTS] [--allow-cancelled] [--allow-errors]
- *             [--allow-missing]
+ *             [--allow-missing] [--near-tie EPS]
+ *   refdecode --model llama:PATH --print-logits T1,T2,...
  *
  * Without --check it writes the result line of every input line to
  * standard output, in input order.  With --check it compares an engine's
@@ -19,6 +20,15 @@
  * found by a naive suffix compare of every sequence after every token, not
  * by the stop_matcher automaton the engine uses.  Only request_parse() and
  * result_format() are shared: they define the input and output formats.
+ *
+ * With --model llama:PATH the model is a naive llama forward pass
+ * (ref_llama.c: full recompute, no cache, double accumulation), and --check
+ * walks each engine generation with teacher forcing, accepting an engine
+ * token that is not the reference argmax only when the reference's own
+ * margin is under --near-tie EPS (default 1e-3): ref_llama_check.c.  It
+ * prints how many tokens it checked and how many near-ties it accepted.
+ * --print-logits prints the reference logits of every position of a token
+ * list, one line each, so other implementations can be compared with it.
  *
  * Matching results to input lines: by id for every input line that has a
  * string id (ids of valid requests must be unique, or the check cannot be
@@ -41,6 +51,8 @@
 
 #include <jansson.h>
 
+#include "ref_llama.h"
+#include "ref_llama_check.h"
 #include "request.h"
 #include "sim_model.h"
 #include "strbuf.h"
@@ -53,6 +65,11 @@ struct ref_opts {
 	const char *input;
 	const char *check;		/* results file, or NULL */
 	struct sim_config model;
+	struct ref_llama *llama;	/* --model llama:PATH, else NULL */
+	const char *llama_path;
+	double near_tie;		/* --near-tie */
+	const char *print_logits;	/* --print-logits tokens, or NULL */
+	bool max_context_set;
 	struct request_limits lim;
 	bool allow_cancelled;
 	bool allow_errors;
@@ -69,6 +86,8 @@ struct ref {
 	uint32_t n_out;		/* tokens reported: raw[0..n_out) */
 	uint32_t n_prompt;
 	const char *finish;	/* "stop", "length" or "error" */
+	const char *error;	/* llama print mode: why it could not decode */
+	struct request *req;	/* llama check mode: the request, kept */
 	uint64_t next_same;	/* next ref index + 1 with the same id, 0: none */
 	uint32_t seen;		/* results matched to it */
 };
@@ -86,6 +105,7 @@ struct check_stats {
 	uint64_t cancelled;
 	uint64_t errors;	/* error results accepted for valid requests */
 	uint64_t missing;	/* missing results accepted */
+	struct ref_llama_tally llama;
 };
 
 /* ------------------------------------------------------------------------
@@ -93,8 +113,8 @@ struct check_stats {
  */
 
 /* Length of the longest stop sequence that is a suffix of gen[0..n). */
-static uint32_t naive_stop(const struct request *req, const int32_t *gen,
-			   uint32_t n)
+uint32_t ref_naive_stop(const struct request *req, const int32_t *gen,
+			uint32_t n)
 {
 	const int32_t *s = req->stop_tokens;
 	uint32_t i, len, best = 0;
@@ -129,7 +149,7 @@ static int ref_decode(const struct request *req, const struct sim_config *m,
 
 		seq[n] = sim_next(seq, n, m->vocab, m->seed);
 		n_gen++;
-		stop = naive_stop(req, seq + req->n_prompt, n_gen);
+		stop = ref_naive_stop(req, seq + req->n_prompt, n_gen);
 		if (stop)
 			break;
 	}
@@ -172,7 +192,24 @@ static int ref_line(const struct ref_opts *o, const char *line, size_t len,
 		request_release(&req);
 		return 0;
 	}
-	rc = ref_decode(&req, &o->model, rf);
+	if (o->llama && o->check) {
+		/* Checked later against the engine's own generation. */
+		rf->req = malloc(sizeof(*rf->req));
+		if (!rf->req) {
+			request_release(&req);
+			return -ENOMEM;
+		}
+		*rf->req = req;
+		rf->n_prompt = req.n_prompt;
+		return 0;
+	}
+	if (o->llama) {
+		rc = ref_llama_decode(o->llama, &req, &rf->raw, &rf->n_raw,
+				      &rf->n_out, &rf->finish, &rf->error);
+		rf->n_prompt = req.n_prompt;
+	} else {
+		rc = ref_decode(&req, &o->model, rf);
+	}
 	request_release(&req);
 	return rc;
 }
@@ -181,6 +218,10 @@ static void ref_free(struct ref *rf)
 {
 	free(rf->id);
 	free(rf->raw);
+	if (rf->req) {
+		request_release(rf->req);
+		free(rf->req);
+	}
 }
 
 /* ------------------------------------------------------------------------
@@ -236,7 +277,7 @@ static int run_print(const struct ref_opts *o, FILE *in)
 		r.tokens = rf.raw;
 		r.n_tokens = rf.n_out;
 		r.finish_reason = rf.finish;
-		r.error = rf.is_error ? err : NULL;
+		r.error = rf.is_error ? err : rf.error;
 		r.n_prompt = rf.n_prompt;
 		r.n_generated = rf.n_raw;
 		rc = result_format(&r, &sb);
@@ -452,24 +493,49 @@ static const char *show_id(const struct ref *rf)
 	return rf->id ? rf->id : "(none)";
 }
 
-/* Compare one result with its ref. */
-static void compare(const struct ref_opts *o, struct check_stats *st,
-		    struct ref *rf, const char *finish, const int32_t *tok,
-		    size_t n_tok)
+/* Check a valid request's result against the llama reference.  0 or -ENOMEM. */
+static int compare_llama(const struct ref_opts *o, struct check_stats *st,
+			 struct ref *rf, const struct ref_engine_result *res)
 {
-	size_t i;
+	char why[768];
+	int rc;
+
+	rc = ref_llama_check(o->llama, rf->req, res, o->near_tie,
+			     o->allow_cancelled, &st->llama, why, sizeof(why));
+	if (rc == 0)
+		mismatch(st, "id '%s' (line %" PRIu64 "): %s", show_id(rf),
+			 rf->line_no, why);
+	return rc < 0 ? rc : 0;
+}
+
+/* Compare one result with its ref.  0 or -ENOMEM. */
+static int compare(const struct ref_opts *o, struct check_stats *st,
+		   struct ref *rf, const struct ref_engine_result *res)
+{
+	const char *finish = res->finish;
+	const int32_t *tok = res->tokens;
+	size_t n_tok = res->n_tokens, i;
 
 	if (++rf->seen > 1) {
 		mismatch(st, "id '%s' (line %" PRIu64 "): duplicate result",
 			 show_id(rf), rf->line_no);
-		return;
+		return 0;
 	}
 	if (rf->is_error) {
 		if (strcmp(finish, "error"))
 			mismatch(st, "id '%s' (line %" PRIu64 "): finish_reason '%s', want 'error' (bad input line)",
 				 show_id(rf), rf->line_no, finish);
-		return;
+		return 0;
 	}
+	/* (llama: the error an empty prompt must get is a match, not this) */
+	if (o->allow_errors && strcmp(finish, "error") == 0 &&
+	    !(o->llama && rf->n_prompt == 0 && res->error &&
+	      strstr(res->error, "empty"))) {
+		st->errors++;
+		return 0;
+	}
+	if (o->llama)
+		return compare_llama(o, st, rf, res);
 	if (o->allow_cancelled && strcmp(finish, "cancelled") == 0) {
 		for (i = 0; i < n_tok && i < rf->n_raw; i++)
 			if (tok[i] != rf->raw[i])
@@ -479,11 +545,7 @@ static void compare(const struct ref_opts *o, struct check_stats *st,
 				 show_id(rf), rf->line_no, i, n_tok, rf->n_raw);
 		else
 			st->cancelled++;
-		return;
-	}
-	if (o->allow_errors && strcmp(finish, "error") == 0) {
-		st->errors++;
-		return;
+		return 0;
 	}
 	if (strcmp(finish, rf->finish))
 		mismatch(st, "id '%s' (line %" PRIu64 "): finish_reason '%s', want '%s'",
@@ -500,6 +562,7 @@ static void compare(const struct ref_opts *o, struct check_stats *st,
 			mismatch(st, "id '%s' (line %" PRIu64 "): tokens differ at index %zu: got %zu tokens, want %u",
 				 show_id(rf), rf->line_no, i, n_tok, rf->n_out);
 	}
+	return 0;
 }
 
 /* Check one line of the results file.  0 or -ENOMEM. */
@@ -507,6 +570,7 @@ static int check_line(const struct ref_opts *o, struct ref_set *rs,
 		      struct check_stats *st, const char *line, size_t len,
 		      uint64_t res_line)
 {
+	struct ref_engine_result res = { 0 };
 	json_t *obj, *v;
 	json_error_t jerr;
 	const char *id = NULL, *finish;
@@ -553,8 +617,17 @@ static int check_line(const struct ref_opts *o, struct ref_set *rs,
 		goto out;
 	rf = match_ref(rs, st, res_line, id, has_line, line_no,
 		       strcmp(finish, "error") == 0);
+	res.finish = finish;
+	res.error = json_string_value(json_object_get(obj, "error"));
+	res.tokens = tok;
+	res.n_tokens = n_tok;
+	v = json_object_get(json_object_get(obj, "usage"), "completion_tokens");
+	if (json_is_integer(v) && json_integer_value(v) >= 0) {
+		res.has_generated = true;
+		res.n_generated = (uint64_t)json_integer_value(v);
+	}
 	if (rf)
-		compare(o, st, rf, finish, tok, n_tok);
+		rc = compare(o, st, rf, &res);
 out:
 	free(tok);
 	json_decref(obj);
@@ -603,11 +676,15 @@ static int run_check(const struct ref_opts *o, FILE *in, FILE *res,
 	fprintf(stderr, "refdecode: checked %" PRIu64 " requests: %" PRIu64 " mismatches",
 		rs.n_refs, st.mismatches);
 	if (o->allow_cancelled)
-		fprintf(stderr, ", %" PRIu64 " cancelled", st.cancelled);
+		fprintf(stderr, ", %" PRIu64 " cancelled",
+			st.cancelled + st.llama.cancelled);
 	if (o->allow_errors)
 		fprintf(stderr, ", %" PRIu64 " errors", st.errors);
 	if (o->allow_missing)
 		fprintf(stderr, ", %" PRIu64 " missing", st.missing);
+	if (o->llama)
+		fprintf(stderr, "; llama: %" PRIu64 " generated tokens checked, %" PRIu64 " near-ties (reference margin < %g) accepted",
+			st.llama.tokens, st.llama.near_ties, o->near_tie);
 	fputc('\n', stderr);
 	*exit_code = st.mismatches ? 1 : 0;
 out:
@@ -625,17 +702,64 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: refdecode [--model SPEC] [--max-context N] --input FILE\n"
 		"                 [--check RESULTS] [--allow-cancelled]\n"
-		"                 [--allow-errors] [--allow-missing]\n"
+		"                 [--allow-errors] [--allow-missing] [--near-tie EPS]\n"
+		"       refdecode --model llama:PATH --print-logits T1,T2,...\n"
 		"  --model SPEC       sim or sim:key=value,... (default sim); cost and\n"
-		"                     fault keys are ignored\n"
-		"  --max-context N    most tokens in a sequence (default 4096)\n"
+		"                     fault keys are ignored; or llama:PATH[,opts]: a\n"
+		"                     llama2.c checkpoint run by a naive forward pass\n"
+		"                     (options after the comma are ignored)\n"
+		"  --max-context N    most tokens in a sequence (default 4096; llama:\n"
+		"                     the checkpoint's seq_len, and no more)\n"
 		"  --input FILE       requests, JSON Lines ('-': standard input)\n"
 		"  --check RESULTS    compare an engine's results instead of printing\n"
 		"  --allow-cancelled  accept 'cancelled' results whose tokens are a\n"
 		"                     prefix of the reference output\n"
 		"  --allow-errors     accept 'error' results for valid requests\n"
 		"  --allow-missing    accept requests that have no result\n"
+		"  --near-tie EPS     llama --check: an engine token that is not the\n"
+		"                     reference argmax passes as a near-tie when the\n"
+		"                     reference logit margin is below EPS (default 1e-3);\n"
+		"                     the check goes on with the engine's token\n"
+		"  --print-logits T1,T2,...  llama: print the reference logits after each\n"
+		"                     position of the tokens, one line per position\n"
 		"Exit: 0 ok, 1 mismatch or failure, 2 usage or input problem.\n");
+}
+
+/*
+ * Load the llama:PATH[,opts] checkpoint and take the vocabulary and the
+ * context limit from it.
+ */
+static int load_llama(struct ref_opts *o)
+{
+	char *path = strdup(o->llama_path), *comma, err[512];
+	const struct ref_llama_shape *sh;
+
+	if (!path)
+		return -ENOMEM;
+	comma = strchr(path, ',');
+	if (comma)
+		*comma = '\0';	/* options: the engine's business */
+	if (!*path) {
+		fprintf(stderr, "refdecode: --model llama: needs a checkpoint path\n");
+		free(path);
+		return -EINVAL;
+	}
+	o->llama = ref_llama_load(path, err, sizeof(err));
+	free(path);
+	if (!o->llama) {
+		fprintf(stderr, "refdecode: --model: %s\n", err);
+		return -EINVAL;
+	}
+	sh = ref_llama_shape(o->llama);
+	o->lim.vocab = sh->vocab;
+	if (!o->max_context_set) {
+		o->lim.max_context = sh->seq_len;
+	} else if (o->lim.max_context > sh->seq_len) {
+		fprintf(stderr, "refdecode: --max-context %u is more than the checkpoint's seq_len %u\n",
+			o->lim.max_context, sh->seq_len);
+		return -EINVAL;
+	}
+	return 0;
 }
 
 static int parse_opts(int argc, char **argv, struct ref_opts *o)
@@ -648,6 +772,8 @@ static int parse_opts(int argc, char **argv, struct ref_opts *o)
 		{ "allow-cancelled", no_argument, NULL, 'C' },
 		{ "allow-errors", no_argument, NULL, 'E' },
 		{ "allow-missing", no_argument, NULL, 'M' },
+		{ "near-tie", required_argument, NULL, 'n' },
+		{ "print-logits", required_argument, NULL, 'L' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -658,10 +784,13 @@ static int parse_opts(int argc, char **argv, struct ref_opts *o)
 	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'm':
-			if (strcmp(optarg, "sim") == 0) {
+			o->llama_path = NULL;
+			if (strncmp(optarg, "llama:", 6) == 0) {
+				o->llama_path = optarg + 6;
+			} else if (strcmp(optarg, "sim") == 0) {
 				sim_config_default(&o->model);
 			} else if (strncmp(optarg, "sim:", 4) != 0) {
-				fprintf(stderr, "refdecode: --model must be a sim spec (sim or sim:key=value,...)\n");
+				fprintf(stderr, "refdecode: --model must be sim, sim:key=value,... or llama:PATH\n");
 				return -EINVAL;
 			} else if (sim_config_parse(optarg + 4, &o->model, err,
 						    sizeof(err))) {
@@ -675,6 +804,22 @@ static int parse_opts(int argc, char **argv, struct ref_opts *o)
 					optarg);
 				return -EINVAL;
 			}
+			o->max_context_set = true;
+			break;
+		case 'n': {
+			char *end;
+
+			errno = 0;
+			o->near_tie = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(o->near_tie >= 0)) {
+				fprintf(stderr, "refdecode: bad value '%s' for --near-tie (want a number >= 0)\n",
+					optarg);
+				return -EINVAL;
+			}
+			break;
+		}
+		case 'L':
+			o->print_logits = optarg;
 			break;
 		case 'i':
 			o->input = optarg;
@@ -704,46 +849,60 @@ static int parse_opts(int argc, char **argv, struct ref_opts *o)
 			argv[optind]);
 		return -EINVAL;
 	}
-	if (!o->input) {
+	if (o->print_logits && !o->llama_path) {
+		fprintf(stderr, "refdecode: --print-logits needs --model llama:PATH\n");
+		return -EINVAL;
+	}
+	if (!o->input && !o->print_logits) {
 		fprintf(stderr, "refdecode: --input FILE is required\n");
 		return -EINVAL;
 	}
 	o->lim.vocab = o->model.vocab;
-	return 0;
+	return o->llama_path ? load_llama(o) : 0;
 }
 
 int main(int argc, char **argv)
 {
-	struct ref_opts o = { .lim = { .vocab = 32000, .max_context = 4096 } };
-	FILE *in, *res = NULL;
-	int rc, exit_code = 0;
+	struct ref_opts o = { .lim = { .vocab = 32000, .max_context = 4096 },
+			      .near_tie = REF_LLAMA_NEAR_TIE_DEFAULT };
+	FILE *in = NULL, *res = NULL;
+	int rc = 0, exit_code = 0;
 
-	if (parse_opts(argc, argv, &o))
-		return 2;
+	if (parse_opts(argc, argv, &o)) {
+		exit_code = 2;
+		goto out;
+	}
+	if (o.print_logits) {
+		exit_code = ref_llama_print_logits(o.llama, o.print_logits,
+						   stdout);
+		goto out;
+	}
 	in = open_input(o.input);
 	if (!in) {
 		fprintf(stderr, "refdecode: %s: %s\n", o.input, strerror(errno));
-		return 2;
+		exit_code = 2;
+		goto out;
 	}
 	if (o.check) {
 		res = fopen(o.check, "r");
 		if (!res) {
 			fprintf(stderr, "refdecode: %s: %s\n", o.check,
 				strerror(errno));
-			if (in != stdin)
-				fclose(in);
-			return 2;
+			exit_code = 2;
+			goto out;
 		}
 		rc = run_check(&o, in, res, &exit_code);
 		fclose(res);
 	} else {
 		rc = run_print(&o, in);
 	}
-	if (in != stdin)
-		fclose(in);
 	if (rc) {
 		fprintf(stderr, "refdecode: %s\n", strerror(-rc));
-		return 1;
+		exit_code = 1;
 	}
+out:
+	if (in && in != stdin)
+		fclose(in);
+	ref_llama_free(o.llama);
 	return exit_code;
 }
