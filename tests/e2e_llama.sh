@@ -1,0 +1,114 @@
+#!/bin/bash
+# e2e_llama.sh - the built-in llama transformer end to end, checked by
+# refdecode's naive llama forward (tools/ref_llama.c: full recompute per
+# token, double accumulation, written apart from common/llama_*.c): the
+# same tokens at workers 0..3, batch 1..64, step budgets, garbled results
+# and kill -9, a separate classifier and GQA, the ak42 format; bad
+# checkpoints exit 2 with a message; weights are shared between workers.
+. "$(dirname "$0")/e2e_lib.sh"
+
+CK="$E2E_TMP/tiny.bin"
+"$BIN/make_checkpoint" --out "$CK" --dim 64 --hidden 96 --layers 2 --heads 4 \
+	--kv-heads 2 --vocab 300 --seq-len 256 --seed "$SEED" > /dev/null
+"$BIN/gen_workload" --n 150 --seed "$SEED" --vocab 300 --max-prompt 60 \
+	--max-tokens 60 --max-context 256 > "$E2E_TMP/in.jsonl"
+
+# run NAME CHECKPOINT ARGS...: decode in.jsonl and check it
+run() {
+	local name=$1 ck=$2
+	shift 2
+	timeout 300 "$BIN/dynbatch" run --model "llama:$ck" --input "$E2E_TMP/in.jsonl" \
+		--output "$E2E_TMP/out.jsonl" "$@" 2> "$E2E_TMP/run.err"
+	expect_eq "$name: exit 0" $? 0
+	check_results "$name" "llama:$ck" "$E2E_TMP/in.jsonl" "$E2E_TMP/out.jsonl"
+}
+
+echo "== worker counts, batch sizes, step budgets"
+run "in-process" "$CK" --workers 0
+run "1 worker, batch 1" "$CK" --workers 1 --batch 1
+run "2 workers, batch 2, 3 tokens a step" "$CK" --workers 2 --batch 2 --step-tokens 3
+run "3 workers, batch 7, 1 token a step" "$CK" --workers 3 --batch 7 --step-tokens 1
+run "2 workers, batch 64" "$CK" --workers 2 --batch 64
+run "3 workers, batch 64, 16 tokens a step" "$CK" --workers 3 --batch 64 --step-tokens 16
+run "portable kernels" "$CK,kernel=portable" --workers 2 --batch 16
+
+echo "== other shapes and the ak42 format"
+"$BIN/make_checkpoint" --out "$E2E_TMP/sep.bin" --dim 48 --hidden 80 --layers 3 \
+	--heads 6 --kv-heads 3 --vocab 300 --seq-len 256 --separate-classifier \
+	--format ak42 --seed "$SEED" > /dev/null
+run "ak42, separate classifier, 6 heads over 3" "$E2E_TMP/sep.bin" --workers 2 --batch 16 \
+	--step-tokens 8
+
+echo "== faults: re-prefill gives the same tokens"
+# a larger model and longer requests, so that the run lasts for kills
+"$BIN/make_checkpoint" --out "$E2E_TMP/k.bin" --dim 128 --hidden 256 --layers 4 \
+	--heads 4 --kv-heads 2 --vocab 300 --seq-len 256 --seed "$SEED" > /dev/null
+"$BIN/gen_workload" --n 300 --seed "$SEED" --vocab 300 --max-prompt 100 \
+	--max-tokens 100 --max-context 256 > "$E2E_TMP/k.jsonl"
+"$BIN/fault_inject" --seed "$SEED" --kill-rate 8 --stop-rate 4 -- \
+	"$BIN/dynbatch" run --model "llama:$E2E_TMP/k.bin" --workers 3 --batch 6 \
+	--step-tokens 2 --step-timeout 2000 --input "$E2E_TMP/k.jsonl" \
+	--output "$E2E_TMP/out.jsonl" 2> "$E2E_TMP/kill.err"
+expect_eq "kill -9 and SIGSTOP: exit 0" $? 0
+check_results "kill -9 and SIGSTOP" "llama:$E2E_TMP/k.bin" "$E2E_TMP/k.jsonl" \
+	"$E2E_TMP/out.jsonl"
+grep -q "kills=[1-9]" "$E2E_TMP/kill.err" && pass "workers were killed" ||
+	fail "no worker was killed: $(tail -1 "$E2E_TMP/kill.err")"
+run "garbled results (resets)" "$CK" --workers 2 --batch 16 --garbage-every 5
+
+echo "== bad checkpoints: exit 2, naming the problem"
+bad() {	# NAME FILE WANT
+	timeout 30 "$BIN/dynbatch" run --model "llama:$2" --workers 1 \
+		--input "$E2E_TMP/in.jsonl" --output /dev/null 2> "$E2E_TMP/bad.err"
+	local rc=$?
+	if [ $rc = 2 ] && grep -q "$3" "$E2E_TMP/bad.err"; then pass "$1: exit 2"
+	else fail "$1: exit $rc: $(head -c 300 "$E2E_TMP/bad.err")"; fi
+}
+head -c 1000 "$CK" > "$E2E_TMP/trunc.bin"
+bad "truncated" "$E2E_TMP/trunc.bin" "$E2E_TMP/trunc.bin"
+head -c 10 "$CK" > "$E2E_TMP/short.bin"
+bad "shorter than a header" "$E2E_TMP/short.bin" "$E2E_TMP/short.bin"
+{ cat "$CK"; printf 'xxxx'; } > "$E2E_TMP/long.bin"
+bad "trailing bytes" "$E2E_TMP/long.bin" "$E2E_TMP/long.bin"
+bad "missing file" "$E2E_TMP/none.bin" "none.bin"
+timeout 30 "$BIN/dynbatch" run --model "llama:$CK" --max-context 257 --workers 1 \
+	--input "$E2E_TMP/in.jsonl" --output /dev/null 2> "$E2E_TMP/bad.err"
+expect_eq "--max-context past seq_len: exit 2" $? 2
+echo '{"id":"big","prompt":[1,300],"max_tokens":2}' > "$E2E_TMP/tok.jsonl"
+timeout 30 "$BIN/dynbatch" run --model "llama:$CK" --workers 1 \
+	--input "$E2E_TMP/tok.jsonl" --output "$E2E_TMP/out.jsonl" 2>/dev/null
+grep -q '"finish_reason":"error".*300' "$E2E_TMP/out.jsonl" &&
+	pass "a prompt token outside the vocabulary: an error result naming it" ||
+	fail "token outside the vocabulary: $(cat "$E2E_TMP/out.jsonl")"
+
+echo "== 4 workers share one copy of the weights"
+"$BIN/make_checkpoint" --out "$E2E_TMP/mid.bin" --dim 256 --hidden 512 --layers 4 \
+	--heads 4 --kv-heads 4 --vocab 2000 --seq-len 128 --seed "$SEED" > /dev/null
+mb=$(( $(stat -c %s "$E2E_TMP/mid.bin") / 1048576 ))
+"$BIN/gen_workload" --n 400 --seed "$SEED" --vocab 2000 --max-prompt 8 \
+	--max-tokens 100 --max-context 128 > "$E2E_TMP/mid.jsonl"
+"$BIN/dynbatch" run --model "llama:$E2E_TMP/mid.bin" --workers 4 --batch 16 \
+	--input "$E2E_TMP/mid.jsonl" --output /dev/null 2>/dev/null &
+CO=$!
+shared=""
+for _ in $(seq 100); do
+	sleep 0.1
+	pids=$(worker_pids $CO)
+	[ "$(echo $pids | wc -w)" = 4 ] || continue
+	# Pss counts a shared page once across the processes that map it
+	pss=0; rss=0
+	for p in $pids; do
+		pss=$((pss + $(awk '/^Pss:/ { s += $2 } END { print s }' /proc/$p/smaps_rollup)))
+		rss=$((rss + $(awk '/^Rss:/ { s += $2 } END { print s }' /proc/$p/smaps_rollup)))
+	done
+	[ $rss -gt $((3 * mb * 1024)) ] && { shared="$rss $pss"; break; }
+done
+wait $CO
+set -- $shared
+if [ -n "$shared" ] && [ "$2" -lt $(( $1 / 2 )) ]; then
+	pass "weights of $mb MiB: 4 workers' RSS $(($1 / 1024)) MiB, PSS $(($2 / 1024)) MiB"
+else
+	fail "sharing: rss/pss '$shared' (weights $mb MiB)"
+fi
+
+finish
