@@ -140,10 +140,12 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBCOORD) $(LIBWORKER) $(LIBCOMMON)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) -lcmocka -lseccomp $(LDLIBS_COORD)
 
 # Decode the default workload (a few thousand mixed requests) with 4
-# workers and an accelerator-like sim model (2 ms per call), then check
-# every result against the reference decoder.
+# workers and an accelerator-like sim model (2 ms per call), then a few
+# hundred requests with the llama transformer on a generated checkpoint
+# and 2 workers, checking every result against the reference decoder.
 RUN_REQUESTS ?= 3000
 RUN_MODEL ?= sim:mode=sleep,call_us=2000,row_us=10
+RUN_LLAMA_REQUESTS ?= 300
 run: deps
 	$(MAKE) all
 	$(BIN)/gen_workload --n $(RUN_REQUESTS) --seed 1 > $(BUILD)/workload.jsonl
@@ -153,6 +155,15 @@ run: deps
 	@echo "results: $(BUILD)/results.jsonl ($$(wc -l < $(BUILD)/results.jsonl) lines), summary: $(BUILD)/stats.json"
 	$(BIN)/refdecode --model sim --input $(BUILD)/workload.jsonl \
 		--check $(BUILD)/results.jsonl
+	@echo "== the llama transformer: a generated checkpoint, 2 workers, checked by a naive forward"
+	$(BIN)/make_checkpoint --out $(BUILD)/run-llama.bin --dim 96 --hidden 192 --layers 3 \
+		--heads 6 --kv-heads 2 --vocab 512 --seq-len 256 --seed 1
+	$(BIN)/gen_workload --n $(RUN_LLAMA_REQUESTS) --seed 1 --vocab 512 --max-prompt 64 \
+		--max-tokens 64 --max-context 256 > $(BUILD)/workload-llama.jsonl
+	$(BIN)/dynbatch run --workers 2 --model llama:$(BUILD)/run-llama.bin --step-tokens 64 \
+		--input $(BUILD)/workload-llama.jsonl --output $(BUILD)/results-llama.jsonl
+	$(BIN)/refdecode --model llama:$(BUILD)/run-llama.bin \
+		--input $(BUILD)/workload-llama.jsonl --check $(BUILD)/results-llama.jsonl
 
 # Serve the OpenAI-style API on SERVE_LISTEN until Ctrl-C (which drains).
 SERVE_LISTEN ?= 127.0.0.1:8080
