@@ -19,7 +19,7 @@
 set -u
 . "$(dirname "$0")/e2e_lib.sh"
 
-HOSTILE_MODES=${HOSTILE_MODES-wrong-generation empty bad-dispatch-id seq-jump flood \
+HOSTILE_MODES=${HOSTILE_MODES-wrong-generation empty bad-dispatch-id seq-jump flood prefill-forever \
 	scribble steal-wakeups write-fds mprotect}
 HOSTILE_WORKER=${HOSTILE_WORKER:-$BIN/dynbatch-hostile-worker}
 RUN_LIMIT_S=${RUN_LIMIT_S:-60}	# a run taking longer has stalled
@@ -106,9 +106,25 @@ done
 # each worker is killed after a bounded run of them, blaming nobody, and
 # its requests finish on the honest shards.  Slower steps, so that the
 # shard is restarted and attacks several times.
-for mode in wrong-generation empty; do
+for mode in wrong-generation empty prefill-forever; do
 	RUN_MODEL="$MODEL,row_us=150" hostile_case "$mode-forever" "$mode,lives=1000000" 3
 done
+
+# A worker that refuses every row (a stateful model may refuse a row,
+# docs/DESIGN.md 2.3): the requests of its shard end with the
+# coordinator's own "refused" message (whatever reason number it sent),
+# every other request is exact, nothing else fails.
+hostile_run refuse "refuse,lives=5" 3
+n_ref=$(grep -c '"finish_reason":"error".*the model refused the request' "$E2E_TMP/refuse.out")
+n_err=$(grep -c '"finish_reason":"error"' "$E2E_TMP/refuse.out")
+n_lines=$(wc -l < "$E2E_TMP/refuse.out")
+if [ "$RUN_RC" -eq 0 ] && [ "$n_lines" -eq 1500 ] && [ "$n_ref" -gt 0 ] &&
+   [ "$n_ref" -eq "$n_err" ] && "$BIN/refdecode" --model "$MODEL" --input "$E2E_TMP/w.jsonl" \
+	--check "$E2E_TMP/refuse.out" --allow-errors > "$E2E_TMP/refuse.check" 2>&1; then
+	pass "refuse: $n_ref requests refused on its shard, the rest exact"
+else
+	fail "refuse: exit $RUN_RC, $n_lines lines, $n_ref refused of $n_err errors: $(tail -n 1 "$E2E_TMP/refuse.check" 2>/dev/null)"
+fi
 
 # The only worker attacks for ever: after ENGINE_MAX_FAILED_STARTS (8)
 # such workers in a row the shard is lost like one whose workers cannot

@@ -23,6 +23,11 @@
  *                     ahead
  *   flood             after its first honest result, copies of it into
  *                     every entry the coordinator frees, as fast as it can
+ *   prefill-forever   every row a prefill row (no token yet) that claims
+ *                     to be a little further along each time
+ *   refuse            every row refused, with reasons in range or not:
+ *                     the requests on its shard fail with an error that
+ *                     says the model refused them, no other request does
  * Channel-level modes attack whatever the process can reach, found the
  * generic way (/proc/self/maps, /proc/self/fd), from a thread beside the
  * honest loop, so they keep working whatever the segment's layout:
@@ -123,6 +128,44 @@ static void publish_empty(void *arg, const struct shm_header *hdr,
 	struct hostile *h = arg;
 
 	shm_result_at(hdr, ch, *pos)->n_rows = 0;
+	h->n_results++;
+	publish_at(ch, hdr, *pos, *pos + 1);
+	(*pos)++;
+}
+
+/* prefill-forever: every row claims a prefill chunk (no token), each
+ * claim a little further along, for as long as it lives. */
+static void publish_prefill_forever(void *arg, const struct shm_header *hdr,
+				    struct shm_channel *ch, uint64_t *pos)
+{
+	struct hostile *h = arg;
+	struct shm_result *r = shm_result_at(hdr, ch, *pos);
+	uint32_t n = r->n_rows <= hdr->shard_capacity ? r->n_rows : 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t len = r->rows[i].n_tokens ? r->rows[i].n_tokens : 1;
+
+		r->rows[i].token = SHM_TOKEN_PREFILL;
+		r->rows[i].detail = (uint32_t)((h->n_results + i) % len);
+	}
+	h->n_results++;
+	publish_at(ch, hdr, *pos, *pos + 1);
+	(*pos)++;
+}
+
+/* refuse: every row refused, with reasons in range and out of it. */
+static void publish_refuse(void *arg, const struct shm_header *hdr,
+			   struct shm_channel *ch, uint64_t *pos)
+{
+	struct hostile *h = arg;
+	struct shm_result *r = shm_result_at(hdr, ch, *pos);
+	uint32_t n = r->n_rows <= hdr->shard_capacity ? r->n_rows : 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		r->rows[i].token = SHM_TOKEN_REFUSED;
+		r->rows[i].detail = (uint32_t)(h->n_results + i) % 7 == 6 ?
+				    UINT32_MAX : (uint32_t)(h->n_results + i) % 7;
+	}
 	h->n_results++;
 	publish_at(ch, hdr, *pos, *pos + 1);
 	(*pos)++;
@@ -465,6 +508,8 @@ static const struct mode modes[] = {
 	{ "bad-dispatch-id", publish_bad_dispatch_id, NULL, 0 },
 	{ "seq-jump", publish_seq_jump, NULL, 0 },
 	{ "flood", publish_flood, NULL, 0 },
+	{ "prefill-forever", publish_prefill_forever, NULL, 0 },
+	{ "refuse", publish_refuse, NULL, 0 },
 	{ "scribble", publish_nothing, attack_scribble, 100 },
 	{ "steal-wakeups", NULL, attack_steal_wakeups, 0 },
 	{ "write-fds", NULL, attack_write_fds, 20000 },
