@@ -99,10 +99,10 @@ static void ref_plan(struct ref_slot *rs, const uint32_t *rows_slot, uint32_t n,
 static void test_budget_against_naive_planner(void **state)
 {
 	struct rng r = rng_for(1);
-	struct model *m = open_simkv();
 	char err[256];
 
 	for (int round = 0; round < 40; round++) {
+		struct model *m = open_simkv();	/* bind() is once per model */
 		uint32_t budget = rng_below(&r, 3) ? 1 + rng_below(&r, 40) : 0;
 		struct model_runner *run = model_runner_create(m, N_SLOTS, MAX_CTX, budget,
 							       err, sizeof(err));
@@ -166,8 +166,8 @@ static void test_budget_against_naive_planner(void **state)
 			}
 		}
 		model_runner_destroy(run);
+		model_close(m);
 	}
-	model_close(m);
 }
 
 static void test_refusal_and_empty_prompt(void **state)
