@@ -6,7 +6,8 @@
  *
  * The AVX2 matmul reads each weight once per call, however many rows: it
  * walks the outputs in blocks of LLAMA_NR weight rows (which stay in L1)
- * and, for each block, the input rows in blocks of LLAMA_MR, keeping
+ * and, for each block, the input rows in blocks of LLAMA_MR (the last
+ * n_rows % MR rows alone, with LLAMA_NR1 outputs per tile), keeping
  * MR x NR accumulators in registers (4 x 3 = 12 of the 16 ymm registers;
  * 3 hold weights, 1 an input).  Each weight vector loaded is used MR
  * times, each input vector NR times.
@@ -74,6 +75,7 @@ static void llama_axpy_portable(float *y, float a, const float *x, size_t n)
 #define LLAMA_AVX2 __attribute__((target("avx2,fma")))
 #define LLAMA_MR 4	/* input rows per tile */
 #define LLAMA_NR 3	/* outputs per tile */
+#define LLAMA_NR1 8	/* outputs per tile of a single row */
 
 static inline __attribute__((always_inline)) LLAMA_AVX2 float
 llama_hsum8(__m256 v)
@@ -103,25 +105,25 @@ static inline __attribute__((always_inline)) LLAMA_AVX2 void
 llama_tile(int R, int O, float *out, const float *x, const float *w,
 	   size_t n_in, size_t n_out)
 {
-	__m256 acc[LLAMA_MR][LLAMA_NR];
+	__m256 acc[LLAMA_MR][LLAMA_NR1];
 	size_t i, n8 = n_in & ~(size_t)7;
 
 #pragma GCC unroll 4
 	for (int r = 0; r < R; r++)
-#pragma GCC unroll 3
+#pragma GCC unroll 8
 		for (int o = 0; o < O; o++)
 			acc[r][o] = _mm256_setzero_ps();
 	for (i = 0; i < n8; i += 8) {
-		__m256 wv[LLAMA_NR];
+		__m256 wv[LLAMA_NR1];
 
-#pragma GCC unroll 3
+#pragma GCC unroll 8
 		for (int o = 0; o < O; o++)
 			wv[o] = _mm256_loadu_ps(w + o * n_in + i);
 #pragma GCC unroll 4
 		for (int r = 0; r < R; r++) {
 			__m256 xv = _mm256_loadu_ps(x + r * n_in + i);
 
-#pragma GCC unroll 3
+#pragma GCC unroll 8
 			for (int o = 0; o < O; o++)
 				acc[r][o] = _mm256_fmadd_ps(wv[o], xv,
 							    acc[r][o]);
@@ -129,7 +131,7 @@ llama_tile(int R, int O, float *out, const float *x, const float *w,
 	}
 #pragma GCC unroll 4
 	for (int r = 0; r < R; r++) {
-#pragma GCC unroll 3
+#pragma GCC unroll 8
 		for (int o = 0; o < O; o++) {
 			float s = llama_hsum8(acc[r][o]);
 
@@ -143,7 +145,7 @@ llama_tile(int R, int O, float *out, const float *x, const float *w,
 
 /* The tile for R rows and O outputs, each a constant-bound copy. */
 #define LLAMA_TILE_CASE(R, O)                                          \
-	case (R) * 4 + (O):                                            \
+	case (R) * 16 + (O):                                           \
 		llama_tile(R, O, out, x, w, n_in, n_out);              \
 		break
 
@@ -151,8 +153,10 @@ static LLAMA_AVX2 void llama_tile_any(int R, int O, float *out,
 				      const float *x, const float *w,
 				      size_t n_in, size_t n_out)
 {
-	switch (R * 4 + O) {
+	switch (R * 16 + O) {
 	LLAMA_TILE_CASE(1, 1); LLAMA_TILE_CASE(1, 2); LLAMA_TILE_CASE(1, 3);
+	LLAMA_TILE_CASE(1, 4); LLAMA_TILE_CASE(1, 5); LLAMA_TILE_CASE(1, 6);
+	LLAMA_TILE_CASE(1, 7); LLAMA_TILE_CASE(1, 8);
 	LLAMA_TILE_CASE(2, 1); LLAMA_TILE_CASE(2, 2); LLAMA_TILE_CASE(2, 3);
 	LLAMA_TILE_CASE(3, 1); LLAMA_TILE_CASE(3, 2); LLAMA_TILE_CASE(3, 3);
 	LLAMA_TILE_CASE(4, 1); LLAMA_TILE_CASE(4, 2);
@@ -161,25 +165,44 @@ static LLAMA_AVX2 void llama_tile_any(int R, int O, float *out,
 	}
 }
 
+/*
+ * Rows in blocks of MR against outputs in blocks of NR; the rows left
+ * over (n_rows % MR: all of them at batch 1) one at a time against
+ * outputs in blocks of NR1, which keeps NR1 independent FMA chains and
+ * NR1 weight streams in flight where a single row is memory-bound.
+ */
 static LLAMA_AVX2 void llama_matmul_avx2(float *out, const float *x,
 					 size_t n_rows, const float *w,
 					 size_t n_in, size_t n_out)
 {
-	for (size_t o = 0; o < n_out; o += LLAMA_NR) {
-		int O = n_out - o < LLAMA_NR ? (int)(n_out - o) : LLAMA_NR;
-		size_t b = 0;
+	size_t n_full = n_rows / LLAMA_MR * LLAMA_MR;
 
-		if (O == LLAMA_NR)
-			for (; b + LLAMA_MR <= n_rows; b += LLAMA_MR)
+	for (size_t o = 0; n_full && o < n_out; o += LLAMA_NR) {
+		int O = n_out - o < LLAMA_NR ? (int)(n_out - o) : LLAMA_NR;
+
+		for (size_t b = 0; b < n_full; b += LLAMA_MR) {
+			if (O == LLAMA_NR)
 				llama_tile(LLAMA_MR, LLAMA_NR,
 					   out + b * n_out + o, x + b * n_in,
 					   w + o * n_in, n_in, n_out);
-		for (; b < n_rows; b += LLAMA_MR) {
-			int R = n_rows - b < LLAMA_MR ? (int)(n_rows - b) :
-							LLAMA_MR;
+			else
+				llama_tile_any(LLAMA_MR, O, out + b * n_out + o,
+					       x + b * n_in, w + o * n_in, n_in,
+					       n_out);
+		}
+	}
+	for (size_t o = 0; n_full < n_rows && o < n_out; o += LLAMA_NR1) {
+		int O = n_out - o < LLAMA_NR1 ? (int)(n_out - o) : LLAMA_NR1;
 
-			llama_tile_any(R, O, out + b * n_out + o, x + b * n_in,
-				       w + o * n_in, n_in, n_out);
+		for (size_t b = n_full; b < n_rows; b++) {
+			if (O == LLAMA_NR1)
+				llama_tile(1, LLAMA_NR1, out + b * n_out + o,
+					   x + b * n_in, w + o * n_in, n_in,
+					   n_out);
+			else
+				llama_tile_any(1, O, out + b * n_out + o,
+					       x + b * n_in, w + o * n_in, n_in,
+					       n_out);
 		}
 	}
 }
