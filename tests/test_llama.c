@@ -10,7 +10,8 @@
  * the engine does and check what model.h promises: bit-identical logits
  * whatever the batch, the neighbours, the row's place, the prefill
  * chunking and a rebuild of the state; refusals; memory given back; and
- * a clear error, never a crash, for a bad checkpoint.
+ * a clear error, never a crash, for a bad checkpoint; and steps inside the
+ * worker's seccomp sandbox.
  *
  * Seeds: SEED= replays a run (test_rng.h).
  */
@@ -23,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -30,6 +32,7 @@
 #include "llama_checkpoint.h"
 #include "llama_kernels.h"
 #include "llama_model.h"
+#include "sandbox.h"
 #include "test_rng.h"
 
 static char tmp_dir[] = "/tmp/test_llama.XXXXXX";
@@ -888,6 +891,79 @@ static void test_release_memory(void **state)
 	tmodel_free(&t);
 }
 
+/*
+ * step() and release() inside the worker's seccomp sandbox: a child
+ * creates and binds the model, enters the sandbox, decodes (prefill in
+ * chunks, release, re-prefill) and sends its logits through a pipe; they
+ * must be the parent's, unsandboxed, bit for bit.
+ */
+static void test_steps_in_sandbox(void **state)
+{
+	struct rng r = rng_for(9);
+	struct fixture f;
+	static struct req q, q2;
+	size_t bytes = (size_t)6 * 97 * sizeof(float);
+	float *want = malloc(bytes), *got = malloc(bytes);
+	int fds[2], status;
+	size_t have = 0;
+	pid_t pid;
+	void *m;
+
+	fixture_make(&f, &r, rng_below(&r, 2), 128);
+	for (int i = 0; i < 30; i++)
+		q.tokens[i] = (int32_t)rng_below(&r, 97);
+	q.n_tokens = 30;
+	q.chunk = 7;
+	q2 = q;
+	m = must_create(f.path);
+	must_bind(m, 4, 128);
+	run_alone(m, &q, 6, want);
+	api->destroy(m);
+	assert_int_equal(pipe(fds), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char err[512];
+		void *cm = api->create(f.path, err, sizeof(err));
+
+		close(fds[0]);
+		if (!cm || api->bind(cm, 4, 128, err, sizeof(err)) ||
+		    worker_sandbox_enter(&fds[1], 1, err, sizeof(err)))
+			_exit(3);
+		q2.slot = 3;
+		run_alone(cm, &q2, 3, got);
+		api->release(cm, 3);	/* madvise in the sandbox */
+		q2.n_cached = 0;
+		q2.chunk = 64;
+		run_alone(cm, &q2, 3, got + 3 * 97);
+		for (size_t off = 0; off < bytes;) {
+			ssize_t n = write(fds[1], (char *)got + off, bytes - off);
+
+			if (n <= 0)
+				_exit(4);
+			off += (size_t)n;
+		}
+		_exit(0);
+	}
+	close(fds[1]);
+	while (have < bytes) {
+		ssize_t n = read(fds[0], (char *)got + have, bytes - have);
+
+		if (n <= 0)
+			break;
+		have += (size_t)n;
+	}
+	close(fds[0]);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		fail_msg("sandboxed child: status 0x%x", status);
+	assert_int_equal(have, bytes);
+	assert_memory_equal(got, want, bytes);
+	free(want);
+	free(got);
+	tmodel_free(&f.t);
+}
+
 static int remove_tmp(void)
 {
 	char cmd[128];
@@ -906,6 +982,7 @@ int main(void)
 		cmocka_unit_test(test_header_fuzz),
 		cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_release_memory),
+		cmocka_unit_test(test_steps_in_sandbox),
 	};
 	int rc;
 
