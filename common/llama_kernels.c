@@ -178,43 +178,57 @@ static LLAMA_AVX2 void llama_tile_any(int R, int O, float *out,
 }
 
 /*
- * Rows in blocks of MR against outputs in blocks of NR; the rows left
- * over (n_rows % MR: all of them at batch 1) one at a time against
- * outputs in blocks of NR1, which keeps NR1 independent FMA chains and
- * NR1 weight streams in flight where a single row is memory-bound.
+ * Outputs in blocks of LLAMA_OB weight rows (a multiple of NR and NR1);
+ * per block, rows in groups of MR against NR outputs at a time, then the
+ * rows left over (n_rows % MR: all of them at batch 1) one at a time
+ * against NR1 outputs at a time, which keeps NR1 independent FMA chains
+ * and weight streams in flight where a single row is memory-bound.  The
+ * leftover rows find the block's weights still in cache, so every weight
+ * comes from memory once per call whatever n_rows.
  */
+#define LLAMA_OB 24
+
 static LLAMA_AVX2 void llama_matmul_avx2(float *out, const float *x,
 					 size_t n_rows, const float *w,
 					 size_t n_in, size_t n_out)
 {
 	size_t n_full = n_rows / LLAMA_MR * LLAMA_MR;
 
-	for (size_t o = 0; n_full && o < n_out; o += LLAMA_NR) {
-		int O = n_out - o < LLAMA_NR ? (int)(n_out - o) : LLAMA_NR;
+	for (size_t ob = 0; ob < n_out; ob += LLAMA_OB) {
+		size_t oe = n_out - ob < LLAMA_OB ? n_out : ob + LLAMA_OB;
 
-		for (size_t b = 0; b < n_full; b += LLAMA_MR) {
-			if (O == LLAMA_NR)
-				llama_tile(LLAMA_MR, LLAMA_NR,
-					   out + b * n_out + o, x + b * n_in,
-					   w + o * n_in, n_in, n_out);
-			else
-				llama_tile_any(LLAMA_MR, O, out + b * n_out + o,
-					       x + b * n_in, w + o * n_in, n_in,
-					       n_out);
+		for (size_t o = ob; n_full && o < oe; o += LLAMA_NR) {
+			int O = oe - o < LLAMA_NR ? (int)(oe - o) : LLAMA_NR;
+
+			for (size_t b = 0; b < n_full; b += LLAMA_MR) {
+				if (O == LLAMA_NR)
+					llama_tile(LLAMA_MR, LLAMA_NR,
+						   out + b * n_out + o,
+						   x + b * n_in, w + o * n_in,
+						   n_in, n_out);
+				else
+					llama_tile_any(LLAMA_MR, O,
+						       out + b * n_out + o,
+						       x + b * n_in,
+						       w + o * n_in, n_in,
+						       n_out);
+			}
 		}
-	}
-	for (size_t o = 0; n_full < n_rows && o < n_out; o += LLAMA_NR1) {
-		int O = n_out - o < LLAMA_NR1 ? (int)(n_out - o) : LLAMA_NR1;
+		for (size_t o = ob; n_full < n_rows && o < oe; o += LLAMA_NR1) {
+			int O = oe - o < LLAMA_NR1 ? (int)(oe - o) : LLAMA_NR1;
 
-		for (size_t b = n_full; b < n_rows; b++) {
-			if (O == LLAMA_NR1)
-				llama_tile(1, LLAMA_NR1, out + b * n_out + o,
-					   x + b * n_in, w + o * n_in, n_in,
-					   n_out);
-			else
-				llama_tile_any(1, O, out + b * n_out + o,
-					       x + b * n_in, w + o * n_in, n_in,
-					       n_out);
+			for (size_t b = n_full; b < n_rows; b++) {
+				if (O == LLAMA_NR1)
+					llama_tile(1, LLAMA_NR1,
+						   out + b * n_out + o,
+						   x + b * n_in, w + o * n_in,
+						   n_in, n_out);
+				else
+					llama_tile_any(1, O, out + b * n_out + o,
+						       x + b * n_in,
+						       w + o * n_in, n_in,
+						       n_out);
+			}
 		}
 	}
 }
