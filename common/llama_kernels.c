@@ -126,7 +126,7 @@ llama_tile(int R, int O, float *out, const float *x, const float *w,
 #pragma GCC unroll 8
 		for (int o = 0; o < O; o++)
 			wv[o] = _mm256_loadu_ps(w + o * n_in + i);
-		if ((R == 1 && O == LLAMA_NR1) || (R == LLAMA_MR && O == LLAMA_NR)) {
+		if (R * O >= 8) {
 			/* two blocks ahead, a little faster than consumed:
 			 * see the file comment */
 			const char *ahead = (const char *)(w + 2 * O * n_in + i * O);
@@ -173,6 +173,7 @@ static LLAMA_AVX2 void llama_tile_any(int R, int O, float *out,
 	LLAMA_TILE_CASE(1, 4); LLAMA_TILE_CASE(1, 5); LLAMA_TILE_CASE(1, 6);
 	LLAMA_TILE_CASE(1, 7); LLAMA_TILE_CASE(1, 8);
 	LLAMA_TILE_CASE(2, 1); LLAMA_TILE_CASE(2, 2); LLAMA_TILE_CASE(2, 3);
+	LLAMA_TILE_CASE(2, 4);
 	LLAMA_TILE_CASE(3, 1); LLAMA_TILE_CASE(3, 2); LLAMA_TILE_CASE(3, 3);
 	LLAMA_TILE_CASE(4, 1); LLAMA_TILE_CASE(4, 2);
 	default:
@@ -183,11 +184,11 @@ static LLAMA_AVX2 void llama_tile_any(int R, int O, float *out,
 /*
  * Outputs in blocks of LLAMA_OB weight rows (a multiple of NR and NR1);
  * per block, rows in groups of MR against NR outputs at a time, then the
- * rows left over (n_rows % MR: all of them at batch 1) one at a time
- * against NR1 outputs at a time, which keeps NR1 independent FMA chains
- * and weight streams in flight where a single row is memory-bound.  The
- * leftover rows find the block's weights still in cache, so every weight
- * comes from memory once per call whatever n_rows.
+ * R_left = n_rows % MR rows left over (all of them at batch 1 to 3)
+ * together against 8, 4 or 3 outputs at a time, which keeps enough
+ * independent FMA chains and weight streams in flight.  The leftover rows
+ * find the block's weights still in cache, so every weight comes from
+ * memory once per call whatever n_rows.
  */
 #define LLAMA_OB 24
 
@@ -196,6 +197,9 @@ static LLAMA_AVX2 void llama_matmul_avx2(float *out, const float *x,
 					 size_t n_in, size_t n_out)
 {
 	size_t n_full = n_rows / LLAMA_MR * LLAMA_MR;
+	int R_left = (int)(n_rows - n_full);
+	/* as many accumulators as fit the 16 registers beside the weights */
+	size_t NR_left = R_left == 1 ? LLAMA_NR1 : R_left == 2 ? 4 : 3;
 
 	for (size_t ob = 0; ob < n_out; ob += LLAMA_OB) {
 		size_t oe = n_out - ob < LLAMA_OB ? n_out : ob + LLAMA_OB;
@@ -217,21 +221,17 @@ static LLAMA_AVX2 void llama_matmul_avx2(float *out, const float *x,
 						       n_out);
 			}
 		}
-		for (size_t o = ob; n_full < n_rows && o < oe; o += LLAMA_NR1) {
-			int O = oe - o < LLAMA_NR1 ? (int)(oe - o) : LLAMA_NR1;
+		for (size_t o = ob; R_left && o < oe; o += NR_left) {
+			int O = oe - o < NR_left ? (int)(oe - o) : (int)NR_left;
 
-			for (size_t b = n_full; b < n_rows; b++) {
-				if (O == LLAMA_NR1)
-					llama_tile(1, LLAMA_NR1,
-						   out + b * n_out + o,
-						   x + b * n_in, w + o * n_in,
-						   n_in, n_out);
-				else
-					llama_tile_any(1, O, out + b * n_out + o,
-						       x + b * n_in,
-						       w + o * n_in, n_in,
-						       n_out);
-			}
+			if (R_left == 1 && O == LLAMA_NR1)
+				llama_tile(1, LLAMA_NR1, out + n_full * n_out + o,
+					   x + n_full * n_in, w + o * n_in, n_in,
+					   n_out);
+			else
+				llama_tile_any(R_left, O, out + n_full * n_out + o,
+					       x + n_full * n_in, w + o * n_in,
+					       n_in, n_out);
 		}
 	}
 }
