@@ -34,6 +34,7 @@
  */
 #include "llama_kernels.h"
 
+#include <stdbool.h>
 #include <string.h>
 
 /* ---------------------------------------------------------------- portable */
@@ -105,11 +106,15 @@ llama_fma1(float a, float b, float s)
 }
 
 /*
- * One tile: rows x[0..R) times weight rows w[0..O), R <= MR, O <= NR,
- * written to out[r * n_out + o].  Inlined with constant R and O.
+ * One tile: rows x[0..R) times weight rows w[0..O), R <= MR, O <= NR1,
+ * written to out[r * n_out + o].  Inlined with constant R, O and PF.
+ * PF: prefetch the weights of two tiles ahead.  Only memory-bound calls
+ * do, and only in the first row group of a block: prefetching in every
+ * group evicts from L1 the weights the later groups still need, which
+ * made a 64-row step of the stories110M shape 3x slower.
  */
 static inline __attribute__((always_inline)) LLAMA_AVX2 void
-llama_tile(int R, int O, float *out, const float *x, const float *w,
+llama_tile(int R, int O, bool PF, float *out, const float *x, const float *w,
 	   size_t n_in, size_t n_out)
 {
 	__m256 acc[LLAMA_MR][LLAMA_NR1];
@@ -126,7 +131,7 @@ llama_tile(int R, int O, float *out, const float *x, const float *w,
 #pragma GCC unroll 8
 		for (int o = 0; o < O; o++)
 			wv[o] = _mm256_loadu_ps(w + o * n_in + i);
-		if (R * O >= 8) {
+		if (PF && R * O >= 8) {
 			/* two blocks ahead, a little faster than consumed:
 			 * see the file comment */
 			const char *ahead = (const char *)(w + 2 * O * n_in + i * O);
@@ -161,7 +166,7 @@ llama_tile(int R, int O, float *out, const float *x, const float *w,
 /* The tile for R rows and O outputs, each a constant-bound copy. */
 #define LLAMA_TILE_CASE(R, O)                                          \
 	case (R) * 16 + (O):                                           \
-		llama_tile(R, O, out, x, w, n_in, n_out);              \
+		llama_tile(R, O, true, out, x, w, n_in, n_out);        \
 		break
 
 static LLAMA_AVX2 void llama_tile_any(int R, int O, float *out,
@@ -197,6 +202,8 @@ static LLAMA_AVX2 void llama_matmul_avx2(float *out, const float *x,
 					 size_t n_in, size_t n_out)
 {
 	size_t n_full = n_rows / LLAMA_MR * LLAMA_MR;
+	/* only small batches are memory-bound enough to gain by prefetching */
+	bool few_rows = n_full <= 2 * LLAMA_MR;
 	int R_left = (int)(n_rows - n_full);
 	/* as many accumulators as fit the 16 registers beside the weights */
 	size_t NR_left = R_left == 1 ? LLAMA_NR1 : R_left == 2 ? 4 : 3;
@@ -208,8 +215,13 @@ static LLAMA_AVX2 void llama_matmul_avx2(float *out, const float *x,
 			int O = oe - o < LLAMA_NR ? (int)(oe - o) : LLAMA_NR;
 
 			for (size_t b = 0; b < n_full; b += LLAMA_MR) {
-				if (O == LLAMA_NR)
-					llama_tile(LLAMA_MR, LLAMA_NR,
+				if (O == LLAMA_NR && b == 0 && few_rows)
+					llama_tile(LLAMA_MR, LLAMA_NR, true,
+						   out + b * n_out + o,
+						   x + b * n_in, w + o * n_in,
+						   n_in, n_out);
+				else if (O == LLAMA_NR)
+					llama_tile(LLAMA_MR, LLAMA_NR, false,
 						   out + b * n_out + o,
 						   x + b * n_in, w + o * n_in,
 						   n_in, n_out);
@@ -225,7 +237,7 @@ static LLAMA_AVX2 void llama_matmul_avx2(float *out, const float *x,
 			int O = oe - o < NR_left ? (int)(oe - o) : (int)NR_left;
 
 			if (R_left == 1 && O == LLAMA_NR1)
-				llama_tile(1, LLAMA_NR1, out + n_full * n_out + o,
+				llama_tile(1, LLAMA_NR1, true, out + n_full * n_out + o,
 					   x + n_full * n_in, w + o * n_in, n_in,
 					   n_out);
 			else
