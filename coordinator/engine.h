@@ -67,6 +67,11 @@ struct engine_config {
 #define ENGINE_EXIT_FAILED 1
 #define ENGINE_EXIT_USAGE 2
 
+/* --step-tokens by default: a 1,000-token prompt of a 110M-parameter model
+ * in one step takes about 10 s on one core, the default step timeout,
+ * and stalls the shard's decoding rows all that time. */
+#define ENGINE_DEFAULT_STEP_TOKENS 512u
+
 /* --max-context when neither the user nor the model sets one. */
 #define ENGINE_DEFAULT_MAX_CONTEXT 4096u
 

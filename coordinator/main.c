@@ -51,7 +51,7 @@ static void usage(FILE *f)
 "                     else 4096; more than the model's is refused)\n"
 "  --step-tokens N    stateful models (llama): at most N tokens per step; long\n"
 "                     prompts are prefilled in chunks between decode steps\n"
-"                     (default 0: no budget)\n"
+"                     (default 512; 0: no budget, a prompt in one step)\n"
 "  --input FILE|-     JSON Lines requests (default -: standard input)\n"
 "  --output FILE|-    JSON Lines results (default -: standard output)\n"
 "  --max-line BYTES   longest input line; a longer one gets an error result\n"
@@ -238,6 +238,7 @@ int main(int argc, char **argv)
 		.n_workers = ncpu > 0 ? (uint32_t)ncpu : 1,
 		.n_slots = 64,
 		.model_spec = "sim",
+		.step_tokens = ENGINE_DEFAULT_STEP_TOKENS,
 		.queue_capacity = 1024,
 		.step_timeout_ms = 10000,
 		.start_timeout_ms = 60000,

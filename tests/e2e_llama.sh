@@ -28,7 +28,7 @@ run "in-process" "$CK" --workers 0
 run "1 worker, batch 1" "$CK" --workers 1 --batch 1
 run "2 workers, batch 2, 3 tokens a step" "$CK" --workers 2 --batch 2 --step-tokens 3
 run "3 workers, batch 7, 1 token a step" "$CK" --workers 3 --batch 7 --step-tokens 1
-run "2 workers, batch 64" "$CK" --workers 2 --batch 64
+run "2 workers, batch 64, no budget" "$CK" --workers 2 --batch 64 --step-tokens 0
 run "3 workers, batch 64, 16 tokens a step" "$CK" --workers 3 --batch 64 --step-tokens 16
 run "portable kernels" "$CK,kernel=portable" --workers 2 --batch 16
 
@@ -80,6 +80,33 @@ timeout 30 "$BIN/dynbatch" run --model "llama:$CK" --workers 1 \
 grep -q '"finish_reason":"error".*300' "$E2E_TMP/out.jsonl" &&
 	pass "a prompt token outside the vocabulary: an error result naming it" ||
 	fail "token outside the vocabulary: $(cat "$E2E_TMP/out.jsonl")"
+
+echo "== serve: a stream paused for backpressure resumes by re-prefill"
+if command -v python3 >/dev/null; then
+	"$BIN/dynbatch" serve --listen 127.0.0.1:0 --workers 2 --batch 8 --step-tokens 16 \
+		--model "llama:$CK" --conn-buffer 4096 --write-timeout 20000 \
+		2> "$E2E_TMP/serve.err" &
+	SRV_PID=$!
+	for _ in $(seq 100); do
+		PORT=$(grep -o 'listening on http://[^ ]*' "$E2E_TMP/serve.err" | sed 's/.*://')
+		[ -n "$PORT" ] && break
+		sleep 0.05
+	done
+	python3 "$(dirname "$0")/slow_stream.py" "$PORT" 40 200 2 > "$E2E_TMP/slow.tokens"
+	printf '{"id":"slow","prompt":%s,"max_tokens":200}\n' \
+		"$(python3 -c 'print(list(range(1,41)))' | tr -d ' ')" > "$E2E_TMP/slow_q.jsonl"
+	printf '{"id":"slow","tokens":%s,"finish_reason":"length"}\n' \
+		"$(tr -d ' \n' < "$E2E_TMP/slow.tokens")" > "$E2E_TMP/slow_r.jsonl"
+	check_results "the resumed stream" "llama:$CK" "$E2E_TMP/slow_q.jsonl" "$E2E_TMP/slow_r.jsonl"
+	pauses=$(curl -s "http://127.0.0.1:$PORT/metrics" |
+		awk '$1 == "dynbatch_http_pauses_total" { print $2 }')
+	expect_gt "it was paused" "${pauses:-0}" 0
+	kill -TERM "$SRV_PID"
+	wait "$SRV_PID"
+	expect_eq "serve exit 0" $? 0
+else
+	echo "skipped: no python3"
+fi
 
 echo "== 4 workers share one copy of the weights"
 "$BIN/make_checkpoint" --out "$E2E_TMP/mid.bin" --dim 256 --hidden 512 --layers 4 \

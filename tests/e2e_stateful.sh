@@ -35,7 +35,7 @@ run "in-process, 16 tokens a step" --workers 0 --step-tokens 16
 run "1 worker, batch 1, 1 token a step" --workers 1 --batch 1 --step-tokens 1
 run "2 workers, batch 2" --workers 2 --batch 2 --step-tokens 5
 run "3 workers, batch 7, 9 tokens a step" --workers 3 --batch 7 --step-tokens 9
-run "2 workers, batch 64, no budget" --workers 2 --batch 64
+run "2 workers, batch 64, no budget" --workers 2 --batch 64 --step-tokens 0
 run "3 workers, batch 64, 64 tokens a step" --workers 3 --batch 64 --step-tokens 64
 
 echo "== a step budget keeps decoding rows going while long prompts prefill"
@@ -115,29 +115,7 @@ for _ in $(seq 100); do
 done
 # a stream of 600 tokens read only after 2 s: its answers fill the buffer,
 # the request pauses (gives up its slot), then resumes from its tokens
-python3 - "$PORT" > "$E2E_TMP/slow.tokens" <<'EOF'
-import json, socket, sys, time
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-body = json.dumps({"id": "slow", "prompt": list(range(1, 200)), "max_tokens": 600,
-                   "stream": True})
-s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
-           % (len(body), body)).encode())
-s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-time.sleep(2)
-data = b""
-while True:
-    chunk = s.recv(65536)
-    if not chunk:
-        break
-    data += chunk
-    if b"data: [DONE]" in data:
-        break
-tokens = []
-for line in data.split(b"\n"):
-    if line.startswith(b"data: {"):
-        tokens += json.loads(line[6:])["choices"][0].get("token_ids", [])
-print(json.dumps(tokens))
-EOF
+python3 "$(dirname "$0")/slow_stream.py" "$PORT" 199 600 2 > "$E2E_TMP/slow.tokens"
 printf '{"id":"slow","prompt":%s,"max_tokens":600}\n' \
 	"$(python3 -c 'print(list(range(1,200)))' | tr -d ' ')" > "$E2E_TMP/slow_q.jsonl"
 want=$("$BIN/refdecode" --model "$REF" --input "$E2E_TMP/slow_q.jsonl" |

@@ -222,9 +222,13 @@ for shape in $SHAPES; do
 	# Parameters a token goes through (the classifier included, the
 	# embedding lookup not), and the bytes a step streams (+ the norms).
 	params=$((layers * (2 * dim * dim + 2 * dim * kvd + 3 * dim * hid) + vocab * dim))
+	# A token that only feeds the cache (a prompt token before the last)
+	# skips the classifier.
+	body=$((params - vocab * dim))
 	bytes=$((4 * (params + layers * 2 * dim + dim)))
 	bw_bound=$(calc %.3f "$BW * 1e9 / $bytes")
 	fma_bound=$(calc %.3f "$FMA * 1e9 / (2 * $params)")
+	prefill_bound=$(calc %.3f "$FMA * 1e9 / (2 * $body)")
 	model="llama:$ckpt"
 	row "### $shape (dim $dim, hidden $hid, $layers layers, $heads heads, $kvh kv heads, vocab $vocab, seq_len $seq)"
 	row ""
@@ -233,9 +237,11 @@ for shape in $SHAPES; do
 	row ""
 	row "| workers | batch | tokens/s | bound | bound by | share of bound | kernel share of FMA peak |"
 	row "| ---: | ---: | ---: | ---: | :--- | ---: | ---: |"
-	# Short prompts, so decode dominates; fewer tokens per request for 110M.
-	prompt=8
-	max_tokens=$([ "$dim" -ge 512 ] && echo 24 || echo 64)
+	# One-token prompts, so that the runs measure decode (a prompt token
+	# costs a forward pass but is not counted as a generated one); fewer
+	# tokens per request for 110M.
+	prompt=1
+	max_tokens=$([ "$dim" -ge 512 ] && echo 48 || echo 96)
 	[ $((prompt + max_tokens)) -le "$seq" ] || die "$shape: seq_len $seq is too short"
 	declare -A tps=()
 	for W in $WORKERS; do
@@ -254,8 +260,11 @@ for shape in $SHAPES; do
 			tokens=$(json "$OUT/$name.json" tokens)
 			model_s=$(json "$OUT/$name.json" model_s)
 			tps[$W-$B]=$t
-			# Prompt tokens go through the same weights: count them.
-			kernel=$(calc %.3f "($model_s > 0) ? ($tokens + $n * $prompt) * 2 * $params / ($model_s * $FMA * 1e9) : 0")
+			# The forward passes of the run: every generated token
+			# went through the classifier; the tokens fed to the
+			# model are the prompts and all generated tokens but
+			# each request's last.
+			kernel=$(calc %.3f "($model_s > 0) ? 2 * ($tokens * $params + ($n * $prompt - $n) * $body) / ($model_s * $FMA * 1e9) : 0")
 			row "| $W | $B | $(calc %.1f "$t") | $(calc %.1f "$bound") | $by | $(calc %.3f "$t / $bound") | $kernel |"
 		done
 	done
@@ -276,7 +285,10 @@ for shape in $SHAPES; do
 		echo "+ $BIN/dynbatch serve --workers 1 --batch 1 --model $model & 3 x POST a $long-token prompt" >&2
 		ttft=0
 	else
-		start_server "$OUT/$name.server.log" --workers 1 --batch 1 --model "$model"
+		# a 1000-token prompt of the 110M shape is one step of several
+		# seconds: no budget here, and no step timeout in the way
+		start_server "$OUT/$name.server.log" --workers 1 --batch 1 --model "$model" \
+			--step-timeout 600000
 		wait_healthy
 		: > "$OUT/$name.txt"
 		LOAD_S=0 long_client "$OUT/$name.txt" 3
@@ -285,7 +297,7 @@ for shape in $SHAPES; do
 		[ "$ttft" != - ] || die "$name: no long prompt was answered (see $OUT/$name.server.log)"
 	fi
 	pre_tps=$(calc %.1f "($ttft > 0) ? $long / ($ttft / 1000) : 0")
-	row "- prefill of a $long-token prompt$([ "$long" = 1000 ] || echo " (seq_len $seq: the longest that fits with room to decode)"), 1 worker: TTFT $ttft ms (median of 3), $pre_tps tokens/s, $(calc %.3f "$pre_tps / $fma_bound") of one core's FMA bound"
+	row "- prefill of a $long-token prompt$([ "$long" = 1000 ] || echo " (seq_len $seq: the longest that fits with room to decode)"), 1 worker: TTFT $ttft ms (median of 3), $pre_tps tokens/s, $(calc %.3f "$pre_tps / $prefill_bound") of one core's FMA bound (prompt tokens skip the classifier)"
 	row ""
 
 	# --- 5. chunked prefill -------------------------------------------
@@ -308,7 +320,8 @@ for shape in $SHAPES; do
 			row "| $st | - | - | - | - | - |"
 			continue
 		fi
-		start_server "$OUT/$name.server.log" --workers 1 --batch 16 --model "$model" "${extra[@]}"
+		start_server "$OUT/$name.server.log" --workers 1 --batch 16 --model "$model" \
+			--step-timeout 600000 "${extra[@]}"
 		wait_healthy
 		"$BIN/loadgen" --port "$PORT" --requests 1000000 --duration-s "$LOAD_S" \
 			--concurrency 8 --stream-frac 1 --max-prompt 8 --max-tokens 64 \
