@@ -312,7 +312,7 @@ for shape in $SHAPES; do
 		note "this dynbatch has no --step-tokens: chunked-prefill runs only without it"
 	fi
 	for st in $settings; do
-		extra=()
+		extra=(--step-tokens 0)
 		[ "$st" = none ] || extra=(--step-tokens "$st")
 		name="$shape-chunk-$st"
 		if [ "$DRY" = 1 ]; then
