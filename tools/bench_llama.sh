@@ -7,7 +7,8 @@
 # Knobs (environment): BIN (bin), SHAPES ("stories15M stories110M"),
 # RUN_S (about 3: seconds each decode run aims at), BATCHES
 # ("1 2 4 8 16 32 64"), WORKERS ("1 2"), STEP_TOKENS ("64 128 256": the
-# chunked-prefill runs; "none" is always run), LOAD_S (8: seconds of each
+# chunked-prefill runs of stories15M) and STEP_TOKENS_LARGE ("16 32 64":
+# those of the larger shape; "none" is always run), LOAD_S (8: seconds of each
 # chunked-prefill run), DRY=1 (print the commands, run nothing but
 # machine_limits; for checking the script where the engine has no llama).
 #
@@ -308,6 +309,8 @@ for shape in $SHAPES; do
 	settings="none"
 	if [ "$HAVE_STEP_TOKENS" = 1 ]; then
 		settings="none $STEP_TOKENS"
+		# a 110M-shaped token costs 7x a 15M one: smaller budgets
+		[ "$dim" -lt 512 ] || settings="none ${STEP_TOKENS_LARGE:-16 32 64}"
 	else
 		note "this dynbatch has no --step-tokens: chunked-prefill runs only without it"
 	fi
