@@ -194,12 +194,14 @@ e2e: all
 	@set -e; for t in $(E2E_TESTS); do echo "== $$t"; BIN=$(BIN) BUILD=$(BUILD) bash $$t; done
 
 # Throughput scaling runs: prints the table and the targets met or missed,
-# writes build/bench/table.md and build/bench/scaling.png (a few minutes).
+# writes build/bench/table.md and build/bench/scaling.png (a few minutes);
+# then the llama benchmark (bench-llama: build/bench/llama.md, llama.png).
 bench: deps
 	$(MAKE) all
 	@command -v gnuplot >/dev/null || { SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get install -y -qq gnuplot-nox || echo "make bench: no gnuplot, no plot"; }
 	BIN=$(BIN) bash tools/bench.sh $(BUILD)/bench
+	BIN=$(BIN) bash tools/bench_llama.sh $(BUILD)/bench
 
 # The built-in llama model against this machine's FMA peak and read
 # bandwidth (bin/machine_limits): decode, prefill and chunked-prefill

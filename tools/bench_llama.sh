@@ -245,6 +245,7 @@ for shape in $SHAPES; do
 	max_tokens=$([ "$dim" -ge 512 ] && echo 48 || echo 96)
 	[ $((prompt + max_tokens)) -le "$seq" ] || die "$shape: seq_len $seq is too short"
 	declare -A tps=()
+	for W in $WORKERS; do : > "$OUT/llama-$shape-w$W.dat"; done
 	for W in $WORKERS; do
 		for B in $BATCHES; do
 			[ "$B" -ge "$W" ] || continue
@@ -261,6 +262,7 @@ for shape in $SHAPES; do
 			tokens=$(json "$OUT/$name.json" tokens)
 			model_s=$(json "$OUT/$name.json" model_s)
 			tps[$W-$B]=$t
+			echo "$B $t $(calc %.3f "$t / $bound")" >> "$OUT/llama-$shape-w$W.dat"
 			# The forward passes of the run: every generated token
 			# went through the classifier; the tokens fed to the
 			# model are the prompts and all generated tokens but
@@ -350,5 +352,35 @@ done
 
 if [ -n "$ratio_110" ]; then
 	row "- 110M batch 64 2 workers / batch 1 1 worker = $ratio_110 (target >= 12: $(calc %s "($ratio_110 >= 12) ? \"met\" : \"MISSED\""))"
+fi
+# The plot: decode tokens/s against batch, per shape and worker count,
+# with the share of the bound on the right axis.
+if command -v gnuplot >/dev/null && [ "$DRY" != 1 ]; then
+	plots=""
+	for shape in $SHAPES; do
+		for W in $WORKERS; do
+			f="$OUT/llama-$shape-w$W.dat"
+			[ -s "$f" ] || continue
+			plots="$plots${plots:+, }\"$f\" using 1:2 with linespoints title \"$shape, $W worker(s): tokens/s\""
+			plots="$plots, \"$f\" using 1:3 axes x1y2 with lines dashtype 2 title \"$shape, $W: share of bound\""
+		done
+	done
+	gnuplot <<EOF 2>/dev/null
+set terminal pngcairo size 1000,560 noenhanced
+set output "$OUT/llama.png"
+set title "dynbatch llama decode: tokens/s and share of the machine's bound"
+set xlabel "batch"
+set ylabel "tokens/s"
+set y2label "share of bound (bandwidth or FMA peak)"
+set logscale x 2
+set logscale y 10
+set y2range [0:1.1]
+set y2tics
+set ytics nomirror
+set key left top
+set grid
+plot $plots
+EOF
+	[ -s "$OUT/llama.png" ] && echo "bench_llama: plot $OUT/llama.png"
 fi
 echo "bench_llama: tables in $TABLE"
