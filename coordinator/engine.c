@@ -929,7 +929,9 @@ bool engine_healthy(const struct engine *e)
 {
 	bool ready = false;
 
-	if (e->failed)
+	/* gave_up: the in-process engine's model failed, so every request
+	 * from now on gets 503: a load balancer must hear it too */
+	if (e->failed || e->gave_up)
 		return false;
 	if (e->in_process)
 		return true;

@@ -108,6 +108,38 @@ else
 	echo "skipped: no python3"
 fi
 
+echo "== NaN logits: the request that makes them fails alone; in-process, /health says so"
+"$BIN/make_checkpoint" --out "$E2E_TMP/nan.bin" --dim 64 --hidden 96 --layers 2 --heads 4 \
+	--kv-heads 2 --vocab 300 --seq-len 256 --separate-classifier --seed "$SEED" > /dev/null
+# token 17's embedding row (right after the 28-byte legacy header) is NaN
+python3 -c 'import struct, sys
+f = open(sys.argv[1], "r+b"); f.seek(28 + 17 * 64 * 4); f.write(struct.pack("<f", float("nan")) * 64)' \
+	"$E2E_TMP/nan.bin"
+for i in $(seq 0 19); do
+	echo "{\"id\":\"n$i\",\"prompt\":[$((i + 10)),3],\"max_tokens\":4}"
+done > "$E2E_TMP/nan.jsonl"
+timeout 60 "$BIN/dynbatch" run --model "llama:$E2E_TMP/nan.bin" --workers 2 --batch 8 \
+	--input "$E2E_TMP/nan.jsonl" --output "$E2E_TMP/out.jsonl" 2>/dev/null
+expect_eq "NaN logits, 2 workers: exit 0" $? 0
+expect_eq "only the request with token 17 failed" \
+	"$(grep '"finish_reason":"error"' "$E2E_TMP/out.jsonl" | grep -o '"id":"n[0-9]*"')" '"id":"n7"'
+"$BIN/dynbatch" serve --listen 127.0.0.1:0 --workers 0 --model "llama:$E2E_TMP/nan.bin" \
+	2> "$E2E_TMP/nanserve.err" &
+SRV_PID=$!
+for _ in $(seq 100); do
+	PORT=$(grep -o 'listening on http://[^ ]*' "$E2E_TMP/nanserve.err" | sed 's/.*://')
+	[ -n "$PORT" ] && break
+	sleep 0.05
+done
+h0=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")
+c=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/v1/completions" \
+	-d '{"prompt":[17,3],"max_tokens":2}')
+h1=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")
+expect_eq "in-process: /health 200, the NaN request fails (500), then /health 503" \
+	"$h0 $c $h1" "200 500 503"
+kill -TERM "$SRV_PID"
+wait "$SRV_PID"
+
 echo "== 4 workers share one copy of the weights"
 "$BIN/make_checkpoint" --out "$E2E_TMP/mid.bin" --dim 256 --hidden 512 --layers 4 \
 	--heads 4 --kv-heads 4 --vocab 2000 --seq-len 128 --seed "$SEED" > /dev/null
