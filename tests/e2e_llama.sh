@@ -123,6 +123,8 @@ timeout 60 "$BIN/dynbatch" run --model "llama:$E2E_TMP/nan.bin" --workers 2 --ba
 expect_eq "NaN logits, 2 workers: exit 0" $? 0
 expect_eq "only the request with token 17 failed" \
 	"$(grep '"finish_reason":"error"' "$E2E_TMP/out.jsonl" | grep -o '"id":"n[0-9]*"')" '"id":"n7"'
+grep '"id":"n7"' "$E2E_TMP/out.jsonl" | grep -q "the model's logits were NaN" &&
+	pass "its error says the logits were NaN" || fail "NaN error: $(grep '"id":"n7"' "$E2E_TMP/out.jsonl")"
 "$BIN/dynbatch" serve --listen 127.0.0.1:0 --workers 0 --model "llama:$E2E_TMP/nan.bin" \
 	2> "$E2E_TMP/nanserve.err" &
 SRV_PID=$!
