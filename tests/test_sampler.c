@@ -209,6 +209,34 @@ static void test_top_p_ties_kept(void **state)
 		assert_true(seen[i]);
 }
 
+/*
+ * top_p is ">= top_p": the smallest set whose mass reaches it.  With
+ * w = {1, 0.5, 0.5} exactly (z found so that expf(z) == 0.5f), Z = 2 and
+ * top_p = 0.5 the first token alone reaches the target 1.0 exactly.
+ */
+static void test_top_p_exact_boundary(void **state)
+{
+	float z = -0.6931472f;
+	struct sampling_params p = { .temperature = 1.0f, .top_p = 0.5f,
+				     .seed = 13 };
+	bool seen[3];
+	int steps = 0;
+
+	while (expf(z) != 0.5f && steps++ < 64)
+		z = nextafterf(z, expf(z) < 0.5f ? 0.0f : -1.0f);
+	assert_true(expf(z) == 0.5f);
+	{
+		const float logits[] = { 0.0f, z, z };
+
+		draw_set(logits, 3, &p, 2000, seen);
+		assert_true(seen[0]);
+		assert_false(seen[1] || seen[2]);
+		p.top_p = 0.50000006f;	/* just above: the tied pair joins */
+		draw_set(logits, 3, &p, 2000, seen);
+		assert_true(seen[0] && seen[1] && seen[2]);
+	}
+}
+
 static void test_min_p(void **state)
 {
 	/* p relative to the max: 1, e^-1 = .37, e^-2 = .135, e^-3 = .05 */
@@ -736,6 +764,7 @@ int main(void)
 		cmocka_unit_test(test_banned_never_sampled),
 		cmocka_unit_test(test_top_k_ties_kept),
 		cmocka_unit_test(test_top_p_ties_kept),
+		cmocka_unit_test(test_top_p_exact_boundary),
 		cmocka_unit_test(test_min_p),
 		cmocka_unit_test(test_seeded_draws_repeat),
 		cmocka_unit_test(test_vocab_128k),
