@@ -10,7 +10,7 @@
  *
  * NOTES ON THE DESIGN
  * The draw for a request's k-th generated token and choice c is
- * philox_uniform(seed, k, c): key = (seed low 32 bits, seed high 32 bits),
+ * philox_bits53(seed, k, c): key = (seed low 32 bits, seed high 32 bits),
  * counter = (k, c, 0, 0).  It is a pure function of those three numbers,
  * never a stream consumed in launch order, so a seeded request draws the
  * same numbers whatever batch, worker or restart it runs in.  This is the
@@ -54,18 +54,21 @@ static inline void philox4x32_10(const uint32_t ctr[4], const uint32_t key[2],
 	out[3] = c3;
 }
 
-/*
- * The uniform double in [0, 1) for (seed, k, choice): the top 53 bits of
- * out[0]:out[1] times 2^-53, so every value is a multiple of 2^-53.
- */
-static inline double philox_uniform(uint64_t seed, uint32_t k, uint32_t choice)
+/* The draw for (seed, k, choice): the top 53 bits of out[0]:out[1]. */
+static inline uint64_t philox_bits53(uint64_t seed, uint32_t k, uint32_t choice)
 {
 	const uint32_t ctr[4] = { k, choice, 0, 0 };
 	const uint32_t key[2] = { (uint32_t)seed, (uint32_t)(seed >> 32) };
 	uint32_t out[4];
 
 	philox4x32_10(ctr, key, out);
-	return (double)((((uint64_t)out[0] << 32) | out[1]) >> 11) * 0x1p-53;
+	return (((uint64_t)out[0] << 32) | out[1]) >> 11;
+}
+
+/* The same as a uniform double in [0, 1), a multiple of 2^-53. */
+static inline double philox_uniform(uint64_t seed, uint32_t k, uint32_t choice)
+{
+	return (double)philox_bits53(seed, k, choice) * 0x1p-53;
 }
 
 #endif /* DYNBATCH_PHILOX_H */

@@ -3,19 +3,18 @@
  * the semantics stated in sampler.h, without sorting the vocabulary.
  *
  * NOTES ON THE DESIGN
- * A row costs a few linear passes: copy + check + bias, argmax, and (when
- * sampling) one pass computing w = expf(z), Z and, when top_k or top_p is
- * on, a histogram of w.  The histogram buckets w by its float bits >> 20
- * (w >= 0, so the bits order like the values): 1017 buckets of 1/8 octave
- * each, with a count and a mass per bucket.  Walking it from the top
- * gives the lowest bucket that can hold the k-th largest w, or where the
- * mass passes top_p * Z; only tokens at or above that bucket are gathered
- * and sorted.  The bucket masses are sums in another order than the
- * definition's, so they only choose what to gather: the decision itself
- * is made on the gathered tokens sorted by decreasing w, summed in that
- * order, exactly as the definition says; if rounding made the histogram
- * too optimistic, everything with w > 0 is gathered and the decision
- * made again.
+ * A row costs a few linear passes: copy + check + max (vector lanes),
+ * (a copy only when biased), and when sampling one pass computing the
+ * weights W in vector lanes (GCC vector extensions, 4 floats at a time:
+ * the same float operations as sampler_weight(), lane by lane, so the
+ * same bits) with exact sums per block of 1024 tokens; the draw skips
+ * whole blocks by their sums and walks one.  With top_k or top_p on, a histogram of W buckets it by
+ * the float bits of (float)W >> 20 (monotone in W: 1/8 octave buckets)
+ * with a count and an exact integer mass per bucket.  Walking it from the
+ * top gives the lowest bucket that holds the k-th largest W, or where the
+ * mass reaches the top_p target; only tokens at or above that bucket are
+ * gathered and sorted (typically tens to a few thousand of them), and the
+ * decision is made on those exactly as the definition says.
  */
 #include <errno.h>
 #include <math.h>
@@ -27,22 +26,33 @@
 #include "sampler.h"
 
 #define SAMPLER_BUCKET_SHIFT 20
-/* Buckets of w in [0, 1]: the bits of 1.0f are 0x3F800000. */
-#define SAMPLER_N_BUCKETS ((0x3F800000u >> SAMPLER_BUCKET_SHIFT) + 1)
+/* Buckets of (float)W for W in [0, 2^30]: 2^30 is 0x4E800000. */
+#define SAMPLER_N_BUCKETS ((0x4E800000u >> SAMPLER_BUCKET_SHIFT) + 1)
+
+/* Four lanes: one SSE register on plain x86-64 (the build's baseline). */
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+#define LANES 4
 
 struct sampler_cand {
-	float w;
+	uint32_t w;
 	uint32_t id;
 };
 
+/* Tokens per block of the draw's block sums (a multiple of LANES). */
+#define SAMPLER_BLOCK 1024u
+
 struct sampler {
 	uint32_t vocab;
-	float *y;			/* biased logits, -inf = banned */
-	float *w;			/* expf(z) */
-	struct sampler_cand *cand;	/* gathered, by decreasing w */
+	uint32_t n_blocks;		/* ceil(vocab / SAMPLER_BLOCK) */
+	const float *y;			/* this row's biased logits */
+	float *y_copy;			/* where they are when biased */
+	uint64_t *block_sum;		/* sum of the weights drawn from, per block */
+	uint32_t *w;			/* the weights W */
+	struct sampler_cand *cand;	/* gathered, by decreasing W */
 	struct sampler_cand *kept;	/* the kept set, by id */
 	uint32_t hist_count[SAMPLER_N_BUCKETS];
-	double hist_mass[SAMPLER_N_BUCKETS];
+	uint64_t hist_mass[SAMPLER_N_BUCKETS];
 };
 
 /* ------------------------------------------------------------------ */
@@ -117,11 +127,13 @@ struct sampler *sampler_create(uint32_t vocab)
 	if (!s)
 		return NULL;
 	s->vocab = vocab;
-	s->y = malloc(sizeof(*s->y) * vocab);
+	s->n_blocks = (vocab + SAMPLER_BLOCK - 1) / SAMPLER_BLOCK;
+	s->y_copy = malloc(sizeof(*s->y_copy) * vocab);
+	s->block_sum = malloc(sizeof(*s->block_sum) * s->n_blocks);
 	s->w = malloc(sizeof(*s->w) * vocab);
 	s->cand = malloc(sizeof(*s->cand) * vocab);
 	s->kept = malloc(sizeof(*s->kept) * vocab);
-	if (!s->y || !s->w || !s->cand || !s->kept) {
+	if (!s->y_copy || !s->block_sum || !s->w || !s->cand || !s->kept) {
 		sampler_destroy(s);
 		return NULL;
 	}
@@ -132,7 +144,8 @@ void sampler_destroy(struct sampler *s)
 {
 	if (!s)
 		return;
-	free(s->y);
+	free(s->y_copy);
+	free(s->block_sum);
 	free(s->w);
 	free(s->cand);
 	free(s->kept);
@@ -140,89 +153,239 @@ void sampler_destroy(struct sampler *s)
 }
 
 /* ------------------------------------------------------------------ */
-/* Bias, argmax, weights                                               */
+/* Bias, max, weights                                                  */
 /* ------------------------------------------------------------------ */
 
-/* y = logits + bias; -EDOM on NaN/+inf, -EINVAL on a bias token out of range. */
-static int sampler_bias(struct sampler *s, const float *logits,
-			const struct sampling_params *p)
+static inline v4f v4f_load(const float *p)
 {
-	int bad = 0;
+	v4f v;
 
-	for (uint32_t i = 0; i < s->vocab; i++) {
-		/* False for NaN and +inf alone; -inf is a banned token. */
-		bad |= !(logits[i] < INFINITY);
-		s->y[i] = logits[i];
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+/* a where mask (all ones), else b. */
+static inline v4f v4f_select(v4i mask, v4f a, v4f b)
+{
+	return (v4f)((mask & (v4i)a) | (~mask & (v4i)b));
+}
+
+static float v4f_hmax(v4f v, float m)
+{
+	for (int j = 0; j < LANES; j++)
+		m = v[j] > m ? v[j] : m;
+	return m;
+}
+
+/*
+ * The largest of y[0 .. n) (-inf when all are); *bad when one is NaN or
+ * +inf (false for -inf, a banned token).
+ */
+static float sampler_max(const float *y, uint32_t n, bool *bad)
+{
+	v4f mv = { -INFINITY, -INFINITY, -INFINITY, -INFINITY };
+	const v4f inf = { INFINITY, INFINITY, INFINITY, INFINITY };
+	v4i ok = { -1, -1, -1, -1 };
+	float m = -INFINITY;
+	uint32_t i = 0;
+
+	*bad = false;
+	for (; i + LANES <= n; i += LANES) {
+		v4f v = v4f_load(y + i);
+
+		ok &= v < inf;
+		mv = v4f_select(v > mv, v, mv);
 	}
+	for (; i < n; i++) {
+		*bad |= !(y[i] < INFINITY);
+		m = y[i] > m ? y[i] : m;
+	}
+	for (int j = 0; j < LANES; j++)
+		*bad |= !ok[j];
+	return v4f_hmax(mv, m);
+}
+
+/*
+ * Point s->y at the biased logits (the row itself when there is no bias)
+ * and set *max_y = max y; -EDOM on a NaN or +inf logit, -EINVAL on a bias
+ * token out of range, -ENOENT when all are banned.
+ */
+static int sampler_bias(struct sampler *s, const float *logits,
+			const struct sampling_params *p, float *max_y)
+{
+	bool bad;
+	float m = sampler_max(logits, s->vocab, &bad);
+
 	if (bad)
 		return -EDOM;
-	for (uint32_t i = 0; i < p->n_bias; i++) {
-		const struct sampling_bias *b = &p->bias[i];
+	s->y = logits;
+	if (p->n_bias) {
+		memcpy(s->y_copy, logits, sizeof(*logits) * s->vocab);
+		for (uint32_t i = 0; i < p->n_bias; i++) {
+			const struct sampling_bias *b = &p->bias[i];
+			float *y = &s->y_copy[b->token];
 
-		if (b->token < 0 || (uint32_t)b->token >= s->vocab)
-			return -EINVAL;
-		/* |bias| <= 100 cannot overflow a finite float: it rounds. */
-		s->y[b->token] = b->bias == SAMPLER_BIAS_BAN ? -INFINITY :
-				 s->y[b->token] + b->bias;
-	}
-	return 0;
-}
-
-/* The lowest id of the largest y; -ENOENT when every y is -inf. */
-static int sampler_argmax(const struct sampler *s, uint32_t *best_id)
-{
-	uint32_t best = 0;
-
-	for (uint32_t i = 1; i < s->vocab; i++)
-		if (s->y[i] > s->y[best])
-			best = i;
-	if (s->y[best] == -INFINITY)
-		return -ENOENT;
-	*best_id = best;
-	return 0;
-}
-
-static inline float sampler_z(float y, float max_y, double inv_t)
-{
-	return (float)(((double)y - (double)max_y) * inv_t);
-}
-
-static inline uint32_t sampler_bucket(float w)
-{
-	uint32_t bits;
-
-	memcpy(&bits, &w, sizeof(bits));
-	return bits >> SAMPLER_BUCKET_SHIFT;
-}
-
-/* w = expf(z) for every token; returns Z; fills the histogram if asked. */
-static double sampler_weights(struct sampler *s, float max_y, double inv_t,
-			      bool histogram)
-{
-	double z_sum = 0.0;
-
-	if (histogram) {
-		memset(s->hist_count, 0, sizeof(s->hist_count));
-		memset(s->hist_mass, 0, sizeof(s->hist_mass));
-	}
-	for (uint32_t i = 0; i < s->vocab; i++) {
-		float w = expf(sampler_z(s->y[i], max_y, inv_t));
-
-		s->w[i] = w;
-		z_sum += w;
-		if (histogram) {
-			uint32_t b = sampler_bucket(w);
-
-			s->hist_count[b]++;
-			s->hist_mass[b] += w;
+			if (b->token < 0 || (uint32_t)b->token >= s->vocab)
+				return -EINVAL;
+			/* |bias| <= 100 cannot overflow a finite float. */
+			*y = b->bias == SAMPLER_BIAS_BAN ? -INFINITY : *y + b->bias;
 		}
+		s->y = s->y_copy;
+		m = sampler_max(s->y, s->vocab, &bad);
 	}
-	return z_sum;
+	if (m == -INFINITY)
+		return -ENOENT;
+	*max_y = m;
+	return 0;
+}
+
+/* The lowest id whose y is max_y. */
+static uint32_t sampler_argmax(const struct sampler *s, float max_y)
+{
+	uint32_t i = 0;
+
+	while (s->y[i] != max_y)
+		i++;
+	return i;
+}
+
+/*
+ * sampler_weight() of four tokens at once: the same operations.  Lanes
+ * with z < SAMPLER_Z_MIN (or -inf) compute garbage, harmlessly (x86 does
+ * not trap), and are masked to 0 at the end, where the scalar version
+ * returns early.
+ */
+static inline v4i sampler_weight_v4(v4f y, float max_y, float inv_t)
+{
+	const v4f zmin = { SAMPLER_Z_MIN, SAMPLER_Z_MIN, SAMPLER_Z_MIN,
+			   SAMPLER_Z_MIN };
+	v4f z = (y - max_y) * inv_t;
+	v4f x = z * 1.44269504f;
+	v4i n = __builtin_convertvector(x - 0.5f, v4i);
+	v4f g = (x - __builtin_convertvector(n, v4f)) * 0.693147181f;
+	v4f e = 1.0f + g * (1.0f + g * (0.5f + g * (1.0f / 6 + g *
+		(1.0f / 24 + g * (1.0f / 120)))));
+	v4f scale = (v4f)((n + 127 + 30) << 23);
+
+	return __builtin_convertvector(e * scale, v4i) & (z >= zmin);
+}
+
+/*
+ * Sum the lanes of hi/lo accumulators: W <= 2^30 is split into its top
+ * 15 bits and its low 15, so a uint32 lane takes 2^17 additions of either
+ * (a block gives each lane SAMPLER_BLOCK / LANES) and the sum is exact.
+ */
+static uint64_t lanes_sum(v4i hi, v4i lo)
+{
+	uint64_t sum = 0;
+
+	for (int j = 0; j < LANES; j++)
+		sum += ((uint64_t)(uint32_t)hi[j] << 15) + (uint32_t)lo[j];
+	return sum;
+}
+
+/* Add w's halves to the lane accumulators. */
+static inline void lanes_add(v4i w, v4i *hi, v4i *lo)
+{
+	const v4i low15 = { 0x7fff, 0x7fff, 0x7fff, 0x7fff };
+
+	*hi += w >> 15;
+	*lo += w & low15;
+}
+
+/* The weights of one block [i, end), and their sum. */
+static uint64_t sampler_weigh_block(struct sampler *s, uint32_t i,
+				    uint32_t end, float max_y, float inv_t)
+{
+	const float *y = s->y;
+	uint32_t *w_out = s->w;
+	v4i hi = { 0 }, lo = { 0 };
+	uint64_t sum = 0;
+
+	/* Two vectors an iteration: the polynomial is a chain of
+	 * dependent operations, and two chains keep the core busier. */
+	for (; i + 2 * LANES <= end; i += 2 * LANES) {
+		v4i w0 = sampler_weight_v4(v4f_load(y + i), max_y, inv_t);
+		v4i w1 = sampler_weight_v4(v4f_load(y + i + LANES), max_y, inv_t);
+
+		memcpy(w_out + i, &w0, sizeof(w0));
+		memcpy(w_out + i + LANES, &w1, sizeof(w1));
+		lanes_add(w0, &hi, &lo);
+		lanes_add(w1, &hi, &lo);
+	}
+	for (; i < end; i++) {
+		w_out[i] = sampler_weight(y[i], max_y, inv_t);
+		sum += w_out[i];
+	}
+	return sum + lanes_sum(hi, lo);
+}
+
+/* The sum of the weights >= t in one block [i, end). */
+static uint64_t sampler_block_above(const struct sampler *s, uint32_t i,
+				    uint32_t end, uint32_t t)
+{
+	v4i tv = { (int32_t)t, (int32_t)t, (int32_t)t, (int32_t)t };
+	v4i hi = { 0 }, lo = { 0 };
+	uint64_t sum = 0;
+
+	for (; i + LANES <= end; i += LANES) {
+		v4i w;
+
+		memcpy(&w, s->w + i, sizeof(w));
+		/* W <= 2^30: signed lanes compare right. */
+		lanes_add(w & (w >= tv), &hi, &lo);
+	}
+	for (; i < end; i++)
+		sum += s->w[i] >= t ? s->w[i] : 0;
+	return sum + lanes_sum(hi, lo);
+}
+
+/*
+ * With compute, W for every token and the block sums of all weights;
+ * without, the block sums of the weights >= t (already computed).
+ * Returns the total: Z with compute.
+ */
+static uint64_t sampler_weights(struct sampler *s, float max_y, float inv_t,
+				bool compute, uint32_t t)
+{
+	uint64_t total = 0;
+
+	for (uint32_t b = 0; b < s->n_blocks; b++) {
+		uint32_t i = b * SAMPLER_BLOCK, end = i + SAMPLER_BLOCK;
+
+		end = end < s->vocab ? end : s->vocab;
+		s->block_sum[b] = compute ?
+			sampler_weigh_block(s, i, end, max_y, inv_t) :
+			sampler_block_above(s, i, end, t);
+		total += s->block_sum[b];
+	}
+	return total;
 }
 
 /* ------------------------------------------------------------------ */
 /* The kept set                                                        */
 /* ------------------------------------------------------------------ */
+
+static inline uint32_t sampler_bucket(uint32_t w)
+{
+	float f = (float)w;
+	uint32_t bits;
+
+	memcpy(&bits, &f, sizeof(bits));
+	return bits >> SAMPLER_BUCKET_SHIFT;
+}
+
+static void sampler_histogram(struct sampler *s)
+{
+	memset(s->hist_count, 0, sizeof(s->hist_count));
+	memset(s->hist_mass, 0, sizeof(s->hist_mass));
+	for (uint32_t i = 0; i < s->vocab; i++) {
+		uint32_t b = sampler_bucket(s->w[i]);
+
+		s->hist_count[b]++;
+		s->hist_mass[b] += s->w[i];
+	}
+}
 
 static int cand_by_w_desc(const void *a, const void *b)
 {
@@ -240,13 +403,13 @@ static int cand_by_id(const void *a, const void *b)
 	return x->id < y->id ? -1 : x->id > y->id;
 }
 
-/* Gather the tokens with w > 0 in bucket >= lowest, by decreasing w. */
+/* Gather the tokens with W > 0 in bucket >= lowest, by decreasing W. */
 static uint32_t sampler_gather(struct sampler *s, uint32_t lowest)
 {
 	uint32_t n = 0;
 
 	for (uint32_t i = 0; i < s->vocab; i++)
-		if (s->w[i] > 0.0f && sampler_bucket(s->w[i]) >= lowest)
+		if (s->w[i] && sampler_bucket(s->w[i]) >= lowest)
 			s->cand[n++] = (struct sampler_cand){ s->w[i], i };
 	qsort(s->cand, n, sizeof(*s->cand), cand_by_w_desc);
 	return n;
@@ -265,10 +428,10 @@ static uint32_t sampler_bucket_of_kth(const struct sampler *s, uint32_t k)
 	return 0;
 }
 
-/* The highest bucket b whose buckets >= b hold a mass >= target. */
-static uint32_t sampler_bucket_of_mass(const struct sampler *s, double target)
+/* The highest bucket b whose buckets >= b weigh >= target (exact). */
+static uint32_t sampler_bucket_of_mass(const struct sampler *s, uint64_t target)
 {
-	double mass = 0.0;
+	uint64_t mass = 0;
 
 	for (uint32_t b = SAMPLER_N_BUCKETS; b-- > 0;) {
 		mass += s->hist_mass[b];
@@ -279,77 +442,43 @@ static uint32_t sampler_bucket_of_mass(const struct sampler *s, double target)
 }
 
 /*
- * The top_p threshold on the first n1 gathered tokens (K1, by decreasing
- * w): the value at the first prefix whose sum reaches target, or 0 (keep
- * all) when none does; *reached says whether one did.
+ * The threshold t of {W > 0, W >= t} for top_k then top_p (min_p is the
+ * caller's).  The gathered tokens, *n_cand of them by decreasing W, then
+ * hold the whole kept set.  z_sum is Z.
  */
-static float sampler_top_p_cut(const struct sampler *s, uint32_t n1,
-			       double target, bool *reached)
-{
-	double cum = 0.0;
-
-	for (uint32_t j = 0; j < n1; j++) {
-		cum += s->cand[j].w;
-		if (cum >= target) {
-			*reached = true;
-			return s->cand[j].w;
-		}
-	}
-	*reached = false;
-	return 0.0f;
-}
-
-/* Sum of the first n kept tokens in id order (they are sorted by id). */
-static double sampler_kept_sum(const struct sampler *s, uint32_t n)
-{
-	double sum = 0.0;
-
-	for (uint32_t i = 0; i < n; i++)
-		sum += s->kept[i].w;
-	return sum;
-}
-
-/*
- * The threshold t of the kept set {w > 0, w >= t} for top_k and top_p
- * (min_p is applied by the caller).  Sets *n_cand to the number of
- * gathered tokens, which then hold the whole kept set.  z_sum is Z.
- */
-static float sampler_select(struct sampler *s, const struct sampling_params *p,
-			    double z_sum, uint32_t *n_cand)
+static uint32_t sampler_select(struct sampler *s, const struct sampling_params *p,
+			       uint64_t z_sum, uint32_t *n_cand)
 {
 	bool top_k = p->top_k && p->top_k < s->vocab;
-	uint32_t lowest, n, n1;
-	double z1 = z_sum;
-	float t = 0.0f;
+	uint32_t n, n1, t = 0;
+	uint64_t z1 = z_sum;
 
-	/* The bucket masses carry rounding of their own: aim a little low
-	 * so that the fallback below (gather everything) stays rare. */
-	lowest = top_k ? sampler_bucket_of_kth(s, p->top_k) :
-			 sampler_bucket_of_mass(s, (double)p->top_p * z_sum *
-						   (1.0 - 1e-9));
-	n = sampler_gather(s, lowest);
+	sampler_histogram(s);
+	n = sampler_gather(s, top_k ? sampler_bucket_of_kth(s, p->top_k) :
+			   sampler_bucket_of_mass(s, sampler_top_p_target(
+						 p->top_p, z_sum)));
 	n1 = n;
+	/* n < top_k: fewer tokens of weight > 0 than k, all gathered. */
 	if (top_k && n >= p->top_k) {
 		t = s->cand[p->top_k - 1].w;
-		while (n1 > 0 && s->cand[n1 - 1].w < t)
-			n1--;
-		/* Z1 in id order, as the definition sums it. */
-		memcpy(s->kept, s->cand, sizeof(*s->kept) * n1);
-		qsort(s->kept, n1, sizeof(*s->kept), cand_by_id);
-		z1 = sampler_kept_sum(s, n1);
+		n1 = p->top_k;
+		while (n1 < n && s->cand[n1].w == t)
+			n1++;
+		z1 = 0;
+		for (uint32_t j = 0; j < n1; j++)
+			z1 += s->cand[j].w;
 	}
 	if (p->top_p < 1.0f) {
-		double target = (double)p->top_p * z1;
-		bool reached;
-		float t_p = sampler_top_p_cut(s, n1, target, &reached);
+		uint64_t target = sampler_top_p_target(p->top_p, z1), cum = 0;
 
-		/* The histogram was too optimistic: gather everything. */
-		if (!reached && !top_k && lowest > 0) {
-			n = n1 = sampler_gather(s, 0);
-			t_p = sampler_top_p_cut(s, n1, target, &reached);
+		/* Exact sums: the target is always reached within K1. */
+		for (uint32_t j = 0; j < n1; j++) {
+			cum += s->cand[j].w;
+			if (cum >= target) {
+				t = s->cand[j].w > t ? s->cand[j].w : t;
+				break;
+			}
 		}
-		if (t_p > t)
-			t = t_p;
 	}
 	*n_cand = n;
 	return t;
@@ -359,136 +488,148 @@ static float sampler_select(struct sampler *s, const struct sampling_params *p,
 /* The draw                                                            */
 /* ------------------------------------------------------------------ */
 
-/* Inverse CDF over the first n kept tokens (sorted by id). */
-static uint32_t sampler_draw_kept(const struct sampler *s, uint32_t n, double u)
+/* Inverse CDF over the n kept tokens (sorted by id). */
+static uint32_t sampler_draw_kept(const struct sampler *s, uint32_t n,
+				  uint64_t r53)
 {
-	double target = u * sampler_kept_sum(s, n), acc = 0.0;
+	uint64_t kept_sum = 0, target, acc = 0;
 
+	for (uint32_t i = 0; i < n; i++)
+		kept_sum += s->kept[i].w;
+	target = sampler_draw_target(r53, kept_sum);
 	for (uint32_t i = 0; i < n; i++) {
 		acc += s->kept[i].w;
 		if (acc > target)
 			return s->kept[i].id;
 	}
-	return s->kept[n - 1].id;
+	return s->kept[n - 1].id;	/* unreachable: target < kept_sum */
 }
 
-/* Inverse CDF over every token with w > 0 and w >= t, in one walk. */
-static uint32_t sampler_draw_all(const struct sampler *s, float t,
-				 double kept_sum, double u)
+/*
+ * Inverse CDF over every token with W > 0 and W >= t in id order, whose
+ * block sums are in s->block_sum and total kept_sum: skip whole blocks
+ * by their sums, then walk one block.  The same token as one walk over
+ * the vocabulary, since every sum is exact.
+ */
+static uint32_t sampler_draw_blocks(const struct sampler *s, uint32_t t,
+				    uint64_t kept_sum, uint64_t r53)
 {
-	double target = u * kept_sum, acc = 0.0;
-	uint32_t last = 0;
+	uint64_t target = sampler_draw_target(r53, kept_sum), acc = 0;
+	uint32_t b = 0, i, end;
 
-	for (uint32_t i = 0; i < s->vocab; i++) {
-		float w = s->w[i];
-
-		if (w > 0.0f && w >= t) {
-			acc += w;
-			last = i;
-			if (acc > target)
-				return i;
-		}
+	while (b + 1 < s->n_blocks && acc + s->block_sum[b] <= target)
+		acc += s->block_sum[b++];
+	end = (b + 1) * SAMPLER_BLOCK;
+	end = end < s->vocab ? end : s->vocab;
+	/* W = 0 adds nothing and so is never where acc passes target. */
+	for (i = b * SAMPLER_BLOCK; i < end; i++) {
+		if (s->w[i] < t)
+			continue;
+		acc += s->w[i];
+		if (acc > target)
+			return i;
 	}
-	return last;
-}
-
-static double sampler_sum_above(const struct sampler *s, float t)
-{
-	double sum = 0.0;
-
-	for (uint32_t i = 0; i < s->vocab; i++)
-		if (s->w[i] > 0.0f && s->w[i] >= t)
-			sum += s->w[i];
-	return sum;
+	return end - 1;	/* unreachable: target < kept_sum */
 }
 
 static uint32_t sampler_draw(struct sampler *s, const struct sampling_params *p,
-			     float max_y, double u)
+			     uint64_t z_sum, uint64_t r53)
 {
-	double inv_t = 1.0 / (double)p->temperature;
 	bool select = (p->top_k && p->top_k < s->vocab) || p->top_p < 1.0f;
-	double z_sum = sampler_weights(s, max_y, inv_t, select);
-	uint32_t n_cand = 0, n_kept = 0;
-	float t = 0.0f;
+	uint32_t t_min = sampler_min_p_threshold(p->min_p);
+	uint32_t n_cand = 0, n_kept = 0, t = 0;
 
-	if (select)
-		t = sampler_select(s, p, z_sum, &n_cand);
-	if (p->min_p > t)
-		t = p->min_p;
-	if (!select)
-		return sampler_draw_all(s, t, t > 0.0f ? sampler_sum_above(s, t) :
-					z_sum, u);
+	if (!select) {
+		/* The block sums are of all weights; redo them above min_p. */
+		if (t_min > 1)
+			z_sum = sampler_weights(s, 0.0f, 0.0f, false, t_min);
+		return sampler_draw_blocks(s, t_min, z_sum, r53);
+	}
+	t = sampler_select(s, p, z_sum, &n_cand);
+	if (t_min > t)
+		t = t_min;
 	/* The kept set is a prefix of the gathered tokens. */
 	while (n_kept < n_cand && s->cand[n_kept].w >= t)
 		n_kept++;
 	memcpy(s->kept, s->cand, sizeof(*s->kept) * n_kept);
 	qsort(s->kept, n_kept, sizeof(*s->kept), cand_by_id);
-	return sampler_draw_kept(s, n_kept, u);
+	return sampler_draw_kept(s, n_kept, r53);
 }
 
 /* ------------------------------------------------------------------ */
 /* Logprobs                                                            */
 /* ------------------------------------------------------------------ */
 
-/* Insert (id, z) into top[0 .. *n) kept by decreasing z, at most cap. */
-static void top_insert(struct sampler_logprob *top, uint32_t *n, uint32_t cap,
-		       int32_t id, float z)
+/* Insert token id of weight w into top[0 .. *n), by decreasing weight. */
+static void top_insert(struct sampler_cand *top, uint32_t *n, uint32_t cap,
+		       uint32_t id, uint32_t w)
 {
 	uint32_t j;
 
-	if (*n == cap && !(z > top[cap - 1].logprob))
-		return;	/* ids come in increasing order: a tie never enters */
+	/* Ids come in increasing order: an equal weight never enters. */
+	if (*n == cap && w <= top[cap - 1].w)
+		return;
 	j = *n < cap ? (*n)++ : cap - 1;
-	while (j > 0 && top[j - 1].logprob < z) {
+	while (j > 0 && top[j - 1].w < w) {
 		top[j] = top[j - 1];
 		j--;
 	}
-	top[j] = (struct sampler_logprob){ id, z };
+	top[j] = (struct sampler_cand){ w, id };
 }
 
+static float sampler_logprob(uint32_t w, double log_z)
+{
+	return (float)(log((double)w) - log_z);
+}
+
+/* The logprobs from the weights in s->w, whose sum is z_sum. */
 static void sampler_logprobs(const struct sampler *s,
-			     const struct sampling_params *p, float max_y,
+			     const struct sampling_params *p, uint64_t z_sum,
 			     uint32_t chosen, struct sampler_result *out)
 {
-	float temperature = p->temperature > 0.0f ? p->temperature : 1.0f;
-	double inv_t = 1.0 / (double)temperature, z_sum = 0.0, log_z;
-	uint32_t cap = p->top_logprobs;
+	struct sampler_cand top[SAMPLER_MAX_LOGPROBS];
+	uint32_t cap = p->top_logprobs, n = 0;
+	double log_z = log((double)z_sum);
 
-	/* Z again rather than kept from the draw: the cut-offs' pass may
-	 * not have run (temperature 0), and this is only paid when asked. */
-	for (uint32_t i = 0; i < s->vocab; i++) {
-		float z = sampler_z(s->y[i], max_y, inv_t);
-
-		z_sum += expf(z);
-		if (cap && z > -INFINITY)
-			top_insert(out->top, &out->n_top, cap, (int32_t)i, z);
-	}
-	log_z = log(z_sum);
-	out->logprob = (float)((double)sampler_z(s->y[chosen], max_y, inv_t) - log_z);
-	for (uint32_t j = 0; j < out->n_top; j++)
-		out->top[j].logprob = (float)((double)out->top[j].logprob - log_z);
+	out->logprob = sampler_logprob(s->w[chosen], log_z);
+	if (!cap)
+		return;
+	for (uint32_t i = 0; i < s->vocab; i++)
+		if (s->w[i] && (n < cap || s->w[i] > top[cap - 1].w))
+			top_insert(top, &n, cap, i, s->w[i]);
+	for (uint32_t j = 0; j < n; j++)
+		out->top[j] = (struct sampler_logprob){
+			(int32_t)top[j].id, sampler_logprob(top[j].w, log_z) };
+	out->n_top = n;
 }
 
 int sampler_sample(struct sampler *s, const float *logits,
 		   const struct sampling_params *p, uint32_t k, uint32_t choice,
 		   struct sampler_result *out)
 {
-	uint32_t best, chosen;
+	uint64_t z_sum = 0;
+	uint32_t chosen;
+	float max_y;
 	int ret;
 
 	memset(out, 0, sizeof(*out));
-	ret = sampler_bias(s, logits, p);
+	ret = sampler_bias(s, logits, p, &max_y);
 	if (ret)
 		return ret;
-	ret = sampler_argmax(s, &best);
-	if (ret)
-		return ret;
-	chosen = best;
-	if (p->temperature > 0.0f)
-		chosen = sampler_draw(s, p, s->y[best],
-				      philox_uniform(p->seed, k, choice));
+	if (p->temperature > 0.0f) {
+		z_sum = sampler_weights(s, max_y,
+					sampler_inv_temperature(p->temperature),
+					true, 0);
+		chosen = sampler_draw(s, p, z_sum,
+				      philox_bits53(p->seed, k, choice));
+	} else {
+		chosen = sampler_argmax(s, max_y);
+		/* Logprobs at temperature 1. */
+		if (p->logprobs)
+			z_sum = sampler_weights(s, max_y, 1.0f, true, 0);
+	}
 	out->token = (int32_t)chosen;
 	if (p->logprobs)
-		sampler_logprobs(s, p, s->y[best], chosen, out);
+		sampler_logprobs(s, p, z_sum, chosen, out);
 	return 0;
 }

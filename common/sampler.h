@@ -13,50 +13,64 @@
  *     No token left (every y[i] = -inf) fails the row with -ENOENT.
  *  2. temperature == 0: the argmax of y, the lowest id on ties, whatever
  *     the other fields.  Nothing is drawn.
- *  3. Otherwise, with M = max y over non-banned tokens and
- *     invT = 1.0 / (double)temperature:
- *         z[i] = (float)(((double)y[i] - (double)M) * invT)   (z <= 0)
- *         w[i] = expf(z[i])                   (w in [0, 1], w[argmax] = 1)
- *     p[i] = w[i] / Z with Z the double sum of w over all tokens in id
- *     order.  A banned token has w = 0; a token whose w underflows to 0
- *     has probability 0 as well.  Only tokens with w > 0 can be kept.
- *     Every cut-off below keeps the tokens with w >= some threshold, so
- *     a tie with the threshold is always kept and the kept set never
- *     depends on the order of a sort.  In this order:
- *     - top_k (0 = off; >= vocab = off): t_k = the k-th largest w
- *       counting multiplicity; keep w >= t_k (so ties at the k-th value
- *       are all kept: the set may hold more than k tokens).  K1 = kept.
- *     - top_p (1 = off): on K1 renormalised.  Z1 = double sum of w over K1
- *       in id order; list K1 by decreasing w, cum_j = double sum of the
- *       first j values in that order; j* = the first j with
- *       cum_j >= top_p * Z1; t_p = the j*-th value; keep w >= t_p.  When
- *       rounding lets no prefix reach it, all of K1 is kept.
- *     - min_p (0 = off): keep (double)w >= (double)min_p, which is
- *       p >= min_p * p_max because w of the most likely token is 1.
- *     Then Zk = double sum of the kept w in id order, u = philox_uniform(
- *     seed, k, choice) (philox.h), target = u * Zk, and the token is the
- *     first kept token in id order whose running double sum of w exceeds
- *     target (the last kept token if rounding lets none).
+ *  3. Otherwise every token gets an integer weight W (sampler_weight()
+ *     below), with M = max y over non-banned tokens and
+ *     inv_t = sampler_inv_temperature(temperature) = 1.0f / temperature
+ *     (FLT_MAX where that overflows):
+ *         d = y - M  (float, <= 0),  z = d * inv_t  (float; 0 when d is 0)
+ *         W = trunc(exp2poly(z) * 2^30)  (0 when z < -21.5 or -inf)
+ *     where exp2poly is a fixed float evaluation of e^z (z / ln 2 split
+ *     into n + f, |f| <= 1/2, and a degree-5 Taylor polynomial: relative
+ *     error under 3e-6, far below what a chi-square test can see), so W[argmax] = 2^30 exactly and W = 0 below about
+ *     e^-20.8 = 2^-30 of the most likely token's weight.  p[i] = W[i] / Z,
+ *     Z = sum of W (an exact 64-bit integer sum, so its order cannot
+ *     matter).  Banned tokens and tokens of weight 0 are never kept.
+ *     Every cut-off keeps the tokens with W >= some threshold, so a tie
+ *     with the threshold is always kept and the kept set never depends on
+ *     the order of a sort.  In this order:
+ *     - top_k (0 = off; >= vocab = off): t_k = the k-th largest W
+ *       counting multiplicity; keep W >= t_k (ties at the k-th value are
+ *       all kept: the set may hold more than k tokens).  K1 = kept.
+ *     - top_p: on K1 renormalised.  Z1 = sum of W over K1; target =
+ *       sampler_top_p_target(top_p, Z1) = ceil(top_p * Z1) (the product
+ *       in double); list K1 by decreasing W, cum_j = the sum of the first
+ *       j; j* = the first j with cum_j >= target; keep W >= W of the j*-th.
+ *       top_p = 1 gives target = Z1: every token of K1 is kept.
+ *     - min_p (0 = off): keep W >= ceil(min_p * 2^30), i.e. p >= min_p *
+ *       p_max since the most likely token has W = 2^30.
+ *     Then Zk = sum of the kept W, r = the 53-bit Philox draw for
+ *     (seed, k, choice) (philox_bits53(), philox.h), target =
+ *     floor(r * Zk / 2^53) in [0, Zk), and the token is the first kept
+ *     token in id order whose running sum of W exceeds target.  All of
+ *     this is integer arithmetic: exact, whatever order sums are formed in.
  *  4. Logprobs (when asked): of the distribution AFTER bias and
- *     temperature and BEFORE the cut-offs: logprob[i] = z[i] - log(Z)
- *     (temperature 0 uses temperature 1 for this).  So the chosen token's
- *     logprob says how likely the model, as biased and tempered, found it,
- *     not how the truncation reshaped it; and it is finite even for a
- *     token that was the only one kept.  The top N alternatives are the N
- *     tokens of highest z, ties by lower id, banned tokens never listed
- *     (fewer than N when fewer are not banned).
+ *     temperature and BEFORE the cut-offs: logprob[i] = log(W[i] / Z) in
+ *     double, rounded to float (temperature 0 uses temperature 1 here).
+ *     So the chosen token's logprob is how likely the biased, tempered
+ *     model made it, not how the truncation reshaped it, and it agrees
+ *     with the weights the draw used.  The top N alternatives are the N
+ *     tokens of highest W, ties by lower id; tokens of weight 0 (banned,
+ *     or under 2^-30 of the top token) are never listed, so fewer than N
+ *     may come back.
  *
  * NOTES ON THE DESIGN
- * All cut-offs are thresholds on w, so the kept set is {w > 0, w >= t}
+ * Integer weights make every sum exact, so the engine may add in any
+ * order (vector lanes, histogram buckets) and still agree with the naive
+ * definition to the bit; a double sum in id order would have been both
+ * slower (a chain of dependent adds) and a source of disagreement.  The
+ * price is that tokens under 2^-30 of the top token's weight cannot be
+ * drawn, and a weight is exact to 2^-30 of the top one: both far below
+ * what the float logits themselves carry at that distance.
+ * All cut-offs are thresholds on W, so the kept set is {W > 0, W >= t}
  * with t the largest of the three thresholds, and the draw is one walk in
  * id order.  The engine finds t_k and t_p without sorting the vocabulary:
- * one pass computes w, Z and a histogram of w's float bits (count and
- * mass per 1/8 octave); the histogram names the lowest bucket the
- * threshold can lie in, and only the tokens at or above it are gathered
- * and sorted.  Sums that decide anything are formed in the order the
- * definition gives (id order, or decreasing w, where ties add equal
- * values so their order cannot matter), so the engine and the naive
- * definition agree to the bit, not just to a tolerance.
+ * a histogram of W (count and mass per 1/8 octave) names the lowest
+ * bucket the threshold can lie in (exactly: the masses are exact), and
+ * only the tokens at or above it are gathered and sorted.
+ * The weight function is shared by the engine and the naive sampler, like
+ * Philox: it is part of the definition, not of the algorithm.  A build
+ * that lets the compiler fuse multiply-adds (-march with FMA) must pass
+ * -ffp-contract=off for the two to stay bit-identical.
  *
  * A struct sampler owns scratch sized for one vocabulary (allocated once;
  * no stack arrays by vocab, so 128K vocabularies work) and is not
@@ -67,7 +81,9 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #define SAMPLER_MAX_LOGPROBS 20		/* OpenAI's top_logprobs limit */
 #define SAMPLER_MAX_BIAS 300		/* OpenAI's logit_bias limit */
@@ -111,6 +127,63 @@ struct sampler_result {
 	uint32_t n_top;		/* alternatives filled, <= top_logprobs */
 	struct sampler_logprob top[SAMPLER_MAX_LOGPROBS];
 };
+
+/* The scale of the weights: the most likely token weighs 2^30. */
+#define SAMPLER_WEIGHT_ONE (1u << 30)
+/* Below this z, e^z * 2^30 < 1: the weight is 0 (so is -inf). */
+#define SAMPLER_Z_MIN (-21.5f)
+
+/* 1 / temperature as the weights use it (temperature > 0). */
+static inline float sampler_inv_temperature(float temperature)
+{
+	float inv_t = 1.0f / temperature;
+
+	/* A denormal temperature: FLT_MAX keeps 0 * inv_t at 0. */
+	return inv_t > 3.40282347e38f ? 3.40282347e38f : inv_t;
+}
+
+/*
+ * The weight of a token of biased logit y: trunc(e^z * 2^30) with
+ * z = (y - max_y) * inv_t, by a fixed sequence of float operations (see
+ * the SEMANTICS).  The engine evaluates the same operations in vector
+ * lanes; any change here changes both.
+ */
+static inline uint32_t sampler_weight(float y, float max_y, float inv_t)
+{
+	float z = (y - max_y) * inv_t;
+	float x, g, e, scale;
+	int32_t n;
+	uint32_t bits;
+
+	if (!(z >= SAMPLER_Z_MIN))
+		return 0;
+	x = z * 1.44269504f;		/* z / ln 2 */
+	n = (int32_t)(x - 0.5f);	/* f = x - n in (-0.5, 0.5] */
+	g = (x - (float)n) * 0.693147181f;
+	e = 1.0f + g * (1.0f + g * (0.5f + g * (1.0f / 6 + g *
+	    (1.0f / 24 + g * (1.0f / 120)))));
+	bits = (uint32_t)(n + 127 + 30) << 23;	/* 2^(30 + n) */
+	memcpy(&scale, &bits, sizeof(scale));
+	return (uint32_t)(int32_t)(e * scale);
+}
+
+/* The top_p target: ceil(top_p * z1), the product in double. */
+static inline uint64_t sampler_top_p_target(float top_p, uint64_t z1)
+{
+	return (uint64_t)ceil((double)top_p * (double)z1);
+}
+
+/* The min_p threshold on W: ceil(min_p * 2^30), exact. */
+static inline uint32_t sampler_min_p_threshold(float min_p)
+{
+	return (uint32_t)ceil((double)min_p * SAMPLER_WEIGHT_ONE);
+}
+
+/* The draw's target in [0, kept_sum): floor(r53 * kept_sum / 2^53). */
+static inline uint64_t sampler_draw_target(uint64_t r53, uint64_t kept_sum)
+{
+	return (uint64_t)(((unsigned __int128)r53 * kept_sum) >> 53);
+}
 
 struct sampler;
 

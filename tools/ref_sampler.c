@@ -1,7 +1,10 @@
 /*
  * ref_sampler.c - the naive sampler of the reference decoder: the
  * semantics of common/sampler.h by their definition, with a full stable
- * sort of the vocabulary and no cleverness.  See ref_sampler.h.
+ * sort of the vocabulary and no cleverness.  It shares with the engine
+ * only the definition's arithmetic (sampler_weight() and the target
+ * helpers of sampler.h, Philox): the kept set is built here its own way.
+ * See ref_sampler.h.
  */
 #include <errno.h>
 #include <math.h>
@@ -16,25 +19,24 @@
 struct ref_row {
 	uint32_t vocab;
 	float *y;	/* biased logits */
-	float *w;	/* expf(z) at the sampling temperature */
-	float *z;	/* scaled logits, for the logprobs */
+	uint32_t *w;	/* weights */
 	bool *keep;
-	uint32_t *order;	/* ids by decreasing key, ties by id */
+	uint32_t *order;	/* ids by decreasing weight, ties by id */
 	uint32_t *tmp;
 };
 
-/* Stable merge sort of ids by decreasing key[id]: equal keys keep id order. */
+/* Stable merge sort of ids by decreasing w[id]: equal weights keep id order. */
 static void ref_sort_desc(uint32_t *ids, uint32_t *tmp, uint32_t n,
-			  const float *key)
+			  const uint32_t *w)
 {
 	uint32_t mid = n / 2, i = 0, j = mid, o = 0;
 
 	if (n < 2)
 		return;
-	ref_sort_desc(ids, tmp, mid, key);
-	ref_sort_desc(ids + mid, tmp, n - mid, key);
+	ref_sort_desc(ids, tmp, mid, w);
+	ref_sort_desc(ids + mid, tmp, n - mid, w);
 	while (i < mid && j < n)
-		tmp[o++] = key[ids[j]] > key[ids[i]] ? ids[j++] : ids[i++];
+		tmp[o++] = w[ids[j]] > w[ids[i]] ? ids[j++] : ids[i++];
 	while (i < mid)
 		tmp[o++] = ids[i++];
 	while (j < n)
@@ -42,27 +44,24 @@ static void ref_sort_desc(uint32_t *ids, uint32_t *tmp, uint32_t n,
 	memcpy(ids, tmp, sizeof(*ids) * n);
 }
 
-static void ref_order_by(struct ref_row *r, const float *key)
+/* Weights at temperature t and the order by them; returns Z. */
+static uint64_t ref_weigh(struct ref_row *r, float max_y, float temperature)
 {
-	for (uint32_t i = 0; i < r->vocab; i++)
-		r->order[i] = i;
-	ref_sort_desc(r->order, r->tmp, r->vocab, key);
-}
-
-/* z and w at temperature t, from the max non-banned y. */
-static void ref_scale(struct ref_row *r, float max_y, float temperature)
-{
-	double inv_t = 1.0 / (double)temperature;
+	float inv_t = sampler_inv_temperature(temperature);
+	uint64_t z_sum = 0;
 
 	for (uint32_t i = 0; i < r->vocab; i++) {
-		r->z[i] = (float)(((double)r->y[i] - (double)max_y) * inv_t);
-		r->w[i] = expf(r->z[i]);
+		r->w[i] = sampler_weight(r->y[i], max_y, inv_t);
+		z_sum += r->w[i];
+		r->order[i] = i;
 	}
+	ref_sort_desc(r->order, r->tmp, r->vocab, r->w);
+	return z_sum;
 }
 
-static double ref_kept_sum(const struct ref_row *r)
+static uint64_t ref_kept_sum(const struct ref_row *r)
 {
-	double sum = 0.0;
+	uint64_t sum = 0;
 
 	for (uint32_t i = 0; i < r->vocab; i++)
 		if (r->keep[i])
@@ -70,21 +69,23 @@ static double ref_kept_sum(const struct ref_row *r)
 	return sum;
 }
 
+static void ref_drop_below(struct ref_row *r, uint32_t t)
+{
+	for (uint32_t i = 0; i < r->vocab; i++)
+		if (r->w[i] < t)
+			r->keep[i] = false;
+}
+
 /* Apply top_k, top_p and min_p to r->keep, in that order. */
 static void ref_cut(struct ref_row *r, const struct sampling_params *p)
 {
 	for (uint32_t i = 0; i < r->vocab; i++)
-		r->keep[i] = r->w[i] > 0.0f;
-	ref_order_by(r, r->w);
-	if (p->top_k > 0 && p->top_k < r->vocab) {
-		float t = r->w[r->order[p->top_k - 1]];
-
-		for (uint32_t i = 0; i < r->vocab; i++)
-			if (r->w[i] < t)
-				r->keep[i] = false;
-	}
-	if (p->top_p < 1.0f) {
-		double target = (double)p->top_p * ref_kept_sum(r), cum = 0.0;
+		r->keep[i] = r->w[i] > 0;
+	if (p->top_k > 0 && p->top_k < r->vocab)
+		ref_drop_below(r, r->w[r->order[p->top_k - 1]]);
+	{
+		uint64_t target = sampler_top_p_target(p->top_p, ref_kept_sum(r));
+		uint64_t cum = 0;
 
 		for (uint32_t j = 0; j < r->vocab; j++) {
 			uint32_t id = r->order[j];
@@ -93,54 +94,43 @@ static void ref_cut(struct ref_row *r, const struct sampling_params *p)
 				continue;
 			cum += r->w[id];
 			if (cum >= target) {
-				float t = r->w[id];
-
-				for (uint32_t i = 0; i < r->vocab; i++)
-					if (r->w[i] < t)
-						r->keep[i] = false;
+				ref_drop_below(r, r->w[id]);
 				break;
 			}
 		}
 	}
-	for (uint32_t i = 0; i < r->vocab; i++)
-		if ((double)r->w[i] < (double)p->min_p)
-			r->keep[i] = false;
+	ref_drop_below(r, sampler_min_p_threshold(p->min_p));
 }
 
-static uint32_t ref_draw(const struct ref_row *r, double u)
+static uint32_t ref_draw(const struct ref_row *r, uint64_t r53)
 {
-	double target = u * ref_kept_sum(r), acc = 0.0;
-	uint32_t last = 0;
+	uint64_t target = sampler_draw_target(r53, ref_kept_sum(r)), acc = 0;
 
 	for (uint32_t i = 0; i < r->vocab; i++) {
 		if (!r->keep[i])
 			continue;
 		acc += r->w[i];
-		last = i;
 		if (acc > target)
 			return i;
 	}
-	return last;
+	abort();	/* target < the kept sum: cannot happen */
 }
 
-static void ref_logprobs(struct ref_row *r, const struct sampling_params *p,
-			 float max_y, uint32_t chosen, struct sampler_result *out)
+/* Logprobs from the weights in r (their sum z_sum) and their order. */
+static void ref_logprobs(const struct ref_row *r, const struct sampling_params *p,
+			 uint64_t z_sum, uint32_t chosen,
+			 struct sampler_result *out)
 {
-	double z_sum = 0.0, log_z;
+	double log_z = log((double)z_sum);
 
-	ref_scale(r, max_y, p->temperature > 0.0f ? p->temperature : 1.0f);
-	for (uint32_t i = 0; i < r->vocab; i++)
-		z_sum += expf(r->z[i]);
-	log_z = log(z_sum);
-	out->logprob = (float)((double)r->z[chosen] - log_z);
-	ref_order_by(r, r->z);
+	out->logprob = (float)(log((double)r->w[chosen]) - log_z);
 	for (uint32_t j = 0; j < r->vocab && out->n_top < p->top_logprobs; j++) {
 		uint32_t id = r->order[j];
 
-		if (r->z[id] == -INFINITY)
+		if (r->w[id] == 0)
 			break;
 		out->top[out->n_top++] = (struct sampler_logprob){
-			(int32_t)id, (float)((double)r->z[id] - log_z) };
+			(int32_t)id, (float)(log((double)r->w[id]) - log_z) };
 	}
 }
 
@@ -149,6 +139,7 @@ static int ref_sample_row(struct ref_row *r, const float *logits,
 			  uint32_t choice, struct sampler_result *out)
 {
 	uint32_t best = 0, chosen;
+	uint64_t z_sum = 0;
 	bool any = false;
 
 	for (uint32_t i = 0; i < r->vocab; i++) {
@@ -177,13 +168,15 @@ static int ref_sample_row(struct ref_row *r, const float *logits,
 		return -ENOENT;
 	chosen = best;
 	if (p->temperature > 0.0f) {
-		ref_scale(r, r->y[best], p->temperature);
+		z_sum = ref_weigh(r, r->y[best], p->temperature);
 		ref_cut(r, p);
-		chosen = ref_draw(r, philox_uniform(p->seed, k, choice));
+		chosen = ref_draw(r, philox_bits53(p->seed, k, choice));
+	} else if (p->logprobs) {
+		z_sum = ref_weigh(r, r->y[best], 1.0f);
 	}
 	out->token = (int32_t)chosen;
 	if (p->logprobs)
-		ref_logprobs(r, p, r->y[best], chosen, out);
+		ref_logprobs(r, p, z_sum, chosen, out);
 	return 0;
 }
 
@@ -195,17 +188,15 @@ int ref_sample(const float *logits, uint32_t vocab,
 	int ret = -ENOMEM;
 
 	memset(out, 0, sizeof(*out));
-	r.y = malloc(sizeof(float) * vocab);
-	r.w = malloc(sizeof(float) * vocab);
-	r.z = malloc(sizeof(float) * vocab);
-	r.keep = malloc(sizeof(bool) * vocab);
-	r.order = malloc(sizeof(uint32_t) * vocab);
-	r.tmp = malloc(sizeof(uint32_t) * vocab);
-	if (vocab && r.y && r.w && r.z && r.keep && r.order && r.tmp)
+	r.y = malloc(sizeof(*r.y) * vocab);
+	r.w = malloc(sizeof(*r.w) * vocab);
+	r.keep = malloc(sizeof(*r.keep) * vocab);
+	r.order = malloc(sizeof(*r.order) * vocab);
+	r.tmp = malloc(sizeof(*r.tmp) * vocab);
+	if (vocab && r.y && r.w && r.keep && r.order && r.tmp)
 		ret = ref_sample_row(&r, logits, p, k, choice, out);
 	free(r.y);
 	free(r.w);
-	free(r.z);
 	free(r.keep);
 	free(r.order);
 	free(r.tmp);
