@@ -3,18 +3,24 @@
  * the semantics stated in sampler.h, without sorting the vocabulary.
  *
  * NOTES ON THE DESIGN
- * A row costs a few linear passes: copy + check + max (vector lanes),
- * (a copy only when biased), and when sampling one pass computing the
+ * A row costs a few linear passes: check + max (vector lanes), bias (a
+ * copy only when biased), and when sampling one pass computing the
  * weights W in vector lanes (GCC vector extensions, 4 floats at a time:
  * the same float operations as sampler_weight(), lane by lane, so the
  * same bits) with exact sums per block of 1024 tokens; the draw skips
- * whole blocks by their sums and walks one.  With top_k or top_p on, a histogram of W buckets it by
- * the float bits of (float)W >> 20 (monotone in W: 1/8 octave buckets)
- * with a count and an exact integer mass per bucket.  Walking it from the
- * top gives the lowest bucket that holds the k-th largest W, or where the
- * mass reaches the top_p target; only tokens at or above that bucket are
- * gathered and sorted (typically tens to a few thousand of them), and the
- * decision is made on those exactly as the definition says.
+ * whole blocks by their sums and walks one.
+ * top_k <= 1024 finds the k-th largest W with a min-heap (one compare per
+ * token), then gathers the tokens >= it.  top_p alone gathers the tokens
+ * of W >= (Z - target) / vocab, which must hold the cut (the rest weigh
+ * less than Z - target).  Larger top_k uses the histogram below.  The
+ * gathered tokens are sorted by decreasing W (a radix sort when many),
+ * the cuts made on them exactly as the definition says, and a kept set
+ * of more than 256 tokens is drawn from by block sums of W >= t instead
+ * of being sorted by id.
+ * The histogram (top_k > 1024) buckets W by the float bits of (float)W
+ * >> 20 (monotone in W: 1/8 octave buckets) with a count per bucket;
+ * walking it from the top gives the lowest bucket that holds the k-th
+ * largest W, and only tokens at or above it are gathered.
  */
 #include <errno.h>
 #include <math.h>
@@ -38,6 +44,9 @@ struct sampler_cand {
 	uint32_t w;
 	uint32_t id;
 };
+
+/* Up to this top_k a heap finds the k-th weight; above, the histogram. */
+#define SAMPLER_HEAP_MAX 1024u
 
 /* Tokens per block of the draw's block sums (a multiple of LANES). */
 #define SAMPLER_BLOCK 1024u
@@ -403,6 +412,45 @@ static int cand_by_id(const void *a, const void *b)
 	return x->id < y->id ? -1 : x->id > y->id;
 }
 
+/*
+ * Sort cand[0 .. n), gathered in id order, by decreasing W and then id:
+ * qsort for a few, else a stable LSD radix sort on 2^30 - W (three passes
+ * of 11 bits; stability keeps equal weights in id order), using
+ * s->kept as the second buffer.  O(n): a kept set of thousands of tokens
+ * (top_p on a flat distribution) costs a few passes, not n log n calls.
+ */
+static void sampler_sort_cand(struct sampler *s, uint32_t n)
+{
+	struct sampler_cand *src = s->cand, *dst = s->kept, *tmp;
+	uint32_t count[1u << 11];
+
+	if (n < 256) {
+		qsort(s->cand, n, sizeof(*s->cand), cand_by_w_desc);
+		return;
+	}
+	for (uint32_t shift = 0; shift < 33; shift += 11) {
+		uint32_t sum = 0;
+
+		memset(count, 0, sizeof(count));
+		for (uint32_t i = 0; i < n; i++)
+			count[((SAMPLER_WEIGHT_ONE - src[i].w) >> shift) & 0x7ff]++;
+		for (uint32_t d = 0; d < (1u << 11); d++) {
+			uint32_t c = count[d];
+
+			count[d] = sum;
+			sum += c;
+		}
+		for (uint32_t i = 0; i < n; i++)
+			dst[count[((SAMPLER_WEIGHT_ONE - src[i].w) >> shift) & 0x7ff]++] =
+				src[i];
+		tmp = src;
+		src = dst;
+		dst = tmp;
+	}
+	/* Three passes: the result is in s->kept. */
+	memcpy(s->cand, src, sizeof(*s->cand) * n);
+}
+
 /* Gather the tokens with W > 0 in bucket >= lowest, by decreasing W. */
 static uint32_t sampler_gather(struct sampler *s, uint32_t lowest)
 {
@@ -411,8 +459,59 @@ static uint32_t sampler_gather(struct sampler *s, uint32_t lowest)
 	for (uint32_t i = 0; i < s->vocab; i++)
 		if (s->w[i] && sampler_bucket(s->w[i]) >= lowest)
 			s->cand[n++] = (struct sampler_cand){ s->w[i], i };
-	qsort(s->cand, n, sizeof(*s->cand), cand_by_w_desc);
+	sampler_sort_cand(s, n);
 	return n;
+}
+
+/* Gather the tokens with W >= min_w and W > 0, by decreasing W. */
+static uint32_t sampler_gather_above(struct sampler *s, uint32_t min_w)
+{
+	uint32_t n = 0;
+
+	min_w = min_w ? min_w : 1;
+	for (uint32_t i = 0; i < s->vocab; i++)
+		if (s->w[i] >= min_w)
+			s->cand[n++] = (struct sampler_cand){ s->w[i], i };
+	sampler_sort_cand(s, n);
+	return n;
+}
+
+static void heap_sift_down(uint32_t *heap, uint32_t n, uint32_t i)
+{
+	for (;;) {
+		uint32_t l = 2 * i + 1, m = i, tmp;
+
+		if (l < n && heap[l] < heap[m])
+			m = l;
+		if (l + 1 < n && heap[l + 1] < heap[m])
+			m = l + 1;
+		if (m == i)
+			return;
+		tmp = heap[i];
+		heap[i] = heap[m];
+		heap[m] = tmp;
+		i = m;
+	}
+}
+
+/*
+ * The k-th largest W counting multiplicity (k < vocab), by a min-heap of
+ * the k largest seen: one compare per token once the heap is full.
+ */
+static uint32_t sampler_kth_largest(struct sampler *s, uint32_t k)
+{
+	uint32_t *heap = (uint32_t *)s->kept;	/* free until the draw */
+
+	memcpy(heap, s->w, sizeof(*heap) * k);
+	for (uint32_t i = k / 2; i-- > 0;)
+		heap_sift_down(heap, k, i);
+	for (uint32_t i = k; i < s->vocab; i++) {
+		if (s->w[i] <= heap[0])
+			continue;
+		heap[0] = s->w[i];
+		heap_sift_down(heap, k, 0);
+	}
+	return heap[0];
 }
 
 /* The highest bucket b with at least k tokens in buckets >= b. */
@@ -423,19 +522,6 @@ static uint32_t sampler_bucket_of_kth(const struct sampler *s, uint32_t k)
 	for (uint32_t b = SAMPLER_N_BUCKETS; b-- > 0;) {
 		n += s->hist_count[b];
 		if (n >= k)
-			return b;
-	}
-	return 0;
-}
-
-/* The highest bucket b whose buckets >= b weigh >= target (exact). */
-static uint32_t sampler_bucket_of_mass(const struct sampler *s, uint64_t target)
-{
-	uint64_t mass = 0;
-
-	for (uint32_t b = SAMPLER_N_BUCKETS; b-- > 0;) {
-		mass += s->hist_mass[b];
-		if (mass >= target)
 			return b;
 	}
 	return 0;
@@ -453,10 +539,21 @@ static uint32_t sampler_select(struct sampler *s, const struct sampling_params *
 	uint32_t n, n1, t = 0;
 	uint64_t z1 = z_sum;
 
-	sampler_histogram(s);
-	n = sampler_gather(s, top_k ? sampler_bucket_of_kth(s, p->top_k) :
-			   sampler_bucket_of_mass(s, sampler_top_p_target(
-						 p->top_p, z_sum)));
+	if (top_k && p->top_k <= SAMPLER_HEAP_MAX) {
+		n = sampler_gather_above(s, sampler_kth_largest(s, p->top_k));
+	} else if (top_k) {
+		sampler_histogram(s);
+		n = sampler_gather(s, sampler_bucket_of_kth(s, p->top_k));
+	} else {
+		/*
+		 * The tokens of W < c weigh less than c * vocab <= Z - target,
+		 * so those of W >= c weigh more than target: the cut lies
+		 * among them, a prefix of the order by decreasing W.
+		 */
+		uint64_t target = sampler_top_p_target(p->top_p, z_sum);
+
+		n = sampler_gather_above(s, (uint32_t)((z_sum - target) / s->vocab));
+	}
 	n1 = n;
 	/* n < top_k: fewer tokens of weight > 0 than k, all gathered. */
 	if (top_k && n >= p->top_k) {
@@ -551,6 +648,10 @@ static uint32_t sampler_draw(struct sampler *s, const struct sampling_params *p,
 	/* The kept set is a prefix of the gathered tokens. */
 	while (n_kept < n_cand && s->cand[n_kept].w >= t)
 		n_kept++;
+	/* Many: one vector pass of block sums beats sorting them by id. */
+	if (n_kept > 256)
+		return sampler_draw_blocks(s, t, sampler_weights(s, 0.0f, 0.0f,
+								  false, t), r53);
 	memcpy(s->kept, s->cand, sizeof(*s->kept) * n_kept);
 	qsort(s->kept, n_kept, sizeof(*s->kept), cand_by_id);
 	return sampler_draw_kept(s, n_kept, r53);

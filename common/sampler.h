@@ -21,8 +21,9 @@
  *         W = trunc(exp2poly(z) * 2^30)  (0 when z < -21.5 or -inf)
  *     where exp2poly is a fixed float evaluation of e^z (z / ln 2 split
  *     into n + f, |f| <= 1/2, and a degree-5 Taylor polynomial: relative
- *     error under 3e-6, far below what a chi-square test can see), so W[argmax] = 2^30 exactly and W = 0 below about
- *     e^-20.8 = 2^-30 of the most likely token's weight.  p[i] = W[i] / Z,
+ *     error under 3e-6, far below what a chi-square test can see), so
+ *     W[argmax] = 2^30 exactly and W = 0 below about e^-20.8 = 2^-30 of
+ *     the most likely token's weight.  p[i] = W[i] / Z,
  *     Z = sum of W (an exact 64-bit integer sum, so its order cannot
  *     matter).  Banned tokens and tokens of weight 0 are never kept.
  *     Every cut-off keeps the tokens with W >= some threshold, so a tie
@@ -58,9 +59,10 @@
  * order (vector lanes, histogram buckets) and still agree with the naive
  * definition to the bit; a double sum in id order would have been both
  * slower (a chain of dependent adds) and a source of disagreement.  The
- * price is that tokens under 2^-30 of the top token's weight cannot be
- * drawn, and a weight is exact to 2^-30 of the top one: both far below
- * what the float logits themselves carry at that distance.
+ * price: a token under 2^-30 (about 1e-9) of the top token's weight
+ * cannot be drawn (all such tokens of a 128K vocabulary hold at most
+ * 1.2e-4 of the mass, and far less for any real model's logits), and a
+ * weight is truncated to a multiple of 2^-30 of the top one.
  * All cut-offs are thresholds on W, so the kept set is {W > 0, W >= t}
  * with t the largest of the three thresholds, and the draw is one walk in
  * id order.  The engine finds t_k and t_p without sorting the vocabulary:
