@@ -12,15 +12,17 @@
  * top_k <= 1024 finds the k-th largest W with a min-heap (one compare per
  * token), then gathers the tokens >= it.  top_p alone gathers the tokens
  * of W >= (Z - target) / vocab, which must hold the cut (the rest weigh
- * less than Z - target).  Larger top_k uses the histogram below.  The
+ * less than Z - target), or when those are over 4096 (a flat
+ * distribution) finds the cut with the histogram below and sorts one
+ * bucket.  Larger top_k uses the histogram too.  The
  * gathered tokens are sorted by decreasing W (a radix sort when many),
  * the cuts made on them exactly as the definition says, and a kept set
  * of more than 256 tokens is drawn from by block sums of W >= t instead
  * of being sorted by id.
- * The histogram (top_k > 1024) buckets W by the float bits of (float)W
- * >> 20 (monotone in W: 1/8 octave buckets) with a count per bucket;
- * walking it from the top gives the lowest bucket that holds the k-th
- * largest W, and only tokens at or above it are gathered.
+ * The histogram buckets W by the float bits of (float)W >> 20 (monotone
+ * in W: 1/8 octave buckets) with a count and an exact mass per bucket;
+ * walking it from the top gives the bucket that holds the k-th largest W
+ * or where the mass reaches the top_p target.
  */
 #include <errno.h>
 #include <math.h>
@@ -44,6 +46,10 @@ struct sampler_cand {
 	uint32_t w;
 	uint32_t id;
 };
+
+/* Past this many candidates top_p uses the histogram instead. */
+#define SAMPLER_GATHER_MAX 4096u
+#define SAMPLER_NOT_GATHERED UINT32_MAX
 
 /* Up to this top_k a heap finds the k-th weight; above, the histogram. */
 #define SAMPLER_HEAP_MAX 1024u
@@ -527,10 +533,56 @@ static uint32_t sampler_bucket_of_kth(const struct sampler *s, uint32_t k)
 	return 0;
 }
 
+/* The number of tokens with W >= max(c, 1), in vector lanes. */
+static uint32_t sampler_count_above(const struct sampler *s, uint32_t c)
+{
+	int32_t ci = c ? (int32_t)c : 1;
+	v4i cv = { ci, ci, ci, ci }, count = { 0 };
+	uint32_t n = 0, i = 0;
+
+	for (; i + LANES <= s->vocab; i += LANES) {
+		v4i w;
+
+		memcpy(&w, s->w + i, sizeof(w));
+		count -= w >= cv;	/* true is -1 */
+	}
+	for (; i < s->vocab; i++)
+		n += s->w[i] >= (uint32_t)ci;
+	for (int j = 0; j < LANES; j++)
+		n += (uint32_t)count[j];
+	return n;
+}
+
+/*
+ * The top_p threshold over all tokens (top_k off) by the histogram: the
+ * exact bucket masses name the bucket where the running mass from the
+ * top reaches target, and only that bucket's tokens are sorted.
+ */
+static uint32_t sampler_top_p_histogram(struct sampler *s, uint64_t target)
+{
+	uint64_t cum = 0;
+	uint32_t b = SAMPLER_N_BUCKETS, n = 0;
+
+	sampler_histogram(s);
+	while (b-- > 1 && cum + s->hist_mass[b] < target)
+		cum += s->hist_mass[b];
+	for (uint32_t i = 0; i < s->vocab; i++)
+		if (s->w[i] && sampler_bucket(s->w[i]) == b)
+			s->cand[n++] = (struct sampler_cand){ s->w[i], i };
+	sampler_sort_cand(s, n);
+	for (uint32_t j = 0; j < n; j++) {
+		cum += s->cand[j].w;
+		if (cum >= target)
+			return s->cand[j].w;
+	}
+	return 1;	/* unreachable: the bucket masses are exact */
+}
+
 /*
  * The threshold t of {W > 0, W >= t} for top_k then top_p (min_p is the
  * caller's).  The gathered tokens, *n_cand of them by decreasing W, then
- * hold the whole kept set.  z_sum is Z.
+ * hold the whole kept set, or *n_cand is SAMPLER_NOT_GATHERED.  z_sum is
+ * Z.
  */
 static uint32_t sampler_select(struct sampler *s, const struct sampling_params *p,
 			       uint64_t z_sum, uint32_t *n_cand)
@@ -548,11 +600,17 @@ static uint32_t sampler_select(struct sampler *s, const struct sampling_params *
 		/*
 		 * The tokens of W < c weigh less than c * vocab <= Z - target,
 		 * so those of W >= c weigh more than target: the cut lies
-		 * among them, a prefix of the order by decreasing W.
+		 * among them, a prefix of the order by decreasing W.  When
+		 * that bound leaves too many, the histogram finds the cut.
 		 */
 		uint64_t target = sampler_top_p_target(p->top_p, z_sum);
+		uint32_t c = (uint32_t)((z_sum - target) / s->vocab);
 
-		n = sampler_gather_above(s, (uint32_t)((z_sum - target) / s->vocab));
+		if (sampler_count_above(s, c) > SAMPLER_GATHER_MAX) {
+			*n_cand = SAMPLER_NOT_GATHERED;
+			return sampler_top_p_histogram(s, target);
+		}
+		n = sampler_gather_above(s, c);
 	}
 	n1 = n;
 	/* n < top_k: fewer tokens of weight > 0 than k, all gathered. */
@@ -646,10 +704,11 @@ static uint32_t sampler_draw(struct sampler *s, const struct sampling_params *p,
 	if (t_min > t)
 		t = t_min;
 	/* The kept set is a prefix of the gathered tokens. */
-	while (n_kept < n_cand && s->cand[n_kept].w >= t)
+	while (n_cand != SAMPLER_NOT_GATHERED && n_kept < n_cand &&
+	       s->cand[n_kept].w >= t)
 		n_kept++;
 	/* Many: one vector pass of block sums beats sorting them by id. */
-	if (n_kept > 256)
+	if (n_cand == SAMPLER_NOT_GATHERED || n_kept > 256)
 		return sampler_draw_blocks(s, t, sampler_weights(s, 0.0f, 0.0f,
 								  false, t), r53);
 	memcpy(s->kept, s->cand, sizeof(*s->kept) * n_kept);
