@@ -754,9 +754,14 @@ static void sampler_logprobs(const struct sampler *s,
 	out->logprob = sampler_logprob(s->w[chosen], log_z);
 	if (!cap)
 		return;
-	for (uint32_t i = 0; i < s->vocab; i++)
-		if (s->w[i] && (n < cap || s->w[i] > top[cap - 1].w))
-			top_insert(top, &n, cap, i, s->w[i]);
+	/* One compare per token, rarely true: half the weights may be 0 in
+	 * random order, which would make "W != 0" a coin-toss branch. */
+	for (uint32_t i = 0, bar = 0; i < s->vocab; i++) {
+		if (s->w[i] <= bar)
+			continue;
+		top_insert(top, &n, cap, i, s->w[i]);
+		bar = n == cap ? top[cap - 1].w : 0;
+	}
 	for (uint32_t j = 0; j < n; j++)
 		out->top[j] = (struct sampler_logprob){
 			(int32_t)top[j].id, sampler_logprob(top[j].w, log_z) };
