@@ -138,6 +138,8 @@ struct engine {
 	struct model *model;
 	uint32_t vocab;
 	uint32_t max_context;		/* resolved: engine_set_max_context() */
+	char *worker_spec;		/* --model for workers: pinned to the
+					 * file we opened (model_worker_spec()) */
 	struct model_runner *runner;	/* --workers 0: the model's steps */
 	struct shm_segment seg;
 	struct slot_table slots;

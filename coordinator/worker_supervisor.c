@@ -259,7 +259,7 @@ int shard_start_worker(struct engine *e, struct shard *s)
 		.shard_fd = -1,
 		.notify_fd = -1,
 		.shard = s->index,
-		.model_spec = e->cfg->model_spec,
+		.model_spec = e->worker_spec,
 		.spin_us = e->cfg->spin_us,
 		.garbage_every = e->cfg->garbage_every,
 		.step_tokens = e->cfg->step_tokens,

@@ -56,6 +56,29 @@ grep -q "kills=[1-9]" "$E2E_TMP/kill.err" && pass "workers were killed" ||
 	fail "no worker was killed: $(tail -1 "$E2E_TMP/kill.err")"
 run "garbled results (resets)" "$CK" --workers 2 --batch 16 --garbage-every 5
 
+echo "== a checkpoint replaced under a running engine is not served"
+# workers start again after the file is replaced (here: killed); each
+# refuses the new file, so no answer mixes two models
+cp "$E2E_TMP/k.bin" "$E2E_TMP/live.bin"
+"$BIN/make_checkpoint" --out "$E2E_TMP/other.bin" --dim 128 --hidden 256 --layers 4 \
+	--heads 4 --kv-heads 2 --vocab 300 --seq-len 256 --seed "$((SEED + 1))" > /dev/null
+"$BIN/dynbatch" run --model "llama:$E2E_TMP/live.bin" --workers 2 --batch 2 \
+	--step-tokens 1 --input "$E2E_TMP/k.jsonl" --output "$E2E_TMP/out.jsonl" \
+	2> "$E2E_TMP/live.err" &
+CO=$!
+for _ in $(seq 100); do
+	[ "$(worker_pids $CO | wc -w)" = 2 ] && break
+	sleep 0.05
+done
+cp "$E2E_TMP/other.bin" "$E2E_TMP/live.new" && mv "$E2E_TMP/live.new" "$E2E_TMP/live.bin"
+kill -9 $(worker_pids $CO) 2>/dev/null || fail "no workers to kill: the run ended early"
+wait $CO
+expect_eq "replaced checkpoint: exit 1 (no worker can serve it)" $? 1
+check_results "replaced checkpoint: every answer is the old model's or an error" \
+	"llama:$E2E_TMP/k.bin" "$E2E_TMP/k.jsonl" "$E2E_TMP/out.jsonl" --allow-errors
+grep -q "is not the file the engine started with" "$E2E_TMP/live.err" &&
+	pass "the workers say why" || fail "no message about the replaced file"
+
 echo "== bad checkpoints: exit 2, naming the problem"
 bad() {	# NAME FILE WANT
 	timeout 30 "$BIN/dynbatch" run --model "llama:$2" --workers 1 \
