@@ -75,6 +75,23 @@ static void llama_axpy_portable(float *y, float a, const float *x, size_t n)
 		y[i] += a * x[i];
 }
 
+static void llama_attn_scores_portable(float *att, const float *q,
+				       const float *keys, size_t stride,
+				       size_t n_pos, size_t hs, float scale)
+{
+	for (size_t p = 0; p < n_pos; p++)
+		att[p] = llama_dot_portable(q, keys + p * stride, hs) / scale;
+}
+
+static void llama_attn_mix_portable(float *out, const float *att,
+				    const float *vals, size_t stride,
+				    size_t n_pos, size_t hs)
+{
+	memset(out, 0, hs * sizeof(float));
+	for (size_t p = 0; p < n_pos; p++)
+		llama_axpy_portable(out, att[p], vals + p * stride, hs);
+}
+
 /* -------------------------------------------------------------- AVX2 + FMA */
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -278,11 +295,133 @@ static LLAMA_AVX2 void llama_axpy_avx2(float *y, float a, const float *x,
 		y[i] = llama_fma1(a, x[i], y[i]);
 }
 
+/*
+ * Scores of P positions at once (P <= LLAMA_SP): P accumulators fed from
+ * one load of q per step, so that P independent FMA chains are in flight
+ * where dot() has one.  Each score's arithmetic is dot()'s: one 8-lane
+ * accumulator fed in order, llama_hsum8(), the scalar FMA tail.
+ */
+#define LLAMA_SP 8
+
+static inline __attribute__((always_inline)) LLAMA_AVX2 void
+llama_scores_tile(int P, float *att, const float *q, const float *keys,
+		  size_t stride, size_t hs, float scale)
+{
+	__m256 acc[LLAMA_SP];
+	size_t i, n8 = hs & ~(size_t)7;
+
+#pragma GCC unroll 8
+	for (int p = 0; p < P; p++)
+		acc[p] = _mm256_setzero_ps();
+	for (i = 0; i < n8; i += 8) {
+		__m256 qv = _mm256_loadu_ps(q + i);
+
+#pragma GCC unroll 8
+		for (int p = 0; p < P; p++)
+			acc[p] = _mm256_fmadd_ps(qv,
+						 _mm256_loadu_ps(keys + p * stride + i),
+						 acc[p]);
+	}
+#pragma GCC unroll 8
+	for (int p = 0; p < P; p++) {
+		float s = llama_hsum8(acc[p]);
+
+		for (size_t j = n8; j < hs; j++)
+			s = llama_fma1(q[j], keys[p * stride + j], s);
+		att[p] = s / scale;
+	}
+}
+
+#define LLAMA_SCORES_CASE(P)                                            \
+	case P:                                                         \
+		llama_scores_tile(P, att, q, keys, stride, hs, scale);  \
+		break
+
+static LLAMA_AVX2 void llama_attn_scores_avx2(float *att, const float *q,
+					      const float *keys, size_t stride,
+					      size_t n_pos, size_t hs,
+					      float scale)
+{
+	size_t p = 0;
+
+	for (; p + LLAMA_SP <= n_pos; p += LLAMA_SP)
+		llama_scores_tile(LLAMA_SP, att + p, q, keys + p * stride,
+				  stride, hs, scale);
+	att += p;
+	keys += p * stride;
+	switch (n_pos - p) {
+	LLAMA_SCORES_CASE(1); LLAMA_SCORES_CASE(2); LLAMA_SCORES_CASE(3);
+	LLAMA_SCORES_CASE(4); LLAMA_SCORES_CASE(5); LLAMA_SCORES_CASE(6);
+	LLAMA_SCORES_CASE(7);
+	default:
+		break;
+	}
+}
+
+/*
+ * out[i0 .. i0 + 8 V) over all positions, the V vectors held in registers
+ * (V <= 8): per position one broadcast weight and V FMAs, each element's
+ * chain fed in order of p from 0, as axpy() into a zeroed out would.
+ */
+static inline __attribute__((always_inline)) LLAMA_AVX2 void
+llama_mix_block(int V, float *out, const float *att, const float *vals,
+		size_t stride, size_t n_pos)
+{
+	__m256 acc[8];
+
+#pragma GCC unroll 8
+	for (int v = 0; v < V; v++)
+		acc[v] = _mm256_setzero_ps();
+	for (size_t p = 0; p < n_pos; p++) {
+		__m256 a = _mm256_broadcast_ss(att + p);
+		const float *row = vals + p * stride;
+
+#pragma GCC unroll 8
+		for (int v = 0; v < V; v++)
+			acc[v] = _mm256_fmadd_ps(a, _mm256_loadu_ps(row + 8 * v),
+						 acc[v]);
+	}
+#pragma GCC unroll 8
+	for (int v = 0; v < V; v++)
+		_mm256_storeu_ps(out + 8 * v, acc[v]);
+}
+
+#define LLAMA_MIX_CASE(V)                                               \
+	case V:                                                         \
+		llama_mix_block(V, out + i, att, vals + i, stride, n_pos); \
+		break
+
+static LLAMA_AVX2 void llama_attn_mix_avx2(float *out, const float *att,
+					   const float *vals, size_t stride,
+					   size_t n_pos, size_t hs)
+{
+	size_t i, n8 = hs & ~(size_t)7;
+
+	for (i = 0; i + 64 <= n8; i += 64)
+		llama_mix_block(8, out + i, att, vals + i, stride, n_pos);
+	switch ((n8 - i) / 8) {
+	LLAMA_MIX_CASE(1); LLAMA_MIX_CASE(2); LLAMA_MIX_CASE(3);
+	LLAMA_MIX_CASE(4); LLAMA_MIX_CASE(5); LLAMA_MIX_CASE(6);
+	LLAMA_MIX_CASE(7);
+	default:
+		break;
+	}
+	for (i = n8; i < hs; i++) {
+		float s = 0.0f;
+
+		for (size_t p = 0; p < n_pos; p++)
+			s = llama_fma1(att[p], vals[p * stride + i], s);
+		out[i] = s;
+	}
+}
+
 static const struct llama_kernels llama_kernels_avx2 = {
 	.name = "avx2",
 	.matmul = llama_matmul_avx2,
 	.dot = llama_dot_avx2,
 	.axpy = llama_axpy_avx2,
+	.attn_scores = llama_attn_scores_avx2,
+	.attn_mix = llama_attn_mix_avx2,
 };
 
 bool llama_kernels_have_avx2(void)
@@ -302,6 +441,8 @@ static const struct llama_kernels llama_kernels_portable = {
 	.matmul = llama_matmul_portable,
 	.dot = llama_dot_portable,
 	.axpy = llama_axpy_portable,
+	.attn_scores = llama_attn_scores_portable,
+	.attn_mix = llama_attn_mix_portable,
 };
 
 const struct llama_kernels *llama_kernels_get(enum llama_kernel_kind kind)
