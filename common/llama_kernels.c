@@ -1,6 +1,6 @@
 /*
- * llama_kernels.c - matmul, dot and axpy for the llama model, in AVX2+FMA
- * and in portable C; see llama_kernels.h.
+ * llama_kernels.c - matmul, dot, axpy and the attention passes for the
+ * llama model, in AVX2+FMA and in portable C; see llama_kernels.h.
  *
  * NOTES ON THE DESIGN
  *
@@ -27,6 +27,20 @@
  * EPYC (Zen 1) it is developed on, that took batch-1 decode of the
  * stories15M shape from 7.3 to 6.7 ms per token, and the 32000 x 288
  * classifier at 4 and 8 rows from 8.1 and 12.3 ms to 4.1 and 5.1 ms.
+ * Each step the prefetch touches two lines: the next two of a tile of up
+ * to 4 outputs (the 2 x 4 tile of two rows: its 128 bytes a step), every
+ * other one of wider tiles (the hardware prefetcher fills in).  Covering
+ * the 2 x 4 tile's both lines took the weights of the stories110M shape
+ * at 2 rows from 45 to 37 ms a pass (malloc'd weights, best of 5).
+ *
+ * Attention: attn_scores() runs a head's query against LLAMA_SP cached
+ * keys at a time (one q load feeds LLAMA_SP independent FMA chains, where
+ * a dot() per position had one chain and a call each); attn_mix() keeps
+ * up to 64 floats of the head's output in registers across all positions
+ * (one broadcast weight, then one FMA per vector).  Each score is exactly
+ * dot()'s and each output element exactly what axpy() position after
+ * position gives, so the tiles' edges change nothing, and a token's
+ * result depends only on its query, its cache and its position count.
  *
  * The functions carry __attribute__((target("avx2,fma"))) instead of the
  * Makefile passing -mavx2, so the rest of the program still runs on any
@@ -149,12 +163,11 @@ llama_tile(int R, int O, bool PF, float *out, const float *x, const float *w,
 		for (int o = 0; o < O; o++)
 			wv[o] = _mm256_loadu_ps(w + o * n_in + i);
 		if (PF && R * O >= 8) {
-			/* two blocks ahead, a little faster than consumed:
-			 * see the file comment */
+			/* two tiles ahead: see the file comment */
 			const char *ahead = (const char *)(w + 2 * O * n_in + i * O);
 
 			_mm_prefetch(ahead, _MM_HINT_T0);
-			_mm_prefetch(ahead + (O == LLAMA_NR ? 64 : 128), _MM_HINT_T0);
+			_mm_prefetch(ahead + (O <= 4 ? 64 : 128), _MM_HINT_T0);
 		}
 #pragma GCC unroll 4
 		for (int r = 0; r < R; r++) {

@@ -21,6 +21,14 @@
  * bind()), attention and the FFN's gate run per token through the same
  * code.
  *
+ * Attention runs head by head over the chunk: for each token, its scores
+ * against all its cached keys in one kernel call (attn_scores), softmax,
+ * then its values in one call (attn_mix), with all the tokens' scores
+ * before any values, so that over a long prefix one head's keys, then its
+ * values, stay in cache across the chunk.  Per position a call each to
+ * dot() and axpy() made a 1000-token prefill of the stories110M shape
+ * spend a third of its 10 s in tens of millions of tiny calls; now 7.2 s.
+ *
  * The KV cache is one anonymous MAP_NORESERVE mapping made in bind(): per
  * slot a page-aligned region of [layer][K or V][position][kv_dim] floats.
  * Pages are touched only as positions are written, and release() gives a
