@@ -48,6 +48,7 @@
  */
 #include "llama_kernels.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -95,6 +96,21 @@ static void llama_attn_scores_portable(float *att, const float *q,
 {
 	for (size_t p = 0; p < n_pos; p++)
 		att[p] = llama_dot_portable(q, keys + p * stride, hs) / scale;
+}
+
+static void llama_softmax_portable(float *x, size_t n)
+{
+	float max = x[0], sum = 0.0f;
+
+	for (size_t i = 1; i < n; i++)
+		if (x[i] > max)
+			max = x[i];
+	for (size_t i = 0; i < n; i++) {
+		x[i] = expf(x[i] - max);
+		sum += x[i];
+	}
+	for (size_t i = 0; i < n; i++)
+		x[i] /= sum;
 }
 
 static void llama_attn_mix_portable(float *out, const float *att,
@@ -428,6 +444,85 @@ static LLAMA_AVX2 void llama_attn_mix_avx2(float *out, const float *att,
 	}
 }
 
+/*
+ * exp of 8 values <= 0: exp(x) = 2^k e^r with k = round(x / ln 2) and
+ * |r| <= ln 2 / 2 (ln 2 in two parts, so r is exact enough), e^r by its
+ * Taylor polynomial to degree 6 (relative error about 1.2e-7), 2^k put
+ * in the exponent bits.  Below -87 (where 2^k leaves the normal range)
+ * the result is 0, as exp's is to within 1.7e-38.
+ */
+static inline __attribute__((always_inline)) LLAMA_AVX2 __m256
+llama_exp8(__m256 x)
+{
+	const __m256 lo = _mm256_set1_ps(-87.0f);
+	__m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+	__m256 k, r, p;
+	__m256i e;
+
+	x = _mm256_max_ps(x, lo);
+	k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+			    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+	r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+	p = _mm256_set1_ps(1.0f / 720);
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+	e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k),
+					       _mm256_set1_epi32(127)), 23);
+	return _mm256_andnot_ps(under,
+				_mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+/*
+ * The max (exact in any order), the exps (element by element, the last
+ * n % 8 through a padded vector so that every element gets the same
+ * function), their sum in one 8-lane accumulator in order, llama_hsum8(),
+ * then the tail's exps added in order; then one multiply by 1 / sum.
+ */
+static LLAMA_AVX2 void llama_softmax_avx2(float *x, size_t n)
+{
+	size_t i, n8 = n & ~(size_t)7;
+	__m256 vmax = _mm256_set1_ps(x[0]), acc = _mm256_setzero_ps(), vinv;
+	float max, sum, tail[8];
+
+	for (i = 0; i < n8; i += 8)
+		vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(x + i));
+	vmax = _mm256_max_ps(vmax, _mm256_permute2f128_ps(vmax, vmax, 1));
+	vmax = _mm256_max_ps(vmax, _mm256_permute_ps(vmax, 0x4e));
+	vmax = _mm256_max_ps(vmax, _mm256_permute_ps(vmax, 0xb1));
+	max = _mm256_cvtss_f32(vmax);
+	for (; i < n; i++)
+		max = x[i] > max ? x[i] : max;
+	vmax = _mm256_set1_ps(max);
+	for (i = 0; i < n8; i += 8) {
+		__m256 v = llama_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i),
+						    vmax));
+
+		_mm256_storeu_ps(x + i, v);
+		acc = _mm256_add_ps(acc, v);
+	}
+	sum = llama_hsum8(acc);
+	if (n8 < n) {
+		for (i = 0; i < 8; i++)
+			tail[i] = n8 + i < n ? x[n8 + i] - max : -INFINITY;
+		_mm256_storeu_ps(tail, llama_exp8(_mm256_loadu_ps(tail)));
+		for (i = n8; i < n; i++) {
+			x[i] = tail[i - n8];
+			sum += x[i];
+		}
+	}
+	vinv = _mm256_set1_ps(1.0f / sum);
+	for (i = 0; i < n8; i += 8)
+		_mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i),
+						      vinv));
+	for (; i < n; i++)
+		x[i] *= 1.0f / sum;
+}
+
 static const struct llama_kernels llama_kernels_avx2 = {
 	.name = "avx2",
 	.matmul = llama_matmul_avx2,
@@ -435,6 +530,7 @@ static const struct llama_kernels llama_kernels_avx2 = {
 	.axpy = llama_axpy_avx2,
 	.attn_scores = llama_attn_scores_avx2,
 	.attn_mix = llama_attn_mix_avx2,
+	.softmax = llama_softmax_avx2,
 };
 
 bool llama_kernels_have_avx2(void)
@@ -456,6 +552,7 @@ static const struct llama_kernels llama_kernels_portable = {
 	.axpy = llama_axpy_portable,
 	.attn_scores = llama_attn_scores_portable,
 	.attn_mix = llama_attn_mix_portable,
+	.softmax = llama_softmax_portable,
 };
 
 const struct llama_kernels *llama_kernels_get(enum llama_kernel_kind kind)

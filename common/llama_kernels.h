@@ -48,6 +48,12 @@ struct llama_kernels {
 	 */
 	void (*attn_mix)(float *out, const float *att, const float *vals,
 			 size_t stride, size_t n_pos, size_t hs);
+	/*
+	 * x[i] = exp(x[i] - max) / sum of those, for i < n (n >= 1), in
+	 * place.  The AVX2 one uses its own vector exp (a polynomial, within
+	 * a few ulp of expf) and multiplies by 1 / sum.
+	 */
+	void (*softmax)(float *x, size_t n);
 };
 
 /* Does this CPU run the AVX2+FMA kernels? */

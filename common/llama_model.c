@@ -22,8 +22,9 @@
  * code.
  *
  * Attention runs head by head over the chunk: for each token, its scores
- * against all its cached keys in one kernel call (attn_scores), softmax,
- * then its values in one call (attn_mix), with all the tokens' scores
+ * against all its cached keys in one kernel call (attn_scores), softmax
+ * (a kernel too: expf's calls were a tenth of a long prefill), then its
+ * values in one call (attn_mix), with all the tokens' scores
  * before any values, so that over a long prefix one head's keys, then its
  * values, stay in cache across the chunk.  Per position a call each to
  * dot() and axpy() made a 1000-token prefill of the stories110M shape
@@ -375,21 +376,6 @@ static void llama_rope(const struct llama_model *m, float *vec, uint32_t n,
 	}
 }
 
-static void llama_softmax(float *x, uint32_t n)
-{
-	float max = x[0], sum = 0.0f;
-
-	for (uint32_t i = 1; i < n; i++)
-		if (x[i] > max)
-			max = x[i];
-	for (uint32_t i = 0; i < n; i++) {
-		x[i] = expf(x[i] - max);
-		sum += x[i];
-	}
-	for (uint32_t i = 0; i < n; i++)
-		x[i] /= sum;
-}
-
 /*
  * Attention of query head h for the chunk's n tokens, each over its own
  * slot's cache, into out (chunk, dim).  Per token: all its scores in one
@@ -414,7 +400,7 @@ static void llama_attention_head(struct llama_model *m, uint32_t layer,
 		m->k->attn_scores(att, m->q + (size_t)t * c->dim + (size_t)h * hs,
 				  llama_cache(m, ct->slot, layer, 0) + kv_off,
 				  c->kv_dim, ct->pos + 1, hs, scale);
-		llama_softmax(att, ct->pos + 1);
+		m->k->softmax(att, ct->pos + 1);
 	}
 	for (uint32_t t = 0; t < n; t++) {
 		const struct llama_chunk_token *ct = &m->ct[t];

@@ -970,7 +970,8 @@ static void test_steps_in_sandbox(void **state)
  * score divided by the scale, and attn_mix() exactly what axpy() into a
  * zeroed vector gives, position by position, whatever the head size (the
  * vector tails), the number of positions (the tiles' edges) and the
- * stride; and both are within rounding of a double-precision sum.
+ * stride; and both, and softmax(), are within rounding of a double-
+ * precision reference.
  */
 static void test_attention_kernels(void **state)
 {
@@ -1021,6 +1022,32 @@ static void test_attention_kernels(void **state)
 				assert_true(fabs(got[i] - ref) <= 1e-5 * (1 + n_pos));
 			}
 			assert_memory_equal(got, want, hs * sizeof(float));
+
+			/* softmax: within rounding of a double one, with
+			 * scores wide enough for exps that underflow */
+			memcpy(want, keys, n_pos * sizeof(float));
+			for (size_t p = 0; p < n_pos; p++)
+				got[p] = want[p] *= 40;
+			k->softmax(got, n_pos);
+			{
+				double max = want[0], sum = 0;
+
+				for (size_t p = 1; p < n_pos; p++)
+					max = want[p] > max ? want[p] : max;
+				for (size_t p = 0; p < n_pos; p++)
+					sum += exp(want[p] - max);
+				for (size_t p = 0; p < n_pos; p++) {
+					double ref = exp(want[p] - max) / sum;
+
+					/* x - max rounded to float moves
+					 * exp by up to |x - max| ulps */
+					double tol = 1e-6 + 1.2e-7 *
+						     fabs(want[p] - max);
+
+					assert_true(fabs(got[p] - ref) <=
+						    tol * ref + 1e-30);
+				}
+			}
 			free(q);
 			free(keys);
 			free(att);
