@@ -28,7 +28,8 @@
  * before any values, so that over a long prefix one head's keys, then its
  * values, stay in cache across the chunk.  Per position a call each to
  * dot() and axpy() made a 1000-token prefill of the stories110M shape
- * spend a third of its 10 s in tens of millions of tiny calls; now 7.2 s.
+ * spend a third of its 10 s in tens of millions of tiny calls; now about
+ * 6.5 s (2-core Zen 1 EPYC).
  *
  * The KV cache is one anonymous MAP_NORESERVE mapping made in bind(): per
  * slot a page-aligned region of [layer][K or V][position][kv_dim] floats.
