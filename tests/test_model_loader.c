@@ -181,9 +181,14 @@ static void test_bad_specs(void **state)
 	{
 		char err[512] = "";
 
-		assert_null(model_open("llama", err, sizeof(err)));
+		assert_null(model_open("gpt2", err, sizeof(err)));
 		assert_non_null(strstr(err, "expected sim"));
+		assert_non_null(strstr(err, "llama:CHECKPOINT"));
 		assert_non_null(strstr(err, "plugin.so"));
+		/* llama is built in now, and wants its checkpoint */
+		err[0] = '\0';
+		assert_null(model_open("llama", err, sizeof(err)));
+		assert_non_null(strstr(err, "llama"));
 	}
 	/* no err buffer, no crash */
 	assert_null(model_open("gpt4", NULL, 0));
