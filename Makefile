@@ -12,10 +12,13 @@
 #   make deps     install the Debian packages the build needs
 #
 # Users may change optimisation (CFLAGS=-O0 ...), never drop the warnings.
+# -ffp-contract=off: a * b + c is never fused behind our back (with -march
+# flags that enable FMA it otherwise may be), so a result does not depend
+# on the compiler's choice; the kernels fuse where they say so.
 
 CC ?= cc
 CFLAGS ?= -O2 -g
-override CFLAGS += -std=gnu11 -Wall -Wextra -Werror -Wstrict-prototypes \
+override CFLAGS += -std=gnu11 -ffp-contract=off -Wall -Wextra -Werror -Wstrict-prototypes \
 	-Wmissing-prototypes -Wshadow -Wno-unused-parameter \
 	-D_GNU_SOURCE -Icommon -Icoordinator -Iworker -pthread -MMD -MP
 LDLIBS_COMMON := -ljansson -ldl -lrt -lm -pthread
@@ -38,7 +41,7 @@ COORD_SRC := $(filter-out coordinator/main.c,$(wildcard coordinator/*.c))
 WORKER_SRC := $(filter-out worker/main.c,$(wildcard worker/*.c))
 TEST_SRC := $(wildcard tests/test_*.c)
 # tools/ref_llama*.c are parts of bin/refdecode, not tools of their own.
-REFDECODE_PARTS := tools/ref_llama.c tools/ref_llama_check.c
+REFDECODE_PARTS := tools/ref_llama.c tools/ref_llama_check.c tools/ref_sampler.c
 TOOL_SRC := $(filter-out tools/example_plugin.c tools/escape_plugin.c tools/probe_plugin.c \
 	tools/hostile_worker.c $(REFDECODE_PARTS),$(wildcard tools/*.c))
 

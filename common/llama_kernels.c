@@ -1,6 +1,6 @@
 /*
- * llama_kernels.c - matmul, dot and axpy for the llama model, in AVX2+FMA
- * and in portable C; see llama_kernels.h.
+ * llama_kernels.c - matmul, dot, axpy and the attention passes for the
+ * llama model, in AVX2+FMA and in portable C; see llama_kernels.h.
  *
  * NOTES ON THE DESIGN
  *
@@ -27,6 +27,20 @@
  * EPYC (Zen 1) it is developed on, that took batch-1 decode of the
  * stories15M shape from 7.3 to 6.7 ms per token, and the 32000 x 288
  * classifier at 4 and 8 rows from 8.1 and 12.3 ms to 4.1 and 5.1 ms.
+ * Each step the prefetch touches two lines: the next two of a tile of up
+ * to 4 outputs (the 2 x 4 tile of two rows: its 128 bytes a step), every
+ * other one of wider tiles (the hardware prefetcher fills in).  Covering
+ * the 2 x 4 tile's both lines took the weights of the stories110M shape
+ * at 2 rows from 45 to 37 ms a pass (malloc'd weights, best of 5).
+ *
+ * Attention: attn_scores() runs a head's query against LLAMA_SP cached
+ * keys at a time (one q load feeds LLAMA_SP independent FMA chains, where
+ * a dot() per position had one chain and a call each); attn_mix() keeps
+ * up to 64 floats of the head's output in registers across all positions
+ * (one broadcast weight, then one FMA per vector).  Each score is exactly
+ * dot()'s and each output element exactly what axpy() position after
+ * position gives, so the tiles' edges change nothing, and a token's
+ * result depends only on its query, its cache and its position count.
  *
  * The functions carry __attribute__((target("avx2,fma"))) instead of the
  * Makefile passing -mavx2, so the rest of the program still runs on any
@@ -34,6 +48,7 @@
  */
 #include "llama_kernels.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -73,6 +88,38 @@ static void llama_axpy_portable(float *y, float a, const float *x, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		y[i] += a * x[i];
+}
+
+static void llama_attn_scores_portable(float *att, const float *q,
+				       const float *keys, size_t stride,
+				       size_t n_pos, size_t hs, float scale)
+{
+	for (size_t p = 0; p < n_pos; p++)
+		att[p] = llama_dot_portable(q, keys + p * stride, hs) / scale;
+}
+
+static void llama_softmax_portable(float *x, size_t n)
+{
+	float max = x[0], sum = 0.0f;
+
+	for (size_t i = 1; i < n; i++)
+		if (x[i] > max)
+			max = x[i];
+	for (size_t i = 0; i < n; i++) {
+		x[i] = expf(x[i] - max);
+		sum += x[i];
+	}
+	for (size_t i = 0; i < n; i++)
+		x[i] /= sum;
+}
+
+static void llama_attn_mix_portable(float *out, const float *att,
+				    const float *vals, size_t stride,
+				    size_t n_pos, size_t hs)
+{
+	memset(out, 0, hs * sizeof(float));
+	for (size_t p = 0; p < n_pos; p++)
+		llama_axpy_portable(out, att[p], vals + p * stride, hs);
 }
 
 /* -------------------------------------------------------------- AVX2 + FMA */
@@ -132,12 +179,11 @@ llama_tile(int R, int O, bool PF, float *out, const float *x, const float *w,
 		for (int o = 0; o < O; o++)
 			wv[o] = _mm256_loadu_ps(w + o * n_in + i);
 		if (PF && R * O >= 8) {
-			/* two blocks ahead, a little faster than consumed:
-			 * see the file comment */
+			/* two tiles ahead: see the file comment */
 			const char *ahead = (const char *)(w + 2 * O * n_in + i * O);
 
 			_mm_prefetch(ahead, _MM_HINT_T0);
-			_mm_prefetch(ahead + (O == LLAMA_NR ? 64 : 128), _MM_HINT_T0);
+			_mm_prefetch(ahead + (O <= 4 ? 64 : 128), _MM_HINT_T0);
 		}
 #pragma GCC unroll 4
 		for (int r = 0; r < R; r++) {
@@ -278,11 +324,213 @@ static LLAMA_AVX2 void llama_axpy_avx2(float *y, float a, const float *x,
 		y[i] = llama_fma1(a, x[i], y[i]);
 }
 
+/*
+ * Scores of P positions at once (P <= LLAMA_SP): P accumulators fed from
+ * one load of q per step, so that P independent FMA chains are in flight
+ * where dot() has one.  Each score's arithmetic is dot()'s: one 8-lane
+ * accumulator fed in order, llama_hsum8(), the scalar FMA tail.
+ */
+#define LLAMA_SP 8
+
+static inline __attribute__((always_inline)) LLAMA_AVX2 void
+llama_scores_tile(int P, float *att, const float *q, const float *keys,
+		  size_t stride, size_t hs, float scale)
+{
+	__m256 acc[LLAMA_SP];
+	size_t i, n8 = hs & ~(size_t)7;
+
+#pragma GCC unroll 8
+	for (int p = 0; p < P; p++)
+		acc[p] = _mm256_setzero_ps();
+	for (i = 0; i < n8; i += 8) {
+		__m256 qv = _mm256_loadu_ps(q + i);
+
+#pragma GCC unroll 8
+		for (int p = 0; p < P; p++)
+			acc[p] = _mm256_fmadd_ps(qv,
+						 _mm256_loadu_ps(keys + p * stride + i),
+						 acc[p]);
+	}
+#pragma GCC unroll 8
+	for (int p = 0; p < P; p++) {
+		float s = llama_hsum8(acc[p]);
+
+		for (size_t j = n8; j < hs; j++)
+			s = llama_fma1(q[j], keys[p * stride + j], s);
+		att[p] = s / scale;
+	}
+}
+
+#define LLAMA_SCORES_CASE(P)                                            \
+	case P:                                                         \
+		llama_scores_tile(P, att, q, keys, stride, hs, scale);  \
+		break
+
+static LLAMA_AVX2 void llama_attn_scores_avx2(float *att, const float *q,
+					      const float *keys, size_t stride,
+					      size_t n_pos, size_t hs,
+					      float scale)
+{
+	size_t p = 0;
+
+	for (; p + LLAMA_SP <= n_pos; p += LLAMA_SP)
+		llama_scores_tile(LLAMA_SP, att + p, q, keys + p * stride,
+				  stride, hs, scale);
+	att += p;
+	keys += p * stride;
+	switch (n_pos - p) {
+	LLAMA_SCORES_CASE(1); LLAMA_SCORES_CASE(2); LLAMA_SCORES_CASE(3);
+	LLAMA_SCORES_CASE(4); LLAMA_SCORES_CASE(5); LLAMA_SCORES_CASE(6);
+	LLAMA_SCORES_CASE(7);
+	default:
+		break;
+	}
+}
+
+/*
+ * out[i0 .. i0 + 8 V) over all positions, the V vectors held in registers
+ * (V <= 8): per position one broadcast weight and V FMAs, each element's
+ * chain fed in order of p from 0, as axpy() into a zeroed out would.
+ */
+static inline __attribute__((always_inline)) LLAMA_AVX2 void
+llama_mix_block(int V, float *out, const float *att, const float *vals,
+		size_t stride, size_t n_pos)
+{
+	__m256 acc[8];
+
+#pragma GCC unroll 8
+	for (int v = 0; v < V; v++)
+		acc[v] = _mm256_setzero_ps();
+	for (size_t p = 0; p < n_pos; p++) {
+		__m256 a = _mm256_broadcast_ss(att + p);
+		const float *row = vals + p * stride;
+
+#pragma GCC unroll 8
+		for (int v = 0; v < V; v++)
+			acc[v] = _mm256_fmadd_ps(a, _mm256_loadu_ps(row + 8 * v),
+						 acc[v]);
+	}
+#pragma GCC unroll 8
+	for (int v = 0; v < V; v++)
+		_mm256_storeu_ps(out + 8 * v, acc[v]);
+}
+
+#define LLAMA_MIX_CASE(V)                                               \
+	case V:                                                         \
+		llama_mix_block(V, out + i, att, vals + i, stride, n_pos); \
+		break
+
+static LLAMA_AVX2 void llama_attn_mix_avx2(float *out, const float *att,
+					   const float *vals, size_t stride,
+					   size_t n_pos, size_t hs)
+{
+	size_t i, n8 = hs & ~(size_t)7;
+
+	for (i = 0; i + 64 <= n8; i += 64)
+		llama_mix_block(8, out + i, att, vals + i, stride, n_pos);
+	switch ((n8 - i) / 8) {
+	LLAMA_MIX_CASE(1); LLAMA_MIX_CASE(2); LLAMA_MIX_CASE(3);
+	LLAMA_MIX_CASE(4); LLAMA_MIX_CASE(5); LLAMA_MIX_CASE(6);
+	LLAMA_MIX_CASE(7);
+	default:
+		break;
+	}
+	for (i = n8; i < hs; i++) {
+		float s = 0.0f;
+
+		for (size_t p = 0; p < n_pos; p++)
+			s = llama_fma1(att[p], vals[p * stride + i], s);
+		out[i] = s;
+	}
+}
+
+/*
+ * exp of 8 values <= 0: exp(x) = 2^k e^r with k = round(x / ln 2) and
+ * |r| <= ln 2 / 2 (ln 2 in two parts, so r is exact enough), e^r by its
+ * Taylor polynomial to degree 6 (relative error about 1.2e-7), 2^k put
+ * in the exponent bits.  Below -87 (where 2^k leaves the normal range)
+ * the result is 0, as exp's is to within 1.7e-38.
+ */
+static inline __attribute__((always_inline)) LLAMA_AVX2 __m256
+llama_exp8(__m256 x)
+{
+	const __m256 lo = _mm256_set1_ps(-87.0f);
+	__m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+	__m256 k, r, p;
+	__m256i e;
+
+	x = _mm256_max_ps(x, lo);
+	k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+			    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+	r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+	p = _mm256_set1_ps(1.0f / 720);
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+	e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k),
+					       _mm256_set1_epi32(127)), 23);
+	return _mm256_andnot_ps(under,
+				_mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+/*
+ * The max (exact in any order), the exps (element by element, the last
+ * n % 8 through a padded vector so that every element gets the same
+ * function), their sum in one 8-lane accumulator in order, llama_hsum8(),
+ * then the tail's exps added in order; then one multiply by 1 / sum.
+ */
+static LLAMA_AVX2 void llama_softmax_avx2(float *x, size_t n)
+{
+	size_t i, n8 = n & ~(size_t)7;
+	__m256 vmax = _mm256_set1_ps(x[0]), acc = _mm256_setzero_ps(), vinv;
+	float max, sum, tail[8];
+
+	for (i = 0; i < n8; i += 8)
+		vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(x + i));
+	vmax = _mm256_max_ps(vmax, _mm256_permute2f128_ps(vmax, vmax, 1));
+	vmax = _mm256_max_ps(vmax, _mm256_permute_ps(vmax, 0x4e));
+	vmax = _mm256_max_ps(vmax, _mm256_permute_ps(vmax, 0xb1));
+	max = _mm256_cvtss_f32(vmax);
+	for (; i < n; i++)
+		max = x[i] > max ? x[i] : max;
+	vmax = _mm256_set1_ps(max);
+	for (i = 0; i < n8; i += 8) {
+		__m256 v = llama_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i),
+						    vmax));
+
+		_mm256_storeu_ps(x + i, v);
+		acc = _mm256_add_ps(acc, v);
+	}
+	sum = llama_hsum8(acc);
+	if (n8 < n) {
+		for (i = 0; i < 8; i++)
+			tail[i] = n8 + i < n ? x[n8 + i] - max : -INFINITY;
+		_mm256_storeu_ps(tail, llama_exp8(_mm256_loadu_ps(tail)));
+		for (i = n8; i < n; i++) {
+			x[i] = tail[i - n8];
+			sum += x[i];
+		}
+	}
+	vinv = _mm256_set1_ps(1.0f / sum);
+	for (i = 0; i < n8; i += 8)
+		_mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i),
+						      vinv));
+	for (; i < n; i++)
+		x[i] *= 1.0f / sum;
+}
+
 static const struct llama_kernels llama_kernels_avx2 = {
 	.name = "avx2",
 	.matmul = llama_matmul_avx2,
 	.dot = llama_dot_avx2,
 	.axpy = llama_axpy_avx2,
+	.attn_scores = llama_attn_scores_avx2,
+	.attn_mix = llama_attn_mix_avx2,
+	.softmax = llama_softmax_avx2,
 };
 
 bool llama_kernels_have_avx2(void)
@@ -302,6 +550,9 @@ static const struct llama_kernels llama_kernels_portable = {
 	.matmul = llama_matmul_portable,
 	.dot = llama_dot_portable,
 	.axpy = llama_axpy_portable,
+	.attn_scores = llama_attn_scores_portable,
+	.attn_mix = llama_attn_mix_portable,
+	.softmax = llama_softmax_portable,
 };
 
 const struct llama_kernels *llama_kernels_get(enum llama_kernel_kind kind)

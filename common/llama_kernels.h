@@ -33,6 +33,27 @@ struct llama_kernels {
 	float (*dot)(const float *a, const float *b, size_t n);
 	/* y[i] += a * x[i] for i < n */
 	void (*axpy)(float *y, float a, const float *x, size_t n);
+	/*
+	 * One query head's scores over n_pos cached keys: att[p] =
+	 * dot(q, keys + p * stride, hs) / scale for p < n_pos, each score
+	 * computed exactly as dot() computes it, whatever n_pos.
+	 */
+	void (*attn_scores)(float *att, const float *q, const float *keys,
+			    size_t stride, size_t n_pos, size_t hs,
+			    float scale);
+	/*
+	 * out[i] = sum over p < n_pos of att[p] * vals[p * stride + i] for
+	 * i < hs, each element summed from 0 in order of p exactly as
+	 * repeated axpy() calls would.  out must not overlap the others.
+	 */
+	void (*attn_mix)(float *out, const float *att, const float *vals,
+			 size_t stride, size_t n_pos, size_t hs);
+	/*
+	 * x[i] = exp(x[i] - max) / sum of those, for i < n (n >= 1), in
+	 * place.  The AVX2 one uses its own vector exp (a polynomial, within
+	 * a few ulp of expf) and multiplies by 1 / sum.
+	 */
+	void (*softmax)(float *x, size_t n);
 };
 
 /* Does this CPU run the AVX2+FMA kernels? */

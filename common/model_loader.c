@@ -25,6 +25,8 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <stddef.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -35,6 +37,11 @@
 #include "llama_model.h"
 #include "sim_model.h"
 #include "simkv_model.h"
+
+/* What the coordinator appends to a file-backed model's spec for its
+ * workers: the identity of the file it opened (model_worker_spec()). */
+#define MODEL_PIN_KEY ",pin="
+#define MODEL_PIN_MAX 96
 
 #define MODEL_SPEC_HELP \
 	"(expected sim, sim:key=value,..., simkv:key=value,..., " \
@@ -49,6 +56,7 @@ struct model {
 	void *dl;		/* dlopen() handle; NULL for the sim model */
 	uint32_t vocab;		/* api->vocab(handle), read once at open */
 	uint32_t max_context;	/* api->max_context(handle) or 0, read once */
+	char pin[MODEL_PIN_MAX];	/* a file-backed model's file identity */
 };
 
 /* Does name[0..len) name a plugin file rather than a built-in model? */
@@ -191,6 +199,76 @@ static int model_take_table(struct model *m, const struct dynbatch_model_api *a,
 	return 0;
 }
 
+/*
+ * A built-in model read from a file (llama): its args start with the
+ * file's path, up to the first comma.  Workers open the path again, each
+ * at its own start, so the coordinator pins the file it opened (device,
+ * inode, size, modification time) and a worker refuses another file:
+ * a checkpoint replaced under a running engine must not mix two models.
+ */
+static bool model_is_file_backed(const struct dynbatch_model_api *api)
+{
+	/* api may be our copy of the table (struct model.table) */
+	return api->create == llama_model_api()->create;
+}
+
+/* The identity of the file whose path is path[0..len), into out. */
+static int model_file_pin(const char *path, size_t len, char *out, size_t out_len)
+{
+	char p[PATH_MAX];
+	struct stat st;
+
+	if (len >= sizeof(p))
+		return -ENAMETOOLONG;
+	memcpy(p, path, len);
+	p[len] = '\0';
+	if (stat(p, &st))
+		return -errno;
+	snprintf(out, out_len, "%llx:%llx:%llx:%llx.%lx",
+		 (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
+		 (unsigned long long)st.st_size,
+		 (unsigned long long)st.st_mtim.tv_sec,
+		 (unsigned long)st.st_mtim.tv_nsec);
+	return 0;
+}
+
+/*
+ * args of a file-backed model may end in MODEL_PIN_KEY and a pin: check
+ * the file against it and cut it off (*cut: the args without it, to
+ * free).  0, or -ESTALE after writing err.
+ */
+static int model_check_pin(const char *args, char **cut, char *err, size_t err_len)
+{
+	const char *at = NULL, *p;
+	size_t path_len = strcspn(args, ",");
+	char now[MODEL_PIN_MAX];
+
+	*cut = NULL;
+	for (p = strstr(args, MODEL_PIN_KEY); p; p = strstr(p + 1, MODEL_PIN_KEY))
+		at = p;
+	if (!at)
+		return 0;
+	if (model_file_pin(args, path_len, now, sizeof(now)) ||
+	    strcmp(now, at + strlen(MODEL_PIN_KEY))) {
+		snprintf(err, err_len, "the checkpoint '%.*s' is not the file the "
+			 "engine started with (replaced or changed since): not "
+			 "serving another model", (int)path_len, args);
+		return -ESTALE;
+	}
+	*cut = strndup(args, (size_t)(at - args));
+	return *cut ? 0 : -ENOMEM;
+}
+
+char *model_worker_spec(const struct model *m, const char *spec)
+{
+	size_t n = strlen(spec) + strlen(MODEL_PIN_KEY) + strlen(m->pin) + 1;
+	char *out = malloc(n);
+
+	if (out)
+		snprintf(out, n, "%s%s%s", spec, m->pin[0] ? MODEL_PIN_KEY : "", m->pin);
+	return out;
+}
+
 bool model_spec_names_plugin(const char *spec)
 {
 	return spec && model_spec_is_path(spec, strcspn(spec, ":"));
@@ -199,7 +277,7 @@ bool model_spec_names_plugin(const char *spec)
 struct model *model_open(const char *spec, char *err, size_t err_len)
 {
 	char why[256] = "";
-	char dummy[1];
+	char dummy[1], *unpinned = NULL;
 	const char *args;
 	struct model *m;
 
@@ -222,8 +300,17 @@ struct model *model_open(const char *spec, char *err, size_t err_len)
 		goto out_free;
 	if (model_take_table(m, m->api, spec, err, err_len))
 		goto out_dlclose;
+	if (model_is_file_backed(m->api)) {
+		if (model_check_pin(args, &unpinned, err, err_len))
+			goto out_dlclose;
+		if (unpinned)
+			args = unpinned;
+	}
 
 	m->handle = m->api->create(args, why, sizeof(why));
+	if (m->handle && model_is_file_backed(m->api))
+		model_file_pin(args, strcspn(args, ","), m->pin, sizeof(m->pin));
+	free(unpinned);
 	if (!m->handle) {
 		/* the sim model prefixes its reasons with "sim: " itself */
 		if (m->dl)

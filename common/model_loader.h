@@ -59,6 +59,14 @@ int model_step(struct model *m, uint32_t n_rows,
 /* See dynbatch_model_api.release. */
 void model_release(struct model *m, uint32_t slot);
 
+/*
+ * The spec the workers of an engine that opened m with spec get: for a
+ * model read from a file (llama), spec with the identity of the file m
+ * read appended (",pin=..."), so that a worker started later refuses a
+ * checkpoint replaced since; else a copy of spec.  malloc'd, or NULL.
+ */
+char *model_worker_spec(const struct model *m, const char *spec);
+
 /* Close the model (and dlclose a plugin).  Accepts NULL. */
 void model_close(struct model *m);
 

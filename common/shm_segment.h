@@ -119,7 +119,7 @@
 #include <stdint.h>
 
 #define SHM_MAGIC 0x48435441424e5944ull	/* "DYNBATCH" little-endian */
-#define SHM_LAYOUT_VERSION 4u
+#define SHM_LAYOUT_VERSION 5u	/* 5: result rows carry detail (prefill, refusal) */
 #define SHM_CACHE_LINE 64
 #define SHM_PAGE 4096u
 #define SHM_RING_DEPTH 64u		/* positions per ring, power of two */

@@ -506,6 +506,7 @@ static void engine_teardown(struct engine *e)
 	free(e->slot_limit);
 	free(e->slot_drain);
 	free(e->slot_prefilled);
+	free(e->worker_spec);
 	free(e->inproc_step);
 	free(e->inproc_outcomes);
 	free(e->inproc_slots);
@@ -618,6 +619,11 @@ static int engine_open_model(struct engine *e)
 					&probe, err, sizeof(err));
 		if (!ret) {
 			e->vocab = probe.vocab;
+			e->worker_spec = strdup(spec);
+			if (!e->worker_spec) {
+				fprintf(stderr, "dynbatch: out of memory\n");
+				return ENGINE_EXIT_FAILED;
+			}
 			return engine_set_max_context(e, probe.max_context);
 		}
 		fprintf(stderr, "dynbatch: --model %s: %s%s\n",
@@ -631,7 +637,9 @@ static int engine_open_model(struct engine *e)
 		return ENGINE_EXIT_USAGE;
 	}
 	e->vocab = model_vocab(e->model);
-	ret = engine_set_max_context(e, model_max_context(e->model));
+	e->worker_spec = model_worker_spec(e->model, spec);
+	ret = e->worker_spec ? engine_set_max_context(e, model_max_context(e->model)) :
+			       ENGINE_EXIT_FAILED;
 	if (!e->in_process || ret != ENGINE_EXIT_OK) {	/* the workers run it */
 		model_close(e->model);
 		e->model = NULL;
@@ -929,7 +937,9 @@ bool engine_healthy(const struct engine *e)
 {
 	bool ready = false;
 
-	if (e->failed)
+	/* gave_up: the in-process engine's model failed, so every request
+	 * from now on gets 503: a load balancer must hear it too */
+	if (e->failed || e->gave_up)
 		return false;
 	if (e->in_process)
 		return true;

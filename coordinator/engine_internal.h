@@ -99,6 +99,7 @@ struct shard {
 	const char *killed_for;		/* why we SIGKILLed it, or NULL */
 	bool ready_seen;		/* it announced worker_ready_pid */
 	bool failed_step;		/* its model returned an error */
+	int32_t failed_status;		/* that error, as the worker said */
 	uint64_t started_ns;
 	uint64_t restart_at_ns;		/* when dead: start a new one then */
 	uint32_t n_failed_starts;	/* consecutive deaths before ready */
@@ -137,6 +138,8 @@ struct engine {
 	struct model *model;
 	uint32_t vocab;
 	uint32_t max_context;		/* resolved: engine_set_max_context() */
+	char *worker_spec;		/* --model for workers: pinned to the
+					 * file we opened (model_worker_spec()) */
 	struct model_runner *runner;	/* --workers 0: the model's steps */
 	struct shm_segment seg;
 	struct slot_table slots;

@@ -687,6 +687,7 @@ bool shard_poll(struct engine *e, struct shard *s)
 			shard_warn(s, "model failed a step (%s); restarting the "
 				   "worker", strerror(-status));
 			s->failed_step = true;
+			s->failed_status = status;
 			s->result_pos++;
 			shard_kill(s);
 			break;

@@ -259,7 +259,7 @@ int shard_start_worker(struct engine *e, struct shard *s)
 		.shard_fd = -1,
 		.notify_fd = -1,
 		.shard = s->index,
-		.model_spec = e->cfg->model_spec,
+		.model_spec = e->worker_spec,
 		.spin_us = e->cfg->spin_us,
 		.garbage_every = e->cfg->garbage_every,
 		.step_tokens = e->cfg->step_tokens,
@@ -404,8 +404,16 @@ static void shard_on_exit(struct engine *e, struct shard *s, const char *why,
 	if (owed && was_ready && blames) {
 		char blame[160];
 
-		snprintf(blame, sizeof(blame), "%s%s", why,
-			 s->killed_for ? s->killed_for : "");
+		/* the worker said why, and that is what the request
+		 * wants to know, not how we then ended the worker */
+		if (s->failed_step)
+			snprintf(blame, sizeof(blame), "failed the step: %s",
+				 s->failed_status == -EDOM ?
+				 "the model's logits were NaN" :
+				 strerror(-s->failed_status));
+		else
+			snprintf(blame, sizeof(blame), "%s%s", why,
+				 s->killed_for ? s->killed_for : "");
 		shard_blame_step(e, s, blame);
 	}
 	if (was_ready && s->misbehaved) {	/* the next may be no better */

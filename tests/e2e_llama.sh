@@ -64,6 +64,29 @@ grep -q "kills=[1-9]" "$E2E_TMP/kill.err" && pass "workers were killed" ||
 	fail "no worker was killed: $(tail -1 "$E2E_TMP/kill.err")"
 run "garbled results (resets)" "$CK" --workers 2 --batch 16 --garbage-every 5
 
+echo "== a checkpoint replaced under a running engine is not served"
+# workers start again after the file is replaced (here: killed); each
+# refuses the new file, so no answer mixes two models
+cp "$E2E_TMP/k.bin" "$E2E_TMP/live.bin"
+"$BIN/make_checkpoint" --out "$E2E_TMP/other.bin" --dim 128 --hidden 256 --layers 4 \
+	--heads 4 --kv-heads 2 --vocab 300 --seq-len 256 --seed "$((SEED + 1))" > /dev/null
+"$BIN/dynbatch" run --model "llama:$E2E_TMP/live.bin" --workers 2 --batch 2 \
+	--step-tokens 1 --input "$E2E_TMP/k.jsonl" --output "$E2E_TMP/out.jsonl" \
+	2> "$E2E_TMP/live.err" &
+CO=$!
+for _ in $(seq 100); do
+	[ "$(worker_pids $CO | wc -w)" = 2 ] && break
+	sleep 0.05
+done
+cp "$E2E_TMP/other.bin" "$E2E_TMP/live.new" && mv "$E2E_TMP/live.new" "$E2E_TMP/live.bin"
+kill -9 $(worker_pids $CO) 2>/dev/null || fail "no workers to kill: the run ended early"
+wait $CO
+expect_eq "replaced checkpoint: exit 1 (no worker can serve it)" $? 1
+check_results "replaced checkpoint: every answer is the old model's or an error" \
+	"llama:$E2E_TMP/k.bin" "$E2E_TMP/k.jsonl" "$E2E_TMP/out.jsonl" --allow-errors
+grep -q "is not the file the engine started with" "$E2E_TMP/live.err" &&
+	pass "the workers say why" || fail "no message about the replaced file"
+
 echo "== bad checkpoints: exit 2, naming the problem"
 bad() {	# NAME FILE WANT
 	timeout 30 "$BIN/dynbatch" run --model "llama:$2" --workers 1 \
@@ -116,6 +139,40 @@ if command -v python3 >/dev/null; then
 else
 	echo "skipped: no python3"
 fi
+
+echo "== NaN logits: the request that makes them fails alone; in-process, /health says so"
+"$BIN/make_checkpoint" --out "$E2E_TMP/nan.bin" --dim 64 --hidden 96 --layers 2 --heads 4 \
+	--kv-heads 2 --vocab 300 --seq-len 256 --separate-classifier --seed "$SEED" > /dev/null
+# token 17's embedding row (right after the 28-byte legacy header) is NaN
+python3 -c 'import struct, sys
+f = open(sys.argv[1], "r+b"); f.seek(28 + 17 * 64 * 4); f.write(struct.pack("<f", float("nan")) * 64)' \
+	"$E2E_TMP/nan.bin"
+for i in $(seq 0 19); do
+	echo "{\"id\":\"n$i\",\"prompt\":[$((i + 10)),3],\"max_tokens\":4}"
+done > "$E2E_TMP/nan.jsonl"
+timeout 60 "$BIN/dynbatch" run --model "llama:$E2E_TMP/nan.bin" --workers 2 --batch 8 \
+	--input "$E2E_TMP/nan.jsonl" --output "$E2E_TMP/out.jsonl" 2>/dev/null
+expect_eq "NaN logits, 2 workers: exit 0" $? 0
+expect_eq "only the request with token 17 failed" \
+	"$(grep '"finish_reason":"error"' "$E2E_TMP/out.jsonl" | grep -o '"id":"n[0-9]*"')" '"id":"n7"'
+grep '"id":"n7"' "$E2E_TMP/out.jsonl" | grep -q "the model's logits were NaN" &&
+	pass "its error says the logits were NaN" || fail "NaN error: $(grep '"id":"n7"' "$E2E_TMP/out.jsonl")"
+"$BIN/dynbatch" serve --listen 127.0.0.1:0 --workers 0 --model "llama:$E2E_TMP/nan.bin" \
+	2> "$E2E_TMP/nanserve.err" &
+SRV_PID=$!
+for _ in $(seq 100); do
+	PORT=$(grep -o 'listening on http://[^ ]*' "$E2E_TMP/nanserve.err" | sed 's/.*://')
+	[ -n "$PORT" ] && break
+	sleep 0.05
+done
+h0=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")
+c=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/v1/completions" \
+	-d '{"prompt":[17,3],"max_tokens":2}')
+h1=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")
+expect_eq "in-process: /health 200, the NaN request fails (500), then /health 503" \
+	"$h0 $c $h1" "200 500 503"
+kill -TERM "$SRV_PID"
+wait "$SRV_PID"
 
 echo "== 4 workers share one copy of the weights"
 "$BIN/make_checkpoint" --out "$E2E_TMP/mid.bin" --dim 256 --hidden 512 --layers 4 \

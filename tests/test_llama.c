@@ -981,6 +981,99 @@ static void test_steps_in_sandbox(void **state)
 	tmodel_free(&f.t);
 }
 
+/*
+ * (9) the attention kernels keep their promise of llama_kernels.h, for
+ * every kernel kind: attn_scores() gives each position exactly dot()'s
+ * score divided by the scale, and attn_mix() exactly what axpy() into a
+ * zeroed vector gives, position by position, whatever the head size (the
+ * vector tails), the number of positions (the tiles' edges) and the
+ * stride; and both, and softmax(), are within rounding of a double-
+ * precision reference.
+ */
+static void test_attention_kernels(void **state)
+{
+	struct rng r = rng_for(10);
+	enum llama_kernel_kind kinds[] = { LLAMA_KERNEL_PORTABLE,
+					   LLAMA_KERNEL_AVX2 };
+
+	(void)state;
+	for (size_t ki = 0; ki < 2; ki++) {
+		const struct llama_kernels *k = llama_kernels_get(kinds[ki]);
+
+		if (!k)
+			continue;
+		for (int iter = 0; iter < 300; iter++) {
+			size_t hs = 1 + rng_below(&r, 140);
+			size_t n_pos = 1 + rng_below(&r, 40);
+			size_t stride = hs + rng_below(&r, 20);
+			float scale = sqrtf((float)hs);
+			float *q = rand_floats(&r, hs, 0, 1);
+			float *keys = rand_floats(&r, n_pos * stride, 0, 1);
+			float *att = rand_floats(&r, n_pos, 0.5, 0.25);
+			float *got = malloc((n_pos + hs) * sizeof(float));
+			float *want = calloc(n_pos + hs, sizeof(float));
+
+			assert_non_null(got);
+			assert_non_null(want);
+			k->attn_scores(got, q, keys, stride, n_pos, hs, scale);
+			for (size_t p = 0; p < n_pos; p++) {
+				double ref = 0;
+
+				want[p] = k->dot(q, keys + p * stride, hs) / scale;
+				for (size_t i = 0; i < hs; i++)
+					ref += (double)q[i] * keys[p * stride + i];
+				assert_true(fabs(got[p] - ref / scale) <=
+					    1e-5 * (1 + hs / scale));
+			}
+			assert_memory_equal(got, want, n_pos * sizeof(float));
+
+			k->attn_mix(got, att, keys, stride, n_pos, hs);
+			memset(want, 0, hs * sizeof(float));
+			for (size_t p = 0; p < n_pos; p++)
+				k->axpy(want, att[p], keys + p * stride, hs);
+			for (size_t i = 0; i < hs; i++) {
+				double ref = 0;
+
+				for (size_t p = 0; p < n_pos; p++)
+					ref += (double)att[p] * keys[p * stride + i];
+				assert_true(fabs(got[i] - ref) <= 1e-5 * (1 + n_pos));
+			}
+			assert_memory_equal(got, want, hs * sizeof(float));
+
+			/* softmax: within rounding of a double one, with
+			 * scores wide enough for exps that underflow */
+			memcpy(want, keys, n_pos * sizeof(float));
+			for (size_t p = 0; p < n_pos; p++)
+				got[p] = want[p] *= 40;
+			k->softmax(got, n_pos);
+			{
+				double max = want[0], sum = 0;
+
+				for (size_t p = 1; p < n_pos; p++)
+					max = want[p] > max ? want[p] : max;
+				for (size_t p = 0; p < n_pos; p++)
+					sum += exp(want[p] - max);
+				for (size_t p = 0; p < n_pos; p++) {
+					double ref = exp(want[p] - max) / sum;
+
+					/* x - max rounded to float moves
+					 * exp by up to |x - max| ulps */
+					double tol = 1e-6 + 1.2e-7 *
+						     fabs(want[p] - max);
+
+					assert_true(fabs(got[p] - ref) <=
+						    tol * ref + 1e-30);
+				}
+			}
+			free(q);
+			free(keys);
+			free(att);
+			free(got);
+			free(want);
+		}
+	}
+}
+
 /* ======================================== ak42 version 2 (Q8_0) tests */
 
 /*
@@ -1355,6 +1448,7 @@ int main(void)
 		cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_release_memory),
 		cmocka_unit_test(test_steps_in_sandbox),
+		cmocka_unit_test(test_attention_kernels),
 		cmocka_unit_test(test_q8_kernels),
 		cmocka_unit_test(test_q8_against_reference),
 		cmocka_unit_test(test_q8_batch_invariance),

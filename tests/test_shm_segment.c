@@ -427,7 +427,7 @@ static void test_header_validate(void **state)
 	MUTATE(magic, SHM_MAGIC ^ 1, "wrong magic");
 	MUTATE(magic, 0, "zero magic");
 	MUTATE(layout_version, SHM_LAYOUT_VERSION + 1, "newer layout version");
-	MUTATE(layout_version, SHM_LAYOUT_VERSION - 1, "the named-segment layout");
+	MUTATE(layout_version, SHM_LAYOUT_VERSION - 1, "an older layout");
 	MUTATE(layout_version, 0, "layout version 0");
 	MUTATE(header_size, sizeof(struct shm_header) + 64, "header size");
 	MUTATE(header_size, 0, "header size 0");

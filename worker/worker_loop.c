@@ -44,6 +44,7 @@
 
 #include "clock.h"
 #include "log.h"
+#include "log_escape.h"
 #include "model.h"
 #include "model_loader.h"
 #include "model_runner.h"
@@ -509,7 +510,7 @@ int worker_run(const struct worker_options *opt)
 	}
 	w.model = model_open(opt->model_spec, err, sizeof(err));
 	if (!w.model) {
-		LOG(LOG_ERROR, "model: %s", err);
+		LOG(LOG_ERROR, "model: %s", LOG_STR(err));	/* a plugin's words */
 		goto out;
 	}
 	if (model_vocab(w.model) != w.seg.hdr->vocab) {
@@ -540,7 +541,7 @@ int worker_run(const struct worker_options *opt)
 	w.runner = model_runner_create(w.model, cap, w.seg.hdr->max_context,
 				       opt->step_tokens, err, sizeof(err));
 	if (!w.runner) {
-		LOG(LOG_ERROR, "model: %s", err);
+		LOG(LOG_ERROR, "model: %s", LOG_STR(err));	/* a plugin's words */
 		goto out;
 	}
 	w.ch = shm_channel_at(&w.seg, opt->shard);
