@@ -17,7 +17,7 @@
  * token sees the earlier tokens of its own row in the same chunk.  The
  * chunking is invisible in the results because everything a token
  * computes depends only on itself and its slot's cache: the kernels are
- * batch invariant (llama_kernels.h), and norms, RoPE (one table made in
+ * batch invariant (llama_kernels.h), and norms, RoPE (cos and sin made per chunk from
  * bind()), attention and the FFN's gate run per token through the same
  * code.
  *
@@ -83,7 +83,12 @@ struct llama_model {
 	uint32_t *consumed;	/* (slot) tokens the cache holds */
 	uint64_t *seen;		/* (slot) last step that named it */
 	uint64_t step_id;
-	float *rope;		/* (position, head_size / 2, cos|sin) */
+	float *rope_freq;	/* (head_size / 2) RoPE frequency per pair */
+	float *rope;		/* (chunk, head_size / 2, cos|sin): the
+				 * chunk's tokens' rotations, made per
+				 * chunk: a table over every position would
+				 * cost seq_len x head_size floats up front,
+				 * and the header says what seq_len is */
 
 	/* scratch for one chunk */
 	struct llama_chunk_token *ct;	/* (LLAMA_CHUNK) */
@@ -182,6 +187,7 @@ static void llama_unbind(struct llama_model *m)
 	free(m->consumed);
 	free(m->seen);
 	free(m->rope);
+	free(m->rope_freq);
 	free(m->ct);
 	free(m->x);
 	free(m->xb);
@@ -195,6 +201,7 @@ static void llama_unbind(struct llama_model *m)
 	m->consumed = NULL;
 	m->seen = NULL;
 	m->rope = NULL;
+	m->rope_freq = NULL;
 	m->ct = NULL;
 	m->x = m->xb = m->xb2 = m->q = m->kb = m->vb = NULL;
 	m->hb = m->hb2 = m->att = NULL;
@@ -234,20 +241,26 @@ static float *llama_alloc_floats(size_t n)
 	return p;
 }
 
-/*
- * The RoPE table: cos and sin of pos * freq for every position and pair
- * within a head, computed as llama2.c's forward computes them.
- */
-static void llama_rope_table(struct llama_model *m)
+/* The frequency of each pair within a head, as llama2.c computes it. */
+static void llama_rope_freqs(struct llama_model *m)
 {
 	uint32_t hs = m->ck.cfg.head_size;
 
-	for (uint32_t pos = 0; pos < m->max_context; pos++) {
+	for (uint32_t j = 0; j < hs / 2; j++)
+		m->rope_freq[j] = 1.0f / powf(LLAMA_ROPE_THETA,
+					      (float)(2 * j) / (float)hs);
+}
+
+/* cos and sin of pos * freq for every pair, for each token of the chunk:
+ * a function of the position alone, so the same however it is reached. */
+static void llama_rope_chunk(struct llama_model *m, uint32_t n)
+{
+	uint32_t hs = m->ck.cfg.head_size;
+
+	for (uint32_t t = 0; t < n; t++) {
 		for (uint32_t j = 0; j < hs / 2; j++) {
-			float freq = 1.0f / powf(LLAMA_ROPE_THETA,
-						 (float)(2 * j) / (float)hs);
-			float val = (float)pos * freq;
-			float *e = m->rope + ((size_t)pos * (hs / 2) + j) * 2;
+			float val = (float)m->ct[t].pos * m->rope_freq[j];
+			float *e = m->rope + ((size_t)t * (hs / 2) + j) * 2;
 
 			e[0] = cosf(val);
 			e[1] = sinf(val);
@@ -262,7 +275,8 @@ static int llama_bind_scratch(struct llama_model *m)
 
 	m->consumed = calloc(m->n_slots, sizeof(*m->consumed));
 	m->seen = calloc(m->n_slots, sizeof(*m->seen));
-	m->rope = llama_alloc_floats((size_t)m->max_context * c->head_size);
+	m->rope = llama_alloc_floats(ch * c->head_size);
+	m->rope_freq = llama_alloc_floats(c->head_size / 2 + 1);
 	m->ct = calloc(ch, sizeof(*m->ct));
 	m->x = llama_alloc_floats(ch * c->dim);
 	m->xb = llama_alloc_floats(ch * c->dim);
@@ -272,12 +286,16 @@ static int llama_bind_scratch(struct llama_model *m)
 	m->vb = llama_alloc_floats(ch * c->kv_dim);
 	m->hb = llama_alloc_floats(ch * c->hidden_dim);
 	m->hb2 = llama_alloc_floats(ch * c->hidden_dim);
-	m->att = llama_alloc_floats(ch * m->max_context);
-	if (!m->consumed || !m->seen || !m->rope || !m->ct || !m->x ||
+	/* chunk x max_context scores: calloc, not llama_alloc_floats(),
+	 * whose memset would touch it all (gigabytes at a seq_len of 2^24)
+	 * where a token only ever writes its own position's worth; the
+	 * kernels load unaligned */
+	m->att = calloc(ch * m->max_context, sizeof(float));
+	if (!m->consumed || !m->seen || !m->rope || !m->rope_freq || !m->ct || !m->x ||
 	    !m->xb || !m->xb2 || !m->q || !m->kb || !m->vb || !m->hb ||
 	    !m->hb2 || !m->att)
 		return -ENOMEM;
-	llama_rope_table(m);
+	llama_rope_freqs(m);
 	return 0;
 }
 
@@ -364,12 +382,13 @@ static void llama_rmsnorm(const struct llama_kernels *k, float *o,
 		o[j] = w[j] * (ss * x[j]);
 }
 
-/* Rotate adjacent pairs of each head of vec (n floats) for position pos. */
+/* Rotate adjacent pairs of each head of vec (n floats) for the chunk's
+ * token t (llama_rope_chunk()). */
 static void llama_rope(const struct llama_model *m, float *vec, uint32_t n,
-		       uint32_t pos)
+		       uint32_t t)
 {
 	uint32_t hs = m->ck.cfg.head_size;
-	const float *tab = m->rope + (size_t)pos * hs;
+	const float *tab = m->rope + (size_t)t * hs;
 
 	for (uint32_t i = 0; i < n; i += 2) {
 		const float *e = tab + (i % hs);	/* pair (i % hs) / 2 */
@@ -455,8 +474,8 @@ static void llama_layer_attention(struct llama_model *m, uint32_t l,
 	for (uint32_t t = 0; t < n; t++) {
 		const struct llama_chunk_token *ct = &m->ct[t];
 
-		llama_rope(m, m->q + t * dim, c->dim, ct->pos);
-		llama_rope(m, m->kb + t * kvd, c->kv_dim, ct->pos);
+		llama_rope(m, m->q + t * dim, c->dim, t);
+		llama_rope(m, m->kb + t * kvd, c->kv_dim, t);
 		memcpy(llama_cache(m, ct->slot, l, 0) + (size_t)ct->pos * kvd,
 		       m->kb + t * kvd, kvd * sizeof(float));
 		memcpy(llama_cache(m, ct->slot, l, 1) + (size_t)ct->pos * kvd,
@@ -546,6 +565,7 @@ static void llama_chunk_run(struct llama_model *m)
 		       m->ck.w.token_embedding + (size_t)m->ct[t].token * c->dim,
 		       c->dim * sizeof(float));
 	}
+	llama_rope_chunk(m, n);
 	for (uint32_t l = 0; l < c->n_layers; l++) {
 		llama_layer_attention(m, l, n);
 		llama_layer_ffn(m, l, n);

@@ -87,6 +87,19 @@ check_results "replaced checkpoint: every answer is the old model's or an error"
 grep -q "is not the file the engine started with" "$E2E_TMP/live.err" &&
 	pass "the workers say why" || fail "no message about the replaced file"
 
+echo "== a header's seq_len of 2^24 costs nothing up front"
+# ak42 files carry no RoPE tables, so the header may claim any seq_len;
+# the default --max-context follows it, and nothing may be sized by it
+"$BIN/make_checkpoint" --out "$E2E_TMP/longseq.bin" --dim 64 --hidden 96 --layers 2 \
+	--heads 4 --kv-heads 2 --vocab 300 --seq-len 16777216 --format ak42 \
+	--seed "$SEED" > /dev/null
+echo '{"id":"a","prompt":[1,2,3],"max_tokens":3}' > "$E2E_TMP/one.jsonl"
+timeout 60 "$BIN/dynbatch" run --model "llama:$E2E_TMP/longseq.bin" --workers 0 \
+	--input "$E2E_TMP/one.jsonl" --output /dev/null --stats "$E2E_TMP/longseq.json" 2>/dev/null
+rss=$(stats_field "$E2E_TMP/longseq.json" coordinator_max_rss_kb)
+[ -n "$rss" ] && [ "$rss" -lt 100000 ] && pass "seq_len 2^24, in-process: peak RSS $rss kB" ||
+	fail "seq_len 2^24, in-process: peak RSS '$rss' kB (the scratch was sized by seq_len)"
+
 echo "== bad checkpoints: exit 2, naming the problem"
 bad() {	# NAME FILE WANT
 	timeout 30 "$BIN/dynbatch" run --model "llama:$2" --workers 1 \

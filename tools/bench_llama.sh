@@ -71,13 +71,16 @@ command -v curl >/dev/null || die "curl is missing (make test-deps)"
 for tool in dynbatch dynbatch-worker machine_limits loadgen; do
 	[ -x "$BIN/$tool" ] || die "$BIN/$tool is missing: build first (make)"
 done
+# read whole, not piped into grep -q: with pipefail, grep leaving early
+# made dynbatch die of SIGPIPE, and the check fail now and then
+HELP=$("$BIN/dynbatch" --help 2>&1 || true)
 if [ "$DRY" != 1 ]; then
 	[ -x "$BIN/make_checkpoint" ] || die "$BIN/make_checkpoint is missing: build first (make)"
-	"$BIN/dynbatch" --help 2>&1 | grep -q "llama" ||
+	grep -q "llama" <<< "$HELP" ||
 		die "$BIN/dynbatch --help does not mention the llama model: this engine has none"
 fi
 HAVE_STEP_TOKENS=0
-"$BIN/dynbatch" --help 2>&1 | grep -q -- "--step-tokens" && HAVE_STEP_TOKENS=1
+grep -q -- "--step-tokens" <<< "$HELP" && HAVE_STEP_TOKENS=1
 mkdir -p "$OUT"
 : > "$TABLE"
 
