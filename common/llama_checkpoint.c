@@ -1,6 +1,6 @@
 /*
  * llama_checkpoint.c - parse and map llama2.c checkpoints; see
- * llama_checkpoint.h for the two layouts.
+ * llama_checkpoint.h for the three layouts.
  *
  * NOTES ON THE DESIGN
  *
@@ -13,6 +13,12 @@
  * fixes whether wcls is there, so the two candidate sizes differ by the
  * tables' size (seq_len x head_size floats, never 0) and the file size
  * picks one without ambiguity.
+ *
+ * Version 2 is laid out by one function run twice: first without the data
+ * (it only adds up the size, with overflow checks), then, once the size
+ * matches the file's, pointing into the mapping.  The norms come first,
+ * so the Q8_0 values start 4-byte aligned; scales may not be (see
+ * llama_q8.c), so they are never read through a float pointer.
  *
  * The file is mapped MAP_SHARED + PROT_READ: the weights are used in
  * place, never copied, and N workers share one page-cache copy.
@@ -235,29 +241,14 @@ static int llama_parse_legacy(struct llama_checkpoint *ck,
 	return 0;
 }
 
-static int llama_parse_ak42(struct llama_checkpoint *ck,
-			    const unsigned char *data, size_t size,
-			    const char *name, char *err, size_t err_len)
+/* The ak42 header fields after the version, common to versions 1 and 2. */
+static int llama_ak42_header(struct llama_checkpoint *ck,
+			     const unsigned char *data, size_t size,
+			     const char *name, char *err, size_t err_len)
 {
-	struct llama_config *c = &ck->cfg;
-	struct llama_size s = { 0, false };
-	int32_t version = llama_read_i32(data + 4), h[H_N];
+	int32_t h[H_N];
 	unsigned shared;
-	uint64_t want;
-	int rc;
 
-	if (version == 2) {
-		snprintf(err, err_len,
-			 "checkpoint '%s': ak42 version 2 (int8 Q8_0) checkpoints are not supported yet",
-			 name);
-		return -EINVAL;
-	}
-	if (version != 1) {
-		snprintf(err, err_len,
-			 "checkpoint '%s': unknown ak42 version %d (only version 1, fp32, is read)",
-			 name, (int)version);
-		return -EINVAL;
-	}
 	if (size < LLAMA_AK42_HEADER_BYTES) {
 		snprintf(err, err_len,
 			 "checkpoint '%s': %zu bytes, shorter than the %u-byte ak42 header",
@@ -274,7 +265,19 @@ static int llama_parse_ak42(struct llama_checkpoint *ck,
 		return -EINVAL;
 	}
 	ck->shared_classifier = shared == 1;
-	rc = llama_config_check(c, h, name, err, err_len);
+	return llama_config_check(&ck->cfg, h, name, err, err_len);
+}
+
+static int llama_parse_ak42_v1(struct llama_checkpoint *ck,
+			       const unsigned char *data, size_t size,
+			       const char *name, char *err, size_t err_len)
+{
+	struct llama_config *c = &ck->cfg;
+	struct llama_size s = { 0, false };
+	uint64_t want;
+	int rc;
+
+	rc = llama_ak42_header(ck, data, size, name, err, err_len);
 	if (rc)
 		return rc;
 	llama_size_add(&s, c->vocab, c->dim, ck->shared_classifier ? 1 : 2);
@@ -293,6 +296,122 @@ static int llama_parse_ak42(struct llama_checkpoint *ck,
 	ck->format_version = 1;
 	llama_map_ak42(ck, (const float *)(data + LLAMA_AK42_HEADER_BYTES));
 	return 0;
+}
+
+/*
+ * Lay out the next Q8_0 tensor of n_layers [rows][cols] matrices at *at
+ * (an offset from the file start): fills t and advances *at.  Returns
+ * false on overflow.  With base NULL it only counts.
+ */
+static bool llama_q8_take(struct llama_q8_tensor *t, const unsigned char *base,
+			  uint64_t *at, uint64_t n_layers, uint32_t rows,
+			  uint32_t cols, uint32_t group)
+{
+	uint64_t one = llama_q8_matrix_bytes(rows, cols, group), all;
+
+	if (!one || __builtin_mul_overflow(one, n_layers, &all) ||
+	    __builtin_add_overflow(*at, all, &all) || all > SIZE_MAX)
+		return false;
+	*t = (struct llama_q8_tensor){
+		.base = base ? base + *at : NULL, .layer_bytes = (size_t)one,
+		.rows = rows, .cols = cols, .group = group,
+	};
+	*at = all;
+	return true;
+}
+
+/*
+ * Lay out a version 2 file after its header: the norms into ck->w, the
+ * Q8_0 tensors into ck->q8; *end gets the size it implies.  With data
+ * NULL nothing points anywhere.  Returns false on overflow.
+ */
+static bool llama_lay_out_v2(struct llama_checkpoint *ck,
+			     const unsigned char *data, uint64_t *end)
+{
+	const struct llama_config *c = &ck->cfg;
+	struct llama_q8_weights *q = &ck->q8;
+	struct llama_size s = { 0, false };
+	uint64_t at, L = c->n_layers;
+	uint32_t dim = c->dim, hid = c->hidden_dim, kvd = c->kv_dim;
+	uint32_t gs = ck->group_size;
+	bool ok;
+
+	llama_size_add(&s, 2 * L + 1, dim, 1);	/* rms_att, rms_ffn, final */
+	if (s.overflow || !llama_size_bytes(s.floats, LLAMA_AK42_HEADER_BYTES,
+					    &at))
+		return false;
+	if (data) {
+		const float *p = (const float *)(data + LLAMA_AK42_HEADER_BYTES);
+
+		ck->w.rms_att = p;
+		ck->w.rms_ffn = p + L * dim;
+		ck->w.rms_final = p + 2 * L * dim;
+	}
+	ok = llama_q8_take(&q->token_embedding, data, &at, 1, c->vocab, dim, gs) &&
+	     llama_q8_take(&q->wq, data, &at, L, dim, dim, gs) &&
+	     llama_q8_take(&q->wk, data, &at, L, kvd, dim, gs) &&
+	     llama_q8_take(&q->wv, data, &at, L, kvd, dim, gs) &&
+	     llama_q8_take(&q->wo, data, &at, L, dim, dim, gs) &&
+	     llama_q8_take(&q->w1, data, &at, L, hid, dim, gs) &&
+	     llama_q8_take(&q->w2, data, &at, L, dim, hid, gs) &&
+	     llama_q8_take(&q->w3, data, &at, L, hid, dim, gs);
+	if (ok && ck->shared_classifier)
+		q->wcls = q->token_embedding;
+	else if (ok)
+		ok = llama_q8_take(&q->wcls, data, &at, 1, c->vocab, dim, gs);
+	*end = at;
+	return ok;
+}
+
+static int llama_parse_ak42_v2(struct llama_checkpoint *ck,
+			       const unsigned char *data, size_t size,
+			       const char *name, char *err, size_t err_len)
+{
+	struct llama_config *c = &ck->cfg;
+	int32_t group;
+	uint64_t want;
+	int rc;
+
+	rc = llama_ak42_header(ck, data, size, name, err, err_len);
+	if (rc)
+		return rc;
+	group = llama_read_i32(data + 8 + 4 * H_N + 1);
+	if (group <= 0 || c->dim % (uint32_t)group ||
+	    c->hidden_dim % (uint32_t)group) {
+		snprintf(err, err_len,
+			 "checkpoint '%s': group_size is %d, must be positive and divide dim %u and hidden_dim %u",
+			 name, (int)group, c->dim, c->hidden_dim);
+		return -EINVAL;
+	}
+	ck->group_size = (uint32_t)group;
+	if (!llama_lay_out_v2(ck, NULL, &want)) {
+		snprintf(err, err_len,
+			 "checkpoint '%s': header sizes overflow (dim %u, hidden_dim %u, n_layers %u, vocab_size %u)",
+			 name, c->dim, c->hidden_dim, c->n_layers, c->vocab);
+		return -EINVAL;
+	}
+	if (size != want)
+		return llama_size_mismatch(name, "ak42 version 2", want, size,
+					   err, err_len);
+	ck->format_version = 2;
+	llama_lay_out_v2(ck, data, &want);
+	return 0;
+}
+
+static int llama_parse_ak42(struct llama_checkpoint *ck,
+			    const unsigned char *data, size_t size,
+			    const char *name, char *err, size_t err_len)
+{
+	int32_t version = llama_read_i32(data + 4);
+
+	if (version == 1)
+		return llama_parse_ak42_v1(ck, data, size, name, err, err_len);
+	if (version == 2)
+		return llama_parse_ak42_v2(ck, data, size, name, err, err_len);
+	snprintf(err, err_len,
+		 "checkpoint '%s': unknown ak42 version %d (versions 1, fp32, and 2, Q8_0, are read)",
+		 name, (int)version);
+	return -EINVAL;
 }
 
 int llama_checkpoint_parse(struct llama_checkpoint *ck, const void *data,

@@ -16,8 +16,19 @@
  *     int32 version, the same 7 int32 (vocab_size positive), uint8
  *     shared_classifier, zeros up to byte 256; then all rms_att, all
  *     rms_ffn, rms_final, token_embedding, wq, wk, wv, wo, w1, w2, w3 (each
- *     stacked over layers), then wcls when not shared.  Version 2 (Q8_0)
- *     and other versions are refused.
+ *     stacked over layers), then wcls when not shared.
+ *
+ *   "ak42" version 2 (export.py's version2_export, what llama2.c's runq.c
+ *     reads): the version 1 header with an int32 group_size after the
+ *     shared_classifier byte (byte 37); then fp32 all rms_att, all
+ *     rms_ffn, rms_final; then Q8_0 tensors (llama_q8.h) token_embedding,
+ *     wq, wk, wv, wo, w1, w2, w3, wcls when not shared, each layer's
+ *     matrix as its int8 values then its fp32 scales (per layer, not per
+ *     stacked tensor).  group_size must divide dim and hidden_dim: every
+ *     matrix row is dim or hidden_dim long, and runq.c quantizes the
+ *     activations in those groups.
+ *
+ *   Other versions are refused.
  *
  * The file size must be exactly what the header implies: a checkpoint cut
  * short or with bytes trailing is refused, so no weight is ever read out
@@ -29,6 +40,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "llama_q8.h"
 
 #define LLAMA_AK42_MAGIC 0x616b3432u
 #define LLAMA_AK42_HEADER_BYTES 256u
@@ -47,7 +60,10 @@ struct llama_config {
 	uint32_t kv_dim;	/* n_kv_heads * head_size */
 };
 
-/* Pointers into the mapped file; shapes in (…) as [rows][cols]. */
+/*
+ * Pointers into the mapped file; shapes in (…) as [rows][cols].  In a
+ * version 2 file only the rms_* are set here; the matrices are in q8.
+ */
 struct llama_weights {
 	const float *token_embedding;	/* (vocab, dim) */
 	const float *rms_att;		/* (layer, dim) */
@@ -63,11 +79,19 @@ struct llama_weights {
 	const float *wcls;		/* (vocab, dim); token_embedding if shared */
 };
 
+/* The Q8_0 matrices of a version 2 file, same shapes as llama_weights. */
+struct llama_q8_weights {
+	struct llama_q8_tensor token_embedding, wq, wk, wv, wo, w1, w2, w3;
+	struct llama_q8_tensor wcls;	/* token_embedding if shared */
+};
+
 struct llama_checkpoint {
 	struct llama_config cfg;
 	struct llama_weights w;
+	struct llama_q8_weights q8;	/* version 2 only */
+	uint32_t group_size;		/* version 2 only */
 	bool shared_classifier;
-	int format_version;	/* 0: legacy, 1: ak42 version 1 */
+	int format_version;	/* 0: legacy, 1 or 2: ak42 version */
 	void *map;		/* what llama_checkpoint_open() mapped, or NULL */
 	size_t map_len;
 };

@@ -44,6 +44,7 @@
 #include "llama_model.h"
 #include "llama_checkpoint.h"
 #include "llama_kernels.h"
+#include "llama_q8.h"
 
 #include <errno.h>
 #include <math.h>
@@ -70,6 +71,7 @@ struct llama_chunk_token {
 struct llama_model {
 	struct llama_checkpoint ck;
 	const struct llama_kernels *k;
+	llama_q8_matmul_fn *q8_matmul;	/* for version 2 (Q8_0) files */
 
 	/* ---- run state, made by bind() */
 	bool bound;
@@ -160,6 +162,7 @@ static void *llama_create(const char *args, char *err, size_t err_len)
 		goto out_free;
 	}
 	m->k = llama_kernels_get(kind);
+	m->q8_matmul = llama_q8_matmul_get(kind);
 	if (!m->k) {
 		snprintf(err, err_len,
 			 "llama: kernel=avx2 but this CPU lacks AVX2+FMA (use kernel=portable or auto)");
@@ -432,6 +435,26 @@ static void llama_attention_head(struct llama_model *m, uint32_t layer,
 	}
 }
 
+/*
+ * out = x W^T for the chunk's n rows, W layer l of a weight: the fp32
+ * stack w32 ([layer][n_out][n_in]) or, in a version 2 file, the Q8_0
+ * tensor q8, used in place (llama_q8.h).
+ */
+static void llama_matmul_w(struct llama_model *m, float *out, const float *x,
+			   uint32_t n, const float *w32,
+			   const struct llama_q8_tensor *q8, uint32_t l,
+			   size_t n_in, size_t n_out)
+{
+	if (m->ck.format_version == 2) {
+		struct llama_q8_matrix mat = llama_q8_layer(q8, l);
+
+		m->q8_matmul(out, x, n, &mat);
+	} else {
+		m->k->matmul(out, x, n, w32 + (size_t)l * n_in * n_out, n_in,
+			     n_out);
+	}
+}
+
 /* The attention half of one layer for the chunk's n tokens. */
 static void llama_layer_attention(struct llama_model *m, uint32_t l,
 				  uint32_t n)
@@ -444,9 +467,9 @@ static void llama_layer_attention(struct llama_model *m, uint32_t l,
 	for (uint32_t t = 0; t < n; t++)
 		llama_rmsnorm(k, m->xb + t * dim, m->x + t * dim,
 			      w->rms_att + l * dim, c->dim);
-	k->matmul(m->q, m->xb, n, w->wq + l * dim * dim, dim, dim);
-	k->matmul(m->kb, m->xb, n, w->wk + l * kvd * dim, dim, kvd);
-	k->matmul(m->vb, m->xb, n, w->wv + l * kvd * dim, dim, kvd);
+	llama_matmul_w(m, m->q, m->xb, n, w->wq, &m->ck.q8.wq, l, dim, dim);
+	llama_matmul_w(m, m->kb, m->xb, n, w->wk, &m->ck.q8.wk, l, dim, kvd);
+	llama_matmul_w(m, m->vb, m->xb, n, w->wv, &m->ck.q8.wv, l, dim, kvd);
 	/* every K/V of the chunk goes in before anyone attends */
 	for (uint32_t t = 0; t < n; t++) {
 		const struct llama_chunk_token *ct = &m->ct[t];
@@ -465,7 +488,7 @@ static void llama_layer_attention(struct llama_model *m, uint32_t l,
 	 */
 	for (uint32_t h = 0; h < c->n_heads; h++)
 		llama_attention_head(m, l, n, h, m->xb2);
-	k->matmul(m->xb, m->xb2, n, w->wo + l * dim * dim, dim, dim);
+	llama_matmul_w(m, m->xb, m->xb2, n, w->wo, &m->ck.q8.wo, l, dim, dim);
 	for (size_t i = 0; i < n * dim; i++)
 		m->x[i] += m->xb[i];
 }
@@ -481,15 +504,15 @@ static void llama_layer_ffn(struct llama_model *m, uint32_t l, uint32_t n)
 	for (uint32_t t = 0; t < n; t++)
 		llama_rmsnorm(k, m->xb + t * dim, m->x + t * dim,
 			      w->rms_ffn + l * dim, c->dim);
-	k->matmul(m->hb, m->xb, n, w->w1 + l * hid * dim, dim, hid);
-	k->matmul(m->hb2, m->xb, n, w->w3 + l * hid * dim, dim, hid);
+	llama_matmul_w(m, m->hb, m->xb, n, w->w1, &m->ck.q8.w1, l, dim, hid);
+	llama_matmul_w(m, m->hb2, m->xb, n, w->w3, &m->ck.q8.w3, l, dim, hid);
 	for (size_t i = 0; i < n * hid; i++) {
 		float v = m->hb[i];
 
 		v *= 1.0f / (1.0f + expf(-v));
 		m->hb[i] = v * m->hb2[i];
 	}
-	k->matmul(m->xb, m->hb, n, w->w2 + l * dim * hid, hid, dim);
+	llama_matmul_w(m, m->xb, m->hb, n, w->w2, &m->ck.q8.w2, l, hid, dim);
 	for (size_t i = 0; i < n * dim; i++)
 		m->x[i] += m->xb[i];
 }
@@ -516,9 +539,9 @@ static void llama_chunk_logits(struct llama_model *m, uint32_t n)
 	for (uint32_t j = 1; j <= n_out; j++) {
 		if (j < n_out && rows[j] == rows[j - 1] + 1)
 			continue;
-		m->k->matmul(m->logits + (size_t)rows[first] * vocab,
-			     m->xb + first * dim, j - first, w->wcls, dim,
-			     vocab);
+		llama_matmul_w(m, m->logits + (size_t)rows[first] * vocab,
+			       m->xb + first * dim, j - first, w->wcls,
+			       &m->ck.q8.wcls, 0, dim, vocab);
 		first = j;
 	}
 }
@@ -529,10 +552,19 @@ static void llama_chunk_run(struct llama_model *m)
 	const struct llama_config *c = &m->ck.cfg;
 	uint32_t n = m->n_ct;
 
-	for (uint32_t t = 0; t < n; t++)
+	for (uint32_t t = 0; t < n; t++) {
+		if (m->ck.format_version == 2) {	/* dequantize the row */
+			struct llama_q8_matrix e =
+				llama_q8_layer(&m->ck.q8.token_embedding, 0);
+
+			llama_q8_dequant_row(m->x + (size_t)t * c->dim, &e,
+					     (uint32_t)m->ct[t].token);
+			continue;
+		}
 		memcpy(m->x + (size_t)t * c->dim,
 		       m->ck.w.token_embedding + (size_t)m->ct[t].token * c->dim,
 		       c->dim * sizeof(float));
+	}
 	llama_rope_chunk(m, n);
 	for (uint32_t l = 0; l < c->n_layers; l++) {
 		llama_layer_attention(m, l, n);

@@ -3,7 +3,8 @@
 # refdecode's naive llama forward (tools/ref_llama.c: full recompute per
 # token, double accumulation, written apart from common/llama_*.c): the
 # same tokens at workers 0..3, batch 1..64, step budgets, garbled results
-# and kill -9, a separate classifier and GQA, the ak42 format; bad
+# and kill -9, a separate classifier and GQA, the ak42 formats (version 1
+# fp32 and version 2 int8 Q8_0); bad
 # checkpoints exit 2 with a message; weights are shared between workers.
 . "$(dirname "$0")/e2e_lib.sh"
 
@@ -38,6 +39,13 @@ echo "== other shapes and the ak42 format"
 	--format ak42 --seed "$SEED" > /dev/null
 run "ak42, separate classifier, 6 heads over 3" "$E2E_TMP/sep.bin" --workers 2 --batch 16 \
 	--step-tokens 8
+# ak42 version 2: int8 Q8_0 weights, checked by refdecode's dequantized math
+"$BIN/make_checkpoint" --out "$E2E_TMP/q8.bin" --dim 64 --hidden 128 --layers 2 \
+	--heads 4 --kv-heads 2 --vocab 300 --seq-len 256 --separate-classifier \
+	--format ak42v2 --group-size 32 --seed "$SEED" > /dev/null
+run "ak42 version 2 (Q8_0), separate classifier" "$E2E_TMP/q8.bin" --workers 2 --batch 16 \
+	--step-tokens 8
+head -c 2000 "$E2E_TMP/q8.bin" > "$E2E_TMP/q8trunc.bin"
 
 echo "== faults: re-prefill gives the same tokens"
 # a larger model and longer requests, so that the run lasts for kills
@@ -107,6 +115,7 @@ bad "shorter than a header" "$E2E_TMP/short.bin" "$E2E_TMP/short.bin"
 { cat "$CK"; printf 'xxxx'; } > "$E2E_TMP/long.bin"
 bad "trailing bytes" "$E2E_TMP/long.bin" "$E2E_TMP/long.bin"
 bad "missing file" "$E2E_TMP/none.bin" "none.bin"
+bad "ak42 version 2 truncated" "$E2E_TMP/q8trunc.bin" "q8trunc.bin.*version 2.*truncated"
 timeout 30 "$BIN/dynbatch" run --model "llama:$CK" --max-context 257 --workers 1 \
 	--input "$E2E_TMP/in.jsonl" --output /dev/null 2> "$E2E_TMP/bad.err"
 expect_eq "--max-context past seq_len: exit 2" $? 2

@@ -32,6 +32,7 @@
 #include "llama_checkpoint.h"
 #include "llama_kernels.h"
 #include "llama_model.h"
+#include "llama_q8.h"
 #include "sandbox.h"
 #include "test_rng.h"
 
@@ -359,15 +360,26 @@ static void fixture_make(struct fixture *f, struct rng *r, bool separate,
  * random slot and row place, with random prefill chunks and re-prefills:
  * every output's logits memcmp-identical.
  */
-static void test_batch_invariance(void **state)
+static void q8_write_fixture(struct fixture *f, char *path, size_t len,
+			     uint32_t group);
+
+/*
+ * The invariance harness on test test_id's fixture, as a legacy file or
+ * (q8_group > 0) as ak42 version 2 with that group size.
+ */
+static void run_batch_invariance(uint64_t test_id, uint32_t q8_group)
 {
-	struct rng r = rng_for(1);
+	struct rng r = rng_for(test_id);
 	struct fixture f;
 	uint32_t vocab;
 	float *want, *got;
+	char path[160];
 	void *m;
 
 	fixture_make(&f, &r, rng_below(&r, 2), 128);
+	snprintf(path, sizeof(path), "%s", f.path);
+	if (q8_group)
+		q8_write_fixture(&f, path, sizeof(path), q8_group);
 	want = malloc((size_t)N_OUT * 97 * sizeof(float));
 	got = malloc((size_t)64 * 97 * sizeof(float));
 	for (int trial = 0; trial < 24; trial++) {
@@ -377,7 +389,7 @@ static void test_batch_invariance(void **state)
 		char args[300];
 
 		/* the AVX2 kernel (where there is one) and, every third, the portable */
-		snprintf(args, sizeof(args), "%s%s", f.path,
+		snprintf(args, sizeof(args), "%s%s", path,
 			 trial % 3 == 2 ? ",kernel=portable" : "");
 		m = must_create(args);
 		vocab = api->vocab(m);
@@ -460,6 +472,11 @@ static void test_batch_invariance(void **state)
 	free(want);
 	free(got);
 	tmodel_free(&f.t);
+}
+
+static void test_batch_invariance(void **state)
+{
+	run_batch_invariance(1, 0);
 }
 
 /* (2) prefill in chunks 1..n and whole, and after a release: identical. */
@@ -683,7 +700,7 @@ static void test_bad_checkpoints(void **state)
 	}
 	memcpy(b, ak, n_ak);
 	set_i32(b, 4, 2);
-	expect_refused(write_bytes(b, n_ak), "version 2 (int8 Q8_0) checkpoints are not supported yet");
+	expect_refused(write_bytes(b, n_ak), "group_size is 0");	/* read as version 2 */
 	set_i32(b, 4, 7);
 	expect_refused(write_bytes(b, n_ak), "unknown ak42 version 7");
 	set_i32(b, 4, 1);
@@ -1057,6 +1074,361 @@ static void test_attention_kernels(void **state)
 	}
 }
 
+/* ======================================== ak42 version 2 (Q8_0) tests */
+
+/*
+ * Quantize w[0 .. n) in groups as export.py's quantize_q80 does (scale =
+ * max |w| / 127, q = w / scale rounded half to even), written here from
+ * the format's description, then replace w by what the file holds (q * s
+ * in float), so that the reference runs the model the file stands for.
+ */
+static void q8_quantize(float *w, size_t n, uint32_t group, int8_t *q,
+			float *s)
+{
+	for (size_t g = 0; g < n / group; g++) {
+		float max = 0;
+
+		for (size_t i = g * group; i < (g + 1) * group; i++)
+			max = fmaxf(max, fabsf(w[i]));
+		s[g] = max / 127.0f;
+		for (size_t i = g * group; i < (g + 1) * group; i++) {
+			q[i] = s[g] == 0 ? 0 : (int8_t)nearbyintf(w[i] / s[g]);
+			w[i] = (float)q[i] * s[g];
+		}
+	}
+}
+
+/* A Q8_0 tensor of `layers` [rows][cols] matrices: per layer q, then s. */
+static void q8_put(FILE *f, float *w, size_t layers, size_t rows, size_t cols,
+		   uint32_t group)
+{
+	size_t n = rows * cols;
+	int8_t *q = malloc(n);
+	float *s = malloc(n / group * sizeof(float));
+
+	assert_true(q && s);
+	for (size_t l = 0; l < layers; l++) {
+		q8_quantize(w + l * n, n, group, q, s);
+		put(f, q, n);
+		put(f, s, n / group * sizeof(float));
+	}
+	free(q);
+	free(s);
+}
+
+/* Write t as ak42 version 2; t's matrices become the dequantized ones. */
+static void tmodel_write_q8(struct tmodel *t, const char *path, uint32_t group)
+{
+	size_t L = t->layers, d = t->dim, h = t->hidden, F = sizeof(float);
+	size_t kvd = (size_t)t->kv_heads * (t->dim / t->heads);
+	int32_t hdr[7] = { t->dim, t->hidden, t->layers, t->heads,
+			   t->kv_heads, t->vocab, t->seq_len };
+	uint32_t magic = LLAMA_AK42_MAGIC;
+	int32_t version = 2, gs = (int32_t)group;
+	unsigned char shared = t->separate ? 0 : 1, pad[256 - 41] = { 0 };
+	FILE *f = fopen(path, "wb");
+
+	assert_non_null(f);
+	put(f, &magic, 4);
+	put(f, &version, 4);
+	put(f, hdr, sizeof(hdr));
+	put(f, &shared, 1);
+	put(f, &gs, 4);
+	put(f, pad, sizeof(pad));
+	put(f, t->rms_att, L * d * F);
+	put(f, t->rms_ffn, L * d * F);
+	put(f, t->rms_final, d * F);
+	q8_put(f, t->emb, 1, t->vocab, d, group);
+	q8_put(f, t->wq, L, d, d, group);
+	q8_put(f, t->wk, L, kvd, d, group);
+	q8_put(f, t->wv, L, kvd, d, group);
+	q8_put(f, t->wo, L, d, d, group);
+	q8_put(f, t->w1, L, h, d, group);
+	q8_put(f, t->w2, L, d, h, group);
+	q8_put(f, t->w3, L, h, d, group);
+	if (t->separate)
+		q8_put(f, t->wcls, 1, t->vocab, d, group);
+	assert_int_equal(fclose(f), 0);
+}
+
+static void q8_write_fixture(struct fixture *f, char *path, size_t len,
+			     uint32_t group)
+{
+	snprintf(path, len, "%s/m%d.q8", tmp_dir, (int)f->t.separate);
+	tmodel_write_q8(&f->t, path, group);
+}
+
+/*
+ * (q8 1) the Q8_0 kernels alone, on random shapes, groups (multiples of
+ * 8 and not: the AVX2 table's portable fallback) and unaligned scales:
+ * every row's outputs memcmp-identical whatever the batch and the row's
+ * place in it, and near a double reference.
+ */
+static void test_q8_kernels(void **state)
+{
+	struct rng r = rng_for(101);
+	static const uint32_t groups[] = { 8, 16, 32, 64, 2, 6, 12 };
+	enum llama_kernel_kind kinds[2] = { LLAMA_KERNEL_PORTABLE,
+					    LLAMA_KERNEL_AVX2 };
+
+	for (int trial = 0; trial < 60; trial++) {
+		uint32_t group = groups[rng_below(&r, 7)];
+		/* every tenth wider than the AVX2 kernel stages as float */
+		uint32_t cols = group * (trial % 10 == 9 ?
+					 4096 / group + 1 + rng_below(&r, 4) :
+					 1 + rng_below(&r, 400 / group + 1));
+		uint32_t rows = 1 + rng_below(&r, 60), n_rows = 1 + rng_below(&r, 70);
+		size_t n = (size_t)rows * cols, n_groups = n / group;
+		int8_t *q = malloc(n);
+		unsigned char *s_buf = malloc(n_groups * 4 + 1);
+		float *x = malloc((size_t)n_rows * cols * sizeof(float));
+		float *all = malloc((size_t)n_rows * rows * sizeof(float));
+		float *one = malloc((size_t)rows * sizeof(float));
+		float *row = malloc((size_t)cols * sizeof(float));
+		struct llama_q8_matrix m = { .q = q, .s = s_buf + 1, .rows = rows,
+					     .cols = cols, .group = group };
+
+		assert_true(q && s_buf && x && all && one && row);
+		for (size_t i = 0; i < n; i++)
+			q[i] = (int8_t)(rng_below(&r, 255) - 127);
+		for (size_t g = 0; g < n_groups; g++) {
+			float v = (float)(rng_below(&r, 1000) + 1) * 1e-5f;
+
+			memcpy(s_buf + 1 + 4 * g, &v, 4);
+		}
+		for (size_t i = 0; i < (size_t)n_rows * cols; i++)
+			x[i] = (float)((double)rng_below(&r, 2000) / 1000 - 1);
+		/* the dequantized row: exactly q * s */
+		for (uint32_t o = 0; o < rows; o += 1 + rows / 4) {
+			llama_q8_dequant_row(row, &m, o);
+			for (uint32_t i = 0; i < cols; i++) {
+				float v;
+
+				memcpy(&v, m.s + 4 * (((size_t)o * cols + i) / group), 4);
+				assert_true(row[i] == (float)q[(size_t)o * cols + i] * v);
+			}
+		}
+		for (int k = 0; k < 2; k++) {
+			llama_q8_matmul_fn *mm = llama_q8_matmul_get(kinds[k]);
+			uint32_t first = rng_below(&r, n_rows);
+
+			if (!mm)
+				continue;
+			mm(all, x, n_rows, &m);
+			for (uint32_t b = 0; b < n_rows; b++) {
+				mm(one, x + (size_t)b * cols, 1, &m);
+				if (memcmp(one, all + (size_t)b * rows, rows * sizeof(float)))
+					fail_msg("q8 %s: group %u, %u x %u: row %u of %u differs from it alone",
+						 k ? "avx2" : "portable", group, rows, cols, b, n_rows);
+				for (uint32_t o = 0; o < rows; o++) {
+					double want = 0, mag = 0;
+
+					for (uint32_t i = 0; i < cols; i++) {
+						float v;
+						double t;
+
+						memcpy(&v, m.s + 4 * (((size_t)o * cols + i) / group), 4);
+						t = (double)q[(size_t)o * cols + i] * v * x[(size_t)b * cols + i];
+						want += t;
+						mag += fabs(t);
+					}
+					if (fabs(one[o] - want) > 1e-5 * (mag + 1e-3))
+						fail_msg("q8 %s: group %u, %u x %u: output %u is %g, want %g",
+							 k ? "avx2" : "portable", group, rows, cols, o, one[o], want);
+				}
+			}
+			/* a sub-batch starting at another row */
+			mm(all, x + (size_t)first * cols, n_rows - first, &m);
+			mm(one, x + (size_t)first * cols, 1, &m);
+			if (memcmp(one, all, rows * sizeof(float)))
+				fail_msg("q8 %s: group %u: first row of a %u-row sub-batch differs",
+					 k ? "avx2" : "portable", group, n_rows - first);
+		}
+		free(q); free(s_buf); free(x); free(all); free(one); free(row);
+	}
+}
+
+/*
+ * (q8 2) the model on version 2 files (shared and separate classifier,
+ * groups a multiple of 8 and not) against the naive double forward of the
+ * dequantized weights.
+ */
+static void test_q8_against_reference(void **state)
+{
+	struct rng r = rng_for(102);
+	const char *kernels[2] = { ",kernel=portable", ",kernel=avx2" };
+	static const uint32_t groups[] = { 32, 16, 8, 4 };
+	uint32_t lens[] = { 1, 2, 5, 17, 64, 128 };
+
+	for (int sep = 0; sep < 2; sep++) {
+		uint32_t group = groups[rng_below(&r, 4)];
+		struct fixture f;
+		static struct req q;
+		char path[160], args[300];
+		double *ref = malloc(97 * sizeof(double));
+		float *got = malloc(97 * sizeof(float));
+
+		fixture_make(&f, &r, sep, 128);
+		q8_write_fixture(&f, path, sizeof(path), group);
+		for (uint32_t i = 0; i < 128; i++)
+			q.tokens[i] = (int32_t)rng_below(&r, 97);
+		for (int kern = 0; kern < 2; kern++) {
+			void *m;
+
+			if (kern == 1 && !llama_kernels_have_avx2())
+				continue;
+			snprintf(args, sizeof(args), "%s%s", path, kernels[kern]);
+			m = must_create(args);
+			must_bind(m, 1, 128);
+			for (uint32_t li = 0; li < 6; li++) {
+				q.n_tokens = lens[li];
+				q.n_cached = 0;
+				q.chunk = 1 + rng_below(&r, 40);
+				run_alone(m, &q, 1, got);
+				ref_logits(&f.t, q.tokens, (int)lens[li], ref);
+				if (rel_err(got, ref, 97) > 2e-4)
+					fail_msg("%s (group %u): %u tokens: error %g against the reference",
+						 args, group, lens[li], rel_err(got, ref, 97));
+			}
+			api->destroy(m);
+		}
+		free(ref);
+		free(got);
+		tmodel_free(&f.t);
+	}
+}
+
+/* (q8 3) the batch invariance harness on a version 2 file. */
+static void test_q8_batch_invariance(void **state)
+{
+	run_batch_invariance(103, 16);
+}
+
+/* (q8 4) bad version 2 checkpoints: refused with the reason. */
+static void test_q8_bad_checkpoints(void **state)
+{
+	struct rng r = rng_for(104);
+	struct fixture f;
+	char path[160];
+	unsigned char *v2, *b;
+	size_t n;
+
+	fixture_make(&f, &r, true, 128);
+	q8_write_fixture(&f, path, sizeof(path), 16);
+	v2 = read_all(path, &n);
+	b = malloc(n + 64);
+	expect_refused(write_bytes(v2, n - 1), "truncated");
+	expect_refused(write_bytes(v2, 200), "shorter than the 256-byte ak42");
+	memcpy(b, v2, n);
+	memset(b + n, 0, 8);
+	expect_refused(write_bytes(b, n + 8), "trailing bytes");
+	struct { size_t off; int32_t v; const char *want; } cases[] = {
+		{ 37, 0, "group_size is 0" },
+		{ 37, -16, "group_size is -16" },
+		{ 37, 3, "group_size is 3, must be positive and divide dim 64 and hidden_dim 96" },
+		{ 37, 64, "group_size is 64" },		/* divides dim, not hidden */
+		{ 37, 128, "group_size is 128" },
+		{ 37, 32, "implies" },			/* legal, other scale count */
+		{ 37, INT32_MIN, "group_size is -2147483648" },
+		{ 8, 32, "implies" },
+		{ 12, 48, "implies" },			/* hidden 48: a legal shape */
+		{ 16, 0x7fffffff, "implies" },
+		{ 8, 0x7ffffff0, "overflow" },
+		{ 28, 0x40000000, "implies" },
+		{ 24, 3, "n_kv_heads 3 does not divide n_heads 4" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		memcpy(b, v2, n);
+		set_i32(b, cases[i].off, cases[i].v);
+		expect_refused(write_bytes(b, n), cases[i].want);
+	}
+	memcpy(b, v2, n);
+	b[36] = 1;	/* shared, but wcls is there */
+	expect_refused(write_bytes(b, n), "implies");
+	b[36] = 2;
+	expect_refused(write_bytes(b, n), "shared_classifier byte is 2");
+	free(b);
+	free(v2);
+	tmodel_free(&f.t);
+}
+
+/* Do layers 0 .. n of t lie inside data[0..size)? */
+static bool q8_inside(const struct llama_q8_tensor *t, uint32_t n_layers,
+		      const unsigned char *data, size_t size)
+{
+	return t->base >= data && t->base <= data + size &&
+	       t->layer_bytes == llama_q8_matrix_bytes(t->rows, t->cols, t->group) &&
+	       (uint64_t)n_layers * t->layer_bytes <= (size_t)(data + size - t->base);
+}
+
+/* (q8 5) version 2 header fuzz: never a crash or a pointer outside. */
+static void test_q8_header_fuzz(void **state)
+{
+	struct rng r = rng_for(105);
+	static const int32_t interesting[] = { 0, 1, 2, 3, 4, 8, 16, 32, 64, 96,
+		97, -1, -16, 128, 256, 4096, 0x7fffffff, INT32_MIN, 0x40000000 };
+	struct fixture f;
+	char path[160];
+	unsigned char *src;
+	size_t n_src;
+	int accepted = 0;
+
+	fixture_make(&f, &r, rng_below(&r, 2), 128);
+	q8_write_fixture(&f, path, sizeof(path), 8 << rng_below(&r, 2));
+	src = read_all(path, &n_src);
+	for (int iter = 0; iter < 3000; iter++) {
+		size_t size = n_src;
+		struct llama_checkpoint ck;
+		unsigned char *buf;
+		char err[512];
+
+		if (rng_below(&r, 3) == 0)	/* a random length */
+			size = rng_below(&r, 2) ? rng_below(&r, 300) :
+						  rng_below(&r, (uint32_t)size + 16);
+		buf = malloc(size ? size : 1);	/* exact: ASan sees overruns */
+		memcpy(buf, src, size < n_src ? size : n_src);
+		if (size > n_src)
+			memset(buf + n_src, 0, size - n_src);
+		for (int k = (int)rng_below(&r, 4); k > 0; k--) {
+			/* the 7 shape fields, the shared byte or the group size */
+			uint32_t field = rng_below(&r, 9);
+			size_t off = field < 7 ? 8 + 4 * field : field == 7 ? 36 : 37;
+			int32_t v = rng_below(&r, 2) ? interesting[rng_below(&r, 19)] :
+						       (int32_t)rng_next(&r);
+
+			if (field == 7 && off < size)
+				buf[off] = (unsigned char)rng_below(&r, 3);
+			else if (off + 4 <= size)
+				set_i32(buf, off, v);
+		}
+		if (llama_checkpoint_parse(&ck, buf, size, "fuzz", err, sizeof(err)) == 0) {
+			const struct llama_config *c = &ck.cfg;
+			const struct llama_q8_weights *w = &ck.q8;
+			uint32_t L = c->n_layers;
+
+			accepted++;
+			assert_int_equal(ck.format_version, 2);
+			assert_int_equal(c->dim % ck.group_size, 0);
+			assert_int_equal(c->hidden_dim % ck.group_size, 0);
+			assert_true(q8_inside(&w->token_embedding, 1, buf, size));
+			assert_true(q8_inside(&w->wcls, 1, buf, size));
+			assert_true(q8_inside(&w->wq, L, buf, size));
+			assert_true(q8_inside(&w->wk, L, buf, size));
+			assert_true(q8_inside(&w->w2, L, buf, size));
+			assert_true(q8_inside(&w->w3, L, buf, size));
+			assert_true(inside(ck.w.rms_final, c->dim, buf, size));
+			assert_true((const unsigned char *)(ck.w.rms_final + c->dim) <=
+				    w->token_embedding.base);
+		} else {
+			assert_true(strlen(err) > 0 && strstr(err, "fuzz"));
+		}
+		free(buf);
+	}
+	printf("q8 header fuzz: 3000 inputs, %d accepted\n", accepted);
+	free(src);
+	tmodel_free(&f.t);
+}
+
 static int remove_tmp(void)
 {
 	char cmd[128];
@@ -1077,6 +1449,11 @@ int main(void)
 		cmocka_unit_test(test_release_memory),
 		cmocka_unit_test(test_steps_in_sandbox),
 		cmocka_unit_test(test_attention_kernels),
+		cmocka_unit_test(test_q8_kernels),
+		cmocka_unit_test(test_q8_against_reference),
+		cmocka_unit_test(test_q8_batch_invariance),
+		cmocka_unit_test(test_q8_bad_checkpoints),
+		cmocka_unit_test(test_q8_header_fuzz),
 	};
 	int rc;
 

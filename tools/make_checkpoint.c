@@ -5,8 +5,12 @@
  *   make_checkpoint --out FILE [--shape stories15M|stories110M]
  *                   [--dim D --hidden H --layers L --heads NH
  *                    --kv-heads NKV --vocab V --seq-len S]
- *                   [--separate-classifier] [--format legacy|ak42]
+ *                   [--separate-classifier]
+ *                   [--format legacy|ak42|ak42v2 [--group-size N]]
  *                   [--seed N]
+ *
+ * ak42 is export.py's version 1 (fp32), ak42v2 its version 2 (Q8_0 in
+ * groups of --group-size values, default 64; see llama_checkpoint.h).
  *
  * Exit status: 0 written, 1 I/O error (the partial file is removed),
  * 2 bad arguments.
@@ -36,6 +40,13 @@
  * on the stories15M shape 250 greedy tokens then hold ~250 distinct ids,
  * on a 300-token vocabulary about 50.  RMSNorm
  * before every matmul keeps activations finite at any position.
+ *
+ * ak42v2 draws the same fp32 weights and quantizes them as export.py's
+ * quantize_q80 does: per group of --group-size values, scale = max |w| /
+ * 127 and q = w / scale rounded half to even (torch.round), all in fp32.
+ * A group of zeros gets scale 0 and q 0.  Like export.py, the default
+ * group size is halved until it divides dim; here also hidden_dim, as the
+ * reader (and runq.c) need.  An explicit --group-size must divide both.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -56,6 +67,7 @@
 #define QK_GAIN 3.0	/* sharper attention: see the file comment */
 #define FFN_GAIN 2.5	/* a louder per-token FFN: see the file comment */
 #define BLOCK_FLOATS 65536
+#define DEFAULT_GROUP 64
 
 enum tensor_id {
 	T_EMBED = 1, T_RMS_ATT, T_WQ, T_WK, T_WV, T_WO, T_RMS_FFN,
@@ -66,12 +78,22 @@ struct shape {
 	uint32_t dim, hidden, layers, heads, kv_heads, vocab, seq_len;
 };
 
+enum format { F_LEGACY, F_AK42, F_AK42V2 };
+
 struct writer {
 	FILE *f;
 	const char *path;
 	uint64_t seed;
+	uint32_t group;		/* ak42v2's group size */
 	float buf[BLOCK_FLOATS];
+	int8_t qbuf[BLOCK_FLOATS];
 	bool failed;
+};
+
+/* The uniform stream of one tensor: see write_tensor(). */
+struct stream {
+	uint64_t state;
+	double mean, half;
 };
 
 static void usage(FILE *out)
@@ -80,7 +102,7 @@ static void usage(FILE *out)
 		"usage: make_checkpoint --out FILE [--shape stories15M|stories110M]\n"
 		"       [--dim D --hidden H --layers L --heads NH --kv-heads NKV\n"
 		"        --vocab V --seq-len S] [--separate-classifier]\n"
-		"       [--format legacy|ak42] [--seed N]\n");
+		"       [--format legacy|ak42|ak42v2 [--group-size N]] [--seed N]\n");
 }
 
 /* Write n items of size bytes; remember the first failure. */
@@ -98,25 +120,77 @@ static void write_floats(struct writer *w, const float *p, size_t n)
 	write_items(w, p, sizeof(float), n);
 }
 
+static void stream_init(struct stream *st, const struct writer *w,
+			enum tensor_id id, double mean, double std)
+{
+	st->state = sim_mix(w->seed ^ ((uint64_t)id * 0xA24BAED4963EE407ull));
+	st->mean = mean;
+	st->half = std * sqrt(3.0);
+}
+
+static float stream_next(struct stream *st)
+{
+	double u = (double)(sim_splitmix64(&st->state) >> 11) *
+		   (1.0 / 9007199254740992.0);
+
+	return (float)(st->mean + (2.0 * u - 1.0) * st->half);
+}
+
 /* n floats of tensor id: uniform with mean `mean` and deviation `std`. */
 static void write_tensor(struct writer *w, enum tensor_id id, uint64_t n,
 			 double mean, double std)
 {
-	uint64_t state = sim_mix(w->seed ^ ((uint64_t)id * 0xA24BAED4963EE407ull));
-	double half = std * sqrt(3.0);
+	struct stream st;
 
+	stream_init(&st, w, id, mean, std);
 	while (n && !w->failed) {
 		size_t k = n < BLOCK_FLOATS ? (size_t)n : BLOCK_FLOATS;
 
-		for (size_t i = 0; i < k; i++) {
-			double u = (double)(sim_splitmix64(&state) >> 11) *
-				   (1.0 / 9007199254740992.0);
-
-			w->buf[i] = (float)(mean + (2.0 * u - 1.0) * half);
-		}
+		for (size_t i = 0; i < k; i++)
+			w->buf[i] = stream_next(&st);
 		write_floats(w, w->buf, k);
 		n -= k;
 	}
+}
+
+/*
+ * Tensor id as ak42v2 stores it: per layer, the [rows][cols] matrix's
+ * int8 values, then its scales.  The same fp32 values as write_tensor()
+ * draws for layers * rows * cols floats, quantized per group.
+ */
+static void write_q8_tensor(struct writer *w, enum tensor_id id,
+			    uint64_t layers, uint64_t rows, uint64_t cols,
+			    double mean, double std)
+{
+	uint64_t n_groups = rows * cols / w->group;
+	float *scales = malloc(n_groups * sizeof(float));
+	struct stream st;
+
+	if (!scales) {
+		fprintf(stderr, "make_checkpoint: out of memory for %llu scales\n",
+			(unsigned long long)n_groups);
+		w->failed = true;
+		return;
+	}
+	stream_init(&st, w, id, mean, std);
+	for (uint64_t l = 0; l < layers && !w->failed; l++) {
+		for (uint64_t g = 0; g < n_groups && !w->failed; g++) {
+			float max = 0, scale;
+
+			for (uint32_t i = 0; i < w->group; i++) {
+				w->buf[i] = stream_next(&st);
+				max = fmaxf(max, fabsf(w->buf[i]));
+			}
+			scale = max / 127.0f;
+			for (uint32_t i = 0; i < w->group; i++)
+				w->qbuf[i] = scale == 0 ? 0 :
+					(int8_t)nearbyintf(w->buf[i] / scale);
+			write_items(w, w->qbuf, 1, w->group);
+			scales[g] = scale;
+		}
+		write_floats(w, scales, n_groups);
+	}
+	free(scales);
 }
 
 /* The legacy RoPE tables llama2.c's export wrote (real, then imag). */
@@ -171,17 +245,42 @@ static void write_layers(struct writer *w, const struct shape *s, bool ak42)
 	}
 }
 
+/* ak42v2 after the header: fp32 norms, then the Q8_0 tensors. */
+static void write_layers_q8(struct writer *w, const struct shape *s,
+			    bool separate)
+{
+	uint64_t L = s->layers, d = s->dim, h = s->hidden;
+	uint64_t kvd = (uint64_t)s->kv_heads * (s->dim / s->heads);
+
+	write_tensor(w, T_RMS_ATT, L * d, 1.0, 0.1 / sqrt(3.0));
+	write_tensor(w, T_RMS_FFN, L * d, 1.0, 0.1 / sqrt(3.0));
+	write_tensor(w, T_RMS_FINAL, d, 1.0, 0.1 / sqrt(3.0));
+	write_q8_tensor(w, T_EMBED, 1, s->vocab, d, 0, LOGIT_STD / sqrt(d));
+	write_q8_tensor(w, T_WQ, L, d, d, 0, QK_GAIN / sqrt(d));
+	write_q8_tensor(w, T_WK, L, kvd, d, 0, QK_GAIN / sqrt(d));
+	write_q8_tensor(w, T_WV, L, kvd, d, 0, 1 / sqrt(d));
+	write_q8_tensor(w, T_WO, L, d, d, 0, 1 / sqrt(d));
+	write_q8_tensor(w, T_W1, L, h, d, 0, 1 / sqrt(d));
+	write_q8_tensor(w, T_W2, L, d, h, 0, FFN_GAIN / sqrt(h));
+	write_q8_tensor(w, T_W3, L, h, d, 0, 1 / sqrt(d));
+	if (separate)
+		write_q8_tensor(w, T_WCLS, 1, s->vocab, d, 0,
+				LOGIT_STD / sqrt(d));
+}
+
 static void write_checkpoint(struct writer *w, const struct shape *s,
-			     bool separate, bool ak42)
+			     bool separate, enum format fmt)
 {
 	int32_t vocab = (int32_t)s->vocab;
+	bool ak42 = fmt != F_LEGACY;
 
 	if (ak42) {
+		/* 9 int32 (10 with the group size) and the shared byte */
 		unsigned char pad[LLAMA_AK42_HEADER_BYTES - 9 * 4] = { 0 };
+		size_t n_pad = sizeof(pad);
 
 		write_i32(w, (int32_t)LLAMA_AK42_MAGIC);
-		write_i32(w, 1);
-		pad[0] = separate ? 0 : 1;	/* shared_classifier, then zeros */
+		write_i32(w, fmt == F_AK42V2 ? 2 : 1);
 		write_i32(w, (int32_t)s->dim);
 		write_i32(w, (int32_t)s->hidden);
 		write_i32(w, (int32_t)s->layers);
@@ -189,7 +288,16 @@ static void write_checkpoint(struct writer *w, const struct shape *s,
 		write_i32(w, (int32_t)s->kv_heads);
 		write_i32(w, vocab);
 		write_i32(w, (int32_t)s->seq_len);
-		write_items(w, pad, 1, sizeof(pad));
+		pad[0] = separate ? 0 : 1;	/* shared_classifier */
+		if (fmt == F_AK42V2) {
+			write_items(w, pad, 1, 1);
+			write_i32(w, (int32_t)w->group);
+			n_pad -= 4;
+			pad[0] = 0;
+			write_items(w, pad, 1, n_pad - 1);
+		} else {
+			write_items(w, pad, 1, n_pad);
+		}
 	} else {
 		write_i32(w, (int32_t)s->dim);
 		write_i32(w, (int32_t)s->hidden);
@@ -198,6 +306,10 @@ static void write_checkpoint(struct writer *w, const struct shape *s,
 		write_i32(w, (int32_t)s->kv_heads);
 		write_i32(w, separate ? -vocab : vocab);
 		write_i32(w, (int32_t)s->seq_len);
+	}
+	if (fmt == F_AK42V2) {
+		write_layers_q8(w, s, separate);
+		return;
 	}
 	write_layers(w, s, ak42);
 	if (separate)
@@ -257,12 +369,14 @@ int main(int argc, char **argv)
 		{ "separate-classifier", no_argument, NULL, 'c' },
 		{ "format", required_argument, NULL, 'f' },
 		{ "seed", required_argument, NULL, 'r' },
+		{ "group-size", required_argument, NULL, 'g' },
 		{ "help", no_argument, NULL, 'H' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct shape s = { 0 };
 	static struct writer w;
-	bool separate = false, ak42 = false;
+	bool separate = false, group_given = false;
+	enum format fmt = F_LEGACY;
 	const char *out = NULL;
 	uint32_t *field;
 	int c;
@@ -289,11 +403,13 @@ int main(int argc, char **argv)
 		case 'c': separate = true; break;
 		case 'f':
 			if (strcmp(optarg, "ak42") == 0) {
-				ak42 = true;
+				fmt = F_AK42;
+			} else if (strcmp(optarg, "ak42v2") == 0) {
+				fmt = F_AK42V2;
 			} else if (strcmp(optarg, "legacy") == 0) {
-				ak42 = false;
+				fmt = F_LEGACY;
 			} else {
-				fprintf(stderr, "make_checkpoint: unknown --format '%s' (legacy or ak42)\n",
+				fprintf(stderr, "make_checkpoint: unknown --format '%s' (legacy, ak42 or ak42v2)\n",
 					optarg);
 				return 2;
 			}
@@ -303,6 +419,14 @@ int main(int argc, char **argv)
 				fprintf(stderr, "make_checkpoint: bad --seed '%s'\n", optarg);
 				return 2;
 			}
+			break;
+		case 'g':
+			if (parse_u32(optarg, 1, BLOCK_FLOATS, &w.group)) {
+				fprintf(stderr, "make_checkpoint: bad --group-size '%s' (1 to %d)\n",
+					optarg, BLOCK_FLOATS);
+				return 2;
+			}
+			group_given = true;
 			break;
 		case 'H': usage(stdout); return 0;
 		default: usage(stderr); return 2;
@@ -321,6 +445,19 @@ int main(int argc, char **argv)
 	}
 	if (shape_check(&s))
 		return 2;
+	if (group_given && fmt != F_AK42V2) {
+		fprintf(stderr, "make_checkpoint: --group-size is for --format ak42v2 only\n");
+		return 2;
+	}
+	if (!group_given) {	/* export.py's back-off: see the file comment */
+		w.group = DEFAULT_GROUP;
+		while (s.dim % w.group || s.hidden % w.group)
+			w.group /= 2;
+	} else if (s.dim % w.group || s.hidden % w.group) {
+		fprintf(stderr, "make_checkpoint: --group-size %u must divide --dim %u and --hidden %u\n",
+			w.group, s.dim, s.hidden);
+		return 2;
+	}
 	w.path = out;
 	w.f = fopen(out, "wb");
 	if (!w.f) {
@@ -328,7 +465,7 @@ int main(int argc, char **argv)
 			strerror(errno));
 		return 1;
 	}
-	write_checkpoint(&w, &s, separate, ak42);
+	write_checkpoint(&w, &s, separate, fmt);
 	if (fclose(w.f) != 0 && !w.failed) {
 		fprintf(stderr, "make_checkpoint: closing '%s' failed: %s\n", out,
 			strerror(errno));
@@ -339,7 +476,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	printf("make_checkpoint: wrote %s (%s, dim %u hidden %u layers %u heads %u kv_heads %u vocab %u seq_len %u, %s classifier) seed=%llu\n",
-	       out, ak42 ? "ak42 v1" : "legacy", s.dim, s.hidden, s.layers,
+	       out, fmt == F_AK42V2 ? "ak42 v2, Q8_0" : fmt == F_AK42 ? "ak42 v1" : "legacy", s.dim, s.hidden, s.layers,
 	       s.heads, s.kv_heads, s.vocab, s.seq_len,
 	       separate ? "separate" : "shared", (unsigned long long)w.seed);
 	return 0;

@@ -17,8 +17,17 @@
  *    when separate.  Version 1 ("ak42") is a 256-byte header (magic
  *    0x616b3432, version 1, the seven int32, a uint8 shared_classifier)
  *    then rms_att, rms_ffn, rms_final, token_embedding, wq, wk, wv, wo,
- *    w1, w2, w3 and wcls when not shared.  The file size must be exactly
- *    what the header implies: a truncated or padded file is refused.
+ *    w1, w2, w3 and wcls when not shared.  Version 2 (export.py's
+ *    version2_export, int8 Q8_0) adds an int32 group_size after the
+ *    shared byte; then fp32 rms_att, rms_ffn, rms_final; then
+ *    token_embedding, wq, wk, wv, wo, w1, w2, w3 and wcls when not
+ *    shared, each layer's matrix stored as its int8 values q then one
+ *    fp32 scale s per group_size consecutive values.  It is dequantized
+ *    (w = q * s, rounded to float) into the version 1 layout as it is
+ *    read, so the forward below never sees int8: the engine's Q8_0
+ *    kernels are checked against plain dequantized math.  The file size
+ *    must be exactly what the header implies: a truncated or padded file
+ *    is refused.
  *
  *  - Computing: every call starts from the token embeddings and runs all
  *    positions through all layers; nothing is kept between calls.  Every
@@ -63,6 +72,7 @@ struct ref_llama {
 	struct ref_llama_shape s;
 	uint32_t head_size;
 	uint32_t kv_dim;
+	uint32_t group;		/* version 2: values per scale */
 	float *data;		/* every weight, as read */
 	/* Views into data; per-layer arrays are [n_layers][...]. */
 	const float *token_embedding;	/* [vocab][dim] */
@@ -136,16 +146,30 @@ static int read_header(struct ref_llama *m, FILE *f, const char *path,
 	if (magic == REF_LLAMA_MAGIC) {
 		if (fread(&version, sizeof(version), 1, f) != 1)
 			goto short_read;
-		if (version != 1) {
+		if (version != 1 && version != 2) {
 			snprintf(err, err_len,
-				 "%s: ak42 checkpoint version %d is not supported (only 1: float32)",
+				 "%s: ak42 checkpoint version %d is not supported (1: float32, 2: Q8_0)",
 				 path, version);
 			return -EINVAL;
 		}
 		if (fread(h, sizeof(h), 1, f) != 1 ||
 		    fread(&shared, 1, 1, f) != 1)
 			goto short_read;
-		s->format = 1;
+		if (version == 2) {
+			int32_t group;
+
+			if (fread(&group, sizeof(group), 1, f) != 1)
+				goto short_read;
+			if (group <= 0 || h[0] <= 0 || h[1] <= 0 ||
+			    h[0] % group || h[1] % group) {
+				snprintf(err, err_len,
+					 "%s: group_size %d does not divide dim %d and hidden_dim %d",
+					 path, group, h[0], h[1]);
+				return -EINVAL;
+			}
+			m->group = (uint32_t)group;
+		}
+		s->format = version;
 		s->shared_classifier = shared != 0;
 		*offset = REF_LLAMA_V1_HEADER;
 	} else {
@@ -229,6 +253,78 @@ static uint64_t lay_out(struct ref_llama *m)
 	return at;
 }
 
+/* A version 2 file's Q8_0 tensors, in file order: layers, rows, cols. */
+static int q8_tensors(const struct ref_llama *m, uint64_t t[9][3])
+{
+	const struct ref_llama_shape *s = &m->s;
+	uint64_t d = s->dim, h = s->hidden_dim, kv = m->kv_dim, L = s->n_layers;
+	uint64_t list[9][3] = {
+		{ 1, s->vocab, d }, { L, d, d }, { L, kv, d }, { L, kv, d },
+		{ L, d, d }, { L, h, d }, { L, d, h }, { L, h, d },
+		{ 1, s->vocab, d },
+	};
+
+	memcpy(t, list, sizeof(list));
+	return s->shared_classifier ? 8 : 9;
+}
+
+/* Bytes of a version 2 file of m's shape (header included). */
+static uint64_t q8_file_bytes(const struct ref_llama *m)
+{
+	uint64_t t[9][3], bytes = REF_LLAMA_V1_HEADER;
+	int n = q8_tensors(m, t);
+
+	bytes += (2 * (uint64_t)m->s.n_layers + 1) * m->s.dim * sizeof(float);
+	for (int i = 0; i < n; i++) {
+		uint64_t values = t[i][1] * t[i][2];
+
+		bytes += t[i][0] * (values + values / m->group * sizeof(float));
+	}
+	return bytes;
+}
+
+/*
+ * Read a version 2 file's weights (f just past the header) into m->data
+ * in the version 1 order, dequantizing each Q8_0 matrix.
+ */
+static int q8_read(struct ref_llama *m, FILE *f)
+{
+	uint64_t t[9][3], at = (2 * (uint64_t)m->s.n_layers + 1) * m->s.dim;
+	int n = q8_tensors(m, t);
+	int8_t *q = NULL;
+	float *scale = NULL;
+	int rc = -EIO;
+
+	if (fread(m->data, sizeof(float), at, f) != at)
+		return -EIO;
+	for (int i = 0; i < n; i++) {
+		uint64_t values = t[i][1] * t[i][2], groups = values / m->group;
+
+		free(q);
+		free(scale);
+		q = malloc(values);
+		scale = malloc(groups * sizeof(float));
+		if (!q || !scale) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		for (uint64_t l = 0; l < t[i][0]; l++) {
+			if (fread(q, 1, values, f) != values ||
+			    fread(scale, sizeof(float), groups, f) != groups)
+				goto out;
+			for (uint64_t j = 0; j < values; j++)
+				m->data[at + j] = (float)((double)q[j] *
+							  scale[j / m->group]);
+			at += values;
+		}
+	}
+	rc = 0;
+out:
+	free(q);
+	free(scale);
+	return rc;
+}
+
 struct ref_llama *ref_llama_load(const char *path, char *err, size_t err_len)
 {
 	struct ref_llama *m = calloc(1, sizeof(*m));
@@ -255,11 +351,13 @@ struct ref_llama *ref_llama_load(const char *path, char *err, size_t err_len)
 		goto fail;
 	/* data is still NULL: this only counts the floats of the shape. */
 	n_floats = lay_out(m);
-	want = (uint64_t)offset + n_floats * sizeof(float);
+	want = m->s.format == 2 ? q8_file_bytes(m) :
+		(uint64_t)offset + n_floats * sizeof(float);
 	if ((uint64_t)st.st_size != want) {
 		snprintf(err, err_len,
 			 "%s: %s checkpoint of this shape is %llu bytes, the file has %llu",
-			 path, m->s.format ? "an ak42 version 1" : "a legacy",
+			 path, m->s.format == 2 ? "an ak42 version 2" :
+			 m->s.format ? "an ak42 version 1" : "a legacy",
 			 (unsigned long long)want,
 			 (unsigned long long)st.st_size);
 		goto fail;
@@ -271,7 +369,8 @@ struct ref_llama *ref_llama_load(const char *path, char *err, size_t err_len)
 		goto fail;
 	}
 	if (fseek(f, offset, SEEK_SET) ||
-	    fread(m->data, sizeof(float), n_floats, f) != n_floats) {
+	    (m->s.format == 2 ? q8_read(m, f) != 0 :
+	     fread(m->data, sizeof(float), n_floats, f) != n_floats)) {
 		snprintf(err, err_len, "%s: read error", path);
 		goto fail;
 	}

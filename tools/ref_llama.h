@@ -3,7 +3,8 @@
  * (refdecode --model llama:PATH), written apart from the engine's model.
  *
  * It reads a llama2.c checkpoint (the legacy format or export.py's
- * version 1 "ak42" format) with plain fread() and computes logits by
+ * "ak42" version 1, fp32, or 2, Q8_0, dequantized on load) with plain
+ * fread() and computes logits by
  * running every position of a token sequence from scratch: no KV cache,
  * no batching, plain loops with double accumulators.  See ref_llama.c.
  */
@@ -25,7 +26,7 @@ struct ref_llama_shape {
 	uint32_t vocab;
 	uint32_t seq_len;
 	int shared_classifier;	/* 1: the classifier is token_embedding */
-	int format;		/* 0 legacy, 1 export.py version 1 */
+	int format;		/* 0 legacy, 1 or 2 export.py's version */
 };
 
 /*
