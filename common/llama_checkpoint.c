@@ -447,7 +447,9 @@ int llama_checkpoint_open(struct llama_checkpoint *ck, const char *path,
 	int fd, rc;
 
 	memset(ck, 0, sizeof(*ck));
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO must not block us until a writer comes (the
+	 * check below refuses it); it means nothing for a regular file */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0) {
 		rc = -errno;
 		snprintf(err, err_len, "cannot open checkpoint '%s': %s", path,

@@ -337,6 +337,12 @@ struct ref_llama *ref_llama_load(const char *path, char *err, size_t err_len)
 		snprintf(err, err_len, "out of memory");
 		return NULL;
 	}
+	/* a FIFO would block fopen() until a writer came */
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		snprintf(err, err_len, "%s: not a regular file", path);
+		free(m);
+		return NULL;
+	}
 	f = fopen(path, "rb");
 	if (!f) {
 		snprintf(err, err_len, "%s: %s", path, strerror(errno));
