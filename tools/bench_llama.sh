@@ -14,7 +14,8 @@
 #
 # What it does:
 #  1. bin/machine_limits: one core's float32 FMA peak and streaming read
-#     bandwidth.
+#     bandwidth; per shape, bin/bench_matmul: the batched matmul alone at
+#     32 and 64 rows, in one process and in one per core at once.
 #  2. For each shape, a checkpoint of that shape with random weights
 #     (bin/make_checkpoint --shape, legacy format) in OUTDIR, made once and
 #     kept (not committed: 60 MB and 440 MB).
@@ -68,7 +69,7 @@ json() {
 }
 
 command -v curl >/dev/null || die "curl is missing (make test-deps)"
-for tool in dynbatch dynbatch-worker machine_limits loadgen; do
+for tool in dynbatch dynbatch-worker machine_limits bench_matmul loadgen; do
 	[ -x "$BIN/$tool" ] || die "$BIN/$tool is missing: build first (make)"
 done
 # read whole, not piped into grep -q: with pipefail, grep leaving early
@@ -221,6 +222,9 @@ kv() { awk -F= -v k="$2" '$1 == k { print $2 }' "$1"; }
 ratio_110=""
 for shape in $SHAPES; do
 	ckpt=$(checkpoint "$shape")
+	# into the page cache first: the first run would otherwise pay for
+	# reading the file (438 MB for 110M) in its tokens/s
+	[ "$DRY" = 1 ] || cat "$ckpt" > /dev/null
 	read -r dim hid layers heads kvh vocab seq <<< "$(shape_dims "$shape")"
 	kvd=$((dim / heads * kvh))
 	# Parameters a token goes through (the classifier included, the
@@ -238,6 +242,20 @@ for shape in $SHAPES; do
 	row ""
 	row "- $(calc %.1f "$params / 1e6") M parameters per token, $(calc %.1f "$bytes / 1e6") MB of weights streamed per step"
 	row "- bounds: $(calc %.1f "$bw_bound") tokens/s per batch row from bandwidth, $(calc %.1f "$fma_bound") tokens/s per core from FMA peak"
+	# The batched matmul alone (the issue's target: >= 50% of the 2-core
+	# FMA peak): one process, then one per core at once.
+	if [ "$DRY" != 1 ]; then
+		for R in 32 64; do
+			mm="--dim $dim --hidden $hid --vocab $vocab --rows $R"
+			one=$("$BIN/bench_matmul" $mm | sed -n 's/.*matmul_gflops=\([0-9.]*\).*/\1/p')
+			"$BIN/bench_matmul" $mm > "$OUT/mm-a.txt" &
+			"$BIN/bench_matmul" $mm > "$OUT/mm-b.txt"
+			wait
+			two=$(cat "$OUT/mm-a.txt" "$OUT/mm-b.txt" |
+			      sed -n 's/.*matmul_gflops=\([0-9.]*\).*/\1/p' | awk '{ s += $1 } END { print s }')
+			row "- batched matmul alone, $R rows (bin/bench_matmul): one core $one GFLOP/s ($(calc %.3f "$one / $FMA") of its peak); two processes at once $two GFLOP/s ($(calc %.3f "$two / (2 * $FMA)") of the 2-core peak)"
+		done
+	fi
 	row ""
 	row "| workers | batch | tokens/s | bound | bound by | share of bound | kernel share of FMA peak |"
 	row "| ---: | ---: | ---: | ---: | :--- | ---: | ---: |"
