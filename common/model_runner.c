@@ -136,6 +136,11 @@ static void runner_drop(struct model_runner *r, uint32_t slot)
 	r->slots[slot].consumed = 0;
 }
 
+bool model_runner_is_stateful(const struct model_runner *r)
+{
+	return r->stateful;
+}
+
 void model_runner_forget_all(struct model_runner *r)
 {
 	if (!r->stateful)

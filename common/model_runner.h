@@ -26,6 +26,7 @@
 #ifndef DYNBATCH_MODEL_RUNNER_H
 #define DYNBATCH_MODEL_RUNNER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -78,6 +79,9 @@ int model_runner_step(struct model_runner *r, uint32_t n_rows,
  */
 void model_runner_keep(struct model_runner *r, uint32_t n,
 		       const uint32_t *slots, const uint32_t *generations);
+
+/* Does the runner's model keep state (model_runner_keep() matters)? */
+bool model_runner_is_stateful(const struct model_runner *r);
 
 /* Drop every slot's state: the caller cannot vouch for any of it. */
 void model_runner_forget_all(struct model_runner *r);
