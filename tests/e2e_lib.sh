@@ -85,6 +85,37 @@ EOF
 	chmod +x "$E2E_TMP/lost-worker"
 }
 
+# serve_start NAME ARGS...: start `dynbatch serve` on a free port, its
+# stderr in $E2E_TMP/NAME.err; sets SRV_PID, PORT and URL (the address is
+# read off its first stderr line); returns once /health says 200 (or
+# after 5 s).
+serve_start() {
+	local name=$1
+	shift
+	"$BIN/dynbatch" serve --listen 127.0.0.1:0 "$@" \
+		2> "$E2E_TMP/$name.err" &
+	SRV_PID=$!
+	for _ in $(seq 100); do
+		PORT=$(grep -o 'listening on http://[^ ]*' "$E2E_TMP/$name.err" 2>/dev/null |
+		       sed 's/.*://')
+		[ -n "$PORT" ] && break
+		sleep 0.05
+	done
+	URL="http://127.0.0.1:$PORT"
+	# ready when a worker is (GET /health 200)
+	for _ in $(seq 100); do
+		[ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ] && break
+		sleep 0.05
+	done
+}
+
+# serve_stop: SIGTERM, wait; leaves the exit status in SRV_RC.
+serve_stop() {
+	kill -TERM "$SRV_PID" 2>/dev/null
+	wait "$SRV_PID"
+	SRV_RC=$?
+}
+
 stats_field() { grep -o "\"$2\":[0-9]*" "$1" 2>/dev/null | cut -d: -f2; }
 
 finish() {

@@ -131,27 +131,18 @@ grep -q '"finish_reason":"error".*300' "$E2E_TMP/out.jsonl" &&
 
 echo "== serve: a stream paused for backpressure resumes by re-prefill"
 if command -v python3 >/dev/null; then
-	"$BIN/dynbatch" serve --listen 127.0.0.1:0 --workers 2 --batch 8 --step-tokens 16 \
-		--model "llama:$CK" --conn-buffer 4096 --write-timeout 20000 \
-		2> "$E2E_TMP/serve.err" &
-	SRV_PID=$!
-	for _ in $(seq 100); do
-		PORT=$(grep -o 'listening on http://[^ ]*' "$E2E_TMP/serve.err" | sed 's/.*://')
-		[ -n "$PORT" ] && break
-		sleep 0.05
-	done
+	serve_start slow --workers 2 --batch 8 --step-tokens 16 --model "llama:$CK" \
+		--conn-buffer 4096 --write-timeout 20000
 	python3 "$(dirname "$0")/slow_stream.py" "$PORT" 40 200 2 > "$E2E_TMP/slow.tokens"
 	printf '{"id":"slow","prompt":%s,"max_tokens":200}\n' \
 		"$(python3 -c 'print(list(range(1,41)))' | tr -d ' ')" > "$E2E_TMP/slow_q.jsonl"
 	printf '{"id":"slow","tokens":%s,"finish_reason":"length"}\n' \
 		"$(tr -d ' \n' < "$E2E_TMP/slow.tokens")" > "$E2E_TMP/slow_r.jsonl"
 	check_results "the resumed stream" "llama:$CK" "$E2E_TMP/slow_q.jsonl" "$E2E_TMP/slow_r.jsonl"
-	pauses=$(curl -s "http://127.0.0.1:$PORT/metrics" |
-		awk '$1 == "dynbatch_http_pauses_total" { print $2 }')
+	pauses=$(curl -s "$URL/metrics" | awk '$1 == "dynbatch_http_pauses_total" { print $2 }')
 	expect_gt "it was paused" "${pauses:-0}" 0
-	kill -TERM "$SRV_PID"
-	wait "$SRV_PID"
-	expect_eq "serve exit 0" $? 0
+	serve_stop
+	expect_eq "serve exit 0" "$SRV_RC" 0
 else
 	echo "skipped: no python3"
 fi
@@ -173,22 +164,14 @@ expect_eq "only the request with token 17 failed" \
 	"$(grep '"finish_reason":"error"' "$E2E_TMP/out.jsonl" | grep -o '"id":"n[0-9]*"')" '"id":"n7"'
 grep '"id":"n7"' "$E2E_TMP/out.jsonl" | grep -q "the model's logits were NaN" &&
 	pass "its error says the logits were NaN" || fail "NaN error: $(grep '"id":"n7"' "$E2E_TMP/out.jsonl")"
-"$BIN/dynbatch" serve --listen 127.0.0.1:0 --workers 0 --model "llama:$E2E_TMP/nan.bin" \
-	2> "$E2E_TMP/nanserve.err" &
-SRV_PID=$!
-for _ in $(seq 100); do
-	PORT=$(grep -o 'listening on http://[^ ]*' "$E2E_TMP/nanserve.err" | sed 's/.*://')
-	[ -n "$PORT" ] && break
-	sleep 0.05
-done
+serve_start nanserve --workers 0 --model "llama:$E2E_TMP/nan.bin"
 h0=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")
 c=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/v1/completions" \
 	-d '{"prompt":[17,3],"max_tokens":2}')
 h1=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")
 expect_eq "in-process: /health 200, the NaN request fails (500), then /health 503" \
 	"$h0 $c $h1" "200 500 503"
-kill -TERM "$SRV_PID"
-wait "$SRV_PID"
+serve_stop
 
 echo "== 4 workers share one copy of the weights"
 "$BIN/make_checkpoint" --out "$E2E_TMP/mid.bin" --dim 256 --hidden 512 --layers 4 \

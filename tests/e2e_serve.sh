@@ -12,35 +12,6 @@ VOCAB=64
 MODEL="sim:vocab=$VOCAB"
 SLOW="sim:vocab=$VOCAB,mode=sleep,call_us=2000"
 
-# serve_start NAME ARGS...: start a server on a free port; sets SRV_PID,
-# PORT and URL (the address is read off its first stderr line).
-serve_start() {
-	local name=$1
-	shift
-	"$BIN/dynbatch" serve --listen 127.0.0.1:0 "$@" \
-		2> "$E2E_TMP/$name.err" &
-	SRV_PID=$!
-	for _ in $(seq 100); do
-		PORT=$(grep -o 'listening on http://[^ ]*' "$E2E_TMP/$name.err" 2>/dev/null |
-		       sed 's/.*://')
-		[ -n "$PORT" ] && break
-		sleep 0.05
-	done
-	URL="http://127.0.0.1:$PORT"
-	# ready when a worker is (GET /health 200)
-	for _ in $(seq 100); do
-		[ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ] && break
-		sleep 0.05
-	done
-}
-
-# serve_stop: SIGTERM, wait; leaves the exit status in SRV_RC.
-serve_stop() {
-	kill -TERM "$SRV_PID" 2>/dev/null
-	wait "$SRV_PID"
-	SRV_RC=$?
-}
-
 # status METHOD PATH [curl args...]: the HTTP status code only.
 status() {
 	local m=$1 p=$2

@@ -104,15 +104,8 @@ grep -q '"finish_reason":"error"' "$E2E_TMP/out.jsonl" &&
 
 echo "== serve: a stream paused for backpressure resumes by re-prefill"
 command -v python3 >/dev/null || { echo "skipped: no python3"; finish; exit; }
-"$BIN/dynbatch" serve --listen 127.0.0.1:0 --workers 2 --batch 8 --step-tokens 8 \
-	--model "$MODEL,call_us=300" --conn-buffer 4096 --write-timeout 20000 \
-	2> "$E2E_TMP/serve.err" &
-SRV_PID=$!
-for _ in $(seq 100); do
-	PORT=$(grep -o 'listening on http://[^ ]*' "$E2E_TMP/serve.err" | sed 's/.*://')
-	[ -n "$PORT" ] && break
-	sleep 0.05
-done
+serve_start slow --workers 2 --batch 8 --step-tokens 8 --model "$MODEL,call_us=300" \
+	--conn-buffer 4096 --write-timeout 20000
 # a stream of 600 tokens read only after 2 s: its answers fill the buffer,
 # the request pauses (gives up its slot), then resumes from its tokens
 python3 "$(dirname "$0")/slow_stream.py" "$PORT" 199 600 2 > "$E2E_TMP/slow.tokens"
@@ -123,10 +116,9 @@ want=$("$BIN/refdecode" --model "$REF" --input "$E2E_TMP/slow_q.jsonl" |
 got=$(tr -d ' \n' < "$E2E_TMP/slow.tokens")
 [ -n "$got" ] && [ "$got" = "$want" ] && pass "the resumed stream has exactly its tokens" ||
 	fail "resumed stream: got ${got:0:80}..., want ${want:0:80}..."
-pauses=$(curl -s "http://127.0.0.1:$PORT/metrics" | awk '$1 == "dynbatch_http_pauses_total" { print $2 }')
+pauses=$(curl -s "$URL/metrics" | awk '$1 == "dynbatch_http_pauses_total" { print $2 }')
 expect_gt "it was paused" "${pauses:-0}" 0
-kill -TERM "$SRV_PID"
-wait "$SRV_PID"
-expect_eq "serve exit 0" $? 0
+serve_stop
+expect_eq "serve exit 0" "$SRV_RC" 0
 
 finish
