@@ -102,6 +102,7 @@ struct llama_model {
 	float *hb;		/* (chunk, hidden_dim) */
 	float *hb2;		/* (chunk, hidden_dim) */
 	float *att;		/* (chunk, max_context) scores, then weights */
+	size_t att_bytes;	/* its mapping's size */
 	float *logits;		/* the step's output, during step() */
 };
 
@@ -197,7 +198,8 @@ static void llama_unbind(struct llama_model *m)
 	free(m->vb);
 	free(m->hb);
 	free(m->hb2);
-	free(m->att);
+	if (m->att)
+		munmap(m->att, m->att_bytes);
 	m->consumed = NULL;
 	m->seen = NULL;
 	m->rope = NULL;
@@ -286,11 +288,14 @@ static int llama_bind_scratch(struct llama_model *m)
 	m->vb = llama_alloc_floats(ch * c->kv_dim);
 	m->hb = llama_alloc_floats(ch * c->hidden_dim);
 	m->hb2 = llama_alloc_floats(ch * c->hidden_dim);
-	/* chunk x max_context scores: calloc, not llama_alloc_floats(),
-	 * whose memset would touch it all (gigabytes at a seq_len of 2^24)
-	 * where a token only ever writes its own position's worth; the
-	 * kernels load unaligned */
-	m->att = calloc(ch * m->max_context, sizeof(float));
+	/* chunk x max_context scores: address space, touched only as far
+	 * as positions go (llama_alloc_floats() would write all of it:
+	 * gigabytes at a seq_len of 2^24, which the header may claim) */
+	m->att_bytes = ch * m->max_context * sizeof(float);
+	m->att = mmap(NULL, m->att_bytes, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m->att == MAP_FAILED)
+		m->att = NULL;
 	if (!m->consumed || !m->seen || !m->rope || !m->rope_freq || !m->ct || !m->x ||
 	    !m->xb || !m->xb2 || !m->q || !m->kb || !m->vb || !m->hb ||
 	    !m->hb2 || !m->att)
