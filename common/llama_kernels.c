@@ -125,24 +125,11 @@ static void llama_attn_mix_portable(float *out, const float *att,
 /* -------------------------------------------------------------- AVX2 + FMA */
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
+#include "llama_avx2.h"
 
-#define LLAMA_AVX2 __attribute__((target("avx2,fma")))
 #define LLAMA_MR 4	/* input rows per tile */
 #define LLAMA_NR 3	/* outputs per tile */
 #define LLAMA_NR1 8	/* outputs per tile of a single row */
-
-static inline __attribute__((always_inline)) LLAMA_AVX2 float
-llama_hsum8(__m256 v)
-{
-	__m128 lo = _mm_add_ps(_mm256_castps256_ps128(v),
-			       _mm256_extractf128_ps(v, 1));
-	__m128 hi = _mm_movehl_ps(lo, lo);
-
-	lo = _mm_add_ps(lo, hi);
-	hi = _mm_shuffle_ps(lo, lo, 1);
-	return _mm_cvtss_f32(_mm_add_ss(lo, hi));
-}
 
 /* s + a * b with one rounding, as the tail of every dot product. */
 static inline __attribute__((always_inline)) LLAMA_AVX2 float

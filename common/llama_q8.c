@@ -19,7 +19,7 @@
  *    total adds scale * partial group after group.
  *  - AVX2 (group a multiple of 8): per group, an 8-lane partial fed by
  *    one FMA per 8 values in order; the 8-lane total takes one FMA
- *    partial * scale per group in order; at the end llama_q8_hsum8() (a
+ *    partial * scale per group in order; at the end llama_hsum8() (a
  *    fixed tree).  There is no scalar tail: cols is a multiple of group.
  * The tile variants are one inline function with constant bounds, so an
  * element's arithmetic never depends on which tile it fell in.
@@ -126,26 +126,14 @@ static void llama_q8_matmul_portable(float *out, const float *x,
 /* -------------------------------------------------------------- AVX2 + FMA */
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
+#include "llama_avx2.h"
 
-#define LLAMA_Q8_AVX2 __attribute__((target("avx2,fma")))
+#define LLAMA_Q8_AVX2 LLAMA_AVX2
 #define LLAMA_Q8_MR 4	/* input rows per full tile */
 #define LLAMA_Q8_NR 3	/* outputs per full tile */
 #define LLAMA_Q8_NR1 4	/* outputs per tile of a single row */
 #define LLAMA_Q8_OB 24	/* outputs per block (a multiple of 2, 3 and 4) */
 #define LLAMA_Q8_STAGE_MAX 4096	/* widest input staged as float (48 KiB) */
-
-static inline __attribute__((always_inline)) LLAMA_Q8_AVX2 float
-llama_q8_hsum8(__m256 v)
-{
-	__m128 lo = _mm_add_ps(_mm256_castps256_ps128(v),
-			       _mm256_extractf128_ps(v, 1));
-	__m128 hi = _mm_movehl_ps(lo, lo);
-
-	lo = _mm_add_ps(lo, hi);
-	hi = _mm_shuffle_ps(lo, lo, 1);
-	return _mm_cvtss_f32(_mm_add_ss(lo, hi));
-}
 
 /* 8 int8 at q as 8 floats (exact). */
 static inline __attribute__((always_inline)) LLAMA_Q8_AVX2 __m256
@@ -216,7 +204,7 @@ llama_q8_tile(int R, int O, float *out, const float *x,
 	for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
 		for (int o = 0; o < O; o++)
-			out[r * n_out + o0 + o] = llama_q8_hsum8(total[r][o]);
+			out[r * n_out + o0 + o] = llama_hsum8(total[r][o]);
 }
 
 /* The tile for R rows and O outputs, each a constant-bound copy. */
