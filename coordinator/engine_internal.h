@@ -1,10 +1,10 @@
 /*
  * engine_internal.h - the engine's private state: struct engine and
- * struct shard, shared by the four files that make up the engine,
- * engine.c (requests, the loop), worker_supervisor.c (workers' lives),
- * shard_sched.c (the shard scheduler) and wait_policy.c (spin, doze,
- * sleep).  Only those four may include it; every other file, tests
- * included, goes through engine.h.
+ * struct shard, shared by the five files that make up the engine,
+ * engine.c (requests, the loop), engine_model.c (the model at start),
+ * worker_supervisor.c (workers' lives), shard_sched.c (the shard
+ * scheduler) and wait_policy.c (spin, doze, sleep).  Only those five may
+ * include it; every other file, tests included, goes through engine.h.
  *
  * Besides the structs it declares the engine.c functions the scheduler
  * and the worker supervisor call back (engine_fail(), engine_finish(),
@@ -199,6 +199,12 @@ struct engine {
 	struct histogram ttft_hist;	/* admission -> first token */
 	uint64_t n_prompt_tokens;	/* of requests admitted */
 };
+
+/* ---- engine_model.c, for engine.c ---- */
+
+/* Open the model (or probe a plugin), set vocab, worker_spec and
+ * max_context.  Returns an exit status, the reason printed on stderr. */
+int engine_open_model(struct engine *e);
 
 /* ---- engine.c, for shard_sched.c, wait_policy.c, worker_supervisor.c ---- */
 
