@@ -136,11 +136,6 @@ static void runner_drop(struct model_runner *r, uint32_t slot)
 	r->slots[slot].consumed = 0;
 }
 
-bool model_runner_is_stateful(const struct model_runner *r)
-{
-	return r->stateful;
-}
-
 void model_runner_forget_all(struct model_runner *r)
 {
 	if (!r->stateful)
@@ -150,14 +145,14 @@ void model_runner_forget_all(struct model_runner *r)
 }
 
 void model_runner_keep(struct model_runner *r, uint32_t n,
-		       const uint32_t *slots, const uint32_t *generations)
+		       const struct runner_row *rows)
 {
 	if (!r->stateful)
 		return;
 	for (uint32_t i = 0; i < n; i++)
-		if (slots[i] < r->n_slots &&
-		    r->slots[slots[i]].generation == generations[i])
-			r->slots[slots[i]].kept = true;
+		if (rows[i].slot < r->n_slots &&
+		    r->slots[rows[i].slot].generation == rows[i].generation)
+			r->slots[rows[i].slot].kept = true;
 	for (uint32_t s = 0; s < r->n_slots; s++) {
 		if (!r->slots[s].kept)
 			runner_drop(r, s);

@@ -26,7 +26,6 @@
 #ifndef DYNBATCH_MODEL_RUNNER_H
 #define DYNBATCH_MODEL_RUNNER_H
 
-#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -73,15 +72,13 @@ int model_runner_step(struct model_runner *r, uint32_t n_rows,
 		      struct runner_result *results);
 
 /*
- * The caller now runs exactly these (slot, generation) pairs: drop the
- * state of every other slot (its request ended, or the slot has a new
- * one), giving its memory back.
+ * The caller now runs exactly the (slot, generation) pairs of rows[0 ..
+ * n) (their tokens are not read): drop the state of every other slot
+ * (its request ended, or the slot has a new one), giving its memory
+ * back.  Nothing to do, and no cost, for a token model.
  */
 void model_runner_keep(struct model_runner *r, uint32_t n,
-		       const uint32_t *slots, const uint32_t *generations);
-
-/* Does the runner's model keep state (model_runner_keep() matters)? */
-bool model_runner_is_stateful(const struct model_runner *r);
+		       const struct runner_row *rows);
 
 /* Drop every slot's state: the caller cannot vouch for any of it. */
 void model_runner_forget_all(struct model_runner *r);

@@ -508,8 +508,6 @@ static void engine_teardown(struct engine *e)
 	free(e->worker_spec);
 	free(e->inproc_step);
 	free(e->inproc_outcomes);
-	free(e->inproc_slots);
-	free(e->inproc_gens);
 	free(e->inproc_rows);
 	model_runner_destroy(e->runner);
 	model_close(e->model);
@@ -621,14 +619,12 @@ static int engine_setup(struct engine *e)
 	e->slot_prefilled = calloc(cfg->n_slots, sizeof(uint32_t));
 	e->inproc_step = calloc(cfg->n_slots, sizeof(*e->inproc_step));
 	e->inproc_outcomes = calloc(cfg->n_slots, sizeof(*e->inproc_outcomes));
-	e->inproc_slots = calloc(cfg->n_slots, sizeof(uint32_t));
-	e->inproc_gens = calloc(cfg->n_slots, sizeof(uint32_t));
 	e->inproc_rows = calloc(cfg->n_slots, sizeof(*e->inproc_rows));
 	e->resume = calloc(e->pool.capacity, sizeof(uint32_t));
 	e->at_once = calloc(e->pool.capacity, sizeof(uint32_t));
 	if (!e->resume || !e->at_once || !e->slot_freed_ns || !e->slot_drain ||
 	    !e->slot_limit || !e->slot_prefilled || !e->inproc_step ||
-	    !e->inproc_outcomes || !e->inproc_slots || !e->inproc_gens ||
+	    !e->inproc_outcomes ||
 	    !e->inproc_rows)
 		goto nomem;
 	if (e->in_process) {

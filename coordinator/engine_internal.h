@@ -176,8 +176,6 @@ struct engine {
 	/* in-process stepping buffers, n_slots each */
 	struct runner_row *inproc_step;
 	struct runner_result *inproc_outcomes;
-	uint32_t *inproc_slots;		/* model_runner_keep() arguments */
-	uint32_t *inproc_gens;
 	struct shm_result_row *inproc_rows;
 	struct engine_stats stats;
 	uint32_t *at_once;		/* AT_ONCE handles (max_tokens 0), oldest

@@ -755,15 +755,8 @@ bool shard_step_in_process(struct engine *e, struct shard *s)
 			.slot = step[i].slot, .generation = step[i].generation,
 			.tokens = e->slots.tokens[step[i].slot],
 			.n_tokens = step[i].n_tokens };
-	/* slots that left since the last step: their state goes (a token
-	 * model has none, and this is the engine-alone benchmark's path) */
-	if (model_runner_is_stateful(e->runner)) {
-		for (uint32_t i = 0; i < n; i++) {
-			e->inproc_slots[i] = step[i].slot;
-			e->inproc_gens[i] = step[i].generation;
-		}
-		model_runner_keep(e->runner, n, e->inproc_slots, e->inproc_gens);
-	}
+	/* slots that left since the last step: their state goes */
+	model_runner_keep(e->runner, n, e->inproc_step);
 	t0 = clock_now_ns();
 	ret = model_runner_step(e->runner, n, e->inproc_step, e->inproc_outcomes);
 	t0 = clock_now_ns() - t0;

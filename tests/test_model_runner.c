@@ -114,7 +114,7 @@ static void test_budget_against_naive_planner(void **state)
 		for (int step = 0; step < 300; step++) {
 			struct runner_row rows[N_SLOTS];
 			struct runner_result res[N_SLOTS];
-			uint32_t slots[N_SLOTS], gens[N_SLOTS], want[N_SLOTS], n = 0;
+			uint32_t slots[N_SLOTS], want[N_SLOTS], n = 0;
 			bool out[N_SLOTS];
 
 			/* now and then a slot gets a new request (a prompt of
@@ -137,12 +137,11 @@ static void test_budget_against_naive_planner(void **state)
 				if (!rs[s].generation || rs[s].n_tokens >= rs[s].limit)
 					continue;
 				slots[n] = s;
-				gens[n] = rs[s].generation;
 				rows[n++] = (struct runner_row){
 					.slot = s, .generation = rs[s].generation,
 					.tokens = rs[s].tokens, .n_tokens = rs[s].n_tokens };
 			}
-			model_runner_keep(run, n, slots, gens);
+			model_runner_keep(run, n, rows);
 			if (rng_below(&r, 50) == 0) {	/* a reset */
 				model_runner_forget_all(run);
 				for (uint32_t s = 0; s < N_SLOTS; s++)

@@ -67,8 +67,6 @@ struct worker {
 	struct runner_row *step_rows;	/* this step's rows, for the runner */
 	struct runner_result *outcomes;	/* and what became of each */
 	uint32_t *step_index;		/* step row -> its index in rows */
-	uint32_t *keep_slots;		/* model_runner_keep() arguments */
-	uint32_t *keep_gens;
 	struct shm_dispatch_row *rows;	/* the rows we run, private */
 	uint32_t n_rows;
 	struct shm_dispatch_row *step;	/* this step's rows (below their limit) */
@@ -336,11 +334,11 @@ static int worker_adopt(struct worker *w)
 	 * leaves out have ended, and their state goes. */
 	if (flags & SHM_DISPATCH_RESET)
 		model_runner_forget_all(w->runner);
-	for (uint32_t i = 0; i < n_rows; i++) {
-		w->keep_slots[i] = w->rows[i].slot - w->first_slot;
-		w->keep_gens[i] = w->rows[i].generation;
-	}
-	model_runner_keep(w->runner, n_rows, w->keep_slots, w->keep_gens);
+	for (uint32_t i = 0; i < n_rows; i++)	/* step_rows: scratch here */
+		w->step_rows[i] = (struct runner_row){
+			.slot = w->rows[i].slot - w->first_slot,
+			.generation = w->rows[i].generation };
+	model_runner_keep(w->runner, n_rows, w->step_rows);
 	w->dispatch_id = id;
 	w->dispatch_pos = pos;
 	/* release: every token we wrote for a row we now leave is written */
@@ -472,8 +470,6 @@ static void worker_free(struct worker *w)
 	free(w->step_rows);
 	free(w->outcomes);
 	free(w->step_index);
-	free(w->keep_slots);
-	free(w->keep_gens);
 	free(w->buffers);
 	free(w->views);
 	free(w->rows);
@@ -522,8 +518,6 @@ int worker_run(const struct worker_options *opt)
 	w.step_rows = calloc(cap, sizeof(*w.step_rows));
 	w.outcomes = calloc(cap, sizeof(*w.outcomes));
 	w.step_index = calloc(cap, sizeof(*w.step_index));
-	w.keep_slots = calloc(cap, sizeof(*w.keep_slots));
-	w.keep_gens = calloc(cap, sizeof(*w.keep_gens));
 	w.buffers = calloc(cap, sizeof(*w.buffers));
 	w.views = calloc(cap, sizeof(*w.views));
 	w.rows = calloc(cap, sizeof(*w.rows));
@@ -531,8 +525,8 @@ int worker_run(const struct worker_options *opt)
 	w.incoming = calloc(cap, sizeof(*w.incoming));
 	w.ahead = calloc(cap, sizeof(*w.ahead));
 	w.ahead_gen = calloc(cap, sizeof(*w.ahead_gen));
-	if (!w.step_rows || !w.outcomes || !w.step_index || !w.keep_slots ||
-	    !w.keep_gens || !w.buffers || !w.views || !w.rows || !w.step ||
+	if (!w.step_rows || !w.outcomes || !w.step_index ||
+	    !w.buffers || !w.views || !w.rows || !w.step ||
 	    !w.incoming || !w.ahead || !w.ahead_gen) {
 		LOG(LOG_ERROR, "out of memory");
 		goto out;
