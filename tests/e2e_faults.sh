@@ -79,7 +79,10 @@ expect_gt "kills + long stops: hang kills" "$(stats_field "$E2E_TMP/long.stats" 
 # Steps of over a millisecond: the coordinator dozes between reads of the
 # rings and only urgent results wake it (SHM_COORD_DOZING); kills and
 # stops must change nothing there either.
-head -n 600 "$E2E_TMP/f.jsonl" > "$E2E_TMP/fd.jsonl"
+# 2000 requests: about a second of 1.2 ms steps, so that at 10 kills a
+# second no seed leaves the run without one (600 lasted 0.3 s, and about
+# one seed in twelve drew its first kill after the end)
+head -n 2000 "$E2E_TMP/f.jsonl" > "$E2E_TMP/fd.jsonl"
 injected doze --kill-rate 10 --stop-rate 5 --stop-max-ms 300 -- --workers 4 \
 	--batch 32 --model "$MODEL,mode=sleep,call_us=1200" --step-timeout 400 \
 	--input "$E2E_TMP/fd.jsonl" --output "$E2E_TMP/doze.out" \
