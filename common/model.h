@@ -12,15 +12,18 @@
  *
  * TWO KINDS OF MODEL
  *
- * A token model (ABI version 1, and version 2 models that leave step NULL)
+ * A token model (ABI version 1, and later versions that leave step NULL)
  * is a stateless black box: next() gets every row's whole prefix on every
- * step and returns one token per row.  The sim model is one.
+ * step and returns one token per row.  The sim model is one.  A token
+ * model may also give logits (version 3, logits()): the engine needs them
+ * only for requests that sample (temperature > 0, logit_bias, logprobs),
+ * and refuses such requests at admission on a token model without them.
  *
  * A stateful model (version 2 with step non-NULL) keeps state per slot in
  * the worker (a transformer's KV cache) and computes only the tokens it
  * has not seen: step() gets each row with its identity and position and
  * writes logits; the worker picks the token (greedy: the argmax, the
- * lowest id on ties).  The engine never assumes that a model's state
+ * lowest id on ties; or sampled from them).  The engine never assumes that a model's state
  * survived anything: after a new request in the slot, a replacement
  * worker, a run-ahead reset, a resume or an isolation run it hands the
  * row over with n_cached = 0 and the model rebuilds the state from the
@@ -29,9 +32,10 @@
  * VERSIONING
  *
  * A plugin sets abi_version to the DYNBATCH_MODEL_ABI_VERSION it was
- * compiled against.  The loader accepts 1 and 2.  A version 1 table ends
- * at destroy: the loader never reads the fields after it.  Only append
- * fields at the end of the struct, and bump the version when you do.
+ * compiled against.  The loader accepts 1 to 3.  A version 1 table ends
+ * at destroy, a version 2 table at release: the loader never reads the
+ * fields after its version's last.  Only append fields at the end of the
+ * struct, and bump the version when you do.
  *
  * THREADS AND LIFETIME
  *
@@ -43,15 +47,16 @@
  * enters its sandbox (worker/sandbox.c) and step() after it: reserve every
  * mapping in create() or bind(); step() and release() may only touch
  * memory (madvise(MADV_DONTNEED) is allowed to give pages back) and
- * compute.  No file, socket or process system call works in step().
+ * compute.  No file, socket or process system call works in next(),
+ * logits() or step().
  *
  * ERRORS
  *
- * A negative errno from next() or step() fails the whole step: the engine
- * restarts the worker and isolates the request that made it fail
- * (docs/DESIGN.md 9.3).  A row the model cannot serve at all is refused
- * instead (refusals[], below): that request alone ends with an error
- * naming the reason.  Logits that are NaN fail the step.
+ * A negative errno from next(), logits() or step() fails the whole step:
+ * the engine restarts the worker and isolates the request that made it
+ * fail (docs/DESIGN.md 9.3).  A row the model cannot serve at all is
+ * refused instead (refusals[], below): that request alone ends with an
+ * error naming the reason.  Logits that are NaN fail the step.
  */
 #ifndef DYNBATCH_MODEL_H
 #define DYNBATCH_MODEL_H
@@ -59,7 +64,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DYNBATCH_MODEL_ABI_VERSION 2u
+#define DYNBATCH_MODEL_ABI_VERSION 3u
 #define DYNBATCH_MODEL_PLUGIN_SYMBOL "dynbatch_model_plugin"
 
 /* Why a stateful model refuses a row (refusals[] of step()). */
@@ -173,6 +178,24 @@ struct dynbatch_model_api {
 	 * NULL when step is NULL.
 	 */
 	void (*release)(void *model, uint32_t slot);
+
+	/* ---- version 3: the loader reads this only when abi_version >= 3 */
+
+	/*
+	 * Token models only, optional: for each row i < n_rows, write the
+	 * logits of the token that continues prefixes[i][0..lengths[i]) to
+	 * logits[i * vocab .. (i + 1) * vocab).  Their argmax (the lowest id
+	 * on ties) must be the token next() gives for the row, and like it
+	 * they depend on the row's prefix alone.  Returns 0, or a negative
+	 * errno (the step failed).  The engine calls it, instead of next(),
+	 * only for rows that sample (temperature > 0, logit_bias or
+	 * logprobs).  NULL: the model cannot serve such requests, and the
+	 * engine refuses them at admission.  A stateful model (step set)
+	 * must leave it NULL (its step() writes logits already): the loader
+	 * refuses a table with both.
+	 */
+	int (*logits)(void *model, uint32_t n_rows, const int32_t *const *prefixes,
+		      const uint32_t *lengths, float *logits);
 };
 
 typedef const struct dynbatch_model_api *(*dynbatch_model_plugin_fn)(void);

@@ -10,9 +10,14 @@
  * tell them apart.
  *
  * A plugin is third-party code, so everything it hands back is checked
- * before it is trusted: the table must exist, carry our ABI version and
- * the three mandatory callbacks (destroy is optional), and the model must
- * report a vocabulary of at least one token.  After each step
+ * before it is trusted: the table must exist, carry an ABI version we
+ * read (1 to DYNBATCH_MODEL_ABI_VERSION) and the callbacks its kind of
+ * model needs (destroy is optional), and the model must report a
+ * vocabulary of at least one token.  Only as much of the table as its
+ * version defines is read: an older plugin's table is shorter than ours,
+ * and what follows it in its memory is not ours to read.  A stateful
+ * table that also sets logits() is refused rather than half-used: its
+ * author expects the hook to be called, and it never would be.  After each step
  * model_next() checks every token against that vocabulary, so a buggy
  * plugin fails the step instead of feeding out-of-range tokens onward.
  *
@@ -48,8 +53,8 @@
 	"llama:CHECKPOINT[,key=value] or path/to/plugin.so[:args])"
 
 struct model {
-	/* Our copy of the plugin's table: a version 1 table ends at destroy,
-	 * so only that much is read from it, and the rest stays NULL. */
+	/* Our copy of the plugin's table: only as much of it as its version
+	 * defines is read (model_table_size()), and the rest stays NULL. */
 	struct dynbatch_model_api table;
 	const struct dynbatch_model_api *api;	/* &table */
 	void *handle;		/* what api->create() returned */
@@ -100,13 +105,6 @@ static void *model_load_plugin(const char *path,
 	if (!a) {
 		snprintf(err, err_len, "model plugin '%s': %s() returned NULL",
 			 path, DYNBATCH_MODEL_PLUGIN_SYMBOL);
-		goto out_dlclose;
-	}
-	if (a->abi_version < 1 || a->abi_version > DYNBATCH_MODEL_ABI_VERSION) {
-		snprintf(err, err_len,
-			 "model plugin '%s' has ABI version %u, this dynbatch reads versions 1 to %u (rebuild it against this model.h)",
-			 path, (unsigned)a->abi_version,
-			 (unsigned)DYNBATCH_MODEL_ABI_VERSION);
 		goto out_dlclose;
 	}
 	*api = a;
@@ -165,20 +163,47 @@ static int model_resolve(const char *spec,
 	return *dl ? 0 : -ENOENT;
 }
 
+/* How many bytes of a table of ABI version `version` (1 .. ours) exist. */
+static size_t model_table_size(uint32_t version)
+{
+	switch (version) {
+	case 1:
+		return offsetof(struct dynbatch_model_api, max_context);
+	case 2:
+		return offsetof(struct dynbatch_model_api, logits);
+	default:
+		return sizeof(struct dynbatch_model_api);
+	}
+}
+
 /*
  * Copy the table at a into m->table, only as much of it as its version
  * has, and check that the callbacks its kind of model needs are there.
- * Returns 0, or -EINVAL after writing err.
+ * name[0..name_len) names the model in messages.  Returns 0, or -EINVAL
+ * after writing err.
  */
 static int model_take_table(struct model *m, const struct dynbatch_model_api *a,
-			    const char *spec, char *err, size_t err_len)
+			    const char *name, int name_len, char *err,
+			    size_t err_len)
 {
 	const char *missing = NULL;
 
+	if (a->abi_version < 1 || a->abi_version > DYNBATCH_MODEL_ABI_VERSION) {
+		snprintf(err, err_len,
+			 "model '%.*s' has ABI version %u, this dynbatch reads versions 1 to %u (rebuild it against this model.h)",
+			 name_len, name, (unsigned)a->abi_version,
+			 (unsigned)DYNBATCH_MODEL_ABI_VERSION);
+		return -EINVAL;
+	}
 	memset(&m->table, 0, sizeof(m->table));
-	memcpy(&m->table, a, a->abi_version >= 2 ? sizeof(*a) :
-	       offsetof(struct dynbatch_model_api, max_context));
+	memcpy(&m->table, a, model_table_size(a->abi_version));
 	m->api = &m->table;
+	if (m->table.step && m->table.logits) {
+		snprintf(err, err_len,
+			 "model '%.*s' sets both step() and logits() in its API table (logits() is for token models only: a stateful model's step() writes logits itself)",
+			 name_len, name);
+		return -EINVAL;
+	}
 	if (!a->create)
 		missing = "create";
 	else if (!a->vocab)
@@ -192,7 +217,7 @@ static int model_take_table(struct model *m, const struct dynbatch_model_api *a,
 	if (missing) {
 		snprintf(err, err_len,
 			 "model '%.*s' leaves %s() NULL in its API table%s",
-			 (int)strcspn(spec, ":"), spec, missing,
+			 name_len, name, missing,
 			 !strcmp(missing, "next") ? " (and has no step())" : "");
 		return -EINVAL;
 	}
@@ -274,23 +299,68 @@ bool model_spec_names_plugin(const char *spec)
 	return spec && model_spec_is_path(spec, strcspn(spec, ":"));
 }
 
-struct model *model_open(const char *spec, char *err, size_t err_len)
+/*
+ * Create the model of m's table (taken) with args, and read its
+ * vocabulary and context limit.  name[0..name_len) names it in messages.
+ * 0, or -EINVAL after writing err (nothing created).
+ */
+static int model_create(struct model *m, const char *name, int name_len,
+			const char *args, char *err, size_t err_len)
 {
 	char why[256] = "";
+
+	m->handle = m->api->create(args, why, sizeof(why));
+	if (!m->handle) {
+		/* the built-in models prefix their reasons with their name */
+		if (m->dl)
+			snprintf(err, err_len, "model plugin '%.*s': %s",
+				 name_len, name, why[0] ? why : "create() failed");
+		else if (why[0])
+			snprintf(err, err_len, "%s", why);
+		else
+			snprintf(err, err_len, "model '%.*s': create() failed",
+				 name_len, name);
+		return -EINVAL;
+	}
+	m->vocab = m->api->vocab(m->handle);
+	/* Tokens are int32_t: a vocabulary past 2^31 could not be stored. */
+	if (m->vocab == 0 || m->vocab > (uint32_t)INT32_MAX + 1) {
+		snprintf(err, err_len,
+			 "model '%.*s' reports a vocabulary of %u tokens (must be "
+			 "1 .. 2^31)", name_len, name, m->vocab);
+		if (m->api->destroy)
+			m->api->destroy(m->handle);
+		return -EINVAL;
+	}
+	if (m->api->max_context)
+		m->max_context = m->api->max_context(m->handle);
+	return 0;
+}
+
+/* err, or a one-byte buffer when the caller gave none: every failure
+ * writes its reason unconditionally. */
+static void model_err_buf(char **err, size_t *err_len, char *dummy)
+{
+	if (!*err || !*err_len) {
+		*err = dummy;
+		*err_len = 1;
+	}
+	(*err)[0] = '\0';
+}
+
+struct model *model_open(const char *spec, char *err, size_t err_len)
+{
 	char dummy[1], *unpinned = NULL;
 	const char *args;
 	struct model *m;
+	int name_len, ret;
 
-	/* every failure below writes err unconditionally */
-	if (!err || !err_len) {
-		err = dummy;
-		err_len = sizeof(dummy);
-	}
-	err[0] = '\0';
+	model_err_buf(&err, &err_len, dummy);
 	if (!spec || !*spec) {
 		snprintf(err, err_len, "empty model spec " MODEL_SPEC_HELP);
 		return NULL;
 	}
+	name_len = (int)strcspn(spec, ":");
 	m = calloc(1, sizeof(*m));
 	if (!m) {
 		snprintf(err, err_len, "out of memory opening model '%s'", spec);
@@ -298,7 +368,7 @@ struct model *model_open(const char *spec, char *err, size_t err_len)
 	}
 	if (model_resolve(spec, &m->api, &args, &m->dl, err, err_len))
 		goto out_free;
-	if (model_take_table(m, m->api, spec, err, err_len))
+	if (model_take_table(m, m->api, spec, name_len, err, err_len))
 		goto out_dlclose;
 	if (model_is_file_backed(m->api)) {
 		if (model_check_pin(args, &unpinned, err, err_len))
@@ -306,43 +376,47 @@ struct model *model_open(const char *spec, char *err, size_t err_len)
 		if (unpinned)
 			args = unpinned;
 	}
-
-	m->handle = m->api->create(args, why, sizeof(why));
-	if (m->handle && model_is_file_backed(m->api))
+	ret = model_create(m, spec, name_len, args, err, err_len);
+	if (!ret && model_is_file_backed(m->api))
 		model_file_pin(args, strcspn(args, ","), m->pin, sizeof(m->pin));
 	free(unpinned);
-	if (!m->handle) {
-		/* the sim model prefixes its reasons with "sim: " itself */
-		if (m->dl)
-			snprintf(err, err_len, "model plugin '%.*s': %s",
-				 (int)strcspn(spec, ":"), spec,
-				 why[0] ? why : "create() failed");
-		else
-			snprintf(err, err_len, "%s",
-				 why[0] ? why : "sim: create() failed");
+	if (ret)
 		goto out_dlclose;
-	}
-	m->vocab = m->api->vocab(m->handle);
-	/* Tokens are int32_t: a vocabulary past 2^31 could not be stored. */
-	if (m->vocab == 0 || m->vocab > (uint32_t)INT32_MAX + 1) {
-		snprintf(err, err_len,
-			 "model '%.*s' reports a vocabulary of %u tokens (must be "
-			 "1 .. 2^31)", (int)strcspn(spec, ":"), spec, m->vocab);
-		goto out_destroy;
-	}
-	if (m->api->max_context)
-		m->max_context = m->api->max_context(m->handle);
 	return m;
 
-out_destroy:
-	if (m->api->destroy)
-		m->api->destroy(m->handle);
 out_dlclose:
 	if (m->dl)
 		dlclose(m->dl);
 out_free:
 	free(m);
 	return NULL;
+}
+
+struct model *model_open_table(const struct dynbatch_model_api *api,
+			       const char *args, char *err, size_t err_len)
+{
+	char dummy[1];
+	const char *name;
+	struct model *m;
+
+	model_err_buf(&err, &err_len, dummy);
+	if (!api) {
+		snprintf(err, err_len, "no model API table");
+		return NULL;
+	}
+	name = api->name ? api->name : "(unnamed)";
+	m = calloc(1, sizeof(*m));
+	if (!m) {
+		snprintf(err, err_len, "out of memory opening model '%s'", name);
+		return NULL;
+	}
+	if (model_take_table(m, api, name, (int)strlen(name), err, err_len) ||
+	    model_create(m, name, (int)strlen(name), args ? args : "", err,
+			 err_len)) {
+		free(m);
+		return NULL;
+	}
+	return m;
 }
 
 uint32_t model_vocab(const struct model *m)
@@ -362,6 +436,19 @@ int model_next(struct model *m, uint32_t n_rows, const int32_t *const *prefixes,
 		if (next_tokens[i] < 0 || (uint32_t)next_tokens[i] >= m->vocab)
 			return -ERANGE;
 	return 0;
+}
+
+bool model_has_logits(const struct model *m)
+{
+	return m->api->step != NULL || m->api->logits != NULL;
+}
+
+int model_logits(struct model *m, uint32_t n_rows, const int32_t *const *prefixes,
+		 const uint32_t *lengths, float *logits)
+{
+	int ret = m->api->logits(m->handle, n_rows, prefixes, lengths, logits);
+
+	return ret ? (ret < 0 ? ret : -EIO) : 0;
 }
 
 bool model_is_stateful(const struct model *m)

@@ -20,12 +20,22 @@
 
 struct model;
 struct dynbatch_model_row;
+struct dynbatch_model_api;
 
 /*
  * Open the model SPEC names.  Returns NULL after writing a one-line
  * reason naming the bad part of the spec into err.
  */
 struct model *model_open(const char *spec, char *err, size_t err_len);
+
+/*
+ * Open the model of an API table in hand (a model linked in; the tests'
+ * tables of each ABI version), with args for its create() (NULL: "").
+ * The table is checked and read as a plugin's is.  NULL after writing a
+ * one-line reason into err.
+ */
+struct model *model_open_table(const struct dynbatch_model_api *api,
+			       const char *args, char *err, size_t err_len);
 
 /* Does spec name a plugin (whose code model_open() would run)? */
 bool model_spec_names_plugin(const char *spec);
@@ -36,6 +46,22 @@ uint32_t model_vocab(const struct model *m);
 /* One batch step; see dynbatch_model_api.next.  0 or a negative errno. */
 int model_next(struct model *m, uint32_t n_rows, const int32_t *const *prefixes,
 	       const uint32_t *lengths, int32_t *next_tokens);
+
+/*
+ * Can the model give logits, so serve requests that sample?  A stateful
+ * model always can (step() writes them); a token model when its table
+ * (ABI version 3) has logits().
+ */
+bool model_has_logits(const struct model *m);
+
+/*
+ * A token model's logits for a batch, vocab floats per row; see
+ * dynbatch_model_api.logits.  Only for a token model with
+ * model_has_logits().  0 or a negative errno.  The logits are not
+ * checked here: the caller checks them for NaN, as it does step()'s.
+ */
+int model_logits(struct model *m, uint32_t n_rows, const int32_t *const *prefixes,
+		 const uint32_t *lengths, float *logits);
 
 /*
  * The version 2 part of the ABI (model.h); model_runner.h is the one

@@ -4,9 +4,10 @@
  *
  * NOTES ON THE DESIGN
  *
- * sim_mix() and sim_next() are normative: the tests, the reference decoder
- * and the acceptance checks recompute them bit for bit, so they are the
- * definition of docs/DESIGN.md 2.1, bit for bit, and must never change.
+ * sim_mix(), sim_next() and sim_logits() are normative: the tests, the
+ * reference decoder and the acceptance checks recompute them bit for bit,
+ * so they are the definition of docs/DESIGN.md 2.1, bit for bit, and must
+ * never change.
  *
  * next() is on the engine's hot path, once per shard per step, so it does
  * not allocate, lock or log.  It runs in three phases, in this order:
@@ -19,6 +20,7 @@
  *      saturates instead of wrapping, so an absurd setting means "forever",
  *      never "free";
  *   3. tokens: sim_next() of every row.
+ * logits() is next() with sim_logits() in phase 3.
  *
  * sim_config_parse() does not copy or modify its input: it walks the
  * string with pointer + length pairs, so error messages quote the exact
@@ -49,13 +51,46 @@ uint64_t sim_mix(uint64_t x)
 	return x ^ (x >> 31);
 }
 
-int32_t sim_next(const int32_t *p, size_t n, uint32_t vocab, uint64_t seed)
+/* The 64-bit hash of the prefix that sim_next() reduces modulo vocab. */
+static uint64_t sim_hash(const int32_t *p, size_t n, uint64_t seed)
 {
 	uint64_t h = sim_mix(seed ^ (uint64_t)n);
 
 	for (size_t i = n > 4 ? n - 4 : 0; i < n; i++)
 		h = sim_mix(h ^ (uint64_t)(uint32_t)p[i]);
-	return (int32_t)(h % vocab);
+	return h;
+}
+
+int32_t sim_next(const int32_t *p, size_t n, uint32_t vocab, uint64_t seed)
+{
+	return (int32_t)(sim_hash(p, n, seed) % vocab);
+}
+
+/* Leading zero bits of x; 64 for 0 (where __builtin_clzll is undefined). */
+static unsigned sim_clz64(uint64_t x)
+{
+	return x ? (unsigned)__builtin_clzll(x) : 64u;
+}
+
+void sim_logits(const int32_t *p, size_t n, uint32_t vocab, uint64_t seed,
+		float *out)
+{
+	uint64_t h = sim_hash(p, n, seed);
+	uint32_t t = (uint32_t)(h % vocab);
+	uint64_t h0 = sim_mix(h ^ SIM_LOGITS_SALT);
+	/* the bit length of vocab: how deep the levels go (see the header) */
+	int depth = 64 - (int)sim_clz64(vocab);
+
+	for (uint32_t v = 0; v < vocab; v++) {
+		uint64_t r = sim_mix(h0 + v);
+		int level = (int)sim_clz64(r);
+
+		if (level > depth)
+			level = depth;
+		/* an integer of at most 9 bits over 8: exact in a float */
+		out[v] = (float)(8 * (level - depth) + (int)(r & 7)) * 0.125f;
+	}
+	out[t] = 1.0f;
 }
 
 /* -------------------------------------------------------------- config */
@@ -328,6 +363,27 @@ static int sim_model_next(void *model, uint32_t n_rows,
 	return 0;
 }
 
+/* next(), but the logits of each row (sim_logits()); the same faults
+ * and cost, so crash_token and hang_token fire on sampled rows too. */
+static int sim_model_logits(void *model, uint32_t n_rows,
+			    const int32_t *const *prefixes,
+			    const uint32_t *lengths, float *logits)
+{
+	const struct sim_model *sm = model;
+
+	if (!sm || (n_rows && (!prefixes || !lengths || !logits)))
+		return -EINVAL;
+	for (uint32_t i = 0; i < n_rows; i++)
+		if (lengths[i] && !prefixes[i])
+			return -EINVAL;
+
+	sim_act(&sm->cfg, n_rows, prefixes, lengths);
+	for (uint32_t i = 0; i < n_rows; i++)
+		sim_logits(prefixes[i], lengths[i], sm->cfg.vocab, sm->cfg.seed,
+			   logits + (size_t)i * sm->cfg.vocab);
+	return 0;
+}
+
 static void sim_destroy(void *model)
 {
 	free(model);
@@ -340,6 +396,7 @@ static const struct dynbatch_model_api sim_api = {
 	.vocab = sim_vocab,
 	.next = sim_model_next,
 	.destroy = sim_destroy,
+	.logits = sim_model_logits,
 };
 
 const struct dynbatch_model_api *sim_model_api(void)

@@ -3,7 +3,8 @@
  *
  * The next token is a hash of the sequence length and the last four tokens
  * of the prefix, so output is deterministic and cheap to recompute in a
- * reference decoder.  Its cost per call can be configured so the engine can
+ * reference decoder.  Its logits (sim_logits(), for sampling) are another
+ * hash of the same inputs, whose argmax is that token.  Its cost per call can be configured so the engine can
  * be measured against a model of known speed, and it can be told to crash
  * or hang on a chosen token for fault tests.
  *
@@ -55,6 +56,45 @@ static inline uint64_t sim_splitmix64(uint64_t *state)
 
 /* The next token after p[0..n). */
 int32_t sim_next(const int32_t *p, size_t n, uint32_t vocab, uint64_t seed);
+
+/* "logits" in ASCII: keeps sim_logits()' stream apart from sim_next()'s. */
+#define SIM_LOGITS_SALT 0x6C6F67697473ull
+
+/*
+ * The logits after p[0..n) (docs/DESIGN.md 2.1, normative): vocab floats
+ * into out, a pure function of (prefix, vocab, seed) whose argmax is
+ * unique and is sim_next(p, n, vocab, seed), so greedy decoding of them
+ * gives the sim's tokens.  With h the 64-bit hash that sim_next() reduces
+ * (h = mix(seed xor n), then h = mix(h xor t) for each of the last four
+ * tokens, oldest first; sim_next() is h mod vocab):
+ *
+ *     t     = h mod vocab
+ *     h0    = mix(h xor SIM_LOGITS_SALT)
+ *     depth = the bit length of vocab (1 for 1, 15 for 32000, 31 for 2^31-1)
+ *     for every v != t, with r = mix(h0 + v) (mod 2^64):
+ *         level  = min(leading zero bits of r (64 for r = 0), depth)
+ *         out[v] = (8 * (level - depth) + (r & 7)) / 8
+ *     out[t] = 1
+ *
+ * Every value is a multiple of 1/8 of magnitude at most 32, so it is
+ * exact in a float and a reference recomputes it bit for bit; the other
+ * tokens' values are in [-depth, 0.875], below the 1 of out[t].  Cost:
+ * one mix() per vocabulary entry.
+ *
+ * Why levels, not uniform noise: a token's level is geometric (half the
+ * vocabulary is at -depth, a quarter one level up, ...; about one token
+ * reaches the top level [0, 0.875]), like the long tail of a language
+ * model.  Scaling the depth with the vocabulary keeps the shape the same
+ * for any vocab: at temperature 1 the argmax gets about 40% of the
+ * probability (70% at vocab 16), the five most likely tokens over 80%,
+ * the tail the rest, so sampling often differs from greedy and top-k and
+ * top-p cut something real.  Uniform values in a fixed range would give
+ * the argmax a share falling as 1/vocab (0.06% at 32000 and
+ * temperature 1): sampling would be near-uniform noise.  The low 3 bits
+ * spread each level over 8 values, so that ties are rare near the top.
+ */
+void sim_logits(const int32_t *p, size_t n, uint32_t vocab, uint64_t seed,
+		float *out);
 
 /*
  * What one sim call over these rows does besides its tokens: crash or

@@ -15,7 +15,7 @@
  * Keys: every sim key (sim_model.h), plus context=N, the longest prefix
  * it holds (its max_context(); default 0, no limit of its own).  The
  * crash and hang tokens act when a row's last consumed token is one.
- * Logits: 1 for the sim's token, 0 elsewhere.  Like llama, it refuses an
+ * Logits: the sim's (sim_logits(), whose argmax is the sim's token).  Like llama, it refuses an
  * empty prompt (nothing to start from) and a token outside its vocabulary.
  */
 #include "simkv_model.h"
@@ -154,21 +154,26 @@ static uint32_t simkv_check_row(const struct simkv *m,
 }
 
 /*
- * The token after what the model holds, h[0..n): the sim's.  But if what
- * it holds is not the row's prefix (the engine vouched for state of
- * another request, or of tokens since rewritten), a token the sim would
- * not give: a test instrument must make the engine's mistake visible in
- * the output, where refdecode sees it (failing the step would not: the
- * request would be re-run alone on a fresh worker, and pass).
+ * The logits after what the model holds, h[0..n): the sim's.  But if
+ * what it holds is not the row's prefix (the engine vouched for state of
+ * another request, or of tokens since rewritten), logits whose argmax is
+ * a token the sim would not give (the next one after it): a test
+ * instrument must make the engine's mistake visible in the output, where
+ * refdecode sees it (failing the step would not: the request would be
+ * re-run alone on a fresh worker, and pass).
  */
-static int32_t simkv_token(const struct simkv *m, const struct dynbatch_model_row *r,
-			   const int32_t *h, uint32_t n)
+static void simkv_logits(const struct simkv *m, const struct dynbatch_model_row *r,
+			 const int32_t *h, uint32_t n, float *out)
 {
-	int32_t t = sim_next(h, n, m->cfg.vocab, m->cfg.seed);
+	uint32_t t;
 
-	if (memcmp(h, r->tokens, (size_t)n * sizeof(int32_t)))
-		t = (int32_t)(((uint32_t)t + 1) % m->cfg.vocab);
-	return t;
+	sim_logits(h, n, m->cfg.vocab, m->cfg.seed, out);
+	if (!memcmp(h, r->tokens, (size_t)n * sizeof(int32_t)))
+		return;
+	t = (uint32_t)sim_next(h, n, m->cfg.vocab, m->cfg.seed);
+	/* below every sim logit (-32 at the least), then the wrong top */
+	out[t] = -64.0f;
+	out[(t + 1) % m->cfg.vocab] = 1.0f;
 }
 
 static int simkv_step(void *model, uint32_t n_rows,
@@ -209,9 +214,8 @@ static int simkv_step(void *model, uint32_t n_rows,
 		out = logits + (size_t)n_out++ * m->cfg.vocab;
 		if (refusals[i])
 			continue;
-		memset(out, 0, m->cfg.vocab * sizeof(float));
-		out[simkv_token(m, &rows[i], m->act_rows[n_act],
-				m->act_lengths[n_act])] = 1.0f;
+		simkv_logits(m, &rows[i], m->act_rows[n_act],
+			     m->act_lengths[n_act], out);
 		n_act++;
 	}
 	return 0;

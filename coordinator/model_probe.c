@@ -192,20 +192,34 @@ static int probe_parse_num(const char *s, size_t len, uint64_t lo, uint64_t hi,
 	return 0;
 }
 
-/* "N context M" of "vocab N context M": the vocabulary, 1 ..
- * PROBE_VOCAB_MAX, and the model's longest prefix (0: no limit).  0 or -1. */
+/*
+ * "N context M logits L" of "vocab N context M logits L": the
+ * vocabulary, 1 .. PROBE_VOCAB_MAX, the model's longest prefix (0: no
+ * limit) and whether it gives logits (0 or 1).  0 or -1.
+ */
 static int probe_parse_vocab(const char *s, size_t len, struct model_probe *out)
 {
-	static const char sep[] = " context ";
-	const char *at = memmem(s, len, sep, sizeof(sep) - 1);
-	size_t n;
+	static const char sep_context[] = " context ", sep_logits[] = " logits ";
+	const char *at_context = memmem(s, len, sep_context, sizeof(sep_context) - 1);
+	const char *end = s + len, *m, *at_logits;
+	uint32_t logits;
 
-	if (!at)
+	if (!at_context)
 		return -1;
-	n = (size_t)(at - s);
-	return probe_parse_num(s, n, 1, PROBE_VOCAB_MAX, &out->vocab) ||
-	       probe_parse_num(at + sizeof(sep) - 1, len - n - (sizeof(sep) - 1),
-			       0, UINT32_MAX, &out->max_context) ? -1 : 0;
+	m = at_context + sizeof(sep_context) - 1;
+	at_logits = memmem(m, (size_t)(end - m), sep_logits, sizeof(sep_logits) - 1);
+	if (!at_logits)
+		return -1;
+	if (probe_parse_num(s, (size_t)(at_context - s), 1, PROBE_VOCAB_MAX,
+			    &out->vocab) ||
+	    probe_parse_num(m, (size_t)(at_logits - m), 0, UINT32_MAX,
+			    &out->max_context) ||
+	    probe_parse_num(at_logits + sizeof(sep_logits) - 1,
+			    (size_t)(end - at_logits) - (sizeof(sep_logits) - 1),
+			    0, 1, &logits))
+		return -1;
+	out->logits = logits == 1;
+	return 0;
 }
 
 /*
@@ -238,8 +252,8 @@ static int probe_judge(struct probe_run *r, const char *how, uint64_t timeout_ms
 			 r->n_answer ? log_escape(r->answer, esc, sizeof(esc)) : "",
 			 r->n_answer ? "' and no newline)" : "");
 	else if (r->n_answer)
-		snprintf(why, why_len, "the probe answered '%s', not 'vocab N context M' "
-			 "(N in 1..%llu) or 'error TEXT' and a newline",
+		snprintf(why, why_len, "the probe answered '%s', not 'vocab N context M logits L' "
+			 "(N in 1..%llu, L 0 or 1) or 'error TEXT' and a newline",
 			 log_escape(r->answer, esc, sizeof(esc)),
 			 (unsigned long long)PROBE_VOCAB_MAX);
 	else

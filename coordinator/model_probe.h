@@ -1,6 +1,7 @@
 /*
- * model_probe.h - learn a plugin model's vocabulary without running any
- * of its code in the coordinator.
+ * model_probe.h - learn a plugin model's vocabulary (and context limit,
+ * and whether it gives logits) without running any of its code in the
+ * coordinator.
  *
  * The coordinator needs the vocabulary before it starts a worker (it
  * sizes the shared segment's checks with it), but a plugin's
@@ -10,8 +11,15 @@
  * (worker_spawn_probe()), which loads the model as a worker does, enters
  * the same sandbox, writes one line to its answer pipe and exits:
  *
- *     vocab N\n         N in decimal, 1 .. 2^31, no sign, no leading 0
+ *     vocab N context M logits L\n
+ *                       N: the vocabulary, 1 .. 2^31; M: the longest
+ *                       prefix, 0 .. 2^32 - 1 (0: no limit); both in
+ *                       decimal, no sign, no leading 0; L: 1 when the
+ *                       model gives logits (model_has_logits()), else 0
  *     error TEXT\n      why the model cannot be opened (one line)
+ *
+ * The probe is always the coordinator's own build of dynbatch-worker, so
+ * only this form is accepted, never an older one.
  *
  * Everything that comes back is untrusted: the line is checked strictly,
  * read with a deadline (--start-timeout), and every piece of it that
@@ -22,6 +30,7 @@
 #ifndef DYNBATCH_MODEL_PROBE_H
 #define DYNBATCH_MODEL_PROBE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,6 +42,8 @@
 struct model_probe {
 	uint32_t vocab;		/* its vocabulary */
 	uint32_t max_context;	/* its longest prefix; 0: no limit */
+	bool logits;		/* it gives logits: can serve requests that
+				 * sample (model_has_logits()) */
 };
 
 /*

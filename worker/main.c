@@ -138,8 +138,9 @@ static int worker_probe(int answer_fd, const char *spec)
 	if (ret) {
 		ret = probe_answer(answer_fd, "error", err) ? 2 : 1;
 	} else {
-		snprintf(num, sizeof(num), "%u context %u", model_vocab(m),
-			 model_max_context(m));
+		snprintf(num, sizeof(num), "%u context %u logits %d",
+			 model_vocab(m), model_max_context(m),
+			 model_has_logits(m) ? 1 : 0);
 		ret = probe_answer(answer_fd, "vocab", num) ? 2 : 0;
 	}
 	model_close(m);
