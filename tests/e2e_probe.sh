@@ -11,6 +11,8 @@
 # pipe, or closes it and hangs: exit 2 on time with a clear, escaped
 # message, and no process left behind.  With workers, the results of the
 # probe plugin and of the example plugin equal those of --workers 0.
+# The probe's answer says whether the model gives logits ("vocab N
+# context M logits L"), and only that exact form is accepted.
 set -u
 . "$(dirname "$0")/e2e_lib.sh"
 
@@ -89,7 +91,23 @@ done
 same_results "example plugin: 2 workers give what --workers 0 gives" \
 	"$E2E_TMP/ex2.out" "$E2E_TMP/ex0.out"
 
-# --- 3. plugins that misbehave while they are probed -----------------------
+# --- 3. the probe's answer: vocabulary, context limit, logits -------------
+# The coordinator's probe is this build's worker, so its answer is
+# checked here word for word: "logits 1" for a model that gives logits
+# (the sim's logits() hook; a stateful model's step()), "logits 0" for a
+# token model without the hook (the example plugin).
+probe_answer() {
+	timeout -k 5 30 "$BIN/dynbatch-worker" --probe-fd 3 --model "$1" \
+		3>&1 > /dev/null 2> "$E2E_TMP/probe.err"
+}
+expect_eq "probe answer: sim" "$(probe_answer sim:vocab=77)" \
+	"vocab 77 context 0 logits 1"
+expect_eq "probe answer: simkv" "$(probe_answer simkv:context=64)" \
+	"vocab 32000 context 64 logits 1"
+expect_eq "probe answer: the example plugin (no logits hook)" \
+	"$(probe_answer "$PLUGIN")" "vocab 1000 context 0 logits 0"
+
+# --- 4. plugins that misbehave while they are probed -----------------------
 # bad_plugin ARGS WANT: the run with the plugin's create() given ARGS
 # refuses it with exit 2 and a message holding WANT, on time (the start
 # timeout is 500 ms), with every process that ran the plugin gone and
@@ -144,9 +162,14 @@ grep -qF "flood\nflood\n'" "$E2E_TMP/bad.err" && pass "mode=flood: the tail of i
 bad_plugin sayraw="vocab 10" "no answer within 500 ms (--start-timeout) and was killed (it wrote 'vocab 10' and no newline)"
 # answers a plugin may forge on the pipe before the probe's own: each is
 # refused, and the probe, still running, is killed
+# (the old two-field answer among them: the probe is always this build)
 for answer in "vocab 0" "vocab 2147483649" "vocab 99999999999" "vocab 0010" \
 	"vocab +10" "vocab -1" "vocab 10 " "vocab  10" "vocab 1e3" "VOCAB 10" \
-	"vocab" "vocab 10"$'\r' "$(printf 'x%.0s' {1..3000})"; do
+	"vocab" "vocab 10"$'\r' "$(printf 'x%.0s' {1..3000})" \
+	"vocab 10 context 0" "vocab 10 context 0 logits 2" \
+	"vocab 10 context 0 logits 01" "vocab 10 context 0 logits " \
+	"vocab 10 context 0 logits 1 " "vocab 10 logits 1 context 0" \
+	"vocab 10 context 0 logits 0 logits 1"; do
 	want=$(printf '%s\n' "$answer" | head -c 1024 | tr -d '\r')
 	[ ${#answer} -gt 1000 ] && want=$(printf 'x%.0s' {1..100})
 	bad_plugin say="$answer" "the probe answered '$want"

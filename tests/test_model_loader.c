@@ -8,7 +8,9 @@
  * `make asan` loads the plugin of its own tree); else build/example_plugin.so
  * relative to the current directory (the tests run from the repo root).
  * Its tokens are checked against the bigram formula recomputed here, not
- * taken from the plugin's source.
+ * taken from the plugin's source.  Tables of each ABI version, built here
+ * from the sim's and simkv's, go through model_open_table() to show what
+ * the loader reads of each (the logits() hook of version 3 above all).
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -25,8 +27,11 @@
 
 #include <cmocka.h>
 
+#include "model.h"
 #include "model_loader.h"
 #include "sim_model.h"
+#include "simkv_model.h"
+#include "test_rng.h"
 
 static char plugin_path[PATH_MAX];
 
@@ -319,6 +324,184 @@ static void test_plugin_bad_args(void **state)
 	}
 }
 
+/* ------------------------------------------------- logits, ABI versions */
+
+static uint32_t seven(void *model)
+{
+	return 7;
+}
+
+/* A logits() hook that fails with what the test puts in hook_ret. */
+static int hook_ret;
+
+static int failing_logits(void *model, uint32_t n_rows,
+			  const int32_t *const *prefixes, const uint32_t *lengths,
+			  float *logits)
+{
+	return hook_ret;
+}
+
+/* Random rows through model_logits() equal sim_logits() row by row. */
+static void check_sim_logits(struct model *m, uint32_t vocab, uint64_t seed,
+			     struct rng *r)
+{
+	enum { ROWS = 5, LEN = 9 };
+	static int32_t tokens[ROWS][LEN];
+	static float got[ROWS * 32000], want[32000];
+	const int32_t *prefixes[ROWS];
+	uint32_t lengths[ROWS];
+
+	assert_true(vocab <= 32000);
+	for (uint32_t i = 0; i < ROWS; i++) {
+		lengths[i] = rng_below(r, LEN + 1);
+		for (uint32_t j = 0; j < lengths[i]; j++)
+			tokens[i][j] = (int32_t)rng_below(r, vocab);
+		prefixes[i] = tokens[i];
+	}
+	assert_int_equal(model_logits(m, ROWS, prefixes, lengths, got), 0);
+	for (uint32_t i = 0; i < ROWS; i++) {
+		sim_logits(prefixes[i], lengths[i], vocab, seed, want);
+		if (memcmp(got + (size_t)i * vocab, want, vocab * sizeof(float)))
+			fail_msg("seed=%llu row %u: model_logits() is not sim_logits()",
+				 test_seed, i);
+	}
+}
+
+/* Which built-in and plugin models give logits. */
+static void test_has_logits(void **state)
+{
+	struct rng r = rng_for(1);
+	struct model *m;
+
+	m = must_open("sim:vocab=16,seed=3");
+	assert_true(model_has_logits(m));
+	assert_false(model_is_stateful(m));
+	check_sim_logits(m, 16, 3, &r);
+	model_close(m);
+	m = must_open("sim");
+	check_sim_logits(m, 32000, 0, &r);
+	model_close(m);
+	m = must_open("simkv");
+	assert_true(model_has_logits(m));	/* stateful: step() writes them */
+	model_close(m);
+	/* the example plugin is a version 3 token model without the hook */
+	m = must_open(plugin_path);
+	assert_false(model_has_logits(m));
+	model_close(m);
+}
+
+/* A table in hand, through model_open_table(); NULL after err is set. */
+static struct model *open_table(const struct dynbatch_model_api *api,
+				const char *args, char *err, size_t err_len)
+{
+	err[0] = '\0';
+	return model_open_table(api, args, err, err_len);
+}
+
+/*
+ * The loader reads as much of a table as its version defines: fields of
+ * a later version, set in an older table, are never used (an older
+ * plugin's table ends before them, and what follows is not its).
+ */
+static void test_table_versions(void **state)
+{
+	struct dynbatch_model_api t = *sim_model_api();
+	struct rng r = rng_for(2);
+	char err[512];
+	struct model *m;
+
+	/* version 1: ends at destroy */
+	t.abi_version = 1;
+	t.max_context = seven;
+	t.step = simkv_model_api()->step;
+	t.logits = failing_logits;
+	m = open_table(&t, "vocab=16", err, sizeof(err));
+	if (!m)
+		fail_msg("version 1: %s", err);
+	assert_false(model_is_stateful(m));
+	assert_false(model_has_logits(m));
+	assert_int_equal(model_max_context(m), 0);
+	assert_int_equal(next_one(m, NULL, 0), sim_next(NULL, 0, 16, 0));
+	model_close(m);
+
+	/* version 2: ends at release; a token model without logits */
+	t.abi_version = 2;
+	t.step = NULL;
+	m = open_table(&t, "vocab=16", err, sizeof(err));
+	if (!m)
+		fail_msg("version 2: %s", err);
+	assert_false(model_is_stateful(m));
+	assert_false(model_has_logits(m));
+	assert_int_equal(model_max_context(m), 7);
+	model_close(m);
+
+	/* version 3: the hook is read */
+	t.abi_version = 3;
+	t.logits = sim_model_api()->logits;
+	m = open_table(&t, "vocab=1000,seed=11", err, sizeof(err));
+	if (!m)
+		fail_msg("version 3: %s", err);
+	assert_true(model_has_logits(m));
+	check_sim_logits(m, 1000, 11, &r);
+	model_close(m);
+
+	/* a stateful version 2 table with garbage where logits would be */
+	t = *simkv_model_api();
+	t.abi_version = 2;
+	t.logits = failing_logits;
+	m = open_table(&t, "", err, sizeof(err));
+	if (!m)
+		fail_msg("stateful version 2: %s", err);
+	assert_true(model_is_stateful(m));
+	assert_true(model_has_logits(m));
+	model_close(m);
+
+	/* ... but in a version 3 table, both is a mistake the loader names */
+	t.abi_version = 3;
+	assert_null(open_table(&t, "", err, sizeof(err)));
+	assert_non_null(strstr(err, "model 'simkv' sets both step() and logits()"));
+	assert_null(strchr(err, '\n'));
+
+	/* versions it does not read */
+	t = *sim_model_api();
+	t.abi_version = 0;
+	assert_null(open_table(&t, "", err, sizeof(err)));
+	assert_non_null(strstr(err, "has ABI version 0, this dynbatch reads versions 1 to 3"));
+	t.abi_version = DYNBATCH_MODEL_ABI_VERSION + 1;
+	assert_null(open_table(&t, "", err, sizeof(err)));
+	assert_non_null(strstr(err, "has ABI version 4"));
+	assert_null(open_table(NULL, "", err, sizeof(err)));
+	assert_true(err[0] != '\0');
+	/* what create() says reaches err */
+	t.abi_version = 3;
+	assert_null(open_table(&t, "vocab=0", err, sizeof(err)));
+	assert_non_null(strstr(err, "'vocab'"));
+}
+
+/* What model_logits() makes of a failing hook: its errno, or -EIO. */
+static void test_logits_errors(void **state)
+{
+	struct dynbatch_model_api t = *sim_model_api();
+	static const int32_t p[] = { 1 };
+	const int32_t *const one[1] = { p };
+	const uint32_t len1[1] = { 1 };
+	float out[16];
+	char err[512];
+	struct model *m;
+
+	t.logits = failing_logits;
+	m = open_table(&t, "vocab=16", err, sizeof(err));
+	if (!m)
+		fail_msg("%s", err);
+	hook_ret = -ENOSPC;
+	assert_int_equal(model_logits(m, 1, one, len1, out), -ENOSPC);
+	hook_ret = 3;
+	assert_int_equal(model_logits(m, 1, one, len1, out), -EIO);
+	hook_ret = 0;
+	assert_int_equal(model_logits(m, 1, one, len1, out), 0);
+	model_close(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -332,8 +515,12 @@ int main(void)
 		cmocka_unit_test(test_plugin_defaults),
 		cmocka_unit_test(test_plugin_twice),
 		cmocka_unit_test(test_plugin_bad_args),
+		cmocka_unit_test(test_has_logits),
+		cmocka_unit_test(test_table_versions),
+		cmocka_unit_test(test_logits_errors),
 	};
 
+	test_seed_init("test_model_loader");
 	find_plugin();
 	printf("test_model_loader: plugin %s\n", plugin_path);
 	return cmocka_run_group_tests_name("model_loader", tests, NULL, NULL);

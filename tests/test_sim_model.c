@@ -2,7 +2,12 @@
  * test_sim_model.c - unit tests of the sim model (common/sim_model.c).
  *
  * The hash is normative (docs/DESIGN.md 2.1): the test vectors below are
- * that section's, copied digit for digit.  The config parser is checked key by
+ * that section's, copied digit for digit.  sim_logits() is normative too:
+ * its vectors were computed by a Python transcription of the definition
+ * in sim_model.h, and random prefixes are checked against a second C
+ * transcription below (written from the definition, not the code) and
+ * against the properties the engine relies on: the argmax is unique and
+ * is sim_next(), and every value is in the documented set.  The config parser is checked key by
  * key and on every class of bad input.  The model table is checked against
  * sim_next() on random batches (the seed is printed; SEED=N replays it),
  * its cost against a lower bound only (a loaded machine may be slow, never
@@ -13,6 +18,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -94,6 +100,125 @@ static void test_next_window(void **state)
 		int32_t t = sim_next(a, 10, v, 123);
 
 		assert_true(t >= 0 && (uint32_t)t < v);
+	}
+}
+
+/* -------------------------------------------------------------- logits */
+
+/* The bit length of x, bit by bit (sim_model.c uses __builtin_clzll). */
+static int bit_length(uint64_t x)
+{
+	int n = 0;
+
+	for (; x; x >>= 1)
+		n++;
+	return n;
+}
+
+/* sim_logits() transcribed from its definition in sim_model.h. */
+static void ref_logits(const int32_t *p, size_t n, uint32_t vocab,
+		       uint64_t seed, float *out)
+{
+	uint64_t h = sim_mix(seed ^ (uint64_t)n), h0;
+	size_t first = n < 4 ? 0 : n - 4;
+	int depth = bit_length(vocab);
+
+	for (size_t i = first; i < n; i++)
+		h = sim_mix(h ^ (uint64_t)(uint32_t)p[i]);
+	h0 = sim_mix(h ^ 0x6C6F67697473ull);	/* "logits" */
+	for (uint32_t v = 0; v < vocab; v++) {
+		uint64_t r = sim_mix(h0 + v);
+		int zeros = 64 - bit_length(r);
+		int level = zeros < depth ? zeros : depth;
+
+		out[v] = (float)(level - depth) + (float)(r & 7) / 8.0f;
+	}
+	out[h % vocab] = 1.0f;
+}
+
+/* Computed with a Python transcription of the definition (sim_model.h). */
+static void test_logits_vectors(void **state)
+{
+	static const int32_t p123[] = { 1, 2, 3 };
+	static const int32_t p7[] = { 7 };
+	static const float want16[16] = {
+		-3.25f, -4.5f, 0.75f, 1.0f, -5.0f, -3.0f, -5.0f, -4.5f,
+		-4.875f, -1.0f, 0.625f, -2.75f, -3.5f, -3.5f, -5.0f, -1.375f
+	};
+	static const float want4[4] = { -2.25f, -1.125f, -1.75f, 1.0f };
+	/* 8 x the logits of [7], vocab 50, seed 42 */
+	static const int want50[50] = {
+		-48, -45, -47, -43, -39, 8, -38, -13, -44, -38, -22, -47, -34,
+		-36, -33, -42, -45, -20, -36, -44, -41, -35, -20, -37, -46, -47,
+		-44, -48, -42, -11, -46, -38, -43, -30, -38, -34, -47, -34, -35,
+		-44, -46, -34, -31, -48, -42, -44, -31, -44, -43, -47
+	};
+	static float out[32000];
+	int64_t sum8 = 0;
+
+	sim_logits(p123, 3, 16, 0, out);
+	assert_memory_equal(out, want16, sizeof(want16));
+	sim_logits(NULL, 0, 4, 0, out);
+	assert_memory_equal(out, want4, sizeof(want4));
+	sim_logits(p7, 1, 50, 42, out);
+	for (int v = 0; v < 50; v++)
+		assert_int_equal((int)(out[v] * 8.0f), want50[v]);
+	/* [1,2,3] at vocab 32000: the top is 26355 (sim_next), and 8 times
+	 * the values sum to -3471379 */
+	sim_logits(p123, 3, 32000, 0, out);
+	assert_true(out[26355] == 1.0f);
+	for (int v = 0; v < 32000; v++)
+		sum8 += (int64_t)(out[v] * 8.0f);
+	assert_int_equal(sum8, -3471379);
+}
+
+/*
+ * Random prefixes: sim_logits() equals the transcription bit for bit, its
+ * argmax (lowest id on ties) is sim_next() and unique, and every other
+ * value is k/8 for an integer k in [-8 * depth, 7].
+ */
+static void test_logits_random(void **state)
+{
+	static const uint32_t vocabs[] = { 1, 2, 16, 32000, 3, 1000 };
+	static float got[32000], want[32000];
+	int32_t p[12];
+
+	rng_state = (test_seed ? test_seed : 1) ^ 0x1091757ull;
+	for (int round = 0; round < 600; round++) {
+		uint32_t vocab = vocabs[round % 6];
+		uint64_t seed = round % 3 ? rng_next() : 0;
+		size_t n = rng_below(13);
+		int depth = bit_length(vocab);
+		uint32_t top = 0;
+		int32_t t;
+
+		for (size_t i = 0; i < n; i++)	/* any int32, now and then */
+			p[i] = round % 5 ? (int32_t)rng_below(vocab) :
+					   (int32_t)(uint32_t)rng_next();
+		sim_logits(n ? p : NULL, n, vocab, seed, got);
+		ref_logits(p, n, vocab, seed, want);
+		if (memcmp(got, want, vocab * sizeof(float)))
+			fail_msg("SEED=%" PRIu64 " round %d: sim_logits differs "
+				 "from its definition", test_seed, round);
+		t = sim_next(p, n, vocab, seed);
+		for (uint32_t v = 1; v < vocab; v++)
+			if (got[v] > got[top])
+				top = v;
+		if ((int32_t)top != t)
+			fail_msg("SEED=%" PRIu64 " round %d: argmax %u, sim_next %d",
+				 test_seed, round, top, t);
+		for (uint32_t v = 0; v < vocab; v++) {
+			float k = got[v] * 8.0f;
+
+			if (v == top) {
+				assert_true(got[v] == 1.0f);
+				continue;
+			}
+			/* unique: everything else is below the top's 1 */
+			if (k != (float)(int)k || k < (float)(-8 * depth) || k > 7.0f)
+				fail_msg("SEED=%" PRIu64 " round %d: logit %u is %a",
+					 test_seed, round, v, (double)got[v]);
+		}
 	}
 }
 
@@ -268,6 +393,8 @@ static void test_api_table(void **state)
 	assert_non_null(api->vocab);
 	assert_non_null(api->next);
 	assert_non_null(api->destroy);
+	assert_non_null(api->logits);
+	assert_null(api->step);		/* a token model */
 
 	assert_null(api->create("vocab=0", err, sizeof(err)));
 	assert_non_null(strstr(err, "'vocab'"));
@@ -355,6 +482,73 @@ static void test_api_next_random(void **state)
 	}
 }
 
+/*
+ * logits() through the table equals sim_logits() row by row, and its
+ * argmax is what next() gives for the same batch.
+ */
+static void test_api_logits_random(void **state)
+{
+	enum { MAX_ROWS = 8, MAX_LEN = 20, MAX_VOCAB = 32000 };
+	static const uint32_t vocabs[] = { 1, 2, 16, MAX_VOCAB };
+	const struct dynbatch_model_api *api = sim_model_api();
+	static int32_t tokens[MAX_ROWS][MAX_LEN];
+	static float got[MAX_ROWS * MAX_VOCAB], want[MAX_VOCAB];
+	const int32_t *prefixes[MAX_ROWS];
+	uint32_t lengths[MAX_ROWS];
+	int32_t next[MAX_ROWS];
+
+	assert_non_null(api->logits);
+	rng_state = (test_seed ? test_seed : 1) ^ 0x4a9111ull;
+	for (int round = 0; round < 40; round++) {
+		uint32_t vocab = vocabs[round % 4];
+		uint64_t seed = rng_next();
+		uint32_t n_rows = rng_below(MAX_ROWS + 1);
+		char args[96];
+		void *m;
+
+		snprintf(args, sizeof(args), "vocab=%" PRIu32 ",seed=%" PRIu64,
+			 vocab, seed);
+		m = open_sim(args);
+		for (uint32_t i = 0; i < n_rows; i++) {
+			lengths[i] = rng_below(MAX_LEN + 1);
+			for (uint32_t j = 0; j < lengths[i]; j++)
+				tokens[i][j] = (int32_t)rng_below(vocab);
+			prefixes[i] = lengths[i] ? tokens[i] : NULL;
+		}
+		assert_int_equal(api->logits(m, n_rows, prefixes, lengths, got), 0);
+		assert_int_equal(api->next(m, n_rows, prefixes, lengths, next), 0);
+		for (uint32_t i = 0; i < n_rows; i++) {
+			const float *row = got + (size_t)i * vocab;
+
+			sim_logits(prefixes[i], lengths[i], vocab, seed, want);
+			if (memcmp(row, want, vocab * sizeof(float)))
+				fail_msg("SEED=%" PRIu64 " round %d row %u: logits() "
+					 "is not sim_logits()", test_seed, round, i);
+			if (row[next[i]] != 1.0f)
+				fail_msg("SEED=%" PRIu64 " round %d row %u: next() "
+					 "%d is not the top", test_seed, round, i, next[i]);
+		}
+		api->destroy(m);
+	}
+}
+
+static void test_api_logits_errors(void **state)
+{
+	const struct dynbatch_model_api *api = sim_model_api();
+	static const int32_t p[] = { 1 };
+	const int32_t *const one[1] = { p };
+	const int32_t *const null_row[1] = { NULL };
+	const uint32_t len1[1] = { 1 };
+	float out[16];
+	void *m = open_sim("vocab=16");
+
+	assert_int_equal(api->logits(m, 0, NULL, NULL, NULL), 0);
+	assert_int_equal(api->logits(m, 1, one, len1, NULL), -EINVAL);
+	assert_int_equal(api->logits(m, 1, null_row, len1, out), -EINVAL);
+	assert_int_equal(api->logits(NULL, 1, one, len1, out), -EINVAL);
+	api->destroy(m);
+}
+
 /* ---------------------------------------------------------------- cost */
 
 static uint64_t time_one_call(const char *args, uint32_t n_rows,
@@ -402,12 +596,12 @@ static void test_cost(void **state)
 /* --------------------------------------------------------------- faults */
 
 /*
- * Run one next() on a one-row batch of prefix in a child; return its
- * wait status, or -1 if it was still running after wait_ms (then it is
- * killed).
+ * Run one next() (logits() when use_logits) on a one-row batch of prefix
+ * in a child; return its wait status, or -1 if it was still running after
+ * wait_ms (then it is killed).
  */
-static int run_in_child(const char *args, const int32_t *prefix, uint32_t len,
-			int wait_ms)
+static int run_call_in_child(const char *args, const int32_t *prefix,
+			     uint32_t len, int wait_ms, bool use_logits)
 {
 	const struct dynbatch_model_api *api = sim_model_api();
 	int status = 0;
@@ -420,11 +614,14 @@ static int run_in_child(const char *args, const int32_t *prefix, uint32_t len,
 		char err[256];
 		void *m = api->create(args, err, sizeof(err));
 		const int32_t *const prefixes[1] = { prefix };
+		static float logits[32000];
 		int32_t out;
 
 		signal(SIGABRT, SIG_DFL);	/* whatever the runner set */
-		if (!m)
+		if (!m || api->vocab(m) > 32000)
 			_exit(3);
+		if (use_logits)
+			_exit(api->logits(m, 1, prefixes, &len, logits) ? 4 : 0);
 		_exit(api->next(m, 1, prefixes, &len, &out) ? 4 : 0);
 	}
 	for (int ms = 0; ms < wait_ms; ms++) {
@@ -438,6 +635,25 @@ static int run_in_child(const char *args, const int32_t *prefix, uint32_t len,
 	kill(pid, SIGKILL);
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	return -1;
+}
+
+static int run_in_child(const char *args, const int32_t *prefix, uint32_t len,
+			int wait_ms)
+{
+	return run_call_in_child(args, prefix, len, wait_ms, false);
+}
+
+/* logits() crashes and hangs on the poison tokens as next() does. */
+static void test_logits_faults(void **state)
+{
+	static const int32_t ends5[] = { 1, 2, 5 };
+	int status;
+
+	status = run_call_in_child("crash_token=5", ends5, 3, 10000, true);
+	assert_true(status != -1 && WIFSIGNALED(status));
+	assert_int_equal(WTERMSIG(status), SIGABRT);
+	assert_int_equal(run_call_in_child("hang_token=5", ends5, 3, 200, true), -1);
+	assert_int_equal(run_call_in_child("crash_token=2", ends5, 3, 10000, true), 0);
 }
 
 static void test_crash_token(void **state)
@@ -481,6 +697,8 @@ int main(void)
 		cmocka_unit_test(test_next_vectors),
 		cmocka_unit_test(test_decode_vector),
 		cmocka_unit_test(test_next_window),
+		cmocka_unit_test(test_logits_vectors),
+		cmocka_unit_test(test_logits_random),
 		cmocka_unit_test(test_config_defaults),
 		cmocka_unit_test(test_config_keys),
 		cmocka_unit_test(test_config_errors),
@@ -488,9 +706,12 @@ int main(void)
 		cmocka_unit_test(test_api_table),
 		cmocka_unit_test(test_api_next_vectors),
 		cmocka_unit_test(test_api_next_random),
+		cmocka_unit_test(test_api_logits_random),
+		cmocka_unit_test(test_api_logits_errors),
 		cmocka_unit_test(test_cost),
 		cmocka_unit_test(test_crash_token),
 		cmocka_unit_test(test_hang_token),
+		cmocka_unit_test(test_logits_faults),
 	};
 
 	test_seed = env && *env ? strtoull(env, NULL, 0)
