@@ -17,9 +17,10 @@
  * version defines is read: an older plugin's table is shorter than ours,
  * and what follows it in its memory is not ours to read.  A stateful
  * table that also sets logits() is refused rather than half-used: its
- * author expects the hook to be called, and it never would be.  After each step
- * model_next() checks every token against that vocabulary, so a buggy
- * plugin fails the step instead of feeding out-of-range tokens onward.
+ * author expects the hook to be called, and it never would be.  After
+ * each step model_next() checks every token against that vocabulary, so
+ * a buggy plugin fails the step instead of feeding out-of-range tokens
+ * onward.
  *
  * A plugin path without a '/' ("my.so") is opened as "./my.so": the user
  * named a file, and dlopen() would otherwise search the library path for
@@ -72,7 +73,8 @@ static bool model_spec_is_path(const char *name, size_t len)
 }
 
 /*
- * dlopen() the plugin at path and return its checked API table in *api.
+ * dlopen() the plugin at path and return its API table in *api (not yet
+ * checked: model_take_table() does that for every table).
  * Returns the dlopen() handle, or NULL after writing err (nothing open).
  */
 static void *model_load_plugin(const char *path,
