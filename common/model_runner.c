@@ -64,6 +64,9 @@ struct model_runner {
 	const int32_t **prefixes;	/* token models */
 	uint32_t *lengths;
 	int32_t *next_tokens;
+	uint32_t *logit_rows;	/* token models: rows that sample */
+	struct sampler *sampler;
+	bool has_logits;	/* token models: logits() for sampled rows */
 };
 
 struct model_runner *model_runner_create(struct model *m, uint32_t n_slots,
@@ -86,10 +89,21 @@ struct model_runner *model_runner_create(struct model *m, uint32_t n_slots,
 	r->prefixes = calloc(n_slots, sizeof(*r->prefixes));
 	r->lengths = calloc(n_slots, sizeof(*r->lengths));
 	r->next_tokens = calloc(n_slots, sizeof(*r->next_tokens));
-	if (!r->slots || !r->prefixes || !r->lengths || !r->next_tokens)
+	r->has_logits = model_has_logits(m);
+	r->sampler = sampler_create(r->vocab);
+	if (!r->slots || !r->prefixes || !r->lengths || !r->next_tokens ||
+	    !r->sampler)
 		goto oom;
-	if (!r->stateful)
+	if (!r->stateful) {
+		if (!r->has_logits)
+			return r;
+		/* rows that sample: their logits (pages touched as used) */
+		r->logit_rows = calloc(n_slots, sizeof(*r->logit_rows));
+		r->logits = calloc((size_t)n_slots * r->vocab, sizeof(*r->logits));
+		if (!r->logit_rows || !r->logits)
+			goto oom;
 		return r;
+	}
 	r->plan = calloc(n_slots, sizeof(*r->plan));
 	r->order = calloc(n_slots, sizeof(*r->order));
 	r->mrows = calloc(n_slots, sizeof(*r->mrows));
@@ -126,6 +140,8 @@ void model_runner_destroy(struct model_runner *r)
 	free(r->prefixes);
 	free(r->lengths);
 	free(r->next_tokens);
+	free(r->logit_rows);
+	sampler_destroy(r->sampler);
 	free(r);
 }
 
@@ -176,10 +192,44 @@ static int runner_argmax(const float *logits, uint32_t vocab, int32_t *token)
 	return 0;
 }
 
+/*
+ * The token of a row that has its logits: greedy (no sampling fields)
+ * the argmax, else the sampler's draw.  0 with results[i] set (a row
+ * whose every token is banned is refused), or -EDOM for NaN or +inf
+ * logits: the step fails.
+ */
+static int runner_pick(struct model_runner *r, const struct runner_row *row,
+		       const float *logits, struct runner_result *res)
+{
+	struct sampler_result tmp, *out = row->sampled ? row->sampled : &tmp;
+	int ret;
+
+	*res = (struct runner_result){ .token = -1, .outcome = RUNNER_TOKEN };
+	if (!row->sampling)
+		return runner_argmax(logits, r->vocab, &res->token);
+	ret = sampler_sample(r->sampler, logits, row->sampling, row->k,
+			     row->choice, out);
+	if (ret == -EDOM)
+		return ret;
+	if (ret) {
+		res->outcome = RUNNER_REFUSED;
+		res->detail = ret == -ENOENT ? RUNNER_REFUSE_ALL_BANNED :
+			      RUNNER_REFUSE_SAMPLING;
+		return 0;
+	}
+	res->token = out->token;
+	return 0;
+}
+
+/*
+ * A token model: next() for every row (greedy rows take its token), and
+ * logits() for the rows that sample, which then draw from them.
+ */
 static int runner_step_tokens(struct model_runner *r, uint32_t n_rows,
 			      const struct runner_row *rows,
 			      struct runner_result *results)
 {
+	uint32_t n_logits = 0;
 	int ret;
 
 	for (uint32_t i = 0; i < n_rows; i++) {
@@ -189,9 +239,35 @@ static int runner_step_tokens(struct model_runner *r, uint32_t n_rows,
 	ret = model_next(r->model, n_rows, r->prefixes, r->lengths, r->next_tokens);
 	if (ret)
 		return ret;
-	for (uint32_t i = 0; i < n_rows; i++)
+	for (uint32_t i = 0; i < n_rows; i++) {
 		results[i] = (struct runner_result){ .token = r->next_tokens[i],
 						     .outcome = RUNNER_TOKEN };
+		if (!rows[i].sampling)
+			continue;
+		if (!r->has_logits) {
+			results[i] = (struct runner_result){ .token = -1,
+				.outcome = RUNNER_REFUSED,
+				.detail = RUNNER_REFUSE_NO_LOGITS };
+			continue;
+		}
+		/* compacted to the front: logits() sees only these rows */
+		r->prefixes[n_logits] = rows[i].tokens;
+		r->lengths[n_logits] = rows[i].n_tokens;
+		r->logit_rows[n_logits++] = i;
+	}
+	if (!n_logits)
+		return 0;
+	ret = model_logits(r->model, n_logits, r->prefixes, r->lengths, r->logits);
+	if (ret)
+		return ret;
+	for (uint32_t j = 0; j < n_logits; j++) {
+		uint32_t i = r->logit_rows[j];
+
+		ret = runner_pick(r, &rows[i], r->logits + (size_t)j * r->vocab,
+				  &results[i]);
+		if (ret)
+			return ret;
+	}
 	return 0;
 }
 
@@ -322,10 +398,12 @@ static int runner_step_stateful(struct model_runner *r, uint32_t n_rows,
 				.detail = st->consumed };
 			continue;
 		}
-		results[i].outcome = RUNNER_TOKEN;
-		results[i].detail = 0;
-		ret = runner_argmax(r->logits + (size_t)n_out++ * r->vocab,
-				    r->vocab, &results[i].token);
+		ret = runner_pick(r, &rows[i], r->logits + (size_t)n_out++ * r->vocab,
+				  &results[i]);
+		if (!ret && results[i].outcome == RUNNER_REFUSED) {
+			model_release(r->model, rows[i].slot);
+			st->consumed = 0;
+		}
 		if (ret) {
 			model_runner_forget_all(r);
 			return ret;

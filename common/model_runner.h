@@ -5,7 +5,8 @@
  *
  * The caller hands over the rows it wants extended (each with its prefix
  * in place) and gets one outcome per row: a token (greedy: the argmax of
- * the model's logits, the lowest id on ties), no token yet (the row
+ * the model's logits, the lowest id on ties; or drawn by the row's
+ * sampling fields, sampler.h), no token yet (the row
  * consumed a chunk of its prefix: chunked prefill), or a refusal.  A
  * token model (model.h) gives every row a token at every step.
  *
@@ -29,6 +30,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sampler.h"
+
 struct model;
 struct model_runner;
 
@@ -38,7 +41,23 @@ struct runner_row {
 	uint32_t generation;	/* the slot's request (never 0) */
 	const int32_t *tokens;	/* the prefix, read-only */
 	uint32_t n_tokens;	/* its length */
+	/* How the token is picked (sampler.h; validated by the caller).
+	 * NULL: greedy, the model's own token (a token model) or the argmax
+	 * of its logits, with no logprobs. */
+	const struct sampling_params *sampling;
+	uint32_t k;		/* the request's k-th generated token */
+	uint32_t choice;	/* of its n choices */
+	/* sampling->logprobs: the token's logprob and alternatives go here */
+	struct sampler_result *sampled;
 };
+
+/* Refusals the runner itself makes (runner_result.detail), beside the
+ * model's enum dynbatch_refusal. */
+#define RUNNER_REFUSE_ALL_BANNED 100u	/* every token banned (bias, -inf) */
+#define RUNNER_REFUSE_NO_LOGITS 101u	/* a token model without logits()
+					 * got a row that samples */
+#define RUNNER_REFUSE_SAMPLING 102u	/* the row's sampling fields are
+					 * invalid (a worker read garbage) */
 
 enum runner_outcome {
 	RUNNER_TOKEN = 0,	/* token is the next one */

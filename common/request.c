@@ -37,6 +37,7 @@
 #include "request_fast.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -334,6 +335,189 @@ static int parse_prompt(const struct parse_ctx *pc, json_t *obj,
 	return 0;
 }
 
+/* A JSON number (integer or real) as a finite float in *out; 1 when it
+ * is one, 0 when v is of another type or out of float's range. */
+static int number_get(const json_t *v, float *out)
+{
+	double d;
+
+	if (!json_is_number(v))
+		return 0;
+	d = json_number_value(v);
+	if (!isfinite(d) || fabs(d) > 3.4e38)
+		return 0;
+	*out = (float)d;
+	return 1;
+}
+
+/* An optional number field into *out.  0, or -EINVAL with err written. */
+static int parse_float_field(const struct parse_ctx *pc, json_t *obj,
+			     const char *key, float *out, bool *given)
+{
+	json_t *v = get_opt(obj, key);
+
+	if (given)
+		*given = v != NULL;
+	if (!v)
+		return 0;
+	if (!number_get(v, out))
+		return parse_error(pc, -EINVAL, "field '%s' must be a finite "
+				   "number, not %s", key, json_kind(v));
+	return 0;
+}
+
+/*
+ * "logit_bias": {"<token id>": bias, ...}, OpenAI's shape: keys are token
+ * ids written in decimal.  Checked for form here; ranges (vocabulary,
+ * [-100, 100], the count) by sampling_params_validate().
+ */
+static int parse_logit_bias(const struct parse_ctx *pc, json_t *obj,
+			    struct request *req)
+{
+	json_t *v = get_opt(obj, "logit_bias"), *bias;
+	struct sampling_bias *out;
+	const char *key;
+	size_t n, i = 0;
+
+	if (!v)
+		return 0;
+	if (!json_is_object(v))
+		return parse_error(pc, -EINVAL, "field 'logit_bias' must be an "
+				   "object of token id -> bias, not %s", json_kind(v));
+	n = json_object_size(v);
+	if (n > SAMPLER_MAX_BIAS)
+		return parse_error(pc, -EINVAL, "field 'logit_bias' has %zu "
+				   "entries: at most %u", n, SAMPLER_MAX_BIAS);
+	if (!n)
+		return 0;
+	out = calloc(n, sizeof(*out));
+	if (!out)
+		return parse_error(pc, -ENOMEM, "out of memory");
+	req->sampling.bias = out;
+	json_object_foreach(v, key, bias) {
+		char *end;
+		unsigned long long t;
+
+		errno = 0;
+		t = strtoull(key, &end, 10);
+		if (!*key || *end || key[0] == '-' || key[0] == '+' ||
+		    key[0] == ' ' || errno || t >= pc->lim->vocab)
+			return parse_error(pc, -EINVAL, "logit_bias: key '%.40s' "
+					   "is not a token id in [0, %u)", key,
+					   pc->lim->vocab);
+		out[i].token = (int32_t)t;
+		if (!number_get(bias, &out[i].bias))
+			return parse_error(pc, -EINVAL, "logit_bias[%s]: the bias "
+					   "must be a finite number, not %s", key,
+					   json_kind(bias));
+		i++;
+	}
+	req->sampling.n_bias = (uint32_t)i;
+	return 0;
+}
+
+/*
+ * "logprobs": true/false (chat's form, with "top_logprobs": N) or an
+ * integer N >= 0 (the completions form: the chosen token's logprob and
+ * the N most likely alternatives).
+ */
+static int parse_logprobs(const struct parse_ctx *pc, json_t *obj,
+			  struct request *req)
+{
+	json_t *v = get_opt(obj, "logprobs"), *top = get_opt(obj, "top_logprobs");
+	struct sampling_params *sp = &req->sampling;
+
+	if (v && json_is_boolean(v)) {
+		sp->logprobs = json_is_true(v);
+	} else if (v && json_is_integer(v)) {
+		if (json_integer_value(v) < 0 ||
+		    json_integer_value(v) > SAMPLER_MAX_LOGPROBS)
+			return parse_error(pc, -EINVAL, "field 'logprobs' must be "
+					   "in [0, %u], not %lld", SAMPLER_MAX_LOGPROBS,
+					   (long long)json_integer_value(v));
+		if (top)
+			return parse_error(pc, -EINVAL, "field 'top_logprobs' "
+					   "goes with 'logprobs': true; an integer "
+					   "'logprobs' already says how many");
+		sp->logprobs = true;
+		sp->top_logprobs = (uint32_t)json_integer_value(v);
+		return 0;
+	} else if (v) {
+		return parse_error(pc, -EINVAL, "field 'logprobs' must be true, "
+				   "false or an integer, not %s", json_kind(v));
+	}
+	if (!top)
+		return 0;
+	if (!json_is_integer(top) || json_integer_value(top) < 0 ||
+	    json_integer_value(top) > SAMPLER_MAX_LOGPROBS)
+		return parse_error(pc, -EINVAL, "field 'top_logprobs' must be an "
+				   "integer in [0, %u]", SAMPLER_MAX_LOGPROBS);
+	if (!sp->logprobs && json_integer_value(top))
+		return parse_error(pc, -EINVAL, "field 'top_logprobs' needs "
+				   "'logprobs': true");
+	sp->top_logprobs = (uint32_t)json_integer_value(top);
+	return 0;
+}
+
+/* The sampling fields (docs/DESIGN.md 2.4): temperature, top_p, top_k,
+ * min_p, seed, logit_bias, logprobs, top_logprobs, n. */
+static int parse_sampling(const struct parse_ctx *pc, json_t *obj,
+			  struct request *req)
+{
+	struct sampling_params *sp = &req->sampling;
+	bool given;
+	json_t *v;
+	int rc;
+	char why[160];
+
+	rc = parse_float_field(pc, obj, "temperature", &sp->temperature, &given);
+	if (rc)
+		return rc;
+	if (!given)
+		sp->temperature = pc->lim->default_temperature;
+	if ((rc = parse_float_field(pc, obj, "top_p", &sp->top_p, NULL)) ||
+	    (rc = parse_float_field(pc, obj, "min_p", &sp->min_p, NULL)))
+		return rc;
+	v = get_opt(obj, "top_k");
+	if (v) {
+		/* -1 is "off" in vLLM's and SGLang's APIs; 0 is ours */
+		if (!json_is_integer(v) || json_integer_value(v) < -1 ||
+		    json_integer_value(v) > UINT32_MAX)
+			return parse_error(pc, -EINVAL, "field 'top_k' must be an "
+					   "integer >= 0 (0 or -1: off)");
+		sp->top_k = json_integer_value(v) < 0 ? 0 :
+			    (uint32_t)json_integer_value(v);
+	}
+	v = get_opt(obj, "seed");
+	if (v) {
+		if (!json_is_integer(v) || json_integer_value(v) < 0)
+			return parse_error(pc, -EINVAL, "field 'seed' must be an "
+					   "integer in [0, 2^63)");
+		sp->seed = (uint64_t)json_integer_value(v);
+		req->seed_given = true;
+	}
+	v = get_opt(obj, "n");
+	if (v) {
+		if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+		    json_integer_value(v) > REQUEST_MAX_CHOICES)
+			return parse_error(pc, -EINVAL, "field 'n' must be an "
+					   "integer in [1, %u]", REQUEST_MAX_CHOICES);
+		req->n_choices = (uint32_t)json_integer_value(v);
+	}
+	rc = parse_logit_bias(pc, obj, req);
+	if (!rc)
+		rc = parse_logprobs(pc, obj, req);
+	if (rc)
+		return rc;
+	if (sampling_params_validate(sp, pc->lim->vocab, why, sizeof(why)))
+		return parse_error(pc, -EINVAL, "%s", why);
+	if (request_needs_logits(req) && !pc->lim->has_logits)
+		return parse_error(pc, -EINVAL, "this model gives tokens, not "
+				   "logits: it cannot sample (temperature > 0), "
+				   "apply logit_bias or report logprobs");
+	return 0;
+}
+
 static int parse_fields(const struct parse_ctx *pc, json_t *obj,
 			struct request *req)
 {
@@ -359,6 +543,9 @@ static int parse_fields(const struct parse_ctx *pc, json_t *obj,
 	rc = parse_stops(pc, obj, req);
 	if (rc)
 		return rc;
+	rc = parse_sampling(pc, obj, req);
+	if (rc)
+		return rc;
 
 	v = get_opt(obj, "include_stop");
 	if (v) {
@@ -378,6 +565,14 @@ static int parse_fields(const struct parse_ctx *pc, json_t *obj,
 				   pc->lim->max_context);
 	req->max_tokens = (uint32_t)max_tokens;
 	return 0;
+}
+
+/* What a line that sets no sampling field gets. */
+static void request_defaults(struct request *req, const struct request_limits *lim)
+{
+	req->sampling = SAMPLING_PARAMS_GREEDY;
+	req->sampling.temperature = lim->default_temperature;
+	req->n_choices = 1;
 }
 
 static bool is_blank(const char *s, size_t len)
@@ -402,6 +597,7 @@ int request_parse(const char *line, size_t len, uint64_t line_no,
 
 	memset(req, 0, sizeof(*req));
 	req->line_no = line_no;
+	request_defaults(req, lim);
 	if (err && err_len)
 		err[0] = '\0';
 
@@ -409,8 +605,11 @@ int request_parse(const char *line, size_t len, uint64_t line_no,
 		return parse_error(&pc, -EINVAL,
 				   "empty line is not JSON (expected an object)");
 	rc = request_parse_fast(line, len, lim, req);
-	if (rc == 1)
+	if (rc == 1) {
+		/* the fast path takes no sampling field: the defaults hold */
+		request_defaults(req, lim);
 		return 0;
+	}
 	if (rc < 0)
 		return parse_error(&pc, -ENOMEM, "out of memory");
 	obj = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY,
@@ -450,12 +649,109 @@ void request_release(struct request *req)
 	stop_matcher_destroy(req->stops);
 	free(req->stop_tokens);
 	free(req->stop_lens);
+	free((void *)req->sampling.bias);
 	memset(req, 0, sizeof(*req));
+}
+
+/* A malloc'd copy of n elements of size each (NULL for none). */
+static int dup_array(void **dst, const void *src, size_t n, size_t size)
+{
+	*dst = NULL;
+	if (!n)
+		return 0;
+	*dst = malloc(n * size);
+	if (!*dst)
+		return -ENOMEM;
+	memcpy(*dst, src, n * size);
+	return 0;
+}
+
+int request_clone(struct request *dst, const struct request *src)
+{
+	uint32_t n_stop = 0;
+
+	*dst = *src;
+	dst->id = NULL;
+	dst->prompt = NULL;
+	dst->stops = NULL;
+	dst->stop_tokens = NULL;
+	dst->stop_lens = NULL;
+	dst->sampling.bias = NULL;
+	for (uint32_t i = 0; i < src->n_stop_seqs; i++)
+		n_stop += src->stop_lens[i];
+	if ((src->id && !(dst->id = strdup(src->id))) ||
+	    dup_array((void **)&dst->prompt, src->prompt, src->n_prompt,
+		      sizeof(int32_t)) ||
+	    dup_array((void **)&dst->stop_tokens, src->stop_tokens, n_stop,
+		      sizeof(int32_t)) ||
+	    dup_array((void **)&dst->stop_lens, src->stop_lens, src->n_stop_seqs,
+		      sizeof(uint32_t)) ||
+	    dup_array((void **)&dst->sampling.bias, src->sampling.bias,
+		      src->sampling.n_bias, sizeof(struct sampling_bias)))
+		goto fail;
+	if (src->stops) {
+		const int32_t **seqs = malloc(src->n_stop_seqs * sizeof(*seqs));
+		uint32_t at = 0;
+
+		if (!seqs)
+			goto fail;
+		for (uint32_t i = 0; i < src->n_stop_seqs; i++) {
+			seqs[i] = dst->stop_tokens + at;
+			at += src->stop_lens[i];
+		}
+		dst->stops = stop_matcher_create(seqs, dst->stop_lens,
+						 dst->n_stop_seqs);
+		free(seqs);
+		if (!dst->stops)
+			goto fail;
+	}
+	return 0;
+fail:
+	request_release(dst);
+	return -ENOMEM;
 }
 
 /* ------------------------------------------------------------------------
  * Formatting (the primitives are in json_writer.h)
  */
+
+/* Room for one logprob: "%.9g" of a float, with its sign and exponent. */
+#define LOGPROB_JSON_MAX 20
+
+/* {"token":T,"logprob":L} */
+static char *put_logprob(char *p, const struct sampler_logprob *lp)
+{
+	p = JSON_PUT_LIT(p, "{\"token\":");
+	p = json_put_i32(p, lp->token);
+	p = JSON_PUT_LIT(p, ",\"logprob\":");
+	/* 9 significant digits name a float exactly: a client can compare
+	 * runs bit for bit */
+	p += snprintf(p, LOGPROB_JSON_MAX, "%.9g", (double)lp->logprob);
+	return JSON_PUT_LIT(p, "}");
+}
+
+/* ,"logprobs":[{"token":..,"logprob":..,"top_logprobs":[...]},...] */
+static char *put_logprobs(char *p, const struct result *r)
+{
+	p = JSON_PUT_LIT(p, ",\"logprobs\":[");
+	for (uint32_t i = 0; i < r->n_tokens; i++) {
+		const struct sampler_logprob *e = r->logprobs +
+						  (size_t)i * r->logprob_stride;
+
+		if (i)
+			*p++ = ',';
+		p = put_logprob(p, e);
+		p--;	/* reopen the object for its alternatives */
+		p = JSON_PUT_LIT(p, ",\"top_logprobs\":[");
+		for (uint32_t j = 1; j < r->logprob_stride && e[j].token >= 0; j++) {
+			if (j > 1)
+				*p++ = ',';
+			p = put_logprob(p, &e[j]);
+		}
+		p = JSON_PUT_LIT(p, "]}");
+	}
+	return JSON_PUT_LIT(p, "]");
+}
 
 int result_format(const struct result *r, struct strbuf *out)
 {
@@ -470,8 +766,11 @@ int result_format(const struct result *r, struct strbuf *out)
 		       "n_tokens * JSON_TOKEN_MAX must not wrap");
 	if (b_id == SIZE_MAX || b_fr == SIZE_MAX || b_err == SIZE_MAX)
 		return -ENOMEM;
-	/* 256 covers the field names and the three numbers. */
+	/* 256 covers the field names and the five numbers. */
 	need = 256 + b_id + b_fr + b_err + (size_t)r->n_tokens * JSON_TOKEN_MAX;
+	if (r->logprobs)	/* per entry: {"token":..,"logprob":..} */
+		need += (size_t)r->n_tokens * r->logprob_stride *
+			(JSON_TOKEN_MAX + LOGPROB_JSON_MAX) + 32 * (size_t)r->n_tokens;
 	if (strbuf_reserve(out, need))
 		return -ENOMEM;
 
@@ -492,6 +791,16 @@ int result_format(const struct result *r, struct strbuf *out)
 	p = json_put_u64(p, r->n_generated);
 	p = JSON_PUT_LIT(p, "},\"line\":");
 	p = json_put_u64(p, r->line_no);
+	if (r->n_choices > 1) {
+		p = JSON_PUT_LIT(p, ",\"index\":");
+		p = json_put_u64(p, r->index);
+	}
+	if (r->has_seed) {
+		p = JSON_PUT_LIT(p, ",\"seed\":");
+		p = json_put_u64(p, r->seed);
+	}
+	if (r->logprobs)
+		p = put_logprobs(p, r);
 	if (r->error) {
 		p = JSON_PUT_LIT(p, ",\"error\":");
 		p = json_put_str(p, r->error);

@@ -19,16 +19,23 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "sampler.h"
 #include "strbuf.h"
 
 struct stop_matcher;
 
 #define REQUEST_DEFAULT_MAX_TOKENS 16u
+#define REQUEST_MAX_CHOICES 64u		/* most "n" a request may ask */
+#define REQUEST_MAX_SEED ((uint64_t)INT64_MAX)	/* seeds are [0, 2^63) */
 
 struct request_limits {
 	uint32_t vocab;		/* tokens must be in [0, vocab) */
 	uint32_t max_context;	/* n_prompt + max_tokens must be <= this */
 	bool id_optional;	/* HTTP: the server names a request without one */
+	float default_temperature; /* for a request that sets none (0: greedy;
+				    * serve --default-temperature) */
+	bool has_logits;	/* the model gives logits: sampling, bias and
+				 * logprobs are possible */
 };
 
 struct request {
@@ -45,7 +52,21 @@ struct request {
 	int32_t *stop_tokens;	/* malloc'd, all sequences concatenated */
 	uint32_t *stop_lens;	/* malloc'd, n_stop_seqs lengths */
 	uint32_t n_stop_seqs;
+	/* Sampling (docs/DESIGN.md 2.4); SAMPLING_PARAMS_GREEDY when the
+	 * line sets none of its fields.  sampling.bias is malloc'd, owned. */
+	struct sampling_params sampling;
+	bool seed_given;	/* else the engine picks sampling.seed */
+	uint32_t n_choices;	/* "n": independent samples, >= 1 */
+	uint32_t choice;	/* which of them this is (engine_submit) */
 };
+
+/* Does req need the model's logits (not just its greedy token)?  It does
+ * when it samples, biases or reports logprobs. */
+static inline bool request_needs_logits(const struct request *req)
+{
+	return req->sampling.temperature > 0.0f || req->sampling.n_bias ||
+	       req->sampling.logprobs;
+}
 
 /*
  * Parse one input line (len bytes, no newline needed, need not be
@@ -66,6 +87,12 @@ int request_parse(const char *line, size_t len, uint64_t line_no,
 /* Free every member; req is zeroed.  Accepts a zeroed request. */
 void request_release(struct request *req);
 
+/*
+ * A deep copy of src into *dst (its own id, prompt, stops, bias): one
+ * more choice of the same request.  0 or -ENOMEM (dst zeroed).
+ */
+int request_clone(struct request *dst, const struct request *src);
+
 /* What a finished request reports. */
 struct result {
 	const char *id;		/* NULL is written as JSON null */
@@ -76,13 +103,26 @@ struct result {
 	const char *error;	/* message when finish_reason is "error" */
 	uint32_t n_prompt;	/* usage.prompt_tokens */
 	uint32_t n_generated;	/* usage.completion_tokens (before stop removal) */
+	uint32_t n_choices;	/* the request's n: index is written when > 1 */
+	uint32_t index;		/* which choice this is */
+	bool has_seed;		/* the request sampled: report its seed */
+	uint64_t seed;
+	/* When the request asked for logprobs: per reported token, stride
+	 * entries: [0] the token and its logprob, then its top alternatives
+	 * (token -1 past the last one).  NULL: none asked. */
+	const struct sampler_logprob *logprobs;
+	uint32_t logprob_stride;
 };
 
 /*
  * Append r as one JSON object and a '\n' to out:
  *   {"id":"a","tokens":[1,2],"finish_reason":"length",
  *    "usage":{"prompt_tokens":3,"completion_tokens":2},"line":7}
- * plus "error":"..." when r->error is set.  Strings are escaped as JSON
+ * plus "error":"..." when r->error is set, "index" for a choice of n > 1,
+ * "seed" when the request sampled, and with logprobs
+ *   "logprobs":[{"token":1,"logprob":-0.25,"top_logprobs":[{"token":1,
+ *    "logprob":-0.25},...]},...]
+ * (logprobs printed with 9 significant digits: the float, exactly).  Strings are escaped as JSON
  * requires; valid UTF-8 is kept as is, an invalid byte becomes U+FFFD, so
  * the line is always valid JSON.  0 or -ENOMEM (out unchanged).
  */

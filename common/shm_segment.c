@@ -68,10 +68,18 @@ size_t shm_dispatch_size(uint32_t shard_capacity)
 			  (size_t)shard_capacity * sizeof(struct shm_dispatch_row));
 }
 
-size_t shm_result_size(uint32_t shard_capacity)
+size_t shm_result_rows_size(uint32_t shard_capacity)
 {
 	return round_line(sizeof(struct shm_result) +
 			  (size_t)shard_capacity * sizeof(struct shm_result_row));
+}
+
+/* The rows, then a logprob block per row (written only for the rows
+ * that ask: the pages of an unused block are never touched). */
+size_t shm_result_size(uint32_t shard_capacity)
+{
+	return shm_result_rows_size(shard_capacity) +
+	       round_line((size_t)shard_capacity * sizeof(struct shm_logprobs));
 }
 
 static uint64_t channel_size_for(uint32_t shard_capacity, uint32_t depth)
@@ -105,7 +113,10 @@ static int layout_compute(struct shm_header *hdr, const struct shm_params *p)
 	hdr->channel_size = channel_size_for(hdr->shard_capacity, hdr->ring_depth);
 	hdr->shard_tokens_size = round_up((uint64_t)hdr->shard_capacity *
 					  p->max_context * sizeof(int32_t), SHM_PAGE);
-	hdr->shard_size = hdr->channel_size + hdr->shard_tokens_size;
+	hdr->shard_sampling_size = round_up((uint64_t)hdr->shard_capacity *
+					    sizeof(struct shm_slot_sampling), SHM_PAGE);
+	hdr->shard_size = hdr->channel_size + hdr->shard_tokens_size +
+			  hdr->shard_sampling_size;
 	return 0;
 }
 
@@ -137,6 +148,7 @@ int shm_header_validate(const struct shm_header *hdr, size_t size, char *err,
 	if (layout_compute(&want, &p) || want.off_slots != hdr->off_slots ||
 	    want.channel_size != hdr->channel_size ||
 	    want.shard_tokens_size != hdr->shard_tokens_size ||
+	    want.shard_sampling_size != hdr->shard_sampling_size ||
 	    want.shard_size != hdr->shard_size ||
 	    want.shard_capacity != hdr->shard_capacity ||
 	    want.ring_depth != hdr->ring_depth ||

@@ -93,6 +93,8 @@
  *   offset        size               region         writer
  *   0             channel_size       struct shm_channel + rings  see below
  *   channel_size  shard_tokens_size  token buffers  see above
+ *   + tokens      shard_sampling_size sampling table coordinator
+ *                                    (struct shm_slot_sampling per slot)
  *
  * A channel holds the two single-producer single-consumer rings of the
  * shard: dispatches (coordinator -> worker) and results (worker ->
@@ -118,8 +120,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sampler.h"
+
 #define SHM_MAGIC 0x48435441424e5944ull	/* "DYNBATCH" little-endian */
-#define SHM_LAYOUT_VERSION 5u	/* 5: result rows carry detail (prefill, refusal) */
+#define SHM_LAYOUT_VERSION 6u	/* 6: sampling table, logprob blocks */
 #define SHM_CACHE_LINE 64
 #define SHM_PAGE 4096u
 #define SHM_RING_DEPTH 64u		/* positions per ring, power of two */
@@ -158,7 +162,10 @@ struct shm_header {
 	uint64_t shard_tokens_size;	/* bytes of a shard object's token
 					 * buffers, page multiple */
 	uint64_t shard_size;		/* bytes in a shard object */
-	uint8_t pad0[128 - 88];
+	uint64_t shard_sampling_size;	/* bytes of a shard object's sampling
+					 * table (after its token buffers),
+					 * page multiple */
+	uint8_t pad0[128 - 96];
 	/* SHM_COORD_*: whether the coordinator sleeps in io_uring and for
 	 * which results a worker that has just published one (or adopted a
 	 * dispatch) writes its notification pipe to wake it.  Set and read
@@ -215,6 +222,45 @@ struct shm_result_row {
 	uint32_t detail;		/* PREFILL: prefix tokens the model
 					 * holds now (< n_tokens); REFUSED:
 					 * the enum dynbatch_refusal; else 0 */
+};
+
+/*
+ * The logprobs of one result row, when its request asked for them: the
+ * block of row i of a result follows the rows (shm_result_logprobs()).
+ * Written by the worker, so the coordinator checks every field before it
+ * keeps one (docs/DESIGN.md 7.2).
+ */
+struct shm_logprobs {
+	float logprob;			/* the row's token's */
+	uint32_t n_top;			/* alternatives filled, <= the
+					 * request's top_logprobs */
+	struct sampler_logprob top[SAMPLER_MAX_LOGPROBS];
+};
+
+/*
+ * How the worker picks a slot's tokens (docs/DESIGN.md 2.4): one entry
+ * per slot of the shard, after its token buffers.  Written by the
+ * coordinator when it places a request in the slot (and again for each
+ * new worker), before the dispatch that carries the slot; the worker
+ * copies and validates it once per generation, and a row whose entry
+ * is for another generation or invalid is refused.
+ */
+struct shm_slot_sampling {
+	uint32_t generation;		/* the request the fields are for */
+	uint32_t needs_logits;		/* 0: the model's greedy token, and
+					 * nothing below is read */
+	uint32_t n_prompt;		/* token k sits at n_prompt + k */
+	uint32_t choice;		/* which of the request's n */
+	uint64_t seed;
+	float temperature;
+	float top_p;
+	float min_p;
+	uint32_t top_k;
+	uint32_t logprobs;		/* 1: report logprobs */
+	uint32_t top_logprobs;
+	uint32_t n_bias;
+	uint32_t pad;
+	struct sampling_bias bias[SAMPLER_MAX_BIAS];
 };
 
 /* The row consumed a chunk of its prefix and has no token yet. */
@@ -419,6 +465,29 @@ static inline struct shm_channel *shm_channel_at(const struct shm_segment *seg,
 
 size_t shm_dispatch_size(uint32_t shard_capacity);
 size_t shm_result_size(uint32_t shard_capacity);
+/* Where a result's logprob blocks start: after its rows. */
+size_t shm_result_rows_size(uint32_t shard_capacity);
+
+/* The logprob block of row i of result r. */
+static inline struct shm_logprobs *
+shm_result_logprobs(const struct shm_header *hdr, struct shm_result *r,
+		    uint32_t i)
+{
+	return (struct shm_logprobs *)((char *)r +
+		shm_result_rows_size(hdr->shard_capacity)) + i;
+}
+
+/* The sampling entry of slot (in the shard's object; bounds-checked). */
+static inline struct shm_slot_sampling *
+shm_sampling_at(const struct shm_segment *seg, uint32_t slot)
+{
+	const struct shm_header *hdr = seg->hdr;
+	uint32_t shard = shm_slot_shard(hdr, slot);
+
+	return (struct shm_slot_sampling *)((char *)seg->shard_base[shard] +
+		hdr->channel_size + hdr->shard_tokens_size) +
+		(slot - shm_shard_first_slot(hdr, shard));
+}
 
 static inline struct shm_dispatch *
 shm_dispatch_at(const struct shm_header *hdr, struct shm_channel *ch,

@@ -26,6 +26,8 @@
 static const char *const known_fields[] = {
 	"id", "prompt", "max_tokens", "stop_token", "stop_token_ids",
 	"stop_sequence", "stop_sequences", "include_stop", "stream", "model",
+	"temperature", "top_p", "top_k", "min_p", "seed", "logit_bias",
+	"logprobs", "top_logprobs", "n",
 };
 
 static bool is_ident(char c)
@@ -149,23 +151,108 @@ void completion_request_release(struct completion_request *c)
 
 /* Bytes that bound one answer's fixed text (names, numbers, braces). */
 #define ANSWER_FIXED 384
+/* Per choice: its fixed text; per logprob entry: "token_id:N" twice and
+ * a number. */
+#define CHOICE_FIXED 160
+#define LOGPROB_ENTRY_MAX 64
 
 /* Worst case of everything but the fixed text; SIZE_MAX when absurd. */
-static size_t answer_bound(const struct completion_meta *m, uint32_t n_tokens,
-			   const char *finish_reason)
+static size_t answer_bound(const struct completion_meta *m,
+			   const struct completion_choice *choices, uint32_t n)
 {
 	size_t b_id = json_str_bound(m->id), b_model = json_str_bound(m->model);
-	size_t b_fr = json_str_bound(finish_reason);
+	size_t need;
 
-	if (b_id == SIZE_MAX || b_model == SIZE_MAX || b_fr == SIZE_MAX)
+	if (b_id == SIZE_MAX || b_model == SIZE_MAX)
 		return SIZE_MAX;
-	return ANSWER_FIXED + b_id + b_model + b_fr + (size_t)n_tokens * JSON_TOKEN_MAX;
+	need = ANSWER_FIXED + b_id + b_model;
+	for (uint32_t i = 0; i < n; i++) {
+		size_t b_fr = json_str_bound(choices[i].finish_reason);
+
+		if (b_fr == SIZE_MAX)
+			return SIZE_MAX;
+		need += CHOICE_FIXED + b_fr +
+			(size_t)choices[i].n_tokens * JSON_TOKEN_MAX;
+		if (choices[i].logprobs)
+			need += (size_t)choices[i].n_tokens *
+				(choices[i].logprob_stride + 1) * LOGPROB_ENTRY_MAX;
+	}
+	return need;
+}
+
+static char *put_token_name(char *p, int32_t token)
+{
+	p = JSON_PUT_LIT(p, "\"token_id:");
+	p = json_put_i32(p, token);
+	*p++ = '"';
+	return p;
+}
+
+static char *put_float(char *p, float v)
+{
+	/* 9 significant digits: the float exactly */
+	return p + snprintf(p, 24, "%.9g", (double)v);
+}
+
+/* "logprobs":{...} of one choice (see completion_api.h). */
+static char *put_logprobs(char *p, const struct completion_choice *c)
+{
+	const struct sampler_logprob *e;
+
+	p = JSON_PUT_LIT(p, "\"logprobs\":{\"tokens\":[");
+	for (uint32_t i = 0; i < c->n_tokens; i++) {
+		if (i)
+			*p++ = ',';
+		p = put_token_name(p, c->tokens[i]);
+	}
+	p = JSON_PUT_LIT(p, "],\"token_logprobs\":[");
+	for (uint32_t i = 0; i < c->n_tokens; i++) {
+		if (i)
+			*p++ = ',';
+		p = put_float(p, c->logprobs[(size_t)i * c->logprob_stride].logprob);
+	}
+	p = JSON_PUT_LIT(p, "],\"top_logprobs\":[");
+	for (uint32_t i = 0; i < c->n_tokens; i++) {
+		e = c->logprobs + (size_t)i * c->logprob_stride;
+		if (i)
+			*p++ = ',';
+		*p++ = '{';
+		for (uint32_t j = 1; j < c->logprob_stride && e[j].token >= 0; j++) {
+			if (j > 1)
+				*p++ = ',';
+			p = put_token_name(p, e[j].token);
+			*p++ = ':';
+			p = put_float(p, e[j].logprob);
+		}
+		*p++ = '}';
+	}
+	return JSON_PUT_LIT(p, "]}");
+}
+
+static char *put_choice(char *p, const struct completion_choice *c)
+{
+	p = JSON_PUT_LIT(p, "{\"index\":");
+	p = json_put_u64(p, c->index);
+	p = JSON_PUT_LIT(p, ",\"text\":\"\",\"token_ids\":[");
+	for (uint32_t i = 0; i < c->n_tokens; i++) {
+		if (i)
+			*p++ = ',';
+		p = json_put_i32(p, c->tokens[i]);
+	}
+	p = JSON_PUT_LIT(p, "],\"finish_reason\":");
+	p = json_put_str(p, c->finish_reason);
+	*p++ = ',';
+	if (c->logprobs)
+		p = put_logprobs(p, c);
+	else
+		p = JSON_PUT_LIT(p, "\"logprobs\":null");
+	*p++ = '}';
+	return p;
 }
 
 /* The object both answer shapes share, up to and excluding its last '}'. */
 static char *put_answer(char *p, const struct completion_meta *m,
-			const int32_t *tokens, uint32_t n_tokens,
-			const char *finish_reason,
+			const struct completion_choice *choices, uint32_t n,
 			const struct completion_usage *usage)
 {
 	p = JSON_PUT_LIT(p, "{\"id\":");
@@ -174,15 +261,13 @@ static char *put_answer(char *p, const struct completion_meta *m,
 	p = json_put_u64(p, m->created);
 	p = JSON_PUT_LIT(p, ",\"model\":");
 	p = json_put_str(p, m->model);
-	p = JSON_PUT_LIT(p, ",\"choices\":[{\"index\":0,\"text\":\"\",\"token_ids\":[");
-	for (uint32_t i = 0; i < n_tokens; i++) {
+	p = JSON_PUT_LIT(p, ",\"choices\":[");
+	for (uint32_t i = 0; i < n; i++) {
 		if (i)
 			*p++ = ',';
-		p = json_put_i32(p, tokens[i]);
+		p = put_choice(p, &choices[i]);
 	}
-	p = JSON_PUT_LIT(p, "],\"finish_reason\":");
-	p = json_put_str(p, finish_reason);
-	p = JSON_PUT_LIT(p, ",\"logprobs\":null}]");
+	*p++ = ']';
 	if (usage) {
 		p = JSON_PUT_LIT(p, ",\"usage\":{\"prompt_tokens\":");
 		p = json_put_u64(p, usage->prompt_tokens);
@@ -196,42 +281,45 @@ static char *put_answer(char *p, const struct completion_meta *m,
 	return p;
 }
 
-static int format_answer(struct strbuf *out, const struct completion_meta *m,
-			 const int32_t *tokens, uint32_t n_tokens,
-			 const char *finish_reason,
-			 const struct completion_usage *usage, bool event)
+int completion_format(struct strbuf *out, const struct completion_meta *m,
+		      const struct completion_choice *choices,
+		      uint32_t n_choices, const struct completion_usage *usage,
+		      bool has_seed, uint64_t seed)
 {
-	size_t need = answer_bound(m, n_tokens, finish_reason);
+	size_t need = answer_bound(m, choices, n_choices);
 	char *p;
 
 	if (need == SIZE_MAX || strbuf_reserve(out, need))
 		return -ENOMEM;
 	p = out->data + out->len;
-	if (event)
-		p = JSON_PUT_LIT(p, "data: ");
-	p = put_answer(p, m, tokens, n_tokens, finish_reason, usage);
+	p = put_answer(p, m, choices, n_choices, usage);
+	if (has_seed) {
+		p = JSON_PUT_LIT(p, ",\"seed\":");
+		p = json_put_u64(p, seed);
+	}
 	*p++ = '}';
-	if (event)
-		p = JSON_PUT_LIT(p, "\n\n");
 	*p = '\0';
 	out->len = (size_t)(p - out->data);
 	return 0;
 }
 
-int completion_format(struct strbuf *out, const struct completion_meta *m,
-		      const int32_t *tokens, uint32_t n_tokens,
-		      const char *finish_reason,
-		      const struct completion_usage *usage)
-{
-	return format_answer(out, m, tokens, n_tokens, finish_reason, usage, false);
-}
-
 int completion_format_event(struct strbuf *out, const struct completion_meta *m,
-			    const int32_t *tokens, uint32_t n_tokens,
-			    const char *finish_reason,
+			    const struct completion_choice *choice,
 			    const struct completion_usage *usage)
 {
-	return format_answer(out, m, tokens, n_tokens, finish_reason, usage, true);
+	size_t need = answer_bound(m, choice, 1);
+	char *p;
+
+	if (need == SIZE_MAX || strbuf_reserve(out, need))
+		return -ENOMEM;
+	p = out->data + out->len;
+	p = JSON_PUT_LIT(p, "data: ");
+	p = put_answer(p, m, choice, 1, usage);
+	*p++ = '}';
+	p = JSON_PUT_LIT(p, "\n\n");
+	*p = '\0';
+	out->len = (size_t)(p - out->data);
+	return 0;
 }
 
 int api_format_error(struct strbuf *out, const char *message, const char *type,

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "request.h"
+#include "sampler.h"
 #include "strbuf.h"
 
 /*
@@ -57,20 +58,37 @@ struct completion_usage {
 	uint32_t completion_tokens;	/* generated, stop tokens included */
 };
 
-/* The whole non-streaming answer: a "text_completion" object. */
+/*
+ * One choice of an answer (or its new part, in an event).  logprobs,
+ * when not NULL, has n_tokens entries of logprob_stride (request.h's
+ * struct result) and is written in the completions shape, each token
+ * named "token_id:<id>" (there is no text):
+ *   "logprobs":{"tokens":[..],"token_logprobs":[..],
+ *               "top_logprobs":[{"token_id:7":-0.5,..},..]}
+ */
+struct completion_choice {
+	uint32_t index;
+	const int32_t *tokens;
+	uint32_t n_tokens;
+	const char *finish_reason;	/* NULL: JSON null (not the end yet) */
+	const struct sampler_logprob *logprobs;
+	uint32_t logprob_stride;
+};
+
+/* The whole non-streaming answer: a "text_completion" object with
+ * n_choices choices; "seed" when has_seed (the request sampled). */
 int completion_format(struct strbuf *out, const struct completion_meta *m,
-		      const int32_t *tokens, uint32_t n_tokens,
-		      const char *finish_reason,
-		      const struct completion_usage *usage);
+		      const struct completion_choice *choices,
+		      uint32_t n_choices, const struct completion_usage *usage,
+		      bool has_seed, uint64_t seed);
 
 /*
- * One Server-Sent Event "data: {...}\n\n" with these new tokens.
- * finish_reason is NULL (JSON null) until the last event, which also
- * carries usage (pass NULL before).
+ * One Server-Sent Event "data: {...}\n\n" with the new tokens of one
+ * choice.  Its finish_reason is NULL until the choice's last event;
+ * usage (NULL before) comes with the last event of the last choice.
  */
 int completion_format_event(struct strbuf *out, const struct completion_meta *m,
-			    const int32_t *tokens, uint32_t n_tokens,
-			    const char *finish_reason,
+			    const struct completion_choice *choice,
 			    const struct completion_usage *usage);
 
 /*

@@ -66,6 +66,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -85,6 +86,7 @@
 #include "request.h"
 #include "request_pool.h"
 #include "shm_segment.h"
+#include "sim_model.h"
 #include "slot_table.h"
 #include "stats.h"
 #include "stop_matcher.h"
@@ -168,6 +170,24 @@ void engine_unplace(struct engine *e, uint32_t handle,
 	}
 }
 
+/* Free the ended choice handle, taking it out of its ring of choices;
+ * if it held the request's id, a live choice takes the id over. */
+static void engine_leave_ring(struct engine *e, uint32_t handle,
+			      struct live_request *lr)
+{
+	uint32_t next = lr->next_choice, prev = handle;
+	bool held = lr->id_held;
+
+	while (request_pool_get(&e->pool, prev)->next_choice != handle)
+		prev = request_pool_get(&e->pool, prev)->next_choice;
+	request_pool_get(&e->pool, prev)->next_choice = next;
+	request_pool_free(&e->pool, handle);	/* drops the id if held */
+	if (held && next != handle) {
+		request_pool_get(&e->pool, next)->id_held = true;
+		request_pool_add_id(&e->pool, next);
+	}
+}
+
 /*
  * Answer live request handle (the front end's on_finish) and release it
  * and whatever place it holds.  The only way a live request ends, so each
@@ -204,6 +224,9 @@ void engine_finish(struct engine *e, uint32_t handle,
 		.tokens = tokens,
 		.n_tokens = n,
 		.n_generated = lr->n_generated,
+		.logprobs = lr->logprobs,
+		.has_seed = lr->req.sampling.temperature > 0.0f,
+		.seed = lr->req.sampling.seed,
 	};
 	e->fe.ops->on_finish(e->fe.ctx, lr->cookie, &result);
 	/* latency of requests that ran (max_tokens 0 never did) */
@@ -212,7 +235,7 @@ void engine_finish(struct engine *e, uint32_t handle,
 		histogram_record(&e->request_hist, now - lr->admitted_ns);
 	}
 	engine_unplace(e, handle, lr, now);
-	request_pool_free(&e->pool, handle);
+	engine_leave_ring(e, handle, lr);
 }
 
 /* Answer the requests that have nothing to generate (max_tokens 0), in
@@ -279,12 +302,28 @@ static void engine_release_final(struct engine *e, struct live_request *lr)
 	tokens = lr->generated ? lr->generated :
 		 slot_table_tokens(&e->slots, lr->slot) + lr->req.n_prompt;
 	e->fe.ops->on_tokens(e->fe.ctx, lr->cookie, &lr->req, tokens + lr->n_final,
+			     lr->logprobs ? lr->logprobs + (size_t)lr->n_final *
+			     (1 + lr->req.sampling.top_logprobs) : NULL,
 			     final - lr->n_final);
 	lr->n_final = final;
 }
 
 /* Commit one validated token to the request in slot; finish it if done. */
-void engine_commit_token(struct engine *e, uint32_t slot, int32_t token)
+/* Keep the logprobs of the request's newest token (entry n_generated). */
+static void engine_keep_logprobs(struct live_request *lr, int32_t token,
+				 const struct shm_logprobs *lp)
+{
+	uint32_t stride = 1 + lr->req.sampling.top_logprobs;
+	struct sampler_logprob *e = lr->logprobs + (size_t)lr->n_generated * stride;
+
+	e[0] = (struct sampler_logprob){ token, lp->logprob };
+	for (uint32_t j = 0; j + 1 < stride; j++)
+		e[1 + j] = j < lp->n_top ? lp->top[j] :
+			   (struct sampler_logprob){ -1, 0.0f };
+}
+
+void engine_commit_token(struct engine *e, uint32_t slot, int32_t token,
+			 const struct shm_logprobs *lp)
 {
 	uint32_t handle = e->slots.slots[slot].request_handle;
 	struct live_request *lr = request_pool_get(&e->pool, handle);
@@ -300,6 +339,8 @@ void engine_commit_token(struct engine *e, uint32_t slot, int32_t token)
 	}
 	if (lr->generated)
 		lr->generated[lr->n_generated] = token;
+	if (lr->logprobs)
+		engine_keep_logprobs(lr, token, lp);
 	if (!lr->n_generated)
 		histogram_record(&e->ttft_hist, clock_now_ns() - lr->admitted_ns);
 	lr->n_generated++;
@@ -328,6 +369,12 @@ void engine_refuse(struct engine *e, uint32_t slot, uint32_t why)
 			"the sequence is longer than the model can hold",
 		[DYNBATCH_REFUSE_TOKEN] = "the model refused the request: "
 			"a token it cannot embed",
+		[RUNNER_REFUSE_ALL_BANNED] = "no token can be sampled: "
+			"logit_bias (or the model) bans every token",
+		[RUNNER_REFUSE_NO_LOGITS] = "the model gives no logits: it "
+			"cannot sample, apply logit_bias or report logprobs",
+		[RUNNER_REFUSE_SAMPLING] = "the worker found the request's "
+			"sampling fields damaged",
 	};
 	uint32_t handle = e->slots.slots[slot].request_handle;
 
@@ -509,6 +556,8 @@ static void engine_teardown(struct engine *e)
 	free(e->inproc_step);
 	free(e->inproc_outcomes);
 	free(e->inproc_rows);
+	free(e->inproc_sampled);
+	free(e->inproc_logprobs);
 	model_runner_destroy(e->runner);
 	model_close(e->model);
 }
@@ -620,13 +669,19 @@ static int engine_setup(struct engine *e)
 	e->inproc_step = calloc(cfg->n_slots, sizeof(*e->inproc_step));
 	e->inproc_outcomes = calloc(cfg->n_slots, sizeof(*e->inproc_outcomes));
 	e->inproc_rows = calloc(cfg->n_slots, sizeof(*e->inproc_rows));
+	e->inproc_sampled = calloc(cfg->n_slots, sizeof(*e->inproc_sampled));
+	e->inproc_logprobs = calloc(cfg->n_slots, sizeof(*e->inproc_logprobs));
 	e->resume = calloc(e->pool.capacity, sizeof(uint32_t));
 	e->at_once = calloc(e->pool.capacity, sizeof(uint32_t));
 	if (!e->resume || !e->at_once || !e->slot_freed_ns || !e->slot_drain ||
 	    !e->slot_limit || !e->slot_prefilled || !e->inproc_step ||
-	    !e->inproc_outcomes ||
+	    !e->inproc_outcomes || !e->inproc_sampled || !e->inproc_logprobs ||
 	    !e->inproc_rows)
 		goto nomem;
+	/* seeds the engine picks: a new sequence every run */
+	if (getrandom(&e->seed_state, sizeof(e->seed_state), 0) !=
+	    sizeof(e->seed_state))
+		e->seed_state = clock_now_ns() ^ ((uint64_t)getpid() << 32);
 	if (e->in_process) {
 		char err[256];
 
@@ -727,28 +782,25 @@ void engine_destroy(struct engine *e)
  * The front ends' side (engine.h, frontend.h)
  * ---------------------------------------------------------------------- */
 
-int engine_submit(struct engine *e, struct request *req, uint64_t cookie,
-		  uint32_t *handle)
+/* A seed for a request that samples without one: from the run's random
+ * start (engine_setup), never repeating within the run. */
+static uint64_t engine_new_seed(struct engine *e)
 {
-	struct live_request *lr;
-	uint32_t h;
+	return sim_splitmix64(&e->seed_state) & REQUEST_MAX_SEED;
+}
 
-	if (e->n_signals || e->failed)
-		return -ESHUTDOWN;
-	if (e->workers_lost && req->max_tokens)	/* 0 needs no worker */
-		return -EIO;
-	if (request_pool_find_id(&e->pool, req->id) != REQUEST_NONE)
-		return -EEXIST;
-	if (wait_queue_full(&e->queue) || request_pool_full(&e->pool))
-		return -EAGAIN;
-	h = request_pool_alloc(&e->pool);
-	lr = request_pool_get(&e->pool, h);
+/* Admit one choice (req moved into the pool); its handle. */
+static uint32_t engine_admit(struct engine *e, struct request *req,
+			     uint64_t cookie, uint64_t now)
+{
+	uint32_t h = request_pool_alloc(&e->pool);
+	struct live_request *lr = request_pool_get(&e->pool, h);
+
 	lr->req = *req;
 	memset(req, 0, sizeof(*req));
 	lr->cookie = cookie;
-	lr->admitted_ns = clock_now_ns();
-	request_pool_add_id(&e->pool, h);
-	e->n_prompt_tokens += lr->req.n_prompt;
+	lr->admitted_ns = now;
+	lr->next_choice = h;
 	if (lr->req.max_tokens) {
 		wait_queue_push(&e->queue, h);
 	} else {
@@ -757,14 +809,122 @@ int engine_submit(struct engine *e, struct request *req, uint64_t cookie,
 		lr->place = LIVE_AT_ONCE;
 		e->at_once[e->n_at_once++] = h;	/* room: one per live request */
 	}
-	*handle = h;
-	return 0;
+	return h;
+}
+
+/* The logprob rows of a request that asked for them (NULL otherwise);
+ * -ENOMEM. */
+static int engine_alloc_logprobs(const struct request *req,
+				 struct sampler_logprob **out)
+{
+	*out = NULL;
+	if (!req->sampling.logprobs || !req->max_tokens)
+		return 0;
+	*out = calloc((size_t)req->max_tokens * (1 + req->sampling.top_logprobs),
+		      sizeof(**out));
+	return *out ? 0 : -ENOMEM;
+}
+
+int engine_submit(struct engine *e, struct request *req, uint64_t cookie,
+		  uint32_t *handles)
+{
+	uint32_t n = req->n_choices ? req->n_choices : 1;
+	struct request *copies = NULL;
+	struct sampler_logprob **lps = NULL;
+	uint64_t now = clock_now_ns();
+	int ret = -ENOMEM;
+
+	if (e->n_signals || e->failed)
+		return -ESHUTDOWN;
+	if (e->workers_lost && req->max_tokens)	/* 0 needs no worker */
+		return -EIO;
+	if (request_pool_find_id(&e->pool, req->id) != REQUEST_NONE)
+		return -EEXIST;
+	if (n > e->pool.capacity - e->cfg->n_slots)
+		return -E2BIG;		/* would never fit the queue */
+	if (wait_queue_len(&e->queue) + n > e->queue.capacity ||
+	    e->pool.n_free < n)
+		return -EAGAIN;
+	if (req->sampling.temperature > 0.0f && !req->seed_given) {
+		req->sampling.seed = engine_new_seed(e);
+		req->seed_given = true;	/* the choices share it */
+	}
+	req->n_choices = n;
+	/* every allocation first: the choices are admitted all or none */
+	copies = calloc(n, sizeof(*copies));
+	lps = calloc(n, sizeof(*lps));
+	if (!copies || !lps)
+		goto out;
+	for (uint32_t i = 1; i < n; i++) {
+		if (request_clone(&copies[i], req))
+			goto out;
+		copies[i].choice = i;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		if (engine_alloc_logprobs(req, &lps[i]))
+			goto out;
+	copies[0] = *req;
+	memset(req, 0, sizeof(*req));
+	for (uint32_t i = 0; i < n; i++) {
+		struct live_request *lr;
+
+		handles[i] = engine_admit(e, &copies[i], cookie, now);
+		lr = request_pool_get(&e->pool, handles[i]);
+		lr->logprobs = lps[i];
+		lps[i] = NULL;
+		e->n_prompt_tokens += lr->req.n_prompt;
+		if (i) {	/* into the ring after choice i - 1 */
+			struct live_request *prev =
+				request_pool_get(&e->pool, handles[i - 1]);
+
+			lr->next_choice = prev->next_choice;
+			prev->next_choice = handles[i];
+		}
+	}
+	request_pool_get(&e->pool, handles[0])->id_held = true;
+	request_pool_add_id(&e->pool, handles[0]);
+	ret = 0;
+out:
+	if (ret) {
+		for (uint32_t i = 1; copies && i < n; i++)
+			request_release(&copies[i]);
+	}
+	for (uint32_t i = 0; lps && i < n; i++)
+		free(lps[i]);
+	free(lps);
+	free(copies);
+	return ret;
+}
+
+/* Apply fn to every live choice of the request handle names. */
+static void engine_each_choice(struct engine *e, uint32_t handle,
+			       void (*fn)(struct engine *, uint32_t))
+{
+	uint32_t ring[REQUEST_MAX_CHOICES], n = 0;
+	struct live_request *lr = request_pool_get(&e->pool, handle);
+
+	if (!lr)
+		return;
+	/* the ring first: fn may end a choice and so change it */
+	for (uint32_t h = handle; n < REQUEST_MAX_CHOICES; ) {
+		ring[n++] = h;
+		h = request_pool_get(&e->pool, h)->next_choice;
+		if (h == handle)
+			break;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		fn(e, ring[i]);
+}
+
+static void engine_cancel_one(struct engine *e, uint32_t handle)
+{
+	if (request_pool_get(&e->pool, handle))
+		engine_finish(e, handle, FINISH_CANCELLED, "the client went away");
 }
 
 void engine_cancel(struct engine *e, uint32_t handle)
 {
-	if (request_pool_get(&e->pool, handle))
-		engine_finish(e, handle, FINISH_CANCELLED, "the client went away");
+	engine_each_choice(e, handle, engine_cancel_one);
 }
 
 /* Keep a copy of the tokens the request has in its slot (in-process,
@@ -779,7 +939,7 @@ static int engine_copy_generated(struct engine *e, struct live_request *lr)
 	return 0;
 }
 
-void engine_pause(struct engine *e, uint32_t handle)
+static void engine_pause_one(struct engine *e, uint32_t handle)
 {
 	struct live_request *lr = request_pool_get(&e->pool, handle);
 
@@ -799,7 +959,7 @@ void engine_pause(struct engine *e, uint32_t handle)
 	lr->place = LIVE_PAUSED;
 }
 
-void engine_resume(struct engine *e, uint32_t handle)
+static void engine_resume_one(struct engine *e, uint32_t handle)
 {
 	struct live_request *lr = request_pool_get(&e->pool, handle);
 
@@ -807,6 +967,16 @@ void engine_resume(struct engine *e, uint32_t handle)
 		return;
 	lr->place = LIVE_RESUMING;
 	e->resume[e->n_resume++] = handle;	/* room: one per live request */
+}
+
+void engine_pause(struct engine *e, uint32_t handle)
+{
+	engine_each_choice(e, handle, engine_pause_one);
+}
+
+void engine_resume(struct engine *e, uint32_t handle)
+{
+	engine_each_choice(e, handle, engine_resume_one);
 }
 
 void engine_quiet_workers(struct engine *e)
@@ -829,6 +999,11 @@ uint32_t engine_n_waiting(const struct engine *e)
 uint32_t engine_max_context(const struct engine *e)
 {
 	return e->max_context;
+}
+
+bool engine_has_logits(const struct engine *e)
+{
+	return e->has_logits;
 }
 
 uint32_t engine_vocab(const struct engine *e)

@@ -101,16 +101,21 @@ void engine_destroy(struct engine *e);
 
 /*
  * Admit req (req->id set) for the front end's cookie.  On 0 the engine
- * owns req (it is left zeroed) and *handle names the live request; its
- * answer comes through on_finish, later, never from inside this call.
- * Otherwise req is untouched: -EAGAIN the waiting queue is full, -EEXIST
- * a live request has this id, -ESHUTDOWN the engine is draining or has
- * failed, -EIO no worker can be kept alive.
+ * owns req (it is left zeroed) and handles[0 .. req->n_choices) name the
+ * live requests, one per choice (choice i is a copy of req with choice
+ * i, each answered through on_finish on its own: later, never from
+ * inside this call).  A request that samples without a seed gets one
+ * here, shared by its choices.  Otherwise req is untouched: -EAGAIN the
+ * waiting queue has no room for every choice, -EEXIST a live request
+ * has this id, -ESHUTDOWN the engine is draining or has failed, -EIO no
+ * worker can be kept alive, -E2BIG more choices than the queue holds,
+ * -ENOMEM.
  */
 int engine_submit(struct engine *e, struct request *req, uint64_t cookie,
-		  uint32_t *handle);
+		  uint32_t *handles);
 /* The client is gone: finish the request as cancelled (its slot is freed
- * and refilled; a result still in flight for it is stale). */
+ * and refilled; a result still in flight for it is stale).  Pause,
+ * resume and cancel act on every live choice of handle's request. */
 void engine_cancel(struct engine *e, uint32_t handle);
 /* The client's output buffer is full: give up the slot, keep the tokens. */
 void engine_pause(struct engine *e, uint32_t handle);
@@ -125,6 +130,8 @@ bool engine_has_room(const struct engine *e);
 /* Requests waiting for a slot. */
 uint32_t engine_n_waiting(const struct engine *e);
 /* The model's vocabulary size (token ids are below it). */
+/* Does the model give logits (may requests sample, bias, get logprobs)? */
+bool engine_has_logits(const struct engine *e);
 uint32_t engine_vocab(const struct engine *e);
 
 /* The most tokens in one sequence (--max-context, or the model's). */

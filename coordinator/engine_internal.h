@@ -137,6 +137,7 @@ struct engine {
 	const struct engine_config *cfg;
 	struct model *model;
 	uint32_t vocab;
+	bool has_logits;		/* requests may sample (model_has_logits) */
 	uint32_t max_context;		/* resolved: engine_set_max_context() */
 	char *worker_spec;		/* --model for workers: pinned to the
 					 * file we opened (model_worker_spec()) */
@@ -177,6 +178,10 @@ struct engine {
 	struct runner_row *inproc_step;
 	struct runner_result *inproc_outcomes;
 	struct shm_result_row *inproc_rows;
+	struct sampler_result *inproc_sampled;	/* rows that report logprobs */
+	struct shm_logprobs *inproc_logprobs;	/* and those, as a worker's */
+	uint64_t seed_state;		/* seeds for requests that sample
+					 * without one (engine_submit) */
 	struct engine_stats stats;
 	uint32_t *at_once;		/* AT_ONCE handles (max_tokens 0), oldest
 					 * first: finished on the next round */
@@ -213,9 +218,11 @@ void engine_fail(struct engine *e, const char *fmt, ...)
  * its place: a slot goes back through shard_drop_slot(). */
 void engine_finish(struct engine *e, uint32_t handle,
 		   enum finish_reason reason, const char *error);
-/* Commit a validated token to the request in slot, release the tokens
- * that became final, and finish the request if it is done. */
-void engine_commit_token(struct engine *e, uint32_t slot, int32_t token);
+/* Commit a validated token (and, when its request asked, its checked
+ * logprobs lp) to the request in slot, release the tokens that became
+ * final, and finish the request if it is done. */
+void engine_commit_token(struct engine *e, uint32_t slot, int32_t token,
+			 const struct shm_logprobs *lp);
 /* The model refused the request in slot (why: enum dynbatch_refusal, any
  * value: it comes from a worker): answer it with an error naming why. */
 void engine_refuse(struct engine *e, uint32_t slot, uint32_t why);

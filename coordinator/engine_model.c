@@ -59,6 +59,7 @@ int engine_open_model(struct engine *e)
 					&probe, err, sizeof(err));
 		if (!ret) {
 			e->vocab = probe.vocab;
+			e->has_logits = probe.logits;
 			e->worker_spec = strdup(spec);
 			if (!e->worker_spec) {
 				fprintf(stderr, "dynbatch: out of memory\n");
@@ -77,6 +78,7 @@ int engine_open_model(struct engine *e)
 		return ENGINE_EXIT_USAGE;
 	}
 	e->vocab = model_vocab(e->model);
+	e->has_logits = model_has_logits(e->model);
 	e->worker_spec = model_worker_spec(e->model, spec);
 	ret = e->worker_spec ? engine_set_max_context(e, model_max_context(e->model)) :
 			       ENGINE_EXIT_FAILED;

@@ -60,6 +60,12 @@ struct frontend_result {
 	uint32_t n_tokens;
 	uint32_t n_generated;		/* tokens generated, a matched stop
 					 * included (usage) */
+	/* req->sampling.logprobs: per token of tokens[], 1 +
+	 * req->sampling.top_logprobs entries (request.h's struct result);
+	 * else NULL */
+	const struct sampler_logprob *logprobs;
+	bool has_seed;			/* it sampled: seed is the one used */
+	uint64_t seed;
 };
 
 struct frontend_ops {
@@ -73,7 +79,8 @@ struct frontend_ops {
 	 * the rest).  May be NULL: the engine then skips the work.
 	 */
 	void (*on_tokens)(void *ctx, uint64_t cookie, const struct request *req,
-			  const int32_t *tokens, uint32_t n);
+			  const int32_t *tokens,
+			  const struct sampler_logprob *logprobs, uint32_t n);
 	/* The request ended; the last call for its cookie.  Required. */
 	void (*on_finish)(void *ctx, uint64_t cookie,
 			  const struct frontend_result *r);

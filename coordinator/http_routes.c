@@ -151,6 +151,31 @@ static void route_health(struct http_server *srv, struct conn *c)
 	respond(srv, c, ok ? 200 : 503, "application/json", NULL);
 }
 
+/* A new request of n choices on c: nothing sent, nothing kept. */
+static void conn_choices_start(struct conn *c, uint32_t n)
+{
+	struct conn_choices *ch = &c->ch;
+
+	c->handle = ch->handles[0];
+	ch->n = n;
+	ch->n_done = 0;
+	ch->n_generated = 0;
+	ch->failed = false;
+	memset(ch->n_sent, 0, n * sizeof(ch->n_sent[0]));
+	ch->kept = NULL;
+}
+
+/* Free what a non-streaming answer of n > 1 choices kept. */
+void conn_choices_free(struct conn_choices *ch)
+{
+	for (uint32_t i = 0; ch->kept && i < ch->n; i++) {
+		free(ch->kept[i].tokens);
+		free(ch->kept[i].logprobs);
+	}
+	free(ch->kept);
+	ch->kept = NULL;
+}
+
 /* Append s as a JSON string (escaped); 0 or -ENOMEM. */
 static int append_json_str(struct strbuf *out, const char *s)
 {
@@ -197,6 +222,7 @@ static void route_completions(struct http_server *srv, struct conn *c)
 	const char *param;
 	char err[512];
 	size_t before;
+	uint32_t n_choices;
 	int ret;
 
 	ret = completion_parse(body->len ? body->data : "", body->len, &srv->lim,
@@ -217,7 +243,8 @@ static void route_completions(struct http_server *srv, struct conn *c)
 		}
 	}
 	c->req_serial++;
-	ret = engine_submit(srv->e, &cr.req, cookie_of(srv, c), &c->handle);
+	n_choices = cr.req.n_choices;
+	ret = engine_submit(srv->e, &cr.req, cookie_of(srv, c), c->ch.handles);
 	switch (ret) {
 	case 0:
 		break;
@@ -238,13 +265,17 @@ static void route_completions(struct http_server *srv, struct conn *c)
 		respond_error(srv, c, 503, "the server is shutting down",
 			      "server_error", NULL, NULL);
 		goto out;
+	case -E2BIG:
+		respond_error(srv, c, 400, "n is more than the server's waiting "
+			      "queue holds", "invalid_request_error", "n", NULL);
+		goto out;
 	default:
 		respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);
 		goto out;
 	}
 	c->busy = true;
 	c->stream = cr.stream;
-	c->n_sent = 0;
+	conn_choices_start(c, n_choices);
 	c->created = (uint64_t)time(NULL);
 	c->request_start_ns = 0;
 	if (c->stream) {
@@ -344,26 +375,31 @@ static void conn_drop_later(struct http_server *srv, struct conn *c)
 	conn_mark(srv, c);
 }
 
-/* n more tokens of the request are final: one event. */
+/* n more tokens of one choice are final: one event. */
 void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req,
-		    const int32_t *tokens, uint32_t n)
+		    const int32_t *tokens, const struct sampler_logprob *logprobs,
+		    uint32_t n)
 {
 	struct http_server *srv = ctx;
 	struct conn *c = conn_of_cookie(srv, cookie);
 	struct completion_meta m;
+	struct completion_choice one;
 	size_t before;
 
-	if (!c || !c->stream || c->drop_due)
+	if (!c || !c->stream || c->drop_due || req->choice >= c->ch.n)
 		return;
 	m = (struct completion_meta){ req->id, c->created, srv->cfg->model_name };
+	one = (struct completion_choice){ .index = req->choice, .tokens = tokens,
+		.n_tokens = n, .logprobs = logprobs,
+		.logprob_stride = 1 + req->sampling.top_logprobs };
 	srv->body.len = 0;
 	before = conn_buffered(c);
-	if (completion_format_event(&srv->body, &m, tokens, n, NULL, NULL) ||
+	if (completion_format_event(&srv->body, &m, &one, NULL) ||
 	    put_chunk(&c->out.fill, &srv->body)) {
 		conn_drop_later(srv, c);
 		return;
 	}
-	c->n_sent += n;
+	c->ch.n_sent[req->choice] += n;
 	conn_note_output(c, before);
 	conn_mark(srv, c);
 	if (!c->paused && conn_buffered(c) >= srv->cfg->conn_buffer) {
@@ -373,21 +409,28 @@ void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req,
 	}
 }
 
-/* The last event of a stream, [DONE] and the end of the chunked body. */
+/* The last event of one choice of a stream; after the last choice's,
+ * [DONE] and the end of the chunked body. */
 static int stream_finish(struct http_server *srv, struct conn *c,
 			 const struct frontend_result *r, const char *error)
 {
 	struct completion_meta m = { r->req->id, c->created, srv->cfg->model_name };
-	struct completion_usage u = { r->req->n_prompt, r->n_generated };
-	uint32_t n = r->n_tokens;
+	struct completion_usage u = { r->req->n_prompt, c->ch.n_generated };
+	uint32_t n = r->n_tokens, choice = r->req->choice;
+	bool last = c->ch.n_done == c->ch.n;
 
 	srv->body.len = 0;
 	if (r->reason == FINISH_STOP || r->reason == FINISH_LENGTH) {
-		uint32_t from = c->n_sent < n ? c->n_sent : n;
+		uint32_t from = c->ch.n_sent[choice] < n ? c->ch.n_sent[choice] : n;
+		uint32_t stride = 1 + r->req->sampling.top_logprobs;
+		struct completion_choice one = { .index = choice,
+			.tokens = r->tokens ? r->tokens + from : NULL,
+			.n_tokens = n - from,
+			.finish_reason = finish_reason_names[r->reason],
+			.logprobs = r->logprobs ? r->logprobs + (size_t)from * stride : NULL,
+			.logprob_stride = stride };
 
-		if (completion_format_event(&srv->body, &m,
-					    r->tokens ? r->tokens + from : NULL, n - from,
-					    finish_reason_names[r->reason], &u))
+		if (completion_format_event(&srv->body, &m, &one, last ? &u : NULL))
 			return -1;
 	} else {
 		if (strbuf_append(&srv->body, "data: ", 6) ||
@@ -396,15 +439,100 @@ static int stream_finish(struct http_server *srv, struct conn *c,
 		    strbuf_append(&srv->body, "\n\n", 2))
 			return -1;
 	}
-	if (strbuf_append(&srv->body, "data: [DONE]\n\n", 14) ||
-	    put_chunk(&c->out.fill, &srv->body) ||
-	    strbuf_append(&c->out.fill, "0\r\n\r\n", 5))
+	if (last && strbuf_append(&srv->body, "data: [DONE]\n\n", 14))
+		return -1;
+	if (put_chunk(&c->out.fill, &srv->body) ||
+	    (last && strbuf_append(&c->out.fill, "0\r\n\r\n", 5)))
 		return -1;
 	srv->body.len = 0;
 	return 0;
 }
 
-/* The request ended: the answer, or the end of its stream. */
+/* Keep a finished choice of a non-streaming answer of n > 1.  0 or -1. */
+static int conn_keep_choice(struct conn *c, const struct frontend_result *r)
+{
+	struct conn_choices *ch = &c->ch;
+	struct http_choice *k;
+	uint32_t stride = 1 + r->req->sampling.top_logprobs;
+
+	if (!ch->kept && !(ch->kept = calloc(ch->n, sizeof(*ch->kept))))
+		return -1;
+	k = &ch->kept[r->req->choice];
+	k->reason = r->reason;
+	k->n_tokens = r->n_tokens;
+	if (r->n_tokens) {
+		k->tokens = malloc(r->n_tokens * sizeof(int32_t));
+		if (!k->tokens)
+			return -1;
+		memcpy(k->tokens, r->tokens, r->n_tokens * sizeof(int32_t));
+	}
+	if (r->logprobs && r->n_tokens) {
+		size_t sz = (size_t)r->n_tokens * stride * sizeof(*r->logprobs);
+
+		k->logprobs = malloc(sz);
+		if (!k->logprobs)
+			return -1;
+		memcpy(k->logprobs, r->logprobs, sz);
+	}
+	return 0;
+}
+
+/* The whole answer of a non-streaming request, from one result (n = 1)
+ * or the kept choices.  0 or -1 (out of memory). */
+static int conn_answer(struct http_server *srv, struct conn *c,
+		       const struct frontend_result *r)
+{
+	struct completion_meta m = { r->req->id, c->created, srv->cfg->model_name };
+	struct completion_usage u = { r->req->n_prompt, c->ch.n_generated };
+	struct completion_choice choices[REQUEST_MAX_CHOICES];
+	uint32_t stride = 1 + r->req->sampling.top_logprobs;
+
+	if (!c->ch.kept) {
+		choices[0] = (struct completion_choice){ .index = 0,
+			.tokens = r->tokens, .n_tokens = r->n_tokens,
+			.finish_reason = finish_reason_names[r->reason],
+			.logprobs = r->logprobs, .logprob_stride = stride };
+	} else {
+		for (uint32_t i = 0; i < c->ch.n; i++) {
+			const struct http_choice *k = &c->ch.kept[i];
+
+			choices[i] = (struct completion_choice){ .index = i,
+				.tokens = k->tokens, .n_tokens = k->n_tokens,
+				.finish_reason = finish_reason_names[k->reason],
+				.logprobs = k->logprobs, .logprob_stride = stride };
+		}
+	}
+	srv->body.len = 0;
+	return completion_format(&srv->body, &m, choices, c->ch.kept ? c->ch.n : 1,
+				 &u, r->has_seed, r->seed);
+}
+
+/* One choice of c's request ended: note it, and hand c->handle to a
+ * choice still live.  Returns true when it was the last. */
+static bool conn_choice_ended(struct conn *c, const struct frontend_result *r)
+{
+	struct conn_choices *ch = &c->ch;
+
+	if (r->req->choice < ch->n)
+		ch->handles[r->req->choice] = REQUEST_NONE;
+	ch->n_done++;
+	ch->n_generated += r->n_generated;
+	if (r->reason != FINISH_STOP && r->reason != FINISH_LENGTH && !ch->failed) {
+		ch->failed = true;
+		ch->fail_reason = r->reason;
+		snprintf(ch->fail_msg, sizeof(ch->fail_msg), "%s",
+			 r->error ? r->error : "request failed");
+	}
+	for (uint32_t i = 0; i < ch->n; i++)
+		if (ch->handles[i] != REQUEST_NONE) {
+			c->handle = ch->handles[i];
+			break;
+		}
+	return ch->n_done >= ch->n;
+}
+
+/* A choice of the request ended: the answer once all have, or the end
+ * of the choice's stream. */
 void http_on_finish(void *ctx, uint64_t cookie, const struct frontend_result *r)
 {
 	struct http_server *srv = ctx;
@@ -414,43 +542,55 @@ void http_on_finish(void *ctx, uint64_t cookie, const struct frontend_result *r)
 	const char *error = r->error ? r->error :
 			    r->reason == FINISH_CANCELLED ? "the server is shutting down" :
 			    "request failed";
-	struct completion_meta m;
-	struct completion_usage u;
+	bool last;
 	size_t before;
 
 	if (!c)
 		return;		/* its client is gone */
-	conn_detach(c);
-	if (c->drop_due)
+	last = conn_choice_ended(c, r);
+	if (c->drop_due) {
+		if (last) {
+			conn_detach(c);
+			conn_choices_free(&c->ch);
+		}
 		return;		/* pump drops the connection */
+	}
 	if (c->stream) {
 		before = conn_buffered(c);
 		if (stream_finish(srv, c, r, error)) {
+			conn_choices_free(&c->ch);
 			conn_drop(srv, c);
 			return;
 		}
 		conn_note_output(c, before);
-		conn_request_done(srv, c);
+		if (last) {
+			conn_detach(c);
+			conn_request_done(srv, c);
+		}
 		return;
 	}
-	switch (r->reason) {
-	case FINISH_STOP:
-	case FINISH_LENGTH:
-		m = (struct completion_meta){ r->req->id, c->created, srv->cfg->model_name };
-		u = (struct completion_usage){ r->req->n_prompt, r->n_generated };
-		srv->body.len = 0;
-		if (completion_format(&srv->body, &m, r->tokens, r->n_tokens,
-				      finish_reason_names[r->reason], &u)) {
-			conn_drop(srv, c);
-			return;
-		}
-		respond(srv, c, 200, "application/json", NULL);
-		break;
-	case FINISH_ERROR:
-		respond_error(srv, c, 500, error, "server_error", NULL, NULL);
-		break;
-	default:
-		respond_error(srv, c, 503, error, "server_error", NULL, NULL);
-		break;
+	if (c->ch.n > 1 && !last) {
+		if (!c->ch.failed && conn_keep_choice(c, r))
+			conn_drop_later(srv, c);
+		return;
 	}
+	if (c->ch.n > 1 && !c->ch.failed && conn_keep_choice(c, r)) {
+		conn_choices_free(&c->ch);
+		conn_drop(srv, c);
+		return;
+	}
+	conn_detach(c);
+	if (c->ch.failed) {
+		conn_choices_free(&c->ch);
+		respond_error(srv, c, c->ch.fail_reason == FINISH_ERROR ? 500 : 503,
+			      c->ch.fail_msg, "server_error", NULL, NULL);
+		return;
+	}
+	if (conn_answer(srv, c, r)) {
+		conn_choices_free(&c->ch);
+		conn_drop(srv, c);
+		return;
+	}
+	conn_choices_free(&c->ch);
+	respond(srv, c, 200, "application/json", NULL);
 }

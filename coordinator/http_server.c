@@ -124,6 +124,7 @@ uint32_t conn_detach(struct conn *c)
 	c->paused = false;
 	c->handle = REQUEST_NONE;
 	c->req_serial++;
+	conn_choices_free(&c->ch);
 	return handle;
 }
 

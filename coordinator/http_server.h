@@ -48,6 +48,7 @@ struct http_config {
 	uint32_t read_timeout_ms;	/* a request must arrive whole in this */
 	uint32_t idle_timeout_ms;	/* idle keep-alive connections close */
 	struct http_limits limits;	/* header bytes, header count, body */
+	float default_temperature;	/* of a request that sets none */
 };
 
 struct http_server;

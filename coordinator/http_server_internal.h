@@ -27,9 +27,38 @@
 #include "io_ring.h"
 #include "out_writer.h"
 #include "request.h"
+#include "request_pool.h"
 #include "strbuf.h"
 
 #define HTTP_STATUS_MAX 600
+
+/* A finished choice, kept until the request's last one ends. */
+struct http_choice {
+	int32_t *tokens;		/* malloc'd */
+	uint32_t n_tokens;
+	struct sampler_logprob *logprobs; /* malloc'd, or NULL */
+	enum finish_reason reason;
+};
+
+/*
+ * The choices of a connection's request ("n"): each is a live request of
+ * the engine (engine_submit), answered on its own; the connection's
+ * answer is complete when the last one ends.  conn.handle is one of the
+ * live ones (pause, resume and cancel reach them all through it).
+ */
+struct conn_choices {
+	uint32_t n;			/* the request's n */
+	uint32_t n_done;		/* choices that ended */
+	uint32_t handles[REQUEST_MAX_CHOICES];	/* REQUEST_NONE once ended */
+	uint32_t n_sent[REQUEST_MAX_CHOICES];	/* tokens streamed, per choice */
+	uint32_t n_generated;		/* usage: all choices together */
+	struct http_choice *kept;	/* not streaming, n > 1: n entries */
+	bool failed;			/* a choice ended otherwise than stop
+					 * or length: the answer is an error */
+	enum finish_reason fail_reason;
+	char fail_msg[256];
+};
+
 
 struct conn {
 	int fd;				/* -1: the entry is free */
@@ -58,7 +87,7 @@ struct conn {
 					 * the connection from pump */
 	bool keep_alive;
 	bool head_request;		/* HEAD: answered as GET, without the body */
-	uint32_t n_sent;		/* tokens streamed so far */
+	struct conn_choices ch;		/* its n choices */
 	uint64_t created;		/* Unix seconds, for the answer */
 	/* timers */
 	uint64_t request_start_ns;	/* first byte of an unfinished request */
@@ -128,6 +157,8 @@ static inline void conn_note_output(struct conn *c, size_t before)
 }
 
 /* http_server.c */
+/* http_routes.c: free the choices a non-streaming answer kept. */
+void conn_choices_free(struct conn_choices *ch);
 uint32_t conn_detach(struct conn *c);
 void conn_drop(struct http_server *srv, struct conn *c);
 
@@ -137,7 +168,8 @@ void respond_error(struct http_server *srv, struct conn *c, int status,
 		   const char *message, const char *type,
 		   const char *param, const char *extra_headers);
 void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req,
-		    const int32_t *tokens, uint32_t n);
+		    const int32_t *tokens, const struct sampler_logprob *logprobs,
+		    uint32_t n);
 void http_on_finish(void *ctx, uint64_t cookie, const struct frontend_result *r);
 
 #endif /* DYNBATCH_HTTP_SERVER_INTERNAL_H */

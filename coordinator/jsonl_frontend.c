@@ -61,6 +61,10 @@ struct jsonl_frontend {
 	/* output: result lines */
 	struct out_writer out;
 	struct io_op in_op, out_op, wake_op;	/* arg: this front end */
+	/* a parsed request of n choices that found the queue without room
+	 * for all of them: admitted first once there is */
+	struct parsed_line held;
+	bool has_held;
 };
 
 /* ------------------------------------------------------------------------
@@ -102,6 +106,12 @@ static void jsonl_on_finish(void *ctx, uint64_t cookie,
 		.error = fr->error,
 		.n_prompt = fr->req->n_prompt,
 		.n_generated = fr->n_generated,
+		.n_choices = fr->req->n_choices,
+		.index = fr->req->choice,
+		.has_seed = fr->has_seed,
+		.seed = fr->seed,
+		.logprobs = fr->logprobs,
+		.logprob_stride = 1 + fr->req->sampling.top_logprobs,
 	};
 
 	jsonl_emit(ctx, &r);
@@ -116,7 +126,7 @@ static void jsonl_admit(struct jsonl_frontend *j, struct parsed_line *pl)
 {
 	struct request *req = &pl->req;
 	char err[512];
-	uint32_t handle;
+	uint32_t handles[REQUEST_MAX_CHOICES];
 	int ret;
 
 	if (pl->rc == -ENOMEM) {
@@ -131,8 +141,18 @@ static void jsonl_admit(struct jsonl_frontend *j, struct parsed_line *pl)
 		request_release(req);
 		return;
 	}
-	ret = engine_submit(j->e, req, 0, &handle);
-	if (ret == -EEXIST) {
+	ret = engine_submit(j->e, req, 0, handles);
+	if (ret == -EAGAIN) {	/* room for fewer than its n choices */
+		j->held = *pl;
+		j->has_held = true;
+		return;
+	}
+	if (ret == -E2BIG) {
+		snprintf(err, sizeof(err), "line %llu: n = %u choices is more "
+			 "than the waiting queue holds (raise --queue)",
+			 (unsigned long long)pl->line_no, req->n_choices);
+		jsonl_answer_line(j, req, FINISH_ERROR, err);
+	} else if (ret == -EEXIST) {
 		snprintf(err, sizeof(err), "line %llu: duplicate id '%.200s': a "
 			 "request with this id is still live",
 			 (unsigned long long)pl->line_no, req->id);
@@ -162,6 +182,14 @@ static bool jsonl_admit_parsed(struct jsonl_frontend *j)
 {
 	struct parsed_line pl;
 
+	if (j->has_held) {
+		if (!jsonl_can_admit(j))
+			return false;
+		pl = j->held;
+		j->has_held = false;
+		jsonl_admit(j, &pl);
+		return !j->has_held;	/* held again: nothing done */
+	}
 	if (!jsonl_can_admit(j) || !parser_thread_take(j->parser, &pl))
 		return false;
 	jsonl_admit(j, &pl);
@@ -293,7 +321,7 @@ static bool jsonl_done(void *ctx)
 
 	return (j->input_eof || j->draining) && !j->out.inflight &&
 	       !out_writer_pending(&j->out) &&
-	       (j->draining || (line_reader_drained(&j->lines) &&
+	       (j->draining || (line_reader_drained(&j->lines) && !j->has_held &&
 				!parser_thread_in_flight(j->parser)));
 }
 
@@ -378,7 +406,9 @@ struct jsonl_frontend *jsonl_frontend_create(const struct jsonl_config *cfg,
 {
 	struct jsonl_frontend *j = calloc(1, sizeof(*j));
 	struct request_limits lim = { .vocab = engine_vocab(e),
-				      .max_context = cfg->max_context };
+				      .max_context = cfg->max_context,
+				      .has_logits = engine_has_logits(e),
+				      .default_temperature = cfg->default_temperature };
 
 	*status = ENGINE_EXIT_FAILED;
 	if (!j) {
@@ -438,6 +468,8 @@ int jsonl_frontend_destroy(struct jsonl_frontend *j)
 
 	if (!j)
 		return 0;
+	if (j->has_held)	/* a signal drained the run before it fit */
+		request_release(&j->held.req);
 	/* After a failure the error lines are still here: write them now,
 	 * older bytes first (the loop is over). */
 	if (j->out_fd >= 0 &&

@@ -27,6 +27,7 @@ struct jsonl_config {
 	uint32_t n_slots;		/* parse about one batch ahead of need */
 	uint32_t max_context;		/* longest prompt + max_tokens */
 	uint32_t max_line;		/* longest input line, bytes (--max-line) */
+	float default_temperature;	/* of a request that sets none */
 };
 
 /* The table to hand engine_set_frontend() with the front end. */

@@ -14,7 +14,9 @@
  * http_server for serve), plugged in through frontend.h, then runs.
  */
 #include <fcntl.h>
+#include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdbool.h>
 #include <malloc.h>
 #include <stdio.h>
@@ -52,6 +54,8 @@ static void usage(FILE *f)
 "  --step-tokens N    stateful models (llama): at most N tokens per step; long\n"
 "                     prompts are prefilled in chunks between decode steps\n"
 "                     (default 512; 0: no budget, a prompt in one step)\n"
+"  --default-temperature T  the temperature of a request that sets none\n"
+"                     (default 0: greedy; OpenAI's default is 1)\n"
 "  --input FILE|-     JSON Lines requests (default -: standard input)\n"
 "  --output FILE|-    JSON Lines results (default -: standard output)\n"
 "  --max-line BYTES   longest input line; a longer one gets an error result\n"
@@ -99,6 +103,20 @@ static void usage(FILE *f)
 "DYNBATCH_API_KEY (serve)\n");
 }
 
+/* A temperature: a finite number >= 0 (as a request's field).  0 or 1. */
+static int parse_temperature(const char *s, float *out)
+{
+	char *end;
+	double d;
+
+	errno = 0;
+	d = strtod(s, &end);
+	if (!*s || *end || errno || !isfinite(d) || d < 0 || d > 1e6)
+		return 1;
+	*out = (float)d;
+	return 0;
+}
+
 /* A model name goes into answers and logs: no control characters. */
 static bool has_control_char(const char *s)
 {
@@ -140,7 +158,9 @@ static int run(const struct engine_config *cfg, const struct http_config *http,
 		return status;
 	if (http) {
 		struct request_limits lim = { .vocab = engine_vocab(e),
-					      .max_context = engine_max_context(e) };
+					      .max_context = engine_max_context(e),
+					      .has_logits = engine_has_logits(e),
+					      .default_temperature = http->default_temperature };
 
 		srv = http_server_create(http, e, engine_io(e), &lim, err, sizeof(err));
 		if (!srv) {
@@ -198,13 +218,16 @@ int main(int argc, char **argv)
 	       OPT_WORKER_NICE, OPT_START_TIMEOUT, OPT_LISTEN, OPT_API_KEY,
 	       OPT_MODEL_NAME, OPT_MAX_CONN, OPT_CONN_BUFFER, OPT_WRITE_TIMEOUT,
 	       OPT_READ_TIMEOUT, OPT_IDLE_TIMEOUT, OPT_MAX_BODY, OPT_MAX_HEADER_BYTES,
-	       OPT_MAX_HEADERS, OPT_MAX_LINE, OPT_STEP_TOKENS };
+	       OPT_MAX_HEADERS, OPT_MAX_LINE, OPT_STEP_TOKENS,
+	       OPT_DEFAULT_TEMPERATURE };
 	static const struct option longopts[] = {
 		{ "workers", required_argument, NULL, OPT_WORKERS },
 		{ "batch", required_argument, NULL, OPT_BATCH },
 		{ "model", required_argument, NULL, OPT_MODEL },
 		{ "max-context", required_argument, NULL, OPT_MAX_CONTEXT },
 		{ "step-tokens", required_argument, NULL, OPT_STEP_TOKENS },
+		{ "default-temperature", required_argument, NULL,
+		  OPT_DEFAULT_TEMPERATURE },
 		{ "input", required_argument, NULL, OPT_INPUT },
 		{ "output", required_argument, NULL, OPT_OUTPUT },
 		{ "stats", required_argument, NULL, OPT_STATS },
@@ -313,6 +336,10 @@ int main(int argc, char **argv)
 		case OPT_OUTPUT:
 			jsonl.output_path = optarg;
 			run_opt = true;
+			break;
+		case OPT_DEFAULT_TEMPERATURE:
+			bad = parse_temperature(optarg, &jsonl.default_temperature);
+			http.default_temperature = jsonl.default_temperature;
 			break;
 		case OPT_MAX_LINE:
 			bad = parse_u32(optarg, 1, 1u << 30, &jsonl.max_line);

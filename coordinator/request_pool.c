@@ -46,6 +46,7 @@ void request_pool_release(struct request_pool *pool)
 		for (uint32_t i = 0; i < pool->capacity; i++) {
 			request_release(&pool->items[i].req);
 			free(pool->items[i].generated);
+			free(pool->items[i].logprobs);
 		}
 	free(pool->items);
 	free(pool->free_handles);
@@ -132,6 +133,8 @@ void request_pool_free(struct request_pool *pool, uint32_t handle)
 	request_release(&lr->req);
 	free(lr->generated);
 	lr->generated = NULL;
+	free(lr->logprobs);
+	lr->logprobs = NULL;
 	lr->in_use = false;
 	pool->free_handles[pool->n_free++] = handle;
 	pool->n_live--;

@@ -50,6 +50,15 @@ struct live_request {
 					 * can pause and resume; NULL in-process
 					 * until it pauses */
 	bool in_use;
+	/* "n" > 1: the choices of one request are live requests of their
+	 * own, in a ring by next_choice (a request of one choice: itself).
+	 * Only one of them holds the id in the id table (id_held); it hands
+	 * it on when it ends before the others. */
+	uint32_t next_choice;
+	bool id_held;
+	/* The request asked for logprobs: max_tokens entries of
+	 * 1 + top_logprobs each (result.logprobs in request.h) */
+	struct sampler_logprob *logprobs;
 };
 
 struct request_pool {

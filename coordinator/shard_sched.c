@@ -28,6 +28,7 @@
 #include "shard_sched.h"
 
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -120,6 +121,27 @@ static int shard_next_waiting(struct engine *e, uint32_t *handle)
 	return wait_queue_pop(&e->queue, handle);
 }
 
+void shard_write_sampling(struct engine *e, uint32_t slot,
+			  const struct live_request *lr)
+{
+	struct shm_slot_sampling *t;
+	const struct sampling_params *p = &lr->req.sampling;
+
+	if (e->in_process)	/* the runner reads lr itself */
+		return;
+	t = shm_sampling_at(&e->seg, slot);
+	*t = (struct shm_slot_sampling){
+		.generation = e->slots.slots[slot].generation,
+		.needs_logits = request_needs_logits(&lr->req),
+		.n_prompt = lr->req.n_prompt, .choice = lr->req.choice,
+		.seed = p->seed, .temperature = p->temperature,
+		.top_p = p->top_p, .min_p = p->min_p, .top_k = p->top_k,
+		.logprobs = p->logprobs, .top_logprobs = p->top_logprobs,
+		.n_bias = p->n_bias };
+	if (p->n_bias)
+		memcpy(t->bias, p->bias, p->n_bias * sizeof(t->bias[0]));
+}
+
 /* Put lr into slot: its prompt, and the tokens it had when it paused.
  * 0, -EINVAL when it does not fit, -ENOMEM. */
 static int shard_place(struct engine *e, uint32_t slot, uint32_t handle,
@@ -146,6 +168,7 @@ static int shard_place(struct engine *e, uint32_t slot, uint32_t handle,
 	/* admission checked that the request fits the context */
 	e->slot_limit[slot] = limit < e->slots.max_context ? limit : e->slots.max_context;
 	e->slot_prefilled[slot] = 0;
+	shard_write_sampling(e, slot, lr);
 	shard_of_slot(e, slot)->n_active++;
 	return 0;
 }
@@ -456,10 +479,41 @@ static void shard_count_rejected_row(struct engine *e, const struct shard *s,
  * 7.2).  Returns the rows committed (refusals included), and in
  * *n_prefill the prefill rows that got further than before.
  */
+/*
+ * Copy the logprobs of a token row for the request in slot out of shared
+ * memory into *lp and check them: every logprob finite and <= 0, at most
+ * the alternatives the request asked for, each a token of the vocabulary.
+ * False when the block is garbage (the row is then rejected like any
+ * garbled row).  NULL block: in-process, trusted.
+ */
+static bool shard_take_logprobs(struct engine *e, uint32_t slot,
+				const struct shm_logprobs *block,
+				struct shm_logprobs *lp)
+{
+	const struct live_request *lr = request_pool_get(
+		&e->pool, e->slots.slots[slot].request_handle);
+
+	if (!lr || !lr->req.sampling.logprobs)
+		return true;	/* nothing asked: nothing read */
+	lp->logprob = block->logprob;
+	lp->n_top = block->n_top;
+	if (!(lp->logprob <= 0.0f) || lp->n_top > lr->req.sampling.top_logprobs)
+		return false;	/* NaN fails <= too */
+	memcpy(lp->top, block->top, lp->n_top * sizeof(lp->top[0]));
+	for (uint32_t j = 0; j < lp->n_top; j++)
+		if (!(lp->top[j].logprob <= 0.0f) || isinf(lp->top[j].logprob) ||
+		    lp->top[j].token < 0 || (uint32_t)lp->top[j].token >= e->vocab)
+			return false;
+	return !isinf(lp->logprob);
+}
+
 static uint32_t shard_commit(struct engine *e, struct shard *s, uint64_t id,
-			     const struct shm_result_row *rows, uint32_t n_rows,
+			     const struct shm_result_row *rows,
+			     const struct shm_logprobs *blocks, uint32_t n_rows,
 			     uint32_t *n_prefill)
 {
+	struct shm_logprobs lp;
+
 	uint32_t n_ok = 0, last_slot = 0;
 	bool garbled = false;
 
@@ -519,8 +573,13 @@ static uint32_t shard_commit(struct engine *e, struct shard *s, uint64_t id,
 			n_ok++;
 			continue;
 		}
+		if (!shard_take_logprobs(e, row.slot, &blocks[i], &lp)) {
+			e->stats.n_stale++;
+			garbled = true;
+			continue;
+		}
 		s->committing_id = id;
-		engine_commit_token(e, row.slot, row.token);
+		engine_commit_token(e, row.slot, row.token, &lp);
 		s->committing_id = 0;
 		last_slot = row.slot;
 		n_ok++;
@@ -694,7 +753,9 @@ bool shard_poll(struct engine *e, struct shard *s)
 		}
 		e->stats.model_ns += model_ns < step_cap ? model_ns : step_cap;
 		/* a wrong n_rows is rejected before any row is read */
-		n_ok = shard_commit(e, s, id, r->rows, n_rows, &n_prefill);
+		n_ok = shard_commit(e, s, id, r->rows,
+				    shm_result_logprobs(e->seg.hdr, r, 0), n_rows,
+				    &n_prefill);
 		s->result_pos++;
 		if (!n_ok && !n_prefill && shard_note_fruitless(e, s, now))
 			break;
@@ -750,11 +811,21 @@ bool shard_step_in_process(struct engine *e, struct shard *s)
 	n = shard_collect_rows(e, s, step);
 	if (!n)
 		return false;
-	for (uint32_t i = 0; i < n; i++)
+	for (uint32_t i = 0; i < n; i++) {
+		const struct live_request *lr = request_pool_get(&e->pool,
+			e->slots.slots[step[i].slot].request_handle);
+
 		e->inproc_step[i] = (struct runner_row){
 			.slot = step[i].slot, .generation = step[i].generation,
 			.tokens = e->slots.tokens[step[i].slot],
 			.n_tokens = step[i].n_tokens };
+		if (lr && request_needs_logits(&lr->req)) {
+			e->inproc_step[i].sampling = &lr->req.sampling;
+			e->inproc_step[i].k = step[i].n_tokens - lr->req.n_prompt;
+			e->inproc_step[i].choice = lr->req.choice;
+			e->inproc_step[i].sampled = &e->inproc_sampled[i];
+		}
+	}
 	/* slots that left since the last step: their state goes */
 	model_runner_keep(e->runner, n, e->inproc_step);
 	t0 = clock_now_ns();
@@ -779,7 +850,15 @@ bool shard_step_in_process(struct engine *e, struct shard *s)
 		/* the worker's part: the token goes right after its prefix */
 		if (o->outcome == RUNNER_TOKEN)
 			e->slots.tokens[step[i].slot][step[i].n_tokens] = o->token;
+		if (o->outcome == RUNNER_TOKEN && e->inproc_step[i].sampled) {
+			const struct sampler_result *sr = &e->inproc_sampled[i];
+
+			e->inproc_logprobs[i].logprob = sr->logprob;
+			e->inproc_logprobs[i].n_top = sr->n_top;
+			memcpy(e->inproc_logprobs[i].top, sr->top,
+			       sr->n_top * sizeof(sr->top[0]));
+		}
 	}
-	shard_commit(e, s, 0, rows, n, &n_prefill);
+	shard_commit(e, s, 0, rows, e->inproc_logprobs, n, &n_prefill);
 	return true;
 }

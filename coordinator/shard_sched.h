@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 struct engine;
+struct live_request;
 struct shard;
 
 /*
@@ -55,6 +56,11 @@ bool shard_step_in_process(struct engine *e, struct shard *s);
  * (it has adopted a dispatch without the row).
  */
 void shard_drop_slot(struct engine *e, uint32_t slot);
+
+/* Write the sampling fields of lr, placed in slot, into the shard's table
+ * (shm_segment.h), for its worker; nothing in-process. */
+void shard_write_sampling(struct engine *e, uint32_t slot,
+			  const struct live_request *lr);
 
 /* Slot ran alone after a fault and is done with (finished or failed):
  * the next suspect runs. */

@@ -190,6 +190,7 @@ static void shard_new_epoch(struct engine *e, struct shard *s)
 			       st->n_prompt * sizeof(int32_t));
 		memcpy(e->slots.tokens[slot] + st->n_prompt, lr->generated,
 		       lr->n_generated * sizeof(int32_t));
+		shard_write_sampling(e, slot, lr);
 	}
 }
 

@@ -120,11 +120,14 @@ static void check_formats(struct strbuf *out, const struct completion_meta *m,
 			  const char *exact_id, const int32_t *tokens,
 			  uint32_t n_tokens, const struct completion_usage *usage)
 {
+	struct completion_choice one;
 	json_t *o;
 	size_t old;
 
 	out->len = 0;
-	CHECK(completion_format(out, m, tokens, n_tokens, "length", usage) == 0);
+	one = (struct completion_choice){ .tokens = tokens, .n_tokens = n_tokens,
+					  .finish_reason = "length" };
+	CHECK(completion_format(out, m, &one, 1, usage, false, 0) == 0);
 	CHECK(out->data[out->len] == '\0');
 	o = must_json(out->data, out->len);
 	check_answer(o, m->id, tokens, n_tokens);
@@ -133,7 +136,8 @@ static void check_formats(struct strbuf *out, const struct completion_meta *m,
 	json_decref(o);
 
 	old = out->len;
-	CHECK(completion_format_event(out, m, tokens, n_tokens, NULL, NULL) == 0);
+	one.finish_reason = NULL;
+	CHECK(completion_format_event(out, m, &one, NULL) == 0);
 	CHECK(out->len - old > 8);
 	CHECK(!memcmp(out->data + old, "data: ", 6));
 	CHECK(!memcmp(out->data + out->len - 2, "\n\n", 2));

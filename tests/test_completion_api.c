@@ -357,6 +357,28 @@ static void check_event(const struct strbuf *out, size_t old,
  * Writing answers
  */
 
+/* One choice, the shape of every answer before "n" (index 0, no
+ * logprobs, no seed). */
+static int fmt_answer(struct strbuf *out, const struct completion_meta *m,
+		      const int32_t *tokens, uint32_t n, const char *fr,
+		      const struct completion_usage *u)
+{
+	struct completion_choice c = { .tokens = tokens, .n_tokens = n,
+				       .finish_reason = fr };
+
+	return completion_format(out, m, &c, 1, u, false, 0);
+}
+
+static int fmt_event(struct strbuf *out, const struct completion_meta *m,
+		     const int32_t *tokens, uint32_t n, const char *fr,
+		     const struct completion_usage *u)
+{
+	struct completion_choice c = { .tokens = tokens, .n_tokens = n,
+				       .finish_reason = fr };
+
+	return completion_format_event(out, m, &c, u);
+}
+
 static void test_format_completion(void **state)
 {
 	static const int32_t tokens[] = { 5, 0, 999, 2147483647, -2147483647 - 1 };
@@ -368,7 +390,7 @@ static void test_format_completion(void **state)
 	const struct completion_usage big = { UINT32_MAX, UINT32_MAX };
 	struct strbuf out = STRBUF_INIT;
 
-	assert_int_equal(completion_format(&out, &m, tokens, 5, "length", &usage), 0);
+	assert_int_equal(fmt_answer(&out, &m, tokens, 5, "length", &usage), 0);
 	assert_int_equal(out.data[out.len], '\0');
 	assert_int_equal(strlen(out.data), out.len);
 	check_answer(out.data, out.len, m.id, &m, m.model, tokens, 5, "length",
@@ -376,10 +398,10 @@ static void test_format_completion(void **state)
 
 	/* No tokens, no usage, the largest counts. */
 	out.len = 0;
-	assert_int_equal(completion_format(&out, &m, NULL, 0, "stop", NULL), 0);
+	assert_int_equal(fmt_answer(&out, &m, NULL, 0, "stop", NULL), 0);
 	check_answer(out.data, out.len, m.id, &m, m.model, NULL, 0, "stop", NULL);
 	out.len = 0;
-	assert_int_equal(completion_format(&out, &m, NULL, 0, "stop", &big), 0);
+	assert_int_equal(fmt_answer(&out, &m, NULL, 0, "stop", &big), 0);
 	check_answer(out.data, out.len, m.id, &m, m.model, NULL, 0, "stop", &big);
 	strbuf_release(&out);
 }
@@ -398,22 +420,22 @@ static void test_format_events(void **state)
 	/* Events append: what is in the buffer stays. */
 	assert_int_equal(strbuf_append(&out, "1f\r\n", 4), 0);
 	old = out.len;
-	assert_int_equal(completion_format_event(&out, &m, step1, 1, NULL, NULL), 0);
+	assert_int_equal(fmt_event(&out, &m, step1, 1, NULL, NULL), 0);
 	assert_memory_equal(out.data, "1f\r\n", 4);
 	check_event(&out, old, m.id, &m, m.model, step1, 1, NULL, NULL);
 
 	old = out.len;
-	assert_int_equal(completion_format_event(&out, &m, step2, 3, NULL, NULL), 0);
+	assert_int_equal(fmt_event(&out, &m, step2, 3, NULL, NULL), 0);
 	check_event(&out, old, m.id, &m, m.model, step2, 3, NULL, NULL);
 
 	/* The last event: a reason and the usage, maybe no new tokens. */
 	old = out.len;
-	assert_int_equal(completion_format_event(&out, &m, NULL, 0, "stop", &usage), 0);
+	assert_int_equal(fmt_event(&out, &m, NULL, 0, "stop", &usage), 0);
 	check_event(&out, old, m.id, &m, m.model, NULL, 0, "stop", &usage);
 
 	/* A non-streamed answer appends too. */
 	old = out.len;
-	assert_int_equal(completion_format(&out, &m, step2, 3, "length", &usage), 0);
+	assert_int_equal(fmt_answer(&out, &m, step2, 3, "length", &usage), 0);
 	check_answer(out.data + old, out.len - old, m.id, &m, m.model, step2, 3,
 		     "length", &usage);
 	strbuf_release(&out);
@@ -505,13 +527,13 @@ static void test_format_hostile_strings(void **state)
 		size_t old;
 
 		out.len = 0;
-		assert_int_equal(completion_format(&out, &m, tokens, 2, "stop",
+		assert_int_equal(fmt_answer(&out, &m, tokens, 2, "stop",
 						   &usage), 0);
 		check_answer(out.data, out.len, hostile[i].reads, &m, model_reads,
 			     tokens, 2, "stop", &usage);
 
 		old = out.len;
-		assert_int_equal(completion_format_event(&out, &m, tokens, 2,
+		assert_int_equal(fmt_event(&out, &m, tokens, 2,
 							 NULL, NULL), 0);
 		check_event(&out, old, hostile[i].reads, &m, model_reads, tokens,
 			    2, NULL, NULL);
@@ -531,7 +553,7 @@ static void test_format_null_strings(void **state)
 	const struct completion_meta m = { .id = NULL, .created = 1, .model = NULL };
 	struct strbuf out = STRBUF_INIT;
 
-	assert_int_equal(completion_format(&out, &m, NULL, 0, NULL, NULL), 0);
+	assert_int_equal(fmt_answer(&out, &m, NULL, 0, NULL, NULL), 0);
 	check_answer(out.data, out.len, NULL, &m, NULL, NULL, 0, NULL, NULL);
 	strbuf_release(&out);
 }
@@ -594,10 +616,10 @@ static void test_random_roundtrip(void **state)
 		rand_str(&rng, id, sizeof(id));
 		rand_str(&rng, model, sizeof(model));
 		if (event)
-			rc = completion_format_event(&out, &m, tokens, n, reason,
+			rc = fmt_event(&out, &m, tokens, n, reason,
 						     last ? &usage : NULL);
 		else
-			rc = completion_format(&out, &m, tokens, n, reason,
+			rc = fmt_answer(&out, &m, tokens, n, reason,
 					       last ? &usage : NULL);
 		assert_int_equal(rc, 0);
 

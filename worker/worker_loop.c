@@ -50,6 +50,7 @@
 #include "model_runner.h"
 #include "shm_segment.h"
 #include "sleep_handshake.h"
+#include "worker_sampling.h"
 
 struct worker {
 	const struct worker_options *opt;
@@ -66,6 +67,10 @@ struct worker {
 	const int32_t **views;		/* per shard slot: the same, read-only */
 	struct runner_row *step_rows;	/* this step's rows, for the runner */
 	struct runner_result *outcomes;	/* and what became of each */
+	struct sampler_result *sampled;	/* and their logprobs, when asked */
+	struct worker_slot_sampling *sampling; /* per shard slot: its request's
+					 * sampling fields, our copy */
+	const struct worker_slot_sampling **step_sampling; /* per step row */
 	uint32_t *step_index;		/* step row -> its index in rows */
 	struct shm_dispatch_row *rows;	/* the rows we run, private */
 	uint32_t n_rows;
@@ -392,6 +397,15 @@ static struct shm_result_row worker_result_row(const struct worker *w,
 	return row;
 }
 
+/* A row's logprobs into its block of the result. */
+static void worker_put_logprobs(struct shm_logprobs *block,
+				const struct sampler_result *sr)
+{
+	block->logprob = sr->logprob;
+	block->n_top = sr->n_top;
+	memcpy(block->top, sr->top, sr->n_top * sizeof(sr->top[0]));
+}
+
 /*
  * Run one step on the n_rows rows in w->step, write each new token after
  * its prefix, advance the rows that got one and post the result (room is
@@ -408,10 +422,22 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 
 	for (uint32_t i = 0; i < n_rows; i++) {
 		uint32_t local = w->step[i].slot - w->first_slot;
+		const struct worker_slot_sampling *ws;
 
+		ws = worker_sampling_get(w->sampling, &w->seg, w->step[i].slot,
+					 local, w->step[i].generation);
+		w->step_sampling[i] = ws;
 		w->step_rows[i] = (struct runner_row){
 			.slot = local, .generation = w->step[i].generation,
 			.tokens = w->views[local], .n_tokens = w->step[i].n_tokens };
+		if (ws->valid && ws->needs_logits) {
+			w->step_rows[i].sampling = &ws->params;
+			w->step_rows[i].k = w->step[i].n_tokens > ws->n_prompt ?
+					    w->step[i].n_tokens - ws->n_prompt : 0;
+			w->step_rows[i].choice = ws->choice;
+			w->step_rows[i].sampled = ws->params.logprobs ?
+						  &w->sampled[i] : NULL;
+		}
 	}
 	t0 = clock_now_ns();
 	/* relaxed: the coordinator reads it only to decide blame */
@@ -426,6 +452,15 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 	for (uint32_t i = 0; i < n_rows && !status; i++) {
 		struct shm_dispatch_row *row = &w->rows[w->step_index[i]];
 
+		if (!w->step_sampling[i]->valid &&
+		    w->outcomes[i].outcome != RUNNER_REFUSED)
+			w->outcomes[i] = (struct runner_result){ .token = -1,
+				.outcome = RUNNER_REFUSED,
+				.detail = RUNNER_REFUSE_SAMPLING };
+		if (w->outcomes[i].outcome == RUNNER_TOKEN &&
+		    w->step_rows[i].sampled)
+			worker_put_logprobs(shm_result_logprobs(hdr, r, i),
+					    &w->sampled[i]);
 		if (w->outcomes[i].outcome == RUNNER_REFUSED) {
 			/* its request ends: extend it no more */
 			row->limit = row->n_tokens;
@@ -469,6 +504,9 @@ static void worker_free(struct worker *w)
 {
 	free(w->step_rows);
 	free(w->outcomes);
+	free(w->sampled);
+	free(w->sampling);
+	free(w->step_sampling);
 	free(w->step_index);
 	free(w->buffers);
 	free(w->views);
@@ -517,6 +555,9 @@ int worker_run(const struct worker_options *opt)
 	cap = w.seg.hdr->shard_capacity;
 	w.step_rows = calloc(cap, sizeof(*w.step_rows));
 	w.outcomes = calloc(cap, sizeof(*w.outcomes));
+	w.sampled = calloc(cap, sizeof(*w.sampled));
+	w.sampling = calloc(cap, sizeof(*w.sampling));
+	w.step_sampling = calloc(cap, sizeof(*w.step_sampling));
 	w.step_index = calloc(cap, sizeof(*w.step_index));
 	w.buffers = calloc(cap, sizeof(*w.buffers));
 	w.views = calloc(cap, sizeof(*w.views));
@@ -525,7 +566,8 @@ int worker_run(const struct worker_options *opt)
 	w.incoming = calloc(cap, sizeof(*w.incoming));
 	w.ahead = calloc(cap, sizeof(*w.ahead));
 	w.ahead_gen = calloc(cap, sizeof(*w.ahead_gen));
-	if (!w.step_rows || !w.outcomes || !w.step_index ||
+	if (!w.step_rows || !w.outcomes || !w.step_index || !w.sampled ||
+	    !w.sampling || !w.step_sampling ||
 	    !w.buffers || !w.views || !w.rows || !w.step ||
 	    !w.incoming || !w.ahead || !w.ahead_gen) {
 		LOG(LOG_ERROR, "out of memory");

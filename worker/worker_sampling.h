@@ -1,0 +1,43 @@
+/*
+ * worker_sampling.h - the worker's private copy of each slot's sampling
+ * fields (docs/DESIGN.md 2.4).
+ *
+ * The coordinator writes a slot's fields (struct shm_slot_sampling) into
+ * the shard object before the dispatch that brings the slot's request.
+ * That memory is writable by this process, model plugin included, so the
+ * worker copies an entry once per request (generation), checks it like a
+ * request's fields (sampling_params_validate()), and from then on reads
+ * only its copy: a stray write to the table cannot change a request
+ * half-way through, and a step never reads a half-written entry.
+ */
+#ifndef DYNBATCH_WORKER_SAMPLING_H
+#define DYNBATCH_WORKER_SAMPLING_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sampler.h"
+#include "shm_segment.h"
+
+/* One slot's fields, as the worker uses them. */
+struct worker_slot_sampling {
+	uint32_t generation;	/* the request they are for (0: none yet) */
+	bool valid;		/* the entry matched and passed the checks */
+	bool needs_logits;	/* false: greedy, no logprobs */
+	uint32_t n_prompt;	/* the k-th generated token sits at n_prompt + k */
+	uint32_t choice;
+	struct sampling_params params;	/* bias points into bias[] */
+	struct sampling_bias bias[SAMPLER_MAX_BIAS];
+};
+
+/*
+ * The fields of slot (local index local in the shard) for generation,
+ * copied from the shard's table on the first call for that generation.
+ * Never NULL; ->valid false when the table held another generation or
+ * values that fail the checks (the row is then refused).
+ */
+const struct worker_slot_sampling *
+worker_sampling_get(struct worker_slot_sampling *cache, const struct shm_segment *seg,
+		    uint32_t slot, uint32_t local, uint32_t generation);
+
+#endif /* DYNBATCH_WORKER_SAMPLING_H */
