@@ -723,20 +723,23 @@ static const char *const units[] = {
 /* The valid ones, first in units[]. */
 #define N_VALID_UNITS 10
 
-#define RAND_MAX_UNITS 40
+#define RAND_MAX_UNITS 60
 #define RAND_TEXT_MAX (RAND_MAX_UNITS * 4)
 
 /* A random stop: valid units, often copied from the text at hand. */
 static size_t random_stop(struct rng *r, const uint32_t *text_units,
 			  uint32_t n_units, char *out)
 {
-	uint32_t k = 1 + rng_below(r, 5);
+	uint32_t k = 1 + rng_below(r, 8);
 	size_t n = 0;
 
 	if (rng_below(r, 4) && n_units) {
-		uint32_t at = rng_below(r, n_units);
+		/* Mostly from the second half, so that the output is long. */
+		uint32_t at = rng_below(r, 3) ?
+			      n_units / 2 + rng_below(r, n_units - n_units / 2) :
+			      rng_below(r, n_units);
 
-		for (uint32_t i = at; i < n_units && n < k * 4; i++) {
+		for (uint32_t i = at; i < n_units && n + 4 <= 24; i++) {
 			if (text_units[i] >= N_VALID_UNITS)
 				break;	/* stops are valid UTF-8 */
 			n += strlen(strcpy(out + n, units[text_units[i]]));
@@ -744,7 +747,7 @@ static size_t random_stop(struct rng *r, const uint32_t *text_units,
 				break;
 		}
 	}
-	while (n == 0 || rng_below(r, 3) == 0) {
+	while (n == 0 || rng_below(r, 2) == 0) {
 		if (n + 4 > 24)
 			break;
 		n += strlen(strcpy(out + n,
@@ -753,12 +756,31 @@ static size_t random_stop(struct rng *r, const uint32_t *text_units,
 	return n;
 }
 
+/*
+ * A piece of stop j cut at character boundaries (it may then be inside
+ * another stop, or be one's prefix or suffix).  False when the cut
+ * falls inside a character.
+ */
+static bool inner_stop(struct rng *r, const struct ref_stops *st, uint32_t j,
+		       char *out, size_t *len)
+{
+	const unsigned char *s = (const unsigned char *)st->s[j];
+	size_t a = rng_below(r, (uint32_t)st->len[j]);
+	size_t b = a + 1 + rng_below(r, (uint32_t)(st->len[j] - a));
+
+	if ((s[a] & 0xC0) == 0x80 || (b < st->len[j] && (s[b] & 0xC0) == 0x80))
+		return false;
+	memcpy(out, s + a, b - a);
+	*len = b - a;
+	return true;
+}
+
 static void random_case(struct rng *r, bool check_safe)
 {
 	uint32_t text_units[RAND_MAX_UNITS], n_units, n_pieces = 0;
 	char text[RAND_TEXT_MAX + 1], stop_buf[TEXT_STOP_MAX][32];
-	const char *pieces[RAND_TEXT_MAX + 8];
-	size_t piece_lens[RAND_TEXT_MAX + 8], n = 0, off = 0;
+	const char *pieces[2 * RAND_TEXT_MAX];
+	size_t piece_lens[2 * RAND_TEXT_MAX], n = 0, off = 0;
 	struct ref_stops st = { .n = rng_below(r, 5) };
 	bool include = rng_below(r, 2);
 	struct run run;
@@ -771,13 +793,19 @@ static void random_case(struct rng *r, bool check_safe)
 		n += strlen(strcpy(text + n, units[text_units[i]]));
 	}
 	for (uint32_t i = 0; i < st.n; i++) {
-		st.len[i] = random_stop(r, text_units, n_units, stop_buf[i]);
 		st.s[i] = stop_buf[i];
+		if (i && rng_below(r, 3) == 0 &&
+		    inner_stop(r, &st, rng_below(r, i), stop_buf[i], &st.len[i]))
+			continue;
+		st.len[i] = random_stop(r, text_units, n_units, stop_buf[i]);
 	}
 	/* Pieces of 0..6 bytes, cutting characters anywhere. */
 	while (off < n) {
 		size_t k = rng_below(r, 7);
 
+		/* Empty pieces too (a token of no text), not unbounded. */
+		if (k == 0 && n_pieces >= RAND_TEXT_MAX / 2)
+			k = 1;
 		if (k > n - off)
 			k = n - off;
 		pieces[n_pieces] = text + off;
@@ -794,7 +822,7 @@ static void test_random_steps(void **state)
 {
 	struct rng r = rng_for(1);
 
-	for (int i = 0; i < 400; i++)
+	for (int i = 0; i < 3000; i++)
 		random_case(&r, true);
 }
 
