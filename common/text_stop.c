@@ -135,6 +135,28 @@ static size_t utf8_incomplete_tail(const unsigned char *s, size_t n)
 	return 0;
 }
 
+/*
+ * Where to end the final text at or before b in s[0..n) so that it does
+ * not split a character: the start of a sequence that crosses b and is
+ * valid or may still become valid.  A split anywhere else renders the
+ * same apart as whole (the bytes around it are invalid either way).
+ */
+static size_t utf8_align_back(const unsigned char *s, size_t n, size_t b)
+{
+	for (size_t k = 1; k <= 3 && k <= b; k++) {
+		size_t i = b - k;
+		int len;
+
+		if ((s[i] & 0xC0) == 0x80)
+			continue;	/* a continuation byte: look further */
+		len = utf8_seq_status(s + i, n - i);
+		if (len == -1 || (size_t)len > k)
+			return i;
+		return b;
+	}
+	return b;
+}
+
 /* ------------------------------------------------------------------ */
 /* Stop set                                                            */
 /* ------------------------------------------------------------------ */
@@ -350,18 +372,25 @@ const char *text_stream_text(const struct text_stream *s, size_t *len)
 }
 
 /*
- * Bytes at the end of the text that must wait, given the cursor: the
- * longer of the stop part and the UTF-8 part (text_stop.h).
+ * Bytes at the end of the text that must wait, given the cursor and the
+ * caller's hold: the longest of the stop part, the UTF-8 part and the
+ * caller's part, the latter widened so as not to split a character
+ * (text_stop.h).
  */
 static size_t stream_holdback(const struct text_stream *s)
 {
-	size_t stop_part = 0, utf8_part;
+	const unsigned char *text = (const unsigned char *)s->buf.data;
+	size_t stop_part = 0, held, end;
 
 	if (s->set && !(s->flags & TEXT_STREAM_INCLUDE_STOP))
 		stop_part = stop_matcher_pending(s->set->sm, s->state);
-	utf8_part = utf8_incomplete_tail((const unsigned char *)s->buf.data,
-					 s->buf.len);
-	return stop_part > utf8_part ? stop_part : utf8_part;
+	held = utf8_incomplete_tail(text, s->buf.len);
+	if (stop_part > held)
+		held = stop_part;
+	if (s->caller_held <= held)
+		return held;
+	end = utf8_align_back(text, s->buf.len, s->buf.len - s->caller_held);
+	return s->buf.len - end;
 }
 
 /* Report buf[from, n_final) as newly final. */
@@ -409,7 +438,7 @@ static size_t stream_scan(struct text_stream *s, const unsigned char *p,
 }
 
 int text_stream_push(struct text_stream *s, const void *piece, size_t len,
-		     struct text_push_result *out)
+		     size_t hold, struct text_push_result *out)
 {
 	size_t from, used = len;
 	uint32_t match_len = 0;
@@ -428,6 +457,9 @@ int text_stream_push(struct text_stream *s, const void *piece, size_t len,
 	 * dropped. */
 	strbuf_append(&s->buf, piece, used);
 
+	/* What was final stays final, whatever the caller asks. */
+	s->caller_held = hold < s->buf.len - s->n_final ?
+			 hold : s->buf.len - s->n_final;
 	if (s->stop_index != TEXT_STOP_NONE) {
 		/* The match starts at or after n_final: it was held. */
 		if (!(s->flags & TEXT_STREAM_INCLUDE_STOP))
@@ -435,6 +467,7 @@ int text_stream_push(struct text_stream *s, const void *piece, size_t len,
 		s->buf.data[s->buf.len] = '\0';
 		assert(s->buf.len >= s->n_final);
 		s->n_final = s->buf.len;
+		s->caller_held = 0;
 		s->done = true;
 	} else {
 		size_t held = stream_holdback(s);
@@ -446,13 +479,22 @@ int text_stream_push(struct text_stream *s, const void *piece, size_t len,
 	return 0;
 }
 
-int text_stream_finish(struct text_stream *s, struct text_push_result *out)
+int text_stream_finish(struct text_stream *s, size_t drop,
+		       struct text_push_result *out)
 {
 	size_t from;
 
+	memset(out, 0, sizeof(*out));
+	out->stop_index = TEXT_STOP_NONE;
+	if (drop > s->buf.len - s->n_final)
+		return -EINVAL;
 	stream_forget_final(s);
 	from = s->n_final;
+	s->buf.len -= drop;
+	if (s->buf.data)
+		s->buf.data[s->buf.len] = '\0';
 	s->n_final = s->buf.len;
+	s->caller_held = 0;
 	s->done = true;
 	stream_report(s, from, out);
 	/* A stop reported already: the finish only closes the stream. */
@@ -462,15 +504,17 @@ int text_stream_finish(struct text_stream *s, struct text_push_result *out)
 
 int text_stream_check(const struct text_stream *s)
 {
-	size_t held, limit;
+	size_t held, limit, bound;
 
 	if (s->n_final > s->buf.len || (s->buf.len && !s->buf.data))
 		return -EINVAL;
 	if (s->buf.data && s->buf.data[s->buf.len] != '\0')
 		return -EINVAL;
 	held = s->buf.len - s->n_final;
+	if (s->caller_held > held)
+		return -EINVAL;
 	if (s->done)
-		return held ? -EINVAL : 0;
+		return held || s->caller_held ? -EINVAL : 0;
 	if (s->stop_index != TEXT_STOP_NONE)
 		return -EINVAL;
 	if (!s->set && s->state != STOP_MATCHER_ROOT)
@@ -479,7 +523,8 @@ int text_stream_check(const struct text_stream *s)
 	if (held != stream_holdback(s))
 		return -EINVAL;
 	limit = s->set ? s->set->max_kept_len - 1 : 0;
-	if (held > (limit > 3 ? limit : 3))
+	bound = limit > 3 ? limit : 3;
+	if (held > bound && held > s->caller_held + 3)
 		return -EINVAL;
 	return 0;
 }

@@ -106,6 +106,7 @@ struct text_stream {
 	const struct text_stop_set *set; /* NULL: no stop strings */
 	struct strbuf buf;	/* [0, n_final) final, [n_final, len) held */
 	size_t n_final;		/* bytes of buf that are final */
+	size_t caller_held;	/* bytes at the end the caller holds */
 	uint32_t state;		/* stop automaton cursor */
 	uint32_t stop_index;	/* the stop that matched, or TEXT_STOP_NONE */
 	unsigned flags;		/* TEXT_STREAM_* */
@@ -132,19 +133,33 @@ void text_stream_init(struct text_stream *s, const struct text_stop_set *set,
 
 /*
  * Feed the decoded bytes of the next generated token (len may be 0).
+ *
+ * hold: the caller's own holdback, in bytes at the end of the text after
+ * this piece, that must not become final yet because the caller may still
+ * take them back with text_stream_finish()'s drop: the text of the tokens
+ * a token-id stop sequence may still claim (stop_matcher_pending() tokens,
+ * as bytes).  0 when there is none.  The held tail is the longer of the
+ * stream's own and this one, widened to the start of a character it would
+ * split.  Bytes already final stay final: hold may grow by at most len
+ * from one push to the next (what stop_matcher_pending() gives does so).
+ *
  * Returns 0 and fills *out; -ENOMEM (the stream is as it was: the caller
  * may fail the request), or -EINVAL when the stream is already done (a
  * caller bug: out reports nothing).
  */
 int text_stream_push(struct text_stream *s, const void *piece, size_t len,
-		     struct text_push_result *out);
+		     size_t hold, struct text_push_result *out);
 
 /*
- * The request ended for another reason: every held-back byte becomes
- * final, as it is.  The stream is done; calling it again reports nothing
- * new.  Returns 0.
+ * The request ended for another reason than a stop string: the last drop
+ * bytes of the text are removed (a token-id stop matched without
+ * include_stop: the text of its tokens; 0 otherwise) and every other held
+ * byte becomes final as it is.  The stream is done; calling it again
+ * reports nothing new.  Returns 0, or -EINVAL when drop is more than the
+ * bytes held (they are final already; nothing changes).
  */
-int text_stream_finish(struct text_stream *s, struct text_push_result *out);
+int text_stream_finish(struct text_stream *s, size_t drop,
+		       struct text_push_result *out);
 
 /* A stop matched or the stream was finished: push no more. */
 bool text_stream_done(const struct text_stream *s);

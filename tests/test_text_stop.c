@@ -123,7 +123,7 @@ struct ref_future {
 	size_t n;
 };
 
-#define REF_MAX_FUTURES 512
+#define REF_MAX_FUTURES 1024
 
 /* Bytes that the UTF-8 rules tell apart after a lead byte, and ASCII. */
 static const unsigned char rep_bytes[] = { 0x80, 0x90, 0xA0, 'a' };
@@ -150,10 +150,11 @@ static void add_future(const struct ref_stops *st, bool include,
 
 /*
  * The longest prefix of t[0..n) (which completes no stop) that no
- * continuation can change, by brute force.
+ * continuation can change, by brute force; the caller holds the last
+ * hold bytes (it may drop any number of them when the request ends).
  */
 static size_t ref_safe(const struct ref_stops *st, bool include,
-		       const char *t, size_t n)
+		       const char *t, size_t n, size_t hold)
 {
 	struct ref_future fu[REF_MAX_FUTURES];
 	size_t n_fu = 0, p;
@@ -170,6 +171,9 @@ static size_t ref_safe(const struct ref_stops *st, bool include,
 			add_future(st, include, t, n, st->s[i] + have,
 				   st->len[i] - have, fu, &n_fu);
 		}
+	/* Ending now, less what the caller may drop. */
+	for (size_t d = 1; d <= hold && d <= n; d++)
+		add_future(st, include, t, n - d, c, 0, fu, &n_fu);
 	/* Ending now, or after up to 3 representative bytes. */
 	add_future(st, include, t, n, c, 0, fu, &n_fu);
 	for (size_t a = 0; a < N_REP; a++) {
@@ -266,7 +270,8 @@ static struct text_stop_set *make_set(const struct ref_stops *st)
  */
 static struct run drive(const struct ref_stops *st, bool include,
 			const char *const *pieces, const size_t *lens,
-			uint32_t n_pieces, bool check_safe)
+			const size_t *holds, size_t drop, uint32_t n_pieces,
+			bool check_safe)
 {
 	struct text_stop_set *set = make_set(st);
 	unsigned flags = include ? TEXT_STREAM_INCLUDE_STOP : 0;
@@ -284,10 +289,12 @@ static struct run drive(const struct ref_stops *st, bool include,
 	text_stream_init(&live, set, flags);
 	text_stream_init(&keep, set, flags | TEXT_STREAM_KEEP_TEXT);
 	for (uint32_t i = 0; i < n_pieces && !r.stopped; i++) {
+		size_t hold = holds ? holds[i] : 0;
+
 		assert_int_equal(text_stream_push(&live, pieces[i], lens[i],
-						  &res), 0);
+						  hold, &res), 0);
 		assert_int_equal(text_stream_push(&keep, pieces[i], lens[i],
-						  &kres), 0);
+						  hold, &kres), 0);
 		assert_int_equal(text_stream_check(&live), 0);
 		assert_int_equal(text_stream_check(&keep), 0);
 		assert_int_equal(res.n_final, kres.n_final);
@@ -298,7 +305,8 @@ static struct run drive(const struct ref_stops *st, bool include,
 		r.stop_index = res.stop_index;
 		append(&sofar, &n_sofar, pieces[i], lens[i]);
 		if (check_safe && !res.stopped) {
-			size_t want = ref_safe(st, include, sofar, n_sofar);
+			size_t want = ref_safe(st, include, sofar, n_sofar,
+					       hold);
 
 			if (want != r.n_streamed ||
 			    memcmp(r.streamed, sofar, want)) {
@@ -310,8 +318,8 @@ static struct run drive(const struct ref_stops *st, bool include,
 		}
 	}
 	if (!r.stopped) {
-		assert_int_equal(text_stream_finish(&live, &res), 0);
-		assert_int_equal(text_stream_finish(&keep, &kres), 0);
+		assert_int_equal(text_stream_finish(&live, drop, &res), 0);
+		assert_int_equal(text_stream_finish(&keep, drop, &kres), 0);
 		assert_false(res.stopped);
 		take_chunk(&r, &res);
 	}
@@ -345,7 +353,8 @@ static void run_free(struct run *r)
 /* The run against the reference over the whole output. */
 static void expect_reference(const struct ref_stops *st, bool include,
 			     const char *const *pieces, const size_t *lens,
-			     uint32_t n_pieces, const struct run *r)
+			     size_t drop, uint32_t n_pieces,
+			     const struct run *r)
 {
 	size_t n = 0, off = 0, lw;
 	char *whole, *w;
@@ -361,6 +370,8 @@ static void expect_reference(const struct ref_stops *st, bool include,
 		off += lens[i];
 	}
 	o = ref_final(st, include, whole, n, 0);
+	if (!o.stopped)
+		o.cut = n - drop;	/* what the caller took back */
 	if (o.stopped) {
 		/* The piece that holds the stop's last byte was the last. */
 		off = 0;
@@ -391,8 +402,8 @@ static struct run check_case(const struct ref_stops *st, bool include,
 	assert_true(n_pieces <= 64);
 	for (uint32_t i = 0; i < n_pieces; i++)
 		lens[i] = strlen(pieces[i]);
-	r = drive(st, include, pieces, lens, n_pieces, true);
-	expect_reference(st, include, pieces, lens, n_pieces, &r);
+	r = drive(st, include, pieces, lens, NULL, 0, n_pieces, true);
+	expect_reference(st, include, pieces, lens, 0, n_pieces, &r);
 	return r;
 }
 
@@ -441,19 +452,19 @@ static void test_stop_spans_three_pieces(void **state)
 	struct run r;
 
 	text_stream_init(&s, set, 0);
-	assert_int_equal(text_stream_push(&s, "hello wo", 8, &res), 0);
+	assert_int_equal(text_stream_push(&s, "hello wo", 8, 0, &res), 0);
 	assert_int_equal(res.n_final, 6);
 	assert_memory_equal(res.final, "hello ", 6);
 	assert_int_equal(text_stream_held(&s), 2);
-	assert_int_equal(text_stream_push(&s, "r", 1, &res), 0);
+	assert_int_equal(text_stream_push(&s, "r", 1, 0, &res), 0);
 	assert_int_equal(res.n_final, 0);
 	assert_false(res.stopped);
-	assert_int_equal(text_stream_push(&s, "ld!", 3, &res), 0);
+	assert_int_equal(text_stream_push(&s, "ld!", 3, 0, &res), 0);
 	assert_int_equal(res.n_final, 0);
 	assert_true(res.stopped);
 	assert_int_equal(res.stop_index, 0);
 	assert_true(text_stream_done(&s));
-	assert_int_equal(text_stream_push(&s, "x", 1, &res), -EINVAL);
+	assert_int_equal(text_stream_push(&s, "x", 1, 0, &res), -EINVAL);
 	assert_int_equal(res.n_final, 0);
 	text_stream_release(&s);
 	text_stop_set_destroy(set);
@@ -510,7 +521,7 @@ static void test_stop_inside_another(void **state)
 	struct run r;
 
 	text_stream_init(&s, set, 0);
-	assert_int_equal(text_stream_push(&s, "ab", 2, &res), 0);
+	assert_int_equal(text_stream_push(&s, "ab", 2, 0, &res), 0);
 	assert_int_equal(res.n_final, 1);
 	assert_memory_equal(res.final, "a", 1);
 	text_stream_release(&s);
@@ -566,28 +577,28 @@ static void test_utf8_holdback(void **state)
 	struct text_push_result res;
 
 	text_stream_init(&s, NULL, 0);
-	assert_int_equal(text_stream_push(&s, "a\xE2", 2, &res), 0);
+	assert_int_equal(text_stream_push(&s, "a\xE2", 2, 0, &res), 0);
 	assert_int_equal(res.n_final, 1);
-	assert_int_equal(text_stream_push(&s, "\x82", 1, &res), 0);
+	assert_int_equal(text_stream_push(&s, "\x82", 1, 0, &res), 0);
 	assert_int_equal(res.n_final, 0);
-	assert_int_equal(text_stream_push(&s, "\xAC\xF0\x9F", 3, &res), 0);
+	assert_int_equal(text_stream_push(&s, "\xAC\xF0\x9F", 3, 0, &res), 0);
 	assert_int_equal(res.n_final, 3);
 	assert_memory_equal(res.final, "\xE2\x82\xAC", 3);
-	assert_int_equal(text_stream_push(&s, "\x98", 1, &res), 0);
+	assert_int_equal(text_stream_push(&s, "\x98", 1, 0, &res), 0);
 	assert_int_equal(res.n_final, 0);
 	assert_int_equal(text_stream_held(&s), 3);
-	assert_int_equal(text_stream_push(&s, "\x80\xF4\x90", 3, &res), 0);
+	assert_int_equal(text_stream_push(&s, "\x80\xF4\x90", 3, 0, &res), 0);
 	assert_int_equal(res.n_final, 6);	/* F4 90: never valid */
-	assert_int_equal(text_stream_push(&s, "\xED\xA0", 2, &res), 0);
+	assert_int_equal(text_stream_push(&s, "\xED\xA0", 2, 0, &res), 0);
 	assert_int_equal(res.n_final, 2);	/* a surrogate */
-	assert_int_equal(text_stream_push(&s, "\xE0\xA0", 2, &res), 0);
+	assert_int_equal(text_stream_push(&s, "\xE0\xA0", 2, 0, &res), 0);
 	assert_int_equal(res.n_final, 0);
 	assert_int_equal(text_stream_check(&s), 0);
 	/* The request ends: the incomplete tail goes out as it is. */
-	assert_int_equal(text_stream_finish(&s, &res), 0);
+	assert_int_equal(text_stream_finish(&s, 0, &res), 0);
 	assert_int_equal(res.n_final, 2);
 	assert_memory_equal(res.final, "\xE0\xA0", 2);
-	assert_int_equal(text_stream_finish(&s, &res), 0);
+	assert_int_equal(text_stream_finish(&s, 0, &res), 0);
 	assert_int_equal(res.n_final, 0);
 	text_stream_release(&s);
 }
@@ -603,11 +614,11 @@ static void test_include_stop_holds_only_utf8(void **state)
 	struct run r;
 
 	text_stream_init(&s, set, TEXT_STREAM_INCLUDE_STOP);
-	assert_int_equal(text_stream_push(&s, "xa", 2, &res), 0);
+	assert_int_equal(text_stream_push(&s, "xa", 2, 0, &res), 0);
 	assert_int_equal(res.n_final, 2);
-	assert_int_equal(text_stream_push(&s, "b\xE2", 2, &res), 0);
+	assert_int_equal(text_stream_push(&s, "b\xE2", 2, 0, &res), 0);
 	assert_int_equal(res.n_final, 1);
-	assert_int_equal(text_stream_push(&s, "\x82\xAC!", 3, &res), 0);
+	assert_int_equal(text_stream_push(&s, "\x82\xAC!", 3, 0, &res), 0);
 	assert_true(res.stopped);
 	assert_int_equal(res.n_final, 3);
 	text_stream_release(&s);
@@ -621,6 +632,43 @@ static void test_include_stop_holds_only_utf8(void **state)
 	run_free(&r);
 }
 
+/*
+ * The caller holds the text of tokens a token-id stop may still claim;
+ * its hold is widened not to split a character, and a drop takes it back.
+ */
+static void test_caller_hold(void **state)
+{
+	struct text_stream s;
+	struct text_push_result res;
+
+	text_stream_init(&s, NULL, TEXT_STREAM_KEEP_TEXT);
+	assert_int_equal(text_stream_push(&s, "ab\xE2", 3, 0, &res), 0);
+	assert_int_equal(res.n_final, 2);
+	/* The last token "\x82\xAC" held: so is the E2 that starts it. */
+	assert_int_equal(text_stream_push(&s, "\x82\xAC", 2, 2, &res), 0);
+	assert_int_equal(res.n_final, 0);
+	assert_int_equal(text_stream_held(&s), 3);
+	assert_int_equal(text_stream_push(&s, "cd", 2, 4, &res), 0);
+	assert_int_equal(res.n_final, 0);
+	assert_int_equal(text_stream_push(&s, "e", 1, 1, &res), 0);
+	assert_int_equal(res.n_final, 5);
+	assert_memory_equal(res.final, "\xE2\x82\xAC" "cd", 5);
+	assert_int_equal(text_stream_check(&s), 0);
+	/* More than is held cannot be dropped: it is final already. */
+	assert_int_equal(text_stream_finish(&s, 2, &res), -EINVAL);
+	assert_false(text_stream_done(&s));
+	assert_int_equal(text_stream_finish(&s, 1, &res), 0);
+	assert_int_equal(res.n_final, 0);
+	{
+		size_t n;
+		const char *t = text_stream_text(&s, &n);
+
+		assert_int_equal(n, 7);
+		assert_memory_equal(t, "ab\xE2\x82\xAC" "cd", 7);
+	}
+	text_stream_release(&s);
+}
+
 /* Without KEEP_TEXT the buffer stays within the held tail and a piece. */
 static void test_memory_bound(void **state)
 {
@@ -631,8 +679,8 @@ static void test_memory_bound(void **state)
 
 	text_stream_init(&s, set, 0);
 	for (int i = 0; i < 100000; i++) {
-		assert_int_equal(text_stream_push(&s, "01234567xy", 10, &res),
-				 0);
+		assert_int_equal(text_stream_push(&s, "01234567xy", 10, 0,
+					  &res), 0);
 		assert_true(s.buf.len <= 20);
 	}
 	assert_true(s.buf.cap <= 256);
@@ -725,6 +773,8 @@ static const char *const units[] = {
 
 #define RAND_MAX_UNITS 60
 #define RAND_TEXT_MAX (RAND_MAX_UNITS * 4)
+/* Most bytes a random caller holds (the reference tries each). */
+#define RAND_MAX_HOLD 40
 
 /* A random stop: valid units, often copied from the text at hand. */
 static size_t random_stop(struct rng *r, const uint32_t *text_units,
@@ -781,6 +831,8 @@ static void random_case(struct rng *r, bool check_safe)
 	char text[RAND_TEXT_MAX + 1], stop_buf[TEXT_STOP_MAX][32];
 	const char *pieces[2 * RAND_TEXT_MAX];
 	size_t piece_lens[2 * RAND_TEXT_MAX], n = 0, off = 0;
+	size_t holds[2 * RAND_TEXT_MAX], drop = 0;
+	bool caller_holds = rng_below(r, 3) == 0;
 	struct ref_stops st = { .n = rng_below(r, 5) };
 	bool include = rng_below(r, 2);
 	struct run run;
@@ -812,8 +864,24 @@ static void random_case(struct rng *r, bool check_safe)
 		piece_lens[n_pieces++] = k;
 		off += k;
 	}
-	run = drive(&st, include, pieces, piece_lens, n_pieces, check_safe);
-	expect_reference(&st, include, pieces, piece_lens, n_pieces, &run);
+	/*
+	 * A third of the cases play a caller that holds bytes of its own
+	 * (token-id stops pending), growing by at most the piece each time,
+	 * and drops some of them at the end.
+	 */
+	for (uint32_t i = 0; i < n_pieces; i++) {
+		size_t most = (i ? holds[i - 1] : 0) + piece_lens[i];
+
+		if (most > RAND_MAX_HOLD)
+			most = RAND_MAX_HOLD;
+		holds[i] = caller_holds ? rng_below(r, (uint32_t)most + 1) : 0;
+	}
+	if (caller_holds && n_pieces && rng_below(r, 2))
+		drop = rng_below(r, (uint32_t)holds[n_pieces - 1] + 1);
+	run = drive(&st, include, pieces, piece_lens, holds, drop, n_pieces,
+		    check_safe);
+	expect_reference(&st, include, pieces, piece_lens, drop, n_pieces,
+			 &run);
 	run_free(&run);
 }
 
@@ -847,6 +915,7 @@ int main(void)
 		cmocka_unit_test(test_prompt_not_matched),
 		cmocka_unit_test(test_utf8_holdback),
 		cmocka_unit_test(test_include_stop_holds_only_utf8),
+		cmocka_unit_test(test_caller_hold),
 		cmocka_unit_test(test_memory_bound),
 		cmocka_unit_test(test_bad_stops),
 		cmocka_unit_test(test_random_steps),
