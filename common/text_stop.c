@@ -36,6 +36,13 @@
  * already final: the cursor's depth grows by at most one per byte, and an
  * incomplete sequence that grows stays one that was held before.
  *
+ * The caller's hold ends the final text at a token boundary, which may
+ * fall inside a character; it is moved back to the start of a sequence
+ * that crosses it and is valid or may still be (utf8_align_back()).  Its
+ * start never moves back past bytes already final, as long as the hold
+ * grows by at most the piece per push (what the caller promises; a hold
+ * larger than the bytes not yet final is cut to them).
+ *
  * The stream's buffer holds the final text (all of it with KEEP_TEXT, else
  * only what was handed out by the latest call) and the held tail after
  * it.  Without KEEP_TEXT each call first drops what it handed out last

@@ -16,10 +16,11 @@
  * just before the winner's first byte, or just after its last byte with
  * include_stop.  The bytes of the completing token after the cut are
  * dropped and the stream is done: that token is the last one generated
- * (a result's tokens run up to and including it).  This is the rule of
- * vLLM and of the OpenAI API (the text returned is the text before the
- * first stop found while generating).  Duplicate stops count once; the
- * index reported is the lowest among equal strings.
+ * (a result's tokens run up to and including it).  The order of the
+ * stops given plays no part: the text decides (when two stops complete in
+ * one token, the one that ends first in its bytes wins, not the one listed
+ * first).  Duplicate stops count once; the index reported is the lowest
+ * among equal strings.
  *
  * HOLDBACK RULE.  After a push, the final text is the longest prefix of
  * the text so far that no continuation can change, neither its bytes nor
@@ -47,6 +48,12 @@
  * stop), text_stream_finish() makes the held tail final as it is: a
  * partial stop was no stop, and an incomplete UTF-8 sequence at the very
  * end is rendered as one U+FFFD per byte either way.
+ *
+ * The caller may hold more: text_stream_push()'s hold keeps the text of
+ * the newest tokens back (a token-id stop sequence may still claim them;
+ * text_stream_finish()'s drop removes them).  The held tail is then the
+ * longest of the three parts, widened to the start of a character that
+ * the caller's part would split; that is still exactly what must wait.
  *
  * MEMORY.  With TEXT_STREAM_KEEP_TEXT the stream keeps the whole final
  * text (for a non-streamed result: up to the sum of the pushed pieces,
@@ -88,7 +95,10 @@ struct text_stop_set *text_stop_set_create(const char *const *stops,
 					   const size_t *lens, uint32_t n,
 					   char *err, size_t err_len);
 
-/* Free the set.  Accepts NULL.  No stream may still use it. */
+/*
+ * Free the set.  Accepts NULL.  No stream may still use it.  A set is
+ * immutable: streams on several threads may share it.
+ */
 void text_stop_set_destroy(struct text_stop_set *set);
 
 /* Bytes of the longest stop string (0 for none or NULL). */
@@ -165,10 +175,10 @@ int text_stream_finish(struct text_stream *s, size_t drop,
 bool text_stream_done(const struct text_stream *s);
 
 /*
- * With TEXT_STREAM_KEEP_TEXT, all the final text so far (after a stop or
- * the finish: the result's "text"), *len bytes, NUL-terminated (the text
- * itself may hold NUL bytes).  Without that flag, or before any byte is
- * final, may return "" with *len 0.  Valid until the next call.
+ * With TEXT_STREAM_KEEP_TEXT, all the final text so far (once done: the
+ * result's "text"), *len bytes, NUL-terminated (the text itself may hold
+ * NUL bytes).  Without that flag only what the latest call handed out.
+ * Valid until the next call on the stream.
  */
 const char *text_stream_text(const struct text_stream *s, size_t *len);
 
