@@ -11,7 +11,10 @@
  * short continuation of representative bytes (one per class that the
  * UTF-8 rules tell apart), plus ending now.  A prefix is safe when every
  * such outcome's final text starts with it and the JSON writer renders it
- * apart from the rest exactly as within the whole.  The stream must emit
+ * apart from the rest exactly as within the whole.  A third of the random
+ * cases also play a caller that holds bytes of its own (token-id stops
+ * pending) and drops some at the end; its possible drops are outcomes
+ * too.  The stream must emit
  * exactly the longest safe prefix after every piece, and its result and
  * the concatenation of its chunks (bytes, and their JSON renderings) must
  * equal the reference's final text.
@@ -669,6 +672,33 @@ static void test_caller_hold(void **state)
 	text_stream_release(&s);
 }
 
+/* NUL bytes are text like any other, in stops and pieces. */
+static void test_nul_bytes(void **state)
+{
+	const char *stops[] = { "a\0b" };
+	size_t lens[] = { 3 };
+	struct text_stop_set *set = text_stop_set_create(stops, lens, 1, NULL,
+							 0);
+	struct text_stream s;
+	struct text_push_result res;
+	const char *t;
+	size_t n;
+
+	assert_non_null(set);
+	text_stream_init(&s, set, TEXT_STREAM_KEEP_TEXT);
+	assert_int_equal(text_stream_push(&s, "\0xa", 3, 0, &res), 0);
+	assert_int_equal(res.n_final, 2);
+	assert_int_equal(text_stream_push(&s, "\0", 1, 0, &res), 0);
+	assert_int_equal(res.n_final, 0);
+	assert_int_equal(text_stream_push(&s, "by", 2, 0, &res), 0);
+	assert_true(res.stopped);
+	t = text_stream_text(&s, &n);
+	assert_int_equal(n, 2);
+	assert_memory_equal(t, "\0x", 2);
+	text_stream_release(&s);
+	text_stop_set_destroy(set);
+}
+
 /* Without KEEP_TEXT the buffer stays within the held tail and a piece. */
 static void test_memory_bound(void **state)
 {
@@ -916,6 +946,7 @@ int main(void)
 		cmocka_unit_test(test_utf8_holdback),
 		cmocka_unit_test(test_include_stop_holds_only_utf8),
 		cmocka_unit_test(test_caller_hold),
+		cmocka_unit_test(test_nul_bytes),
 		cmocka_unit_test(test_memory_bound),
 		cmocka_unit_test(test_bad_stops),
 		cmocka_unit_test(test_random_steps),
