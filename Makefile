@@ -266,11 +266,11 @@ FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 300
 FUZZ_BUILD := build-fuzz
 FUZZ_BIN := $(FUZZ_BUILD)/fuzz_request
-FUZZ_SRC := tests/fuzz_request.c common/request.c common/request_fast.c common/request_build.c common/strbuf.c \
+FUZZ_SRC := tests/fuzz_request.c common/request.c common/sampler.c common/request_fast.c common/request_build.c common/strbuf.c \
 	common/stop_matcher.c common/json_writer.c coordinator/line_reader.c
 FUZZ_HTTP_BIN := $(FUZZ_BUILD)/fuzz_http
 FUZZ_HTTP_SRC := tests/fuzz_http.c coordinator/http_reader.c \
-	coordinator/completion_api.c common/request.c common/request_fast.c common/request_build.c common/strbuf.c \
+	coordinator/completion_api.c common/request.c common/sampler.c common/request_fast.c common/request_build.c common/strbuf.c \
 	common/stop_matcher.c common/json_writer.c
 FUZZ_SANITIZE := -fsanitize=fuzzer,address,undefined
 FUZZ_CFLAGS := -std=gnu11 -D_GNU_SOURCE -Icommon -Icoordinator -g -O1 \

@@ -97,6 +97,7 @@ static void conn_free(struct http_server *srv, struct conn *c)
 	c->in_len = c->in_start = 0;
 	http_reader_reset(&c->reader);
 	out_writer_release(&c->out);
+	conn_choices_free(&c->ch);
 	c->closing = c->close_after_send = c->busy = c->paused = false;
 	c->pause_due = c->drop_due = false;
 	c->read_eof = false;

@@ -156,6 +156,13 @@ static int run(const struct engine_config *cfg, const struct http_config *http,
 	e = engine_create(cfg, &status);
 	if (!e)
 		return status;
+	if (jsonl_cfg->default_temperature > 0.0f && !engine_has_logits(e)) {
+		fprintf(stderr, "dynbatch: --default-temperature %g: the model "
+			"gives tokens, not logits, so it cannot sample\n",
+			(double)jsonl_cfg->default_temperature);
+		engine_destroy(e);
+		return ENGINE_EXIT_USAGE;
+	}
 	if (http) {
 		struct request_limits lim = { .vocab = engine_vocab(e),
 					      .max_context = engine_max_context(e),

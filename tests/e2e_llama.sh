@@ -166,6 +166,15 @@ expect_eq "only the request with token 17 failed" \
 	"$(grep '"finish_reason":"error"' "$E2E_TMP/out.jsonl" | grep -o '"id":"n[0-9]*"')" '"id":"n7"'
 grep '"id":"n7"' "$E2E_TMP/out.jsonl" | grep -q "the model's logits were NaN" &&
 	pass "its error says the logits were NaN" || fail "NaN error: $(grep '"id":"n7"' "$E2E_TMP/out.jsonl")"
+# the same through the sampler (temperature, logprobs): NaN fails the
+# step there too, never a draw from undefined weights
+sed 's/"max_tokens":1}/"max_tokens":1,"temperature":1,"seed":5,"logprobs":2}/' \
+	"$E2E_TMP/nan.jsonl" > "$E2E_TMP/nan-s.jsonl"
+timeout 60 "$BIN/dynbatch" run --model "llama:$E2E_TMP/nan.bin" --workers 2 --batch 8 \
+	--input "$E2E_TMP/nan-s.jsonl" --output "$E2E_TMP/out.jsonl" 2>/dev/null
+expect_eq "NaN logits while sampling: exit 0, only n7 failed, with the NaN error" \
+	"$?:$(grep '"finish_reason":"error"' "$E2E_TMP/out.jsonl" | grep -o '"id":"n[0-9]*"'):$(
+	grep -c "the model's logits were NaN" "$E2E_TMP/out.jsonl")" '0:"id":"n7":1'
 serve_start nanserve --workers 0 --model "llama:$E2E_TMP/nan.bin"
 h0=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")
 c=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/v1/completions" \

@@ -55,10 +55,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define REF_JSON_FLAGS (JSON_REJECT_DUPLICATES | JSON_DECODE_ANY)
 
 static const struct request_limits lim_small = { .vocab = 1000,
-						 .max_context = 512 };
+						 .max_context = 512,
+						 .has_logits = true };
 /* The largest vocab every token of which still fits an int32_t. */
 static const struct request_limits lim_large = { .vocab = 1u << 31,
-						 .max_context = UINT32_MAX };
+						 .max_context = UINT32_MAX,
+						 .has_logits = true };
 
 /* The line under test, printed when a check fails. */
 static const char *cur_line;

@@ -34,6 +34,7 @@ static const struct request_limits lim = {
 	.vocab = 1000,
 	.max_context = 512,
 	.id_optional = true,
+	.has_logits = true,
 };
 
 static int parse_str(const char *body, struct completion_request *c,
@@ -73,6 +74,9 @@ static void test_parse_all_fields(void **state)
 	assert_memory_equal(c.req.stop_lens, want_lens, sizeof(want_lens));
 	assert_memory_equal(c.req.stop_tokens, want_tokens, sizeof(want_tokens));
 	assert_non_null(c.req.stops);
+	assert_true(c.req.sampling.temperature == 0.7f);
+	assert_true(c.req.sampling.top_p == 1.0f);
+	assert_int_equal(c.req.n_choices, 1);
 	assert_int_equal(stop_matcher_max_len(c.req.stops), 2);
 	completion_request_release(&c);
 	assert_null(c.req.id);

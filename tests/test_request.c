@@ -28,7 +28,8 @@
 #include "sim_model.h"
 #include "test_rng.h"
 
-static const struct request_limits lim = { .vocab = 32000, .max_context = 4096 };
+static const struct request_limits lim = { .vocab = 32000, .max_context = 4096,
+					   .has_logits = true };
 
 static int parse_str(const char *line, uint64_t line_no, struct request *req,
 		     char *err, size_t err_len)
@@ -109,6 +110,145 @@ static void test_defaults(void **state)
 
 	/* Releasing a zeroed request is fine, and twice too. */
 	request_release(&req);
+}
+
+/* The sampling fields (docs/DESIGN.md 3.1): parsed, defaulted, checked,
+ * refused without logits, and deep-copied by request_clone(). */
+static void test_sampling_fields(void **state)
+{
+	const char *line =
+		"{\"id\":\"s\",\"prompt\":[1],\"max_tokens\":3,\"temperature\":0.5,"
+		"\"top_p\":0.9,\"top_k\":40,\"min_p\":0.05,\"seed\":12345,"
+		"\"logit_bias\":{\"7\":-100,\"31999\":2.5},\"logprobs\":3,\"n\":4}";
+	struct request_limits greedy_model = lim, warm = lim;
+	struct request req, copy;
+	char err[256];
+
+	assert_int_equal(parse_str(line, 1, &req, err, sizeof(err)), 0);
+	assert_true(req.sampling.temperature == 0.5f);
+	assert_true(req.sampling.top_p == 0.9f);
+	assert_int_equal(req.sampling.top_k, 40);
+	assert_true(req.sampling.min_p == 0.05f);
+	assert_true(req.sampling.seed == 12345 && req.seed_given);
+	assert_int_equal(req.sampling.n_bias, 2);
+	assert_true(req.sampling.logprobs);
+	assert_int_equal(req.sampling.top_logprobs, 3);
+	assert_int_equal(req.n_choices, 4);
+	assert_true(request_needs_logits(&req));
+
+	assert_int_equal(request_clone(&copy, &req), 0);
+	assert_ptr_not_equal(copy.sampling.bias, req.sampling.bias);
+	assert_memory_equal(copy.sampling.bias, req.sampling.bias,
+			    2 * sizeof(req.sampling.bias[0]));
+	assert_string_equal(copy.id, req.id);
+	assert_ptr_not_equal(copy.id, req.id);
+	request_release(&req);		/* the copy stands alone */
+	assert_int_equal(copy.sampling.bias[1].token, 31999);
+	request_release(&copy);
+
+	/* none given: greedy, one choice, no logits needed (fast path) */
+	assert_int_equal(parse_str("{\"id\":\"g\",\"prompt\":[1]}", 1, &req,
+				   err, sizeof(err)), 0);
+	assert_true(req.sampling.temperature == 0.0f && req.sampling.top_p == 1.0f);
+	assert_int_equal(req.n_choices, 1);
+	assert_false(request_needs_logits(&req));
+	request_release(&req);
+	/* chat's form of logprobs */
+	assert_int_equal(parse_str("{\"id\":\"c\",\"prompt\":[1],\"logprobs\":true,"
+				   "\"top_logprobs\":2}", 1, &req, err,
+				   sizeof(err)), 0);
+	assert_true(req.sampling.logprobs && req.sampling.top_logprobs == 2);
+	request_release(&req);
+
+	/* --default-temperature reaches both parsers */
+	warm.default_temperature = 0.8f;
+	line = "{\"id\":\"w\",\"prompt\":[1]}";
+	assert_int_equal(request_parse(line, strlen(line), 1, &warm, &req, err,
+				       sizeof(err)), 0);
+	assert_true(req.sampling.temperature == 0.8f);
+	request_release(&req);
+	line = "{\"id\":\"w\",\"prompt\":[1],\"temperature\":0}";
+	assert_int_equal(request_parse(line, strlen(line), 1, &warm, &req, err,
+				       sizeof(err)), 0);
+	assert_true(req.sampling.temperature == 0.0f);
+	request_release(&req);
+
+	/* a model without logits cannot sample */
+	line = "{\"id\":\"s\",\"prompt\":[1],\"temperature\":0.5}";
+	greedy_model.has_logits = false;
+	assert_int_equal(request_parse(line, strlen(line), 1, &greedy_model, &req,
+				       err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "logits"));
+	request_release(&req);
+}
+
+/* Each bad sampling value: an error naming its field. */
+static void test_sampling_bad(void **state)
+{
+	static const struct { const char *fields, *want; } cases[] = {
+		{ "\"temperature\":-1", "temperature" },
+		{ "\"temperature\":\"hot\"", "temperature" },
+		{ "\"top_p\":0", "top_p" },
+		{ "\"top_p\":1.5", "top_p" },
+		{ "\"top_k\":-2", "top_k" },
+		{ "\"top_k\":1.5", "top_k" },
+		{ "\"min_p\":2", "min_p" },
+		{ "\"seed\":-1", "seed" },
+		{ "\"seed\":1.5", "seed" },
+		{ "\"n\":0", "'n'" },
+		{ "\"n\":65", "'n'" },
+		{ "\"logit_bias\":{\"32000\":1}", "logit_bias" },
+		{ "\"logit_bias\":{\"-1\":1}", "logit_bias" },
+		{ "\"logit_bias\":{\"x\":1}", "logit_bias" },
+		{ "\"logit_bias\":{\"5\":101}", "bias" },
+		{ "\"logit_bias\":{\"5\":\"a\"}", "logit_bias" },
+		{ "\"logit_bias\":[1]", "logit_bias" },
+		{ "\"logprobs\":21", "logprobs" },
+		{ "\"logprobs\":-1", "logprobs" },
+		{ "\"logprobs\":\"yes\"", "logprobs" },
+		{ "\"top_logprobs\":3", "top_logprobs" },
+		{ "\"logprobs\":true,\"top_logprobs\":21", "top_logprobs" },
+		{ "\"logprobs\":2,\"top_logprobs\":2", "top_logprobs" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char line[256], err[256];
+		struct request req;
+
+		snprintf(line, sizeof(line), "{\"id\":\"b\",\"prompt\":[1],%s}",
+			 cases[i].fields);
+		assert_int_equal(parse_str(line, 9, &req, err, sizeof(err)), -EINVAL);
+		if (!strstr(err, cases[i].want) || strncmp(err, "line 9: ", 8))
+			fail_msg("%s: error '%s' does not name %s", line, err,
+				 cases[i].want);
+		request_release(&req);
+	}
+}
+
+/* Result lines with a choice index, a seed and logprobs. */
+static void test_format_sampling(void **state)
+{
+	static const int32_t toks[] = { 5, 6 };
+	static const struct sampler_logprob lp[] = {
+		{ 5, -0.25f }, { 5, -0.25f }, { 9, -1.5f },
+		{ 6, -0.125f }, { 6, -0.125f }, { -1, 0.0f },
+	};
+	struct result r = { .id = "x", .line_no = 1, .tokens = toks,
+			    .n_tokens = 2, .finish_reason = "length",
+			    .n_choices = 3, .index = 2, .has_seed = true,
+			    .seed = 9223372036854775807ull, .logprobs = lp,
+			    .logprob_stride = 3 };
+	struct strbuf out = STRBUF_INIT;
+
+	assert_int_equal(result_format(&r, &out), 0);
+	assert_string_equal(out.data,
+		"{\"id\":\"x\",\"tokens\":[5,6],\"finish_reason\":\"length\","
+		"\"usage\":{\"prompt_tokens\":0,\"completion_tokens\":0},\"line\":1,"
+		"\"index\":2,\"seed\":9223372036854775807,\"logprobs\":["
+		"{\"token\":5,\"logprob\":-0.25,\"top_logprobs\":[{\"token\":5,"
+		"\"logprob\":-0.25},{\"token\":9,\"logprob\":-1.5}]},"
+		"{\"token\":6,\"logprob\":-0.125,\"top_logprobs\":[{\"token\":6,"
+		"\"logprob\":-0.125}]}]}\n");
+	strbuf_release(&out);
 }
 
 static void test_limits_edges(void **state)
@@ -946,6 +1086,9 @@ int main(void)
 		cmocka_unit_test(test_all_fields),
 		cmocka_unit_test(test_defaults),
 		cmocka_unit_test(test_limits_edges),
+		cmocka_unit_test(test_sampling_fields),
+		cmocka_unit_test(test_sampling_bad),
+		cmocka_unit_test(test_format_sampling),
 		cmocka_unit_test(test_stops_combined),
 		cmocka_unit_test(test_bad_inputs),
 		cmocka_unit_test(test_bad_huge_prompt),

@@ -253,13 +253,26 @@ static void check_layout(const struct shm_segment *seg, uint32_t n_slots,
 		    (uint64_t)h->shard_capacity * max_context * sizeof(int32_t));
 	assert_true(h->shard_tokens_size <
 		    (uint64_t)h->shard_capacity * max_context * sizeof(int32_t) + SHM_PAGE);
-	assert_int_equal(h->shard_size, h->channel_size + h->shard_tokens_size);
+	/* then the sampling table, whole pages, one entry per slot */
+	assert_int_equal(h->shard_sampling_size % SHM_PAGE, 0);
+	assert_true(h->shard_sampling_size >=
+		    (uint64_t)h->shard_capacity * sizeof(struct shm_slot_sampling));
+	assert_true(h->shard_sampling_size <
+		    (uint64_t)h->shard_capacity * sizeof(struct shm_slot_sampling) +
+		    SHM_PAGE);
+	assert_int_equal(h->shard_size, h->channel_size + h->shard_tokens_size +
+			 h->shard_sampling_size);
 	ds = shm_dispatch_size(h->shard_capacity);
 	rs = shm_result_size(h->shard_capacity);
 	assert_true(ds >= sizeof(struct shm_dispatch) +
 			  h->shard_capacity * sizeof(struct shm_dispatch_row));
 	assert_true(rs >= sizeof(struct shm_result) +
-			  h->shard_capacity * sizeof(struct shm_result_row));
+			  h->shard_capacity * sizeof(struct shm_result_row) +
+			  h->shard_capacity * sizeof(struct shm_logprobs));
+	/* a result's logprob blocks lie after its rows, inside the entry */
+	assert_true(shm_result_rows_size(h->shard_capacity) >=
+		    sizeof(struct shm_result) +
+		    h->shard_capacity * sizeof(struct shm_result_row));
 	assert_true(sizeof(struct shm_channel) + h->ring_depth * (ds + rs) <=
 		    h->channel_size);
 	assert_ptr_equal(shm_slot_at(seg, 0), (char *)seg->base + h->off_slots);
