@@ -42,8 +42,10 @@ WORKER_SRC := $(filter-out worker/main.c,$(wildcard worker/*.c))
 TEST_SRC := $(wildcard tests/test_*.c)
 # tools/ref_llama*.c are parts of bin/refdecode, not tools of their own.
 REFDECODE_PARTS := tools/ref_llama.c tools/ref_llama_check.c tools/ref_sampler.c
+# tools/ref_tokenizer.c, the naive encoder, is part of bin/bench_tokenizer
+# (and #included by tests/test_tokenizer.c).
 TOOL_SRC := $(filter-out tools/example_plugin.c tools/escape_plugin.c tools/probe_plugin.c \
-	tools/hostile_worker.c $(REFDECODE_PARTS),$(wildcard tools/*.c))
+	tools/hostile_worker.c tools/ref_tokenizer.c $(REFDECODE_PARTS),$(wildcard tools/*.c))
 
 COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/%.o)
 COORD_OBJ := $(COORD_SRC:%.c=$(BUILD)/%.o)
@@ -125,6 +127,9 @@ $(BIN)/%: $(BUILD)/tools/%.o $(LIBCOMMON)
 
 # The reference decoder's naive llama model (refdecode --model llama:PATH).
 $(BIN)/refdecode: $(REFDECODE_PARTS:%.c=$(BUILD)/%.o)
+
+# The benchmark times the naive encoder against common/tokenizer.c.
+$(BIN)/bench_tokenizer: $(BUILD)/tools/ref_tokenizer.o
 
 $(PLUGIN): tools/example_plugin.c common/model.h
 	@mkdir -p $(dir $@)
