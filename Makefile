@@ -8,7 +8,8 @@
 #   make asan     the same tests under AddressSanitizer + UBSan
 #   make bench    throughput scaling runs (table + plot)
 #   make soak     the fault injector for SOAK_SECONDS, checked end to end
-#   make fuzz     fuzz the request parser (FUZZ_SECONDS)
+#   make fuzz     fuzz the request parser, HTTP reader and tokenizer (FUZZ_SECONDS)
+#   make bench-tokenizer  tokenizer encoding speed (MB/s) against the naive encoder
 #   make deps     install the Debian packages the build needs
 #
 # Users may change optimisation (CFLAGS=-O0 ...), never drop the warnings.
@@ -42,8 +43,10 @@ WORKER_SRC := $(filter-out worker/main.c,$(wildcard worker/*.c))
 TEST_SRC := $(wildcard tests/test_*.c)
 # tools/ref_llama*.c are parts of bin/refdecode, not tools of their own.
 REFDECODE_PARTS := tools/ref_llama.c tools/ref_llama_check.c tools/ref_sampler.c
+# tools/ref_tokenizer.c, the naive encoder, is part of bin/bench_tokenizer
+# (and #included by tests/test_tokenizer.c).
 TOOL_SRC := $(filter-out tools/example_plugin.c tools/escape_plugin.c tools/probe_plugin.c \
-	tools/hostile_worker.c $(REFDECODE_PARTS),$(wildcard tools/*.c))
+	tools/hostile_worker.c tools/ref_tokenizer.c $(REFDECODE_PARTS),$(wildcard tools/*.c))
 
 COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/%.o)
 COORD_OBJ := $(COORD_SRC:%.c=$(BUILD)/%.o)
@@ -61,7 +64,7 @@ LIBCOMMON := $(BUILD)/libcommon.a
 LIBCOORD := $(BUILD)/libcoord.a
 LIBWORKER := $(BUILD)/libworker.a
 
-.PHONY: all deps test-deps run serve load test unit e2e asan tsan bench bench-llama soak clean
+.PHONY: all deps test-deps run serve load test unit e2e asan tsan bench bench-llama bench-tokenizer soak clean
 all: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(BIN)/dynbatch-hostile-worker \
 	$(TOOL_BIN) $(PLUGIN) $(ESCAPE_PLUGIN) $(PROBE_PLUGIN) $(TEST_BIN)
 
@@ -125,6 +128,9 @@ $(BIN)/%: $(BUILD)/tools/%.o $(LIBCOMMON)
 
 # The reference decoder's naive llama model (refdecode --model llama:PATH).
 $(BIN)/refdecode: $(REFDECODE_PARTS:%.c=$(BUILD)/%.o)
+
+# The benchmark times the naive encoder against common/tokenizer.c.
+$(BIN)/bench_tokenizer: $(BUILD)/tools/ref_tokenizer.o
 
 $(PLUGIN): tools/example_plugin.c common/model.h
 	@mkdir -p $(dir $@)
@@ -214,6 +220,11 @@ bench-llama: deps
 	$(MAKE) all
 	BIN=$(BIN) bash tools/bench_llama.sh $(BUILD)/bench
 
+# Encoding speed of the tokenizer on a generated 4 MB text, and against
+# the naive llama2.c-style encoder on short prefixes (tools/bench_tokenizer.c).
+bench-tokenizer: $(BIN)/bench_tokenizer
+	$(BIN)/bench_tokenizer
+
 # The fault injector for SOAK_SECONDS (default 300) in rounds, each checked
 # against the reference decoder.
 SOAK_SECONDS ?= 300
@@ -250,18 +261,25 @@ clean:
 #   fuzz_request (tests/fuzz_request.c): line_reader, request_parse() and
 #     result_format();
 #   fuzz_http (tests/fuzz_http.c): http_reader over a connection's bytes,
-#     completion_parse() on each body and the completion/error writers.
+#     completion_parse() on each body and the completion/error writers;
+#   fuzz_tokenizer (tests/fuzz_tokenizer.c): the tokenizer.bin reader, and
+#     the encoder (against the naive one) and decoder on fuzzed vocabularies.
 #
 # Run `make fuzz` (FUZZ_SECONDS per fuzzer, default 300) after changing
 # request.c, line_reader.c, strbuf.c, stop_matcher.c, json_writer.c,
-# http_reader.c or completion_api.c, and before a release; `make fuzz-short`
+# http_reader.c, completion_api.c or tokenizer.c, and before a release; `make fuzz-short`
 # is the same for 15 seconds per fuzzer, the smoke run for `make test`.
-# The committed seeds (tests/fuzz/corpus, tests/fuzz/http_corpus) are
-# copied into build-fuzz/corpus and build-fuzz/http_corpus, where libFuzzer
+# The committed seeds (tests/fuzz/corpus, tests/fuzz/http_corpus,
+# tests/fuzz/tokenizer_corpus) are copied into build-fuzz/corpus,
+# build-fuzz/http_corpus and build-fuzz/tokenizer_corpus, where libFuzzer
 # keeps what it finds, so the repository holds only the small seed sets and
 # a later run resumes from the grown corpus.  A crash or leak fails the run
-# and leaves its input in build-fuzz/artifacts/ (http-* for fuzz_http);
-# replay it with build-fuzz/fuzz_request <file> or build-fuzz/fuzz_http <file>.
+# and leaves its input in build-fuzz/artifacts/ (http-* for fuzz_http,
+# tokenizer-* for fuzz_tokenizer); replay it with build-fuzz/fuzz_request
+# <file>, build-fuzz/fuzz_http <file> or build-fuzz/fuzz_tokenizer <file>.
+# The tokenizer seeds are make_tokenizer files (--vocab 260 on the built-in corpus, 290 and 300 on a
+# two-line text)
+# with a line of text appended: see tests/fuzz_tokenizer.c.
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 300
 FUZZ_BUILD := build-fuzz
@@ -272,6 +290,8 @@ FUZZ_HTTP_BIN := $(FUZZ_BUILD)/fuzz_http
 FUZZ_HTTP_SRC := tests/fuzz_http.c coordinator/http_reader.c \
 	coordinator/completion_api.c common/request.c common/sampler.c common/request_fast.c common/request_build.c common/strbuf.c \
 	common/stop_matcher.c common/json_writer.c
+FUZZ_TOK_BIN := $(FUZZ_BUILD)/fuzz_tokenizer
+FUZZ_TOK_SRC := tests/fuzz_tokenizer.c common/tokenizer.c tools/ref_tokenizer.c
 FUZZ_SANITIZE := -fsanitize=fuzzer,address,undefined
 FUZZ_CFLAGS := -std=gnu11 -D_GNU_SOURCE -Icommon -Icoordinator -g -O1 \
 	-Wall -Wextra -Werror -Wstrict-prototypes -Wmissing-prototypes -Wshadow \
@@ -311,10 +331,15 @@ $(FUZZ_BIN): $(FUZZ_SRC) tests/fuzz_rng.h $(wildcard common/*.h coordinator/*.h)
 $(FUZZ_HTTP_BIN): $(FUZZ_HTTP_SRC) tests/fuzz_rng.h $(wildcard common/*.h coordinator/*.h) | fuzz-deps
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(FUZZ_HTTP_SRC) -lhttp_parser -ljansson
 
-fuzz: $(FUZZ_BIN) $(FUZZ_HTTP_BIN)
-	@mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/http_corpus $(FUZZ_BUILD)/artifacts
+$(FUZZ_TOK_BIN): $(FUZZ_TOK_SRC) tools/ref_tokenizer.h tests/fuzz_rng.h common/tokenizer.h | fuzz-deps
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -Itools -o $@ $(FUZZ_TOK_SRC) -lm
+
+fuzz: $(FUZZ_BIN) $(FUZZ_HTTP_BIN) $(FUZZ_TOK_BIN)
+	@mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/http_corpus $(FUZZ_BUILD)/tokenizer_corpus \
+		$(FUZZ_BUILD)/artifacts
 	cp tests/fuzz/corpus/* $(FUZZ_BUILD)/corpus/
 	cp tests/fuzz/http_corpus/* $(FUZZ_BUILD)/http_corpus/
+	cp tests/fuzz/tokenizer_corpus/* $(FUZZ_BUILD)/tokenizer_corpus/
 	UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_BIN) -max_len=4096 \
 		-max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
 		-dict=tests/fuzz/request.dict -artifact_prefix=$(FUZZ_BUILD)/artifacts/ \
@@ -323,6 +348,10 @@ fuzz: $(FUZZ_BIN) $(FUZZ_HTTP_BIN)
 		-max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
 		-dict=tests/fuzz/http.dict -artifact_prefix=$(FUZZ_BUILD)/artifacts/http- \
 		$(FUZZ_BUILD)/http_corpus
+	UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_TOK_BIN) -max_len=4608 \
+		-max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
+		-artifact_prefix=$(FUZZ_BUILD)/artifacts/tokenizer- \
+		$(FUZZ_BUILD)/tokenizer_corpus
 
 fuzz-short:
 	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=15
