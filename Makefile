@@ -41,7 +41,8 @@ COORD_SRC := $(filter-out coordinator/main.c,$(wildcard coordinator/*.c))
 WORKER_SRC := $(filter-out worker/main.c,$(wildcard worker/*.c))
 TEST_SRC := $(wildcard tests/test_*.c)
 # tools/ref_llama*.c are parts of bin/refdecode, not tools of their own.
-REFDECODE_PARTS := tools/ref_llama.c tools/ref_llama_check.c tools/ref_sampler.c
+REFDECODE_PARTS := tools/ref_llama.c tools/ref_llama_check.c tools/ref_sampler.c \
+	tools/ref_sim_logits.c
 TOOL_SRC := $(filter-out tools/example_plugin.c tools/escape_plugin.c tools/probe_plugin.c \
 	tools/hostile_worker.c $(REFDECODE_PARTS),$(wildcard tools/*.c))
 

@@ -53,6 +53,8 @@
 
 #include "ref_llama.h"
 #include "ref_llama_check.h"
+#include "ref_sampler.h"
+#include "ref_sim_logits.h"
 #include "request.h"
 #include "sim_model.h"
 #include "strbuf.h"
@@ -87,9 +89,29 @@ struct ref {
 	uint32_t n_prompt;
 	const char *finish;	/* "stop", "length" or "error" */
 	const char *error;	/* llama print mode: why it could not decode */
-	struct request *req;	/* llama check mode: the request, kept */
+	/* The request, kept when it is decoded per result or per choice
+	 * (llama check mode; sim: it needs logits or has n > 1). */
+	struct request *req;
 	uint64_t next_same;	/* next ref index + 1 with the same id, 0: none */
 	uint32_t seen;		/* results matched to it */
+	uint32_t n_choices;	/* results it must get (1 for an error line) */
+	uint64_t seen_choices;	/* bit i: the result of choice i came */
+	bool has_seed;		/* a result reported the seed ... */
+	uint64_t seed;		/* ... this one (all choices must agree) */
+};
+
+/* One choice decoded with logits (or with n > 1): what it must report. */
+struct ref_out {
+	int32_t *raw;		/* generated tokens, before stop removal */
+	uint32_t n_raw;
+	uint32_t n_out;		/* tokens reported: raw[0..n_out) */
+	const char *finish;	/* "stop", "length" or "error" */
+	const char *error;	/* with "error": the engine's message */
+	bool has_seed;		/* temperature > 0: the seed is reported */
+	uint64_t seed;
+	/* logprobs asked and max_tokens > 0: n_raw entries of stride */
+	struct sampler_logprob *lp;
+	uint32_t stride;
 };
 
 struct ref_set {
@@ -105,6 +127,8 @@ struct check_stats {
 	uint64_t cancelled;
 	uint64_t errors;	/* error results accepted for valid requests */
 	uint64_t missing;	/* missing results accepted */
+	uint64_t sampled;	/* sim: results checked by the naive sampler */
+	uint64_t llama_unchecked; /* llama: sampled results not checked */
 	struct ref_llama_tally llama;
 };
 
@@ -167,6 +191,119 @@ static int ref_decode(const struct request *req, const struct sim_config *m,
 	return 0;
 }
 
+/* The error a request gets when its bias bans the whole vocabulary (the
+ * engine's words: coordinator/engine.c engine_refuse()). */
+#define REF_ALL_BANNED \
+	"no token can be sampled: logit_bias (or the model) bans every token"
+
+static void ref_out_free(struct ref_out *out)
+{
+	free(out->raw);
+	free(out->lp);
+	memset(out, 0, sizeof(*out));
+}
+
+/* Keep the logprobs of the k-th token, as the result lists them. */
+static void ref_keep_logprobs(struct ref_out *out, uint32_t k,
+			      const struct sampler_result *sr)
+{
+	struct sampler_logprob *e = out->lp + (size_t)k * out->stride;
+
+	e[0] = (struct sampler_logprob){ sr->token, sr->logprob };
+	for (uint32_t j = 1; j < out->stride; j++)
+		e[j] = j - 1 < sr->n_top ? sr->top[j - 1] :
+		       (struct sampler_logprob){ -1, 0.0f };
+}
+
+/*
+ * Decode choice `choice` of req with the sim model, drawing with seed:
+ * every step's logits from ref_sim_logits() (checked against sim_next(),
+ * whose argmax they must be) and the token from the naive sampler
+ * ref_sample().  A request that needs no logits (greedy, n > 1) takes
+ * sim_next() as ref_decode() does.  0, -ENOMEM, or -EPROTO after saying
+ * why on stderr (the two sims disagree, or the sampler failed).
+ */
+static int ref_decode_choice(const struct request *req,
+			     const struct sim_config *m, uint64_t seed,
+			     uint32_t choice, struct ref_out *out)
+{
+	uint64_t cap = (uint64_t)req->n_prompt + req->max_tokens;
+	bool logits = request_needs_logits(req);
+	struct sampling_params sp = req->sampling;
+	uint32_t n_gen = 0, stop = 0;
+	float *row = NULL;
+	int32_t *seq;
+	int rc = 0;
+
+	memset(out, 0, sizeof(*out));
+	sp.seed = seed;
+	out->has_seed = sp.temperature > 0.0f;
+	out->seed = seed;
+	out->stride = 1 + sp.top_logprobs;
+	seq = malloc((cap ? cap : 1) * sizeof(*seq));
+	out->raw = malloc((req->max_tokens ? req->max_tokens : 1) *
+			  sizeof(*out->raw));
+	if (logits)
+		row = malloc((size_t)m->vocab * sizeof(*row));
+	if (sp.logprobs && req->max_tokens)
+		out->lp = calloc((size_t)req->max_tokens * out->stride,
+				 sizeof(*out->lp));
+	if (!seq || !out->raw || (logits && !row) ||
+	    (sp.logprobs && req->max_tokens && !out->lp)) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	if (req->n_prompt)
+		memcpy(seq, req->prompt, req->n_prompt * sizeof(*seq));
+	out->finish = "length";
+	while (n_gen < req->max_tokens) {
+		uint64_t n = (uint64_t)req->n_prompt + n_gen;
+		int32_t next = sim_next(seq, n, m->vocab, m->seed);
+		struct sampler_result sr;
+
+		if (logits) {
+			if (ref_sim_logits(seq, n, m->vocab, m->seed, row) != next) {
+				fprintf(stderr, "refdecode: the reference sim logits' top token is not sim_next()'s %d (prefix of %" PRIu64 " tokens)\n",
+					next, n);
+				rc = -EPROTO;
+				goto out;
+			}
+			rc = ref_sample(row, m->vocab, &sp, n_gen, choice, &sr);
+			if (rc == -ENOENT) {	/* the bias bans every token */
+				rc = 0;
+				out->finish = "error";
+				out->error = REF_ALL_BANNED;
+				break;
+			}
+			if (rc) {
+				if (rc != -ENOMEM)
+					fprintf(stderr, "refdecode: ref_sample: %s\n",
+						strerror(-rc));
+				rc = rc == -ENOMEM ? rc : -EPROTO;
+				goto out;
+			}
+			next = sr.token;
+			if (out->lp)
+				ref_keep_logprobs(out, n_gen, &sr);
+		}
+		seq[n] = next;
+		out->raw[n_gen++] = next;
+		stop = ref_naive_stop(req, out->raw, n_gen);
+		if (stop) {
+			out->finish = "stop";
+			break;
+		}
+	}
+	out->n_raw = n_gen;
+	out->n_out = stop && !req->include_stop ? n_gen - stop : n_gen;
+out:
+	free(seq);
+	free(row);
+	if (rc)
+		ref_out_free(out);
+	return rc;
+}
+
 /*
  * Parse and decode one input line into rf; err gets the message of an
  * error line.  0 or -ENOMEM.
@@ -179,6 +316,7 @@ static int ref_line(const struct ref_opts *o, const char *line, size_t len,
 
 	memset(rf, 0, sizeof(*rf));
 	rf->line_no = line_no;
+	rf->n_choices = 1;
 	rc = request_parse(line, len, line_no, &o->lim, &req, err, err_len);
 	if (rc == -ENOMEM) {
 		request_release(&req);
@@ -192,8 +330,20 @@ static int ref_line(const struct ref_opts *o, const char *line, size_t len,
 		request_release(&req);
 		return 0;
 	}
-	if (o->llama && o->check) {
-		/* Checked later against the engine's own generation. */
+	rf->n_choices = req.n_choices ? req.n_choices : 1;
+	if (o->llama && !o->check && request_needs_logits(&req)) {
+		rf->finish = "error";
+		rf->error = "refdecode: the llama reference decodes greedily "
+			    "only (no sampling, logit_bias or logprobs)";
+		rf->n_prompt = req.n_prompt;
+		request_release(&req);
+		return 0;
+	}
+	if ((o->llama && o->check) ||
+	    (!o->llama && (request_needs_logits(&req) || rf->n_choices > 1))) {
+		/* Decoded later, choice by choice (check mode: with the
+		 * seed the engine reports), or checked against the
+		 * engine's own generation (llama). */
 		rf->req = malloc(sizeof(*rf->req));
 		if (!rf->req) {
 			request_release(&req);
@@ -255,6 +405,45 @@ static int write_out(struct strbuf *sb)
 	return 0;
 }
 
+/*
+ * Print every choice of a kept sim request.  A request without a seed
+ * draws with seed 0 here (the engine picks one and reports it; --check
+ * replays that one).
+ */
+static int print_choices(const struct ref_opts *o, const struct ref *rf,
+			 struct strbuf *sb)
+{
+	const struct request *req = rf->req;
+	int rc = 0;
+
+	for (uint32_t c = 0; !rc && c < rf->n_choices; c++) {
+		struct result r = { 0 };
+		struct ref_out out;
+
+		rc = ref_decode_choice(req, &o->model, req->sampling.seed, c,
+				       &out);
+		if (rc)
+			break;
+		r.id = rf->id;
+		r.line_no = rf->line_no;
+		r.tokens = out.raw;
+		r.n_tokens = out.n_out;
+		r.finish_reason = out.finish;
+		r.error = out.error;
+		r.n_prompt = req->n_prompt;
+		r.n_generated = out.n_raw;
+		r.n_choices = rf->n_choices;
+		r.index = c;
+		r.has_seed = out.has_seed;
+		r.seed = out.seed;
+		r.logprobs = out.lp;
+		r.logprob_stride = out.stride;
+		rc = result_format(&r, sb);
+		ref_out_free(&out);
+	}
+	return rc;
+}
+
 static int run_print(const struct ref_opts *o, FILE *in)
 {
 	struct strbuf sb = STRBUF_INIT;
@@ -272,6 +461,13 @@ static int run_print(const struct ref_opts *o, FILE *in)
 			      sizeof(err));
 		if (rc)
 			break;
+		if (rf.req) {
+			rc = print_choices(o, &rf, &sb);
+			ref_free(&rf);
+			if (!rc && sb.len >= REF_FLUSH_BYTES)
+				rc = write_out(&sb);
+			continue;
+		}
 		r.id = rf.id;
 		r.line_no = rf.line_no;
 		r.tokens = rf.raw;
@@ -863,7 +1059,9 @@ static int parse_opts(int argc, char **argv, struct ref_opts *o)
 
 int main(int argc, char **argv)
 {
-	struct ref_opts o = { .lim = { .vocab = 32000, .max_context = 4096 },
+	/* Both reference models give logits: sampling requests parse. */
+	struct ref_opts o = { .lim = { .vocab = 32000, .max_context = 4096,
+				       .has_logits = true },
 			      .near_tie = REF_LLAMA_NEAR_TIE_DEFAULT };
 	FILE *in = NULL, *res = NULL;
 	int rc = 0, exit_code = 0;
