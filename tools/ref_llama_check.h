@@ -42,6 +42,7 @@ struct ref_engine_result {
 	size_t n_tokens;
 	bool has_generated;	/* usage.completion_tokens was there */
 	uint64_t n_generated;
+	bool has_index;		/* "index" was there */
 	uint32_t index;		/* "index": the choice (0 when absent) */
 	bool has_seed;		/* "seed" was there */
 	uint64_t seed;

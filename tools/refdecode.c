@@ -651,7 +651,8 @@ static struct ref *match_ref(struct ref_set *rs, struct check_stats *st,
 		rf = &rs->refs[j - 1];
 		if (has_line && rf->line_no == line)
 			return rf;
-		if (!fallback && !rf->seen && rf->is_error == is_error)
+		if (!fallback && rf->seen < rf->n_choices &&
+		    rf->is_error == is_error)
 			fallback = rf;
 	}
 	return fallback ? fallback : &rs->refs[ref_find(rs, id) - 1];
@@ -704,25 +705,195 @@ static int compare_llama(const struct ref_opts *o, struct check_stats *st,
 	return rc < 0 ? rc : 0;
 }
 
-/* Compare one result with its ref.  0 or -ENOMEM. */
-static int compare(const struct ref_opts *o, struct check_stats *st,
-		   struct ref *rf, const struct ref_engine_result *res)
+/* "id 'a' (line 3)", or "id 'a' index 1 (line 3)" for a choice of n > 1. */
+static const char *label(const struct ref *rf, uint32_t index, char *buf,
+			 size_t len)
+{
+	if (rf->n_choices > 1)
+		snprintf(buf, len, "id '%.200s' index %u (line %" PRIu64 ")",
+			 show_id(rf), index, rf->line_no);
+	else
+		snprintf(buf, len, "id '%.200s' (line %" PRIu64 ")",
+			 show_id(rf), rf->line_no);
+	return buf;
+}
+
+/*
+ * A logprob as the results file shows it: the float printed with %.9g (as
+ * result_format() does) and read back as a double, as jansson read the
+ * engine's.  Two floats print alike exactly when they are equal, and two
+ * different 9-digit texts never read as the same double, so comparing
+ * these doubles is comparing the floats exactly.
+ */
+static double shown_logprob(float lp)
+{
+	char text[64];
+
+	snprintf(text, sizeof(text), "%.9g", (double)lp);
+	return strtod(text, NULL);
+}
+
+/* Compare the first n logprob entries of a result with the reference's. */
+static void compare_logprobs(struct check_stats *st, const char *who,
+			     const struct ref_engine_result *res,
+			     const struct ref_out *want, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct ref_logprob *got = res->logprobs +
+						i * REF_LOGPROB_STRIDE;
+		const struct sampler_logprob *w = want->lp +
+						  i * want->stride;
+
+		for (uint32_t j = 0; j < REF_LOGPROB_STRIDE; j++) {
+			struct sampler_logprob e = j < want->stride ? w[j] :
+				(struct sampler_logprob){ -1, 0.0f };
+
+			if (got[j].token == e.token &&
+			    (e.token < 0 || got[j].logprob == shown_logprob(e.logprob)))
+				continue;
+			if (!j)
+				mismatch(st, "%s: logprobs differ at index %zu: got token %" PRId64 " logprob %.9g, want token %d logprob %.9g",
+					 who, i, got[0].token, got[0].logprob,
+					 e.token, (double)e.logprob);
+			else
+				mismatch(st, "%s: top_logprobs differ at index %zu, alternative %u: got token %" PRId64 " logprob %.9g, want token %d logprob %.9g (-1: none)",
+					 who, i, j - 1, got[j].token, got[j].logprob,
+					 e.token, (double)e.logprob);
+			return;
+		}
+	}
+}
+
+/* Compare a valid request's result with what it must report. */
+static void compare_out(const struct ref_opts *o, struct check_stats *st,
+			const char *who, const struct ref_engine_result *res,
+			const struct ref_out *want)
 {
 	const char *finish = res->finish;
 	const int32_t *tok = res->tokens;
 	size_t n_tok = res->n_tokens, i;
 
-	if (++rf->seen > 1) {
-		mismatch(st, "id '%s' (line %" PRIu64 "): duplicate result",
-			 show_id(rf), rf->line_no);
+	if (res->has_seed != want->has_seed)
+		mismatch(st, "%s: %s", who, want->has_seed ?
+			 "no 'seed' in the result of a sampled request" :
+			 "a 'seed' in the result of a request that did not sample");
+	if (!res->has_logprobs != !want->lp) {
+		mismatch(st, "%s: %s", who, want->lp ?
+			 "no 'logprobs' in the result, but the request asked for them" :
+			 "'logprobs' in the result, but the request did not ask");
+		return;
+	}
+	if (res->has_logprobs && res->n_logprobs != n_tok) {
+		mismatch(st, "%s: %zu logprob entries for %zu tokens", who,
+			 res->n_logprobs, n_tok);
+		return;
+	}
+	if (o->allow_cancelled && strcmp(finish, "cancelled") == 0) {
+		for (i = 0; i < n_tok && i < want->n_raw; i++)
+			if (tok[i] != want->raw[i])
+				break;
+		if (n_tok > want->n_raw || i < n_tok) {
+			mismatch(st, "%s: cancelled result is not a prefix of the reference: differs at index %zu (got %zu tokens, reference %u)",
+				 who, i, n_tok, want->n_raw);
+		} else {
+			st->cancelled++;
+			if (want->lp)
+				compare_logprobs(st, who, res, want, n_tok);
+		}
+		return;
+	}
+	if (strcmp(finish, want->finish))
+		mismatch(st, "%s: finish_reason '%s', want '%s'", who, finish,
+			 want->finish);
+	else if (want->error && (!res->error || strcmp(res->error, want->error)))
+		mismatch(st, "%s: error '%s', want '%s'", who,
+			 res->error ? res->error : "(none)", want->error);
+	for (i = 0; i < n_tok && i < want->n_out; i++)
+		if (tok[i] != want->raw[i])
+			break;
+	if (i < n_tok || i < want->n_out) {
+		if (i < n_tok && i < want->n_out)
+			mismatch(st, "%s: tokens differ at index %zu: got %d, want %d (got %zu tokens, want %u)",
+				 who, i, tok[i], want->raw[i], n_tok, want->n_out);
+		else
+			mismatch(st, "%s: tokens differ at index %zu: got %zu tokens, want %u",
+				 who, i, n_tok, want->n_out);
+		return;
+	}
+	if (want->lp)
+		compare_logprobs(st, who, res, want, n_tok);
+}
+
+/*
+ * A sim request decoded per choice: with the request's seed, which the
+ * engine must report, or (no seed given) with the seed the engine
+ * reports, the same for all its choices: the replay check.  0, -ENOMEM
+ * or -EPROTO.
+ */
+static int compare_choice(const struct ref_opts *o, struct check_stats *st,
+			  struct ref *rf, const struct ref_engine_result *res,
+			  const char *who)
+{
+	const struct request *req = rf->req;
+	uint64_t seed = req->sampling.seed;
+	struct ref_out want;
+	int rc;
+
+	if (req->sampling.temperature > 0.0f && res->has_seed) {
+		if (req->seed_given && res->seed != req->sampling.seed) {
+			mismatch(st, "%s: seed %" PRIu64 ", but the request gave %" PRIu64,
+				 who, res->seed, req->sampling.seed);
+			return 0;
+		}
+		if (rf->has_seed && res->seed != rf->seed) {
+			mismatch(st, "%s: seed %" PRIu64 ", but another choice of the request reported %" PRIu64,
+				 who, res->seed, rf->seed);
+			return 0;
+		}
+		rf->has_seed = true;
+		rf->seed = seed = res->seed;
+	}
+	rc = ref_decode_choice(req, &o->model, seed, res->index, &want);
+	if (rc)
+		return rc;
+	if (request_needs_logits(req))
+		st->sampled++;
+	compare_out(o, st, who, res, &want);
+	ref_out_free(&want);
+	return 0;
+}
+
+/* Compare one result with its ref.  0, -ENOMEM or -EPROTO. */
+static int compare(const struct ref_opts *o, struct check_stats *st,
+		   struct ref *rf, const struct ref_engine_result *res)
+{
+	const char *finish = res->finish;
+	char who[320];
+	struct ref_out view;
+
+	label(rf, res->index, who, sizeof(who));
+	if (res->index >= rf->n_choices) {
+		mismatch(st, "%s: index %u, but the request has %u choice%s",
+			 who, res->index, rf->n_choices,
+			 rf->n_choices > 1 ? "s" : "");
 		return 0;
 	}
+	if (rf->seen_choices & (1ull << res->index)) {
+		mismatch(st, "%s: duplicate result", who);
+		return 0;
+	}
+	rf->seen_choices |= 1ull << res->index;
+	rf->seen++;
 	if (rf->is_error) {
 		if (strcmp(finish, "error"))
-			mismatch(st, "id '%s' (line %" PRIu64 "): finish_reason '%s', want 'error' (bad input line)",
-				 show_id(rf), rf->line_no, finish);
+			mismatch(st, "%s: finish_reason '%s', want 'error' (bad input line)",
+				 who, finish);
 		return 0;
 	}
+	if (res->has_index != (rf->n_choices > 1))
+		mismatch(st, "%s: %s", who, res->has_index ?
+			 "an 'index' in the result of a request with n = 1" :
+			 "no 'index' in the result of a request with n > 1");
 	/* (llama: the error an empty prompt must get is a match, not this) */
 	if (o->allow_errors && strcmp(finish, "error") == 0 &&
 	    !(o->llama && rf->n_prompt == 0 && res->error &&
@@ -730,35 +901,69 @@ static int compare(const struct ref_opts *o, struct check_stats *st,
 		st->errors++;
 		return 0;
 	}
-	if (o->llama)
+	if (o->llama) {
+		/* The naive forward's logits differ from the engine's in the
+		 * last bits: a draw cannot be held to the token.  Counted. */
+		if (request_needs_logits(rf->req)) {
+			st->llama_unchecked++;
+			return 0;
+		}
 		return compare_llama(o, st, rf, res);
-	if (o->allow_cancelled && strcmp(finish, "cancelled") == 0) {
-		for (i = 0; i < n_tok && i < rf->n_raw; i++)
-			if (tok[i] != rf->raw[i])
-				break;
-		if (n_tok > rf->n_raw || i < n_tok)
-			mismatch(st, "id '%s' (line %" PRIu64 "): cancelled result is not a prefix of the reference: differs at index %zu (got %zu tokens, reference %u)",
-				 show_id(rf), rf->line_no, i, n_tok, rf->n_raw);
-		else
-			st->cancelled++;
-		return 0;
 	}
-	if (strcmp(finish, rf->finish))
-		mismatch(st, "id '%s' (line %" PRIu64 "): finish_reason '%s', want '%s'",
-			 show_id(rf), rf->line_no, finish, rf->finish);
-	for (i = 0; i < n_tok && i < rf->n_out; i++)
-		if (tok[i] != rf->raw[i])
-			break;
-	if (i < n_tok || i < rf->n_out) {
-		if (i < n_tok && i < rf->n_out)
-			mismatch(st, "id '%s' (line %" PRIu64 "): tokens differ at index %zu: got %d, want %d (got %zu tokens, want %u)",
-				 show_id(rf), rf->line_no, i, tok[i], rf->raw[i],
-				 n_tok, rf->n_out);
-		else
-			mismatch(st, "id '%s' (line %" PRIu64 "): tokens differ at index %zu: got %zu tokens, want %u",
-				 show_id(rf), rf->line_no, i, n_tok, rf->n_out);
-	}
+	if (rf->req)
+		return compare_choice(o, st, rf, res, who);
+	view = (struct ref_out){ .raw = rf->raw, .n_raw = rf->n_raw,
+				 .n_out = rf->n_out, .finish = rf->finish };
+	compare_out(o, st, who, res, &view);
 	return 0;
+}
+
+/*
+ * Read a result's "logprobs" into a malloc'd array of REF_LOGPROB_STRIDE
+ * entries per token (-1 tokens past the alternatives given).  -EINVAL
+ * when it is not an array of {"token","logprob","top_logprobs":[...]}
+ * with at most 20 alternatives, or -ENOMEM.
+ */
+static int get_logprobs(json_t *v, struct ref_logprob **out, size_t *n_out)
+{
+	size_t i, j, n;
+	json_t *e, *t;
+
+	*out = NULL;
+	*n_out = 0;
+	if (!json_is_array(v))
+		return -EINVAL;
+	n = json_array_size(v);
+	*out = malloc((n ? n : 1) * REF_LOGPROB_STRIDE * sizeof(**out));
+	if (!*out)
+		return -ENOMEM;
+	json_array_foreach(v, i, e) {
+		struct ref_logprob *row = *out + i * REF_LOGPROB_STRIDE;
+		json_t *top = json_object_get(e, "top_logprobs");
+
+		for (j = 0; j < REF_LOGPROB_STRIDE; j++)
+			row[j] = (struct ref_logprob){ -1, 0.0 };
+		if (!json_is_integer(json_object_get(e, "token")) ||
+		    !json_is_number(json_object_get(e, "logprob")) ||
+		    !json_is_array(top) ||
+		    json_array_size(top) > SAMPLER_MAX_LOGPROBS)
+			goto bad;
+		row[0].token = json_integer_value(json_object_get(e, "token"));
+		row[0].logprob = json_number_value(json_object_get(e, "logprob"));
+		json_array_foreach(top, j, t) {
+			if (!json_is_integer(json_object_get(t, "token")) ||
+			    !json_is_number(json_object_get(t, "logprob")))
+				goto bad;
+			row[1 + j].token = json_integer_value(json_object_get(t, "token"));
+			row[1 + j].logprob = json_number_value(json_object_get(t, "logprob"));
+		}
+	}
+	*n_out = n;
+	return 0;
+bad:
+	free(*out);
+	*out = NULL;
+	return -EINVAL;
 }
 
 /* Check one line of the results file.  0 or -ENOMEM. */
@@ -774,6 +979,7 @@ static int check_line(const struct ref_opts *o, struct ref_set *rs,
 	uint64_t line_no = 0;
 	int32_t *tok = NULL;
 	size_t n_tok = 0;
+	struct ref_logprob *lp = NULL;
 	struct ref *rf;
 	int rc = 0;
 
@@ -811,6 +1017,41 @@ static int check_line(const struct ref_opts *o, struct ref_set *rs,
 	}
 	if (rc)
 		goto out;
+	v = json_object_get(obj, "index");
+	if (v) {
+		if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+		    json_integer_value(v) >= REQUEST_MAX_CHOICES) {
+			mismatch(st, "results line %" PRIu64 ": 'index' is not an integer in [0, %u)",
+				 res_line, REQUEST_MAX_CHOICES);
+			goto out;
+		}
+		res.has_index = true;
+		res.index = (uint32_t)json_integer_value(v);
+	}
+	v = json_object_get(obj, "seed");
+	if (v) {
+		if (!json_is_integer(v) || json_integer_value(v) < 0) {
+			mismatch(st, "results line %" PRIu64 ": 'seed' is not an integer >= 0",
+				 res_line);
+			goto out;
+		}
+		res.has_seed = true;
+		res.seed = (uint64_t)json_integer_value(v);
+	}
+	v = json_object_get(obj, "logprobs");
+	if (v) {
+		rc = get_logprobs(v, &lp, &res.n_logprobs);
+		if (rc == -EINVAL) {
+			rc = 0;
+			mismatch(st, "results line %" PRIu64 ": 'logprobs' is not an array of {\"token\",\"logprob\",\"top_logprobs\":[at most 20]}",
+				 res_line);
+			goto out;
+		}
+		if (rc)
+			goto out;
+		res.has_logprobs = true;
+		res.logprobs = lp;
+	}
 	rf = match_ref(rs, st, res_line, id, has_line, line_no,
 		       strcmp(finish, "error") == 0);
 	res.finish = finish;
@@ -826,6 +1067,7 @@ static int check_line(const struct ref_opts *o, struct ref_set *rs,
 		rc = compare(o, st, rf, &res);
 out:
 	free(tok);
+	free(lp);
 	json_decref(obj);
 	return rc;
 }
@@ -858,13 +1100,17 @@ static int run_check(const struct ref_opts *o, FILE *in, FILE *res,
 	for (i = 0; i < rs.n_refs; i++) {
 		struct ref *rf = &rs.refs[i];
 
-		if (rf->seen)
+		if (rf->seen >= rf->n_choices)
 			continue;
 		if (o->allow_missing)
-			st.missing++;
-		else
+			st.missing += rf->n_choices - rf->seen;
+		else if (rf->n_choices == 1)
 			mismatch(&st, "id '%s' (line %" PRIu64 "): missing result",
 				 show_id(rf), rf->line_no);
+		else
+			mismatch(&st, "id '%s' (line %" PRIu64 "): missing results: %u of its %u choices came",
+				 show_id(rf), rf->line_no, rf->seen,
+				 rf->n_choices);
 	}
 	if (st.mismatches > REF_MAX_PRINTED)
 		fprintf(stderr, "refdecode: ... %" PRIu64 " more mismatches not shown\n",
@@ -878,9 +1124,15 @@ static int run_check(const struct ref_opts *o, FILE *in, FILE *res,
 		fprintf(stderr, ", %" PRIu64 " errors", st.errors);
 	if (o->allow_missing)
 		fprintf(stderr, ", %" PRIu64 " missing", st.missing);
+	if (st.sampled)
+		fprintf(stderr, ", %" PRIu64 " results drawn by the naive sampler",
+			st.sampled);
 	if (o->llama)
 		fprintf(stderr, "; llama: %" PRIu64 " generated tokens checked, %" PRIu64 " near-ties (reference margin < %g) accepted",
 			st.llama.tokens, st.llama.near_ties, o->near_tie);
+	if (st.llama_unchecked)
+		fprintf(stderr, ", %" PRIu64 " results of requests that need logits (sampling, logit_bias, logprobs) NOT checked",
+			st.llama_unchecked);
 	fputc('\n', stderr);
 	*exit_code = st.mismatches ? 1 : 0;
 out:
