@@ -58,7 +58,13 @@ struct ref_llama_tally {
 	uint64_t tokens;	/* generated tokens checked against logits */
 	uint64_t near_ties;	/* engine tokens accepted as near-ties */
 	uint64_t cancelled;	/* cancelled results accepted */
+	uint64_t sampled;	/* of tokens: drawn by the request's sampling */
+	uint64_t near_boundary;	/* sampled tokens accepted near a boundary */
 };
+
+/* The most a draw may be off the engine token's share of the kept mass,
+ * relative to that mass, for the token to pass as near a boundary. */
+#define REF_LLAMA_NEAR_BOUNDARY 1e-4
 
 /*
  * Check res, the engine's answer to the valid request req.  Returns 1
