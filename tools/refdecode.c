@@ -21,6 +21,21 @@
  * by the stop_matcher automaton the engine uses.  Only request_parse() and
  * result_format() are shared: they define the input and output formats.
  *
+ * Sampling (common/sampler.h SEMANTICS): a sim request that needs logits
+ * (temperature > 0, logit_bias, logprobs) gets every step's logits from
+ * ref_sim_logits.c, refdecode's own transcription of the sim's definition
+ * (its top token is held against sim_next()), and its token from the
+ * naive sampler ref_sample() (tools/ref_sampler.c: a full stable sort, not
+ * the engine's histogram); what they share with the engine is the
+ * definition itself: Philox and the weight function.  Each of n choices
+ * is decoded on its own (choice i draws with key (seed, k, i)) and has a
+ * result line of its own, with "index" when n > 1, "seed" when it
+ * sampled, "logprobs" when asked.  A request without a seed draws with
+ * seed 0 in print mode; in --check mode it draws with the seed the
+ * engine's result reports (a replay: any sampled answer must follow from
+ * its reported seed), and all its choices must report the same one.
+ * Logprobs are compared exactly: the float printed with %.9g.
+ *
  * With --model llama:PATH the model is a naive llama forward pass
  * (ref_llama.c: full recompute, no cache, double accumulation), and --check
  * walks each engine generation with teacher forcing, accepting an engine
@@ -30,8 +45,8 @@
  * --print-logits prints the reference logits of every position of a token
  * list, one line each, so other implementations can be compared with it.
  *
- * Matching results to input lines: by id for every input line that has a
- * string id (ids of valid requests must be unique, or the check cannot be
+ * Matching results to input lines: by (id, index) for every input line
+ * that has a string id (ids of valid requests must be unique, or the check cannot be
  * made: exit 2); an error result with a null id is matched by its "line"
  * field.  When an error line and a valid request share an id, the "line"
  * field decides.
