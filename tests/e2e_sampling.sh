@@ -5,7 +5,8 @@
 # logprob; the same seeded requests give bit-identical answers at workers
 # 0/1/3 x batch 1/7/64, on sim and simkv, under kill -9 and SIGSTOP of
 # workers, and through a stream paused for backpressure; HTTP choices equal
-# the JSON Lines run; the logprobs of the whole vocabulary sum to 1; an
+# the JSON Lines run; a llama model's draws follow from the naive
+# forward's logits; the logprobs of the whole vocabulary sum to 1; an
 # unseeded request replays exactly from the seed it reports; bad sampling
 # fields get errors that name them.
 set -u
@@ -160,6 +161,20 @@ for field in temperature top_p top_p top_k "'n'" "'n'" logit_bias logit_bias log
 	esac
 done
 check_results "bad lines" sim:vocab=16 "$T/bad.jsonl" "$T/bad.out"
+
+echo "== llama: draws on the naive forward's logits (near-boundary rule)"
+# float kernels against a double reference: a token passes when the
+# reference draws it, or (counted) when the draw is within 1e-4 of the
+# kept mass of its share's edge; everything else is a mismatch
+"$BIN/make_checkpoint" --out "$T/k.bin" --dim 64 --hidden 128 --layers 2 \
+	--heads 4 --kv-heads 2 --vocab 300 --seq-len 256 --seed "$SEED" > /dev/null
+"$BIN/gen_workload" --n 150 --seed "$SEED" --vocab 300 --max-prompt 30 \
+	--max-tokens 30 --max-context 256 --sampling | grep -v '"prompt":\[\]' > "$T/k.jsonl"
+for workers in 0 3; do
+	run --workers $workers --batch 16 --model "llama:$T/k.bin" --input "$T/k.jsonl" \
+		--output "$T/k.out" 2> "$T/err"
+	check_results "llama, workers $workers" "llama:$T/k.bin" "$T/k.jsonl" "$T/k.out"
+done
 
 echo "== HTTP: choices and streams equal the JSON Lines run"
 REQ='{"id":"h","prompt":[5,6,7],"max_tokens":12,"temperature":0.9,"top_p":0.95,"seed":4242,"n":2,"logprobs":3}'
