@@ -42,7 +42,8 @@ COORD_SRC := $(filter-out coordinator/main.c,$(wildcard coordinator/*.c))
 WORKER_SRC := $(filter-out worker/main.c,$(wildcard worker/*.c))
 TEST_SRC := $(wildcard tests/test_*.c)
 # tools/ref_llama*.c are parts of bin/refdecode, not tools of their own.
-REFDECODE_PARTS := tools/ref_llama.c tools/ref_llama_check.c tools/ref_sampler.c
+REFDECODE_PARTS := tools/ref_llama.c tools/ref_llama_check.c tools/ref_sampler.c \
+	tools/ref_sim_logits.c
 # tools/ref_tokenizer.c, the naive encoder, is part of bin/bench_tokenizer
 # (and #included by tests/test_tokenizer.c).
 TOOL_SRC := $(filter-out tools/example_plugin.c tools/escape_plugin.c tools/probe_plugin.c \

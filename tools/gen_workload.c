@@ -5,6 +5,7 @@
  *   gen_workload [--n N] [--seed S] [--model SPEC] [--vocab V]
  *                [--model-seed S] [--max-prompt P] [--max-tokens M]
  *                [--stop-frac F] [--max-context C] [--ids PREFIX]
+ *                [--sampling]
  *
  * NOTES ON THE DESIGN
  *
@@ -20,6 +21,14 @@
  * token or a 1..4-token run inside the first max_tokens generated tokens.
  * A few stop sequences straddle the prompt/output boundary: they must NOT
  * fire there, since stops are matched against generated tokens only.
+ *
+ * --sampling adds OpenAI sampling fields to most lines (temperature 0 or
+ * 0.3..2, top_p, top_k, min_p, seed, logit_bias with some -100 bans,
+ * logprobs in both forms with 0..5 alternatives, n of 1..4), and leaves
+ * the seed out of some sampled requests so the engine must pick and report
+ * one.  Values are short decimals, so the line says exactly what float the
+ * engine reads.  Their draws come after a line's other draws: without the
+ * option the output is what it always was.
  *
  * Output depends only on the options: one splitmix64 stream, seeded by
  * --seed, drawn in a fixed order.  Nothing but the JSON Lines is printed.
@@ -51,6 +60,7 @@ struct gen_opts {
 	double stop_frac;	/* fraction of requests with stops */
 	uint32_t max_context;	/* prompt + max_tokens never exceeds this */
 	const char *ids;	/* id prefix */
+	bool sampling;		/* add sampling fields */
 };
 
 /* One request as it is being built. */
@@ -294,6 +304,75 @@ static int put_stops(const struct gen_opts *o, const struct gen_req *rq,
 }
 
 /* ------------------------------------------------------------------------
+ * Sampling fields (--sampling)
+ */
+
+/* ,"logit_bias":{...}: 1..4 distinct tokens, some banned (-100). */
+static int put_bias(const struct gen_opts *o, struct strbuf *sb)
+{
+	uint32_t n = 1 + rnd_below(4), tokens[4], i, j;
+	int rc = 0;
+
+	n = min_u32(n, o->vocab);
+	for (i = 0; i < n; i++) {
+		do {	/* distinct: a repeated key is an error */
+			tokens[i] = rnd_below(o->vocab);
+			for (j = 0; j < i && tokens[j] != tokens[i]; j++)
+				;
+		} while (j < i);
+	}
+	rc |= strbuf_printf(sb, ",\"logit_bias\":{");
+	for (i = 0; i < n; i++) {
+		/* -100 bans; else -20..20 in steps of 0.5 */
+		double bias = rnd_pct(30) ? -100.0 :
+			      (double)rnd_below(81) * 0.5 - 20.0;
+
+		rc |= strbuf_printf(sb, "%s\"%u\":%.1f", i ? "," : "",
+				    tokens[i], bias);
+	}
+	rc |= strbuf_append(sb, "}", 1);
+	return rc;
+}
+
+/* The sampling fields of one line, each present or not at random. */
+static int put_sampling(const struct gen_opts *o, struct strbuf *sb)
+{
+	int rc = 0;
+
+	if (rnd_pct(75)) {	/* else greedy by default */
+		if (rnd_pct(15))
+			rc |= strbuf_printf(sb, ",\"temperature\":0");
+		else	/* 0.30 .. 2.00 */
+			rc |= strbuf_printf(sb, ",\"temperature\":%.2f",
+					    0.3 + (double)rnd_below(171) * 0.01);
+	}
+	if (rnd_pct(40))	/* 0.05 .. 1.00 */
+		rc |= strbuf_printf(sb, ",\"top_p\":%.2f",
+				    (double)(5 + rnd_below(96)) * 0.01);
+	if (rnd_pct(30))
+		rc |= strbuf_printf(sb, ",\"top_k\":%u", rnd_below(51));
+	if (rnd_pct(25))	/* 0.01 .. 0.30 */
+		rc |= strbuf_printf(sb, ",\"min_p\":%.2f",
+				    (double)(1 + rnd_below(30)) * 0.01);
+	if (rnd_pct(80))	/* else the engine picks and reports one */
+		rc |= strbuf_printf(sb, ",\"seed\":%" PRIu64,
+				    rnd_pct(50) ? rnd() >> 1 : rnd_below(1000));
+	if (rnd_pct(30))
+		rc |= put_bias(o, sb);
+	if (rnd_pct(40)) {
+		if (rnd_pct(50))	/* the chat form */
+			rc |= strbuf_printf(sb, ",\"logprobs\":true,\"top_logprobs\":%u",
+					    rnd_below(6));
+		else			/* the completions form */
+			rc |= strbuf_printf(sb, ",\"logprobs\":%u",
+					    rnd_below(6));
+	}
+	if (rnd_pct(30))
+		rc |= strbuf_printf(sb, ",\"n\":%u", 2 + rnd_below(3));
+	return rc;
+}
+
+/* ------------------------------------------------------------------------
  * One request line
  */
 
@@ -327,6 +406,8 @@ static int gen_one(const struct gen_opts *o, uint64_t idx, struct strbuf *sb)
 		if (!rc)
 			rc |= put_stops(o, &rq, sb);
 	}
+	if (o->sampling)
+		rc |= put_sampling(o, sb);
 	rc |= strbuf_append(sb, "}\n", 2);
 	free(rq.future);
 	free(rq.prompt);
@@ -352,6 +433,8 @@ static void usage(FILE *f)
 		"  --stop-frac F    fraction of requests with stops (default 0.5)\n"
 		"  --max-context C  prompt + max_tokens never exceeds C (default 4096)\n"
 		"  --ids PREFIX     request ids are PREFIX0, PREFIX1, ... (default r)\n"
+		"  --sampling       add random sampling fields (temperature, top_p,\n"
+		"                   top_k, min_p, seed, logit_bias, logprobs, n)\n"
 		"  --help           this text\n");
 }
 
@@ -377,6 +460,7 @@ static int parse_opts(int argc, char **argv, struct gen_opts *o)
 		{ "stop-frac", required_argument, NULL, 'f' },
 		{ "max-context", required_argument, NULL, 'c' },
 		{ "ids", required_argument, NULL, 'i' },
+		{ "sampling", no_argument, NULL, 'P' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -449,6 +533,9 @@ static int parse_opts(int argc, char **argv, struct gen_opts *o)
 			if (!id_prefix_ok(optarg))
 				goto bad_value;
 			o->ids = optarg;
+			break;
+		case 'P':
+			o->sampling = true;
 			break;
 		case 'h':
 			usage(stdout);

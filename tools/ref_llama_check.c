@@ -30,6 +30,21 @@
  * must be one of the request's stop sequences of exactly that length:
  * each candidate is walked, and the first that passes decides.
  *
+ * A request that needs logits (sampling, logit_bias, logprobs) is walked
+ * the same way, but each step draws: the reference logits, rounded to
+ * float, go through the naive sampler (ref_sample()) with the request's
+ * seed (or the one the engine reports) and the step and choice numbers.
+ * Agreement is exact only when the logits are; the engine's float kernels
+ * move every weight by a few ulps, so a draw that falls within rounding of
+ * the boundary between two tokens' shares may land on either.  So when
+ * the tokens differ, the engine's token must be in the reference's kept
+ * set (computed here once more from the SEMANTICS' thresholds) and the
+ * draw must lie within REF_LLAMA_NEAR_BOUNDARY of the kept mass from the
+ * edge of that token's share: counted as near-boundary and accepted
+ * (temperature 0 with a bias or logprobs: the near-tie rule on the biased
+ * logits).  Logprobs are not compared: they carry the logits' rounding.
+ * A bias that bans every token must get the engine's error.
+ *
  * An empty prompt gives the model no token to start from: the engine
  * answers with an error whose message mentions "empty".  With max_tokens
  * 0 the engine need not call the model at all, so "length" with no tokens
@@ -42,7 +57,9 @@
 #include <string.h>
 
 #include "parse_num.h"
+#include "philox.h"
 #include "ref_llama_check.h"
+#include "ref_sampler.h"
 
 #define REF_EMPTY_PROMPT_ERROR "prompt is empty: the llama model has no token to start from"
 
@@ -57,18 +74,164 @@ static uint32_t argmax(const double *v, uint32_t n)
 	return best;
 }
 
+/* The engine's words for a request whose bias bans every token. */
+#define REF_ALL_BANNED_ERROR \
+	"no token can be sampled: logit_bias (or the model) bans every token"
+
+/* The bias of token v under p, 0 when it has none. */
+static float bias_of(const struct sampling_params *p, uint32_t v)
+{
+	for (uint32_t i = 0; i < p->n_bias; i++)
+		if ((uint32_t)p->bias[i].token == v)
+			return p->bias[i].bias;
+	return 0.0f;
+}
+
+/* Does req's bias ban the whole vocabulary?  (The model's logits are
+ * finite, so nothing else can.) */
+static bool bans_all(const struct request *req, uint32_t vocab)
+{
+	uint32_t banned = 0;
+
+	for (uint32_t i = 0; i < req->sampling.n_bias; i++)
+		banned += req->sampling.bias[i].bias == SAMPLER_BIAS_BAN;
+	return banned >= vocab;
+}
+
+static int cmp_desc_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Scratch for the sampled steps of one walk. */
+struct ref_step_buf {
+	float *row;		/* reference logits, as floats */
+	uint32_t *w;		/* weights */
+	uint32_t *sorted;	/* weights, largest first */
+};
+
+/*
+ * Step k of a sampled walk: does the engine's token tok follow from the
+ * reference logits l?  1 yes (*near set when only as near a boundary), 0
+ * no (why says so), -ENOMEM.
+ */
+static int sampled_step(const struct sampling_params *sp, uint32_t choice,
+			const double *l, uint32_t vocab, uint32_t k,
+			int32_t tok, double near_tie, struct ref_step_buf *b,
+			bool *near, char *why, size_t why_len)
+{
+	struct sampler_result sr;
+	uint64_t z1 = 0, zk = 0, cum = 0, target, lo = 0;
+	float max_y = -INFINITY, inv_t;
+	uint32_t t = 1, v;
+	int rc;
+
+	*near = false;
+	for (v = 0; v < vocab; v++)
+		b->row[v] = (float)l[v];
+	rc = ref_sample(b->row, vocab, sp, k, choice, &sr);
+	if (rc == -ENOMEM)
+		return rc;
+	if (rc) {
+		snprintf(why, why_len, "token %u: the reference cannot draw: %s",
+			 k, strerror(-rc));
+		return 0;
+	}
+	if (sr.token == tok)
+		return 1;
+	/* the biased logits, as the SEMANTICS define them */
+	for (v = 0; v < vocab; v++) {
+		float bias = bias_of(sp, v);
+
+		b->row[v] = bias == SAMPLER_BIAS_BAN ? -INFINITY : b->row[v] + bias;
+		if (b->row[v] > max_y)
+			max_y = b->row[v];
+	}
+	if (sp->temperature == 0.0f) {
+		double margin = (double)b->row[sr.token] - (double)b->row[tok];
+
+		if (margin < near_tie) {
+			*near = true;
+			return 1;
+		}
+		snprintf(why, why_len, "token %u: got %d, want %d (biased reference logits %.6g vs %.6g: margin %.3g >= near-tie %.3g)",
+			 k, tok, sr.token, (double)b->row[tok],
+			 (double)b->row[sr.token], margin, near_tie);
+		return 0;
+	}
+	/* the kept set: W >= the largest of the three thresholds (W > 0) */
+	inv_t = sampler_inv_temperature(sp->temperature);
+	for (v = 0; v < vocab; v++)
+		b->sorted[v] = b->w[v] = sampler_weight(b->row[v], max_y, inv_t);
+	qsort(b->sorted, vocab, sizeof(*b->sorted), cmp_desc_u32);
+	if (sp->top_k && sp->top_k < vocab && b->sorted[sp->top_k - 1] > t)
+		t = b->sorted[sp->top_k - 1];
+	for (v = 0; v < vocab && b->sorted[v] >= t; v++)
+		z1 += b->sorted[v];
+	target = sampler_top_p_target(sp->top_p, z1);
+	for (v = 0; v < vocab && b->sorted[v] >= t; v++) {
+		cum += b->sorted[v];
+		if (cum >= target) {
+			t = b->sorted[v];
+			break;
+		}
+	}
+	if (sp->min_p > 0.0f && sampler_min_p_threshold(sp->min_p) > t)
+		t = sampler_min_p_threshold(sp->min_p);
+	for (v = 0; v < vocab; v++) {
+		if (b->w[v] < t)
+			continue;
+		if (v < (uint32_t)tok)
+			lo += b->w[v];
+		zk += b->w[v];
+	}
+	if (b->w[tok] < t) {
+		snprintf(why, why_len, "token %u: got %d, want %d, and %d is not in the reference's kept set (weight %u < threshold %u)",
+			 k, tok, sr.token, tok, b->w[tok], t);
+		return 0;
+	}
+	target = sampler_draw_target(philox_bits53(sp->seed, k, choice), zk);
+	{
+		uint64_t hi = lo + b->w[tok];
+		uint64_t off;
+
+		if (target >= lo && target < hi) {	/* cannot be: a bug here */
+			snprintf(why, why_len, "token %u: the naive sampler drew %d, but the draw %llu lies in %d's share [%llu, %llu) of the kept set computed here",
+				 k, sr.token, (unsigned long long)target, tok,
+				 (unsigned long long)lo, (unsigned long long)hi);
+			return 0;
+		}
+		off = target < lo ? lo - target : target - hi + 1;
+		if ((double)off <= REF_LLAMA_NEAR_BOUNDARY * (double)zk) {
+			*near = true;
+			return 1;
+		}
+		snprintf(why, why_len, "token %u: got %d, want %d (the draw %llu of kept mass %llu is %llu away from %d's share [%llu, %llu): more than %g of the mass)",
+			 k, tok, sr.token, (unsigned long long)target,
+			 (unsigned long long)zk, (unsigned long long)off, tok,
+			 (unsigned long long)lo, (unsigned long long)hi,
+			 REF_LLAMA_NEAR_BOUNDARY);
+	}
+	return 0;
+}
+
 /*
  * Walk gen[0 .. n_gen) as the generation of req: 1 when every token and
  * the end agree (want_finish: "stop" or "length"; NULL for a cancelled
  * result, which may end anywhere before a stop), 0 with why, -ENOMEM.
  */
 static int walk(const struct ref_llama *m, const struct request *req,
+		const struct sampling_params *sp, uint32_t choice,
 		const int32_t *gen, uint32_t n_gen, const char *want_finish,
 		double near_tie, struct ref_llama_tally *tally, char *why,
 		size_t why_len)
 {
 	uint32_t vocab = ref_llama_shape(m)->vocab, n_prompt = req->n_prompt;
-	uint64_t near = 0;
+	bool sampled = request_needs_logits(req);
+	struct ref_step_buf sb = { 0 };
+	uint64_t near = 0, near_boundary = 0;
 	uint32_t stop = 0, i;
 	int32_t *seq = NULL;
 	double *logits = NULL;
@@ -89,7 +252,13 @@ static int walk(const struct ref_llama *m, const struct request *req,
 	if (n_gen) {
 		seq = malloc(((uint64_t)n_prompt + n_gen) * sizeof(*seq));
 		logits = malloc((uint64_t)n_gen * vocab * sizeof(*logits));
-		if (!seq || !logits) {
+		if (sampled) {
+			sb.row = malloc(vocab * sizeof(*sb.row));
+			sb.w = malloc(vocab * sizeof(*sb.w));
+			sb.sorted = malloc(vocab * sizeof(*sb.sorted));
+		}
+		if (!seq || !logits ||
+		    (sampled && (!sb.row || !sb.w || !sb.sorted))) {
 			rc = -ENOMEM;
 			goto out;
 		}
@@ -109,8 +278,23 @@ static int walk(const struct ref_llama *m, const struct request *req,
 	}
 	for (i = 0; i < n_gen; i++) {
 		const double *l = logits + (uint64_t)i * vocab;
-		uint32_t top = argmax(l, vocab);
+		uint32_t top;
 
+		if (sampled) {
+			bool at_boundary;
+
+			rc = sampled_step(sp, choice, l, vocab, i, gen[i],
+					  near_tie, &sb, &at_boundary, why,
+					  why_len);
+			if (rc <= 0)
+				goto out;
+			if (at_boundary && sp->temperature > 0.0f)
+				near_boundary++;
+			else if (at_boundary)
+				near++;
+			goto stop_rule;
+		}
+		top = argmax(l, vocab);
 		if ((uint32_t)gen[i] != top) {
 			double margin = l[top] - l[gen[i]];
 
@@ -124,6 +308,7 @@ static int walk(const struct ref_llama *m, const struct request *req,
 			}
 			near++;
 		}
+stop_rule:
 		stop = ref_naive_stop(req, gen, i + 1);
 		if (stop && i + 1 < n_gen) {
 			snprintf(why, why_len,
@@ -153,10 +338,16 @@ static int walk(const struct ref_llama *m, const struct request *req,
 	if (rc == 1) {
 		tally->tokens += n_gen;
 		tally->near_ties += near;
+		tally->near_boundary += near_boundary;
+		if (sampled)
+			tally->sampled += n_gen;
 	}
 out:
 	free(seq);
 	free(logits);
+	free(sb.row);
+	free(sb.w);
+	free(sb.sorted);
 	return rc;
 }
 
@@ -184,6 +375,7 @@ static int check_empty(const struct request *req,
  */
 static int check_hidden_stop(const struct ref_llama *m,
 			     const struct request *req,
+			     const struct sampling_params *sp, uint32_t choice,
 			     const struct ref_engine_result *res,
 			     uint64_t hidden, double near_tie,
 			     struct ref_llama_tally *tally, char *why,
@@ -211,7 +403,8 @@ static int check_hidden_stop(const struct ref_llama *m,
 		if (len != hidden)
 			continue;
 		memcpy(gen + res->n_tokens, s, len * sizeof(*gen));
-		rc = walk(m, req, gen, (uint32_t)n, "stop", near_tie, tally,
+		rc = walk(m, req, sp, choice, gen, (uint32_t)n, "stop",
+			  near_tie, tally,
 			  tried ? tmp : why, tried ? sizeof(tmp) : why_len);
 		tried++;
 		if (rc < 0)
@@ -230,17 +423,40 @@ int ref_llama_check(const struct ref_llama *m, const struct request *req,
 		    char *why, size_t why_len)
 {
 	const char *fin = res->finish;
+	struct sampling_params sp = req->sampling;
 	uint64_t hidden = 0;
 
 	if (req->n_prompt == 0)
 		return check_empty(req, res, why, why_len);
+	if (sp.temperature > 0.0f) {	/* draw with the seed it reports */
+		if (!res->has_seed) {
+			snprintf(why, why_len, "no 'seed' in the result of a sampled request");
+			return 0;
+		}
+		if (req->seed_given && res->seed != sp.seed) {
+			snprintf(why, why_len, "seed %llu, but the request gave %llu",
+				 (unsigned long long)res->seed,
+				 (unsigned long long)sp.seed);
+			return 0;
+		}
+		sp.seed = res->seed;
+	}
+	if (req->max_tokens && bans_all(req, ref_llama_shape(m)->vocab)) {
+		if (strcmp(fin, "error") == 0 && res->n_tokens == 0 &&
+		    res->error && strcmp(res->error, REF_ALL_BANNED_ERROR) == 0)
+			return 1;
+		snprintf(why, why_len, "logit_bias bans every token: want the error '%s', got finish_reason '%s'",
+			 REF_ALL_BANNED_ERROR, fin);
+		return 0;
+	}
 	if (res->n_tokens > req->max_tokens) {
 		snprintf(why, why_len, "%zu tokens, more than max_tokens %u",
 			 res->n_tokens, req->max_tokens);
 		return 0;
 	}
 	if (allow_cancelled && strcmp(fin, "cancelled") == 0)
-		return walk(m, req, res->tokens, (uint32_t)res->n_tokens, NULL,
+		return walk(m, req, &sp, res->index, res->tokens,
+			    (uint32_t)res->n_tokens, NULL,
 			    near_tie, tally, why, why_len);
 	if (strcmp(fin, "length") && strcmp(fin, "stop")) {
 		snprintf(why, why_len, "finish_reason '%s'%s%s, want 'stop' or 'length'",
@@ -263,9 +479,11 @@ int ref_llama_check(const struct ref_llama *m, const struct request *req,
 		return 0;
 	}
 	if (hidden)
-		return check_hidden_stop(m, req, res, hidden, near_tie, tally,
+		return check_hidden_stop(m, req, &sp, res->index, res, hidden,
+					 near_tie, tally,
 					 why, why_len);
-	return walk(m, req, res->tokens, (uint32_t)res->n_tokens, fin,
+	return walk(m, req, &sp, res->index, res->tokens,
+		    (uint32_t)res->n_tokens, fin,
 		    near_tie, tally, why, why_len);
 }
 

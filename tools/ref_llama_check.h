@@ -25,6 +25,15 @@
 uint32_t ref_naive_stop(const struct request *req, const int32_t *gen,
 			uint32_t n);
 
+/* One logprob of a result line: the JSON number read as a double. */
+struct ref_logprob {
+	int64_t token;
+	double logprob;
+};
+
+/* A result's logprob entry: the token, then up to 20 alternatives. */
+#define REF_LOGPROB_STRIDE (1 + SAMPLER_MAX_LOGPROBS)
+
 /* One engine result line, as refdecode read it. */
 struct ref_engine_result {
 	const char *finish;	/* finish_reason */
@@ -33,13 +42,29 @@ struct ref_engine_result {
 	size_t n_tokens;
 	bool has_generated;	/* usage.completion_tokens was there */
 	uint64_t n_generated;
+	bool has_index;		/* "index" was there */
+	uint32_t index;		/* "index": the choice (0 when absent) */
+	bool has_seed;		/* "seed" was there */
+	uint64_t seed;
+	/* "logprobs", when there: n_logprobs entries of REF_LOGPROB_STRIDE,
+	 * [0] the token and its logprob, then the alternatives (token -1 past
+	 * the last); each logprob as the double the JSON text reads as. */
+	bool has_logprobs;
+	const struct ref_logprob *logprobs;
+	size_t n_logprobs;
 };
 
 struct ref_llama_tally {
 	uint64_t tokens;	/* generated tokens checked against logits */
 	uint64_t near_ties;	/* engine tokens accepted as near-ties */
 	uint64_t cancelled;	/* cancelled results accepted */
+	uint64_t sampled;	/* of tokens: drawn by the request's sampling */
+	uint64_t near_boundary;	/* sampled tokens accepted near a boundary */
 };
+
+/* The most a draw may be off the engine token's share of the kept mass,
+ * relative to that mass, for the token to pass as near a boundary. */
+#define REF_LLAMA_NEAR_BOUNDARY 1e-4
 
 /*
  * Check res, the engine's answer to the valid request req.  Returns 1

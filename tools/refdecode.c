@@ -21,6 +21,21 @@
  * by the stop_matcher automaton the engine uses.  Only request_parse() and
  * result_format() are shared: they define the input and output formats.
  *
+ * Sampling (common/sampler.h SEMANTICS): a sim request that needs logits
+ * (temperature > 0, logit_bias, logprobs) gets every step's logits from
+ * ref_sim_logits.c, refdecode's own transcription of the sim's definition
+ * (its top token is held against sim_next()), and its token from the
+ * naive sampler ref_sample() (tools/ref_sampler.c: a full stable sort, not
+ * the engine's histogram); what they share with the engine is the
+ * definition itself: Philox and the weight function.  Each of n choices
+ * is decoded on its own (choice i draws with key (seed, k, i)) and has a
+ * result line of its own, with "index" when n > 1, "seed" when it
+ * sampled, "logprobs" when asked.  A request without a seed draws with
+ * seed 0 in print mode; in --check mode it draws with the seed the
+ * engine's result reports (a replay: any sampled answer must follow from
+ * its reported seed), and all its choices must report the same one.
+ * Logprobs are compared exactly: the float printed with %.9g.
+ *
  * With --model llama:PATH the model is a naive llama forward pass
  * (ref_llama.c: full recompute, no cache, double accumulation), and --check
  * walks each engine generation with teacher forcing, accepting an engine
@@ -30,8 +45,8 @@
  * --print-logits prints the reference logits of every position of a token
  * list, one line each, so other implementations can be compared with it.
  *
- * Matching results to input lines: by id for every input line that has a
- * string id (ids of valid requests must be unique, or the check cannot be
+ * Matching results to input lines: by (id, index) for every input line
+ * that has a string id (ids of valid requests must be unique, or the check cannot be
  * made: exit 2); an error result with a null id is matched by its "line"
  * field.  When an error line and a valid request share an id, the "line"
  * field decides.
@@ -53,6 +68,8 @@
 
 #include "ref_llama.h"
 #include "ref_llama_check.h"
+#include "ref_sampler.h"
+#include "ref_sim_logits.h"
 #include "request.h"
 #include "sim_model.h"
 #include "strbuf.h"
@@ -87,9 +104,29 @@ struct ref {
 	uint32_t n_prompt;
 	const char *finish;	/* "stop", "length" or "error" */
 	const char *error;	/* llama print mode: why it could not decode */
-	struct request *req;	/* llama check mode: the request, kept */
+	/* The request, kept when it is decoded per result or per choice
+	 * (llama check mode; sim: it needs logits or has n > 1). */
+	struct request *req;
 	uint64_t next_same;	/* next ref index + 1 with the same id, 0: none */
 	uint32_t seen;		/* results matched to it */
+	uint32_t n_choices;	/* results it must get (1 for an error line) */
+	uint64_t seen_choices;	/* bit i: the result of choice i came */
+	bool has_seed;		/* a result reported the seed ... */
+	uint64_t seed;		/* ... this one (all choices must agree) */
+};
+
+/* One choice decoded with logits (or with n > 1): what it must report. */
+struct ref_out {
+	int32_t *raw;		/* generated tokens, before stop removal */
+	uint32_t n_raw;
+	uint32_t n_out;		/* tokens reported: raw[0..n_out) */
+	const char *finish;	/* "stop", "length" or "error" */
+	const char *error;	/* with "error": the engine's message */
+	bool has_seed;		/* temperature > 0: the seed is reported */
+	uint64_t seed;
+	/* logprobs asked and max_tokens > 0: n_raw entries of stride */
+	struct sampler_logprob *lp;
+	uint32_t stride;
 };
 
 struct ref_set {
@@ -105,6 +142,7 @@ struct check_stats {
 	uint64_t cancelled;
 	uint64_t errors;	/* error results accepted for valid requests */
 	uint64_t missing;	/* missing results accepted */
+	uint64_t sampled;	/* sim: results checked by the naive sampler */
 	struct ref_llama_tally llama;
 };
 
@@ -167,6 +205,119 @@ static int ref_decode(const struct request *req, const struct sim_config *m,
 	return 0;
 }
 
+/* The error a request gets when its bias bans the whole vocabulary (the
+ * engine's words: coordinator/engine.c engine_refuse()). */
+#define REF_ALL_BANNED \
+	"no token can be sampled: logit_bias (or the model) bans every token"
+
+static void ref_out_free(struct ref_out *out)
+{
+	free(out->raw);
+	free(out->lp);
+	memset(out, 0, sizeof(*out));
+}
+
+/* Keep the logprobs of the k-th token, as the result lists them. */
+static void ref_keep_logprobs(struct ref_out *out, uint32_t k,
+			      const struct sampler_result *sr)
+{
+	struct sampler_logprob *e = out->lp + (size_t)k * out->stride;
+
+	e[0] = (struct sampler_logprob){ sr->token, sr->logprob };
+	for (uint32_t j = 1; j < out->stride; j++)
+		e[j] = j - 1 < sr->n_top ? sr->top[j - 1] :
+		       (struct sampler_logprob){ -1, 0.0f };
+}
+
+/*
+ * Decode choice `choice` of req with the sim model, drawing with seed:
+ * every step's logits from ref_sim_logits() (checked against sim_next(),
+ * whose argmax they must be) and the token from the naive sampler
+ * ref_sample().  A request that needs no logits (greedy, n > 1) takes
+ * sim_next() as ref_decode() does.  0, -ENOMEM, or -EPROTO after saying
+ * why on stderr (the two sims disagree, or the sampler failed).
+ */
+static int ref_decode_choice(const struct request *req,
+			     const struct sim_config *m, uint64_t seed,
+			     uint32_t choice, struct ref_out *out)
+{
+	uint64_t cap = (uint64_t)req->n_prompt + req->max_tokens;
+	bool logits = request_needs_logits(req);
+	struct sampling_params sp = req->sampling;
+	uint32_t n_gen = 0, stop = 0;
+	float *row = NULL;
+	int32_t *seq;
+	int rc = 0;
+
+	memset(out, 0, sizeof(*out));
+	sp.seed = seed;
+	out->has_seed = sp.temperature > 0.0f;
+	out->seed = seed;
+	out->stride = 1 + sp.top_logprobs;
+	seq = malloc((cap ? cap : 1) * sizeof(*seq));
+	out->raw = malloc((req->max_tokens ? req->max_tokens : 1) *
+			  sizeof(*out->raw));
+	if (logits)
+		row = malloc((size_t)m->vocab * sizeof(*row));
+	if (sp.logprobs && req->max_tokens)
+		out->lp = calloc((size_t)req->max_tokens * out->stride,
+				 sizeof(*out->lp));
+	if (!seq || !out->raw || (logits && !row) ||
+	    (sp.logprobs && req->max_tokens && !out->lp)) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	if (req->n_prompt)
+		memcpy(seq, req->prompt, req->n_prompt * sizeof(*seq));
+	out->finish = "length";
+	while (n_gen < req->max_tokens) {
+		uint64_t n = (uint64_t)req->n_prompt + n_gen;
+		int32_t next = sim_next(seq, n, m->vocab, m->seed);
+		struct sampler_result sr;
+
+		if (logits) {
+			if (ref_sim_logits(seq, n, m->vocab, m->seed, row) != next) {
+				fprintf(stderr, "refdecode: the reference sim logits' top token is not sim_next()'s %d (prefix of %" PRIu64 " tokens)\n",
+					next, n);
+				rc = -EPROTO;
+				goto out;
+			}
+			rc = ref_sample(row, m->vocab, &sp, n_gen, choice, &sr);
+			if (rc == -ENOENT) {	/* the bias bans every token */
+				rc = 0;
+				out->finish = "error";
+				out->error = REF_ALL_BANNED;
+				break;
+			}
+			if (rc) {
+				if (rc != -ENOMEM)
+					fprintf(stderr, "refdecode: ref_sample: %s\n",
+						strerror(-rc));
+				rc = rc == -ENOMEM ? rc : -EPROTO;
+				goto out;
+			}
+			next = sr.token;
+			if (out->lp)
+				ref_keep_logprobs(out, n_gen, &sr);
+		}
+		seq[n] = next;
+		out->raw[n_gen++] = next;
+		stop = ref_naive_stop(req, out->raw, n_gen);
+		if (stop) {
+			out->finish = "stop";
+			break;
+		}
+	}
+	out->n_raw = n_gen;
+	out->n_out = stop && !req->include_stop ? n_gen - stop : n_gen;
+out:
+	free(seq);
+	free(row);
+	if (rc)
+		ref_out_free(out);
+	return rc;
+}
+
 /*
  * Parse and decode one input line into rf; err gets the message of an
  * error line.  0 or -ENOMEM.
@@ -179,6 +330,7 @@ static int ref_line(const struct ref_opts *o, const char *line, size_t len,
 
 	memset(rf, 0, sizeof(*rf));
 	rf->line_no = line_no;
+	rf->n_choices = 1;
 	rc = request_parse(line, len, line_no, &o->lim, &req, err, err_len);
 	if (rc == -ENOMEM) {
 		request_release(&req);
@@ -192,8 +344,20 @@ static int ref_line(const struct ref_opts *o, const char *line, size_t len,
 		request_release(&req);
 		return 0;
 	}
-	if (o->llama && o->check) {
-		/* Checked later against the engine's own generation. */
+	rf->n_choices = req.n_choices ? req.n_choices : 1;
+	if (o->llama && !o->check && request_needs_logits(&req)) {
+		rf->finish = "error";
+		rf->error = "refdecode: the llama reference decodes greedily "
+			    "only (no sampling, logit_bias or logprobs)";
+		rf->n_prompt = req.n_prompt;
+		request_release(&req);
+		return 0;
+	}
+	if ((o->llama && o->check) ||
+	    (!o->llama && (request_needs_logits(&req) || rf->n_choices > 1))) {
+		/* Decoded later, choice by choice (check mode: with the
+		 * seed the engine reports), or checked against the
+		 * engine's own generation (llama). */
 		rf->req = malloc(sizeof(*rf->req));
 		if (!rf->req) {
 			request_release(&req);
@@ -255,6 +419,45 @@ static int write_out(struct strbuf *sb)
 	return 0;
 }
 
+/*
+ * Print every choice of a kept sim request.  A request without a seed
+ * draws with seed 0 here (the engine picks one and reports it; --check
+ * replays that one).
+ */
+static int print_choices(const struct ref_opts *o, const struct ref *rf,
+			 struct strbuf *sb)
+{
+	const struct request *req = rf->req;
+	int rc = 0;
+
+	for (uint32_t c = 0; !rc && c < rf->n_choices; c++) {
+		struct result r = { 0 };
+		struct ref_out out;
+
+		rc = ref_decode_choice(req, &o->model, req->sampling.seed, c,
+				       &out);
+		if (rc)
+			break;
+		r.id = rf->id;
+		r.line_no = rf->line_no;
+		r.tokens = out.raw;
+		r.n_tokens = out.n_out;
+		r.finish_reason = out.finish;
+		r.error = out.error;
+		r.n_prompt = req->n_prompt;
+		r.n_generated = out.n_raw;
+		r.n_choices = rf->n_choices;
+		r.index = c;
+		r.has_seed = out.has_seed;
+		r.seed = out.seed;
+		r.logprobs = out.lp;
+		r.logprob_stride = out.stride;
+		rc = result_format(&r, sb);
+		ref_out_free(&out);
+	}
+	return rc;
+}
+
 static int run_print(const struct ref_opts *o, FILE *in)
 {
 	struct strbuf sb = STRBUF_INIT;
@@ -272,6 +475,13 @@ static int run_print(const struct ref_opts *o, FILE *in)
 			      sizeof(err));
 		if (rc)
 			break;
+		if (rf.req) {
+			rc = print_choices(o, &rf, &sb);
+			ref_free(&rf);
+			if (!rc && sb.len >= REF_FLUSH_BYTES)
+				rc = write_out(&sb);
+			continue;
+		}
 		r.id = rf.id;
 		r.line_no = rf.line_no;
 		r.tokens = rf.raw;
@@ -455,7 +665,8 @@ static struct ref *match_ref(struct ref_set *rs, struct check_stats *st,
 		rf = &rs->refs[j - 1];
 		if (has_line && rf->line_no == line)
 			return rf;
-		if (!fallback && !rf->seen && rf->is_error == is_error)
+		if (!fallback && rf->seen < rf->n_choices &&
+		    rf->is_error == is_error)
 			fallback = rf;
 	}
 	return fallback ? fallback : &rs->refs[ref_find(rs, id) - 1];
@@ -508,25 +719,195 @@ static int compare_llama(const struct ref_opts *o, struct check_stats *st,
 	return rc < 0 ? rc : 0;
 }
 
-/* Compare one result with its ref.  0 or -ENOMEM. */
-static int compare(const struct ref_opts *o, struct check_stats *st,
-		   struct ref *rf, const struct ref_engine_result *res)
+/* "id 'a' (line 3)", or "id 'a' index 1 (line 3)" for a choice of n > 1. */
+static const char *label(const struct ref *rf, uint32_t index, char *buf,
+			 size_t len)
+{
+	if (rf->n_choices > 1)
+		snprintf(buf, len, "id '%.200s' index %u (line %" PRIu64 ")",
+			 show_id(rf), index, rf->line_no);
+	else
+		snprintf(buf, len, "id '%.200s' (line %" PRIu64 ")",
+			 show_id(rf), rf->line_no);
+	return buf;
+}
+
+/*
+ * A logprob as the results file shows it: the float printed with %.9g (as
+ * result_format() does) and read back as a double, as jansson read the
+ * engine's.  Two floats print alike exactly when they are equal, and two
+ * different 9-digit texts never read as the same double, so comparing
+ * these doubles is comparing the floats exactly.
+ */
+static double shown_logprob(float lp)
+{
+	char text[64];
+
+	snprintf(text, sizeof(text), "%.9g", (double)lp);
+	return strtod(text, NULL);
+}
+
+/* Compare the first n logprob entries of a result with the reference's. */
+static void compare_logprobs(struct check_stats *st, const char *who,
+			     const struct ref_engine_result *res,
+			     const struct ref_out *want, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct ref_logprob *got = res->logprobs +
+						i * REF_LOGPROB_STRIDE;
+		const struct sampler_logprob *w = want->lp +
+						  i * want->stride;
+
+		for (uint32_t j = 0; j < REF_LOGPROB_STRIDE; j++) {
+			struct sampler_logprob e = j < want->stride ? w[j] :
+				(struct sampler_logprob){ -1, 0.0f };
+
+			if (got[j].token == e.token &&
+			    (e.token < 0 || got[j].logprob == shown_logprob(e.logprob)))
+				continue;
+			if (!j)
+				mismatch(st, "%s: logprobs differ at index %zu: got token %" PRId64 " logprob %.9g, want token %d logprob %.9g",
+					 who, i, got[0].token, got[0].logprob,
+					 e.token, (double)e.logprob);
+			else
+				mismatch(st, "%s: top_logprobs differ at index %zu, alternative %u: got token %" PRId64 " logprob %.9g, want token %d logprob %.9g (-1: none)",
+					 who, i, j - 1, got[j].token, got[j].logprob,
+					 e.token, (double)e.logprob);
+			return;
+		}
+	}
+}
+
+/* Compare a valid request's result with what it must report. */
+static void compare_out(const struct ref_opts *o, struct check_stats *st,
+			const char *who, const struct ref_engine_result *res,
+			const struct ref_out *want)
 {
 	const char *finish = res->finish;
 	const int32_t *tok = res->tokens;
 	size_t n_tok = res->n_tokens, i;
 
-	if (++rf->seen > 1) {
-		mismatch(st, "id '%s' (line %" PRIu64 "): duplicate result",
-			 show_id(rf), rf->line_no);
+	if (res->has_seed != want->has_seed)
+		mismatch(st, "%s: %s", who, want->has_seed ?
+			 "no 'seed' in the result of a sampled request" :
+			 "a 'seed' in the result of a request that did not sample");
+	if (!res->has_logprobs != !want->lp) {
+		mismatch(st, "%s: %s", who, want->lp ?
+			 "no 'logprobs' in the result, but the request asked for them" :
+			 "'logprobs' in the result, but the request did not ask");
+		return;
+	}
+	if (res->has_logprobs && res->n_logprobs != n_tok) {
+		mismatch(st, "%s: %zu logprob entries for %zu tokens", who,
+			 res->n_logprobs, n_tok);
+		return;
+	}
+	if (o->allow_cancelled && strcmp(finish, "cancelled") == 0) {
+		for (i = 0; i < n_tok && i < want->n_raw; i++)
+			if (tok[i] != want->raw[i])
+				break;
+		if (n_tok > want->n_raw || i < n_tok) {
+			mismatch(st, "%s: cancelled result is not a prefix of the reference: differs at index %zu (got %zu tokens, reference %u)",
+				 who, i, n_tok, want->n_raw);
+		} else {
+			st->cancelled++;
+			if (want->lp)
+				compare_logprobs(st, who, res, want, n_tok);
+		}
+		return;
+	}
+	if (strcmp(finish, want->finish))
+		mismatch(st, "%s: finish_reason '%s', want '%s'", who, finish,
+			 want->finish);
+	else if (want->error && (!res->error || strcmp(res->error, want->error)))
+		mismatch(st, "%s: error '%s', want '%s'", who,
+			 res->error ? res->error : "(none)", want->error);
+	for (i = 0; i < n_tok && i < want->n_out; i++)
+		if (tok[i] != want->raw[i])
+			break;
+	if (i < n_tok || i < want->n_out) {
+		if (i < n_tok && i < want->n_out)
+			mismatch(st, "%s: tokens differ at index %zu: got %d, want %d (got %zu tokens, want %u)",
+				 who, i, tok[i], want->raw[i], n_tok, want->n_out);
+		else
+			mismatch(st, "%s: tokens differ at index %zu: got %zu tokens, want %u",
+				 who, i, n_tok, want->n_out);
+		return;
+	}
+	if (want->lp)
+		compare_logprobs(st, who, res, want, n_tok);
+}
+
+/*
+ * A sim request decoded per choice: with the request's seed, which the
+ * engine must report, or (no seed given) with the seed the engine
+ * reports, the same for all its choices: the replay check.  0, -ENOMEM
+ * or -EPROTO.
+ */
+static int compare_choice(const struct ref_opts *o, struct check_stats *st,
+			  struct ref *rf, const struct ref_engine_result *res,
+			  const char *who)
+{
+	const struct request *req = rf->req;
+	uint64_t seed = req->sampling.seed;
+	struct ref_out want;
+	int rc;
+
+	if (req->sampling.temperature > 0.0f && res->has_seed) {
+		if (req->seed_given && res->seed != req->sampling.seed) {
+			mismatch(st, "%s: seed %" PRIu64 ", but the request gave %" PRIu64,
+				 who, res->seed, req->sampling.seed);
+			return 0;
+		}
+		if (rf->has_seed && res->seed != rf->seed) {
+			mismatch(st, "%s: seed %" PRIu64 ", but another choice of the request reported %" PRIu64,
+				 who, res->seed, rf->seed);
+			return 0;
+		}
+		rf->has_seed = true;
+		rf->seed = seed = res->seed;
+	}
+	rc = ref_decode_choice(req, &o->model, seed, res->index, &want);
+	if (rc)
+		return rc;
+	if (request_needs_logits(req))
+		st->sampled++;
+	compare_out(o, st, who, res, &want);
+	ref_out_free(&want);
+	return 0;
+}
+
+/* Compare one result with its ref.  0, -ENOMEM or -EPROTO. */
+static int compare(const struct ref_opts *o, struct check_stats *st,
+		   struct ref *rf, const struct ref_engine_result *res)
+{
+	const char *finish = res->finish;
+	char who[320];
+	struct ref_out view;
+
+	label(rf, res->index, who, sizeof(who));
+	if (res->index >= rf->n_choices) {
+		mismatch(st, "%s: index %u, but the request has %u choice%s",
+			 who, res->index, rf->n_choices,
+			 rf->n_choices > 1 ? "s" : "");
 		return 0;
 	}
+	if (rf->seen_choices & (1ull << res->index)) {
+		mismatch(st, "%s: duplicate result", who);
+		return 0;
+	}
+	rf->seen_choices |= 1ull << res->index;
+	rf->seen++;
 	if (rf->is_error) {
 		if (strcmp(finish, "error"))
-			mismatch(st, "id '%s' (line %" PRIu64 "): finish_reason '%s', want 'error' (bad input line)",
-				 show_id(rf), rf->line_no, finish);
+			mismatch(st, "%s: finish_reason '%s', want 'error' (bad input line)",
+				 who, finish);
 		return 0;
 	}
+	if (res->has_index != (rf->n_choices > 1))
+		mismatch(st, "%s: %s", who, res->has_index ?
+			 "an 'index' in the result of a request with n = 1" :
+			 "no 'index' in the result of a request with n > 1");
 	/* (llama: the error an empty prompt must get is a match, not this) */
 	if (o->allow_errors && strcmp(finish, "error") == 0 &&
 	    !(o->llama && rf->n_prompt == 0 && res->error &&
@@ -536,33 +917,60 @@ static int compare(const struct ref_opts *o, struct check_stats *st,
 	}
 	if (o->llama)
 		return compare_llama(o, st, rf, res);
-	if (o->allow_cancelled && strcmp(finish, "cancelled") == 0) {
-		for (i = 0; i < n_tok && i < rf->n_raw; i++)
-			if (tok[i] != rf->raw[i])
-				break;
-		if (n_tok > rf->n_raw || i < n_tok)
-			mismatch(st, "id '%s' (line %" PRIu64 "): cancelled result is not a prefix of the reference: differs at index %zu (got %zu tokens, reference %u)",
-				 show_id(rf), rf->line_no, i, n_tok, rf->n_raw);
-		else
-			st->cancelled++;
-		return 0;
-	}
-	if (strcmp(finish, rf->finish))
-		mismatch(st, "id '%s' (line %" PRIu64 "): finish_reason '%s', want '%s'",
-			 show_id(rf), rf->line_no, finish, rf->finish);
-	for (i = 0; i < n_tok && i < rf->n_out; i++)
-		if (tok[i] != rf->raw[i])
-			break;
-	if (i < n_tok || i < rf->n_out) {
-		if (i < n_tok && i < rf->n_out)
-			mismatch(st, "id '%s' (line %" PRIu64 "): tokens differ at index %zu: got %d, want %d (got %zu tokens, want %u)",
-				 show_id(rf), rf->line_no, i, tok[i], rf->raw[i],
-				 n_tok, rf->n_out);
-		else
-			mismatch(st, "id '%s' (line %" PRIu64 "): tokens differ at index %zu: got %zu tokens, want %u",
-				 show_id(rf), rf->line_no, i, n_tok, rf->n_out);
-	}
+	if (rf->req)
+		return compare_choice(o, st, rf, res, who);
+	view = (struct ref_out){ .raw = rf->raw, .n_raw = rf->n_raw,
+				 .n_out = rf->n_out, .finish = rf->finish };
+	compare_out(o, st, who, res, &view);
 	return 0;
+}
+
+/*
+ * Read a result's "logprobs" into a malloc'd array of REF_LOGPROB_STRIDE
+ * entries per token (-1 tokens past the alternatives given).  -EINVAL
+ * when it is not an array of {"token","logprob","top_logprobs":[...]}
+ * with at most 20 alternatives, or -ENOMEM.
+ */
+static int get_logprobs(json_t *v, struct ref_logprob **out, size_t *n_out)
+{
+	size_t i, j, n;
+	json_t *e, *t;
+
+	*out = NULL;
+	*n_out = 0;
+	if (!json_is_array(v))
+		return -EINVAL;
+	n = json_array_size(v);
+	*out = malloc((n ? n : 1) * REF_LOGPROB_STRIDE * sizeof(**out));
+	if (!*out)
+		return -ENOMEM;
+	json_array_foreach(v, i, e) {
+		struct ref_logprob *row = *out + i * REF_LOGPROB_STRIDE;
+		json_t *top = json_object_get(e, "top_logprobs");
+
+		for (j = 0; j < REF_LOGPROB_STRIDE; j++)
+			row[j] = (struct ref_logprob){ -1, 0.0 };
+		if (!json_is_integer(json_object_get(e, "token")) ||
+		    !json_is_number(json_object_get(e, "logprob")) ||
+		    !json_is_array(top) ||
+		    json_array_size(top) > SAMPLER_MAX_LOGPROBS)
+			goto bad;
+		row[0].token = json_integer_value(json_object_get(e, "token"));
+		row[0].logprob = json_number_value(json_object_get(e, "logprob"));
+		json_array_foreach(top, j, t) {
+			if (!json_is_integer(json_object_get(t, "token")) ||
+			    !json_is_number(json_object_get(t, "logprob")))
+				goto bad;
+			row[1 + j].token = json_integer_value(json_object_get(t, "token"));
+			row[1 + j].logprob = json_number_value(json_object_get(t, "logprob"));
+		}
+	}
+	*n_out = n;
+	return 0;
+bad:
+	free(*out);
+	*out = NULL;
+	return -EINVAL;
 }
 
 /* Check one line of the results file.  0 or -ENOMEM. */
@@ -578,6 +986,7 @@ static int check_line(const struct ref_opts *o, struct ref_set *rs,
 	uint64_t line_no = 0;
 	int32_t *tok = NULL;
 	size_t n_tok = 0;
+	struct ref_logprob *lp = NULL;
 	struct ref *rf;
 	int rc = 0;
 
@@ -615,6 +1024,41 @@ static int check_line(const struct ref_opts *o, struct ref_set *rs,
 	}
 	if (rc)
 		goto out;
+	v = json_object_get(obj, "index");
+	if (v) {
+		if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+		    json_integer_value(v) >= REQUEST_MAX_CHOICES) {
+			mismatch(st, "results line %" PRIu64 ": 'index' is not an integer in [0, %u)",
+				 res_line, REQUEST_MAX_CHOICES);
+			goto out;
+		}
+		res.has_index = true;
+		res.index = (uint32_t)json_integer_value(v);
+	}
+	v = json_object_get(obj, "seed");
+	if (v) {
+		if (!json_is_integer(v) || json_integer_value(v) < 0) {
+			mismatch(st, "results line %" PRIu64 ": 'seed' is not an integer >= 0",
+				 res_line);
+			goto out;
+		}
+		res.has_seed = true;
+		res.seed = (uint64_t)json_integer_value(v);
+	}
+	v = json_object_get(obj, "logprobs");
+	if (v) {
+		rc = get_logprobs(v, &lp, &res.n_logprobs);
+		if (rc == -EINVAL) {
+			rc = 0;
+			mismatch(st, "results line %" PRIu64 ": 'logprobs' is not an array of {\"token\",\"logprob\",\"top_logprobs\":[at most 20]}",
+				 res_line);
+			goto out;
+		}
+		if (rc)
+			goto out;
+		res.has_logprobs = true;
+		res.logprobs = lp;
+	}
 	rf = match_ref(rs, st, res_line, id, has_line, line_no,
 		       strcmp(finish, "error") == 0);
 	res.finish = finish;
@@ -630,6 +1074,7 @@ static int check_line(const struct ref_opts *o, struct ref_set *rs,
 		rc = compare(o, st, rf, &res);
 out:
 	free(tok);
+	free(lp);
 	json_decref(obj);
 	return rc;
 }
@@ -662,13 +1107,17 @@ static int run_check(const struct ref_opts *o, FILE *in, FILE *res,
 	for (i = 0; i < rs.n_refs; i++) {
 		struct ref *rf = &rs.refs[i];
 
-		if (rf->seen)
+		if (rf->seen >= rf->n_choices)
 			continue;
 		if (o->allow_missing)
-			st.missing++;
-		else
+			st.missing += rf->n_choices - rf->seen;
+		else if (rf->n_choices == 1)
 			mismatch(&st, "id '%s' (line %" PRIu64 "): missing result",
 				 show_id(rf), rf->line_no);
+		else
+			mismatch(&st, "id '%s' (line %" PRIu64 "): missing results: %u of its %u choices came",
+				 show_id(rf), rf->line_no, rf->seen,
+				 rf->n_choices);
 	}
 	if (st.mismatches > REF_MAX_PRINTED)
 		fprintf(stderr, "refdecode: ... %" PRIu64 " more mismatches not shown\n",
@@ -682,9 +1131,16 @@ static int run_check(const struct ref_opts *o, FILE *in, FILE *res,
 		fprintf(stderr, ", %" PRIu64 " errors", st.errors);
 	if (o->allow_missing)
 		fprintf(stderr, ", %" PRIu64 " missing", st.missing);
+	if (st.sampled)
+		fprintf(stderr, ", %" PRIu64 " results drawn by the naive sampler",
+			st.sampled);
 	if (o->llama)
 		fprintf(stderr, "; llama: %" PRIu64 " generated tokens checked, %" PRIu64 " near-ties (reference margin < %g) accepted",
 			st.llama.tokens, st.llama.near_ties, o->near_tie);
+	if (o->llama && st.llama.sampled)
+		fprintf(stderr, ", %" PRIu64 " tokens drawn by sampling, %" PRIu64 " near-boundary draws (within %g of the kept mass) accepted",
+			st.llama.sampled, st.llama.near_boundary,
+			REF_LLAMA_NEAR_BOUNDARY);
 	fputc('\n', stderr);
 	*exit_code = st.mismatches ? 1 : 0;
 out:
@@ -863,7 +1319,9 @@ static int parse_opts(int argc, char **argv, struct ref_opts *o)
 
 int main(int argc, char **argv)
 {
-	struct ref_opts o = { .lim = { .vocab = 32000, .max_context = 4096 },
+	/* Both reference models give logits: sampling requests parse. */
+	struct ref_opts o = { .lim = { .vocab = 32000, .max_context = 4096,
+				       .has_logits = true },
 			      .near_tie = REF_LLAMA_NEAR_TIE_DEFAULT };
 	FILE *in = NULL, *res = NULL;
 	int rc = 0, exit_code = 0;
