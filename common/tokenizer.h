@@ -133,7 +133,9 @@ static inline size_t tokenizer_encode_max(size_t len)
  * with *n_out tokens; -ENOSPC when more than cap are needed (*n_out is
  * the number needed, out is unspecified: tokenizer_encode_max(len)
  * always suffices); -E2BIG for len over TOKENIZER_MAX_TEXT; -ENOMEM.
- * O(n log n) in the text's length.
+ * O(n log n) in the text's length; allocates 16 bytes per text byte plus
+ * a heap for the longest run of symbols a merge may span (a word, with
+ * a SentencePiece-style vocabulary), freed before returning.
  */
 int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len,
 		     bool bos, bool eos, int32_t *out, size_t cap,

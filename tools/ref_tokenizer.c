@@ -7,7 +7,8 @@
  * the first with the highest score above -1e10 (strict >, as llama2.c),
  * replaces it and shifts the rest down.  Lookups find the lowest id of a
  * piece by binary search over (bytes, id) sorted ids: no hashing shared
- * with the code under test.
+ * with the code under test.  ref_tokenizer_new() sorts through a static
+ * context pointer (qsort has none): one thread at a time.
  */
 #include "ref_tokenizer.h"
 
