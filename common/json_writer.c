@@ -77,13 +77,17 @@ static size_t utf8_seq_len(const unsigned char *s, size_t n)
 
 char *json_put_str(char *p, const char *str)
 {
+	if (!str)
+		return JSON_PUT_LIT(p, "null");
+	return json_put_strn(p, str, strlen(str));
+}
+
+char *json_put_strn(char *p, const char *str, size_t n)
+{
 	static const char hex[] = "0123456789abcdef";
 	const unsigned char *s = (const unsigned char *)str;
-	size_t n, k;
+	size_t k;
 
-	if (!s)
-		return JSON_PUT_LIT(p, "null");
-	n = strlen(str);
 	*p++ = '"';
 	while (n) {
 		unsigned c = *s;
@@ -127,12 +131,15 @@ char *json_put_str(char *p, const char *str)
 	return p;
 }
 
-size_t json_str_bound(const char *s)
+size_t json_strn_bound(size_t n)
 {
-	size_t n = s ? strlen(s) : 4;
-
 	if (n > (SIZE_MAX / 4) / ESC_MAX)
 		return SIZE_MAX;
 	return 2 + n * ESC_MAX;
+}
+
+size_t json_str_bound(const char *s)
+{
+	return json_strn_bound(s ? strlen(s) : 4);
 }
 

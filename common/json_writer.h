@@ -28,5 +28,11 @@ char *json_put_lit(char *p, const char *s, size_t n);
 char *json_put_str(char *p, const char *s);
 /* Worst-case size of json_put_str(s), or SIZE_MAX when absurdly long. */
 size_t json_str_bound(const char *s);
+/* The n bytes at s (NULs and all: decoded text) as a JSON string; at most
+ * json_strn_bound(n) bytes.  An invalid UTF-8 byte becomes U+FFFD, one
+ * per byte, so text cut between two bytes of a sequence that can never
+ * be valid renders the same in pieces as whole. */
+char *json_put_strn(char *p, const char *s, size_t n);
+size_t json_strn_bound(size_t n);
 
 #endif /* DYNBATCH_JSON_WRITER_H */

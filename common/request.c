@@ -48,10 +48,14 @@
 #include "json_writer.h"
 #include "request_build.h"
 #include "stop_matcher.h"
+#include "text_stop.h"
+#include "tokenizer.h"
 
 /* ------------------------------------------------------------------------
  * Parsing
  */
+
+
 
 struct parse_ctx {
 	uint64_t line_no;
@@ -301,6 +305,40 @@ static int parse_id(const struct parse_ctx *pc, json_t *obj,
 	return 0;
 }
 
+/* A string prompt: encoded by the tokenizer, BOS first. */
+static int parse_text_prompt(const struct parse_ctx *pc, const json_t *v,
+			     struct request *req)
+{
+	size_t len = json_string_length(v), n = 0;
+	int rc;
+
+	if (!pc->lim->tok)
+		return parse_error(pc, -EINVAL, "field 'prompt' is a string, but "
+				   "this server has no tokenizer (--tokenizer): "
+				   "send token ids");
+	/* no token holds more than max_token_length bytes: a longer text
+	 * cannot fit, and is refused before it costs an encode */
+	if (len / (size_t)tokenizer_max_token_length(pc->lim->tok) >
+	    pc->lim->max_context)
+		return parse_error(pc, -EINVAL, "prompt (%zu bytes) exceeds the "
+				   "context limit %u", len, pc->lim->max_context);
+	req->prompt = malloc(tokenizer_encode_max(len) * sizeof(*req->prompt));
+	if (!req->prompt)
+		return parse_error(pc, -ENOMEM, "out of memory");
+	rc = tokenizer_encode(pc->lim->tok, json_string_value(v), len, true,
+			      false, req->prompt, tokenizer_encode_max(len), &n);
+	if (rc == -ENOMEM)
+		return parse_error(pc, -ENOMEM, "out of memory");
+	if (rc)
+		return parse_error(pc, -EINVAL, "prompt: cannot encode: %s",
+				   strerror(-rc));
+	if (n > pc->lim->max_context)
+		return parse_error(pc, -EINVAL, "prompt (%zu tokens) exceeds the "
+				   "context limit %u", n, pc->lim->max_context);
+	req->n_prompt = (uint32_t)n;
+	return 0;
+}
+
 static int parse_prompt(const struct parse_ctx *pc, json_t *obj,
 			struct request *req)
 {
@@ -311,10 +349,12 @@ static int parse_prompt(const struct parse_ctx *pc, json_t *obj,
 	if (!v)
 		return parse_error(pc, -EINVAL,
 				   "missing required field 'prompt'");
+	if (json_is_string(v))
+		return parse_text_prompt(pc, v, req);
 	if (!json_is_array(v))
 		return parse_error(pc, -EINVAL,
-				   "field 'prompt' must be an array of integers, not %s",
-				   json_kind(v));
+				   "field 'prompt' must be a string or an array of "
+				   "integers, not %s", json_kind(v));
 	n = json_array_size(v);
 	if (n > UINT32_MAX)
 		return parse_error(pc, -EINVAL,
@@ -518,6 +558,59 @@ static int parse_sampling(const struct parse_ctx *pc, json_t *obj,
 	return 0;
 }
 
+/*
+ * "stop": a string or an array of strings (OpenAI), matched on the text
+ * of the generated tokens (text_stop.h says how); needs the tokenizer.
+ */
+static int parse_stop_strings(const struct parse_ctx *pc, json_t *obj,
+			      struct request *req)
+{
+	json_t *v = get_opt(obj, "stop");
+	size_t n;
+	char why[160];
+
+	if (!v)
+		return 0;
+	if (!json_is_string(v) && !json_is_array(v))
+		return parse_error(pc, -EINVAL, "field 'stop' must be a string "
+				   "or an array of strings, not %s", json_kind(v));
+	if (!pc->lim->tok)
+		return parse_error(pc, -EINVAL, "field 'stop' holds text, but "
+				   "this server has no tokenizer (--tokenizer): "
+				   "use stop_token_ids or stop_sequences");
+	n = json_is_string(v) ? 1 : json_array_size(v);
+	if (n > TEXT_STOP_MAX)
+		return parse_error(pc, -EINVAL, "field 'stop' has %zu strings: "
+				   "at most %u", n, TEXT_STOP_MAX);
+	if (!n)
+		return 0;
+	req->stop_strs = calloc(n, sizeof(*req->stop_strs));
+	req->stop_str_lens = calloc(n, sizeof(*req->stop_str_lens));
+	if (!req->stop_strs || !req->stop_str_lens)
+		return parse_error(pc, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		const json_t *e = json_is_string(v) ? v : json_array_get(v, i);
+
+		if (!json_is_string(e))
+			return parse_error(pc, -EINVAL, "stop[%zu] must be a "
+					   "string, not %s", i, json_kind(e));
+		req->stop_str_lens[i] = json_string_length(e);
+		req->stop_strs[i] = malloc(req->stop_str_lens[i] + 1);
+		if (!req->stop_strs[i])
+			return parse_error(pc, -ENOMEM, "out of memory");
+		memcpy(req->stop_strs[i], json_string_value(e),
+		       req->stop_str_lens[i] + 1);
+		req->n_stop_strs = (uint32_t)i + 1;
+	}
+	req->text_stops = text_stop_set_create((const char *const *)req->stop_strs,
+					       req->stop_str_lens, req->n_stop_strs,
+					       why, sizeof(why));
+	if (!req->text_stops)
+		return parse_error(pc, errno == ENOMEM ? -ENOMEM : -EINVAL,
+				   "field 'stop': %s", why);
+	return 0;
+}
+
 static int parse_fields(const struct parse_ctx *pc, json_t *obj,
 			struct request *req)
 {
@@ -544,8 +637,18 @@ static int parse_fields(const struct parse_ctx *pc, json_t *obj,
 	if (rc)
 		return rc;
 	rc = parse_sampling(pc, obj, req);
+	if (!rc)
+		rc = parse_stop_strings(pc, obj, req);
 	if (rc)
 		return rc;
+	v = get_opt(obj, "ignore_eos");
+	if (v) {
+		if (!json_is_boolean(v))
+			return parse_error(pc, -EINVAL,
+					   "field 'ignore_eos' must be true or false, not %s",
+					   json_kind(v));
+		req->ignore_eos = json_is_true(v);
+	}
 
 	v = get_opt(obj, "include_stop");
 	if (v) {
@@ -650,6 +753,11 @@ void request_release(struct request *req)
 	free(req->stop_tokens);
 	free(req->stop_lens);
 	free((void *)req->sampling.bias);
+	text_stop_set_destroy(req->text_stops);
+	for (uint32_t i = 0; i < req->n_stop_strs; i++)
+		free(req->stop_strs[i]);
+	free(req->stop_strs);
+	free(req->stop_str_lens);
 	memset(req, 0, sizeof(*req));
 }
 
@@ -677,6 +785,10 @@ int request_clone(struct request *dst, const struct request *src)
 	dst->stop_tokens = NULL;
 	dst->stop_lens = NULL;
 	dst->sampling.bias = NULL;
+	dst->text_stops = NULL;
+	dst->stop_strs = NULL;
+	dst->stop_str_lens = NULL;
+	dst->n_stop_strs = 0;
 	for (uint32_t i = 0; i < src->n_stop_seqs; i++)
 		n_stop += src->stop_lens[i];
 	if ((src->id && !(dst->id = strdup(src->id))) ||
@@ -689,6 +801,26 @@ int request_clone(struct request *dst, const struct request *src)
 	    dup_array((void **)&dst->sampling.bias, src->sampling.bias,
 		      src->sampling.n_bias, sizeof(struct sampling_bias)))
 		goto fail;
+	if (src->n_stop_strs) {
+		char why[160];
+
+		dst->stop_strs = calloc(src->n_stop_strs, sizeof(char *));
+		if (!dst->stop_strs ||
+		    dup_array((void **)&dst->stop_str_lens, src->stop_str_lens,
+			      src->n_stop_strs, sizeof(size_t)))
+			goto fail;
+		for (uint32_t i = 0; i < src->n_stop_strs; i++) {
+			if (dup_array((void **)&dst->stop_strs[i], src->stop_strs[i],
+				      src->stop_str_lens[i] + 1, 1))
+				goto fail;
+			dst->n_stop_strs = i + 1;
+		}
+		dst->text_stops = text_stop_set_create(
+			(const char *const *)dst->stop_strs, dst->stop_str_lens,
+			dst->n_stop_strs, why, sizeof(why));
+		if (!dst->text_stops)
+			goto fail;
+	}
 	if (src->stops) {
 		const int32_t **seqs = malloc(src->n_stop_seqs * sizeof(*seqs));
 		uint32_t at = 0;
@@ -768,6 +900,14 @@ int result_format(const struct result *r, struct strbuf *out)
 		return -ENOMEM;
 	/* 256 covers the field names and the five numbers. */
 	need = 256 + b_id + b_fr + b_err + (size_t)r->n_tokens * JSON_TOKEN_MAX;
+	if (r->has_text) {
+		size_t bt = json_strn_bound(r->text_len);
+		size_t bd = json_strn_bound(r->delta_len);
+
+		if (bt == SIZE_MAX || bd == SIZE_MAX)
+			return -ENOMEM;
+		need += bt + bd;
+	}
 	if (r->logprobs)	/* per entry: {"token":..,"logprob":..} */
 		need += (size_t)r->n_tokens * r->logprob_stride *
 			(JSON_TOKEN_MAX + LOGPROB_JSON_MAX) + 32 * (size_t)r->n_tokens;
@@ -785,6 +925,14 @@ int result_format(const struct result *r, struct strbuf *out)
 	}
 	p = JSON_PUT_LIT(p, "],\"finish_reason\":");
 	p = json_put_str(p, r->finish_reason);
+	if (r->has_text) {
+		p = JSON_PUT_LIT(p, ",\"text\":");
+		p = json_put_strn(p, r->text ? r->text : "", r->text ? r->text_len : 0);
+	}
+	if (r->has_delta) {
+		p = JSON_PUT_LIT(p, ",\"delta\":");
+		p = json_put_strn(p, r->delta ? r->delta : "", r->delta ? r->delta_len : 0);
+	}
 	p = JSON_PUT_LIT(p, ",\"usage\":{\"prompt_tokens\":");
 	p = json_put_u64(p, r->n_prompt);
 	p = JSON_PUT_LIT(p, ",\"completion_tokens\":");
@@ -805,6 +953,36 @@ int result_format(const struct result *r, struct strbuf *out)
 		p = JSON_PUT_LIT(p, ",\"error\":");
 		p = json_put_str(p, r->error);
 	}
+	p = JSON_PUT_LIT(p, "}\n");
+	*p = '\0';
+	out->len = (size_t)(p - out->data);
+	return 0;
+}
+
+int result_delta_format(const struct result_delta *d, struct strbuf *out)
+{
+	size_t b_id = json_str_bound(d->id), b_text = json_strn_bound(d->text_len);
+	char *p;
+
+	if (b_id == SIZE_MAX || b_text == SIZE_MAX ||
+	    strbuf_reserve(out, 64 + b_id + b_text +
+			   (size_t)d->n_tokens * JSON_TOKEN_MAX))
+		return -ENOMEM;
+	p = out->data + out->len;
+	p = JSON_PUT_LIT(p, "{\"id\":");
+	p = json_put_str(p, d->id);
+	if (d->n_choices > 1) {
+		p = JSON_PUT_LIT(p, ",\"index\":");
+		p = json_put_u64(p, d->index);
+	}
+	p = JSON_PUT_LIT(p, ",\"tokens\":[");
+	for (uint32_t i = 0; i < d->n_tokens; i++) {
+		if (i)
+			*p++ = ',';
+		p = json_put_i32(p, d->tokens[i]);
+	}
+	p = JSON_PUT_LIT(p, "],\"delta\":");
+	p = json_put_strn(p, d->text ? d->text : "", d->text ? d->text_len : 0);
 	p = JSON_PUT_LIT(p, "}\n");
 	*p = '\0';
 	out->len = (size_t)(p - out->data);

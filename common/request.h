@@ -23,6 +23,8 @@
 #include "strbuf.h"
 
 struct stop_matcher;
+struct text_stop_set;
+struct tokenizer;
 
 #define REQUEST_DEFAULT_MAX_TOKENS 16u
 #define REQUEST_MAX_CHOICES 64u		/* most "n" a request may ask */
@@ -36,6 +38,9 @@ struct request_limits {
 				    * serve --default-temperature) */
 	bool has_logits;	/* the model gives logits: sampling, bias and
 				 * logprobs are possible */
+	/* --tokenizer (NULL: none): string prompts and stop strings are
+	 * possible, and results carry text */
+	const struct tokenizer *tok;
 };
 
 struct request {
@@ -58,6 +63,13 @@ struct request {
 	bool seed_given;	/* else the engine picks sampling.seed */
 	uint32_t n_choices;	/* "n": independent samples, >= 1 */
 	uint32_t choice;	/* which of them this is (engine_submit) */
+	/* Text (with a tokenizer): "stop" strings, matched on the decoded
+	 * text of the generated tokens (text_stop.h); NULL when none */
+	struct text_stop_set *text_stops;
+	char **stop_strs;	/* malloc'd, n_stop_strs strings as given */
+	size_t *stop_str_lens;
+	uint32_t n_stop_strs;
+	bool ignore_eos;	/* do not end at the tokenizer's BOS/EOS */
 };
 
 /* Does req need the model's logits (not just its greedy token)?  It does
@@ -112,6 +124,26 @@ struct result {
 	 * (token -1 past the last one).  NULL: none asked. */
 	const struct sampler_logprob *logprobs;
 	uint32_t logprob_stride;
+	/* With a tokenizer: "text", the answer's text_len bytes */
+	bool has_text;
+	const char *text;
+	size_t text_len;
+	/* run --stream: "delta", the text not yet sent in a delta line */
+	bool has_delta;
+	const char *delta;
+	size_t delta_len;
+};
+
+/* One step of a streamed request (run --stream): its new final tokens
+ * and text, before its result line. */
+struct result_delta {
+	const char *id;
+	uint32_t n_choices;	/* index is written when > 1 */
+	uint32_t index;
+	const int32_t *tokens;
+	uint32_t n_tokens;
+	const char *text;	/* text_len bytes */
+	size_t text_len;
 };
 
 /*
@@ -119,7 +151,8 @@ struct result {
  *   {"id":"a","tokens":[1,2],"finish_reason":"length",
  *    "usage":{"prompt_tokens":3,"completion_tokens":2},"line":7}
  * plus "error":"..." when r->error is set, "index" for a choice of n > 1,
- * "seed" when the request sampled, and with logprobs
+ * "seed" when the request sampled, "text" with a tokenizer (and "delta",
+ * the text no delta line carried, in run --stream), and with logprobs
  *   "logprobs":[{"token":1,"logprob":-0.25,"top_logprobs":[{"token":1,
  *    "logprob":-0.25},...]},...]
  * (logprobs printed with 9 significant digits: the float, exactly).  Strings are escaped as JSON
@@ -127,5 +160,11 @@ struct result {
  * the line is always valid JSON.  0 or -ENOMEM (out unchanged).
  */
 int result_format(const struct result *r, struct strbuf *out);
+
+/*
+ * Append d as one line {"id":"a","index":1,"tokens":[..],"delta":"..."}
+ * (no finish_reason: that tells it from a result line).  0 or -ENOMEM.
+ */
+int result_delta_format(const struct result_delta *d, struct strbuf *out);
 
 #endif /* DYNBATCH_REQUEST_H */

@@ -27,7 +27,7 @@ static const char *const known_fields[] = {
 	"id", "prompt", "max_tokens", "stop_token", "stop_token_ids",
 	"stop_sequence", "stop_sequences", "include_stop", "stream", "model",
 	"temperature", "top_p", "top_k", "min_p", "seed", "logit_bias",
-	"logprobs", "top_logprobs", "n",
+	"logprobs", "top_logprobs", "n", "stop", "ignore_eos",
 };
 
 static bool is_ident(char c)
@@ -65,8 +65,8 @@ static int body_error(char *err, size_t err_len, const char **param,
 	return -EINVAL;
 }
 
-/* The HTTP-only fields: stream, model, and a friendlier word on a text
- * prompt.  *is_json says whether the body parsed as JSON at all. */
+/* The HTTP-only fields: stream and model.  *is_json says whether the
+ * body parsed as JSON at all. */
 static int parse_http_fields(const char *body, size_t len,
 			     struct completion_request *out, char *err,
 			     size_t err_len, const char **param, bool *is_json)
@@ -96,11 +96,6 @@ static int parse_http_fields(const char *body, size_t len,
 				"field 'model' must be a string");
 		goto out;
 	}
-	v = json_object_get(obj, "prompt");
-	if (v && json_is_string(v))
-		rc = body_error(err, err_len, param, "prompt",
-				"field 'prompt' must be an array of token ids: this "
-				"server has no tokenizer");
 out:
 	json_decref(obj);
 	return rc;
@@ -171,7 +166,11 @@ static size_t answer_bound(const struct completion_meta *m,
 
 		if (b_fr == SIZE_MAX)
 			return SIZE_MAX;
-		need += CHOICE_FIXED + b_fr +
+		size_t b_text = json_strn_bound(choices[i].text_len);
+
+		if (b_text == SIZE_MAX)
+			return SIZE_MAX;
+		need += CHOICE_FIXED + b_fr + b_text +
 			(size_t)choices[i].n_tokens * JSON_TOKEN_MAX;
 		if (choices[i].logprobs)
 			need += (size_t)choices[i].n_tokens *
@@ -233,7 +232,9 @@ static char *put_choice(char *p, const struct completion_choice *c)
 {
 	p = JSON_PUT_LIT(p, "{\"index\":");
 	p = json_put_u64(p, c->index);
-	p = JSON_PUT_LIT(p, ",\"text\":\"\",\"token_ids\":[");
+	p = JSON_PUT_LIT(p, ",\"text\":");
+	p = json_put_strn(p, c->text ? c->text : "", c->text ? c->text_len : 0);
+	p = JSON_PUT_LIT(p, ",\"token_ids\":[");
 	for (uint32_t i = 0; i < c->n_tokens; i++) {
 		if (i)
 			*p++ = ',';

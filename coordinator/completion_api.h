@@ -68,6 +68,8 @@ struct completion_usage {
  */
 struct completion_choice {
 	uint32_t index;
+	const char *text;		/* text_len bytes ("" when NULL) */
+	size_t text_len;
 	const int32_t *tokens;
 	uint32_t n_tokens;
 	const char *finish_reason;	/* NULL: JSON null (not the end yet) */

@@ -90,6 +90,8 @@
 #include "slot_table.h"
 #include "stats.h"
 #include "stop_matcher.h"
+#include "request_text.h"
+#include "tokenizer.h"
 #include "wait_policy.h"
 #include "wait_queue.h"
 #include "worker_pool.h"
@@ -200,6 +202,8 @@ void engine_finish(struct engine *e, uint32_t handle,
 	uint64_t now = clock_now_ns();
 	const int32_t *tokens = NULL;
 	struct frontend_result result;
+	const char *text = NULL;
+	size_t text_len = 0;
 	uint32_t n = 0;
 
 	if (!lr)
@@ -217,6 +221,13 @@ void engine_finish(struct engine *e, uint32_t handle,
 			n -= lr->stop_len;
 	}
 	e->stats.n_finished[reason]++;
+	if (lr->has_text && !text_stream_done(&lr->text)) {
+		struct text_push_result tr;
+
+		request_text_finish(lr, 0, &tr);	/* what is held is final */
+	}
+	if (lr->has_text)
+		text = request_text_get(lr, &text_len);
 	result = (struct frontend_result){
 		.req = &lr->req,
 		.reason = reason,
@@ -227,6 +238,11 @@ void engine_finish(struct engine *e, uint32_t handle,
 		.logprobs = lr->logprobs,
 		.has_seed = lr->req.sampling.temperature > 0.0f,
 		.seed = lr->req.sampling.seed,
+		.has_text = lr->has_text,
+		.text = text,
+		.text_len = text_len,
+		.n_given = lr->n_final,
+		.text_given = lr->text_given < text_len ? lr->text_given : text_len,
 	};
 	e->fe.ops->on_finish(e->fe.ctx, lr->cookie, &result);
 	/* latency of requests that ran (max_tokens 0 never did) */
@@ -291,21 +307,55 @@ void engine_finish_all(struct engine *e, enum finish_reason reason,
  * stop sequence can take back any more (the ones that may still be the
  * start of a stop are held back until the match fails).
  */
-static void engine_release_final(struct engine *e, struct live_request *lr)
+static void engine_release_final(struct engine *e, struct live_request *lr,
+				 const struct text_push_result *text)
 {
 	uint32_t final = lr->n_generated - stop_matcher_pending(lr->req.stops,
 								lr->matcher_state);
+	size_t n_text = text ? text->n_final : 0;
 	const int32_t *tokens;
 
-	if (final <= lr->n_final)
+	if (final < lr->n_final)	/* cannot be: final never shrinks */
+		final = lr->n_final;
+	if (final == lr->n_final && !n_text)
 		return;
 	tokens = lr->generated ? lr->generated :
 		 slot_table_tokens(&e->slots, lr->slot) + lr->req.n_prompt;
 	e->fe.ops->on_tokens(e->fe.ctx, lr->cookie, &lr->req, tokens + lr->n_final,
 			     lr->logprobs ? lr->logprobs + (size_t)lr->n_final *
 			     (1 + lr->req.sampling.top_logprobs) : NULL,
-			     final - lr->n_final);
+			     final - lr->n_final, n_text ? text->final : NULL,
+			     n_text);
 	lr->n_final = final;
+	lr->text_given += n_text;
+}
+
+/*
+ * The text side of a committed token (request_text.h): whether a stop
+ * string or an end token ended the request (*ended: the reason's
+ * stop_len set), and the text that became final (*tr).  0 or -ENOMEM.
+ */
+static int engine_commit_text(struct engine *e, struct live_request *lr,
+			      int32_t token, uint32_t match, bool *ended,
+			      struct text_push_result *tr)
+{
+	uint32_t pending = stop_matcher_pending(lr->req.stops, lr->matcher_state);
+	enum request_text_event ev;
+	int ret;
+
+	*ended = false;
+	/* a matched token stop's tokens stay held: the finish drops them */
+	ret = request_text_commit(e->tok, lr, token, pending > match ? pending : match,
+				  &ev, tr);
+	if (ret || ev == REQUEST_TEXT_MORE)
+		return ret;
+	*ended = true;
+	if (ev == REQUEST_TEXT_STOP) {	/* tokens up to the completing one */
+		lr->stop_len = 0;
+		return 0;
+	}
+	lr->stop_len = 1;		/* the end token, left out */
+	return request_text_finish(lr, 0, tr) == -ENOMEM ? -ENOMEM : 0;
 }
 
 /* Commit one validated token to the request in slot; finish it if done. */
@@ -327,7 +377,9 @@ void engine_commit_token(struct engine *e, uint32_t slot, int32_t token,
 {
 	uint32_t handle = e->slots.slots[slot].request_handle;
 	struct live_request *lr = request_pool_get(&e->pool, handle);
+	struct text_push_result tr = { 0 };
 	uint32_t match = 0;
+	bool ended;
 
 	if (!lr || lr->slot != slot || lr->n_generated >= lr->req.max_tokens) {
 		engine_fail(e, "slot %u lost its request", slot);
@@ -345,19 +397,30 @@ void engine_commit_token(struct engine *e, uint32_t slot, int32_t token,
 		histogram_record(&e->ttft_hist, clock_now_ns() - lr->admitted_ns);
 	lr->n_generated++;
 	e->stats.n_tokens++;
-	if (lr->req.stops) {
+	if (lr->req.stops)
 		lr->matcher_state = stop_matcher_feed(lr->req.stops, lr->matcher_state,
 						      token, &match);
-		if (match) {
-			lr->stop_len = match;
+	if (lr->has_text) {
+		if (engine_commit_text(e, lr, token, match, &ended, &tr)) {
+			engine_finish(e, handle, FINISH_ERROR, "out of memory");
+			return;
+		}
+		if (ended) {	/* a stop string or the model's end token */
 			engine_finish(e, handle, FINISH_STOP, NULL);
 			return;
 		}
 	}
+	if (match) {
+		lr->stop_len = match;
+		if (lr->has_text)	/* the stop's text goes with its tokens */
+			request_text_finish(lr, lr->req.include_stop ? 0 : match, &tr);
+		engine_finish(e, handle, FINISH_STOP, NULL);
+		return;
+	}
 	if (lr->n_generated >= lr->req.max_tokens)
 		engine_finish(e, handle, FINISH_LENGTH, NULL);
 	else if (e->fe.ops->on_tokens)
-		engine_release_final(e, lr);
+		engine_release_final(e, lr, lr->has_text ? &tr : NULL);
 }
 
 void engine_refuse(struct engine *e, uint32_t slot, uint32_t why)
@@ -560,6 +623,7 @@ static void engine_teardown(struct engine *e)
 	free(e->inproc_logprobs);
 	model_runner_destroy(e->runner);
 	model_close(e->model);
+	tokenizer_free(e->tok);
 }
 
 /* After a failure: every live request gets an error answer (the front
@@ -801,6 +865,8 @@ static uint32_t engine_admit(struct engine *e, struct request *req,
 	lr->cookie = cookie;
 	lr->admitted_ns = now;
 	lr->next_choice = h;
+	if (e->tok)	/* the whole text kept: every result carries it */
+		request_text_init(lr, true);
 	if (lr->req.max_tokens) {
 		wait_queue_push(&e->queue, h);
 	} else {
@@ -999,6 +1065,11 @@ uint32_t engine_n_waiting(const struct engine *e)
 uint32_t engine_max_context(const struct engine *e)
 {
 	return e->max_context;
+}
+
+const struct tokenizer *engine_tokenizer(const struct engine *e)
+{
+	return e->tok;
 }
 
 bool engine_has_logits(const struct engine *e)

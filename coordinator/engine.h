@@ -42,6 +42,9 @@ struct engine_config {
 	uint32_t n_workers;		/* worker processes; 0 = in-process */
 	uint32_t n_slots;		/* batch capacity B */
 	const char *model_spec;		/* --model */
+	const char *tokenizer_path;	/* --tokenizer; NULL: a llama
+					 * checkpoint's tokenizer.bin beside it
+					 * when there is one, else none */
 	uint32_t max_context;		/* most tokens in one sequence; 0:
 					 * the model's own limit, else 4096 */
 	uint32_t step_tokens;		/* --step-tokens: a stateful model's
@@ -130,6 +133,9 @@ bool engine_has_room(const struct engine *e);
 /* Requests waiting for a slot. */
 uint32_t engine_n_waiting(const struct engine *e);
 /* The model's vocabulary size (token ids are below it). */
+/* The tokenizer (--tokenizer, or a llama checkpoint's tokenizer.bin), or
+ * NULL: requests then carry no text. */
+const struct tokenizer *engine_tokenizer(const struct engine *e);
 /* Does the model give logits (may requests sample, bias, get logprobs)? */
 bool engine_has_logits(const struct engine *e);
 uint32_t engine_vocab(const struct engine *e);

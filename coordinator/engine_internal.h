@@ -138,6 +138,8 @@ struct engine {
 	struct model *model;
 	uint32_t vocab;
 	bool has_logits;		/* requests may sample (model_has_logits) */
+	struct tokenizer *tok;		/* --tokenizer, or NULL: requests then
+					 * carry no text (engine_set_tokenizer) */
 	uint32_t max_context;		/* resolved: engine_set_max_context() */
 	char *worker_spec;		/* --model for workers: pinned to the
 					 * file we opened (model_worker_spec()) */

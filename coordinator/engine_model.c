@@ -5,13 +5,17 @@
  */
 #include "engine_internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "log.h"
 #include "log_escape.h"
 #include "model_loader.h"
 #include "model_probe.h"
+#include "tokenizer.h"
 
 /*
  * The longest sequence: --max-context, which may not exceed the model's
@@ -40,13 +44,69 @@ static int engine_set_max_context(struct engine *e, uint32_t model_limit)
 }
 
 /*
+ * The tokenizer.bin beside a llama checkpoint ("llama:DIR/x.bin[,...]"),
+ * malloc'd, when there is one; NULL otherwise.
+ */
+static char *tokenizer_beside(const char *spec)
+{
+	const char *path, *slash;
+	char *out;
+	size_t dir;
+
+	if (strncmp(spec, "llama:", 6))
+		return NULL;
+	path = spec + 6;
+	slash = memrchr(path, '/', strcspn(path, ","));
+	dir = slash ? (size_t)(slash - path) + 1 : 0;
+	if (asprintf(&out, "%.*stokenizer.bin", (int)dir, path) < 0)
+		return NULL;
+	if (access(out, F_OK)) {
+		free(out);
+		return NULL;
+	}
+	return out;
+}
+
+/*
+ * Load the tokenizer (--tokenizer, or the one beside a llama checkpoint)
+ * for the model's vocabulary.  Returns an exit status; none is fine.
+ */
+static int engine_open_tokenizer(struct engine *e)
+{
+	char *path = e->cfg->tokenizer_path ? strdup(e->cfg->tokenizer_path) :
+		     tokenizer_beside(e->cfg->model_spec);
+	char err[512];
+	int ret;
+
+	if (!path)
+		return e->cfg->tokenizer_path ? ENGINE_EXIT_FAILED : ENGINE_EXIT_OK;
+	ret = tokenizer_load(path, e->vocab, &e->tok, err, sizeof(err));
+	if (ret)
+		fprintf(stderr, "dynbatch: --tokenizer: %s\n", err);
+	else
+		LOG(LOG_INFO, "tokenizer %s: %u tokens", path, e->vocab);
+	free(path);
+	return ret == -ENOMEM ? ENGINE_EXIT_FAILED : ret ? ENGINE_EXIT_USAGE :
+	       ENGINE_EXIT_OK;
+}
+
+/*
  * Learn the model's vocabulary.  A plugin's code never runs here when
  * workers run it (docs/DESIGN.md 11.1): its vocabulary comes from a
  * sandboxed probe (model_probe.h).  The sim model is our own code and
  * cheap to open; with --workers 0 the coordinator runs the model itself
  * by design, and keeps it open.  Returns an exit status.
  */
+static int engine_open_model_only(struct engine *e);
+
 int engine_open_model(struct engine *e)
+{
+	int ret = engine_open_model_only(e);
+
+	return ret == ENGINE_EXIT_OK ? engine_open_tokenizer(e) : ret;
+}
+
+static int engine_open_model_only(struct engine *e)
 {
 	const char *spec = e->cfg->model_spec;
 	char err[1024], esc[LOG_ESCAPE_MAX + 1];

@@ -66,6 +66,16 @@ struct frontend_result {
 	const struct sampler_logprob *logprobs;
 	bool has_seed;			/* it sampled: seed is the one used */
 	uint64_t seed;
+	/* With a tokenizer: the answer's text (a matched stop string or end
+	 * token removed, docs/DESIGN.md 3.6), text_len bytes, valid during
+	 * the call only */
+	bool has_text;
+	const char *text;
+	size_t text_len;
+	/* what on_tokens already handed out: tokens[0 .. n_given) and
+	 * text[0 .. text_given); a stream sends the rest */
+	uint32_t n_given;
+	size_t text_given;
 };
 
 struct frontend_ops {
@@ -80,7 +90,8 @@ struct frontend_ops {
 	 */
 	void (*on_tokens)(void *ctx, uint64_t cookie, const struct request *req,
 			  const int32_t *tokens,
-			  const struct sampler_logprob *logprobs, uint32_t n);
+			  const struct sampler_logprob *logprobs, uint32_t n,
+			  const char *text, size_t text_len);
 	/* The request ended; the last call for its cookie.  Required. */
 	void (*on_finish)(void *ctx, uint64_t cookie,
 			  const struct frontend_result *r);

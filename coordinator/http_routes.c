@@ -162,6 +162,7 @@ static void conn_choices_start(struct conn *c, uint32_t n)
 	ch->n_generated = 0;
 	ch->failed = false;
 	memset(ch->n_sent, 0, n * sizeof(ch->n_sent[0]));
+	memset(ch->text_sent, 0, n * sizeof(ch->text_sent[0]));
 	ch->kept = NULL;
 }
 
@@ -171,6 +172,7 @@ void conn_choices_free(struct conn_choices *ch)
 	for (uint32_t i = 0; ch->kept && i < ch->n; i++) {
 		free(ch->kept[i].tokens);
 		free(ch->kept[i].logprobs);
+		free(ch->kept[i].text);
 	}
 	free(ch->kept);
 	ch->kept = NULL;
@@ -378,7 +380,7 @@ static void conn_drop_later(struct http_server *srv, struct conn *c)
 /* n more tokens of one choice are final: one event. */
 void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req,
 		    const int32_t *tokens, const struct sampler_logprob *logprobs,
-		    uint32_t n)
+		    uint32_t n, const char *text, size_t text_len)
 {
 	struct http_server *srv = ctx;
 	struct conn *c = conn_of_cookie(srv, cookie);
@@ -391,7 +393,8 @@ void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req,
 	m = (struct completion_meta){ req->id, c->created, srv->cfg->model_name };
 	one = (struct completion_choice){ .index = req->choice, .tokens = tokens,
 		.n_tokens = n, .logprobs = logprobs,
-		.logprob_stride = 1 + req->sampling.top_logprobs };
+		.logprob_stride = 1 + req->sampling.top_logprobs,
+		.text = text, .text_len = text_len };
 	srv->body.len = 0;
 	before = conn_buffered(c);
 	if (completion_format_event(&srv->body, &m, &one, NULL) ||
@@ -400,6 +403,7 @@ void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req,
 		return;
 	}
 	c->ch.n_sent[req->choice] += n;
+	c->ch.text_sent[req->choice] += text_len;
 	conn_note_output(c, before);
 	conn_mark(srv, c);
 	if (!c->paused && conn_buffered(c) >= srv->cfg->conn_buffer) {
@@ -423,7 +427,11 @@ static int stream_finish(struct http_server *srv, struct conn *c,
 	if (r->reason == FINISH_STOP || r->reason == FINISH_LENGTH) {
 		uint32_t from = c->ch.n_sent[choice] < n ? c->ch.n_sent[choice] : n;
 		uint32_t stride = 1 + r->req->sampling.top_logprobs;
+		size_t t_from = c->ch.text_sent[choice] < r->text_len ?
+				c->ch.text_sent[choice] : r->text_len;
 		struct completion_choice one = { .index = choice,
+			.text = r->text ? r->text + t_from : NULL,
+			.text_len = r->text_len - t_from,
 			.tokens = r->tokens ? r->tokens + from : NULL,
 			.n_tokens = n - from,
 			.finish_reason = finish_reason_names[r->reason],
@@ -460,6 +468,13 @@ static int conn_keep_choice(struct conn *c, const struct frontend_result *r)
 	k = &ch->kept[r->req->choice];
 	k->reason = r->reason;
 	k->n_tokens = r->n_tokens;
+	if (r->text_len) {
+		k->text = malloc(r->text_len);
+		if (!k->text)
+			return -1;
+		memcpy(k->text, r->text, r->text_len);
+		k->text_len = r->text_len;
+	}
 	if (r->n_tokens) {
 		k->tokens = malloc(r->n_tokens * sizeof(int32_t));
 		if (!k->tokens)
@@ -489,6 +504,7 @@ static int conn_answer(struct http_server *srv, struct conn *c,
 
 	if (!c->ch.kept) {
 		choices[0] = (struct completion_choice){ .index = 0,
+			.text = r->text, .text_len = r->text_len,
 			.tokens = r->tokens, .n_tokens = r->n_tokens,
 			.finish_reason = finish_reason_names[r->reason],
 			.logprobs = r->logprobs, .logprob_stride = stride };
@@ -497,6 +513,7 @@ static int conn_answer(struct http_server *srv, struct conn *c,
 			const struct http_choice *k = &c->ch.kept[i];
 
 			choices[i] = (struct completion_choice){ .index = i,
+				.text = k->text, .text_len = k->text_len,
 				.tokens = k->tokens, .n_tokens = k->n_tokens,
 				.finish_reason = finish_reason_names[k->reason],
 				.logprobs = k->logprobs, .logprob_stride = stride };
@@ -544,6 +561,7 @@ void http_on_finish(void *ctx, uint64_t cookie, const struct frontend_result *r)
 			    "request failed";
 	bool last;
 	size_t before;
+	int ret;
 
 	if (!c)
 		return;		/* its client is gone */
@@ -579,18 +597,17 @@ void http_on_finish(void *ctx, uint64_t cookie, const struct frontend_result *r)
 		conn_drop(srv, c);
 		return;
 	}
-	conn_detach(c);
 	if (c->ch.failed) {
-		conn_choices_free(&c->ch);
+		conn_detach(c);
 		respond_error(srv, c, c->ch.fail_reason == FINISH_ERROR ? 500 : 503,
 			      c->ch.fail_msg, "server_error", NULL, NULL);
 		return;
 	}
-	if (conn_answer(srv, c, r)) {
-		conn_choices_free(&c->ch);
+	ret = conn_answer(srv, c, r);	/* before conn_detach() frees the kept choices */
+	conn_detach(c);
+	if (ret) {
 		conn_drop(srv, c);
 		return;
 	}
-	conn_choices_free(&c->ch);
 	respond(srv, c, 200, "application/json", NULL);
 }

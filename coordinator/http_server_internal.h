@@ -37,6 +37,8 @@ struct http_choice {
 	int32_t *tokens;		/* malloc'd */
 	uint32_t n_tokens;
 	struct sampler_logprob *logprobs; /* malloc'd, or NULL */
+	char *text;			/* malloc'd, or NULL */
+	size_t text_len;
 	enum finish_reason reason;
 };
 
@@ -51,6 +53,7 @@ struct conn_choices {
 	uint32_t n_done;		/* choices that ended */
 	uint32_t handles[REQUEST_MAX_CHOICES];	/* REQUEST_NONE once ended */
 	uint32_t n_sent[REQUEST_MAX_CHOICES];	/* tokens streamed, per choice */
+	size_t text_sent[REQUEST_MAX_CHOICES];	/* text bytes streamed */
 	uint32_t n_generated;		/* usage: all choices together */
 	struct http_choice *kept;	/* not streaming, n > 1: n entries */
 	bool failed;			/* a choice ended otherwise than stop
@@ -169,7 +172,7 @@ void respond_error(struct http_server *srv, struct conn *c, int status,
 		   const char *param, const char *extra_headers);
 void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req,
 		    const int32_t *tokens, const struct sampler_logprob *logprobs,
-		    uint32_t n);
+		    uint32_t n, const char *text, size_t text_len);
 void http_on_finish(void *ctx, uint64_t cookie, const struct frontend_result *r);
 
 #endif /* DYNBATCH_HTTP_SERVER_INTERNAL_H */

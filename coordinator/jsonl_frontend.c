@@ -61,6 +61,7 @@ struct jsonl_frontend {
 	/* output: result lines */
 	struct out_writer out;
 	struct io_op in_op, out_op, wake_op;	/* arg: this front end */
+	bool stream;			/* --stream: delta lines */
 	/* a parsed request of n choices that found the queue without room
 	 * for all of them: admitted first once there is */
 	struct parsed_line held;
@@ -112,9 +113,34 @@ static void jsonl_on_finish(void *ctx, uint64_t cookie,
 		.seed = fr->seed,
 		.logprobs = fr->logprobs,
 		.logprob_stride = 1 + fr->req->sampling.top_logprobs,
+		.has_text = fr->has_text,
+		.text = fr->text,
+		.text_len = fr->text_len,
 	};
+	struct jsonl_frontend *j = ctx;
 
-	jsonl_emit(ctx, &r);
+	if (j->stream && fr->has_text) {
+		r.has_delta = true;
+		r.delta = fr->text ? fr->text + fr->text_given : NULL;
+		r.delta_len = fr->text_len - fr->text_given;
+	}
+	jsonl_emit(j, &r);
+}
+
+/* run --stream: the request's new final tokens and text, one line. */
+static void jsonl_on_tokens(void *ctx, uint64_t cookie, const struct request *req,
+			    const int32_t *tokens,
+			    const struct sampler_logprob *logprobs, uint32_t n,
+			    const char *text, size_t text_len)
+{
+	struct jsonl_frontend *j = ctx;
+	struct result_delta d = { .id = req->id, .n_choices = req->n_choices,
+				  .index = req->choice, .tokens = tokens,
+				  .n_tokens = n, .text = text,
+				  .text_len = text_len };
+
+	if (result_delta_format(&d, &j->out.fill))
+		engine_fail_frontend(j->e, "out of memory formatting a delta");
 }
 
 /* ------------------------------------------------------------------------
@@ -344,7 +370,18 @@ static void jsonl_after_sleep(void *ctx)
 }
 
 const struct frontend_ops jsonl_frontend_ops = {
-	.on_tokens = NULL,	/* results are whole lines */
+	.on_tokens = NULL,	/* results are whole lines: no work per step */
+	.on_finish = jsonl_on_finish,
+	.pump = jsonl_pump,
+	.tick = NULL,
+	.on_signal = jsonl_on_signal,
+	.done = jsonl_done,
+	.before_sleep = jsonl_before_sleep,
+	.after_sleep = jsonl_after_sleep,
+};
+
+const struct frontend_ops jsonl_stream_frontend_ops = {
+	.on_tokens = jsonl_on_tokens,	/* --stream: a delta line per step */
 	.on_finish = jsonl_on_finish,
 	.pump = jsonl_pump,
 	.tick = NULL,
@@ -408,6 +445,7 @@ struct jsonl_frontend *jsonl_frontend_create(const struct jsonl_config *cfg,
 	struct request_limits lim = { .vocab = engine_vocab(e),
 				      .max_context = cfg->max_context,
 				      .has_logits = engine_has_logits(e),
+				      .tok = engine_tokenizer(e),
 				      .default_temperature = cfg->default_temperature };
 
 	*status = ENGINE_EXIT_FAILED;
@@ -417,6 +455,7 @@ struct jsonl_frontend *jsonl_frontend_create(const struct jsonl_config *cfg,
 	}
 	j->e = e;
 	j->io = engine_io(e);
+	j->stream = cfg->stream;
 	j->ahead = cfg->n_slots;
 	j->in_fd = j->out_fd = j->wake_fd = -1;
 	j->in_op = (struct io_op){ jsonl_on_input, j };

@@ -28,10 +28,13 @@ struct jsonl_config {
 	uint32_t max_context;		/* longest prompt + max_tokens */
 	uint32_t max_line;		/* longest input line, bytes (--max-line) */
 	float default_temperature;	/* of a request that sets none */
+	bool stream;			/* --stream: a "delta" line per step */
 };
 
 /* The table to hand engine_set_frontend() with the front end. */
 extern const struct frontend_ops jsonl_frontend_ops;
+/* The same with a delta line per step (--stream). */
+extern const struct frontend_ops jsonl_stream_frontend_ops;
 
 struct jsonl_frontend;
 

@@ -54,6 +54,11 @@ static void usage(FILE *f)
 "  --step-tokens N    stateful models (llama): at most N tokens per step; long\n"
 "                     prompts are prefilled in chunks between decode steps\n"
 "                     (default 512; 0: no budget, a prompt in one step)\n"
+"  --tokenizer PATH   llama2.c tokenizer.bin of exactly the model's vocabulary:\n"
+"                     string prompts, \"stop\" strings, results with text\n"
+"                     (default: the tokenizer.bin beside a llama checkpoint)\n"
+"  --stream           run: a line per step with the request's new text\n"
+"                     (\"delta\"), before its result line\n"
 "  --default-temperature T  the temperature of a request that sets none\n"
 "                     (default 0: greedy; OpenAI's default is 1)\n"
 "  --input FILE|-     JSON Lines requests (default -: standard input)\n"
@@ -167,6 +172,7 @@ static int run(const struct engine_config *cfg, const struct http_config *http,
 		struct request_limits lim = { .vocab = engine_vocab(e),
 					      .max_context = engine_max_context(e),
 					      .has_logits = engine_has_logits(e),
+					      .tok = engine_tokenizer(e),
 					      .default_temperature = http->default_temperature };
 
 		srv = http_server_create(http, e, engine_io(e), &lim, err, sizeof(err));
@@ -186,7 +192,8 @@ static int run(const struct engine_config *cfg, const struct http_config *http,
 			engine_destroy(e);
 			return status;
 		}
-		engine_set_frontend(e, &jsonl_frontend_ops, jsonl);
+		engine_set_frontend(e, j.stream ? &jsonl_stream_frontend_ops :
+				    &jsonl_frontend_ops, jsonl);
 	}
 	status = engine_run(e);
 	/* the engine first: its io_uring goes, with our operations on it */
@@ -226,7 +233,7 @@ int main(int argc, char **argv)
 	       OPT_MODEL_NAME, OPT_MAX_CONN, OPT_CONN_BUFFER, OPT_WRITE_TIMEOUT,
 	       OPT_READ_TIMEOUT, OPT_IDLE_TIMEOUT, OPT_MAX_BODY, OPT_MAX_HEADER_BYTES,
 	       OPT_MAX_HEADERS, OPT_MAX_LINE, OPT_STEP_TOKENS,
-	       OPT_DEFAULT_TEMPERATURE };
+	       OPT_DEFAULT_TEMPERATURE, OPT_TOKENIZER, OPT_STREAM };
 	static const struct option longopts[] = {
 		{ "workers", required_argument, NULL, OPT_WORKERS },
 		{ "batch", required_argument, NULL, OPT_BATCH },
@@ -235,6 +242,8 @@ int main(int argc, char **argv)
 		{ "step-tokens", required_argument, NULL, OPT_STEP_TOKENS },
 		{ "default-temperature", required_argument, NULL,
 		  OPT_DEFAULT_TEMPERATURE },
+		{ "tokenizer", required_argument, NULL, OPT_TOKENIZER },
+		{ "stream", no_argument, NULL, OPT_STREAM },
 		{ "input", required_argument, NULL, OPT_INPUT },
 		{ "output", required_argument, NULL, OPT_OUTPUT },
 		{ "stats", required_argument, NULL, OPT_STATS },
@@ -342,6 +351,13 @@ int main(int argc, char **argv)
 			break;
 		case OPT_OUTPUT:
 			jsonl.output_path = optarg;
+			run_opt = true;
+			break;
+		case OPT_TOKENIZER:
+			cfg.tokenizer_path = optarg;
+			break;
+		case OPT_STREAM:
+			jsonl.stream = true;
 			run_opt = true;
 			break;
 		case OPT_DEFAULT_TEMPERATURE:

@@ -4,6 +4,7 @@
  * probes stay short.
  */
 #include "request_pool.h"
+#include "request_text.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -47,6 +48,7 @@ void request_pool_release(struct request_pool *pool)
 			request_release(&pool->items[i].req);
 			free(pool->items[i].generated);
 			free(pool->items[i].logprobs);
+			request_text_release(&pool->items[i]);
 		}
 	free(pool->items);
 	free(pool->free_handles);
@@ -135,6 +137,7 @@ void request_pool_free(struct request_pool *pool, uint32_t handle)
 	lr->generated = NULL;
 	free(lr->logprobs);
 	lr->logprobs = NULL;
+	request_text_release(lr);
 	lr->in_use = false;
 	pool->free_handles[pool->n_free++] = handle;
 	pool->n_live--;

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "request.h"
+#include "text_stop.h"
 
 #define REQUEST_NONE UINT32_MAX
 
@@ -59,6 +60,13 @@ struct live_request {
 	/* The request asked for logprobs: max_tokens entries of
 	 * 1 + top_logprobs each (result.logprobs in request.h) */
 	struct sampler_logprob *logprobs;
+	/* With a tokenizer (request_text.h): the request's text */
+	bool has_text;
+	struct text_stream text;
+	uint64_t *text_ends;		/* per token: text bytes up to its end */
+	uint64_t text_pushed;		/* text bytes pushed so far */
+	int32_t prev_token;		/* decodes the next piece (BOS rule) */
+	size_t text_given;		/* final text handed to on_tokens */
 };
 
 struct request_pool {

@@ -129,7 +129,8 @@ struct fake_fe {
 
 static void fake_on_tokens(void *ctx, uint64_t cookie, const struct request *req,
 			   const int32_t *tokens,
-			   const struct sampler_logprob *logprobs, uint32_t n)
+			   const struct sampler_logprob *logprobs, uint32_t n,
+			   const char *text, size_t text_len)
 {
 	struct fake_fe *f = ctx;
 	struct case_req *c;

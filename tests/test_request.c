@@ -384,7 +384,7 @@ static const struct bad_case bad_cases[] = {
 	{ "{\"id\":5,\"prompt\":[1]}", NULL, { "'id'", "string" } },
 	{ "{\"id\":null,\"prompt\":[1]}", NULL, { "'id'", "string" } },
 	{ "{\"id\":[\"a\"],\"prompt\":[1]}", NULL, { "'id'", "string" } },
-	{ "{\"id\":\"a\",\"prompt\":\"1 2 3\"}", "a", { "'prompt'", "array" } },
+	{ "{\"id\":\"a\",\"prompt\":\"1 2 3\"}", "a", { "'prompt'", "no tokenizer" } },
 	{ "{\"id\":\"a\",\"prompt\":null}", "a", { "'prompt'", "array" } },
 	{ "{\"id\":\"a\",\"prompt\":{\"0\":1}}", "a", { "'prompt'", "array" } },
 	{ "{\"id\":\"a\",\"prompt\":[1,\"2\"]}", "a", { "prompt[1]", "integer" } },
