@@ -137,6 +137,18 @@ awk -v w="$worst" 'BEGIN { exit !(w ~ /^[0-9.e+-]+$/ && w < 1e-5) }' &&
 	pass "160 positions: sum of exp(logprobs) over the vocabulary within $worst of 1" ||
 	fail "logprobs of the whole vocabulary: $worst (want < 1e-5 off 1)"
 
+echo "== a 128K vocabulary: no fixed arrays, the same draws as the reference"
+for i in $(seq 0 5); do
+	echo "{\"id\":\"big$i\",\"prompt\":[$((i * 20000 + 7)),131071],\"max_tokens\":6,\"temperature\":$((i % 3 + 1)),\"top_p\":0.9$i,\"top_k\":$((i * 1000)),\"seed\":$((SEED + i)),\"logprobs\":5,\"n\":2,\"logit_bias\":{\"131071\":-100,\"$((i * 7))\":5}}"
+done > "$T/big.jsonl"
+for w in 0 2; do
+	run --workers $w --batch 7 --model sim:vocab=131072 --input "$T/big.jsonl" \
+		--output "$T/big$w.out" 2> "$T/err"
+	check_results "vocab 131072, workers $w" sim:vocab=131072 "$T/big.jsonl" "$T/big$w.out"
+done
+expect_eq "vocab 131072: workers 0 and 2 alike" \
+	"$(sort "$T/big0.out" | md5sum)" "$(sort "$T/big2.out" | md5sum)"
+
 echo "== bad sampling fields: an error that names the field"
 cat > "$T/bad.jsonl" <<'JSONL'
 {"id":"b1","prompt":[1],"temperature":-1}
