@@ -59,6 +59,7 @@ struct sampler_cand {
 
 struct sampler {
 	uint32_t vocab;
+	bool avx2;			/* the AVX2 kernels (same bits, 8 lanes) */
 	uint32_t n_blocks;		/* ceil(vocab / SAMPLER_BLOCK) */
 	const float *y;			/* this row's biased logits */
 	float *y_copy;			/* where they are when biased */
@@ -129,6 +130,313 @@ const char *sampler_strerror(int err)
 }
 
 /* ------------------------------------------------------------------ */
+/* AVX2 kernels                                                        */
+/* ------------------------------------------------------------------ */
+
+/*
+ * The passes over the vocabulary again, 8 lanes at a time, for a CPU with
+ * AVX2 (sampler_create() asks once; the portable code below stays for
+ * the others and is what the AVX2 code must agree with, bit for bit:
+ * tests/test_sampler.c holds the two together on random rows).  The
+ * target is "avx2" without "fma", so no multiply-add can be fused and
+ * each lane runs exactly sampler_weight()'s float operations.
+ */
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+#define SAMPLER_AVX2 __attribute__((target("avx2")))
+#define SAMPLER_AVX2_INLINE \
+	static inline __attribute__((always_inline, target("avx2")))
+
+static bool sampler_have_avx2(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2");
+}
+
+/* sampler_max() in 8 lanes: four maxima in flight, not one chain. */
+static SAMPLER_AVX2 float sampler_max_avx2(const float *y, uint32_t n,
+					   bool *bad)
+{
+	const __m256 inf = _mm256_set1_ps(INFINITY);
+	__m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+	__m256 b0 = _mm256_setzero_ps(), b1 = b0;
+	float m = -INFINITY, lanes[8];
+	uint32_t i = 0;
+	bool b = false;
+
+	/* NaN or +inf is "not less than +inf" (unordered compares true);
+	 * a NaN may spoil the maximum, but then the row fails anyway. */
+	for (; i + 32 <= n; i += 32) {
+		__m256 v0 = _mm256_loadu_ps(y + i), v1 = _mm256_loadu_ps(y + i + 8);
+		__m256 v2 = _mm256_loadu_ps(y + i + 16), v3 = _mm256_loadu_ps(y + i + 24);
+
+		b0 = _mm256_or_ps(b0, _mm256_or_ps(_mm256_cmp_ps(v0, inf, _CMP_NLT_UQ),
+						   _mm256_cmp_ps(v1, inf, _CMP_NLT_UQ)));
+		b1 = _mm256_or_ps(b1, _mm256_or_ps(_mm256_cmp_ps(v2, inf, _CMP_NLT_UQ),
+						   _mm256_cmp_ps(v3, inf, _CMP_NLT_UQ)));
+		m0 = _mm256_max_ps(m0, v0);
+		m1 = _mm256_max_ps(m1, v1);
+		m2 = _mm256_max_ps(m2, v2);
+		m3 = _mm256_max_ps(m3, v3);
+	}
+	for (; i + 8 <= n; i += 8) {
+		__m256 v = _mm256_loadu_ps(y + i);
+
+		b0 = _mm256_or_ps(b0, _mm256_cmp_ps(v, inf, _CMP_NLT_UQ));
+		m0 = _mm256_max_ps(m0, v);
+	}
+	for (; i < n; i++) {
+		b |= !(y[i] < INFINITY);
+		m = y[i] > m ? y[i] : m;
+	}
+	_mm256_storeu_ps(lanes, _mm256_max_ps(_mm256_max_ps(m0, m1),
+					      _mm256_max_ps(m2, m3)));
+	for (int j = 0; j < 8; j++)
+		m = lanes[j] > m ? lanes[j] : m;
+	*bad = b || _mm256_movemask_ps(_mm256_or_ps(b0, b1));
+	return m;
+}
+
+/* The first i >= from with y[i] == m (there is one). */
+static SAMPLER_AVX2 uint32_t sampler_find_avx2(const float *y, uint32_t n,
+					       uint32_t from, float m)
+{
+	const __m256 mv = _mm256_set1_ps(m);
+	uint32_t i = from;
+
+	for (; i + 8 <= n; i += 8) {
+		int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(y + i),
+							    mv, _CMP_EQ_OQ));
+
+		if (mask)
+			return i + (uint32_t)__builtin_ctz((unsigned)mask);
+	}
+	while (y[i] != m)
+		i++;
+	return i;
+}
+
+/*
+ * sampler_weight() of 8 tokens: the same operations in the same order
+ * (the polynomial from the inside out), lanes under SAMPLER_Z_MIN or -inf
+ * computing garbage that the last mask turns to 0.
+ */
+SAMPLER_AVX2_INLINE __m256i sampler_weight_avx2(__m256 y, __m256 max_y,
+						__m256 inv_t)
+{
+	__m256 z = _mm256_mul_ps(_mm256_sub_ps(y, max_y), inv_t);
+	__m256 x = _mm256_mul_ps(z, _mm256_set1_ps(1.44269504f));
+	__m256i n = _mm256_cvttps_epi32(_mm256_sub_ps(x, _mm256_set1_ps(0.5f)));
+	__m256 g = _mm256_mul_ps(_mm256_sub_ps(x, _mm256_cvtepi32_ps(n)),
+				 _mm256_set1_ps(0.693147181f));
+	__m256 e = _mm256_mul_ps(g, _mm256_set1_ps(1.0f / 120));
+	__m256 scale;
+	__m256i w;
+
+	e = _mm256_mul_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f / 24), e));
+	e = _mm256_mul_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f / 6), e));
+	e = _mm256_mul_ps(g, _mm256_add_ps(_mm256_set1_ps(0.5f), e));
+	e = _mm256_mul_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+	e = _mm256_add_ps(_mm256_set1_ps(1.0f), e);
+	scale = _mm256_castsi256_ps(_mm256_slli_epi32(
+		_mm256_add_epi32(n, _mm256_set1_epi32(127 + 30)), 23));
+	w = _mm256_cvttps_epi32(_mm256_mul_ps(e, scale));
+	return _mm256_and_si256(w, _mm256_castps_si256(
+		_mm256_cmp_ps(z, _mm256_set1_ps(SAMPLER_Z_MIN), _CMP_GE_OQ)));
+}
+
+/* Add w's top 15 and low 15 bits to the lane accumulators (see
+ * lanes_sum()). */
+SAMPLER_AVX2_INLINE void lanes8_add(__m256i w, __m256i *hi, __m256i *lo)
+{
+	*hi = _mm256_add_epi32(*hi, _mm256_srli_epi32(w, 15));
+	*lo = _mm256_add_epi32(*lo, _mm256_and_si256(w, _mm256_set1_epi32(0x7fff)));
+}
+
+SAMPLER_AVX2_INLINE uint64_t lanes8_sum(__m256i hi, __m256i lo)
+{
+	uint32_t h[8], l[8];
+	uint64_t sum = 0;
+
+	_mm256_storeu_si256((__m256i *)h, hi);
+	_mm256_storeu_si256((__m256i *)l, lo);
+	for (int j = 0; j < 8; j++)
+		sum += ((uint64_t)h[j] << 15) + l[j];
+	return sum;
+}
+
+/* The weights of [i, end) (one block) into s->w; returns their sum and
+ * sets *above to the sum of those >= t (when above is non-NULL). */
+SAMPLER_AVX2_INLINE uint64_t sampler_weigh_block_avx2(
+	struct sampler *s, uint32_t i, uint32_t end, __m256 max_y,
+	__m256 inv_t, uint32_t t, uint64_t *above)
+{
+	const float *y = s->y;
+	uint32_t *w_out = s->w;
+	const __m256i tm1 = _mm256_set1_epi32((int32_t)t - 1);
+	__m256i hi = _mm256_setzero_si256(), lo = hi, ahi = hi, alo = hi;
+	uint64_t sum = 0, sum_above = 0;
+	float my = _mm256_cvtss_f32(max_y), it = _mm256_cvtss_f32(inv_t);
+
+	/* Two vectors an iteration: two chains of dependent operations. */
+	for (; i + 16 <= end; i += 16) {
+		__m256i w0 = sampler_weight_avx2(_mm256_loadu_ps(y + i), max_y, inv_t);
+		__m256i w1 = sampler_weight_avx2(_mm256_loadu_ps(y + i + 8), max_y, inv_t);
+
+		_mm256_storeu_si256((__m256i *)(w_out + i), w0);
+		_mm256_storeu_si256((__m256i *)(w_out + i + 8), w1);
+		lanes8_add(w0, &hi, &lo);
+		lanes8_add(w1, &hi, &lo);
+		if (above) {
+			/* W <= 2^30: signed lanes compare right. */
+			lanes8_add(_mm256_and_si256(w0, _mm256_cmpgt_epi32(w0, tm1)),
+				   &ahi, &alo);
+			lanes8_add(_mm256_and_si256(w1, _mm256_cmpgt_epi32(w1, tm1)),
+				   &ahi, &alo);
+		}
+	}
+	for (; i < end; i++) {
+		w_out[i] = sampler_weight(y[i], my, it);
+		sum += w_out[i];
+		sum_above += w_out[i] >= t ? w_out[i] : 0;
+	}
+	if (above)
+		*above = sum_above + lanes8_sum(ahi, alo);
+	return sum + lanes8_sum(hi, lo);
+}
+
+/* sampler_weights() in 8 lanes. */
+static SAMPLER_AVX2 uint64_t sampler_weights_avx2(struct sampler *s,
+						  float max_y, float inv_t,
+						  uint32_t t)
+{
+	const __m256 mv = _mm256_set1_ps(max_y), iv = _mm256_set1_ps(inv_t);
+	uint64_t total = 0;
+
+	for (uint32_t b = 0; b < s->n_blocks; b++) {
+		uint32_t i = b * SAMPLER_BLOCK, end = i + SAMPLER_BLOCK;
+
+		end = end < s->vocab ? end : s->vocab;
+		/* Two loops, not a test per vector: t <= 1 keeps them all. */
+		if (t > 1) {
+			total += sampler_weigh_block_avx2(s, i, end, mv, iv, t,
+							  &s->block_sum[b]);
+		} else {
+			s->block_sum[b] = sampler_weigh_block_avx2(s, i, end, mv,
+								   iv, t, NULL);
+			total += s->block_sum[b];
+		}
+	}
+	return total;
+}
+
+/* sampler_block_sums() in 8 lanes. */
+static SAMPLER_AVX2 uint64_t sampler_block_sums_avx2(struct sampler *s,
+						     uint32_t t)
+{
+	const __m256i tm1 = _mm256_set1_epi32((int32_t)t - 1);
+	uint64_t total = 0;
+
+	for (uint32_t b = 0; b < s->n_blocks; b++) {
+		uint32_t i = b * SAMPLER_BLOCK, end = i + SAMPLER_BLOCK;
+		__m256i hi = _mm256_setzero_si256(), lo = hi;
+		uint64_t sum = 0;
+
+		end = end < s->vocab ? end : s->vocab;
+		for (; i + 8 <= end; i += 8) {
+			__m256i w = _mm256_loadu_si256((const __m256i *)(s->w + i));
+
+			lanes8_add(_mm256_and_si256(w, _mm256_cmpgt_epi32(w, tm1)),
+				   &hi, &lo);
+		}
+		for (; i < end; i++)
+			sum += s->w[i] >= t ? s->w[i] : 0;
+		s->block_sum[b] = sum + lanes8_sum(hi, lo);
+		total += s->block_sum[b];
+	}
+	return total;
+}
+
+/* The first i >= from with s->w[i] > bar, or vocab. */
+static SAMPLER_AVX2 uint32_t sampler_next_above_avx2(const struct sampler *s,
+						     uint32_t from, uint32_t bar)
+{
+	const __m256i bv = _mm256_set1_epi32((int32_t)bar);
+	uint32_t i = from;
+
+	for (; i + 16 <= s->vocab; i += 16) {
+		__m256i w0 = _mm256_loadu_si256((const __m256i *)(s->w + i));
+		__m256i w1 = _mm256_loadu_si256((const __m256i *)(s->w + i + 8));
+		unsigned mask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(
+			_mm256_cmpgt_epi32(w0, bv))) |
+			(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(
+			_mm256_cmpgt_epi32(w1, bv))) << 8;
+
+		if (mask)
+			return i + (uint32_t)__builtin_ctz(mask);
+	}
+	while (i < s->vocab && s->w[i] <= bar)
+		i++;
+	return i;
+}
+
+/* The number of tokens with W > bar. */
+static SAMPLER_AVX2 uint32_t sampler_count_above_avx2(const struct sampler *s,
+						      uint32_t bar)
+{
+	const __m256i bv = _mm256_set1_epi32((int32_t)bar);
+	__m256i c0 = _mm256_setzero_si256(), c1 = c0;
+	uint32_t n = 0, i = 0, lanes[8];
+
+	for (; i + 16 <= s->vocab; i += 16) {
+		__m256i w0 = _mm256_loadu_si256((const __m256i *)(s->w + i));
+		__m256i w1 = _mm256_loadu_si256((const __m256i *)(s->w + i + 8));
+
+		/* true is -1 */
+		c0 = _mm256_sub_epi32(c0, _mm256_cmpgt_epi32(w0, bv));
+		c1 = _mm256_sub_epi32(c1, _mm256_cmpgt_epi32(w1, bv));
+	}
+	for (; i < s->vocab; i++)
+		n += s->w[i] > bar;
+	_mm256_storeu_si256((__m256i *)lanes, _mm256_add_epi32(c0, c1));
+	for (int j = 0; j < 8; j++)
+		n += lanes[j];
+	return n;
+}
+
+/* Append the tokens with W > bar to s->cand in id order; their count. */
+static SAMPLER_AVX2 uint32_t sampler_collect_avx2(struct sampler *s,
+						  uint32_t bar)
+{
+	const __m256i bv = _mm256_set1_epi32((int32_t)bar);
+	uint32_t n = 0, i = 0;
+
+	for (; i + 8 <= s->vocab; i += 8) {
+		unsigned mask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(
+			_mm256_cmpgt_epi32(_mm256_loadu_si256(
+				(const __m256i *)(s->w + i)), bv)));
+
+		while (mask) {
+			uint32_t id = i + (uint32_t)__builtin_ctz(mask);
+
+			s->cand[n++] = (struct sampler_cand){ s->w[id], id };
+			mask &= mask - 1;
+		}
+	}
+	for (; i < s->vocab; i++)
+		if (s->w[i] > bar)
+			s->cand[n++] = (struct sampler_cand){ s->w[i], i };
+	return n;
+}
+#else
+static bool sampler_have_avx2(void)
+{
+	return false;
+}
+#endif
+
+/* ------------------------------------------------------------------ */
 /* Lifetime                                                            */
 /* ------------------------------------------------------------------ */
 
@@ -142,6 +450,7 @@ struct sampler *sampler_create(uint32_t vocab)
 	if (!s)
 		return NULL;
 	s->vocab = vocab;
+	s->avx2 = sampler_have_avx2();
 	s->n_blocks = (vocab + SAMPLER_BLOCK - 1) / SAMPLER_BLOCK;
 	s->y_copy = malloc(sizeof(*s->y_copy) * vocab);
 	s->block_sum = malloc(sizeof(*s->block_sum) * s->n_blocks);
@@ -220,6 +529,16 @@ static float sampler_max(const float *y, uint32_t n, bool *bad)
 	return v4f_hmax(mv, m);
 }
 
+static float sampler_row_max(const struct sampler *s, const float *y,
+			     bool *bad)
+{
+#ifdef SAMPLER_AVX2
+	if (s->avx2)
+		return sampler_max_avx2(y, s->vocab, bad);
+#endif
+	return sampler_max(y, s->vocab, bad);
+}
+
 /*
  * Point s->y at the biased logits (the row itself when there is no bias)
  * and set *max_y = max y; -EDOM on a NaN or +inf logit, -EINVAL on a bias
@@ -229,7 +548,7 @@ static int sampler_bias(struct sampler *s, const float *logits,
 			const struct sampling_params *p, float *max_y)
 {
 	bool bad;
-	float m = sampler_max(logits, s->vocab, &bad);
+	float m = sampler_row_max(s, logits, &bad);
 
 	if (bad)
 		return -EDOM;
@@ -246,7 +565,7 @@ static int sampler_bias(struct sampler *s, const float *logits,
 			*y = b->bias == SAMPLER_BIAS_BAN ? -INFINITY : *y + b->bias;
 		}
 		s->y = s->y_copy;
-		m = sampler_max(s->y, s->vocab, &bad);
+		m = sampler_row_max(s, s->y, &bad);
 	}
 	if (m == -INFINITY)
 		return -ENOENT;
@@ -259,6 +578,10 @@ static uint32_t sampler_argmax(const struct sampler *s, float max_y)
 {
 	uint32_t i = 0;
 
+#ifdef SAMPLER_AVX2
+	if (s->avx2)
+		return sampler_find_avx2(s->y, s->vocab, 0, max_y);
+#endif
 	while (s->y[i] != max_y)
 		i++;
 	return i;
@@ -308,14 +631,20 @@ static inline void lanes_add(v4i w, v4i *hi, v4i *lo)
 	*lo += w & low15;
 }
 
-/* The weights of one block [i, end), and their sum. */
+/*
+ * The weights of one block [i, end), and their sum; *above = the sum of
+ * those >= t.
+ */
 static uint64_t sampler_weigh_block(struct sampler *s, uint32_t i,
-				    uint32_t end, float max_y, float inv_t)
+				    uint32_t end, float max_y, float inv_t,
+				    uint32_t t, uint64_t *above)
 {
 	const float *y = s->y;
 	uint32_t *w_out = s->w;
-	v4i hi = { 0 }, lo = { 0 };
-	uint64_t sum = 0;
+	const int32_t ti = (int32_t)t;
+	const v4i tv = { ti, ti, ti, ti };
+	v4i hi = { 0 }, lo = { 0 }, ahi = { 0 }, alo = { 0 };
+	uint64_t sum = 0, sum_above = 0;
 
 	/* Two vectors an iteration: the polynomial is a chain of
 	 * dependent operations, and two chains keep the core busier. */
@@ -327,11 +656,16 @@ static uint64_t sampler_weigh_block(struct sampler *s, uint32_t i,
 		memcpy(w_out + i + LANES, &w1, sizeof(w1));
 		lanes_add(w0, &hi, &lo);
 		lanes_add(w1, &hi, &lo);
+		/* W <= 2^30: signed lanes compare right. */
+		lanes_add(w0 & (w0 >= tv), &ahi, &alo);
+		lanes_add(w1 & (w1 >= tv), &ahi, &alo);
 	}
 	for (; i < end; i++) {
 		w_out[i] = sampler_weight(y[i], max_y, inv_t);
 		sum += w_out[i];
+		sum_above += w_out[i] >= t ? w_out[i] : 0;
 	}
+	*above = sum_above + lanes_sum(ahi, alo);
 	return sum + lanes_sum(hi, lo);
 }
 
@@ -356,25 +690,63 @@ static uint64_t sampler_block_above(const struct sampler *s, uint32_t i,
 }
 
 /*
- * With compute, W for every token and the block sums of all weights;
- * without, the block sums of the weights >= t (already computed).
- * Returns the total: Z with compute.
+ * W for every token, and per block the sum of the weights >= t (t <= 1:
+ * of all of them).  Returns Z, the sum of all the weights.
  */
 static uint64_t sampler_weights(struct sampler *s, float max_y, float inv_t,
-				bool compute, uint32_t t)
+				uint32_t t)
 {
 	uint64_t total = 0;
 
+#ifdef SAMPLER_AVX2
+	if (s->avx2)
+		return sampler_weights_avx2(s, max_y, inv_t, t);
+#endif
 	for (uint32_t b = 0; b < s->n_blocks; b++) {
 		uint32_t i = b * SAMPLER_BLOCK, end = i + SAMPLER_BLOCK;
 
 		end = end < s->vocab ? end : s->vocab;
-		s->block_sum[b] = compute ?
-			sampler_weigh_block(s, i, end, max_y, inv_t) :
-			sampler_block_above(s, i, end, t);
+		total += sampler_weigh_block(s, i, end, max_y, inv_t, t,
+					     &s->block_sum[b]);
+	}
+	return total;
+}
+
+/*
+ * The block sums of the weights >= t (already computed); returns their
+ * total.
+ */
+static uint64_t sampler_block_sums(struct sampler *s, uint32_t t)
+{
+	uint64_t total = 0;
+
+#ifdef SAMPLER_AVX2
+	if (s->avx2)
+		return sampler_block_sums_avx2(s, t);
+#endif
+	for (uint32_t b = 0; b < s->n_blocks; b++) {
+		uint32_t i = b * SAMPLER_BLOCK, end = i + SAMPLER_BLOCK;
+
+		end = end < s->vocab ? end : s->vocab;
+		s->block_sum[b] = sampler_block_above(s, i, end, t);
 		total += s->block_sum[b];
 	}
 	return total;
+}
+
+/* The first i >= from with W > bar, or vocab. */
+static uint32_t sampler_next_above(const struct sampler *s, uint32_t from,
+				   uint32_t bar)
+{
+	uint32_t i = from;
+
+#ifdef SAMPLER_AVX2
+	if (s->avx2)
+		return sampler_next_above_avx2(s, from, bar);
+#endif
+	while (i < s->vocab && s->w[i] <= bar)
+		i++;
+	return i;
 }
 
 /* ------------------------------------------------------------------ */
@@ -472,11 +844,17 @@ static uint32_t sampler_gather(struct sampler *s, uint32_t lowest)
 /* Gather the tokens with W >= min_w and W > 0, by decreasing W. */
 static uint32_t sampler_gather_above(struct sampler *s, uint32_t min_w)
 {
-	uint32_t n = 0;
+	uint32_t n = 0, bar = min_w ? min_w - 1 : 0;
 
-	min_w = min_w ? min_w : 1;
+#ifdef SAMPLER_AVX2
+	if (s->avx2) {
+		n = sampler_collect_avx2(s, bar);
+		sampler_sort_cand(s, n);
+		return n;
+	}
+#endif
 	for (uint32_t i = 0; i < s->vocab; i++)
-		if (s->w[i] >= min_w)
+		if (s->w[i] > bar)
 			s->cand[n++] = (struct sampler_cand){ s->w[i], i };
 	sampler_sort_cand(s, n);
 	return n;
@@ -511,9 +889,10 @@ static uint32_t sampler_kth_largest(struct sampler *s, uint32_t k)
 	memcpy(heap, s->w, sizeof(*heap) * k);
 	for (uint32_t i = k / 2; i-- > 0;)
 		heap_sift_down(heap, k, i);
-	for (uint32_t i = k; i < s->vocab; i++) {
-		if (s->w[i] <= heap[0])
-			continue;
+	/* Skip to the next W above the heap's least: rare once it is full
+	 * of large weights, and found 8 lanes at a time with AVX2. */
+	for (uint32_t i = sampler_next_above(s, k, heap[0]); i < s->vocab;
+	     i = sampler_next_above(s, i + 1, heap[0])) {
 		heap[0] = s->w[i];
 		heap_sift_down(heap, k, 0);
 	}
@@ -540,6 +919,10 @@ static uint32_t sampler_count_above(const struct sampler *s, uint32_t c)
 	v4i cv = { ci, ci, ci, ci }, count = { 0 };
 	uint32_t n = 0, i = 0;
 
+#ifdef SAMPLER_AVX2
+	if (s->avx2)
+		return sampler_count_above_avx2(s, (uint32_t)ci - 1);
+#endif
 	for (; i + LANES <= s->vocab; i += LANES) {
 		v4i w;
 
@@ -687,18 +1070,34 @@ static uint32_t sampler_draw_blocks(const struct sampler *s, uint32_t t,
 	return end - 1;	/* unreachable: target < kept_sum */
 }
 
+/* Whether top_k or top_p cuts (else min_p alone, if anything). */
+static bool sampler_selects(const struct sampler *s,
+			    const struct sampling_params *p)
+{
+	return (p->top_k && p->top_k < s->vocab) || p->top_p < 1.0f;
+}
+
+/*
+ * The drawn token.  The weights are in s->w, and when top_k and top_p are
+ * off the block sums are of the weights >= the min_p threshold.
+ */
 static uint32_t sampler_draw(struct sampler *s, const struct sampling_params *p,
 			     uint64_t z_sum, uint64_t r53)
 {
-	bool select = (p->top_k && p->top_k < s->vocab) || p->top_p < 1.0f;
+	bool select = sampler_selects(s, p);
 	uint32_t t_min = sampler_min_p_threshold(p->min_p);
 	uint32_t n_cand = 0, n_kept = 0, t = 0;
 
 	if (!select) {
-		/* The block sums are of all weights; redo them above min_p. */
-		if (t_min > 1)
-			z_sum = sampler_weights(s, 0.0f, 0.0f, false, t_min);
-		return sampler_draw_blocks(s, t_min, z_sum, r53);
+		/* The weights' pass summed the blocks above min_p already. */
+		uint64_t kept_sum = z_sum;
+
+		if (t_min > 1) {
+			kept_sum = 0;
+			for (uint32_t b = 0; b < s->n_blocks; b++)
+				kept_sum += s->block_sum[b];
+		}
+		return sampler_draw_blocks(s, t_min, kept_sum, r53);
 	}
 	t = sampler_select(s, p, z_sum, &n_cand);
 	if (t_min > t)
@@ -709,8 +1108,7 @@ static uint32_t sampler_draw(struct sampler *s, const struct sampling_params *p,
 		n_kept++;
 	/* Many: one vector pass of block sums beats sorting them by id. */
 	if (n_cand == SAMPLER_NOT_GATHERED || n_kept > 256)
-		return sampler_draw_blocks(s, t, sampler_weights(s, 0.0f, 0.0f,
-								  false, t), r53);
+		return sampler_draw_blocks(s, t, sampler_block_sums(s, t), r53);
 	memcpy(s->kept, s->cand, sizeof(*s->kept) * n_kept);
 	qsort(s->kept, n_kept, sizeof(*s->kept), cand_by_id);
 	return sampler_draw_kept(s, n_kept, r53);
@@ -756,9 +1154,8 @@ static void sampler_logprobs(const struct sampler *s,
 		return;
 	/* One compare per token, rarely true: half the weights may be 0 in
 	 * random order, which would make "W != 0" a coin-toss branch. */
-	for (uint32_t i = 0, bar = 0; i < s->vocab; i++) {
-		if (s->w[i] <= bar)
-			continue;
+	for (uint32_t i = sampler_next_above(s, 0, 0), bar = 0; i < s->vocab;
+	     i = sampler_next_above(s, i + 1, bar)) {
 		top_insert(top, &n, cap, i, s->w[i]);
 		bar = n == cap ? top[cap - 1].w : 0;
 	}
@@ -782,16 +1179,20 @@ int sampler_sample(struct sampler *s, const float *logits,
 	if (ret)
 		return ret;
 	if (p->temperature > 0.0f) {
+		/* min_p alone: the block sums of the draw come with W. */
+		uint32_t t = sampler_selects(s, p) ? 0 :
+			     sampler_min_p_threshold(p->min_p);
+
 		z_sum = sampler_weights(s, max_y,
 					sampler_inv_temperature(p->temperature),
-					true, 0);
+					t);
 		chosen = sampler_draw(s, p, z_sum,
 				      philox_bits53(p->seed, k, choice));
 	} else {
 		chosen = sampler_argmax(s, max_y);
 		/* Logprobs at temperature 1. */
 		if (p->logprobs)
-			z_sum = sampler_weights(s, max_y, 1.0f, true, 0);
+			z_sum = sampler_weights(s, max_y, 1.0f, 0);
 	}
 	out->token = (int32_t)chosen;
 	if (p->logprobs)
