@@ -219,50 +219,64 @@ static SAMPLER_AVX2 uint32_t sampler_find_avx2(const float *y, uint32_t n,
 
 /*
  * sampler_weight() of 8 tokens: the same operations in the same order
- * (the polynomial from the inside out), lanes under SAMPLER_Z_MIN or -inf
- * computing garbage that the last mask turns to 0.
+ * (the polynomial from the inside out) for every lane whose z is at least
+ * SAMPLER_Z_MIN, with two rewrites that give the same bits there:
+ *  - trunc(x - 0.5) as a float by one rounding, where the scalar code
+ *    converts to int and back (the same integer: |x| < 2^31), and the
+ *    scale 2^(30 + n) built from that float (adding 2^23 + 157 leaves
+ *    n + 157 in the low mantissa bits, which the shift moves into the
+ *    exponent);
+ *  - z clamped at -64 instead of the scalar code's early return: a z
+ *    under SAMPLER_Z_MIN has n <= -31, so e (under 1.42) times 2^(30 + n)
+ *    (at most 1/2) truncates to 0, while -64 keeps the scale a normal
+ *    float and the conversions in range (-inf too).
+ * One operation fewer than the literal form for each rewrite, on a pass
+ * that is bound by the vector units.
  */
 SAMPLER_AVX2_INLINE __m256i sampler_weight_avx2(__m256 y, __m256 max_y,
 						__m256 inv_t)
 {
-	__m256 z = _mm256_mul_ps(_mm256_sub_ps(y, max_y), inv_t);
+	__m256 z = _mm256_max_ps(_mm256_mul_ps(_mm256_sub_ps(y, max_y), inv_t),
+				 _mm256_set1_ps(-64.0f));
 	__m256 x = _mm256_mul_ps(z, _mm256_set1_ps(1.44269504f));
-	__m256i n = _mm256_cvttps_epi32(_mm256_sub_ps(x, _mm256_set1_ps(0.5f)));
-	__m256 g = _mm256_mul_ps(_mm256_sub_ps(x, _mm256_cvtepi32_ps(n)),
+	__m256 n = _mm256_round_ps(_mm256_sub_ps(x, _mm256_set1_ps(0.5f)),
+				   _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+	__m256 g = _mm256_mul_ps(_mm256_sub_ps(x, n),
 				 _mm256_set1_ps(0.693147181f));
 	__m256 e = _mm256_mul_ps(g, _mm256_set1_ps(1.0f / 120));
 	__m256 scale;
-	__m256i w;
 
 	e = _mm256_mul_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f / 24), e));
 	e = _mm256_mul_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f / 6), e));
 	e = _mm256_mul_ps(g, _mm256_add_ps(_mm256_set1_ps(0.5f), e));
 	e = _mm256_mul_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 	e = _mm256_add_ps(_mm256_set1_ps(1.0f), e);
-	scale = _mm256_castsi256_ps(_mm256_slli_epi32(
-		_mm256_add_epi32(n, _mm256_set1_epi32(127 + 30)), 23));
-	w = _mm256_cvttps_epi32(_mm256_mul_ps(e, scale));
-	return _mm256_and_si256(w, _mm256_castps_si256(
-		_mm256_cmp_ps(z, _mm256_set1_ps(SAMPLER_Z_MIN), _CMP_GE_OQ)));
+	scale = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(
+		_mm256_add_ps(n, _mm256_set1_ps(8388608.0f + 127 + 30))), 23));
+	return _mm256_cvttps_epi32(_mm256_mul_ps(e, scale));
 }
 
-/* Add w's top 15 and low 15 bits to the lane accumulators (see
- * lanes_sum()). */
-SAMPLER_AVX2_INLINE void lanes8_add(__m256i w, __m256i *hi, __m256i *lo)
+/*
+ * Exact sums of 8 weight lanes in two accumulators of 4 64-bit lanes:
+ * *all adds each pair of weights as one 64-bit number (low + high *
+ * 2^32, modulo 2^64), *high adds the high weights alone, so the low
+ * weights' sum is all - high * 2^32 (exact modulo 2^64, and it is under
+ * 2^64).  Three operations a vector where 32-bit halves take four.
+ */
+SAMPLER_AVX2_INLINE void lanes8_add(__m256i w, __m256i *all, __m256i *high)
 {
-	*hi = _mm256_add_epi32(*hi, _mm256_srli_epi32(w, 15));
-	*lo = _mm256_add_epi32(*lo, _mm256_and_si256(w, _mm256_set1_epi32(0x7fff)));
+	*all = _mm256_add_epi64(*all, w);
+	*high = _mm256_add_epi64(*high, _mm256_srli_epi64(w, 32));
 }
 
-SAMPLER_AVX2_INLINE uint64_t lanes8_sum(__m256i hi, __m256i lo)
+SAMPLER_AVX2_INLINE uint64_t lanes8_sum(__m256i all, __m256i high)
 {
-	uint32_t h[8], l[8];
-	uint64_t sum = 0;
+	uint64_t a[4], h[4], sum = 0;
 
-	_mm256_storeu_si256((__m256i *)h, hi);
-	_mm256_storeu_si256((__m256i *)l, lo);
-	for (int j = 0; j < 8; j++)
-		sum += ((uint64_t)h[j] << 15) + l[j];
+	_mm256_storeu_si256((__m256i *)a, all);
+	_mm256_storeu_si256((__m256i *)h, high);
+	for (int j = 0; j < 4; j++)
+		sum += a[j] - (h[j] << 32) + h[j];
 	return sum;
 }
 
@@ -275,7 +289,8 @@ SAMPLER_AVX2_INLINE uint64_t sampler_weigh_block_avx2(
 	const float *y = s->y;
 	uint32_t *w_out = s->w;
 	const __m256i tm1 = _mm256_set1_epi32((int32_t)t - 1);
-	__m256i hi = _mm256_setzero_si256(), lo = hi, ahi = hi, alo = hi;
+	__m256i all = _mm256_setzero_si256(), high = all;
+	__m256i above_all = all, above_high = all;
 	uint64_t sum = 0, sum_above = 0;
 	float my = _mm256_cvtss_f32(max_y), it = _mm256_cvtss_f32(inv_t);
 
@@ -286,14 +301,14 @@ SAMPLER_AVX2_INLINE uint64_t sampler_weigh_block_avx2(
 
 		_mm256_storeu_si256((__m256i *)(w_out + i), w0);
 		_mm256_storeu_si256((__m256i *)(w_out + i + 8), w1);
-		lanes8_add(w0, &hi, &lo);
-		lanes8_add(w1, &hi, &lo);
+		lanes8_add(w0, &all, &high);
+		lanes8_add(w1, &all, &high);
 		if (above) {
 			/* W <= 2^30: signed lanes compare right. */
 			lanes8_add(_mm256_and_si256(w0, _mm256_cmpgt_epi32(w0, tm1)),
-				   &ahi, &alo);
+				   &above_all, &above_high);
 			lanes8_add(_mm256_and_si256(w1, _mm256_cmpgt_epi32(w1, tm1)),
-				   &ahi, &alo);
+				   &above_all, &above_high);
 		}
 	}
 	for (; i < end; i++) {
@@ -302,8 +317,8 @@ SAMPLER_AVX2_INLINE uint64_t sampler_weigh_block_avx2(
 		sum_above += w_out[i] >= t ? w_out[i] : 0;
 	}
 	if (above)
-		*above = sum_above + lanes8_sum(ahi, alo);
-	return sum + lanes8_sum(hi, lo);
+		*above = sum_above + lanes8_sum(above_all, above_high);
+	return sum + lanes8_sum(all, high);
 }
 
 /* sampler_weights() in 8 lanes. */
@@ -340,7 +355,7 @@ static SAMPLER_AVX2 uint64_t sampler_block_sums_avx2(struct sampler *s,
 
 	for (uint32_t b = 0; b < s->n_blocks; b++) {
 		uint32_t i = b * SAMPLER_BLOCK, end = i + SAMPLER_BLOCK;
-		__m256i hi = _mm256_setzero_si256(), lo = hi;
+		__m256i all = _mm256_setzero_si256(), high = all;
 		uint64_t sum = 0;
 
 		end = end < s->vocab ? end : s->vocab;
@@ -348,11 +363,11 @@ static SAMPLER_AVX2 uint64_t sampler_block_sums_avx2(struct sampler *s,
 			__m256i w = _mm256_loadu_si256((const __m256i *)(s->w + i));
 
 			lanes8_add(_mm256_and_si256(w, _mm256_cmpgt_epi32(w, tm1)),
-				   &hi, &lo);
+				   &all, &high);
 		}
 		for (; i < end; i++)
 			sum += s->w[i] >= t ? s->w[i] : 0;
-		s->block_sum[b] = sum + lanes8_sum(hi, lo);
+		s->block_sum[b] = sum + lanes8_sum(all, high);
 		total += s->block_sum[b];
 	}
 	return total;
