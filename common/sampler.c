@@ -36,6 +36,8 @@
 #define SAMPLER_BUCKET_SHIFT 20
 /* Buckets of (float)W for W in [0, 2^30]: 2^30 is 0x4E800000. */
 #define SAMPLER_N_BUCKETS ((0x4E800000u >> SAMPLER_BUCKET_SHIFT) + 1)
+/* The bucket of W = 1 (1.0f is 0x3F800000): W >= 1 lies at or above. */
+#define SAMPLER_BUCKET_ONE (0x3F800000u >> SAMPLER_BUCKET_SHIFT)
 
 /* Four lanes: one SSE register on plain x86-64 (the build's baseline). */
 typedef float v4f __attribute__((vector_size(16)));
@@ -56,6 +58,16 @@ struct sampler_cand {
 
 /* Tokens per block of the draw's block sums (a multiple of LANES). */
 #define SAMPLER_BLOCK 1024u
+
+/* The histogram bucket of a weight: 1/8 octaves of W, 0 for W = 0. */
+static inline uint32_t sampler_bucket(uint32_t w)
+{
+	float f = (float)w;
+	uint32_t bits;
+
+	memcpy(&bits, &f, sizeof(bits));
+	return bits >> SAMPLER_BUCKET_SHIFT;
+}
 
 struct sampler {
 	uint32_t vocab;
@@ -444,6 +456,68 @@ static SAMPLER_AVX2 uint32_t sampler_collect_avx2(struct sampler *s,
 			s->cand[n++] = (struct sampler_cand){ s->w[i], i };
 	return n;
 }
+
+/* The bucket of each of 8 weights (sampler_bucket()): (float)W's bits. */
+SAMPLER_AVX2_INLINE __m256i sampler_bucket_avx2(__m256i w)
+{
+	return _mm256_srli_epi32(_mm256_castps_si256(_mm256_cvtepi32_ps(w)),
+				 SAMPLER_BUCKET_SHIFT);
+}
+
+/*
+ * s->hist_mass of the buckets of W >= 1 (top_p needs no counts, and W = 0
+ * adds nothing), a chunk of buckets computed 8 at a time before they are
+ * used: read back at once, the 32-bit loads of a 256-bit store would
+ * wait for it (no store forwarding across those widths on some cores).
+ */
+static SAMPLER_AVX2 void sampler_mass_histogram_avx2(struct sampler *s)
+{
+	uint32_t b[256];
+
+	memset(&s->hist_mass[SAMPLER_BUCKET_ONE], 0,
+	       (SAMPLER_N_BUCKETS - SAMPLER_BUCKET_ONE) * sizeof(s->hist_mass[0]));
+	for (uint32_t i = 0; i < s->vocab; i += 256) {
+		uint32_t n = s->vocab - i < 256 ? s->vocab - i : 256, j = 0;
+		const uint32_t *w = s->w + i;
+
+		for (; j + 8 <= n; j += 8)
+			_mm256_storeu_si256((__m256i *)(b + j), sampler_bucket_avx2(
+				_mm256_loadu_si256((const __m256i *)(w + j))));
+		for (; j < n; j++)
+			b[j] = sampler_bucket(w[j]);
+		/* W = 0 adds 0 to bucket 0, which is never read. */
+		for (j = 0; j < n; j++)
+			s->hist_mass[b[j]] += w[j];
+	}
+}
+
+/* Append the tokens of W > 0 in bucket b to s->cand in id order. */
+static SAMPLER_AVX2 uint32_t sampler_collect_bucket_avx2(struct sampler *s,
+							 uint32_t b)
+{
+	const __m256i bv = _mm256_set1_epi32((int32_t)b);
+	uint32_t n = 0, i = 0;
+
+	/* Bucket 0 is W = 0 alone: nothing to gather. */
+	if (!b)
+		return 0;
+	for (; i + 8 <= s->vocab; i += 8) {
+		__m256i w = _mm256_loadu_si256((const __m256i *)(s->w + i));
+		unsigned mask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(
+			_mm256_cmpeq_epi32(sampler_bucket_avx2(w), bv)));
+
+		while (mask) {
+			uint32_t id = i + (uint32_t)__builtin_ctz(mask);
+
+			s->cand[n++] = (struct sampler_cand){ s->w[id], id };
+			mask &= mask - 1;
+		}
+	}
+	for (; i < s->vocab; i++)
+		if (sampler_bucket(s->w[i]) == b)
+			s->cand[n++] = (struct sampler_cand){ s->w[i], i };
+	return n;
+}
 #else
 static bool sampler_have_avx2(void)
 {
@@ -768,15 +842,6 @@ static uint32_t sampler_next_above(const struct sampler *s, uint32_t from,
 /* The kept set                                                        */
 /* ------------------------------------------------------------------ */
 
-static inline uint32_t sampler_bucket(uint32_t w)
-{
-	float f = (float)w;
-	uint32_t bits;
-
-	memcpy(&bits, &f, sizeof(bits));
-	return bits >> SAMPLER_BUCKET_SHIFT;
-}
-
 static void sampler_histogram(struct sampler *s)
 {
 	memset(s->hist_count, 0, sizeof(s->hist_count));
@@ -961,9 +1026,21 @@ static uint32_t sampler_top_p_histogram(struct sampler *s, uint64_t target)
 	uint64_t cum = 0;
 	uint32_t b = SAMPLER_N_BUCKETS, n = 0;
 
-	sampler_histogram(s);
+#ifdef SAMPLER_AVX2
+	if (s->avx2)
+		sampler_mass_histogram_avx2(s);
+	else
+#endif
+		sampler_histogram(s);
+	/* The mass of W >= 1 is Z >= target: the walk ends at or above
+	 * SAMPLER_BUCKET_ONE, the buckets the AVX2 histogram fills. */
 	while (b-- > 1 && cum + s->hist_mass[b] < target)
 		cum += s->hist_mass[b];
+#ifdef SAMPLER_AVX2
+	if (s->avx2)
+		n = sampler_collect_bucket_avx2(s, b);
+	else
+#endif
 	for (uint32_t i = 0; i < s->vocab; i++)
 		if (s->w[i] && sampler_bucket(s->w[i]) == b)
 			s->cand[n++] = (struct sampler_cand){ s->w[i], i };

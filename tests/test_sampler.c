@@ -519,7 +519,7 @@ static void kernels_agree(struct rng *r, struct sampler *a, struct sampler *b,
 	float max_b = sampler_row_max(b, y, &bad_b);
 	float inv_t = sampler_inv_temperature(kernel_temperature(r));
 	uint32_t t, bar, from, n;
-	uint64_t za, zb;
+	uint64_t za, zb, target;
 
 	/* == and not the bits: a maximum of +0 or -0 gives the same W. */
 	assert_true(bad_a == bad_b);
@@ -544,6 +544,10 @@ static void kernels_agree(struct rng *r, struct sampler *a, struct sampler *b,
 	}
 	assert_memory_equal(a->block_sum, b->block_sum,
 			    a->n_blocks * sizeof(*a->block_sum));
+	/* top_p's histogram and its bucket (Z >= 2^30: the maximum's W). */
+	target = 1 + rng_next(r) % za;
+	assert_int_equal(sampler_top_p_histogram(a, target),
+			 sampler_top_p_histogram(b, target));
 	t = rng_below(r, 2) ? rng_below(r, 64) : rng_below(r, SAMPLER_WEIGHT_ONE + 2);
 	assert_int_equal(sampler_block_sums(a, t), sampler_block_sums(b, t));
 	assert_memory_equal(a->block_sum, b->block_sum,
