@@ -548,6 +548,11 @@ static void kernels_agree(struct rng *r, struct sampler *a, struct sampler *b,
 	target = 1 + rng_next(r) % za;
 	assert_int_equal(sampler_top_p_histogram(a, target),
 			 sampler_top_p_histogram(b, target));
+	/* The masses too, where a wrong one need not move this cut. */
+	assert_memory_equal(a->hist_mass + SAMPLER_BUCKET_ONE,
+			    b->hist_mass + SAMPLER_BUCKET_ONE,
+			    (SAMPLER_N_BUCKETS - SAMPLER_BUCKET_ONE) *
+			    sizeof(a->hist_mass[0]));
 	t = rng_below(r, 2) ? rng_below(r, 64) : rng_below(r, SAMPLER_WEIGHT_ONE + 2);
 	assert_int_equal(sampler_block_sums(a, t), sampler_block_sums(b, t));
 	assert_memory_equal(a->block_sum, b->block_sum,
