@@ -245,12 +245,18 @@ static SAMPLER_AVX2 uint32_t sampler_find_avx2(const float *y, uint32_t n,
  * One operation fewer than the literal form for each rewrite, on a pass
  * that is bound by the vector units.
  */
-SAMPLER_AVX2_INLINE __m256i sampler_weight_avx2(__m256 y, __m256 max_y,
-						__m256 inv_t)
+SAMPLER_AVX2_INLINE __m256 sampler_z_avx2(__m256 y, __m256 max_y,
+					    __m256 inv_t)
 {
-	__m256 z = _mm256_max_ps(_mm256_mul_ps(_mm256_sub_ps(y, max_y), inv_t),
-				 _mm256_set1_ps(-64.0f));
-	__m256 x = _mm256_mul_ps(z, _mm256_set1_ps(1.44269504f));
+	return _mm256_mul_ps(_mm256_sub_ps(y, max_y), inv_t);
+}
+
+SAMPLER_AVX2_INLINE __m256i sampler_weight_avx2(__m256 z)
+{
+	__m256 x;
+
+	z = _mm256_max_ps(z, _mm256_set1_ps(-64.0f));
+	x = _mm256_mul_ps(z, _mm256_set1_ps(1.44269504f));
 	__m256 n = _mm256_round_ps(_mm256_sub_ps(x, _mm256_set1_ps(0.5f)),
 				   _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
 	__m256 g = _mm256_mul_ps(_mm256_sub_ps(x, n),
@@ -301,6 +307,7 @@ SAMPLER_AVX2_INLINE uint64_t sampler_weigh_block_avx2(
 	const float *y = s->y;
 	uint32_t *w_out = s->w;
 	const __m256i tm1 = _mm256_set1_epi32((int32_t)t - 1);
+	const __m256 zmin = _mm256_set1_ps(SAMPLER_Z_MIN);
 	__m256i all = _mm256_setzero_si256(), high = all;
 	__m256i above_all = all, above_high = all;
 	uint64_t sum = 0, sum_above = 0;
@@ -308,8 +315,23 @@ SAMPLER_AVX2_INLINE uint64_t sampler_weigh_block_avx2(
 
 	/* Two vectors an iteration: two chains of dependent operations. */
 	for (; i + 16 <= end; i += 16) {
-		__m256i w0 = sampler_weight_avx2(_mm256_loadu_ps(y + i), max_y, inv_t);
-		__m256i w1 = sampler_weight_avx2(_mm256_loadu_ps(y + i + 8), max_y, inv_t);
+		__m256 z0 = sampler_z_avx2(_mm256_loadu_ps(y + i), max_y, inv_t);
+		__m256 z1 = sampler_z_avx2(_mm256_loadu_ps(y + i + 8), max_y, inv_t);
+		__m256i w0, w1;
+
+		/*
+		 * All 16 far under the maximum (z < SAMPLER_Z_MIN, which most
+		 * of a real model's vocabulary is): W = 0 without the
+		 * polynomial.  z is the weight's own first two operations.
+		 */
+		if (!_mm256_movemask_ps(_mm256_cmp_ps(_mm256_max_ps(z0, z1), zmin,
+						      _CMP_GE_OQ))) {
+			_mm256_storeu_si256((__m256i *)(w_out + i), _mm256_setzero_si256());
+			_mm256_storeu_si256((__m256i *)(w_out + i + 8), _mm256_setzero_si256());
+			continue;
+		}
+		w0 = sampler_weight_avx2(z0);
+		w1 = sampler_weight_avx2(z1);
 
 		_mm256_storeu_si256((__m256i *)(w_out + i), w0);
 		_mm256_storeu_si256((__m256i *)(w_out + i + 8), w1);
