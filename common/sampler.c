@@ -79,6 +79,7 @@ struct sampler {
 	uint32_t *w;			/* the weights W */
 	struct sampler_cand *cand;	/* gathered, by decreasing W */
 	struct sampler_cand *kept;	/* the kept set, by id */
+	struct sampler_cand *by_id;	/* the gathered, by id */
 	uint32_t hist_count[SAMPLER_N_BUCKETS];
 	uint64_t hist_mass[SAMPLER_N_BUCKETS];
 };
@@ -430,38 +431,19 @@ static SAMPLER_AVX2 uint32_t sampler_next_above_avx2(const struct sampler *s,
 	return i;
 }
 
-/* The number of tokens with W > bar. */
-static SAMPLER_AVX2 uint32_t sampler_count_above_avx2(const struct sampler *s,
-						      uint32_t bar)
-{
-	const __m256i bv = _mm256_set1_epi32((int32_t)bar);
-	__m256i c0 = _mm256_setzero_si256(), c1 = c0;
-	uint32_t n = 0, i = 0, lanes[8];
-
-	for (; i + 16 <= s->vocab; i += 16) {
-		__m256i w0 = _mm256_loadu_si256((const __m256i *)(s->w + i));
-		__m256i w1 = _mm256_loadu_si256((const __m256i *)(s->w + i + 8));
-
-		/* true is -1 */
-		c0 = _mm256_sub_epi32(c0, _mm256_cmpgt_epi32(w0, bv));
-		c1 = _mm256_sub_epi32(c1, _mm256_cmpgt_epi32(w1, bv));
-	}
-	for (; i < s->vocab; i++)
-		n += s->w[i] > bar;
-	_mm256_storeu_si256((__m256i *)lanes, _mm256_add_epi32(c0, c1));
-	for (int j = 0; j < 8; j++)
-		n += lanes[j];
-	return n;
-}
-
-/* Append the tokens with W > bar to s->cand in id order; their count. */
+/*
+ * Append the tokens with W > bar to s->cand in id order; their count, or
+ * cap + 1 as soon as there are more than cap (the rest not gathered).
+ */
 static SAMPLER_AVX2 uint32_t sampler_collect_avx2(struct sampler *s,
-						  uint32_t bar)
+						  uint32_t bar, uint32_t cap)
 {
 	const __m256i bv = _mm256_set1_epi32((int32_t)bar);
 	uint32_t n = 0, i = 0;
 
 	for (; i + 8 <= s->vocab; i += 8) {
+		if (n > cap)
+			return cap + 1;
 		unsigned mask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(
 			_mm256_cmpgt_epi32(_mm256_loadu_si256(
 				(const __m256i *)(s->w + i)), bv)));
@@ -473,10 +455,10 @@ static SAMPLER_AVX2 uint32_t sampler_collect_avx2(struct sampler *s,
 			mask &= mask - 1;
 		}
 	}
-	for (; i < s->vocab; i++)
+	for (; i < s->vocab && n <= cap; i++)
 		if (s->w[i] > bar)
 			s->cand[n++] = (struct sampler_cand){ s->w[i], i };
-	return n;
+	return n > cap ? cap + 1 : n;
 }
 
 /* The bucket of each of 8 weights (sampler_bucket()): (float)W's bits. */
@@ -568,7 +550,9 @@ struct sampler *sampler_create(uint32_t vocab)
 	s->w = malloc(sizeof(*s->w) * vocab);
 	s->cand = malloc(sizeof(*s->cand) * vocab);
 	s->kept = malloc(sizeof(*s->kept) * vocab);
-	if (!s->y_copy || !s->block_sum || !s->w || !s->cand || !s->kept) {
+	s->by_id = malloc(sizeof(*s->by_id) * vocab);
+	if (!s->y_copy || !s->block_sum || !s->w || !s->cand || !s->kept ||
+	    !s->by_id) {
 		sampler_destroy(s);
 		return NULL;
 	}
@@ -584,6 +568,7 @@ void sampler_destroy(struct sampler *s)
 	free(s->w);
 	free(s->cand);
 	free(s->kept);
+	free(s->by_id);
 	free(s);
 }
 
@@ -885,13 +870,6 @@ static int cand_by_w_desc(const void *a, const void *b)
 	return x->id < y->id ? -1 : x->id > y->id;
 }
 
-static int cand_by_id(const void *a, const void *b)
-{
-	const struct sampler_cand *x = a, *y = b;
-
-	return x->id < y->id ? -1 : x->id > y->id;
-}
-
 /*
  * Sort cand[0 .. n), gathered in id order, by decreasing W and then id:
  * qsort for a few, else a stable LSD radix sort on 2^30 - W (three passes
@@ -939,25 +917,32 @@ static uint32_t sampler_gather(struct sampler *s, uint32_t lowest)
 	for (uint32_t i = 0; i < s->vocab; i++)
 		if (s->w[i] && sampler_bucket(s->w[i]) >= lowest)
 			s->cand[n++] = (struct sampler_cand){ s->w[i], i };
+	memcpy(s->by_id, s->cand, sizeof(*s->by_id) * n);
 	sampler_sort_cand(s, n);
 	return n;
 }
 
-/* Gather the tokens with W >= min_w and W > 0, by decreasing W. */
-static uint32_t sampler_gather_above(struct sampler *s, uint32_t min_w)
+/*
+ * Gather the tokens with W >= min_w and W > 0, by decreasing W (and keep
+ * them in id order in s->by_id); SAMPLER_NOT_GATHERED when there are more
+ * than cap of them.
+ */
+static uint32_t sampler_gather_above(struct sampler *s, uint32_t min_w,
+				     uint32_t cap)
 {
 	uint32_t n = 0, bar = min_w ? min_w - 1 : 0;
 
 #ifdef SAMPLER_AVX2
-	if (s->avx2) {
-		n = sampler_collect_avx2(s, bar);
-		sampler_sort_cand(s, n);
-		return n;
-	}
+	if (s->avx2)
+		n = sampler_collect_avx2(s, bar, cap);
+	else
 #endif
-	for (uint32_t i = 0; i < s->vocab; i++)
+	for (uint32_t i = 0; i < s->vocab && n <= cap; i++)
 		if (s->w[i] > bar)
 			s->cand[n++] = (struct sampler_cand){ s->w[i], i };
+	if (n > cap)
+		return SAMPLER_NOT_GATHERED;
+	memcpy(s->by_id, s->cand, sizeof(*s->by_id) * n);
 	sampler_sort_cand(s, n);
 	return n;
 }
@@ -1014,30 +999,6 @@ static uint32_t sampler_bucket_of_kth(const struct sampler *s, uint32_t k)
 	return 0;
 }
 
-/* The number of tokens with W >= max(c, 1), in vector lanes. */
-static uint32_t sampler_count_above(const struct sampler *s, uint32_t c)
-{
-	int32_t ci = c ? (int32_t)c : 1;
-	v4i cv = { ci, ci, ci, ci }, count = { 0 };
-	uint32_t n = 0, i = 0;
-
-#ifdef SAMPLER_AVX2
-	if (s->avx2)
-		return sampler_count_above_avx2(s, (uint32_t)ci - 1);
-#endif
-	for (; i + LANES <= s->vocab; i += LANES) {
-		v4i w;
-
-		memcpy(&w, s->w + i, sizeof(w));
-		count -= w >= cv;	/* true is -1 */
-	}
-	for (; i < s->vocab; i++)
-		n += s->w[i] >= (uint32_t)ci;
-	for (int j = 0; j < LANES; j++)
-		n += (uint32_t)count[j];
-	return n;
-}
-
 /*
  * The top_p threshold over all tokens (top_k off) by the histogram: the
  * exact bucket masses name the bucket where the running mass from the
@@ -1089,7 +1050,8 @@ static uint32_t sampler_select(struct sampler *s, const struct sampling_params *
 	uint64_t z1 = z_sum;
 
 	if (top_k && p->top_k <= SAMPLER_HEAP_MAX) {
-		n = sampler_gather_above(s, sampler_kth_largest(s, p->top_k));
+		n = sampler_gather_above(s, sampler_kth_largest(s, p->top_k),
+					 s->vocab);
 	} else if (top_k) {
 		sampler_histogram(s);
 		n = sampler_gather(s, sampler_bucket_of_kth(s, p->top_k));
@@ -1103,11 +1065,11 @@ static uint32_t sampler_select(struct sampler *s, const struct sampling_params *
 		uint64_t target = sampler_top_p_target(p->top_p, z_sum);
 		uint32_t c = (uint32_t)((z_sum - target) / s->vocab);
 
-		if (sampler_count_above(s, c) > SAMPLER_GATHER_MAX) {
+		n = sampler_gather_above(s, c, SAMPLER_GATHER_MAX);
+		if (n == SAMPLER_NOT_GATHERED) {
 			*n_cand = SAMPLER_NOT_GATHERED;
 			return sampler_top_p_histogram(s, target);
 		}
-		n = sampler_gather_above(s, c);
 	}
 	n1 = n;
 	/* n < top_k: fewer tokens of weight > 0 than k, all gathered. */
@@ -1223,8 +1185,11 @@ static uint32_t sampler_draw(struct sampler *s, const struct sampling_params *p,
 	/* Many: one vector pass of block sums beats sorting them by id. */
 	if (n_cand == SAMPLER_NOT_GATHERED || n_kept > 256)
 		return sampler_draw_blocks(s, t, sampler_block_sums(s, t), r53);
-	memcpy(s->kept, s->cand, sizeof(*s->kept) * n_kept);
-	qsort(s->kept, n_kept, sizeof(*s->kept), cand_by_id);
+	/* In id order: the gathered tokens of W >= t, which are the kept. */
+	n_kept = 0;
+	for (uint32_t j = 0; j < n_cand; j++)
+		if (s->by_id[j].w >= t)
+			s->kept[n_kept++] = s->by_id[j];
 	return sampler_draw_kept(s, n_kept, r53);
 }
 
