@@ -3,26 +3,38 @@
  * the semantics stated in sampler.h, without sorting the vocabulary.
  *
  * NOTES ON THE DESIGN
- * A row costs a few linear passes: check + max (vector lanes), bias (a
- * copy only when biased), and when sampling one pass computing the
- * weights W in vector lanes (GCC vector extensions, 4 floats at a time:
- * the same float operations as sampler_weight(), lane by lane, so the
- * same bits) with exact sums per block of 1024 tokens; the draw skips
- * whole blocks by their sums and walks one.
+ * A row costs a few linear passes: check + max, bias (a copy only when
+ * biased), and when sampling one pass computing the weights W with exact
+ * sums per block of 1024 tokens (of all W, or with min_p alone of the W
+ * the draw keeps); the draw skips whole blocks by their sums and walks
+ * one.
+ * The passes run in vector lanes: AVX2 (8 lanes, intrinsics under
+ * target("avx2") without FMA, chosen at run time by sampler_create())
+ * where the CPU has it, else GCC vector extensions (4 lanes, the x86-64
+ * baseline) and scalar code.  Both compute sampler_weight()'s float
+ * operations lane by lane, so every path gives the same bits; the AVX2
+ * weights rewrite two steps into equivalents of fewer operations and
+ * skip 16 tokens at once when all are under SAMPLER_Z_MIN (see
+ * sampler_weight_avx2()).  tests/test_sampler.c holds each AVX2 kernel
+ * to its portable twin on random rows.  On the machines measured the
+ * weights' pass is bound by the vector units, not by memory: the
+ * polynomial is most of a row's cost (tools/bench_sampler.c).
  * top_k <= 1024 finds the k-th largest W with a min-heap (one compare per
- * token), then gathers the tokens >= it.  top_p alone gathers the tokens
- * of W >= (Z - target) / vocab, which must hold the cut (the rest weigh
+ * token that beats the heap's least; the rest are skipped 16 at a time),
+ * then gathers the tokens >= it.  top_p alone gathers the tokens of
+ * W >= (Z - target) / vocab, which must hold the cut (the rest weigh
  * less than Z - target), or when those are over 4096 (a flat
- * distribution) finds the cut with the histogram below and sorts one
- * bucket.  Larger top_k uses the histogram too.  The
+ * distribution; the gather stops there) finds the cut with the histogram
+ * below and sorts one bucket.  Larger top_k uses the histogram too.  The
  * gathered tokens are sorted by decreasing W (a radix sort when many),
- * the cuts made on them exactly as the definition says, and a kept set
- * of more than 256 tokens is drawn from by block sums of W >= t instead
- * of being sorted by id.
+ * the cuts made on them exactly as the definition says; a kept set of at
+ * most 256 tokens is taken in id order from the gathered tokens (kept in
+ * id order too), a larger one is drawn from by block sums of W >= t.
  * The histogram buckets W by the float bits of (float)W >> 20 (monotone
- * in W: 1/8 octave buckets) with a count and an exact mass per bucket;
- * walking it from the top gives the bucket that holds the k-th largest W
- * or where the mass reaches the top_p target.
+ * in W: 1/8 octave buckets) with a count and an exact mass per bucket
+ * (top_p's AVX2 path needs the masses alone); walking it from the top
+ * gives the bucket that holds the k-th largest W or where the mass
+ * reaches the top_p target.
  */
 #include <errno.h>
 #include <math.h>
