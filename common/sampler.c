@@ -444,6 +444,34 @@ static SAMPLER_AVX2 uint32_t sampler_next_above_avx2(const struct sampler *s,
 }
 
 /*
+ * Whether more than cap tokens have W > bar, found by counting 16 at a
+ * time and stopping as soon as they are: on a flat row, after a few
+ * thousand tokens, where appending them one by one would cost more.
+ */
+static SAMPLER_AVX2 bool sampler_over_cap_avx2(const struct sampler *s,
+					       uint32_t bar, uint32_t cap)
+{
+	const __m256i bv = _mm256_set1_epi32((int32_t)bar);
+	uint32_t n = 0, i = 0;
+
+	for (; i + 16 <= s->vocab; i += 16) {
+		__m256i w0 = _mm256_loadu_si256((const __m256i *)(s->w + i));
+		__m256i w1 = _mm256_loadu_si256((const __m256i *)(s->w + i + 8));
+		unsigned mask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(
+			_mm256_cmpgt_epi32(w0, bv))) |
+			(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(
+			_mm256_cmpgt_epi32(w1, bv))) << 8;
+
+		n += (uint32_t)__builtin_popcount(mask);
+		if (n > cap)
+			return true;
+	}
+	for (; i < s->vocab; i++)
+		n += s->w[i] > bar;
+	return n > cap;
+}
+
+/*
  * Append the tokens with W > bar to s->cand in id order; their count, or
  * cap + 1 as soon as there are more than cap (the rest not gathered).
  */
@@ -946,7 +974,8 @@ static uint32_t sampler_gather_above(struct sampler *s, uint32_t min_w,
 
 #ifdef SAMPLER_AVX2
 	if (s->avx2)
-		n = sampler_collect_avx2(s, bar, cap);
+		n = cap < s->vocab && sampler_over_cap_avx2(s, bar, cap) ?
+		    cap + 1 : sampler_collect_avx2(s, bar, cap);
 	else
 #endif
 	for (uint32_t i = 0; i < s->vocab && n <= cap; i++)
