@@ -769,11 +769,13 @@ static inline void lanes_add(v4i w, v4i *hi, v4i *lo)
 
 /*
  * The weights of one block [i, end), and their sum; *above = the sum of
- * those >= t.
+ * those >= t, summed apart only when t > 1 (with_above, a constant where
+ * this is inlined, so the loop without costs nothing for it).
  */
-static uint64_t sampler_weigh_block(struct sampler *s, uint32_t i,
-				    uint32_t end, float max_y, float inv_t,
-				    uint32_t t, uint64_t *above)
+static inline __attribute__((always_inline)) uint64_t
+sampler_weigh_block_lanes(struct sampler *s, uint32_t i, uint32_t end,
+			  float max_y, float inv_t, uint32_t t,
+			  uint64_t *above, bool with_above)
 {
 	const float *y = s->y;
 	uint32_t *w_out = s->w;
@@ -793,16 +795,30 @@ static uint64_t sampler_weigh_block(struct sampler *s, uint32_t i,
 		lanes_add(w0, &hi, &lo);
 		lanes_add(w1, &hi, &lo);
 		/* W <= 2^30: signed lanes compare right. */
-		lanes_add(w0 & (w0 >= tv), &ahi, &alo);
-		lanes_add(w1 & (w1 >= tv), &ahi, &alo);
+		if (with_above) {
+			lanes_add(w0 & (w0 >= tv), &ahi, &alo);
+			lanes_add(w1 & (w1 >= tv), &ahi, &alo);
+		}
 	}
 	for (; i < end; i++) {
 		w_out[i] = sampler_weight(y[i], max_y, inv_t);
 		sum += w_out[i];
 		sum_above += w_out[i] >= t ? w_out[i] : 0;
 	}
-	*above = sum_above + lanes_sum(ahi, alo);
-	return sum + lanes_sum(hi, lo);
+	sum += lanes_sum(hi, lo);
+	*above = with_above ? sum_above + lanes_sum(ahi, alo) : sum;
+	return sum;
+}
+
+static uint64_t sampler_weigh_block(struct sampler *s, uint32_t i,
+				    uint32_t end, float max_y, float inv_t,
+				    uint32_t t, uint64_t *above)
+{
+	if (t > 1)
+		return sampler_weigh_block_lanes(s, i, end, max_y, inv_t, t,
+						 above, true);
+	return sampler_weigh_block_lanes(s, i, end, max_y, inv_t, t, above,
+					 false);
 }
 
 /* The sum of the weights >= t in one block [i, end). */
@@ -963,6 +979,40 @@ static uint32_t sampler_gather(struct sampler *s, uint32_t lowest)
 }
 
 /*
+ * Whether more than cap tokens have W > bar: counted in vector lanes,
+ * stopping once past cap (see sampler_over_cap_avx2()).
+ */
+static bool sampler_over_cap(const struct sampler *s, uint32_t bar,
+			     uint32_t cap)
+{
+	const int32_t b = (int32_t)bar;	/* W <= 2^30: signed compares */
+	const v4i bv = { b, b, b, b };
+	uint32_t n = 0, i = 0;
+
+#ifdef SAMPLER_AVX2
+	if (s->avx2)
+		return sampler_over_cap_avx2(s, bar, cap);
+#endif
+	while (i + 256 <= s->vocab) {
+		v4i count = { 0 };
+
+		for (uint32_t end = i + 256; i < end; i += LANES) {
+			v4i w;
+
+			memcpy(&w, s->w + i, sizeof(w));
+			count -= w > bv;	/* true is -1 */
+		}
+		for (int j = 0; j < LANES; j++)
+			n += (uint32_t)count[j];
+		if (n > cap)
+			return true;
+	}
+	for (; i < s->vocab; i++)
+		n += s->w[i] > bar;
+	return n > cap;
+}
+
+/*
  * Gather the tokens with W >= min_w and W > 0, by decreasing W (and keep
  * them in id order in s->by_id); SAMPLER_NOT_GATHERED when there are more
  * than cap of them.
@@ -972,10 +1022,12 @@ static uint32_t sampler_gather_above(struct sampler *s, uint32_t min_w,
 {
 	uint32_t n = 0, bar = min_w ? min_w - 1 : 0;
 
+	/* Counting first: on a flat row appending would be the cost. */
+	if (cap < s->vocab && sampler_over_cap(s, bar, cap))
+		return SAMPLER_NOT_GATHERED;
 #ifdef SAMPLER_AVX2
 	if (s->avx2)
-		n = cap < s->vocab && sampler_over_cap_avx2(s, bar, cap) ?
-		    cap + 1 : sampler_collect_avx2(s, bar, cap);
+		n = sampler_collect_avx2(s, bar, cap);
 	else
 #endif
 	for (uint32_t i = 0; i < s->vocab && n <= cap; i++)
