@@ -65,7 +65,7 @@ LIBCOMMON := $(BUILD)/libcommon.a
 LIBCOORD := $(BUILD)/libcoord.a
 LIBWORKER := $(BUILD)/libworker.a
 
-.PHONY: all deps test-deps run serve load test unit e2e asan tsan bench bench-llama bench-tokenizer soak clean
+.PHONY: all deps test-deps run serve load test unit e2e asan tsan bench bench-llama bench-tokenizer bench-sampler soak clean
 all: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(BIN)/dynbatch-hostile-worker \
 	$(TOOL_BIN) $(PLUGIN) $(ESCAPE_PLUGIN) $(PROBE_PLUGIN) $(TEST_BIN)
 
@@ -225,6 +225,12 @@ bench-llama: deps
 # the naive llama2.c-style encoder on short prefixes (tools/bench_tokenizer.c).
 bench-tokenizer: $(BIN)/bench_tokenizer
 	$(BIN)/bench_tokenizer
+
+# The sampler per row at vocabularies of 32K and 128K (engine, its
+# portable path, the naive full sort) and its share of a stories15M-shaped
+# batch-64 decode step timed in the same run; writes $(BUILD)/bench/sampler.txt.
+bench-sampler: $(BIN)/bench_sampler $(BIN)/make_checkpoint
+	BIN=$(BIN) bash tools/bench_sampler.sh $(BUILD)/bench
 
 # The fault injector for SOAK_SECONDS (default 300) in rounds, each checked
 # against the reference decoder.

@@ -3,26 +3,38 @@
  * the semantics stated in sampler.h, without sorting the vocabulary.
  *
  * NOTES ON THE DESIGN
- * A row costs a few linear passes: check + max (vector lanes), bias (a
- * copy only when biased), and when sampling one pass computing the
- * weights W in vector lanes (GCC vector extensions, 4 floats at a time:
- * the same float operations as sampler_weight(), lane by lane, so the
- * same bits) with exact sums per block of 1024 tokens; the draw skips
- * whole blocks by their sums and walks one.
+ * A row costs a few linear passes: check + max, bias (a copy only when
+ * biased), and when sampling one pass computing the weights W with exact
+ * sums per block of 1024 tokens (of all W, or with min_p alone of the W
+ * the draw keeps); the draw skips whole blocks by their sums and walks
+ * one.
+ * The passes run in vector lanes: AVX2 (8 lanes, intrinsics under
+ * target("avx2") without FMA, chosen at run time by sampler_create())
+ * where the CPU has it, else GCC vector extensions (4 lanes, the x86-64
+ * baseline) and scalar code.  Both compute sampler_weight()'s float
+ * operations lane by lane, so every path gives the same bits; the AVX2
+ * weights rewrite two steps into equivalents of fewer operations and
+ * skip 16 tokens at once when all are under SAMPLER_Z_MIN (see
+ * sampler_weight_avx2()).  tests/test_sampler.c holds each AVX2 kernel
+ * to its portable twin on random rows.  On the machines measured the
+ * weights' pass is bound by the vector units, not by memory: the
+ * polynomial is most of a row's cost (tools/bench_sampler.c).
  * top_k <= 1024 finds the k-th largest W with a min-heap (one compare per
- * token), then gathers the tokens >= it.  top_p alone gathers the tokens
- * of W >= (Z - target) / vocab, which must hold the cut (the rest weigh
+ * token that beats the heap's least; the rest are skipped 16 at a time),
+ * then gathers the tokens >= it.  top_p alone gathers the tokens of
+ * W >= (Z - target) / vocab, which must hold the cut (the rest weigh
  * less than Z - target), or when those are over 4096 (a flat
- * distribution) finds the cut with the histogram below and sorts one
- * bucket.  Larger top_k uses the histogram too.  The
+ * distribution; the gather stops there) finds the cut with the histogram
+ * below and sorts one bucket.  Larger top_k uses the histogram too.  The
  * gathered tokens are sorted by decreasing W (a radix sort when many),
- * the cuts made on them exactly as the definition says, and a kept set
- * of more than 256 tokens is drawn from by block sums of W >= t instead
- * of being sorted by id.
+ * the cuts made on them exactly as the definition says; a kept set of at
+ * most 256 tokens is taken in id order from the gathered tokens (kept in
+ * id order too), a larger one is drawn from by block sums of W >= t.
  * The histogram buckets W by the float bits of (float)W >> 20 (monotone
- * in W: 1/8 octave buckets) with a count and an exact mass per bucket;
- * walking it from the top gives the bucket that holds the k-th largest W
- * or where the mass reaches the top_p target.
+ * in W: 1/8 octave buckets) with a count and an exact mass per bucket
+ * (top_p's AVX2 path needs the masses alone); walking it from the top
+ * gives the bucket that holds the k-th largest W or where the mass
+ * reaches the top_p target.
  */
 #include <errno.h>
 #include <math.h>
@@ -36,6 +48,8 @@
 #define SAMPLER_BUCKET_SHIFT 20
 /* Buckets of (float)W for W in [0, 2^30]: 2^30 is 0x4E800000. */
 #define SAMPLER_N_BUCKETS ((0x4E800000u >> SAMPLER_BUCKET_SHIFT) + 1)
+/* The bucket of W = 1 (1.0f is 0x3F800000): W >= 1 lies at or above. */
+#define SAMPLER_BUCKET_ONE (0x3F800000u >> SAMPLER_BUCKET_SHIFT)
 
 /* Four lanes: one SSE register on plain x86-64 (the build's baseline). */
 typedef float v4f __attribute__((vector_size(16)));
@@ -57,8 +71,19 @@ struct sampler_cand {
 /* Tokens per block of the draw's block sums (a multiple of LANES). */
 #define SAMPLER_BLOCK 1024u
 
+/* The histogram bucket of a weight: 1/8 octaves of W, 0 for W = 0. */
+static inline uint32_t sampler_bucket(uint32_t w)
+{
+	float f = (float)w;
+	uint32_t bits;
+
+	memcpy(&bits, &f, sizeof(bits));
+	return bits >> SAMPLER_BUCKET_SHIFT;
+}
+
 struct sampler {
 	uint32_t vocab;
+	bool avx2;			/* the AVX2 kernels (same bits, 8 lanes) */
 	uint32_t n_blocks;		/* ceil(vocab / SAMPLER_BLOCK) */
 	const float *y;			/* this row's biased logits */
 	float *y_copy;			/* where they are when biased */
@@ -66,6 +91,7 @@ struct sampler {
 	uint32_t *w;			/* the weights W */
 	struct sampler_cand *cand;	/* gathered, by decreasing W */
 	struct sampler_cand *kept;	/* the kept set, by id */
+	struct sampler_cand *by_id;	/* the gathered, by id */
 	uint32_t hist_count[SAMPLER_N_BUCKETS];
 	uint64_t hist_mass[SAMPLER_N_BUCKETS];
 };
@@ -129,6 +155,421 @@ const char *sampler_strerror(int err)
 }
 
 /* ------------------------------------------------------------------ */
+/* AVX2 kernels                                                        */
+/* ------------------------------------------------------------------ */
+
+/*
+ * The passes over the vocabulary again, 8 lanes at a time, for a CPU with
+ * AVX2 (sampler_create() asks once; the portable code below stays for
+ * the others and is what the AVX2 code must agree with, bit for bit:
+ * tests/test_sampler.c holds the two together on random rows).  The
+ * target is "avx2" without "fma", so no multiply-add can be fused and
+ * each lane runs exactly sampler_weight()'s float operations.
+ */
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+#define SAMPLER_AVX2 __attribute__((target("avx2")))
+#define SAMPLER_AVX2_INLINE \
+	static inline __attribute__((always_inline, target("avx2")))
+
+static bool sampler_have_avx2(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2");
+}
+
+/* sampler_max() in 8 lanes: four maxima in flight, not one chain. */
+static SAMPLER_AVX2 float sampler_max_avx2(const float *y, uint32_t n,
+					   bool *bad)
+{
+	const __m256 inf = _mm256_set1_ps(INFINITY);
+	__m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+	__m256 b0 = _mm256_setzero_ps(), b1 = b0;
+	float m = -INFINITY, lanes[8];
+	uint32_t i = 0;
+	bool b = false;
+
+	/* NaN or +inf is "not less than +inf" (unordered compares true);
+	 * a NaN may spoil the maximum, but then the row fails anyway. */
+	for (; i + 32 <= n; i += 32) {
+		__m256 v0 = _mm256_loadu_ps(y + i), v1 = _mm256_loadu_ps(y + i + 8);
+		__m256 v2 = _mm256_loadu_ps(y + i + 16), v3 = _mm256_loadu_ps(y + i + 24);
+
+		b0 = _mm256_or_ps(b0, _mm256_or_ps(_mm256_cmp_ps(v0, inf, _CMP_NLT_UQ),
+						   _mm256_cmp_ps(v1, inf, _CMP_NLT_UQ)));
+		b1 = _mm256_or_ps(b1, _mm256_or_ps(_mm256_cmp_ps(v2, inf, _CMP_NLT_UQ),
+						   _mm256_cmp_ps(v3, inf, _CMP_NLT_UQ)));
+		m0 = _mm256_max_ps(m0, v0);
+		m1 = _mm256_max_ps(m1, v1);
+		m2 = _mm256_max_ps(m2, v2);
+		m3 = _mm256_max_ps(m3, v3);
+	}
+	for (; i + 8 <= n; i += 8) {
+		__m256 v = _mm256_loadu_ps(y + i);
+
+		b0 = _mm256_or_ps(b0, _mm256_cmp_ps(v, inf, _CMP_NLT_UQ));
+		m0 = _mm256_max_ps(m0, v);
+	}
+	for (; i < n; i++) {
+		b |= !(y[i] < INFINITY);
+		m = y[i] > m ? y[i] : m;
+	}
+	_mm256_storeu_ps(lanes, _mm256_max_ps(_mm256_max_ps(m0, m1),
+					      _mm256_max_ps(m2, m3)));
+	for (int j = 0; j < 8; j++)
+		m = lanes[j] > m ? lanes[j] : m;
+	*bad = b || _mm256_movemask_ps(_mm256_or_ps(b0, b1));
+	return m;
+}
+
+/* The first i >= from with y[i] == m (there is one). */
+static SAMPLER_AVX2 uint32_t sampler_find_avx2(const float *y, uint32_t n,
+					       uint32_t from, float m)
+{
+	const __m256 mv = _mm256_set1_ps(m);
+	uint32_t i = from;
+
+	for (; i + 8 <= n; i += 8) {
+		int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(y + i),
+							    mv, _CMP_EQ_OQ));
+
+		if (mask)
+			return i + (uint32_t)__builtin_ctz((unsigned)mask);
+	}
+	while (y[i] != m)
+		i++;
+	return i;
+}
+
+/*
+ * sampler_weight() of 8 tokens: the same operations in the same order
+ * (the polynomial from the inside out) for every lane whose z is at least
+ * SAMPLER_Z_MIN, with two rewrites that give the same bits there:
+ *  - trunc(x - 0.5) as a float by one rounding, where the scalar code
+ *    converts to int and back (the same integer: |x| < 2^31), and the
+ *    scale 2^(30 + n) built from that float (adding 2^23 + 157 leaves
+ *    n + 157 in the low mantissa bits, which the shift moves into the
+ *    exponent);
+ *  - z clamped at -64 instead of the scalar code's early return: a z
+ *    under SAMPLER_Z_MIN has n <= -31, so e (under 1.42) times 2^(30 + n)
+ *    (at most 1/2) truncates to 0, while -64 keeps the scale a normal
+ *    float and the conversions in range (-inf too).
+ * One operation fewer than the literal form for each rewrite, on a pass
+ * that is bound by the vector units.
+ */
+SAMPLER_AVX2_INLINE __m256 sampler_z_avx2(__m256 y, __m256 max_y,
+					    __m256 inv_t)
+{
+	return _mm256_mul_ps(_mm256_sub_ps(y, max_y), inv_t);
+}
+
+SAMPLER_AVX2_INLINE __m256i sampler_weight_avx2(__m256 z)
+{
+	__m256 x;
+
+	z = _mm256_max_ps(z, _mm256_set1_ps(-64.0f));
+	x = _mm256_mul_ps(z, _mm256_set1_ps(1.44269504f));
+	__m256 n = _mm256_round_ps(_mm256_sub_ps(x, _mm256_set1_ps(0.5f)),
+				   _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+	__m256 g = _mm256_mul_ps(_mm256_sub_ps(x, n),
+				 _mm256_set1_ps(0.693147181f));
+	__m256 e = _mm256_mul_ps(g, _mm256_set1_ps(1.0f / 120));
+	__m256 scale;
+
+	e = _mm256_mul_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f / 24), e));
+	e = _mm256_mul_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f / 6), e));
+	e = _mm256_mul_ps(g, _mm256_add_ps(_mm256_set1_ps(0.5f), e));
+	e = _mm256_mul_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+	e = _mm256_add_ps(_mm256_set1_ps(1.0f), e);
+	scale = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(
+		_mm256_add_ps(n, _mm256_set1_ps(8388608.0f + 127 + 30))), 23));
+	return _mm256_cvttps_epi32(_mm256_mul_ps(e, scale));
+}
+
+/*
+ * Exact sums of 8 weight lanes in two accumulators of 4 64-bit lanes:
+ * *all adds each pair of weights as one 64-bit number (low + high *
+ * 2^32, modulo 2^64), *high adds the high weights alone, so the low
+ * weights' sum is all - high * 2^32 (exact modulo 2^64, and it is under
+ * 2^64).  Three operations a vector where 32-bit halves take four.
+ */
+SAMPLER_AVX2_INLINE void lanes8_add(__m256i w, __m256i *all, __m256i *high)
+{
+	*all = _mm256_add_epi64(*all, w);
+	*high = _mm256_add_epi64(*high, _mm256_srli_epi64(w, 32));
+}
+
+SAMPLER_AVX2_INLINE uint64_t lanes8_sum(__m256i all, __m256i high)
+{
+	uint64_t a[4], h[4], sum = 0;
+
+	_mm256_storeu_si256((__m256i *)a, all);
+	_mm256_storeu_si256((__m256i *)h, high);
+	for (int j = 0; j < 4; j++)
+		sum += a[j] - (h[j] << 32) + h[j];
+	return sum;
+}
+
+/* The weights of [i, end) (one block) into s->w; returns their sum and
+ * sets *above to the sum of those >= t (when above is non-NULL). */
+SAMPLER_AVX2_INLINE uint64_t sampler_weigh_block_avx2(
+	struct sampler *s, uint32_t i, uint32_t end, __m256 max_y,
+	__m256 inv_t, uint32_t t, uint64_t *above)
+{
+	const float *y = s->y;
+	uint32_t *w_out = s->w;
+	const __m256i tm1 = _mm256_set1_epi32((int32_t)t - 1);
+	const __m256 zmin = _mm256_set1_ps(SAMPLER_Z_MIN);
+	__m256i all = _mm256_setzero_si256(), high = all;
+	__m256i above_all = all, above_high = all;
+	uint64_t sum = 0, sum_above = 0;
+	float my = _mm256_cvtss_f32(max_y), it = _mm256_cvtss_f32(inv_t);
+
+	/* Two vectors an iteration: two chains of dependent operations. */
+	for (; i + 16 <= end; i += 16) {
+		__m256 z0 = sampler_z_avx2(_mm256_loadu_ps(y + i), max_y, inv_t);
+		__m256 z1 = sampler_z_avx2(_mm256_loadu_ps(y + i + 8), max_y, inv_t);
+		__m256i w0, w1;
+
+		/*
+		 * All 16 far under the maximum (z < SAMPLER_Z_MIN, which most
+		 * of a real model's vocabulary is): W = 0 without the
+		 * polynomial.  z is the weight's own first two operations.
+		 */
+		if (!_mm256_movemask_ps(_mm256_cmp_ps(_mm256_max_ps(z0, z1), zmin,
+						      _CMP_GE_OQ))) {
+			_mm256_storeu_si256((__m256i *)(w_out + i), _mm256_setzero_si256());
+			_mm256_storeu_si256((__m256i *)(w_out + i + 8), _mm256_setzero_si256());
+			continue;
+		}
+		w0 = sampler_weight_avx2(z0);
+		w1 = sampler_weight_avx2(z1);
+
+		_mm256_storeu_si256((__m256i *)(w_out + i), w0);
+		_mm256_storeu_si256((__m256i *)(w_out + i + 8), w1);
+		lanes8_add(w0, &all, &high);
+		lanes8_add(w1, &all, &high);
+		if (above) {
+			/* W <= 2^30: signed lanes compare right. */
+			lanes8_add(_mm256_and_si256(w0, _mm256_cmpgt_epi32(w0, tm1)),
+				   &above_all, &above_high);
+			lanes8_add(_mm256_and_si256(w1, _mm256_cmpgt_epi32(w1, tm1)),
+				   &above_all, &above_high);
+		}
+	}
+	for (; i < end; i++) {
+		w_out[i] = sampler_weight(y[i], my, it);
+		sum += w_out[i];
+		sum_above += w_out[i] >= t ? w_out[i] : 0;
+	}
+	if (above)
+		*above = sum_above + lanes8_sum(above_all, above_high);
+	return sum + lanes8_sum(all, high);
+}
+
+/* sampler_weights() in 8 lanes. */
+static SAMPLER_AVX2 uint64_t sampler_weights_avx2(struct sampler *s,
+						  float max_y, float inv_t,
+						  uint32_t t)
+{
+	const __m256 mv = _mm256_set1_ps(max_y), iv = _mm256_set1_ps(inv_t);
+	uint64_t total = 0;
+
+	for (uint32_t b = 0; b < s->n_blocks; b++) {
+		uint32_t i = b * SAMPLER_BLOCK, end = i + SAMPLER_BLOCK;
+
+		end = end < s->vocab ? end : s->vocab;
+		/* Two loops, not a test per vector: t <= 1 keeps them all. */
+		if (t > 1) {
+			total += sampler_weigh_block_avx2(s, i, end, mv, iv, t,
+							  &s->block_sum[b]);
+		} else {
+			s->block_sum[b] = sampler_weigh_block_avx2(s, i, end, mv,
+								   iv, t, NULL);
+			total += s->block_sum[b];
+		}
+	}
+	return total;
+}
+
+/* sampler_block_sums() in 8 lanes. */
+static SAMPLER_AVX2 uint64_t sampler_block_sums_avx2(struct sampler *s,
+						     uint32_t t)
+{
+	const __m256i tm1 = _mm256_set1_epi32((int32_t)t - 1);
+	uint64_t total = 0;
+
+	for (uint32_t b = 0; b < s->n_blocks; b++) {
+		uint32_t i = b * SAMPLER_BLOCK, end = i + SAMPLER_BLOCK;
+		__m256i all = _mm256_setzero_si256(), high = all;
+		uint64_t sum = 0;
+
+		end = end < s->vocab ? end : s->vocab;
+		for (; i + 8 <= end; i += 8) {
+			__m256i w = _mm256_loadu_si256((const __m256i *)(s->w + i));
+
+			lanes8_add(_mm256_and_si256(w, _mm256_cmpgt_epi32(w, tm1)),
+				   &all, &high);
+		}
+		for (; i < end; i++)
+			sum += s->w[i] >= t ? s->w[i] : 0;
+		s->block_sum[b] = sum + lanes8_sum(all, high);
+		total += s->block_sum[b];
+	}
+	return total;
+}
+
+/* The first i >= from with s->w[i] > bar, or vocab. */
+static SAMPLER_AVX2 uint32_t sampler_next_above_avx2(const struct sampler *s,
+						     uint32_t from, uint32_t bar)
+{
+	const __m256i bv = _mm256_set1_epi32((int32_t)bar);
+	uint32_t i = from;
+
+	for (; i + 16 <= s->vocab; i += 16) {
+		__m256i w0 = _mm256_loadu_si256((const __m256i *)(s->w + i));
+		__m256i w1 = _mm256_loadu_si256((const __m256i *)(s->w + i + 8));
+		unsigned mask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(
+			_mm256_cmpgt_epi32(w0, bv))) |
+			(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(
+			_mm256_cmpgt_epi32(w1, bv))) << 8;
+
+		if (mask)
+			return i + (uint32_t)__builtin_ctz(mask);
+	}
+	while (i < s->vocab && s->w[i] <= bar)
+		i++;
+	return i;
+}
+
+/*
+ * Whether more than cap tokens have W > bar, found by counting 16 at a
+ * time and stopping as soon as they are: on a flat row, after a few
+ * thousand tokens, where appending them one by one would cost more.
+ */
+static SAMPLER_AVX2 bool sampler_over_cap_avx2(const struct sampler *s,
+					       uint32_t bar, uint32_t cap)
+{
+	const __m256i bv = _mm256_set1_epi32((int32_t)bar);
+	uint32_t n = 0, i = 0;
+
+	for (; i + 16 <= s->vocab; i += 16) {
+		__m256i w0 = _mm256_loadu_si256((const __m256i *)(s->w + i));
+		__m256i w1 = _mm256_loadu_si256((const __m256i *)(s->w + i + 8));
+		unsigned mask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(
+			_mm256_cmpgt_epi32(w0, bv))) |
+			(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(
+			_mm256_cmpgt_epi32(w1, bv))) << 8;
+
+		n += (uint32_t)__builtin_popcount(mask);
+		if (n > cap)
+			return true;
+	}
+	for (; i < s->vocab; i++)
+		n += s->w[i] > bar;
+	return n > cap;
+}
+
+/*
+ * Append the tokens with W > bar to s->cand in id order; their count, or
+ * cap + 1 as soon as there are more than cap (the rest not gathered).
+ */
+static SAMPLER_AVX2 uint32_t sampler_collect_avx2(struct sampler *s,
+						  uint32_t bar, uint32_t cap)
+{
+	const __m256i bv = _mm256_set1_epi32((int32_t)bar);
+	uint32_t n = 0, i = 0;
+
+	for (; i + 8 <= s->vocab; i += 8) {
+		if (n > cap)
+			return cap + 1;
+		unsigned mask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(
+			_mm256_cmpgt_epi32(_mm256_loadu_si256(
+				(const __m256i *)(s->w + i)), bv)));
+
+		while (mask) {
+			uint32_t id = i + (uint32_t)__builtin_ctz(mask);
+
+			s->cand[n++] = (struct sampler_cand){ s->w[id], id };
+			mask &= mask - 1;
+		}
+	}
+	for (; i < s->vocab && n <= cap; i++)
+		if (s->w[i] > bar)
+			s->cand[n++] = (struct sampler_cand){ s->w[i], i };
+	return n > cap ? cap + 1 : n;
+}
+
+/* The bucket of each of 8 weights (sampler_bucket()): (float)W's bits. */
+SAMPLER_AVX2_INLINE __m256i sampler_bucket_avx2(__m256i w)
+{
+	return _mm256_srli_epi32(_mm256_castps_si256(_mm256_cvtepi32_ps(w)),
+				 SAMPLER_BUCKET_SHIFT);
+}
+
+/*
+ * s->hist_mass of the buckets of W >= 1 (top_p needs no counts, and W = 0
+ * adds nothing), a chunk of buckets computed 8 at a time before they are
+ * used: read back at once, the 32-bit loads of a 256-bit store would
+ * wait for it (no store forwarding across those widths on some cores).
+ */
+static SAMPLER_AVX2 void sampler_mass_histogram_avx2(struct sampler *s)
+{
+	uint32_t b[256];
+
+	memset(&s->hist_mass[SAMPLER_BUCKET_ONE], 0,
+	       (SAMPLER_N_BUCKETS - SAMPLER_BUCKET_ONE) * sizeof(s->hist_mass[0]));
+	for (uint32_t i = 0; i < s->vocab; i += 256) {
+		uint32_t n = s->vocab - i < 256 ? s->vocab - i : 256, j = 0;
+		const uint32_t *w = s->w + i;
+
+		for (; j + 8 <= n; j += 8)
+			_mm256_storeu_si256((__m256i *)(b + j), sampler_bucket_avx2(
+				_mm256_loadu_si256((const __m256i *)(w + j))));
+		for (; j < n; j++)
+			b[j] = sampler_bucket(w[j]);
+		/* W = 0 adds 0 to bucket 0, which is never read. */
+		for (j = 0; j < n; j++)
+			s->hist_mass[b[j]] += w[j];
+	}
+}
+
+/* Append the tokens of W > 0 in bucket b to s->cand in id order. */
+static SAMPLER_AVX2 uint32_t sampler_collect_bucket_avx2(struct sampler *s,
+							 uint32_t b)
+{
+	const __m256i bv = _mm256_set1_epi32((int32_t)b);
+	uint32_t n = 0, i = 0;
+
+	/* Bucket 0 is W = 0 alone: nothing to gather. */
+	if (!b)
+		return 0;
+	for (; i + 8 <= s->vocab; i += 8) {
+		__m256i w = _mm256_loadu_si256((const __m256i *)(s->w + i));
+		unsigned mask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(
+			_mm256_cmpeq_epi32(sampler_bucket_avx2(w), bv)));
+
+		while (mask) {
+			uint32_t id = i + (uint32_t)__builtin_ctz(mask);
+
+			s->cand[n++] = (struct sampler_cand){ s->w[id], id };
+			mask &= mask - 1;
+		}
+	}
+	for (; i < s->vocab; i++)
+		if (sampler_bucket(s->w[i]) == b)
+			s->cand[n++] = (struct sampler_cand){ s->w[i], i };
+	return n;
+}
+#else
+static bool sampler_have_avx2(void)
+{
+	return false;
+}
+#endif
+
+/* ------------------------------------------------------------------ */
 /* Lifetime                                                            */
 /* ------------------------------------------------------------------ */
 
@@ -142,13 +583,16 @@ struct sampler *sampler_create(uint32_t vocab)
 	if (!s)
 		return NULL;
 	s->vocab = vocab;
+	s->avx2 = sampler_have_avx2();
 	s->n_blocks = (vocab + SAMPLER_BLOCK - 1) / SAMPLER_BLOCK;
 	s->y_copy = malloc(sizeof(*s->y_copy) * vocab);
 	s->block_sum = malloc(sizeof(*s->block_sum) * s->n_blocks);
 	s->w = malloc(sizeof(*s->w) * vocab);
 	s->cand = malloc(sizeof(*s->cand) * vocab);
 	s->kept = malloc(sizeof(*s->kept) * vocab);
-	if (!s->y_copy || !s->block_sum || !s->w || !s->cand || !s->kept) {
+	s->by_id = malloc(sizeof(*s->by_id) * vocab);
+	if (!s->y_copy || !s->block_sum || !s->w || !s->cand || !s->kept ||
+	    !s->by_id) {
 		sampler_destroy(s);
 		return NULL;
 	}
@@ -164,6 +608,7 @@ void sampler_destroy(struct sampler *s)
 	free(s->w);
 	free(s->cand);
 	free(s->kept);
+	free(s->by_id);
 	free(s);
 }
 
@@ -220,6 +665,16 @@ static float sampler_max(const float *y, uint32_t n, bool *bad)
 	return v4f_hmax(mv, m);
 }
 
+static float sampler_row_max(const struct sampler *s, const float *y,
+			     bool *bad)
+{
+#ifdef SAMPLER_AVX2
+	if (s->avx2)
+		return sampler_max_avx2(y, s->vocab, bad);
+#endif
+	return sampler_max(y, s->vocab, bad);
+}
+
 /*
  * Point s->y at the biased logits (the row itself when there is no bias)
  * and set *max_y = max y; -EDOM on a NaN or +inf logit, -EINVAL on a bias
@@ -229,7 +684,7 @@ static int sampler_bias(struct sampler *s, const float *logits,
 			const struct sampling_params *p, float *max_y)
 {
 	bool bad;
-	float m = sampler_max(logits, s->vocab, &bad);
+	float m = sampler_row_max(s, logits, &bad);
 
 	if (bad)
 		return -EDOM;
@@ -246,7 +701,7 @@ static int sampler_bias(struct sampler *s, const float *logits,
 			*y = b->bias == SAMPLER_BIAS_BAN ? -INFINITY : *y + b->bias;
 		}
 		s->y = s->y_copy;
-		m = sampler_max(s->y, s->vocab, &bad);
+		m = sampler_row_max(s, s->y, &bad);
 	}
 	if (m == -INFINITY)
 		return -ENOENT;
@@ -259,6 +714,10 @@ static uint32_t sampler_argmax(const struct sampler *s, float max_y)
 {
 	uint32_t i = 0;
 
+#ifdef SAMPLER_AVX2
+	if (s->avx2)
+		return sampler_find_avx2(s->y, s->vocab, 0, max_y);
+#endif
 	while (s->y[i] != max_y)
 		i++;
 	return i;
@@ -308,14 +767,22 @@ static inline void lanes_add(v4i w, v4i *hi, v4i *lo)
 	*lo += w & low15;
 }
 
-/* The weights of one block [i, end), and their sum. */
-static uint64_t sampler_weigh_block(struct sampler *s, uint32_t i,
-				    uint32_t end, float max_y, float inv_t)
+/*
+ * The weights of one block [i, end), and their sum; *above = the sum of
+ * those >= t, summed apart only when t > 1 (with_above, a constant where
+ * this is inlined, so the loop without costs nothing for it).
+ */
+static inline __attribute__((always_inline)) uint64_t
+sampler_weigh_block_lanes(struct sampler *s, uint32_t i, uint32_t end,
+			  float max_y, float inv_t, uint32_t t,
+			  uint64_t *above, bool with_above)
 {
 	const float *y = s->y;
 	uint32_t *w_out = s->w;
-	v4i hi = { 0 }, lo = { 0 };
-	uint64_t sum = 0;
+	const int32_t ti = (int32_t)t;
+	const v4i tv = { ti, ti, ti, ti };
+	v4i hi = { 0 }, lo = { 0 }, ahi = { 0 }, alo = { 0 };
+	uint64_t sum = 0, sum_above = 0;
 
 	/* Two vectors an iteration: the polynomial is a chain of
 	 * dependent operations, and two chains keep the core busier. */
@@ -327,12 +794,31 @@ static uint64_t sampler_weigh_block(struct sampler *s, uint32_t i,
 		memcpy(w_out + i + LANES, &w1, sizeof(w1));
 		lanes_add(w0, &hi, &lo);
 		lanes_add(w1, &hi, &lo);
+		/* W <= 2^30: signed lanes compare right. */
+		if (with_above) {
+			lanes_add(w0 & (w0 >= tv), &ahi, &alo);
+			lanes_add(w1 & (w1 >= tv), &ahi, &alo);
+		}
 	}
 	for (; i < end; i++) {
 		w_out[i] = sampler_weight(y[i], max_y, inv_t);
 		sum += w_out[i];
+		sum_above += w_out[i] >= t ? w_out[i] : 0;
 	}
-	return sum + lanes_sum(hi, lo);
+	sum += lanes_sum(hi, lo);
+	*above = with_above ? sum_above + lanes_sum(ahi, alo) : sum;
+	return sum;
+}
+
+static uint64_t sampler_weigh_block(struct sampler *s, uint32_t i,
+				    uint32_t end, float max_y, float inv_t,
+				    uint32_t t, uint64_t *above)
+{
+	if (t > 1)
+		return sampler_weigh_block_lanes(s, i, end, max_y, inv_t, t,
+						 above, true);
+	return sampler_weigh_block_lanes(s, i, end, max_y, inv_t, t, above,
+					 false);
 }
 
 /* The sum of the weights >= t in one block [i, end). */
@@ -356,39 +842,68 @@ static uint64_t sampler_block_above(const struct sampler *s, uint32_t i,
 }
 
 /*
- * With compute, W for every token and the block sums of all weights;
- * without, the block sums of the weights >= t (already computed).
- * Returns the total: Z with compute.
+ * W for every token, and per block the sum of the weights >= t (t <= 1:
+ * of all of them).  Returns Z, the sum of all the weights.
  */
 static uint64_t sampler_weights(struct sampler *s, float max_y, float inv_t,
-				bool compute, uint32_t t)
+				uint32_t t)
 {
 	uint64_t total = 0;
 
+#ifdef SAMPLER_AVX2
+	if (s->avx2)
+		return sampler_weights_avx2(s, max_y, inv_t, t);
+#endif
 	for (uint32_t b = 0; b < s->n_blocks; b++) {
 		uint32_t i = b * SAMPLER_BLOCK, end = i + SAMPLER_BLOCK;
 
 		end = end < s->vocab ? end : s->vocab;
-		s->block_sum[b] = compute ?
-			sampler_weigh_block(s, i, end, max_y, inv_t) :
-			sampler_block_above(s, i, end, t);
+		total += sampler_weigh_block(s, i, end, max_y, inv_t, t,
+					     &s->block_sum[b]);
+	}
+	return total;
+}
+
+/*
+ * The block sums of the weights >= t (already computed); returns their
+ * total.
+ */
+static uint64_t sampler_block_sums(struct sampler *s, uint32_t t)
+{
+	uint64_t total = 0;
+
+#ifdef SAMPLER_AVX2
+	if (s->avx2)
+		return sampler_block_sums_avx2(s, t);
+#endif
+	for (uint32_t b = 0; b < s->n_blocks; b++) {
+		uint32_t i = b * SAMPLER_BLOCK, end = i + SAMPLER_BLOCK;
+
+		end = end < s->vocab ? end : s->vocab;
+		s->block_sum[b] = sampler_block_above(s, i, end, t);
 		total += s->block_sum[b];
 	}
 	return total;
 }
 
+/* The first i >= from with W > bar, or vocab. */
+static uint32_t sampler_next_above(const struct sampler *s, uint32_t from,
+				   uint32_t bar)
+{
+	uint32_t i = from;
+
+#ifdef SAMPLER_AVX2
+	if (s->avx2)
+		return sampler_next_above_avx2(s, from, bar);
+#endif
+	while (i < s->vocab && s->w[i] <= bar)
+		i++;
+	return i;
+}
+
 /* ------------------------------------------------------------------ */
 /* The kept set                                                        */
 /* ------------------------------------------------------------------ */
-
-static inline uint32_t sampler_bucket(uint32_t w)
-{
-	float f = (float)w;
-	uint32_t bits;
-
-	memcpy(&bits, &f, sizeof(bits));
-	return bits >> SAMPLER_BUCKET_SHIFT;
-}
 
 static void sampler_histogram(struct sampler *s)
 {
@@ -408,13 +923,6 @@ static int cand_by_w_desc(const void *a, const void *b)
 
 	if (x->w != y->w)
 		return x->w > y->w ? -1 : 1;
-	return x->id < y->id ? -1 : x->id > y->id;
-}
-
-static int cand_by_id(const void *a, const void *b)
-{
-	const struct sampler_cand *x = a, *y = b;
-
 	return x->id < y->id ? -1 : x->id > y->id;
 }
 
@@ -465,19 +973,69 @@ static uint32_t sampler_gather(struct sampler *s, uint32_t lowest)
 	for (uint32_t i = 0; i < s->vocab; i++)
 		if (s->w[i] && sampler_bucket(s->w[i]) >= lowest)
 			s->cand[n++] = (struct sampler_cand){ s->w[i], i };
+	memcpy(s->by_id, s->cand, sizeof(*s->by_id) * n);
 	sampler_sort_cand(s, n);
 	return n;
 }
 
-/* Gather the tokens with W >= min_w and W > 0, by decreasing W. */
-static uint32_t sampler_gather_above(struct sampler *s, uint32_t min_w)
+/*
+ * Whether more than cap tokens have W > bar: counted in vector lanes,
+ * stopping once past cap (see sampler_over_cap_avx2()).
+ */
+static bool sampler_over_cap(const struct sampler *s, uint32_t bar,
+			     uint32_t cap)
 {
-	uint32_t n = 0;
+	const int32_t b = (int32_t)bar;	/* W <= 2^30: signed compares */
+	const v4i bv = { b, b, b, b };
+	uint32_t n = 0, i = 0;
 
-	min_w = min_w ? min_w : 1;
-	for (uint32_t i = 0; i < s->vocab; i++)
-		if (s->w[i] >= min_w)
+#ifdef SAMPLER_AVX2
+	if (s->avx2)
+		return sampler_over_cap_avx2(s, bar, cap);
+#endif
+	while (i + 256 <= s->vocab) {
+		v4i count = { 0 };
+
+		for (uint32_t end = i + 256; i < end; i += LANES) {
+			v4i w;
+
+			memcpy(&w, s->w + i, sizeof(w));
+			count -= w > bv;	/* true is -1 */
+		}
+		for (int j = 0; j < LANES; j++)
+			n += (uint32_t)count[j];
+		if (n > cap)
+			return true;
+	}
+	for (; i < s->vocab; i++)
+		n += s->w[i] > bar;
+	return n > cap;
+}
+
+/*
+ * Gather the tokens with W >= min_w and W > 0, by decreasing W (and keep
+ * them in id order in s->by_id); SAMPLER_NOT_GATHERED when there are more
+ * than cap of them.
+ */
+static uint32_t sampler_gather_above(struct sampler *s, uint32_t min_w,
+				     uint32_t cap)
+{
+	uint32_t n = 0, bar = min_w ? min_w - 1 : 0;
+
+	/* Counting first: on a flat row appending would be the cost. */
+	if (cap < s->vocab && sampler_over_cap(s, bar, cap))
+		return SAMPLER_NOT_GATHERED;
+#ifdef SAMPLER_AVX2
+	if (s->avx2)
+		n = sampler_collect_avx2(s, bar, cap);
+	else
+#endif
+	for (uint32_t i = 0; i < s->vocab && n <= cap; i++)
+		if (s->w[i] > bar)
 			s->cand[n++] = (struct sampler_cand){ s->w[i], i };
+	if (n > cap)
+		return SAMPLER_NOT_GATHERED;
+	memcpy(s->by_id, s->cand, sizeof(*s->by_id) * n);
 	sampler_sort_cand(s, n);
 	return n;
 }
@@ -511,9 +1069,10 @@ static uint32_t sampler_kth_largest(struct sampler *s, uint32_t k)
 	memcpy(heap, s->w, sizeof(*heap) * k);
 	for (uint32_t i = k / 2; i-- > 0;)
 		heap_sift_down(heap, k, i);
-	for (uint32_t i = k; i < s->vocab; i++) {
-		if (s->w[i] <= heap[0])
-			continue;
+	/* Skip to the next W above the heap's least: rare once it is full
+	 * of large weights, and found 8 lanes at a time with AVX2. */
+	for (uint32_t i = sampler_next_above(s, k, heap[0]); i < s->vocab;
+	     i = sampler_next_above(s, i + 1, heap[0])) {
 		heap[0] = s->w[i];
 		heap_sift_down(heap, k, 0);
 	}
@@ -533,26 +1092,6 @@ static uint32_t sampler_bucket_of_kth(const struct sampler *s, uint32_t k)
 	return 0;
 }
 
-/* The number of tokens with W >= max(c, 1), in vector lanes. */
-static uint32_t sampler_count_above(const struct sampler *s, uint32_t c)
-{
-	int32_t ci = c ? (int32_t)c : 1;
-	v4i cv = { ci, ci, ci, ci }, count = { 0 };
-	uint32_t n = 0, i = 0;
-
-	for (; i + LANES <= s->vocab; i += LANES) {
-		v4i w;
-
-		memcpy(&w, s->w + i, sizeof(w));
-		count -= w >= cv;	/* true is -1 */
-	}
-	for (; i < s->vocab; i++)
-		n += s->w[i] >= (uint32_t)ci;
-	for (int j = 0; j < LANES; j++)
-		n += (uint32_t)count[j];
-	return n;
-}
-
 /*
  * The top_p threshold over all tokens (top_k off) by the histogram: the
  * exact bucket masses name the bucket where the running mass from the
@@ -563,9 +1102,21 @@ static uint32_t sampler_top_p_histogram(struct sampler *s, uint64_t target)
 	uint64_t cum = 0;
 	uint32_t b = SAMPLER_N_BUCKETS, n = 0;
 
-	sampler_histogram(s);
+#ifdef SAMPLER_AVX2
+	if (s->avx2)
+		sampler_mass_histogram_avx2(s);
+	else
+#endif
+		sampler_histogram(s);
+	/* The mass of W >= 1 is Z >= target: the walk ends at or above
+	 * SAMPLER_BUCKET_ONE, the buckets the AVX2 histogram fills. */
 	while (b-- > 1 && cum + s->hist_mass[b] < target)
 		cum += s->hist_mass[b];
+#ifdef SAMPLER_AVX2
+	if (s->avx2)
+		n = sampler_collect_bucket_avx2(s, b);
+	else
+#endif
 	for (uint32_t i = 0; i < s->vocab; i++)
 		if (s->w[i] && sampler_bucket(s->w[i]) == b)
 			s->cand[n++] = (struct sampler_cand){ s->w[i], i };
@@ -592,7 +1143,8 @@ static uint32_t sampler_select(struct sampler *s, const struct sampling_params *
 	uint64_t z1 = z_sum;
 
 	if (top_k && p->top_k <= SAMPLER_HEAP_MAX) {
-		n = sampler_gather_above(s, sampler_kth_largest(s, p->top_k));
+		n = sampler_gather_above(s, sampler_kth_largest(s, p->top_k),
+					 s->vocab);
 	} else if (top_k) {
 		sampler_histogram(s);
 		n = sampler_gather(s, sampler_bucket_of_kth(s, p->top_k));
@@ -606,11 +1158,11 @@ static uint32_t sampler_select(struct sampler *s, const struct sampling_params *
 		uint64_t target = sampler_top_p_target(p->top_p, z_sum);
 		uint32_t c = (uint32_t)((z_sum - target) / s->vocab);
 
-		if (sampler_count_above(s, c) > SAMPLER_GATHER_MAX) {
+		n = sampler_gather_above(s, c, SAMPLER_GATHER_MAX);
+		if (n == SAMPLER_NOT_GATHERED) {
 			*n_cand = SAMPLER_NOT_GATHERED;
 			return sampler_top_p_histogram(s, target);
 		}
-		n = sampler_gather_above(s, c);
 	}
 	n1 = n;
 	/* n < top_k: fewer tokens of weight > 0 than k, all gathered. */
@@ -687,18 +1239,34 @@ static uint32_t sampler_draw_blocks(const struct sampler *s, uint32_t t,
 	return end - 1;	/* unreachable: target < kept_sum */
 }
 
+/* Whether top_k or top_p cuts (else min_p alone, if anything). */
+static bool sampler_selects(const struct sampler *s,
+			    const struct sampling_params *p)
+{
+	return (p->top_k && p->top_k < s->vocab) || p->top_p < 1.0f;
+}
+
+/*
+ * The drawn token.  The weights are in s->w, and when top_k and top_p are
+ * off the block sums are of the weights >= the min_p threshold.
+ */
 static uint32_t sampler_draw(struct sampler *s, const struct sampling_params *p,
 			     uint64_t z_sum, uint64_t r53)
 {
-	bool select = (p->top_k && p->top_k < s->vocab) || p->top_p < 1.0f;
+	bool select = sampler_selects(s, p);
 	uint32_t t_min = sampler_min_p_threshold(p->min_p);
 	uint32_t n_cand = 0, n_kept = 0, t = 0;
 
 	if (!select) {
-		/* The block sums are of all weights; redo them above min_p. */
-		if (t_min > 1)
-			z_sum = sampler_weights(s, 0.0f, 0.0f, false, t_min);
-		return sampler_draw_blocks(s, t_min, z_sum, r53);
+		/* The weights' pass summed the blocks above min_p already. */
+		uint64_t kept_sum = z_sum;
+
+		if (t_min > 1) {
+			kept_sum = 0;
+			for (uint32_t b = 0; b < s->n_blocks; b++)
+				kept_sum += s->block_sum[b];
+		}
+		return sampler_draw_blocks(s, t_min, kept_sum, r53);
 	}
 	t = sampler_select(s, p, z_sum, &n_cand);
 	if (t_min > t)
@@ -709,10 +1277,12 @@ static uint32_t sampler_draw(struct sampler *s, const struct sampling_params *p,
 		n_kept++;
 	/* Many: one vector pass of block sums beats sorting them by id. */
 	if (n_cand == SAMPLER_NOT_GATHERED || n_kept > 256)
-		return sampler_draw_blocks(s, t, sampler_weights(s, 0.0f, 0.0f,
-								  false, t), r53);
-	memcpy(s->kept, s->cand, sizeof(*s->kept) * n_kept);
-	qsort(s->kept, n_kept, sizeof(*s->kept), cand_by_id);
+		return sampler_draw_blocks(s, t, sampler_block_sums(s, t), r53);
+	/* In id order: the gathered tokens of W >= t, which are the kept. */
+	n_kept = 0;
+	for (uint32_t j = 0; j < n_cand; j++)
+		if (s->by_id[j].w >= t)
+			s->kept[n_kept++] = s->by_id[j];
 	return sampler_draw_kept(s, n_kept, r53);
 }
 
@@ -756,9 +1326,8 @@ static void sampler_logprobs(const struct sampler *s,
 		return;
 	/* One compare per token, rarely true: half the weights may be 0 in
 	 * random order, which would make "W != 0" a coin-toss branch. */
-	for (uint32_t i = 0, bar = 0; i < s->vocab; i++) {
-		if (s->w[i] <= bar)
-			continue;
+	for (uint32_t i = sampler_next_above(s, 0, 0), bar = 0; i < s->vocab;
+	     i = sampler_next_above(s, i + 1, bar)) {
 		top_insert(top, &n, cap, i, s->w[i]);
 		bar = n == cap ? top[cap - 1].w : 0;
 	}
@@ -782,16 +1351,20 @@ int sampler_sample(struct sampler *s, const float *logits,
 	if (ret)
 		return ret;
 	if (p->temperature > 0.0f) {
+		/* min_p alone: the block sums of the draw come with W. */
+		uint32_t t = sampler_selects(s, p) ? 0 :
+			     sampler_min_p_threshold(p->min_p);
+
 		z_sum = sampler_weights(s, max_y,
 					sampler_inv_temperature(p->temperature),
-					true, 0);
+					t);
 		chosen = sampler_draw(s, p, z_sum,
 				      philox_bits53(p->seed, k, choice));
 	} else {
 		chosen = sampler_argmax(s, max_y);
 		/* Logprobs at temperature 1. */
 		if (p->logprobs)
-			z_sum = sampler_weights(s, max_y, 1.0f, true, 0);
+			z_sum = sampler_weights(s, max_y, 1.0f, 0);
 	}
 	out->token = (int32_t)chosen;
 	if (p->logprobs)

@@ -3,7 +3,10 @@
  * Philox known answers, the naive reference sampler (tools/ref_sampler.c,
  * compiled into this test by #include because the tests link only the
  * engine's libraries), a chi-square goodness-of-fit test that tells a
- * biased sampler from a correct one, the logprobs and the error paths.
+ * biased sampler from a correct one, the logprobs and the error paths,
+ * and the sampler's AVX2 kernels against its portable ones, bit for bit
+ * (common/sampler.c is compiled in too, statics and all, for that: this
+ * test's copy then stands in for libcommon's).
  *
  * The random tests print their seed; SEED=<n> replays a run.  Each test
  * derives its own generator from the seed, so one test replays the same
@@ -29,6 +32,8 @@
 
 /* The naive sampler itself, statics and all (see the file comment). */
 #include "../tools/ref_sampler.c"
+/* And the engine's, to reach both its kernels (see the file comment). */
+#include "../common/sampler.c"
 
 /* ------------------------------------------------------------------ */
 /* Helpers                                                             */
@@ -430,14 +435,20 @@ static void test_random_vs_naive(void **state)
 		for (uint32_t k = 0; k < 4; k++) {
 			struct sampler_result a, b;
 			uint32_t choice = rng_below(&r, 3);
-			int ra = sampler_sample(s, logits, &p, k, choice, &a);
-			int rb = ref_sample(logits, vocab, &p, k, choice, &b);
+			int ra, rb;
+
+			/* Both kernels where the CPU has AVX2: odd draws
+			 * portable, even ones AVX2. */
+			s->avx2 = sampler_have_avx2() && k % 2 == 0;
+			ra = sampler_sample(s, logits, &p, k, choice, &a);
+			rb = ref_sample(logits, vocab, &p, k, choice, &b);
 
 			if (ra != rb || memcmp(&a, &b, sizeof(a))) {
-				print_error("case %u k %u: vocab %u T %g top_p %.9g "
+				print_error("case %u k %u (%s): vocab %u T %g top_p %.9g "
 					    "top_k %u min_p %g n_bias %u: engine %d "
 					    "token %d lp %a, naive %d token %d lp %a\n",
-					    c, k, vocab, p.temperature, p.top_p,
+					    c, k, s->avx2 ? "avx2" : "portable",
+					    vocab, p.temperature, p.top_p,
 					    p.top_k, p.min_p, p.n_bias, ra, a.token,
 					    a.logprob, rb, b.token, b.logprob);
 				fail();
@@ -450,6 +461,147 @@ static void test_random_vs_naive(void **state)
 	}
 	printf("random_vs_naive: %u cases x 4 draws, %u sampled, %u errors, "
 	       "all identical\n", n_cases, n_sampled, n_errors);
+}
+
+/* ------------------------------------------------------------------ */
+/* (b2) The AVX2 kernels against the portable ones                     */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Logits for the kernel test: random_logits() and, on top, rows that
+ * stress the weight's float operations: differences from the maximum at
+ * every scale (denormal ones too), values around the cut-off at
+ * SAMPLER_Z_MIN, and tails that are not a multiple of 8 or 16 lanes.
+ */
+static void kernel_logits(struct rng *r, float *y, uint32_t vocab)
+{
+	random_logits(r, y, vocab);
+	if (rng_below(r, 2) == 0)
+		return;
+	for (uint32_t i = 0; i < vocab; i++) {
+		switch (rng_below(r, 5)) {
+		case 0:	/* a tiny difference, denormal ones included */
+			y[i] = 1.0f - ldexpf((float)rng_unit(r), -(int)rng_below(r, 150));
+			break;
+		case 1:	/* any scale */
+			y[i] = -ldexpf((float)rng_unit(r), (int)rng_below(r, 100) - 50);
+			break;
+		case 2:	/* near the cut-off at temperature 1 */
+			y[i] = 1.0f + SAMPLER_Z_MIN + (float)(rng_unit(r) - 0.5) * 1e-3f;
+			break;
+		case 3:
+			y[i] = -INFINITY;
+			break;
+		default:
+			y[i] = (float)((rng_unit(r) - 0.5) * 40.0);
+			break;
+		}
+	}
+	y[rng_below(r, vocab)] = 1.0f;
+}
+
+static float kernel_temperature(struct rng *r)
+{
+	static const float edge[] = { 1e-45f, 1e-40f, 1e-38f, 1e-30f, 1e-6f,
+				      1.0f, 3e38f, 1e30f };
+
+	if (rng_below(r, 2) == 0)
+		return edge[rng_below(r, sizeof(edge) / sizeof(edge[0]))];
+	return ldexpf((float)rng_unit(r) + 0.01f, (int)rng_below(r, 20) - 10);
+}
+
+/* Each kernel on both paths: the same results to the bit. */
+static void kernels_agree(struct rng *r, struct sampler *a, struct sampler *b,
+			  const float *y, uint32_t vocab)
+{
+	bool bad_a, bad_b;
+	float max_a = sampler_row_max(a, y, &bad_a);
+	float max_b = sampler_row_max(b, y, &bad_b);
+	float inv_t = sampler_inv_temperature(kernel_temperature(r));
+	uint32_t t, bar, from, n, cap;
+	uint64_t za, zb, target;
+
+	/* == and not the bits: a maximum of +0 or -0 gives the same W. */
+	assert_true(bad_a == bad_b);
+	if (bad_a)
+		return;
+	assert_true(max_a == max_b);
+	if (max_a == -INFINITY)
+		return;
+	assert_int_equal(sampler_argmax(a, max_a), sampler_argmax(b, max_b));
+	t = rng_below(r, 3) ? 0 : rng_below(r, SAMPLER_WEIGHT_ONE + 2);
+	za = sampler_weights(a, max_a, inv_t, t);
+	zb = sampler_weights(b, max_b, inv_t, t);
+	if (za != zb || memcmp(a->w, b->w, vocab * sizeof(*a->w))) {
+		for (uint32_t i = 0; i < vocab; i++)
+			if (a->w[i] != b->w[i]) {
+				print_error("vocab %u token %u: y %a max %a inv_t %a: "
+					    "W %u (avx2) vs %u (portable)\n", vocab,
+					    i, y[i], max_a, inv_t, a->w[i], b->w[i]);
+				break;
+			}
+		fail_msg("Z %" PRIu64 " vs %" PRIu64, za, zb);
+	}
+	assert_memory_equal(a->block_sum, b->block_sum,
+			    a->n_blocks * sizeof(*a->block_sum));
+	/* top_p's histogram and its bucket (Z >= 2^30: the maximum's W). */
+	target = 1 + rng_next(r) % za;
+	assert_int_equal(sampler_top_p_histogram(a, target),
+			 sampler_top_p_histogram(b, target));
+	/* The masses too, where a wrong one need not move this cut. */
+	assert_memory_equal(a->hist_mass + SAMPLER_BUCKET_ONE,
+			    b->hist_mass + SAMPLER_BUCKET_ONE,
+			    (SAMPLER_N_BUCKETS - SAMPLER_BUCKET_ONE) *
+			    sizeof(a->hist_mass[0]));
+	t = rng_below(r, 2) ? rng_below(r, 64) : rng_below(r, SAMPLER_WEIGHT_ONE + 2);
+	assert_int_equal(sampler_block_sums(a, t), sampler_block_sums(b, t));
+	assert_memory_equal(a->block_sum, b->block_sum,
+			    a->n_blocks * sizeof(*a->block_sum));
+	bar = rng_below(r, 2) ? rng_below(r, 4) : a->w[rng_below(r, vocab)];
+	from = rng_below(r, vocab + 1);
+	assert_int_equal(sampler_next_above(a, from, bar),
+			 sampler_next_above(b, from, bar));
+	cap = rng_below(r, 2) ? vocab : rng_below(r, vocab + 1);
+	n = sampler_gather_above(a, bar, cap);
+	assert_int_equal(n, sampler_gather_above(b, bar, cap));
+	if (n != SAMPLER_NOT_GATHERED) {
+		assert_memory_equal(a->cand, b->cand, n * sizeof(*a->cand));
+		assert_memory_equal(a->by_id, b->by_id, n * sizeof(*a->by_id));
+	}
+}
+
+static void test_avx2_matches_portable(void **state)
+{
+	struct rng r = rng_for(9);
+	uint32_t n_rows = 0;
+
+	if (!sampler_have_avx2()) {
+		printf("avx2_matches_portable: this CPU has no AVX2: skipped\n");
+		skip();
+	}
+	for (uint32_t c = 0; c < 1500; c++) {
+		uint32_t vocab = c % 300 == 299 ? 32000 + rng_below(&r, 16) :
+				 1 + rng_below(&r, 3000);
+		struct sampler *a = sampler_create(vocab), *b = sampler_create(vocab);
+		float *y = malloc(vocab * sizeof(*y));
+
+		assert_non_null(a);
+		assert_non_null(b);
+		assert_non_null(y);
+		a->avx2 = true;
+		b->avx2 = false;
+		kernel_logits(&r, y, vocab);
+		/* A NaN or +inf now and then, anywhere (the tail included). */
+		if (rng_below(&r, 10) == 0)
+			y[rng_below(&r, vocab)] = rng_below(&r, 2) ? NAN : INFINITY;
+		a->y = b->y = y;
+		for (int k = 0; k < 3; k++, n_rows++)
+			kernels_agree(&r, a, b, y, vocab);
+		sampler_destroy(a);
+		sampler_destroy(b);
+		free(y);
+	}
+	printf("avx2_matches_portable: %u rows, every kernel identical\n", n_rows);
 }
 
 /* ------------------------------------------------------------------ */
@@ -788,6 +940,7 @@ int main(void)
 		cmocka_unit_test(test_seeded_draws_repeat),
 		cmocka_unit_test(test_vocab_128k),
 		cmocka_unit_test(test_random_vs_naive),
+		cmocka_unit_test(test_avx2_matches_portable),
 		cmocka_unit_test(test_chi_square),
 		cmocka_unit_test(test_logprobs_full),
 		cmocka_unit_test(test_row_errors),
