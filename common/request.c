@@ -310,6 +310,7 @@ static int parse_text_prompt(const struct parse_ctx *pc, const json_t *v,
 			     struct request *req)
 {
 	size_t len = json_string_length(v), n = 0;
+	int32_t *shrunk;
 	int rc;
 
 	if (!pc->lim->tok)
@@ -336,6 +337,10 @@ static int parse_text_prompt(const struct parse_ctx *pc, const json_t *v,
 		return parse_error(pc, -EINVAL, "prompt (%zu tokens) exceeds the "
 				   "context limit %u", n, pc->lim->max_context);
 	req->n_prompt = (uint32_t)n;
+	/* the bound was a token per byte: keep only what the prompt holds */
+	shrunk = realloc(req->prompt, (n ? n : 1) * sizeof(*req->prompt));
+	if (shrunk)
+		req->prompt = shrunk;
 	return 0;
 }
 

@@ -359,17 +359,31 @@ static int engine_commit_text(struct engine *e, struct live_request *lr,
 }
 
 /* Commit one validated token to the request in slot; finish it if done. */
-/* Keep the logprobs of the request's newest token (entry n_generated). */
-static void engine_keep_logprobs(struct live_request *lr, int32_t token,
-				 const struct shm_logprobs *lp)
+/* Keep the logprobs of the request's newest token (entry n_generated),
+ * doubling the rows up to max_tokens as needed.  0 or -ENOMEM. */
+static int engine_keep_logprobs(struct live_request *lr, int32_t token,
+				const struct shm_logprobs *lp)
 {
 	uint32_t stride = 1 + lr->req.sampling.top_logprobs;
-	struct sampler_logprob *e = lr->logprobs + (size_t)lr->n_generated * stride;
+	struct sampler_logprob *e;
 
+	if (lr->n_generated >= lr->logprobs_cap) {
+		uint32_t cap = lr->logprobs_cap * 2;
+
+		if (cap > lr->req.max_tokens || cap < lr->logprobs_cap)
+			cap = lr->req.max_tokens;
+		e = realloc(lr->logprobs, (size_t)cap * stride * sizeof(*e));
+		if (!e)
+			return -ENOMEM;
+		lr->logprobs = e;
+		lr->logprobs_cap = cap;
+	}
+	e = lr->logprobs + (size_t)lr->n_generated * stride;
 	e[0] = (struct sampler_logprob){ token, lp->logprob };
 	for (uint32_t j = 0; j + 1 < stride; j++)
 		e[1 + j] = j < lp->n_top ? lp->top[j] :
 			   (struct sampler_logprob){ -1, 0.0f };
+	return 0;
 }
 
 void engine_commit_token(struct engine *e, uint32_t slot, int32_t token,
@@ -391,8 +405,10 @@ void engine_commit_token(struct engine *e, uint32_t slot, int32_t token,
 	}
 	if (lr->generated)
 		lr->generated[lr->n_generated] = token;
-	if (lr->logprobs)
-		engine_keep_logprobs(lr, token, lp);
+	if (lr->logprobs && engine_keep_logprobs(lr, token, lp)) {
+		engine_finish(e, handle, FINISH_ERROR, "out of memory for logprobs");
+		return;
+	}
 	if (!lr->n_generated)
 		histogram_record(&e->ttft_hist, clock_now_ns() - lr->admitted_ns);
 	lr->n_generated++;
@@ -878,15 +894,21 @@ static uint32_t engine_admit(struct engine *e, struct request *req,
 	return h;
 }
 
-/* The logprob rows of a request that asked for them (NULL otherwise);
- * -ENOMEM. */
+/* The first logprob rows of a request that asked for them (NULL
+ * otherwise): room for a few tokens, grown as they come
+ * (engine_keep_logprobs()), so a waiting request costs little whatever
+ * its max_tokens.  -ENOMEM. */
+#define ENGINE_LOGPROBS_FIRST 16u
 static int engine_alloc_logprobs(const struct request *req,
 				 struct sampler_logprob **out)
 {
+	uint32_t first = req->max_tokens < ENGINE_LOGPROBS_FIRST ?
+			 req->max_tokens : ENGINE_LOGPROBS_FIRST;
+
 	*out = NULL;
 	if (!req->sampling.logprobs || !req->max_tokens)
 		return 0;
-	*out = calloc((size_t)req->max_tokens * (1 + req->sampling.top_logprobs),
+	*out = calloc((size_t)first * (1 + req->sampling.top_logprobs),
 		      sizeof(**out));
 	return *out ? 0 : -ENOMEM;
 }
@@ -937,6 +959,8 @@ int engine_submit(struct engine *e, struct request *req, uint64_t cookie,
 		handles[i] = engine_admit(e, &copies[i], cookie, now);
 		lr = request_pool_get(&e->pool, handles[i]);
 		lr->logprobs = lps[i];
+		lr->logprobs_cap = lps[i] ? (lr->req.max_tokens < ENGINE_LOGPROBS_FIRST ?
+				   lr->req.max_tokens : ENGINE_LOGPROBS_FIRST) : 0;
 		lps[i] = NULL;
 		e->n_prompt_tokens += lr->req.n_prompt;
 		if (i) {	/* into the ring after choice i - 1 */

@@ -57,9 +57,11 @@ struct live_request {
 	 * it on when it ends before the others. */
 	uint32_t next_choice;
 	bool id_held;
-	/* The request asked for logprobs: max_tokens entries of
-	 * 1 + top_logprobs each (result.logprobs in request.h) */
+	/* The request asked for logprobs: a row of 1 + top_logprobs entries
+	 * per generated token (result.logprobs in request.h), room for
+	 * logprobs_cap tokens, grown as they come */
 	struct sampler_logprob *logprobs;
+	uint32_t logprobs_cap;		/* tokens logprobs has room for */
 	/* With a tokenizer (request_text.h): the request's text */
 	bool has_text;
 	struct text_stream text;
