@@ -404,14 +404,15 @@ static void test_parse_becomes_completion(void **state)
 
 static void test_parse_chatml_stop(void **state)
 {
+#define HI "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"
 	static const char *const bodies[] = {
-		"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
-		"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stop\":\"END\"}",
-		"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stop\":[\"END\"]}",
-		"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
-		"\"stop\":[\"<|im_end|>\",\"END\"]}",
-		"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stop\":null}",
+		HI "}",
+		HI ",\"stop\":\"END\"}",
+		HI ",\"stop\":[\"END\"]}",
+		HI ",\"stop\":[\"<|im_end|>\",\"END\"]}",
+		HI ",\"stop\":null}",
 	};
+#undef HI
 	static const uint32_t want_n[] = { 1, 2, 2, 2, 1 };
 
 	for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
