@@ -1,9 +1,11 @@
 /*
  * http_routes.c - the application side of `dynbatch serve` (http_server.h):
  * what a parsed request gets.  Routing (/health, /metrics, /v1/models,
- * /v1/completions with its admission through engine_submit()), the
- * answers (respond(), respond_error(), error bodies), and the engine
- * callbacks that answer or stream a completion.  Connections, I/O, timers
+ * /v1/completions and /v1/chat/completions with their admission through
+ * engine_submit()), the answers (respond(), respond_error(), error
+ * bodies), and the engine callbacks that answer or stream a completion,
+ * in the completions shapes (completion_api.h) or, for a chat request
+ * (conn.chat), the chat shapes (chat_api.h).  Connections, I/O, timers
  * and draining are http_server.c's; the state both share is in
  * http_server_internal.h.
  *
@@ -22,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "chat_api.h"
 #include "completion_api.h"
 #include "engine.h"
 #include "json_writer.h"
@@ -217,18 +220,43 @@ static void route_metrics(struct http_server *srv, struct conn *c)
 	respond(srv, c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL);
 }
 
-static void route_completions(struct http_server *srv, struct conn *c)
+/* A chat stream opens with a chunk per choice naming the role. */
+static int chat_stream_start(struct http_server *srv, struct conn *c,
+			     const char *id, uint32_t n_choices)
+{
+	struct completion_meta m = { id, c->created, srv->cfg->model_name };
+
+	srv->body.len = 0;
+	for (uint32_t i = 0; i < n_choices; i++) {
+		struct completion_choice one = { .index = i };
+
+		if (chat_format_chunk(&srv->body, &m, CHAT_CHUNK_ROLE, &one, NULL))
+			return -1;
+	}
+	if (put_chunk(&c->out.fill, &srv->body))
+		return -1;
+	srv->body.len = 0;
+	return 0;
+}
+
+/* POST /v1/completions (chat false) or /v1/chat/completions (chat). */
+static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 {
 	const struct strbuf *body = &c->reader.msg.body;
 	struct completion_request cr;
 	const char *param;
-	char err[512];
+	char err[512], *chat_id = NULL;
 	size_t before;
 	uint32_t n_choices;
 	int ret;
 
-	ret = completion_parse(body->len ? body->data : "", body->len, &srv->lim,
-			       &cr, err, sizeof(err), &param);
+	if (chat)
+		ret = chat_parse(body->len ? body->data : "", body->len,
+				 srv->cfg->chat_template, &srv->lim, &cr, err,
+				 sizeof(err), &param);
+	else
+		ret = completion_parse(body->len ? body->data : "", body->len,
+				       &srv->lim, &cr, err, sizeof(err), &param);
 	if (ret) {
 		if (ret == -ENOMEM)
 			respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);
@@ -243,6 +271,12 @@ static void route_completions(struct http_server *srv, struct conn *c)
 			respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);
 			goto out;
 		}
+	}
+	/* a chat stream's first chunks name the id, and the engine owns the
+	 * request (its id included) once it takes it */
+	if (chat && cr.stream && !(chat_id = strdup(cr.req.id))) {
+		respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);
+		goto out;
 	}
 	c->req_serial++;
 	n_choices = cr.req.n_choices;
@@ -277,6 +311,7 @@ static void route_completions(struct http_server *srv, struct conn *c)
 	}
 	c->busy = true;
 	c->stream = cr.stream;
+	c->chat = chat;
 	conn_choices_start(c, n_choices);
 	c->created = (uint64_t)time(NULL);
 	c->request_start_ns = 0;
@@ -292,11 +327,26 @@ static void route_completions(struct http_server *srv, struct conn *c)
 			conn_drop(srv, c);
 			goto out;
 		}
+		if (chat && chat_stream_start(srv, c, chat_id, n_choices)) {
+			conn_drop(srv, c);
+			goto out;
+		}
 		conn_note_output(c, before);
 		conn_mark(srv, c);
 	}
 out:
+	free(chat_id);
 	completion_request_release(&cr);
+}
+
+static void route_completions(struct http_server *srv, struct conn *c)
+{
+	route_generate(srv, c, false);
+}
+
+static void route_chat(struct http_server *srv, struct conn *c)
+{
+	route_generate(srv, c, true);
 }
 
 /* Bearer-token check, in time independent of where the key differs. */
@@ -325,6 +375,7 @@ void route(struct http_server *srv, struct conn *c)
 		void (*fn)(struct http_server *, struct conn *);
 	} routes[] = {
 		{ "/v1/completions", HTTP_POST, route_completions },
+		{ "/v1/chat/completions", HTTP_POST, route_chat },
 		{ "/v1/models", HTTP_GET, route_models },
 		{ "/health", HTTP_GET, route_health },
 		{ "/metrics", HTTP_GET, route_metrics },
@@ -395,9 +446,16 @@ void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req,
 		.n_tokens = n, .logprobs = logprobs,
 		.logprob_stride = 1 + req->sampling.top_logprobs,
 		.text = text, .text_len = text_len };
+	/* a chat chunk is content: none when the tokens made no text yet
+	 * (a character cut between tokens) and carry no logprobs */
+	if (c->chat && !text_len && !logprobs) {
+		c->ch.n_sent[req->choice] += n;
+		return;
+	}
 	srv->body.len = 0;
 	before = conn_buffered(c);
-	if (completion_format_event(&srv->body, &m, &one, NULL) ||
+	if ((c->chat ? chat_format_chunk(&srv->body, &m, CHAT_CHUNK_CONTENT, &one, NULL) :
+	     completion_format_event(&srv->body, &m, &one, NULL)) ||
 	    put_chunk(&c->out.fill, &srv->body)) {
 		conn_drop_later(srv, c);
 		return;
@@ -438,8 +496,19 @@ static int stream_finish(struct http_server *srv, struct conn *c,
 			.logprobs = r->logprobs ? r->logprobs + (size_t)from * stride : NULL,
 			.logprob_stride = stride };
 
-		if (completion_format_event(&srv->body, &m, &one, last ? &u : NULL))
+		if (c->chat) {
+			/* the rest of the content, then the end */
+			if ((one.text_len || (one.logprobs && one.n_tokens)) &&
+			    chat_format_chunk(&srv->body, &m, CHAT_CHUNK_CONTENT,
+					      &one, NULL))
+				return -1;
+			if (chat_format_chunk(&srv->body, &m, CHAT_CHUNK_FINISH,
+					      &one, last ? &u : NULL))
+				return -1;
+		} else if (completion_format_event(&srv->body, &m, &one,
+						   last ? &u : NULL)) {
 			return -1;
+		}
 	} else {
 		if (strbuf_append(&srv->body, "data: ", 6) ||
 		    api_format_error(&srv->body, error, "server_error", NULL,
@@ -520,6 +589,9 @@ static int conn_answer(struct http_server *srv, struct conn *c,
 		}
 	}
 	srv->body.len = 0;
+	if (c->chat)
+		return chat_format(&srv->body, &m, choices, c->ch.kept ? c->ch.n : 1,
+				   &u, r->has_seed, r->seed);
 	return completion_format(&srv->body, &m, choices, c->ch.kept ? c->ch.n : 1,
 				 &u, r->has_seed, r->seed);
 }

@@ -27,6 +27,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "chat_api.h"
 #include "frontend.h"
 #include "http_reader.h"
 #include "stats.h"
@@ -49,6 +50,8 @@ struct http_config {
 	uint32_t idle_timeout_ms;	/* idle keep-alive connections close */
 	struct http_limits limits;	/* header bytes, header count, body */
 	float default_temperature;	/* of a request that sets none */
+	enum chat_template chat_template; /* of /v1/chat/completions; NONE:
+					 * that endpoint answers 400 */
 };
 
 struct http_server;

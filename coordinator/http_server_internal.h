@@ -84,6 +84,7 @@ struct conn {
 	bool busy;			/* the engine has it */
 	uint32_t handle;		/* its live request */
 	bool stream;
+	bool chat;			/* /v1/chat/completions: chat shapes */
 	bool paused;			/* we paused it: output buffer full */
 	bool pause_due;			/* engine_pause() it from pump */
 	bool drop_due;			/* out of memory in a callback: drop

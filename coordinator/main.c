@@ -24,6 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "chat_api.h"
 #include "engine.h"
 #include "http_server.h"
 #include "jsonl_frontend.h"
@@ -83,7 +84,8 @@ static void usage(FILE *f)
 "  --garbage-every N  testing: workers garble every Nth result (N >= 2)\n"
 "  --help             this text\n"
 "\n"
-"serve options (POST /v1/completions, GET /v1/models, /health, /metrics;\n"
+"serve options (POST /v1/completions, /v1/chat/completions, GET /v1/models,\n"
+"/health, /metrics;\n"
 "SIGTERM drains: no new connections, every accepted request finishes):\n"
 "  --listen HOST:PORT address to serve (default 127.0.0.1:8080; port 0 picks\n"
 "                     a free one, printed on stderr)\n"
@@ -103,6 +105,10 @@ static void usage(FILE *f)
 "  --max-body BYTES   larger request bodies get 413 (default 1048576)\n"
 "  --max-header-bytes BYTES  request line + headers, else 431 (default 16384)\n"
 "  --max-headers N    header fields, else 431 (default 64)\n"
+"  --chat-template llama2|chatml  how /v1/chat/completions renders its\n"
+"                     messages into a prompt (llama2: Meta's [INST] format;\n"
+"                     chatml: <|im_start|>role ...); needs a tokenizer.\n"
+"                     Without it that endpoint answers 400\n"
 "\n"
 "Environment: DYNBATCH_WORKER (worker binary), DYNBATCH_LOG=error|warn|info|debug,\n"
 "DYNBATCH_API_KEY (serve)\n");
@@ -175,6 +181,16 @@ static int run(const struct engine_config *cfg, const struct http_config *http,
 					      .tok = engine_tokenizer(e),
 					      .default_temperature = http->default_temperature };
 
+		/* checked here, not with the options: a llama checkpoint's
+		 * tokenizer.bin beside it is found by engine_create() */
+		if (http->chat_template != CHAT_TEMPLATE_NONE && !lim.tok) {
+			fprintf(stderr, "dynbatch serve: --chat-template %s needs a "
+				"tokenizer to encode messages (--tokenizer PATH, or a "
+				"tokenizer.bin beside a llama checkpoint)\n",
+				chat_template_name(http->chat_template));
+			engine_destroy(e);
+			return ENGINE_EXIT_USAGE;
+		}
 		srv = http_server_create(http, e, engine_io(e), &lim, err, sizeof(err));
 		if (!srv) {
 			fprintf(stderr, "dynbatch: %s\n", err);
@@ -233,7 +249,8 @@ int main(int argc, char **argv)
 	       OPT_MODEL_NAME, OPT_MAX_CONN, OPT_CONN_BUFFER, OPT_WRITE_TIMEOUT,
 	       OPT_READ_TIMEOUT, OPT_IDLE_TIMEOUT, OPT_MAX_BODY, OPT_MAX_HEADER_BYTES,
 	       OPT_MAX_HEADERS, OPT_MAX_LINE, OPT_STEP_TOKENS,
-	       OPT_DEFAULT_TEMPERATURE, OPT_TOKENIZER, OPT_STREAM };
+	       OPT_DEFAULT_TEMPERATURE, OPT_TOKENIZER, OPT_STREAM,
+	       OPT_CHAT_TEMPLATE };
 	static const struct option longopts[] = {
 		{ "workers", required_argument, NULL, OPT_WORKERS },
 		{ "batch", required_argument, NULL, OPT_BATCH },
@@ -269,6 +286,7 @@ int main(int argc, char **argv)
 		{ "max-body", required_argument, NULL, OPT_MAX_BODY },
 		{ "max-header-bytes", required_argument, NULL, OPT_MAX_HEADER_BYTES },
 		{ "max-headers", required_argument, NULL, OPT_MAX_HEADERS },
+		{ "chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -418,6 +436,14 @@ int main(int argc, char **argv)
 		case OPT_MAX_HEADERS:
 			bad = parse_u32(optarg, 4, 10000, &http.limits.max_headers);
 			serve_opt = true;
+			break;
+		case OPT_CHAT_TEMPLATE:
+			serve_opt = true;
+			if (chat_template_from_name(optarg, &http.chat_template)) {
+				fprintf(stderr, "dynbatch: unknown --chat-template '%s' "
+					"(known: " CHAT_TEMPLATE_NAMES ")\n", optarg);
+				return ENGINE_EXIT_USAGE;
+			}
 			break;
 		case OPT_STATS:
 			cfg.stats_path = optarg;

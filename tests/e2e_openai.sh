@@ -5,6 +5,12 @@
 # agree), the model list, a wrong API key (401) and out-of-range tokens
 # (400); the answers are checked against the reference decoder, and SIGTERM
 # must drain the server to exit 0 with no shared segment left.
+# Then text: a server per chat template (--tokenizer from make_tokenizer,
+# a sim of its vocabulary, --chat-template llama2 and chatml), where the
+# client's string prompts, stop strings, streams, seeds and chats (plain,
+# streamed, n = 2) must give what `dynbatch run` gives for the same
+# requests, the chats' prompts rendered by the client's own templates
+# (openai_client.mjs --text).
 #
 # Needs node; the openai package is installed once into $BUILD/node (from
 # the npm registry).  Without node, or without a way to install the
@@ -149,6 +155,73 @@ if grep -Eq ': (error|fatal):|Assertion|Sanitizer|runtime error' "$E2E_TMP/serve
 else
 	pass "server log clean ($(wc -l < "$E2E_TMP/serve.err") lines)"
 fi
+
+# --- text: string prompts, stop strings and chat, per template -------------
+TEXT_VOCAB=512
+TEXT_MODEL=sim:vocab=$TEXT_VOCAB
+# the client runs `dynbatch run` from $E2E_TMP
+DYNBATCH_ABS="$(cd "$BIN" && pwd)/dynbatch"
+if ! "$BIN/make_tokenizer" --vocab $TEXT_VOCAB --out "$E2E_TMP/tok.bin" > "$E2E_TMP/tok.log" 2>&1; then
+	fail "make_tokenizer --vocab $TEXT_VOCAB"
+	sed 's/^/       /' "$E2E_TMP/tok.log"
+fi
+for TEMPLATE in llama2 chatml; do
+	"$BIN/dynbatch" serve --listen 127.0.0.1:0 --workers 2 --batch 16 \
+		--model "$TEXT_MODEL" --tokenizer "$E2E_TMP/tok.bin" \
+		--chat-template $TEMPLATE --api-key "$KEY" 2> "$E2E_TMP/serve-$TEMPLATE.err" &
+	SERVER=$!
+	LIVE=$SERVER
+	PORT=""
+	for _ in $(seq 100); do
+		PORT=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9][0-9]*\) .*|\1|p' \
+			"$E2E_TMP/serve-$TEMPLATE.err" | head -n 1)
+		[ -n "$PORT" ] || ! kill -0 $SERVER 2>/dev/null && break
+		sleep 0.1
+	done
+	if [ -z "$PORT" ]; then
+		fail "text server ($TEMPLATE) did not say where it listens"
+		sed 's/^/       /' "$E2E_TMP/serve-$TEMPLATE.err" | tail -n 20
+		continue
+	fi
+	if (cd "$E2E_TMP" && timeout -k 5 60 node openai_client.mjs --text \
+		"http://127.0.0.1:$PORT/v1" "$KEY" $TEMPLATE "$DYNBATCH_ABS" \
+		"$E2E_TMP/tok.bin" "$TEXT_MODEL") > "$E2E_TMP/node-$TEMPLATE.out" 2>&1; then
+		pass "$(tail -n 1 "$E2E_TMP/node-$TEMPLATE.out")"
+	else
+		rc=$?
+		fail "openai client --text $TEMPLATE: exit $rc$([ $rc = 124 ] && echo ' (timed out)')"
+		sed 's/^/       /' "$E2E_TMP/node-$TEMPLATE.out" |
+			awk 'NR <= 25 { print } END { if (NR > 25) print "       ... (" NR - 25 " more lines)" }'
+	fi
+	kill -TERM $SERVER 2>/dev/null
+	for _ in $(seq 150); do
+		kill -0 $SERVER 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -KILL $SERVER 2>/dev/null
+	wait $SERVER
+	rc=$?
+	LIVE=""
+	expect_eq "text server ($TEMPLATE) exit status after SIGTERM" "$rc" 0
+	if grep -Eq ': (error|fatal):|Assertion|Sanitizer|runtime error' "$E2E_TMP/serve-$TEMPLATE.err"; then
+		fail "text server ($TEMPLATE) logged errors"
+		sed 's/^/       /' "$E2E_TMP/serve-$TEMPLATE.err" | tail -n 20
+	fi
+done
+
+# --chat-template: an unknown name, or no tokenizer, is a usage error
+"$BIN/dynbatch" serve --listen 127.0.0.1:0 --workers 0 --chat-template llama-3 \
+	> /dev/null 2> "$E2E_TMP/bad.err"
+expect_eq "serve --chat-template llama-3: exit status" "$?" 2
+grep -q "unknown --chat-template 'llama-3'" "$E2E_TMP/bad.err" ||
+	fail "serve --chat-template llama-3 says: $(head -n 1 "$E2E_TMP/bad.err")"
+"$BIN/dynbatch" serve --listen 127.0.0.1:0 --workers 0 --model "$TEXT_MODEL" \
+	--chat-template chatml > /dev/null 2> "$E2E_TMP/bad.err"
+expect_eq "serve --chat-template without a tokenizer: exit status" "$?" 2
+grep -q "needs a tokenizer" "$E2E_TMP/bad.err" ||
+	fail "serve --chat-template without a tokenizer says: $(head -n 1 "$E2E_TMP/bad.err")"
+"$BIN/dynbatch" run --chat-template chatml < /dev/null > /dev/null 2> "$E2E_TMP/bad.err"
+expect_eq "run --chat-template: exit status" "$?" 2
 
 echo "  time $(awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
 finish

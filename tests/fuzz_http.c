@@ -30,7 +30,14 @@
  *    the same id and token ids; the event is "data: " + one line + "\n\n";
  *    the raw target and Authorization bytes, used as id and model, and
  *    every error message (parser's or reader's) through api_format_error()
- *    are valid JSON too.
+ *    are valid JSON too;
+ *  - chat_parse() on every body too, with a tokenizer trained once and the
+ *    template bit 5 picks (llama2, chatml): 0 or -EINVAL (-ENOMEM), param
+ *    NULL or a field name, NULL for a body that is not an object; on 0 the
+ *    body had a "messages" array, the prompt starts with BOS, chatml's
+ *    stop "<|im_end|>" is there; chat_format() and every
+ *    chat_format_chunk() kind, with the body's bytes as the text, are
+ *    valid JSON with the id read back ("chat" + a server id).
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -42,10 +49,13 @@
 
 #include <jansson.h>
 
+#include "chat_api.h"
 #include "completion_api.h"
 #include "http_reader.h"
 #include "request.h"
 #include "strbuf.h"
+#include "tokenizer.h"
+#include "tokenizer_train.h"
 #include "fuzz_rng.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -169,6 +179,127 @@ static const char *sb_str(const struct strbuf *sb)
 	return sb->len ? sb->data : "";
 }
 
+/* ------------------------------------------------------------------------
+ * Chat bodies
+ */
+
+/* Fields an error may name: the completion API's and chat's own. */
+static const char *const chat_params[] = {
+	"messages", "max_completion_tokens", "temperature", "top_p", "top_k",
+	"min_p", "seed", "logit_bias", "logprobs", "top_logprobs", "n", "stop",
+	"ignore_eos",
+};
+
+static bool chat_param(const char *p)
+{
+	for (size_t i = 0; i < sizeof(chat_params) / sizeof(chat_params[0]); i++)
+		if (!strcmp(p, chat_params[i]))
+			return true;
+	return known_param(p);
+}
+
+static enum chat_template chat_tmpl;	/* this input's: control bit 5 */
+
+/* The tokenizer chat bodies are encoded with, trained once. */
+static const struct tokenizer *chat_tokenizer(void)
+{
+	static struct tokenizer *tok;
+	struct strbuf file = STRBUF_INIT;
+	char err[256];
+
+	if (tok)
+		return tok;
+	CHECK(tokenizer_train(tokenizer_builtin_corpus,
+			      strlen(tokenizer_builtin_corpus), 512, &file, NULL,
+			      err, sizeof(err)) == 0);
+	CHECK(tokenizer_load_mem(file.data, file.len, 512, "fuzz", &tok, err,
+				 sizeof(err)) == 0);
+	strbuf_release(&file);
+	return tok;
+}
+
+/* An answer or chunk of chat: JSON, the id as the server writes it. */
+static void check_chat_json(const char *text, size_t len, const char *id)
+{
+	json_t *o = must_json(text, len), *got = json_object_get(o, "id");
+
+	CHECK(json_is_string(got));
+	if (!strncmp(id, COMPLETION_ID_PREFIX, strlen(COMPLETION_ID_PREFIX)))
+		CHECK(!strncmp(json_string_value(got), "chat", 4) &&
+		      !strcmp(json_string_value(got) + 4, id));
+	else
+		CHECK(!strcmp(json_string_value(got), id));
+	CHECK(json_is_object(json_array_get(json_object_get(o, "choices"), 0)));
+	json_decref(o);
+}
+
+static void check_chat(const struct http_message *msg,
+		       const struct request_limits *lim, struct strbuf *out)
+{
+	struct request_limits cl = *lim;
+	struct completion_request c;
+	struct completion_choice one;
+	struct completion_meta m;
+	struct completion_usage usage;
+	const char *param = "unset";
+	char err[512];
+	json_t *ref;
+	int rc;
+
+	cl.tok = chat_tokenizer();
+	err[0] = '\0';
+	rc = chat_parse(sb_str(&msg->body), msg->body.len, chat_tmpl, &cl, &c,
+			err, sizeof(err), &param);
+	CHECK(rc == 0 || rc == -EINVAL || rc == -ENOMEM);
+	ref = json_loadb(sb_str(&msg->body), msg->body.len,
+			 JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, NULL);
+	if (rc) {
+		CHECK(err[0] != '\0');
+		CHECK(!param || chat_param(param));
+		if (rc == -EINVAL && !json_is_object(ref))
+			CHECK(param == NULL);
+		check_error_format(out, err, param);
+		json_decref(ref);
+		completion_request_release(&c);
+		return;
+	}
+	CHECK(param == NULL);
+	CHECK(json_is_object(ref));
+	CHECK(json_array_size(json_object_get(ref, "messages")) > 0);
+	CHECK(c.stream == json_is_true(json_object_get(ref, "stream")));
+	json_decref(ref);
+	CHECK(c.req.n_prompt > 0 && c.req.prompt[0] == TOKENIZER_BOS);
+	if (chat_tmpl == CHAT_TEMPLATE_CHATML) {
+		bool found = false;
+
+		for (uint32_t i = 0; i < c.req.n_stop_strs; i++)
+			found |= !strcmp(c.req.stop_strs[i], CHAT_CHATML_END);
+		CHECK(found);
+	}
+
+	m.created = msg->body.len;
+	m.id = c.req.id ? c.req.id : "cmpl-fuzz";
+	m.model = "sim";
+	usage = (struct completion_usage){ c.req.n_prompt, c.req.max_tokens };
+	/* the body's bytes as the answer's text: any bytes, still JSON */
+	one = (struct completion_choice){ .text = sb_str(&msg->body),
+		.text_len = msg->body.len, .tokens = c.req.prompt,
+		.n_tokens = c.req.n_prompt, .finish_reason = "stop" };
+	out->len = 0;
+	CHECK(chat_format(out, &m, &one, 1, &usage, true, 1) == 0);
+	check_chat_json(out->data, out->len, m.id);
+	for (int kind = CHAT_CHUNK_ROLE; kind <= CHAT_CHUNK_FINISH; kind++) {
+		out->len = 0;
+		CHECK(chat_format_chunk(out, &m, (enum chat_chunk)kind, &one,
+					kind == CHAT_CHUNK_FINISH ? &usage : NULL) == 0);
+		CHECK(out->len > 8 && !memcmp(out->data, "data: ", 6));
+		CHECK(!memcmp(out->data + out->len - 2, "\n\n", 2));
+		CHECK(!memchr(out->data, '\n', out->len - 2));
+		check_chat_json(out->data + 6, out->len - 8, m.id);
+	}
+	completion_request_release(&c);
+}
+
 /* One complete request: its body through the completion API. */
 static void check_request(const struct http_message *msg,
 			  const struct request_limits *lim, struct strbuf *out)
@@ -182,6 +313,7 @@ static void check_request(const struct http_message *msg,
 	json_t *ref;
 	int rc;
 
+	check_chat(msg, lim, out);
 	err[0] = '\0';
 	rc = completion_parse(sb_str(&msg->body), msg->body.len, lim, &c, err,
 			      sizeof(err), &param);
@@ -362,6 +494,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size < 1)
 		return 0;
 	ctl = data[0];
+	chat_tmpl = ctl & 32 ? CHAT_TEMPLATE_CHATML : CHAT_TEMPLATE_LLAMA2;
 	pick_http_limits(ctl, &rng, &hl);
 	read_connection(data + 1, size - 1, &hl, ctl & 16 ? &rl_large : &rl_small,
 			(enum piece_mode)(ctl & 3), &rng, true, &log_pieces, &out);

@@ -2,6 +2,10 @@
 // client (v4), as a user of an OpenAI-compatible server would.
 //
 //   node openai_client.mjs BASE_URL API_KEY REQUESTS.jsonl RESULTS.jsonl
+//   node openai_client.mjs --text BASE_URL API_KEY TEMPLATE DYNBATCH TOKENIZER MODEL
+//
+// The second form (a server with --tokenizer and --chat-template TEMPLATE):
+// see textMain() below.
 //
 // BASE_URL ends in /v1; REQUESTS hold docs/DESIGN.md 3.1 lines; every one is
 // sent twice, as a plain completion and as a stream, and the two must agree
@@ -14,16 +18,23 @@
 // The script must be run from where `import "openai"` resolves (e2e_openai.sh
 // copies it next to a link to the node_modules it installs).  Exit 0 when everything
 // agreed, 1 with a message per disagreement otherwise, 2 on bad arguments.
-import { readFileSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import OpenAI from "openai";
 import { VERSION } from "openai/version";
 
 const CONCURRENCY = Number(process.env.OPENAI_E2E_CONCURRENCY) || 8;
 const MODEL = "sim";
 
-const [baseURL, apiKey, requestsPath, resultsPath] = process.argv.slice(2);
-if (!resultsPath) {
-	console.error("usage: node openai_client.mjs BASE_URL API_KEY REQUESTS.jsonl RESULTS.jsonl");
+const args = process.argv.slice(2);
+const TEXT_MODE = args[0] === "--text";
+const [baseURL, apiKey, requestsPath, resultsPath] = TEXT_MODE ? args.slice(1, 3) : args;
+const [TEMPLATE, DYNBATCH, TOKENIZER, TEXT_MODEL] = TEXT_MODE ? args.slice(3) : [];
+if (TEXT_MODE ? !TEXT_MODEL || !["llama2", "chatml"].includes(TEMPLATE) : !resultsPath) {
+	console.error("usage: node openai_client.mjs BASE_URL API_KEY REQUESTS.jsonl RESULTS.jsonl\n" +
+		      "       node openai_client.mjs --text BASE_URL API_KEY llama2|chatml DYNBATCH TOKENIZER MODEL");
 	process.exit(2);
 }
 
@@ -238,6 +249,18 @@ async function errors() {
 		await expectError(`${what}, stream`, OpenAI.BadRequestError, 400,
 				  () => client.completions.create({ ...body, stream: true }), param);
 	}
+	// This server has neither a tokenizer nor a chat template.
+	const chat = { model: MODEL, messages: [{ role: "user", content: "hi" }] };
+	for (const stream of [false, true]) {
+		const what = `chat without --chat-template${stream ? ", stream" : ""}`;
+		try {
+			await client.chat.completions.create({ ...chat, stream });
+			problem(`${what}: no error, want 400`);
+		} catch (err) {
+			if (!(err instanceof OpenAI.BadRequestError) || !/--chat-template/.test(err.message))
+				problem(`${what}: got ${describe(err)}, want 400 naming --chat-template`);
+		}
+	}
 }
 
 // A user who stops reading (`break` out of the loop) aborts the request; the
@@ -272,14 +295,278 @@ async function main() {
 	const n_tokens = results.reduce((n, r) => n + r.tokens.length, 0);
 	console.log(`openai_client: ${requests.length} requests x (plain + stream), ` +
 		    `${results.length} results, ${n_tokens} tokens, ${events} stream events; ` +
-		    `models, 3 x 401, 8 x 400, 4 abandoned streams; openai ${VERSION}, ${secs} s`);
+		    `models, 3 x 401, 10 x 400, 4 abandoned streams; openai ${VERSION}, ${secs} s`);
 	if (problems.length) {
 		console.error(`openai_client: ${problems.length} problem(s)`);
 		process.exit(1);
 	}
 }
 
-main().catch((err) => {
+// ---------------------------------------------------------------------------
+// Text mode (--text): a server with --tokenizer and --chat-template TEMPLATE.
+// Every answer is held to what `dynbatch run` (JSON Lines, the same model and
+// tokenizer) gives for the same request, DYNBATCH run by this script:
+//   - /v1/completions with a string prompt: text and finish_reason;
+//   - "stop" strings: a stop taken from the middle of the unstopped text
+//     cuts the answer right before it (finish_reason "stop");
+//   - streams: the chunks' texts, concatenated, are the plain answer;
+//   - seeds: the same seed twice gives the same sampled text;
+//   - chat, plain and streamed, n = 2 included: the content is the JSON
+//     Lines text of the prompt that this script renders with its own
+//     implementation of the template (below), so a server that renders
+//     differently fails.  A llama2 conversation of several turns is a token
+//     sequence no string prompt gives (BOS/EOS between turns, chat_api.h):
+//     its prompt_tokens must be the sum of its turns' (each a string
+//     prompt) plus one EOS per closed turn.
+// ---------------------------------------------------------------------------
+
+// The templates, written from Meta's llama-2 chat_completion() and the
+// ChatML description, independently of coordinator/chat_api.c.
+const stripAscii = (s) => s.replace(/^[ \t\n\v\f\r]+|[ \t\n\v\f\r]+$/g, "");
+
+function llama2Turns(messages) {
+	let m = messages;
+	if (m[0].role === "system")
+		m = [{ role: m[1].role, content: `<<SYS>>\n${m[0].content}\n<</SYS>>\n\n${m[1].content}` },
+		     ...m.slice(2)];
+	const turns = [];
+	for (let i = 0; i < m.length; i += 2)
+		turns.push(i + 1 < m.length ?
+			   `[INST] ${stripAscii(m[i].content)} [/INST] ${stripAscii(m[i + 1].content)} ` :
+			   `[INST] ${stripAscii(m[i].content)} [/INST]`);
+	return turns;
+}
+
+function chatmlText(messages) {
+	return messages.map((m) => `<|im_start|>${m.role}\n${m.content}<|im_end|>\n`).join("") +
+		"<|im_start|>assistant\n";
+}
+
+// Run JSON Lines requests through `dynbatch run`; results by "id" (and
+// "id#index" for a choice of n > 1).
+function runReference(lines) {
+	const dir = mkdtempSync(join(tmpdir(), "openai-ref-"));
+	try {
+		const input = join(dir, "in.jsonl"), output = join(dir, "out.jsonl");
+		writeFileSync(input, lines.map((l) => JSON.stringify(l) + "\n").join(""));
+		execFileSync(DYNBATCH, ["run", "--workers", "1", "--batch", "8", "--model", TEXT_MODEL,
+					"--tokenizer", TOKENIZER, "--no-progress",
+					"--input", input, "--output", output],
+			     { stdio: ["ignore", "ignore", "pipe"], timeout: 30000 });
+		const byId = new Map();
+		for (const l of readFileSync(output, "utf8").split("\n")) {
+			if (!l.trim())
+				continue;
+			const r = JSON.parse(l);
+			byId.set(r.index === undefined ? r.id : `${r.id}#${r.index}`, r);
+		}
+		return byId;
+	} finally {
+		rmSync(dir, { recursive: true, force: true });
+	}
+}
+
+let checks = 0;
+function expectSame(what, got, want) {
+	checks++;
+	if (!same(got, want))
+		problem(`${what}: got ${JSON.stringify(got)}, want ${JSON.stringify(want)}`);
+}
+
+// A stop string from the middle of text: two code points, no U+FFFD (an
+// invalid byte's stand-in, not text the model made).  null if none.
+function stopFrom(text) {
+	const cps = Array.from(text);
+	for (let i = Math.floor(cps.length / 2); i + 2 <= cps.length; i++) {
+		const s = cps[i] + cps[i + 1];
+		if (!s.includes("\ufffd") && s.trim() === s && s.length)
+			return s;
+	}
+	return null;
+}
+
+async function streamCompletionText(body) {
+	let text = "", finish = null;
+	for await (const chunk of await client.completions.create({ ...body, stream: true })) {
+		const c = chunk.choices[0];
+		text += c.text ?? "";
+		if (c.finish_reason)
+			finish = c.finish_reason;
+	}
+	return { text, finish };
+}
+
+// A chat stream: per choice, the content and the finish_reason, checking
+// the chunk shapes (role first, an empty delta with the finish_reason last).
+async function streamChat(what, body) {
+	const per = new Map();
+	let usage = null;
+	for await (const chunk of await client.chat.completions.create({ ...body, stream: true })) {
+		if (chunk.object !== "chat.completion.chunk" || !/^chatcmpl-/.test(chunk.id))
+			problem(`${what}: chunk ${JSON.stringify(chunk)}`);
+		if (chunk.usage)
+			usage = chunk.usage;
+		for (const c of chunk.choices) {
+			const st = per.get(c.index) ?? { content: "", role: false, finish: null };
+			per.set(c.index, st);
+			if (st.finish)
+				problem(`${what}: choice ${c.index}: chunk after its finish_reason`);
+			if (c.delta.role !== undefined) {
+				if (st.role || st.content || c.delta.role !== "assistant")
+					problem(`${what}: choice ${c.index}: role chunk ${JSON.stringify(c)}`);
+				st.role = true;
+			} else if (!st.role) {
+				problem(`${what}: choice ${c.index}: content before the role chunk`);
+			}
+			st.content += c.delta.content ?? "";
+			if (c.finish_reason) {
+				if (Object.keys(c.delta).length)
+					problem(`${what}: choice ${c.index}: finish chunk with delta ${JSON.stringify(c.delta)}`);
+				st.finish = c.finish_reason;
+			}
+		}
+	}
+	return { per, usage };
+}
+
+async function textMain() {
+	const t0 = performance.now();
+	const stopExtra = TEMPLATE === "chatml" ? ["<|im_end|>"] : [];
+	// The conversations: [messages, their reference prompt(s)].
+	const convs = [
+		[{ role: "user", content: "Hello there, who are you?" }],
+		[{ role: "system", content: "You answer in one line." },
+		 { role: "user", content: "  Tell me about the weather.\n" }],
+		[{ role: "system", content: "Be brief." },
+		 { role: "user", content: "hi" },
+		 { role: "assistant", content: " Hello! " },
+		 { role: "user", content: [{ type: "text", text: "what is " }, { type: "text", text: "2+2?" }] }],
+	];
+	const flat = (m) => m.map((x) => ({ role: x.role,
+		content: typeof x.content === "string" ? x.content : x.content.map((p) => p.text).join("") }));
+	const ref1 = [
+		{ id: "plain", prompt: "The quick brown fox jumps over the lazy dog", max_tokens: 40 },
+		{ id: "seeded", prompt: "Once upon a time", max_tokens: 24, temperature: 0.9, seed: 1234 },
+	];
+	convs.forEach((m, i) => {
+		const fm = flat(m);
+		if (TEMPLATE === "chatml") {
+			ref1.push({ id: `chat${i}`, prompt: chatmlText(fm), max_tokens: 32, stop: stopExtra });
+			ref1.push({ id: `chat${i}n2`, prompt: chatmlText(fm), max_tokens: 16, stop: stopExtra,
+				    temperature: 0.8, seed: 7, n: 2 });
+		} else {
+			const turns = llama2Turns(fm);
+			turns.forEach((t, j) => ref1.push({ id: `chat${i}turn${j}`, prompt: t, max_tokens: 32 }));
+			if (turns.length === 1)
+				ref1.push({ id: `chat${i}n2`, prompt: turns[0], max_tokens: 16,
+					    temperature: 0.8, seed: 7, n: 2 });
+		}
+	});
+	const ref = runReference(ref1);
+
+	// --- completions: string prompt, stream, seed --------------------------
+	const plainBody = { model: MODEL, prompt: ref1[0].prompt, max_tokens: 40 };
+	const plain = await client.completions.create(plainBody);
+	expectSame("string prompt: text", plain.choices[0].text, ref.get("plain").text);
+	expectSame("string prompt: finish_reason", plain.choices[0].finish_reason,
+		   ref.get("plain").finish_reason);
+	expectSame("string prompt: prompt_tokens", plain.usage.prompt_tokens,
+		   ref.get("plain").usage.prompt_tokens);
+	const streamed = await streamCompletionText(plainBody);
+	expectSame("string prompt, stream: text", streamed.text, plain.choices[0].text);
+	expectSame("string prompt, stream: finish_reason", streamed.finish, plain.choices[0].finish_reason);
+
+	const seededBody = { model: MODEL, prompt: ref1[1].prompt, max_tokens: 24, temperature: 0.9, seed: 1234 };
+	const s1 = await client.completions.create(seededBody);
+	const s2 = await client.completions.create(seededBody);
+	expectSame("seed: same text twice", s2.choices[0].text, s1.choices[0].text);
+	expectSame("seed: text", s1.choices[0].text, ref.get("seeded").text);
+	expectSame("seed, stream: text", (await streamCompletionText(seededBody)).text, s1.choices[0].text);
+
+	// --- stop strings: one taken from the unstopped text -------------------
+	const full = ref.get("plain").text;
+	const stop = stopFrom(full);
+	if (!stop) {
+		problem(`stop: no stop string can be taken from ${JSON.stringify(full)}`);
+	} else {
+		const want = full.slice(0, full.indexOf(stop));
+		const stopped = await client.completions.create({ ...plainBody, stop: [stop, "never-said"] });
+		expectSame(`stop ${JSON.stringify(stop)}: text`, stopped.choices[0].text, want);
+		expectSame(`stop ${JSON.stringify(stop)}: finish_reason`, stopped.choices[0].finish_reason, "stop");
+		checks++;
+		if (stopped.choices[0].text.includes(stop))
+			problem(`stop ${JSON.stringify(stop)}: the text holds the stop`);
+		const st = await streamCompletionText({ ...plainBody, stop });
+		expectSame(`stop ${JSON.stringify(stop)}, stream: text`, st.text, want);
+		expectSame(`stop ${JSON.stringify(stop)}, stream: finish_reason`, st.finish, "stop");
+	}
+
+	// --- chat ---------------------------------------------------------------
+	for (const [i, messages] of convs.entries()) {
+		const what = `chat ${TEMPLATE} #${i}`;
+		const body = { model: MODEL, messages, max_tokens: 32 };
+		const res = await client.chat.completions.create(body);
+		const c = res.choices[0];
+		checks++;
+		if (res.object !== "chat.completion" || !/^chatcmpl-/.test(res.id) || res.choices.length !== 1 ||
+		    c.index !== 0 || c.message.role !== "assistant" || typeof c.message.content !== "string")
+			problem(`${what}: answer shape ${JSON.stringify(res)}`);
+		const turns = llama2Turns(flat(messages));
+		if (TEMPLATE === "chatml" || turns.length === 1) {
+			const r = ref.get(TEMPLATE === "chatml" ? `chat${i}` : `chat${i}turn0`);
+			expectSame(`${what}: content`, c.message.content, r.text);
+			expectSame(`${what}: finish_reason`, c.finish_reason, r.finish_reason);
+			expectSame(`${what}: prompt_tokens`, res.usage.prompt_tokens, r.usage.prompt_tokens);
+		} else {
+			let n = turns.length - 1;	// an EOS after each closed turn
+			turns.forEach((_, j) => { n += ref.get(`chat${i}turn${j}`).usage.prompt_tokens; });
+			expectSame(`${what}: prompt_tokens (turns + EOS)`, res.usage.prompt_tokens, n);
+		}
+		const s = await streamChat(`${what}, stream`, body);
+		expectSame(`${what}, stream: content`, s.per.get(0)?.content, c.message.content);
+		expectSame(`${what}, stream: finish_reason`, s.per.get(0)?.finish, c.finish_reason);
+		expectSame(`${what}, stream: usage`, s.usage, res.usage);
+
+		// n = 2 sampled choices, seeded: each as the JSON Lines run's
+		const r0 = ref.get(`chat${i}n2#0`), r1 = ref.get(`chat${i}n2#1`);
+		if (!r0)
+			continue;
+		const nBody = { model: MODEL, messages, max_tokens: 16, temperature: 0.8, seed: 7, n: 2 };
+		const two = await client.chat.completions.create(nBody);
+		expectSame(`${what}, n=2: contents`, two.choices.map((x) => x.message.content), [r0.text, r1.text]);
+		const again = await client.chat.completions.create(nBody);
+		expectSame(`${what}, n=2: same seed, same contents`, again.choices.map((x) => x.message.content),
+			   two.choices.map((x) => x.message.content));
+		const s2n = await streamChat(`${what}, n=2 stream`, nBody);
+		expectSame(`${what}, n=2 stream: contents`, [0, 1].map((k) => s2n.per.get(k)?.content),
+			   [r0.text, r1.text]);
+	}
+
+	// --- chat errors ----------------------------------------------------------
+	const badChats = [
+		["role 'tool'", [{ role: "tool", content: "x" }]],
+		["no messages", []],
+		["image part", [{ role: "user", content: [{ type: "image_url", image_url: { url: "x" } }] }]],
+	];
+	if (TEMPLATE === "llama2")
+		badChats.push(["llama2: assistant last", [{ role: "user", content: "x" }, { role: "assistant", content: "y" }]]);
+	for (const [what, messages] of badChats)
+		for (const stream of [false, true])
+			await expectError(`chat ${what}${stream ? ", stream" : ""}`, OpenAI.BadRequestError, 400,
+					  () => client.chat.completions.create({ model: MODEL, messages, stream }),
+					  "messages");
+
+	const secs = ((performance.now() - t0) / 1000).toFixed(2);
+	console.log(`openai_client --text ${TEMPLATE}: ${checks} checks against ${ref.size} JSON Lines ` +
+		    `results (string prompt, stop, stream, seed, chat plain/stream/n=2), ` +
+		    `${badChats.length * 2} x 400; openai ${VERSION}, ${secs} s`);
+	if (problems.length) {
+		console.error(`openai_client: ${problems.length} problem(s)`);
+		process.exit(1);
+	}
+}
+
+(TEXT_MODE ? textMain : main)().catch((err) => {
 	console.error(`openai_client: ${describe(err)}`);
 	process.exit(1);
 });
