@@ -199,6 +199,9 @@ cat > "$T/eos.jsonl" <<'JSONL'
 {"id":"bos","prompt":"hello","max_tokens":5,"temperature":0,"logit_bias":{"1":100}}
 {"id":"eos-ign","prompt":"hello","max_tokens":5,"temperature":0,"logit_bias":{"2":100},"ignore_eos":true}
 {"id":"eos-stop","prompt":"hello","max_tokens":5,"temperature":0,"logit_bias":{"2":100},"ignore_eos":true,"stop":"s></"}
+{"id":"prio1","prompt":"hello","max_tokens":5,"temperature":0,"logit_bias":{"100":100},"stop":"a","stop_token_ids":[100]}
+{"id":"prio2","prompt":"hello","max_tokens":5,"temperature":0,"logit_bias":{"100":100},"stop":["x","aa"],"stop_sequences":[[100,100]]}
+{"id":"prio3","prompt":"hello","max_tokens":5,"temperature":0,"logit_bias":{"100":100},"stop":"aa","stop_sequences":[[100,100]],"include_stop":true}
 JSONL
 run --workers 1 --model "$SIM" --tokenizer "$TOK" --input "$T/eos.jsonl" \
 	--output "$T/eos.out" 2> "$T/err"
@@ -211,6 +214,13 @@ expect_eq "ignore_eos: runs to max_tokens" "$(got eos-ign)" \
 	'["length",[2,2,2,2,2],"</s></s></s></s></s>"]'
 expect_eq "ignore_eos: a stop string across the end tokens' text" "$(got eos-stop)" \
 	'["stop",[2,2],"</"]'
+# token 100 is the byte "a": a string stop and a token stop complete on
+# the same token, and the string stop wins (its token stays in tokens)
+expect_eq "string and token stop on one token: the string stop wins" "$(got prio1)" \
+	'["stop",[100],""]'
+expect_eq "string and token stop over two tokens: the string stop wins" "$(got prio2)" \
+	'["stop",[100,100],""]'
+expect_eq "the same with include_stop" "$(got prio3)" '["stop",[100,100],"aa"]'
 
 echo "== bad stops and tokenizers: clear errors"
 LONG=$(printf 'a%.0s' $(seq 257))
