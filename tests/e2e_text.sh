@@ -193,19 +193,38 @@ serve_stop
 expect_eq "serve exit 0" "$SRV_RC" 0
 
 echo "== the end tokens: EOS ends a request unless ignore_eos"
-cat > "$T/eos.jsonl" <<'JSONL'
+# the id of the piece " " (the dummy prefix): after BOS it loses its space
+SPACE=$(python3 - "$TOK" <<'PY'
+import struct, sys
+d = open(sys.argv[1], "rb").read()
+off = 4
+for i in range(100000):
+    n = struct.unpack_from("<i", d, off + 4)[0]
+    if d[off + 8:off + 8 + n] == b" ":
+        print(i)
+        break
+    off += 8 + n
+PY
+)
+cat > "$T/eos.jsonl" <<JSONL
+{"id":"space","prompt":[1],"max_tokens":3,"temperature":0,"logit_bias":{"$SPACE":100}}
+JSONL
+cat >> "$T/eos.jsonl" <<'JSONL'
 {"id":"eos","prompt":"hello","max_tokens":5,"temperature":0,"logit_bias":{"2":100}}
 {"id":"eos-inc","prompt":"hello","max_tokens":5,"temperature":0,"logit_bias":{"2":100},"include_stop":true}
 {"id":"bos","prompt":"hello","max_tokens":5,"temperature":0,"logit_bias":{"1":100}}
 {"id":"eos-ign","prompt":"hello","max_tokens":5,"temperature":0,"logit_bias":{"2":100},"ignore_eos":true}
 {"id":"eos-stop","prompt":"hello","max_tokens":5,"temperature":0,"logit_bias":{"2":100},"ignore_eos":true,"stop":"s></"}
+{"id":"after-bos","prompt":[1],"max_tokens":12,"ignore_eos":true}
+{"id":"no-prompt","prompt":[],"max_tokens":12,"ignore_eos":true}
+{"id":"empty-text","prompt":"","max_tokens":12,"ignore_eos":true,"stop":[" ","e"]}
 {"id":"prio1","prompt":"hello","max_tokens":5,"temperature":0,"logit_bias":{"100":100},"stop":"a","stop_token_ids":[100]}
 {"id":"prio2","prompt":"hello","max_tokens":5,"temperature":0,"logit_bias":{"100":100},"stop":["x","aa"],"stop_sequences":[[100,100]]}
 {"id":"prio3","prompt":"hello","max_tokens":5,"temperature":0,"logit_bias":{"100":100},"stop":"aa","stop_sequences":[[100,100]],"include_stop":true}
 JSONL
 run --workers 1 --model "$SIM" --tokenizer "$TOK" --input "$T/eos.jsonl" \
 	--output "$T/eos.out" 2> "$T/err"
-check_text "end tokens" "$SIM" "$T/eos.jsonl" "$T/eos.out"
+check_text "end tokens; prompts [1], [] and \"\"" "$SIM" "$T/eos.jsonl" "$T/eos.out"
 got() { jq -c "select(.id == \"$1\") | [.finish_reason, .tokens, .text]" "$T/eos.out"; }
 expect_eq "EOS: stop, left out of tokens and text" "$(got eos)" '["stop",[],""]'
 expect_eq "EOS with include_stop: in tokens, not in text" "$(got eos-inc)" '["stop",[2],""]'
@@ -214,6 +233,8 @@ expect_eq "ignore_eos: runs to max_tokens" "$(got eos-ign)" \
 	'["length",[2,2,2,2,2],"</s></s></s></s></s>"]'
 expect_eq "ignore_eos: a stop string across the end tokens' text" "$(got eos-stop)" \
 	'["stop",[2,2],"</"]'
+expect_eq "after BOS a piece loses its leading space" "$(got space)" \
+	"[\"length\",[$SPACE,$SPACE,$SPACE],\"  \"]"
 # token 100 is the byte "a": a string stop and a token stop complete on
 # the same token, and the string stop wins (its token stays in tokens)
 expect_eq "string and token stop on one token: the string stop wins" "$(got prio1)" \

@@ -502,12 +502,25 @@ static int future_text(const struct gen_opts *o, const struct gen_req *rq,
 /*
  * One stop string into buf (at most GEN_MAX_STOP_BYTES): cut from the
  * future text (fire), the same with its last byte changed (a near miss),
- * or cut from the corpus.  Returns its length.
+ * the prompt's last bytes and the output's first (it must NOT fire: stops
+ * match the generated text only), or cut from the corpus.  Returns its
+ * length.
  */
 static size_t gen_stop_str(const struct gen_opts *o, const struct strbuf *text,
-			   const size_t *ends, uint32_t n_ends, char *buf)
+			   const size_t *ends, uint32_t n_ends,
+			   const char *prompt, size_t n_prompt, char *buf)
 {
 	uint32_t kind = rnd_below(100);
+
+	if (kind >= 94 && n_prompt && text->len) {	/* across the boundary */
+		size_t a = 1 + rnd_below(min_u32((uint32_t)n_prompt, 3));
+		size_t b = 1 + rnd_below(min_u32((uint32_t)text->len, 3));
+
+		memcpy(buf, prompt + n_prompt - a, a);
+		memcpy(buf + a, text->data, b);
+		if (text_ok(buf, a + b))
+			return a + b;
+	}
 
 	for (int tries = 0; kind < 80 && text->len && tries < 30; tries++) {
 		size_t start, len = 1 + rnd_below(GEN_MAX_STOP_BYTES);
@@ -600,7 +613,8 @@ static int gen_one_text(const struct gen_opts *o, uint64_t idx,
 
 		rc |= strbuf_printf(sb, array ? ",\"stop\":[" : ",\"stop\":");
 		for (uint32_t i = 0; i < n; i++) {
-			size_t sl = gen_stop_str(o, &text, ends, n_ends, stop);
+			size_t sl = gen_stop_str(o, &text, ends, n_ends,
+						 o->corpus + at, len, stop);
 
 			if (i)
 				rc |= strbuf_append(sb, ",", 1);
