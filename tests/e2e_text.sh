@@ -98,11 +98,20 @@ grep -q "kills=[1-9]" "$T/fault.err" && pass "workers were killed" ||
 	fail "no worker was killed: $(tail -n 1 "$T/fault.err")"
 
 echo "== run --stream: the deltas add up to the text, no byte taken back"
-for workers in 0 3; do
-	run --stream --workers $workers --batch 7 --model "$SIM" --tokenizer "$TOK" \
-		--input "$T/w.jsonl" --output "$T/stream-$workers.out" 2> "$T/err"
+for workers in 0 3 kill; do
+	label="workers $workers"
+	if [ $workers = kill ]; then	# 3 workers, some killed: rows redone
+		label="workers 3, kill -9"
+		timeout -k 5 60 "$BIN/fault_inject" --seed "$SEED" --kill-rate 20 -- \
+			"$BIN/dynbatch" run --no-progress --stream --model "$SIM,call_us=300" \
+			--tokenizer "$TOK" --workers 3 --batch 7 --step-timeout 2000 \
+			--input "$T/w.jsonl" --output "$T/stream-$workers.out" 2> "$T/err"
+	else
+		run --stream --workers $workers --batch 7 --model "$SIM" --tokenizer "$TOK" \
+			--input "$T/w.jsonl" --output "$T/stream-$workers.out" 2> "$T/err"
+	fi
 	grep '"finish_reason"' "$T/stream-$workers.out" > "$T/stream-$workers.results"
-	check_text "stream, workers $workers: result lines" "$SIM" "$T/w.jsonl" \
+	check_text "stream, $label: result lines" "$SIM" "$T/w.jsonl" \
 		"$T/stream-$workers.results"
 	if python3 - "$T/stream-$workers.out" > "$T/stream.log" <<'PY'
 import json, sys
@@ -133,9 +142,9 @@ print("%d delta lines, %d of them with tokens but no text (held back), %d proble
 sys.exit(1 if bad else 0)
 PY
 	then
-		pass "stream, workers $workers: $(tail -n 1 "$T/stream.log")"
+		pass "stream, $label: $(tail -n 1 "$T/stream.log")"
 	else
-		fail "stream, workers $workers:"; sed 's/^/       /' "$T/stream.log"
+		fail "stream, $label:"; sed 's/^/       /' "$T/stream.log"
 	fi
 done
 
