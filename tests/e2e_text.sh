@@ -52,7 +52,8 @@ reqs = {}
 for l in open(sys.argv[1]):
     q = json.loads(l)
     reqs[q["id"]] = q
-n_stop = n_cut = n_eos = n_fffd = 0
+TOKEN_STOPS = ("stop_token", "stop_token_ids", "stop_sequence", "stop_sequences")
+n_stop = n_string = n_end = n_fffd = 0
 for l in open(sys.argv[2]):
     r = json.loads(l)
     q = reqs[r["id"]]
@@ -60,17 +61,20 @@ for l in open(sys.argv[2]):
     if r["finish_reason"] != "stop":
         continue
     n_stop += 1
-    # a stop string fired: the result has a stop and its text is shorter
-    # than the text of its tokens would be; approximated by "has stop"
-    if "stop" in q and r["tokens"] and r["tokens"][-1] not in (1, 2):
-        n_cut += 1
-    if not r["tokens"] or r["tokens"][-1] in (1, 2) or len(r["tokens"]) < r["usage"]["completion_tokens"]:
-        n_eos += 1
-print(n_stop, n_cut, n_eos, n_fffd)
+    if any(k in q for k in TOKEN_STOPS):
+        continue
+    # without token stops a stop is a stop string or an end token (left
+    # out of tokens, or the last one with include_stop)
+    t = r["tokens"]
+    if len(t) < r["usage"]["completion_tokens"] or (t and t[-1] in (1, 2)):
+        n_end += 1
+    else:
+        n_string += 1
+print(n_stop, n_string, n_end, n_fffd)
 PY
 )
 set -- $fired
-echo "  workload: $(wc -l < "$T/w.jsonl") requests; reference: $1 stopped, $2 of them with stop strings, $3 at an end token or token stop, $4 texts with invalid UTF-8"
+echo "  workload: $(wc -l < "$T/w.jsonl") requests; reference: $1 stopped, $2 surely by a stop string, $3 by an end token, $4 texts with invalid UTF-8"
 expect_gt "stop strings fire in the workload" "${2:-0}" 30
 
 echo "== workers 0/1/3 x batch 1/7/64: text exact against refdecode --tokenizer"
@@ -98,22 +102,10 @@ grep -q "kills=[1-9]" "$T/fault.err" && pass "workers were killed" ||
 	fail "no worker was killed: $(tail -n 1 "$T/fault.err")"
 
 echo "== run --stream: the deltas add up to the text, no byte taken back"
-for workers in 0 3 kill; do
-	label="workers $workers"
-	if [ $workers = kill ]; then	# 3 workers, some killed: rows redone
-		label="workers 3, kill -9"
-		timeout -k 5 60 "$BIN/fault_inject" --seed "$SEED" --kill-rate 20 -- \
-			"$BIN/dynbatch" run --no-progress --stream --model "$SIM,call_us=300" \
-			--tokenizer "$TOK" --workers 3 --batch 7 --step-timeout 2000 \
-			--input "$T/w.jsonl" --output "$T/stream-$workers.out" 2> "$T/err"
-	else
-		run --stream --workers $workers --batch 7 --model "$SIM" --tokenizer "$TOK" \
-			--input "$T/w.jsonl" --output "$T/stream-$workers.out" 2> "$T/err"
-	fi
-	grep '"finish_reason"' "$T/stream-$workers.out" > "$T/stream-$workers.results"
-	check_text "stream, $label: result lines" "$SIM" "$T/w.jsonl" \
-		"$T/stream-$workers.results"
-	if python3 - "$T/stream-$workers.out" > "$T/stream.log" <<'PY'
+# stream_check.py OUT: per (id, index) the deltas are a prefix of the
+# result's text and with its "delta" add up to it (decoded JSON strings);
+# the delta lines' tokens are a prefix of the result's
+cat > "$T/stream_check.py" <<'PY'
 import json, sys
 sent, toks, bad, n_delta, n_held = {}, {}, [], 0, 0
 for l in open(sys.argv[1]):
@@ -141,12 +133,66 @@ for b in bad[:5]:
 print("%d delta lines, %d of them with tokens but no text (held back), %d problems" % (n_delta, n_held, len(bad)))
 sys.exit(1 if bad else 0)
 PY
+for workers in 0 3 kill; do
+	label="workers $workers"
+	if [ $workers = kill ]; then	# 3 workers, some killed: rows redone
+		label="workers 3, kill -9"
+		timeout -k 5 60 "$BIN/fault_inject" --seed "$SEED" --kill-rate 20 -- \
+			"$BIN/dynbatch" run --no-progress --stream --model "$SIM,call_us=300" \
+			--tokenizer "$TOK" --workers 3 --batch 7 --step-timeout 2000 \
+			--input "$T/w.jsonl" --output "$T/stream-$workers.out" 2> "$T/err"
+	else
+		run --stream --workers $workers --batch 7 --model "$SIM" --tokenizer "$TOK" \
+			--input "$T/w.jsonl" --output "$T/stream-$workers.out" 2> "$T/err"
+	fi
+	grep '"finish_reason"' "$T/stream-$workers.out" > "$T/stream-$workers.results"
+	check_text "stream, $label: result lines" "$SIM" "$T/w.jsonl" \
+		"$T/stream-$workers.results"
+	if python3 "$T/stream_check.py" "$T/stream-$workers.out" > "$T/stream.log"
 	then
 		pass "stream, $label: $(tail -n 1 "$T/stream.log")"
 	else
 		fail "stream, $label:"; sed 's/^/       /' "$T/stream.log"
 	fi
 done
+
+echo "== overlapping stops on a text of two letters (and the euro sign in bytes)"
+# logit_bias keeps the sampled text to the byte tokens of a and b (byte b
+# is token b + 3), and for some requests the bytes of U+20AC: stops such
+# as "abab" and "bab" overlap, share prefixes and end together, the euro
+# sign comes and goes in pieces
+python3 - "$SEED" > "$T/ab.jsonl" <<'PY'
+import json, random, sys
+r = random.Random(int(sys.argv[1]))
+for i in range(200):
+    bias = {"100": 20, "101": 20}
+    euro = i % 3 == 0
+    if euro:
+        bias.update({"229": 19.5, "133": 19.5, "175": 19.5})
+    stops = []
+    for _ in range(r.randint(1, 6)):
+        if euro and r.random() < 0.5:
+            stops.append("".join(r.choice(["\u20ac", "a", "b"]) for _ in range(r.randint(2, 4))))
+        else:
+            stops.append("".join(r.choice("ab") for _ in range(r.randint(2, 9))))
+    q = {"id": "ab%d" % i, "prompt": [5, 6, i % 50 + 3], "max_tokens": 60,
+         "temperature": 1.0, "seed": i, "logit_bias": bias, "stop": stops,
+         "include_stop": r.random() < 0.3}
+    if r.random() < 0.3:
+        q["stop_sequences"] = [[r.choice([100, 101]) for _ in range(r.randint(2, 5))]]
+    if r.random() < 0.3:
+        q["n"] = 2
+    print(json.dumps(q, ensure_ascii=False))
+PY
+run --stream --workers 3 --batch 16 --model "$SIM" --tokenizer "$TOK" \
+	--input "$T/ab.jsonl" --output "$T/ab.out" 2> "$T/err"
+grep '"finish_reason"' "$T/ab.out" > "$T/ab.results"
+check_text "two letters: results" "$SIM" "$T/ab.jsonl" "$T/ab.results"
+if python3 "$T/stream_check.py" "$T/ab.out" > "$T/stream.log"; then
+	pass "two letters, stream: $(tail -n 1 "$T/stream.log")"
+else
+	fail "two letters, stream:"; sed 's/^/       /' "$T/stream.log"
+fi
 
 echo "== HTTP: streamed and non-streamed text agree with the JSON Lines run"
 # requests of one choice that do not draw with an engine-picked seed
