@@ -363,7 +363,7 @@ if run --workers 2 --model "llama:$T/llama/model.bin" --input "$T/llama.jsonl" \
 	--output "$T/llama.out" 2> "$T/err"; then
 	expect_eq "llama: every result has text" \
 		"$(jq -r 'select(.text == null or .finish_reason == "error") | .id' "$T/llama.out" | wc -l)" 0
-	check_results "llama: string prompts encoded alike, tokens" "llama:$T/llama/model.bin" \
+	check_results "llama: string prompts encoded alike, tokens and text" "llama:$T/llama/model.bin" \
 		"$T/llama.jsonl" "$T/llama.out" --tokenizer "$T/llama/tokenizer.bin"
 else
 	fail "llama run: exit $?"; tail -n 3 "$T/err"

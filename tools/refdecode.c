@@ -45,7 +45,9 @@
  * decoded JSON strings, byte for byte (an invalid UTF-8 byte must show as
  * U+FFFD), and usage.prompt_tokens with the naive encoding's length.  A
  * cancelled result's text must be its tokens' text.  The llama --check
- * checks tokens only (prompts encoded the naive way).
+ * holds the tokens to the naive forward (ref_llama_check.c, which knows
+ * no end tokens: give such requests ignore_eos) and the text to the text
+ * rules replayed over those tokens.
  *
  * With --model llama:PATH the model is a naive llama forward pass
  * (ref_llama.c: full recompute, no cache, double accumulation), and --check
@@ -833,6 +835,44 @@ static const char *show_id(const struct ref *rf)
 	return rf->id ? rf->id : "(none)";
 }
 
+static int compare_text(struct check_stats *st, const char *who,
+			const struct res_extra *x, const char *want,
+			size_t n_want);
+
+/*
+ * llama with a tokenizer: the text must follow from the result's tokens
+ * (which ref_llama_check() holds to the naive forward): the text rules
+ * replayed over them must not end the request before its last token,
+ * and give its text.  0 or -ENOMEM.
+ */
+static int compare_llama_text(const struct ref_opts *o, struct check_stats *st,
+			      const char *who, const struct request *req,
+			      const struct ref_engine_result *res,
+			      const struct res_extra *x)
+{
+	struct strbuf text = STRBUF_INIT;
+	uint32_t n = (uint32_t)res->n_tokens, k, n_out = 0;
+	bool ended = false;
+	int rc = 0;
+
+	for (k = 1; k <= n && !ended && !rc; k++)
+		rc = ref_after_token(o->text, req, res->tokens, k, &ended,
+				     &n_out, &text);
+	if (rc == -ENOMEM)
+		goto out;
+	if (rc)		/* a token out of range: the token check says so */
+		rc = 0;
+	else if (ended && k - 1 < n)
+		mismatch(st, "%s: a stop ends the text at token %u, but the result goes on to %u tokens",
+			 who, k - 1, n);
+	else
+		rc = compare_text(st, who, x, text.data ? text.data : "",
+				  text.len);
+out:
+	strbuf_release(&text);
+	return rc;
+}
+
 /* Check a valid request's result against the llama reference.  0 or -ENOMEM. */
 static int compare_llama(const struct ref_opts *o, struct check_stats *st,
 			 struct ref *rf, const struct ref_engine_result *res)
@@ -1124,8 +1164,13 @@ static int compare(const struct ref_opts *o, struct check_stats *st,
 		mismatch(st, "%s: usage.prompt_tokens %s%" PRIu64 ", want %u (the naive encoder's)",
 			 who, x->has_prompt ? "" : "missing, ",
 			 x->has_prompt ? x->n_prompt : 0, rf->n_prompt);
-	if (o->llama)
-		return compare_llama(o, st, rf, res);
+	if (o->llama) {
+		int rc = compare_llama(o, st, rf, res);
+
+		if (rc || !o->text || strcmp(finish, "error") == 0)
+			return rc;
+		return compare_llama_text(o, st, who, rf->req, res, x);
+	}
 	if (rf->req)
 		return compare_choice(o, st, rf, res, x, who);
 	view = (struct ref_out){ .raw = rf->raw, .n_raw = rf->n_raw,
