@@ -7,11 +7,14 @@
 # tokens, invalid UTF-8 and pieces of words.  Every result equals
 # refdecode --tokenizer's naive decode (naive encoder, every stop searched
 # for over the whole text after each token) at workers 0/1/3 x batch
-# 1/7/64 and under kill -9; run --stream's deltas add up to the result's
-# text byte for byte and never take a byte back; HTTP streamed and
-# non-streamed text agree with the JSON Lines run; bad stops, a missing
-# or wrong tokenizer get clear errors; a tokenizer.bin beside a llama
-# checkpoint is picked up; EOS ends a request unless ignore_eos.
+# 1/7/64 and under kill -9; run --stream's deltas (also under kill -9)
+# add up to the result's text byte for byte and never take a byte back;
+# overlapping stops on a text of two letters (logit_bias) agree too;
+# HTTP streamed and non-streamed text agree with the JSON Lines run; EOS
+# and BOS end a request unless ignore_eos; a string stop beats a token
+# stop completing on the same token; bad stops, a missing or wrong
+# tokenizer get clear errors; a tokenizer.bin beside a llama checkpoint
+# is picked up.
 set -u
 . "$(dirname "$0")/e2e_lib.sh"
 
