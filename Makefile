@@ -43,7 +43,7 @@ WORKER_SRC := $(filter-out worker/main.c,$(wildcard worker/*.c))
 TEST_SRC := $(wildcard tests/test_*.c)
 # tools/ref_llama*.c are parts of bin/refdecode, not tools of their own.
 REFDECODE_PARTS := tools/ref_llama.c tools/ref_llama_check.c tools/ref_sampler.c \
-	tools/ref_sim_logits.c
+	tools/ref_sim_logits.c tools/ref_text.c
 # tools/ref_tokenizer.c, the naive encoder, is part of bin/bench_tokenizer
 # (and #included by tests/test_tokenizer.c).
 TOOL_SRC := $(filter-out tools/example_plugin.c tools/escape_plugin.c tools/probe_plugin.c \
@@ -127,8 +127,9 @@ $(BIN)/%: $(BUILD)/tools/%.o $(LIBCOMMON)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS_COMMON)
 
-# The reference decoder's naive llama model (refdecode --model llama:PATH).
-$(BIN)/refdecode: $(REFDECODE_PARTS:%.c=$(BUILD)/%.o)
+# The reference decoder's naive llama model (refdecode --model llama:PATH)
+# and its text rules with the naive encoder (refdecode --tokenizer).
+$(BIN)/refdecode: $(REFDECODE_PARTS:%.c=$(BUILD)/%.o) $(BUILD)/tools/ref_tokenizer.o
 
 # The benchmark times the naive encoder against common/tokenizer.c.
 $(BIN)/bench_tokenizer: $(BUILD)/tools/ref_tokenizer.o

@@ -5,7 +5,7 @@
  *   gen_workload [--n N] [--seed S] [--model SPEC] [--vocab V]
  *                [--model-seed S] [--max-prompt P] [--max-tokens M]
  *                [--stop-frac F] [--max-context C] [--ids PREFIX]
- *                [--sampling]
+ *                [--sampling] [--text CORPUS --tokenizer FILE]
  *
  * NOTES ON THE DESIGN
  *
@@ -30,6 +30,18 @@
  * engine reads.  Their draws come after a line's other draws: without the
  * option the output is what it always was.
  *
+ * --text CORPUS --tokenizer FILE (issue 16) makes text requests for a
+ * sim whose vocabulary is the tokenizer's: string prompts cut from the
+ * corpus at character boundaries (some empty), "stop" strings (a string
+ * or an array of 1..4) and some ignore_eos.  Stops that fire are cut from
+ * the request's real future text: the greedy output decoded token by
+ * token, 1..8 bytes, often across a token boundary (and so through byte
+ * tokens and multi-byte characters), kept only when valid UTF-8 without
+ * NUL; others are near misses (a fired one with its last byte changed,
+ * which streaming must hold back and then release) or corpus snippets.
+ * Some requests add token-id stops too.  Its draws replace the token
+ * prompt's; without it the output is what it always was.
+ *
  * Output depends only on the options: one splitmix64 stream, seeded by
  * --seed, drawn in a fixed order.  Nothing but the JSON Lines is printed.
  */
@@ -46,6 +58,7 @@
 #include "sim_model.h"
 #include "strbuf.h"
 #include "parse_num.h"
+#include "tokenizer.h"
 
 #define GEN_FLUSH_BYTES (1u << 16)
 #define GEN_MAX_STOP_LEN 4
@@ -61,6 +74,11 @@ struct gen_opts {
 	uint32_t max_context;	/* prompt + max_tokens never exceeds this */
 	const char *ids;	/* id prefix */
 	bool sampling;		/* add sampling fields */
+	const char *text_path;	/* --text: the corpus, or NULL */
+	const char *tok_path;	/* --tokenizer */
+	char *corpus;		/* --text: its bytes */
+	size_t corpus_len;
+	struct tokenizer *tok;
 };
 
 /* One request as it is being built. */
@@ -373,6 +391,259 @@ static int put_sampling(const struct gen_opts *o, struct strbuf *sb)
 }
 
 /* ------------------------------------------------------------------------
+ * Text requests (--text)
+ */
+
+#define GEN_MAX_STOP_BYTES 8
+#define GEN_MAX_STOP_STRS 4
+
+/* Length of the valid UTF-8 sequence at s[0..n), or 0 (strict: no
+ * overlong form, surrogate or code point past U+10FFFF). */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+	unsigned char b = s[0], lo = 0x80, hi = 0xBF;
+	size_t len;
+
+	if (b < 0x80)
+		return 1;
+	if (b >= 0xC2 && b <= 0xDF)
+		len = 2;
+	else if (b >= 0xE0 && b <= 0xEF)
+		len = 3;
+	else if (b >= 0xF0 && b <= 0xF4)
+		len = 4;
+	else
+		return 0;
+	if (b == 0xE0)
+		lo = 0xA0;
+	else if (b == 0xED)
+		hi = 0x9F;
+	else if (b == 0xF0)
+		lo = 0x90;
+	else if (b == 0xF4)
+		hi = 0x8F;
+	if (n < len || s[1] < lo || s[1] > hi)
+		return 0;
+	for (size_t i = 2; i < len; i++)
+		if (s[i] < 0x80 || s[i] > 0xBF)
+			return 0;
+	return len;
+}
+
+/* Valid UTF-8 without a NUL (what a JSON string of a request may hold). */
+static bool text_ok(const char *s, size_t n)
+{
+	for (size_t i = 0, k; i < n; i += k) {
+		k = utf8_seq((const unsigned char *)s + i, n - i);
+		if (!k || !s[i])
+			return false;
+	}
+	return true;
+}
+
+static bool is_cont(char c)
+{
+	return ((unsigned char)c & 0xC0) == 0x80;
+}
+
+/* A JSON string of s[0..n) (valid UTF-8 copied, controls escaped). */
+static int put_json_str(struct strbuf *sb, const char *s, size_t n)
+{
+	int rc = strbuf_append(sb, "\"", 1);
+
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c == '"' || c == '\\')
+			rc |= strbuf_printf(sb, "\\%c", c);
+		else if (c < 0x20)
+			rc |= strbuf_printf(sb, "\\u%04x", c);
+		else
+			rc |= strbuf_append(sb, s + i, 1);
+	}
+	return rc | strbuf_append(sb, "\"", 1);
+}
+
+/* A cut of the corpus at character boundaries, at most max bytes. */
+static void corpus_cut(const struct gen_opts *o, size_t max, size_t *at,
+		       size_t *len)
+{
+	size_t start = rnd_below((uint32_t)o->corpus_len), end;
+
+	while (start > 0 && is_cont(o->corpus[start]))
+		start--;
+	end = start + rnd_below((uint32_t)max + 1);
+	if (end > o->corpus_len)
+		end = o->corpus_len;
+	while (end < o->corpus_len && is_cont(o->corpus[end]))
+		end--;
+	*at = start;
+	*len = end - start;
+}
+
+/* The future text: the bytes of rq->future's first n tokens, and where
+ * each token's bytes end. */
+static int future_text(const struct gen_opts *o, const struct gen_req *rq,
+		       uint32_t n, struct strbuf *text, size_t *ends)
+{
+	int32_t prev = rq->n_prompt ? rq->prompt[rq->n_prompt - 1] : -1;
+
+	for (uint32_t i = 0; i < n; prev = rq->future[i++]) {
+		size_t len;
+		const char *p = tokenizer_piece(o->tok, prev, rq->future[i], &len);
+
+		if (p && len && strbuf_append(text, p, len))
+			return -ENOMEM;
+		ends[i] = text->len;
+	}
+	return 0;
+}
+
+/*
+ * One stop string into buf (at most GEN_MAX_STOP_BYTES): cut from the
+ * future text (fire), the same with its last byte changed (a near miss),
+ * the prompt's last bytes and the output's first (it must NOT fire: stops
+ * match the generated text only), or cut from the corpus.  Returns its
+ * length.
+ */
+static size_t gen_stop_str(const struct gen_opts *o, const struct strbuf *text,
+			   const size_t *ends, uint32_t n_ends,
+			   const char *prompt, size_t n_prompt, char *buf)
+{
+	uint32_t kind = rnd_below(100);
+
+	if (kind >= 94 && n_prompt && text->len) {	/* across the boundary */
+		size_t a = 1 + rnd_below(min_u32((uint32_t)n_prompt, 3));
+		size_t b = 1 + rnd_below(min_u32((uint32_t)text->len, 3));
+
+		memcpy(buf, prompt + n_prompt - a, a);
+		memcpy(buf + a, text->data, b);
+		if (text_ok(buf, a + b))
+			return a + b;
+	}
+
+	for (int tries = 0; kind < 80 && text->len && tries < 30; tries++) {
+		size_t start, len = 1 + rnd_below(GEN_MAX_STOP_BYTES);
+
+		if (n_ends > 1 && rnd_pct(60)) {	/* across a boundary */
+			size_t b = ends[rnd_below(n_ends - 1)];
+
+			start = b - min_u32((uint32_t)b, 1 + rnd_below(4));
+		} else {
+			start = rnd_below((uint32_t)text->len);
+		}
+		if (start + len > text->len)
+			len = text->len - start;
+		if (!len || !text_ok(text->data + start, len))
+			continue;
+		memcpy(buf, text->data + start, len);
+		if (kind >= 60) {	/* near miss: the last byte changed */
+			unsigned char *c = (unsigned char *)buf + len - 1;
+
+			*c = *c < 0x80 ? (unsigned char)('a' + rnd_below(26)) :
+			     (unsigned char)(0x80 + rnd_below(64));
+			if (!text_ok(buf, len))
+				continue;
+		}
+		return len;
+	}
+	for (;;) {
+		size_t at, len;
+
+		corpus_cut(o, GEN_MAX_STOP_BYTES, &at, &len);
+		if (len && text_ok(o->corpus + at, len)) {
+			memcpy(buf, o->corpus + at, len);
+			return len;
+		}
+	}
+}
+
+/* A text request: string prompt, stop strings, maybe token stops. */
+static int gen_one_text(const struct gen_opts *o, uint64_t idx,
+			struct strbuf *sb)
+{
+	struct gen_req rq = { 0 };
+	struct strbuf text = STRBUF_INIT;
+	size_t at = 0, len = 0, max = o->max_prompt, *ends = NULL;
+	uint32_t r = rnd_below(100), n_ends;
+	bool ignore_eos = rnd_pct(15), token_stops = rnd_pct(20);
+	char stop[GEN_MAX_STOP_BYTES];
+	int rc = 0;
+
+	if (r >= 3)	/* else the empty prompt: BOS alone */
+		corpus_cut(o, r < 70 ? max / 8 : max, &at, &len);
+	rq.prompt = malloc(tokenizer_encode_max(len) * sizeof(*rq.prompt));
+	if (!rq.prompt)
+		return -ENOMEM;
+	for (;;) {	/* shorter until it fits the context */
+		size_t n;
+
+		rc = tokenizer_encode(o->tok, o->corpus + at, len, true, false,
+				      rq.prompt, tokenizer_encode_max(len), &n);
+		if (rc)
+			goto out;
+		if (n < o->max_context) {
+			rq.n_prompt = (uint32_t)n;
+			break;
+		}
+		len /= 2;
+		while (len && is_cont(o->corpus[at + len]))
+			len--;
+	}
+	rq.max_tokens = gen_max_tokens(o, rq.n_prompt);
+	rc = gen_future(o, &rq);
+	ends = malloc((rq.max_tokens ? rq.max_tokens : 1) * sizeof(*ends));
+	if (rc || !ends) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	/* the text a stop can match: up to the first end token */
+	for (n_ends = 0; n_ends < rq.max_tokens; n_ends++)
+		if (!ignore_eos && (rq.future[n_ends] == TOKENIZER_BOS ||
+				    rq.future[n_ends] == TOKENIZER_EOS))
+			break;
+	rc = future_text(o, &rq, n_ends, &text, ends);
+	rc |= strbuf_printf(sb, "{\"id\":\"%s%" PRIu64 "\",\"prompt\":",
+			    o->ids, idx);
+	rc |= put_json_str(sb, o->corpus + at, len);
+	rc |= strbuf_printf(sb, ",\"max_tokens\":%u", rq.max_tokens);
+	if (rnd_unit() < o->stop_frac) {
+		uint32_t n = 1 + rnd_below(GEN_MAX_STOP_STRS);
+		bool array = n > 1 || rnd_pct(50);
+
+		rc |= strbuf_printf(sb, array ? ",\"stop\":[" : ",\"stop\":");
+		for (uint32_t i = 0; i < n; i++) {
+			size_t sl = gen_stop_str(o, &text, ends, n_ends,
+						 o->corpus + at, len, stop);
+
+			if (i)
+				rc |= strbuf_append(sb, ",", 1);
+			rc |= put_json_str(sb, stop, sl);
+		}
+		if (array)
+			rc |= strbuf_append(sb, "]", 1);
+	}
+	if (token_stops)	/* with their own include_stop draws */
+		rc |= put_stops(o, &rq, sb);
+	else if (rnd_pct(30))
+		rc |= strbuf_printf(sb, ",\"include_stop\":true");
+	if (ignore_eos)
+		rc |= strbuf_printf(sb, ",\"ignore_eos\":true");
+	else if (rnd_pct(5))
+		rc |= strbuf_printf(sb, ",\"ignore_eos\":false");
+	if (o->sampling)
+		rc |= put_sampling(o, sb);
+	rc |= strbuf_append(sb, "}\n", 2);
+	rc = rc ? -ENOMEM : 0;
+out:
+	strbuf_release(&text);
+	free(ends);
+	free(rq.future);
+	free(rq.prompt);
+	return rc;
+}
+
+/* ------------------------------------------------------------------------
  * One request line
  */
 
@@ -382,6 +653,8 @@ static int gen_one(const struct gen_opts *o, uint64_t idx, struct strbuf *sb)
 	uint32_t i;
 	int rc = 0;
 
+	if (o->tok)
+		return gen_one_text(o, idx, sb);
 	rq.n_prompt = gen_prompt_len(o);
 	rq.prompt = malloc((rq.n_prompt ? rq.n_prompt : 1) * sizeof(*rq.prompt));
 	if (!rq.prompt)
@@ -435,6 +708,10 @@ static void usage(FILE *f)
 		"  --ids PREFIX     request ids are PREFIX0, PREFIX1, ... (default r)\n"
 		"  --sampling       add random sampling fields (temperature, top_p,\n"
 		"                   top_k, min_p, seed, logit_bias, logprobs, n)\n"
+		"  --text CORPUS    text requests: string prompts cut from CORPUS\n"
+		"                   (UTF-8; --max-prompt counts its bytes), \"stop\"\n"
+		"                   strings from the real output, ignore_eos; needs\n"
+		"  --tokenizer FILE the model's tokenizer.bin (its vocabulary: --vocab)\n"
 		"  --help           this text\n");
 }
 
@@ -445,6 +722,44 @@ static bool id_prefix_ok(const char *s)
 		if ((unsigned char)*s < 0x20 || *s == '"' || *s == '\\')
 			return false;
 	return true;
+}
+
+/* --text and --tokenizer: the corpus (non-empty UTF-8 without NUL,
+ * under 4 GiB) and the tokenizer of the model's vocabulary. */
+static int load_text(struct gen_opts *o)
+{
+	char err[512];
+	FILE *f = fopen(o->text_path, "rb");
+	struct strbuf sb = STRBUF_INIT;
+	char buf[65536];
+	size_t n;
+
+	if (!f) {
+		fprintf(stderr, "gen_workload: %s: %s\n", o->text_path,
+			strerror(errno));
+		return -EINVAL;
+	}
+	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+		if (strbuf_append(&sb, buf, n)) {
+			fclose(f);
+			strbuf_release(&sb);
+			fprintf(stderr, "gen_workload: out of memory\n");
+			return -ENOMEM;
+		}
+	fclose(f);
+	if (!sb.len || sb.len > UINT32_MAX || !text_ok(sb.data, sb.len)) {
+		fprintf(stderr, "gen_workload: --text %s: want a non-empty UTF-8 text without NUL bytes, under 4 GiB\n",
+			o->text_path);
+		strbuf_release(&sb);
+		return -EINVAL;
+	}
+	o->corpus = sb.data;
+	o->corpus_len = sb.len;
+	if (tokenizer_load(o->tok_path, o->vocab, &o->tok, err, sizeof(err))) {
+		fprintf(stderr, "gen_workload: --tokenizer: %s\n", err);
+		return -EINVAL;
+	}
+	return 0;
 }
 
 static int parse_opts(int argc, char **argv, struct gen_opts *o)
@@ -461,6 +776,8 @@ static int parse_opts(int argc, char **argv, struct gen_opts *o)
 		{ "max-context", required_argument, NULL, 'c' },
 		{ "ids", required_argument, NULL, 'i' },
 		{ "sampling", no_argument, NULL, 'P' },
+		{ "text", required_argument, NULL, 'x' },
+		{ "tokenizer", required_argument, NULL, 'k' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -537,6 +854,12 @@ static int parse_opts(int argc, char **argv, struct gen_opts *o)
 		case 'P':
 			o->sampling = true;
 			break;
+		case 'x':
+			o->text_path = optarg;
+			break;
+		case 'k':
+			o->tok_path = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			exit(0);
@@ -552,7 +875,11 @@ static int parse_opts(int argc, char **argv, struct gen_opts *o)
 	}
 	o->vocab = has_vocab ? (uint32_t)vocab : cfg.vocab;
 	o->model_seed = has_model_seed ? model_seed : cfg.seed;
-	return 0;
+	if (!o->text_path != !o->tok_path) {
+		fprintf(stderr, "gen_workload: --text and --tokenizer go together\n");
+		return -EINVAL;
+	}
+	return o->text_path ? load_text(o) : 0;
 
 bad_value:
 	fprintf(stderr, "gen_workload: bad value '%s' for --%s\n", optarg,
@@ -587,6 +914,8 @@ int main(int argc, char **argv)
 	if (fflush(stdout))
 		rc = -EIO;
 	strbuf_release(&sb);
+	free(o.corpus);
+	tokenizer_free(o.tok);
 	if (rc) {
 		fprintf(stderr, "gen_workload: %s\n", strerror(-rc));
 		return 1;

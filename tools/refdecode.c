@@ -1,9 +1,9 @@
 /*
  * refdecode.c - the independent single-process reference decoder.
  *
- *   refdecode [--model SPEC] [--max-context N] --input FILE
- *             [--check RESULTS] [--allow-cancelled] [--allow-errors]
- *             [--allow-missing] [--near-tie EPS]
+ *   refdecode [--model SPEC] [--max-context N] [--tokenizer FILE]
+ *             --input FILE [--check RESULTS] [--allow-cancelled]
+ *             [--allow-errors] [--allow-missing] [--near-tie EPS]
  *   refdecode --model llama:PATH --print-logits T1,T2,...
  *
  * Without --check it writes the result line of every input line to
@@ -35,6 +35,19 @@
  * engine's result reports (a replay: any sampled answer must follow from
  * its reported seed), and all its choices must report the same one.
  * Logprobs are compared exactly: the float printed with %.9g.
+ *
+ * Text (--tokenizer FILE, issue 16): a string prompt is encoded by the
+ * naive encoder (tools/ref_tokenizer.c, not common/tokenizer.c's), BOS
+ * first, and each request's text follows from ref_text.c's naive rules
+ * (all generated tokens decoded again and every stop string searched for
+ * over the whole text after each token; the end tokens; include_stop):
+ * results carry "text", and --check compares it with the engine's as
+ * decoded JSON strings, byte for byte (an invalid UTF-8 byte must show as
+ * U+FFFD), and usage.prompt_tokens with the naive encoding's length.  A
+ * cancelled result's text must be its tokens' text.  The llama --check
+ * holds the tokens to the naive forward (ref_llama_check.c, which knows
+ * no end tokens: give such requests ignore_eos) and the text to the text
+ * rules replayed over those tokens.
  *
  * With --model llama:PATH the model is a naive llama forward pass
  * (ref_llama.c: full recompute, no cache, double accumulation), and --check
@@ -70,6 +83,7 @@
 #include "ref_llama_check.h"
 #include "ref_sampler.h"
 #include "ref_sim_logits.h"
+#include "ref_text.h"
 #include "request.h"
 #include "sim_model.h"
 #include "strbuf.h"
@@ -91,6 +105,8 @@ struct ref_opts {
 	bool allow_cancelled;
 	bool allow_errors;
 	bool allow_missing;
+	const char *tokenizer_path;	/* --tokenizer, or NULL */
+	struct ref_text *text;		/* loaded from it: results carry text */
 };
 
 /* The reference outcome of one input line. */
@@ -113,6 +129,9 @@ struct ref {
 	uint64_t seen_choices;	/* bit i: the result of choice i came */
 	bool has_seed;		/* a result reported the seed ... */
 	uint64_t seed;		/* ... this one (all choices must agree) */
+	bool has_text;		/* --tokenizer: decoded here, the text is */
+	struct strbuf text;
+	int32_t prev;		/* the prompt's last token (-1: none) */
 };
 
 /* One choice decoded with logits (or with n > 1): what it must report. */
@@ -127,6 +146,18 @@ struct ref_out {
 	/* logprobs asked and max_tokens > 0: n_raw entries of stride */
 	struct sampler_logprob *lp;
 	uint32_t stride;
+	bool has_text;		/* --tokenizer: the answer's text */
+	struct strbuf text;
+};
+
+/* What a result says beside its tokens: its "text" as jansson decoded it
+ * and usage.prompt_tokens. */
+struct res_extra {
+	bool has_text;
+	const char *text;
+	size_t text_len;
+	bool has_prompt;
+	uint64_t n_prompt;
 };
 
 struct ref_set {
@@ -167,15 +198,60 @@ uint32_t ref_naive_stop(const struct request *req, const int32_t *gen,
 }
 
 /*
+ * The stop rules after gen[n - 1], the newest of n generated tokens: with
+ * a tokenizer (rt) the text's first (ref_text.h), then the token stop
+ * sequences.  *ended when the request ends, with *n_out the tokens it
+ * reports and (rt) *text its text; otherwise (rt) *text is all the text
+ * so far.  0, -ENOMEM or -EINVAL.
+ */
+static int ref_after_token(const struct ref_text *rt, const struct request *req,
+			   const int32_t *gen, uint32_t n, bool *ended,
+			   uint32_t *n_out, struct strbuf *text)
+{
+	enum ref_text_event ev = REF_TEXT_MORE;
+	uint32_t stop;
+	int rc;
+
+	*ended = false;
+	if (rt) {
+		rc = ref_text_step(rt, req, gen, n, &ev, text);
+		if (rc)
+			return rc;
+	}
+	if (ev == REF_TEXT_END) {	/* the end token is left out */
+		*ended = true;
+		*n_out = req->include_stop ? n : n - 1;
+		return 0;
+	}
+	if (ev == REF_TEXT_STOP) {	/* tokens up to the completing one */
+		*ended = true;
+		*n_out = n;
+		return 0;
+	}
+	stop = ref_naive_stop(req, gen, n);
+	if (!stop)
+		return 0;
+	*ended = true;
+	*n_out = req->include_stop ? n : n - stop;
+	if (!rt || *n_out == n)
+		return 0;
+	text->len = 0;		/* the stop's tokens take their text along */
+	return ref_text_decode(rt, req->n_prompt ? req->prompt[req->n_prompt - 1] : -1,
+			       gen, *n_out, text);
+}
+
+/*
  * Decode req with the sim model.  Fills the ref's raw tokens, n_out and
  * finish.  0 or -ENOMEM.
  */
 static int ref_decode(const struct request *req, const struct sim_config *m,
-		      struct ref *rf)
+		      const struct ref_text *rt, struct ref *rf)
 {
 	uint64_t cap = (uint64_t)req->n_prompt + req->max_tokens;
-	uint32_t n_gen = 0, stop = 0;
+	uint32_t n_gen = 0, n_out = 0;
+	bool ended = false;
 	int32_t *seq;
+	int rc;
 
 	seq = malloc((cap ? cap : 1) * sizeof(*seq));
 	if (!seq)
@@ -187,14 +263,21 @@ static int ref_decode(const struct request *req, const struct sim_config *m,
 
 		seq[n] = sim_next(seq, n, m->vocab, m->seed);
 		n_gen++;
-		stop = ref_naive_stop(req, seq + req->n_prompt, n_gen);
-		if (stop)
+		rc = ref_after_token(rt, req, seq + req->n_prompt, n_gen,
+				     &ended, &n_out, &rf->text);
+		if (rc) {
+			free(seq);
+			return rc;
+		}
+		if (ended)
 			break;
 	}
+	rf->has_text = rt != NULL;
+	rf->prev = req->n_prompt ? req->prompt[req->n_prompt - 1] : -1;
 	rf->n_raw = n_gen;
 	rf->n_prompt = req->n_prompt;
-	rf->finish = stop ? "stop" : "length";
-	rf->n_out = stop && !req->include_stop ? n_gen - stop : n_gen;
+	rf->finish = ended ? "stop" : "length";
+	rf->n_out = ended ? n_out : n_gen;
 	rf->raw = malloc((n_gen ? n_gen : 1) * sizeof(*seq));
 	if (!rf->raw) {
 		free(seq);
@@ -214,6 +297,7 @@ static void ref_out_free(struct ref_out *out)
 {
 	free(out->raw);
 	free(out->lp);
+	strbuf_release(&out->text);
 	memset(out, 0, sizeof(*out));
 }
 
@@ -238,18 +322,21 @@ static void ref_keep_logprobs(struct ref_out *out, uint32_t k,
  * why on stderr (the two sims disagree, or the sampler failed).
  */
 static int ref_decode_choice(const struct request *req,
-			     const struct sim_config *m, uint64_t seed,
+			     const struct sim_config *m,
+			     const struct ref_text *rt, uint64_t seed,
 			     uint32_t choice, struct ref_out *out)
 {
 	uint64_t cap = (uint64_t)req->n_prompt + req->max_tokens;
 	bool logits = request_needs_logits(req);
 	struct sampling_params sp = req->sampling;
-	uint32_t n_gen = 0, stop = 0;
+	uint32_t n_gen = 0, n_out = 0;
+	bool ended = false;
 	float *row = NULL;
 	int32_t *seq;
 	int rc = 0;
 
 	memset(out, 0, sizeof(*out));
+	out->has_text = rt != NULL;
 	sp.seed = seed;
 	out->has_seed = sp.temperature > 0.0f;
 	out->seed = seed;
@@ -302,19 +389,51 @@ static int ref_decode_choice(const struct request *req,
 		}
 		seq[n] = next;
 		out->raw[n_gen++] = next;
-		stop = ref_naive_stop(req, out->raw, n_gen);
-		if (stop) {
+		rc = ref_after_token(rt, req, out->raw, n_gen, &ended, &n_out,
+				     &out->text);
+		if (rc)
+			goto out;
+		if (ended) {
 			out->finish = "stop";
 			break;
 		}
 	}
 	out->n_raw = n_gen;
-	out->n_out = stop && !req->include_stop ? n_gen - stop : n_gen;
+	out->n_out = ended ? n_out : n_gen;
 out:
 	free(seq);
 	free(row);
 	if (rc)
 		ref_out_free(out);
+	return rc;
+}
+
+/*
+ * With a tokenizer: a string prompt encoded again by the naive encoder,
+ * in place of request_parse()'s (common/tokenizer.c).  0 or -ENOMEM.
+ */
+static int ref_text_prompt(const struct ref_opts *o, const char *line,
+			   size_t len, struct request *req)
+{
+	json_t *obj, *v;
+	int32_t *prompt;
+	uint32_t n;
+	int rc = 0;
+
+	if (!o->text)
+		return 0;
+	obj = json_loadb(line, len, JSON_ALLOW_NUL, NULL);
+	v = json_object_get(obj, "prompt");
+	if (json_is_string(v)) {
+		rc = ref_text_encode(o->text, json_string_value(v),
+				     json_string_length(v), &prompt, &n);
+		if (!rc) {
+			free(req->prompt);
+			req->prompt = prompt;
+			req->n_prompt = n;
+		}
+	}
+	json_decref(obj);
 	return rc;
 }
 
@@ -345,6 +464,11 @@ static int ref_line(const struct ref_opts *o, const char *line, size_t len,
 		return 0;
 	}
 	rf->n_choices = req.n_choices ? req.n_choices : 1;
+	rc = ref_text_prompt(o, line, len, &req);
+	if (rc) {
+		request_release(&req);
+		return rc;
+	}
 	if (o->llama && !o->check && request_needs_logits(&req)) {
 		rf->finish = "error";
 		rf->error = "refdecode: the llama reference decodes greedily "
@@ -372,7 +496,7 @@ static int ref_line(const struct ref_opts *o, const char *line, size_t len,
 				      &rf->n_out, &rf->finish, &rf->error);
 		rf->n_prompt = req.n_prompt;
 	} else {
-		rc = ref_decode(&req, &o->model, rf);
+		rc = ref_decode(&req, &o->model, o->text, rf);
 	}
 	request_release(&req);
 	return rc;
@@ -382,6 +506,7 @@ static void ref_free(struct ref *rf)
 {
 	free(rf->id);
 	free(rf->raw);
+	strbuf_release(&rf->text);
 	if (rf->req) {
 		request_release(rf->req);
 		free(rf->req);
@@ -434,8 +559,8 @@ static int print_choices(const struct ref_opts *o, const struct ref *rf,
 		struct result r = { 0 };
 		struct ref_out out;
 
-		rc = ref_decode_choice(req, &o->model, req->sampling.seed, c,
-				       &out);
+		rc = ref_decode_choice(req, &o->model, o->text,
+				       req->sampling.seed, c, &out);
 		if (rc)
 			break;
 		r.id = rf->id;
@@ -452,6 +577,9 @@ static int print_choices(const struct ref_opts *o, const struct ref *rf,
 		r.seed = out.seed;
 		r.logprobs = out.lp;
 		r.logprob_stride = out.stride;
+		r.has_text = out.has_text;
+		r.text = out.text.data ? out.text.data : "";
+		r.text_len = out.text.len;
 		rc = result_format(&r, sb);
 		ref_out_free(&out);
 	}
@@ -490,6 +618,9 @@ static int run_print(const struct ref_opts *o, FILE *in)
 		r.error = rf.is_error ? err : rf.error;
 		r.n_prompt = rf.n_prompt;
 		r.n_generated = rf.n_raw;
+		r.has_text = rf.has_text;
+		r.text = rf.text.data ? rf.text.data : "";
+		r.text_len = rf.text.len;
 		rc = result_format(&r, &sb);
 		ref_free(&rf);
 		if (!rc && sb.len >= REF_FLUSH_BYTES)
@@ -704,6 +835,44 @@ static const char *show_id(const struct ref *rf)
 	return rf->id ? rf->id : "(none)";
 }
 
+static int compare_text(struct check_stats *st, const char *who,
+			const struct res_extra *x, const char *want,
+			size_t n_want);
+
+/*
+ * llama with a tokenizer: the text must follow from the result's tokens
+ * (which ref_llama_check() holds to the naive forward): the text rules
+ * replayed over them must not end the request before its last token,
+ * and give its text.  0 or -ENOMEM.
+ */
+static int compare_llama_text(const struct ref_opts *o, struct check_stats *st,
+			      const char *who, const struct request *req,
+			      const struct ref_engine_result *res,
+			      const struct res_extra *x)
+{
+	struct strbuf text = STRBUF_INIT;
+	uint32_t n = (uint32_t)res->n_tokens, k, n_out = 0;
+	bool ended = false;
+	int rc = 0;
+
+	for (k = 1; k <= n && !ended && !rc; k++)
+		rc = ref_after_token(o->text, req, res->tokens, k, &ended,
+				     &n_out, &text);
+	if (rc == -ENOMEM)
+		goto out;
+	if (rc)		/* a token out of range: the token check says so */
+		rc = 0;
+	else if (ended && k - 1 < n)
+		mismatch(st, "%s: a stop ends the text at token %u, but the result goes on to %u tokens",
+			 who, k - 1, n);
+	else
+		rc = compare_text(st, who, x, text.data ? text.data : "",
+				  text.len);
+out:
+	strbuf_release(&text);
+	return rc;
+}
+
 /* Check a valid request's result against the llama reference.  0 or -ENOMEM. */
 static int compare_llama(const struct ref_opts *o, struct check_stats *st,
 			 struct ref *rf, const struct ref_engine_result *res)
@@ -778,10 +947,73 @@ static void compare_logprobs(struct check_stats *st, const char *who,
 	}
 }
 
-/* Compare a valid request's result with what it must report. */
-static void compare_out(const struct ref_opts *o, struct check_stats *st,
-			const char *who, const struct ref_engine_result *res,
-			const struct ref_out *want)
+/* Append up to 24 bytes of s from at, as hex, for a message. */
+static void show_bytes(char *buf, size_t len, const char *s, size_t n,
+		       size_t at)
+{
+	size_t used = 0;
+
+	buf[0] = '\0';
+	for (size_t i = at; i < n && i < at + 24 && used + 4 < len; i++)
+		used += (size_t)snprintf(buf + used, len - used, "%02x ",
+					 (unsigned char)s[i]);
+}
+
+/*
+ * Compare a result's text with want[0..n_want), the bytes it must show
+ * (before the U+FFFD rule).  0 or -ENOMEM.
+ */
+static int compare_text(struct check_stats *st, const char *who,
+			const struct res_extra *x, const char *want,
+			size_t n_want)
+{
+	struct strbuf shown = STRBUF_INIT;
+	char got_hex[128], want_hex[128];
+	size_t i = 0;
+
+	if (!x->has_text) {
+		mismatch(st, "%s: no string 'text' in the result (--tokenizer)",
+			 who);
+		return 0;
+	}
+	if (ref_text_shown(want, n_want, &shown))
+		return -ENOMEM;
+	while (i < x->text_len && i < shown.len && x->text[i] == shown.data[i])
+		i++;
+	if (i < x->text_len || i < shown.len) {
+		size_t from = i > 8 ? i - 8 : 0;
+
+		show_bytes(got_hex, sizeof(got_hex), x->text, x->text_len, from);
+		show_bytes(want_hex, sizeof(want_hex), shown.data, shown.len, from);
+		mismatch(st, "%s: text differs at byte %zu (got %zu bytes, want %zu; decoded JSON): got [%s] want [%s] from byte %zu",
+			 who, i, x->text_len, shown.len, got_hex, want_hex, from);
+	}
+	strbuf_release(&shown);
+	return 0;
+}
+
+/* A cancelled result's text: all its tokens' text.  0 or -ENOMEM. */
+static int compare_cancelled_text(const struct ref_opts *o,
+				  struct check_stats *st, const char *who,
+				  const struct res_extra *x, int32_t prev,
+				  const int32_t *tok, size_t n_tok)
+{
+	struct strbuf text = STRBUF_INIT;
+	int rc = ref_text_decode(o->text, prev, tok, (uint32_t)n_tok, &text);
+
+	if (!rc)
+		rc = compare_text(st, who, x, text.data ? text.data : "",
+				  text.len);
+	strbuf_release(&text);
+	return rc == -ENOMEM ? rc : 0;
+}
+
+/* Compare a valid request's result with what it must report.  0 or
+ * -ENOMEM. */
+static int compare_out(const struct ref_opts *o, struct check_stats *st,
+		       const char *who, const struct ref_engine_result *res,
+		       const struct res_extra *x, int32_t prev,
+		       const struct ref_out *want)
 {
 	const char *finish = res->finish;
 	const int32_t *tok = res->tokens;
@@ -795,12 +1027,12 @@ static void compare_out(const struct ref_opts *o, struct check_stats *st,
 		mismatch(st, "%s: %s", who, want->lp ?
 			 "no 'logprobs' in the result, but the request asked for them" :
 			 "'logprobs' in the result, but the request did not ask");
-		return;
+		return 0;
 	}
 	if (res->has_logprobs && res->n_logprobs != n_tok) {
 		mismatch(st, "%s: %zu logprob entries for %zu tokens", who,
 			 res->n_logprobs, n_tok);
-		return;
+		return 0;
 	}
 	if (o->allow_cancelled && strcmp(finish, "cancelled") == 0) {
 		for (i = 0; i < n_tok && i < want->n_raw; i++)
@@ -813,8 +1045,11 @@ static void compare_out(const struct ref_opts *o, struct check_stats *st,
 			st->cancelled++;
 			if (want->lp)
 				compare_logprobs(st, who, res, want, n_tok);
+			if (want->has_text)	/* its tokens' text, all of it */
+				return compare_cancelled_text(o, st, who, x, prev,
+							      tok, n_tok);
 		}
-		return;
+		return 0;
 	}
 	if (strcmp(finish, want->finish))
 		mismatch(st, "%s: finish_reason '%s', want '%s'", who, finish,
@@ -832,10 +1067,14 @@ static void compare_out(const struct ref_opts *o, struct check_stats *st,
 		else
 			mismatch(st, "%s: tokens differ at index %zu: got %zu tokens, want %u",
 				 who, i, n_tok, want->n_out);
-		return;
+		return 0;
 	}
 	if (want->lp)
 		compare_logprobs(st, who, res, want, n_tok);
+	if (!want->has_text)
+		return 0;
+	return compare_text(st, who, x, want->text.data ? want->text.data : "",
+			    want->text.len);
 }
 
 /*
@@ -846,7 +1085,7 @@ static void compare_out(const struct ref_opts *o, struct check_stats *st,
  */
 static int compare_choice(const struct ref_opts *o, struct check_stats *st,
 			  struct ref *rf, const struct ref_engine_result *res,
-			  const char *who)
+			  const struct res_extra *x, const char *who)
 {
 	const struct request *req = rf->req;
 	uint64_t seed = req->sampling.seed;
@@ -867,19 +1106,23 @@ static int compare_choice(const struct ref_opts *o, struct check_stats *st,
 		rf->has_seed = true;
 		rf->seed = seed = res->seed;
 	}
-	rc = ref_decode_choice(req, &o->model, seed, res->index, &want);
+	rc = ref_decode_choice(req, &o->model, o->text, seed, res->index,
+			       &want);
 	if (rc)
 		return rc;
 	if (request_needs_logits(req))
 		st->sampled++;
-	compare_out(o, st, who, res, &want);
+	rc = compare_out(o, st, who, res, x,
+			 req->n_prompt ? req->prompt[req->n_prompt - 1] : -1,
+			 &want);
 	ref_out_free(&want);
-	return 0;
+	return rc;
 }
 
 /* Compare one result with its ref.  0, -ENOMEM or -EPROTO. */
 static int compare(const struct ref_opts *o, struct check_stats *st,
-		   struct ref *rf, const struct ref_engine_result *res)
+		   struct ref *rf, const struct ref_engine_result *res,
+		   const struct res_extra *x)
 {
 	const char *finish = res->finish;
 	char who[320];
@@ -915,14 +1158,25 @@ static int compare(const struct ref_opts *o, struct check_stats *st,
 		st->errors++;
 		return 0;
 	}
-	if (o->llama)
-		return compare_llama(o, st, rf, res);
+	/* text: the prompt as the naive encoder cuts it */
+	if (o->text && strcmp(finish, "error") &&
+	    (!x->has_prompt || x->n_prompt != rf->n_prompt))
+		mismatch(st, "%s: usage.prompt_tokens %s%" PRIu64 ", want %u (the naive encoder's)",
+			 who, x->has_prompt ? "" : "missing, ",
+			 x->has_prompt ? x->n_prompt : 0, rf->n_prompt);
+	if (o->llama) {
+		int rc = compare_llama(o, st, rf, res);
+
+		if (rc || !o->text || strcmp(finish, "error") == 0)
+			return rc;
+		return compare_llama_text(o, st, who, rf->req, res, x);
+	}
 	if (rf->req)
-		return compare_choice(o, st, rf, res, who);
+		return compare_choice(o, st, rf, res, x, who);
 	view = (struct ref_out){ .raw = rf->raw, .n_raw = rf->n_raw,
-				 .n_out = rf->n_out, .finish = rf->finish };
-	compare_out(o, st, who, res, &view);
-	return 0;
+				 .n_out = rf->n_out, .finish = rf->finish,
+				 .has_text = rf->has_text, .text = rf->text };
+	return compare_out(o, st, who, res, x, rf->prev, &view);
 }
 
 /*
@@ -979,6 +1233,7 @@ static int check_line(const struct ref_opts *o, struct ref_set *rs,
 		      uint64_t res_line)
 {
 	struct ref_engine_result res = { 0 };
+	struct res_extra x = { 0 };
 	json_t *obj, *v;
 	json_error_t jerr;
 	const char *id = NULL, *finish;
@@ -990,7 +1245,9 @@ static int check_line(const struct ref_opts *o, struct ref_set *rs,
 	struct ref *rf;
 	int rc = 0;
 
-	obj = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+	/* (a text may hold NUL bytes: \u0000) */
+	obj = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
+			 &jerr);
 	if (!obj || !json_is_object(obj)) {
 		mismatch(st, "results line %" PRIu64 ": not a JSON object: %s",
 			 res_line, obj ? "" : jerr.text);
@@ -1070,8 +1327,19 @@ static int check_line(const struct ref_opts *o, struct ref_set *rs,
 		res.has_generated = true;
 		res.n_generated = (uint64_t)json_integer_value(v);
 	}
+	v = json_object_get(json_object_get(obj, "usage"), "prompt_tokens");
+	if (json_is_integer(v) && json_integer_value(v) >= 0) {
+		x.has_prompt = true;
+		x.n_prompt = (uint64_t)json_integer_value(v);
+	}
+	v = json_object_get(obj, "text");
+	if (json_is_string(v)) {
+		x.has_text = true;
+		x.text = json_string_value(v);
+		x.text_len = json_string_length(v);
+	}
 	if (rf)
-		rc = compare(o, st, rf, &res);
+		rc = compare(o, st, rf, &res, &x);
 out:
 	free(tok);
 	free(lp);
@@ -1156,8 +1424,8 @@ out:
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: refdecode [--model SPEC] [--max-context N] --input FILE\n"
-		"                 [--check RESULTS] [--allow-cancelled]\n"
+		"usage: refdecode [--model SPEC] [--max-context N] [--tokenizer FILE]\n"
+		"                 --input FILE [--check RESULTS] [--allow-cancelled]\n"
 		"                 [--allow-errors] [--allow-missing] [--near-tie EPS]\n"
 		"       refdecode --model llama:PATH --print-logits T1,T2,...\n"
 		"  --model SPEC       sim or sim:key=value,... (default sim); cost and\n"
@@ -1166,6 +1434,9 @@ static void usage(FILE *f)
 		"                     (options after the comma are ignored)\n"
 		"  --max-context N    most tokens in a sequence (default 4096; llama:\n"
 		"                     the checkpoint's seq_len, and no more)\n"
+		"  --tokenizer FILE   a llama2.c tokenizer.bin of the model's vocabulary:\n"
+		"                     string prompts (naive encoder), stop strings, the\n"
+		"                     end tokens, and \"text\" in results (compared exactly)\n"
 		"  --input FILE       requests, JSON Lines ('-': standard input)\n"
 		"  --check RESULTS    compare an engine's results instead of printing\n"
 		"  --allow-cancelled  accept 'cancelled' results whose tokens are a\n"
@@ -1218,6 +1489,21 @@ static int load_llama(struct ref_opts *o)
 	return 0;
 }
 
+/* --tokenizer: the model's vocabulary is the tokenizer's. */
+static int load_tokenizer(struct ref_opts *o)
+{
+	char err[512];
+
+	o->text = ref_text_load(o->tokenizer_path, o->lim.vocab, err,
+				sizeof(err));
+	if (!o->text) {
+		fprintf(stderr, "refdecode: --tokenizer: %s\n", err);
+		return -EINVAL;
+	}
+	o->lim.tok = ref_text_tokenizer(o->text);
+	return 0;
+}
+
 static int parse_opts(int argc, char **argv, struct ref_opts *o)
 {
 	static const struct option longopts[] = {
@@ -1230,6 +1516,7 @@ static int parse_opts(int argc, char **argv, struct ref_opts *o)
 		{ "allow-missing", no_argument, NULL, 'M' },
 		{ "near-tie", required_argument, NULL, 'n' },
 		{ "print-logits", required_argument, NULL, 'L' },
+		{ "tokenizer", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -1277,6 +1564,9 @@ static int parse_opts(int argc, char **argv, struct ref_opts *o)
 		case 'L':
 			o->print_logits = optarg;
 			break;
+		case 'T':
+			o->tokenizer_path = optarg;
+			break;
 		case 'i':
 			o->input = optarg;
 			break;
@@ -1314,7 +1604,9 @@ static int parse_opts(int argc, char **argv, struct ref_opts *o)
 		return -EINVAL;
 	}
 	o->lim.vocab = o->model.vocab;
-	return o->llama_path ? load_llama(o) : 0;
+	if (o->llama_path && load_llama(o))
+		return -EINVAL;
+	return o->tokenizer_path ? load_tokenizer(o) : 0;
 }
 
 int main(int argc, char **argv)
@@ -1362,5 +1654,6 @@ out:
 	if (in && in != stdin)
 		fclose(in);
 	ref_llama_free(o.llama);
+	ref_text_free(o.text);
 	return exit_code;
 }
