@@ -299,6 +299,9 @@ static int parse_id(const struct parse_ctx *pc, json_t *obj,
 		return parse_error(pc, -EINVAL,
 				   "field 'id' must be a string, not %s",
 				   json_kind(v));
+	if (strlen(json_string_value(v)) != json_string_length(v))
+		return parse_error(pc, -EINVAL,
+				   "field 'id' must not contain a NUL character");
 	req->id = strndup(json_string_value(v), json_string_length(v));
 	if (!req->id)
 		return parse_error(pc, -ENOMEM, "out of memory");
@@ -720,7 +723,10 @@ int request_parse(const char *line, size_t len, uint64_t line_no,
 	}
 	if (rc < 0)
 		return parse_error(&pc, -ENOMEM, "out of memory");
-	obj = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY,
+	/* NUL is a byte like any other in text (a prompt, a stop string):
+	 * only the id, a C string everywhere, refuses it (parse_id) */
+	obj = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY |
+			 JSON_ALLOW_NUL,
 			 &jerr);
 	if (!obj) {
 		if (json_error_code(&jerr) == json_error_out_of_memory)

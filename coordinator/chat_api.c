@@ -502,7 +502,8 @@ int chat_parse(const char *body, size_t len, enum chat_template t,
 	if (!lim->tok)
 		return fail(err, err_len, "this server has no tokenizer "
 			    "(--tokenizer): chat messages cannot be encoded");
-	obj = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+	obj = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY |
+			 JSON_ALLOW_NUL, &jerr);
 	if (!obj || !json_is_object(obj)) {
 		json_decref(obj);
 		/* completion_parse() words what is wrong with it */

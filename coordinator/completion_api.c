@@ -75,7 +75,8 @@ static int parse_http_fields(const char *body, size_t len,
 	json_t *obj, *v;
 	int rc = 0;
 
-	obj = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+	obj = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY |
+			 JSON_ALLOW_NUL, &jerr);
 	*is_json = obj != NULL;
 	if (!obj)	/* request_parse() words the syntax error */
 		return 0;

@@ -52,7 +52,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* jansson flags request.c parses with; the reference read uses the same. */
-#define REF_JSON_FLAGS (JSON_REJECT_DUPLICATES | JSON_DECODE_ANY)
+#define REF_JSON_FLAGS (JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_ALLOW_NUL)
 
 static const struct request_limits lim_small = { .vocab = 1000,
 						 .max_context = 512,
@@ -361,7 +361,10 @@ static void check_error(const struct request *req, int rc, const char *err,
 	CHECK(!req->prompt && !req->n_prompt && !req->max_tokens);
 	CHECK(!req->include_stop && !req->stops && !req->stop_tokens);
 	CHECK(!req->stop_lens && !req->n_stop_seqs);
-	if (json_is_string(id))
+	/* an id with a NUL in it is refused and not kept: no C string
+	 * holds it */
+	if (json_is_string(id) &&
+	    strlen(json_string_value(id)) == json_string_length(id))
 		CHECK(req->id && strcmp(req->id, json_string_value(id)) == 0);
 	else
 		CHECK(!req->id);
