@@ -631,6 +631,8 @@ static void engine_teardown(struct engine *e)
 	free(e->slot_limit);
 	free(e->slot_drain);
 	free(e->slot_prefilled);
+	free(e->slot_logprobs);
+	free(e->slot_sampled);
 	free(e->worker_spec);
 	free(e->inproc_step);
 	free(e->inproc_outcomes);
@@ -746,6 +748,8 @@ static int engine_setup(struct engine *e)
 	e->slot_limit = calloc(cfg->n_slots, sizeof(uint32_t));
 	e->slot_drain = calloc(cfg->n_slots, sizeof(uint64_t));
 	e->slot_prefilled = calloc(cfg->n_slots, sizeof(uint32_t));
+	e->slot_logprobs = calloc(cfg->n_slots, sizeof(bool));
+	e->slot_sampled = calloc(cfg->n_slots, sizeof(*e->slot_sampled));
 	e->inproc_step = calloc(cfg->n_slots, sizeof(*e->inproc_step));
 	e->inproc_outcomes = calloc(cfg->n_slots, sizeof(*e->inproc_outcomes));
 	e->inproc_rows = calloc(cfg->n_slots, sizeof(*e->inproc_rows));
@@ -754,7 +758,9 @@ static int engine_setup(struct engine *e)
 	e->resume = calloc(e->pool.capacity, sizeof(uint32_t));
 	e->at_once = calloc(e->pool.capacity, sizeof(uint32_t));
 	if (!e->resume || !e->at_once || !e->slot_freed_ns || !e->slot_drain ||
-	    !e->slot_limit || !e->slot_prefilled || !e->inproc_step ||
+	    !e->slot_limit || !e->slot_prefilled || !e->slot_logprobs ||
+	    !e->slot_sampled ||
+	    !e->inproc_step ||
 	    !e->inproc_outcomes || !e->inproc_sampled || !e->inproc_logprobs ||
 	    !e->inproc_rows)
 		goto nomem;
@@ -917,8 +923,9 @@ int engine_submit(struct engine *e, struct request *req, uint64_t cookie,
 		  uint32_t *handles)
 {
 	uint32_t n = req->n_choices ? req->n_choices : 1;
-	struct request *copies = NULL;
-	struct sampler_logprob **lps = NULL;
+	/* on the stack: a request of one choice allocates nothing here */
+	struct request copies[REQUEST_MAX_CHOICES];
+	struct sampler_logprob *lps[REQUEST_MAX_CHOICES];
 	uint64_t now = clock_now_ns();
 	int ret = -ENOMEM;
 
@@ -937,12 +944,13 @@ int engine_submit(struct engine *e, struct request *req, uint64_t cookie,
 		req->sampling.seed = engine_new_seed(e);
 		req->seed_given = true;	/* the choices share it */
 	}
+	if (n > REQUEST_MAX_CHOICES)
+		return -E2BIG;
 	req->n_choices = n;
 	/* every allocation first: the choices are admitted all or none */
-	copies = calloc(n, sizeof(*copies));
-	lps = calloc(n, sizeof(*lps));
-	if (!copies || !lps)
-		goto out;
+	memset(lps, 0, n * sizeof(lps[0]));
+	for (uint32_t i = 1; i < n; i++)
+		memset(&copies[i], 0, sizeof(copies[i]));
 	for (uint32_t i = 1; i < n; i++) {
 		if (request_clone(&copies[i], req))
 			goto out;
@@ -976,13 +984,11 @@ int engine_submit(struct engine *e, struct request *req, uint64_t cookie,
 	ret = 0;
 out:
 	if (ret) {
-		for (uint32_t i = 1; copies && i < n; i++)
+		for (uint32_t i = 1; i < n; i++)
 			request_release(&copies[i]);
 	}
-	for (uint32_t i = 0; lps && i < n; i++)
+	for (uint32_t i = 0; i < n; i++)
 		free(lps[i]);
-	free(lps);
-	free(copies);
 	return ret;
 }
 

@@ -168,6 +168,12 @@ struct engine {
 	uint64_t *slot_freed_ns;	/* per slot: when it last became free */
 	uint32_t *slot_limit;		/* per slot: prefix length at which its
 					 * request is done (prompt + max_tokens) */
+	bool *slot_logprobs;		/* per slot: its request asked for
+					 * logprobs (shard_write_sampling()) */
+	const struct live_request **slot_sampled; /* per slot, in-process: its
+					 * request when it samples (needs
+					 * logits), else NULL: a greedy row's
+					 * step never touches the request */
 	uint32_t *slot_prefilled;	/* per slot: the most prefix tokens its
 					 * worker said its model holds (prefill
 					 * rows), since the request came, the

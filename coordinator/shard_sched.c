@@ -127,17 +127,27 @@ void shard_write_sampling(struct engine *e, uint32_t slot,
 	struct shm_slot_sampling *t;
 	const struct sampling_params *p = &lr->req.sampling;
 
-	if (e->in_process)	/* the runner reads lr itself */
+	e->slot_logprobs[slot] = p->logprobs;
+	if (e->in_process) {	/* the runner reads lr itself */
+		e->slot_sampled[slot] = request_needs_logits(&lr->req) ? lr : NULL;
 		return;
+	}
 	t = shm_sampling_at(&e->seg, slot);
-	*t = (struct shm_slot_sampling){
-		.generation = e->slots.slots[slot].generation,
-		.needs_logits = request_needs_logits(&lr->req),
-		.n_prompt = lr->req.n_prompt, .choice = lr->req.choice,
-		.seed = p->seed, .temperature = p->temperature,
-		.top_p = p->top_p, .min_p = p->min_p, .top_k = p->top_k,
-		.logprobs = p->logprobs, .top_logprobs = p->top_logprobs,
-		.n_bias = p->n_bias };
+	/* field by field, and only the bias entries there are: a struct
+	 * assignment would write all 300 for every request (and the worker's
+	 * core would pull them over) */
+	t->generation = e->slots.slots[slot].generation;
+	t->needs_logits = request_needs_logits(&lr->req);
+	t->n_prompt = lr->req.n_prompt;
+	t->choice = lr->req.choice;
+	t->seed = p->seed;
+	t->temperature = p->temperature;
+	t->top_p = p->top_p;
+	t->min_p = p->min_p;
+	t->top_k = p->top_k;
+	t->logprobs = p->logprobs;
+	t->top_logprobs = p->top_logprobs;
+	t->n_bias = p->n_bias;
 	if (p->n_bias)
 		memcpy(t->bias, p->bias, p->n_bias * sizeof(t->bias[0]));
 }
@@ -490,11 +500,13 @@ static bool shard_take_logprobs(struct engine *e, uint32_t slot,
 				const struct shm_logprobs *block,
 				struct shm_logprobs *lp)
 {
-	const struct live_request *lr = request_pool_get(
-		&e->pool, e->slots.slots[slot].request_handle);
+	const struct live_request *lr;
 
-	if (!lr || !lr->req.sampling.logprobs)
+	if (!e->slot_logprobs[slot])
 		return true;	/* nothing asked: nothing read */
+	lr = request_pool_get(&e->pool, e->slots.slots[slot].request_handle);
+	if (!lr)
+		return true;
 	lp->logprob = block->logprob;
 	lp->n_top = block->n_top;
 	if (!(lp->logprob <= 0.0f) || lp->n_top > lr->req.sampling.top_logprobs)
@@ -812,14 +824,14 @@ bool shard_step_in_process(struct engine *e, struct shard *s)
 	if (!n)
 		return false;
 	for (uint32_t i = 0; i < n; i++) {
-		const struct live_request *lr = request_pool_get(&e->pool,
-			e->slots.slots[step[i].slot].request_handle);
+		/* set when the slot was given its request (greedy: NULL) */
+		const struct live_request *lr = e->slot_sampled[step[i].slot];
 
 		e->inproc_step[i] = (struct runner_row){
 			.slot = step[i].slot, .generation = step[i].generation,
 			.tokens = e->slots.tokens[step[i].slot],
 			.n_tokens = step[i].n_tokens };
-		if (lr && request_needs_logits(&lr->req)) {
+		if (lr) {
 			e->inproc_step[i].sampling = &lr->req.sampling;
 			e->inproc_step[i].k = step[i].n_tokens - lr->req.n_prompt;
 			e->inproc_step[i].choice = lr->req.choice;

@@ -68,7 +68,7 @@ struct worker {
 	struct runner_row *step_rows;	/* this step's rows, for the runner */
 	struct runner_result *outcomes;	/* and what became of each */
 	struct sampler_result *sampled;	/* and their logprobs, when asked */
-	struct worker_slot_sampling *sampling; /* per shard slot: its request's
+	struct worker_sampling sampling; /* per shard slot: its request's
 					 * sampling fields, our copy */
 	const struct worker_slot_sampling **step_sampling; /* per step row */
 	uint32_t *step_index;		/* step row -> its index in rows */
@@ -424,7 +424,7 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 		uint32_t local = w->step[i].slot - w->first_slot;
 		const struct worker_slot_sampling *ws;
 
-		ws = worker_sampling_get(w->sampling, &w->seg, w->step[i].slot,
+		ws = worker_sampling_get(&w->sampling, &w->seg, w->step[i].slot,
 					 local, w->step[i].generation);
 		w->step_sampling[i] = ws;
 		w->step_rows[i] = (struct runner_row){
@@ -505,7 +505,7 @@ static void worker_free(struct worker *w)
 	free(w->step_rows);
 	free(w->outcomes);
 	free(w->sampled);
-	free(w->sampling);
+	worker_sampling_free(&w->sampling);
 	free(w->step_sampling);
 	free(w->step_index);
 	free(w->buffers);
@@ -556,7 +556,6 @@ int worker_run(const struct worker_options *opt)
 	w.step_rows = calloc(cap, sizeof(*w.step_rows));
 	w.outcomes = calloc(cap, sizeof(*w.outcomes));
 	w.sampled = calloc(cap, sizeof(*w.sampled));
-	w.sampling = calloc(cap, sizeof(*w.sampling));
 	w.step_sampling = calloc(cap, sizeof(*w.step_sampling));
 	w.step_index = calloc(cap, sizeof(*w.step_index));
 	w.buffers = calloc(cap, sizeof(*w.buffers));
@@ -567,7 +566,7 @@ int worker_run(const struct worker_options *opt)
 	w.ahead = calloc(cap, sizeof(*w.ahead));
 	w.ahead_gen = calloc(cap, sizeof(*w.ahead_gen));
 	if (!w.step_rows || !w.outcomes || !w.step_index || !w.sampled ||
-	    !w.sampling || !w.step_sampling ||
+	    worker_sampling_init(&w.sampling, cap) || !w.step_sampling ||
 	    !w.buffers || !w.views || !w.rows || !w.step ||
 	    !w.incoming || !w.ahead || !w.ahead_gen) {
 		LOG(LOG_ERROR, "out of memory");

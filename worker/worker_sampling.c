@@ -3,12 +3,37 @@
  */
 #include "worker_sampling.h"
 
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
 
-/* Copy the table's entry into c and check it. */
+int worker_sampling_init(struct worker_sampling *ws, uint32_t n_slots)
+{
+	ws->n_slots = n_slots;
+	ws->slots = calloc(n_slots, sizeof(*ws->slots));
+	/* calloc: the pages of slots whose requests never bias stay untouched */
+	ws->bias = calloc((size_t)n_slots * SAMPLER_MAX_BIAS, sizeof(*ws->bias));
+	if (!ws->slots || !ws->bias) {
+		worker_sampling_free(ws);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void worker_sampling_free(struct worker_sampling *ws)
+{
+	free(ws->slots);
+	free(ws->bias);
+	ws->slots = NULL;
+	ws->bias = NULL;
+}
+
+/* Copy the table's entry for slot into c (bias into bias[]) and check it. */
 static void worker_sampling_load(struct worker_slot_sampling *c,
+				 struct sampling_bias *bias,
 				 const struct shm_segment *seg, uint32_t slot,
 				 uint32_t generation)
 {
@@ -16,8 +41,10 @@ static void worker_sampling_load(struct worker_slot_sampling *c,
 	struct shm_slot_sampling e;
 	char why[160];
 
-	memcpy(&e, shared, sizeof(e));	/* one read of shared memory */
-	memset(c, 0, offsetof(struct worker_slot_sampling, bias));
+	/* one read of shared memory: the fixed fields, then only the bias
+	 * entries the request has (most have none) */
+	memcpy(&e, shared, offsetof(struct shm_slot_sampling, bias));
+	memset(c, 0, sizeof(*c));
 	c->generation = generation;
 	if (e.generation != generation || e.n_bias > SAMPLER_MAX_BIAS) {
 		LOG(LOG_WARN, "slot %u: sampling entry is for generation %u, "
@@ -27,14 +54,17 @@ static void worker_sampling_load(struct worker_slot_sampling *c,
 	c->needs_logits = e.needs_logits != 0;
 	c->n_prompt = e.n_prompt;
 	c->choice = e.choice;
-	memcpy(c->bias, e.bias, e.n_bias * sizeof(c->bias[0]));
+	if (!c->needs_logits) {
+		c->valid = true;
+		return;
+	}
+	memcpy(bias, shared->bias, e.n_bias * sizeof(*bias));
 	c->params = (struct sampling_params){
 		.temperature = e.temperature, .top_p = e.top_p,
 		.top_k = e.top_k, .min_p = e.min_p, .seed = e.seed,
 		.logprobs = e.logprobs != 0, .top_logprobs = e.top_logprobs,
-		.bias = c->bias, .n_bias = e.n_bias };
-	if (c->needs_logits &&
-	    sampling_params_validate(&c->params, seg->hdr->vocab, why, sizeof(why))) {
+		.bias = bias, .n_bias = e.n_bias };
+	if (sampling_params_validate(&c->params, seg->hdr->vocab, why, sizeof(why))) {
 		LOG(LOG_WARN, "slot %u: sampling entry rejected: %s", slot, why);
 		return;
 	}
@@ -42,12 +72,13 @@ static void worker_sampling_load(struct worker_slot_sampling *c,
 }
 
 const struct worker_slot_sampling *
-worker_sampling_get(struct worker_slot_sampling *cache, const struct shm_segment *seg,
+worker_sampling_get(struct worker_sampling *ws, const struct shm_segment *seg,
 		    uint32_t slot, uint32_t local, uint32_t generation)
 {
-	struct worker_slot_sampling *c = &cache[local];
+	struct worker_slot_sampling *c = &ws->slots[local];
 
 	if (c->generation != generation)
-		worker_sampling_load(c, seg, slot, generation);
+		worker_sampling_load(c, ws->bias + (size_t)local * SAMPLER_MAX_BIAS,
+				     seg, slot, generation);
 	return c;
 }

@@ -19,16 +19,33 @@
 #include "sampler.h"
 #include "shm_segment.h"
 
-/* One slot's fields, as the worker uses them. */
+/*
+ * One slot's fields, as the worker uses them: small, since every row of
+ * every step looks its slot's up (a greedy row reads only generation and
+ * needs_logits); the bias entries, rare, live apart (struct
+ * worker_sampling).
+ */
 struct worker_slot_sampling {
 	uint32_t generation;	/* the request they are for (0: none yet) */
 	bool valid;		/* the entry matched and passed the checks */
 	bool needs_logits;	/* false: greedy, no logprobs */
 	uint32_t n_prompt;	/* the k-th generated token sits at n_prompt + k */
 	uint32_t choice;
-	struct sampling_params params;	/* bias points into bias[] */
-	struct sampling_bias bias[SAMPLER_MAX_BIAS];
+	struct sampling_params params;	/* bias points into the slot's
+					 * entries of worker_sampling.bias */
 };
+
+/* Every slot of the shard. */
+struct worker_sampling {
+	struct worker_slot_sampling *slots;	/* shard_capacity */
+	struct sampling_bias *bias;	/* shard_capacity x SAMPLER_MAX_BIAS,
+					 * touched only by requests with bias */
+	uint32_t n_slots;
+};
+
+/* 0 or -ENOMEM (nothing allocated). */
+int worker_sampling_init(struct worker_sampling *ws, uint32_t n_slots);
+void worker_sampling_free(struct worker_sampling *ws);
 
 /*
  * The fields of slot (local index local in the shard) for generation,
@@ -37,7 +54,7 @@ struct worker_slot_sampling {
  * values that fail the checks (the row is then refused).
  */
 const struct worker_slot_sampling *
-worker_sampling_get(struct worker_slot_sampling *cache, const struct shm_segment *seg,
+worker_sampling_get(struct worker_sampling *ws, const struct shm_segment *seg,
 		    uint32_t slot, uint32_t local, uint32_t generation);
 
 #endif /* DYNBATCH_WORKER_SAMPLING_H */
