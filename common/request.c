@@ -320,9 +320,10 @@ static int parse_text_prompt(const struct parse_ctx *pc, const json_t *v,
 		return parse_error(pc, -EINVAL, "field 'prompt' is a string, but "
 				   "this server has no tokenizer (--tokenizer): "
 				   "send token ids");
-	/* no token holds more than max_token_length bytes: a longer text
-	 * cannot fit, and is refused before it costs an encode */
-	if (len / (size_t)tokenizer_max_token_length(pc->lim->tok) >
+	/* no token holds more than the longest piece (+1: the dummy-prefix
+	 * space may join a piece): a longer text cannot fit, and is refused
+	 * before it costs an encode */
+	if (len / (tokenizer_longest_piece(pc->lim->tok) + 1) >
 	    pc->lim->max_context)
 		return parse_error(pc, -EINVAL, "prompt (%zu bytes) exceeds the "
 				   "context limit %u", len, pc->lim->max_context);

@@ -53,6 +53,7 @@
 struct tokenizer {
 	uint32_t vocab_size;
 	int32_t max_token_length;
+	uint32_t longest_piece;	/* bytes of the longest decoded piece */
 	char *blob;		/* every piece, each followed by a NUL */
 	uint64_t *offset;	/* piece i starts at blob + offset[i] */
 	uint32_t *length;	/* its length in bytes */
@@ -346,6 +347,9 @@ int tokenizer_load_mem(const void *data, size_t size, uint32_t vocab_size,
 		t->blob[pos + len] = '\0';
 		t->byte_value[i] =
 			(int16_t)byte_piece_value(t->blob + pos, len);
+		/* what the piece decodes to: a byte piece is one byte */
+		if ((t->byte_value[i] >= 0 ? 1 : len) > t->longest_piece)
+			t->longest_piece = t->byte_value[i] >= 0 ? 1 : len;
 		for (uint32_t k = 0; k + 1 < len; k++) {
 			unsigned bg = (unsigned char)t->blob[pos + k] << 8 |
 				      (unsigned char)t->blob[pos + k + 1];
@@ -433,6 +437,11 @@ uint32_t tokenizer_vocab_size(const struct tokenizer *t)
 int32_t tokenizer_max_token_length(const struct tokenizer *t)
 {
 	return t->max_token_length;
+}
+
+uint32_t tokenizer_longest_piece(const struct tokenizer *t)
+{
+	return t->longest_piece;
 }
 
 const char *tokenizer_raw_piece(const struct tokenizer *t, int32_t token,

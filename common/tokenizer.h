@@ -101,6 +101,11 @@ void tokenizer_free(struct tokenizer *t);
 uint32_t tokenizer_vocab_size(const struct tokenizer *t);
 /* The file's max_token_length. */
 int32_t tokenizer_max_token_length(const struct tokenizer *t);
+/* The longest piece's bytes, decoded (a byte piece is one byte; never
+ * more than max_token_length, which a file may state far too large): no
+ * token stands for more text, so a text of L bytes needs at least
+ * L / longest tokens, and a token adds at most this to an answer. */
+uint32_t tokenizer_longest_piece(const struct tokenizer *t);
 static inline int32_t tokenizer_bos(const struct tokenizer *t)
 {
 	(void)t;

@@ -28,6 +28,7 @@
 #include "completion_api.h"
 #include "engine.h"
 #include "json_writer.h"
+#include "tokenizer.h"
 #include "log.h"
 #include "request.h"
 
@@ -240,6 +241,62 @@ static int chat_stream_start(struct http_server *srv, struct conn *c,
 }
 
 /* POST /v1/completions (chat false) or /v1/chat/completions (chat). */
+/*
+ * The most bytes a non-streamed answer to req can reach, kept while its
+ * choices finish and then written whole: per choice a fixed part, per
+ * token its id, its text (every byte escaped as \uXXXX, the longest
+ * piece) and its logprob entries.  Streams send as they go and are
+ * bounded by --conn-buffer instead.
+ */
+#define ANSWER_CHOICE_BYTES 512u
+#define ANSWER_LOGPROB_BYTES 64u	/* "token_id:N": logprob, twice over */
+static uint64_t answer_bound(const struct http_server *srv,
+			     const struct request *req)
+{
+	const struct tokenizer *tok = srv->lim.tok;
+	uint64_t per_token = JSON_TOKEN_MAX +
+		(tok ? 6ull * tokenizer_longest_piece(tok) : 0) +
+		(req->sampling.logprobs ?
+		 (1ull + req->sampling.top_logprobs) * ANSWER_LOGPROB_BYTES : 0);
+
+	return (uint64_t)req->n_choices *
+	       (ANSWER_CHOICE_BYTES + (uint64_t)req->max_tokens * per_token);
+}
+
+/*
+ * Reserve a non-streamed answer's bytes, or answer 400 (it could never
+ * fit) or 429 (too many large answers are being built now).  True when
+ * reserved.
+ */
+static bool reserve_answer(struct http_server *srv, struct conn *c,
+			   const struct request *req)
+{
+	uint64_t need = answer_bound(srv, req);
+	char err[320];
+
+	if (need > srv->cfg->max_answer_bytes) {
+		snprintf(err, sizeof(err), "the answer could reach %llu bytes "
+			 "(n %u x max_tokens %u, with its text and logprobs), more "
+			 "than this server builds (--max-answer-bytes %llu): ask "
+			 "for fewer, or set \"stream\": true",
+			 (unsigned long long)need, req->n_choices, req->max_tokens,
+			 (unsigned long long)srv->cfg->max_answer_bytes);
+		respond_error(srv, c, 400, err, "invalid_request_error",
+			      "max_tokens", NULL);
+		return false;
+	}
+	if (srv->answer_reserved + need > srv->cfg->answer_budget) {
+		respond_error(srv, c, 429, "the server is building as many large "
+			      "answers as it holds (--answer-budget); retry later, "
+			      "or stream", "rate_limit_error", NULL,
+			      "Retry-After: 1\r\n");
+		return false;
+	}
+	srv->answer_reserved += need;
+	c->answer_reserved = need;
+	return true;
+}
+
 static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 {
 	const struct strbuf *body = &c->reader.msg.body;
@@ -280,7 +337,11 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 	}
 	c->req_serial++;
 	n_choices = cr.req.n_choices;
+	if (!cr.stream && !reserve_answer(srv, c, &cr.req))
+		goto out;
 	ret = engine_submit(srv->e, &cr.req, cookie_of(srv, c), c->ch.handles);
+	if (ret)	/* nothing admitted: nothing to build */
+		conn_release_answer(srv, c);
 	switch (ret) {
 	case 0:
 		break;
@@ -640,7 +701,7 @@ void http_on_finish(void *ctx, uint64_t cookie, const struct frontend_result *r)
 	last = conn_choice_ended(c, r);
 	if (c->drop_due) {
 		if (last) {
-			conn_detach(c);
+			conn_detach(srv, c);
 			conn_choices_free(&c->ch);
 		}
 		return;		/* pump drops the connection */
@@ -654,7 +715,7 @@ void http_on_finish(void *ctx, uint64_t cookie, const struct frontend_result *r)
 		}
 		conn_note_output(c, before);
 		if (last) {
-			conn_detach(c);
+			conn_detach(srv, c);
 			conn_request_done(srv, c);
 		}
 		return;
@@ -670,13 +731,13 @@ void http_on_finish(void *ctx, uint64_t cookie, const struct frontend_result *r)
 		return;
 	}
 	if (c->ch.failed) {
-		conn_detach(c);
+		conn_detach(srv, c);
 		respond_error(srv, c, c->ch.fail_reason == FINISH_ERROR ? 500 : 503,
 			      c->ch.fail_msg, "server_error", NULL, NULL);
 		return;
 	}
 	ret = conn_answer(srv, c, r);	/* before conn_detach() frees the kept choices */
-	conn_detach(c);
+	conn_detach(srv, c);
 	if (ret) {
 		conn_drop(srv, c);
 		return;

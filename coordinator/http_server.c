@@ -90,6 +90,13 @@
  * Closing
  * ---------------------------------------------------------------------- */
 
+/* Give back what the connection's non-streamed answer reserved. */
+void conn_release_answer(struct http_server *srv, struct conn *c)
+{
+	srv->answer_reserved -= c->answer_reserved;
+	c->answer_reserved = 0;
+}
+
 static void conn_free(struct http_server *srv, struct conn *c)
 {
 	close(c->fd);
@@ -98,6 +105,7 @@ static void conn_free(struct http_server *srv, struct conn *c)
 	http_reader_reset(&c->reader);
 	out_writer_release(&c->out);
 	conn_choices_free(&c->ch);
+	conn_release_answer(srv, c);
 	c->closing = c->close_after_send = c->busy = c->paused = false;
 	c->pause_due = c->drop_due = false;
 	c->read_eof = false;
@@ -117,7 +125,7 @@ static void conn_close(struct http_server *srv, struct conn *c)
 
 /* Forget the connection's request: later callbacks for it find nothing.
  * Returns the handle to cancel, or REQUEST_NONE. */
-uint32_t conn_detach(struct conn *c)
+uint32_t conn_detach(struct http_server *srv, struct conn *c)
 {
 	uint32_t handle = c->busy ? c->handle : REQUEST_NONE;
 
@@ -126,13 +134,14 @@ uint32_t conn_detach(struct conn *c)
 	c->handle = REQUEST_NONE;
 	c->req_serial++;
 	conn_choices_free(&c->ch);
+	conn_release_answer(srv, c);
 	return handle;
 }
 
 /* Give up on the connection: cancel its request, close. */
 void conn_drop(struct http_server *srv, struct conn *c)
 {
-	uint32_t handle = conn_detach(c);
+	uint32_t handle = conn_detach(srv, c);
 
 	if (handle != REQUEST_NONE)
 		engine_cancel(srv->e, handle);

@@ -50,6 +50,11 @@ struct http_config {
 	uint32_t idle_timeout_ms;	/* idle keep-alive connections close */
 	struct http_limits limits;	/* header bytes, header count, body */
 	float default_temperature;	/* of a request that sets none */
+	/* A non-streamed answer is built whole (all its choices, their text
+	 * and logprobs): the most one may reach (else 400), and the most all
+	 * live ones together may (else 429), by answer_bound() */
+	uint64_t max_answer_bytes;
+	uint64_t answer_budget;
 	enum chat_template chat_template; /* of /v1/chat/completions; NONE:
 					 * that endpoint answers 400 */
 };

@@ -92,6 +92,8 @@ struct conn {
 	bool keep_alive;
 	bool head_request;		/* HEAD: answered as GET, without the body */
 	struct conn_choices ch;		/* its n choices */
+	uint64_t answer_reserved;	/* bytes of srv->answer_reserved its
+					 * non-streamed answer holds */
 	uint64_t created;		/* Unix seconds, for the answer */
 	/* timers */
 	uint64_t request_start_ns;	/* first byte of an unfinished request */
@@ -122,6 +124,9 @@ struct http_server {
 	uint64_t last_scan_ns;
 	bool rescan;			/* a connection changed since that scan */
 	uint64_t next_id;		/* generated request ids */
+	/* bytes the live non-streamed answers may grow to, reserved at
+	 * admission (answer_bound()); at most cfg->answer_budget */
+	uint64_t answer_reserved;
 	uint64_t started_s;
 	struct strbuf body;		/* scratch: an answer body being built */
 	/* for /metrics */
@@ -163,7 +168,9 @@ static inline void conn_note_output(struct conn *c, size_t before)
 /* http_server.c */
 /* http_routes.c: free the choices a non-streaming answer kept. */
 void conn_choices_free(struct conn_choices *ch);
-uint32_t conn_detach(struct conn *c);
+uint32_t conn_detach(struct http_server *srv, struct conn *c);
+/* Give back what the connection's non-streamed answer reserved. */
+void conn_release_answer(struct http_server *srv, struct conn *c);
 void conn_drop(struct http_server *srv, struct conn *c);
 
 /* http_routes.c */

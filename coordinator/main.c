@@ -105,6 +105,10 @@ static void usage(FILE *f)
 "  --max-body BYTES   larger request bodies get 413 (default 1048576)\n"
 "  --max-header-bytes BYTES  request line + headers, else 431 (default 16384)\n"
 "  --max-headers N    header fields, else 431 (default 64)\n"
+"  --max-answer-bytes BYTES  the most a non-streamed answer may reach (n x\n"
+"                     max_tokens with text and logprobs), else 400 (16 MiB)\n"
+"  --answer-budget BYTES  all non-streamed answers being built together,\n"
+"                     else 429 (256 MiB)\n"
 "  --chat-template llama2|chatml  how /v1/chat/completions renders its\n"
 "                     messages into a prompt (llama2: Meta's [INST] format;\n"
 "                     chatml: <|im_start|>role ...); needs a tokenizer.\n"
@@ -250,6 +254,7 @@ int main(int argc, char **argv)
 	       OPT_READ_TIMEOUT, OPT_IDLE_TIMEOUT, OPT_MAX_BODY, OPT_MAX_HEADER_BYTES,
 	       OPT_MAX_HEADERS, OPT_MAX_LINE, OPT_STEP_TOKENS,
 	       OPT_DEFAULT_TEMPERATURE, OPT_TOKENIZER, OPT_STREAM,
+	       OPT_MAX_ANSWER, OPT_ANSWER_BUDGET,
 	       OPT_CHAT_TEMPLATE };
 	static const struct option longopts[] = {
 		{ "workers", required_argument, NULL, OPT_WORKERS },
@@ -260,6 +265,8 @@ int main(int argc, char **argv)
 		{ "default-temperature", required_argument, NULL,
 		  OPT_DEFAULT_TEMPERATURE },
 		{ "tokenizer", required_argument, NULL, OPT_TOKENIZER },
+		{ "max-answer-bytes", required_argument, NULL, OPT_MAX_ANSWER },
+		{ "answer-budget", required_argument, NULL, OPT_ANSWER_BUDGET },
 		{ "stream", no_argument, NULL, OPT_STREAM },
 		{ "input", required_argument, NULL, OPT_INPUT },
 		{ "output", required_argument, NULL, OPT_OUTPUT },
@@ -314,6 +321,8 @@ int main(int argc, char **argv)
 		.idle_timeout_ms = 60000,
 		.limits = { .max_header_bytes = 16384, .max_headers = 64,
 			    .max_body = 1u << 20 },
+		.max_answer_bytes = 16u << 20,
+		.answer_budget = 256u << 20,
 	};
 	struct jsonl_config jsonl = {
 		.input_path = "-",
@@ -370,6 +379,16 @@ int main(int argc, char **argv)
 		case OPT_OUTPUT:
 			jsonl.output_path = optarg;
 			run_opt = true;
+			break;
+		case OPT_MAX_ANSWER:
+			bad = parse_u64(optarg, 1024, UINT64_MAX / 2,
+					&http.max_answer_bytes);
+			serve_opt = true;
+			break;
+		case OPT_ANSWER_BUDGET:
+			bad = parse_u64(optarg, 1024, UINT64_MAX / 2,
+					&http.answer_budget);
+			serve_opt = true;
 			break;
 		case OPT_TOKENIZER:
 			cfg.tokenizer_path = optarg;
