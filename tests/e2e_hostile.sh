@@ -136,6 +136,11 @@ done
 for mode in wrong-generation empty prefill-forever; do
 	RUN_MODEL="$MODEL,row_us=150" hostile_case "$mode-forever" "$mode,lives=1000000" 3
 done
+# Garbage logprob blocks for ever: only the rows that asked for logprobs
+# are rejected, the others commit, yet the worker is still replaced and
+# the garbled requests finish elsewhere.
+WORKLOAD="$E2E_TMP/ws.jsonl" RUN_MODEL="$MODEL,row_us=150" \
+	hostile_case logprobs-forever "logprobs,lives=1000000" 3
 
 # A worker that refuses every row (a stateful model may refuse a row,
 # docs/DESIGN.md 2.3): the requests of its shard end with the
