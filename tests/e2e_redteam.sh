@@ -24,6 +24,9 @@ TOK="$E2E_TMP/tok.bin"
 "$BIN/make_tokenizer" --vocab 512 --out "$TOK" > /dev/null 2>&1
 SIM="sim:vocab=512"
 HTTP="python3 $(dirname "$0")/hostile_http.py"
+SRV_PID=
+# a run cut short (a closed pipe, ^C) leaves no server behind
+trap '[ -n "$SRV_PID" ] && kill "$SRV_PID" 2>/dev/null; rm -rf "$E2E_TMP"' EXIT
 
 # --- 1. one request, one huge answer (KNOWN TO FAIL) -----------------------
 AMPLIFY_MAX_KB=${AMPLIFY_MAX_KB:-65536}
