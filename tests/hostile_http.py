@@ -390,15 +390,24 @@ def same_text(port, seed, n):
     print("checked=%d" % n)
 
 
+def answer_choice(port, body):
+    """The first choice of a plain completion; fails unless 200."""
+    try:
+        status, raw = post_json(port, "/v1/completions", body)
+    except OSError as e:
+        fail("%s: %s" % (json.dumps(body), e))
+    if status != 200:
+        fail("%s answered %d: %r" % (json.dumps(body), status, raw[:200]))
+    return json.loads(raw)["choices"][0]
+
+
 def stop_cut(port, seed, n):
     rng = random.Random(seed)
     for i in range(n):
         body = random_body(rng, i)
-        status, raw = post_json(port, "/v1/completions", body)
-        full = json.loads(raw)["choices"][0]
+        full = answer_choice(port, body)
         body["stop"] = rng.sample(STOPS, rng.randint(1, 4))
-        status, raw = post_json(port, "/v1/completions", body)
-        got = json.loads(raw)["choices"][0]
+        got = answer_choice(port, body)
         at = [full["text"].find(s) for s in body["stop"] if s in full["text"]]
         want = (full["text"][:min(at)], "stop") if at else (full["text"], full["finish_reason"])
         if (got["text"], got["finish_reason"]) != want:
