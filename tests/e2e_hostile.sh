@@ -28,8 +28,25 @@ LOG_LIMIT_BYTES=200000	# a run's whole stderr; flooding logs grew to GBs
 MODEL="sim:vocab=8000,seed=$((SEED % 1000)),row_us=20"
 "$BIN/gen_workload" --n 1500 --seed "$SEED" --model "$MODEL" --max-tokens 48 \
 	> "$E2E_TMP/w.jsonl"
+# The sampling modes run a sampled workload (temperature, logit_bias,
+# logprobs, n choices): WORKLOAD names the one a run reads.
+"$BIN/gen_workload" --n 600 --seed "$SEED" --model "$MODEL" --max-tokens 48 \
+	--sampling > "$E2E_TMP/ws.jsonl"
 FIRST_ID=$(head -n 1 "$E2E_TMP/w.jsonl" | grep -o '"id":"[^"]*"' | cut -d'"' -f4)
-grep -o '"id":"[^"]*"' "$E2E_TMP/w.jsonl" | sort > "$E2E_TMP/ids.want"
+
+# want_keys WORKLOAD: "id#choice" for every answer it should get, sorted
+# (a request with "n":K has K, each line with its "index").
+want_keys() {
+	sed -E 's/^\{"id":"([^"]*)".*("n":([0-9]+)).*/\1 \3/; t; s/^\{"id":"([^"]*)".*/\1 1/' "$1" |
+		awk '{ for (i = 0; i < $2; i++) print $1 "#" i }' | sort
+}
+# result_keys OUTPUT: "id#index" of every result line, sorted.
+result_keys() {
+	sed -nE -e '/"index":/{s/^\{"id":"([^"]*)".*"index":([0-9]+).*/\1#\2/p;d;}' \
+		-e 's/^\{"id":"([^"]*)".*/\1#0/p' "$1" | sort
+}
+want_keys "$E2E_TMP/w.jsonl" > "$E2E_TMP/w.want"
+want_keys "$E2E_TMP/ws.jsonl" > "$E2E_TMP/ws.want"
 
 # hostile_run TAG SPEC WORKERS [DYNBATCH-OPTIONS...]: the workload through
 # stdin and stdout (so a worker holding either could steal or forge), with
@@ -37,6 +54,7 @@ grep -o '"id":"[^"]*"' "$E2E_TMP/w.jsonl" | sort > "$E2E_TMP/ids.want"
 # RUN_RC and RUN_MS.
 hostile_run() {
 	local tag=$1 spec=$2 workers=$3 start model=${RUN_MODEL:-$MODEL}
+	local input=${WORKLOAD:-$E2E_TMP/w.jsonl}
 	shift 3
 	mkdir -p "$E2E_TMP/$tag.dir"
 	start=$(date +%s%N)
@@ -45,7 +63,7 @@ hostile_run() {
 		timeout -k 5 "$RUN_LIMIT_S" "$BIN/dynbatch" run --no-progress \
 		--workers "$workers" --batch 24 --model "$model" --step-timeout 500 \
 		--stats "$E2E_TMP/$tag.stats" --input - --output - "$@" \
-		< "$E2E_TMP/w.jsonl" > "$E2E_TMP/$tag.out" 2> "$E2E_TMP/$tag.err"
+		< "$input" > "$E2E_TMP/$tag.out" 2> "$E2E_TMP/$tag.err"
 	RUN_RC=$?
 	RUN_MS=$(( ($(date +%s%N) - start) / 1000000 ))
 }
@@ -53,16 +71,16 @@ hostile_run() {
 # hostile_problems TAG: what is wrong with run TAG, one line each (none:
 # it passed).
 hostile_problems() {
-	local tag=$1 n_err bytes
+	local tag=$1 n_err bytes input=${WORKLOAD:-$E2E_TMP/w.jsonl}
 	[ "$RUN_RC" -eq 0 ] || echo "exit $RUN_RC after $RUN_MS ms (124: no exit within ${RUN_LIMIT_S} s)"
 	grep -c attacking "$E2E_TMP/$tag.err" > /dev/null || echo "the worker never attacked"
-	grep -o '"id":"[^"]*"' "$E2E_TMP/$tag.out" | sort > "$E2E_TMP/$tag.ids"
-	cmp -s "$E2E_TMP/$tag.ids" "$E2E_TMP/ids.want" ||
-		echo "not every request answered exactly once: $(diff "$E2E_TMP/ids.want" \
+	result_keys "$E2E_TMP/$tag.out" > "$E2E_TMP/$tag.ids"
+	cmp -s "$E2E_TMP/$tag.ids" "${input%.jsonl}.want" ||
+		echo "not every request answered exactly once: $(diff "${input%.jsonl}.want" \
 			"$E2E_TMP/$tag.ids" | grep -c '^[<>]') ids differ"
 	n_err=$(grep -c '"finish_reason":"error"' "$E2E_TMP/$tag.out")
 	[ "$n_err" -eq 0 ] || echo "$n_err requests failed with an error"
-	"$BIN/refdecode" --model "$MODEL" --input "$E2E_TMP/w.jsonl" \
+	"$BIN/refdecode" --model "$MODEL" --input "$input" \
 		--check "$E2E_TMP/$tag.out" --allow-errors > "$E2E_TMP/$tag.check" 2>&1 ||
 		echo "not exact: $(tail -n 1 "$E2E_TMP/$tag.check")"
 	bytes=$(wc -c < "$E2E_TMP/$tag.err")
@@ -101,6 +119,15 @@ for mode in $HOSTILE_MODES; do
 	hostile_case "$mode-2" "$mode,shard=1,lives=5" 2
 done
 
+# The sampling modes, on the sampled workload: garbage logprob blocks
+# (NaN, +-inf, positive, n_top too large, alternatives out of the
+# vocabulary) are rejected like any garbled row, and a worker that
+# scribbled its sampling table leaves none of it to the next worker.
+for mode in ${HOSTILE_SAMPLING_MODES-logprobs sampling}; do
+	WORKLOAD="$E2E_TMP/ws.jsonl" hostile_case "$mode-3" "$mode,lives=5" 3
+	WORKLOAD="$E2E_TMP/ws.jsonl" hostile_case "$mode-2" "$mode,shard=1,lives=5" 2
+done
+
 # --- 2. attackers that never give up ---------------------------------------
 # Results that commit nothing, forever (every replacement attacks too):
 # each worker is killed after a bounded run of them, blaming nobody, and
@@ -109,6 +136,11 @@ done
 for mode in wrong-generation empty prefill-forever; do
 	RUN_MODEL="$MODEL,row_us=150" hostile_case "$mode-forever" "$mode,lives=1000000" 3
 done
+# Garbage logprob blocks for ever: only the rows that asked for logprobs
+# are rejected, the others commit, yet the worker is still replaced and
+# the garbled requests finish elsewhere.
+WORKLOAD="$E2E_TMP/ws.jsonl" RUN_MODEL="$MODEL,row_us=150" \
+	hostile_case logprobs-forever "logprobs,lives=1000000" 3
 
 # A worker that refuses every row (a stateful model may refuse a row,
 # docs/DESIGN.md 2.3): the requests of its shard end with the

@@ -21,8 +21,24 @@ library is used.
                         reset (SO_LINGER 0).
   close_running PORT    start a long completion, then close() (a FIN, as a
                         half-close sends, but nothing left to read on).
+  amplify PORT PID PATH MAX_KB  one small request to PATH (/v1/completions
+                        or /v1/chat/completions) asking for the largest
+                        answer a client may ask for (n 64, max_tokens
+                        1000, 20 top logprobs, not streamed): it must be
+                        refused (400) or cost the server at most MAX_KB
+                        of peak RSS (VmHWM) more than before.
+  same_text PORT SEED N  N random requests (completions and chat, n 1..3,
+                        sampled with a seed, random "stop" strings), each
+                        plain and streamed: the streamed pieces of each
+                        choice must join to the plain text, with the same
+                        finish_reason.
+  stop_cut PORT SEED N  N random completions, each without and then with
+                        "stop" strings: the text with stops must be the
+                        text without them cut before the first stop
+                        (finish_reason "stop"), else the same.
 """
 import json
+import random
 import socket
 import struct
 import sys
@@ -272,6 +288,135 @@ def burst(port, n):
     print("answered=%d" % ok)
 
 
+def post_json(port, path, body, timeout=60):
+    """POST body to path; the answer's status and its body, as bytes."""
+    sock = connect(port)
+    data = json.dumps(body).encode()
+    sock.sendall(("POST %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                  "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                  % (path, len(data))).encode() + data)
+    sock.settimeout(timeout)
+    got = b""
+    while True:
+        chunk = sock.recv(1 << 20)
+        if not chunk:
+            break
+        got += chunk
+    sock.close()
+    head, _, rest = got.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1]) if head.startswith(b"HTTP/1.1 ") else 0
+    if b"transfer-encoding: chunked" in head.lower():
+        body_out = b""
+        while rest:
+            line, _, rest = rest.partition(b"\r\n")
+            size = int(line.split(b";")[0], 16)
+            if size == 0:
+                break
+            body_out += rest[:size]
+            rest = rest[size + 2:]
+        rest = body_out
+    return status, rest
+
+
+def amplify(port, pid, path, max_kb):
+    body = {"max_tokens": 1000, "n": 64, "temperature": 1.0, "ignore_eos": True}
+    if path.endswith("/chat/completions"):
+        body.update({"messages": [{"role": "user", "content": "Hi"}],
+                     "logprobs": True, "top_logprobs": 20})
+    else:
+        body.update({"prompt": "Hi", "logprobs": 20})
+    before = vm_hwm_kb(pid)
+    status, answer = post_json(port, path, body)
+    grew = vm_hwm_kb(pid) - before
+    print("status=%d answer_bytes=%d hwm_growth_kb=%d" % (status, len(answer), grew))
+    if status != 400 and grew > max_kb:
+        fail("a %d-byte request made the server's peak RSS grow by %d kB "
+             "(answer %d bytes)" % (len(json.dumps(body)), grew, len(answer)))
+
+
+WORDS = ["the", "cat", "\u65e5\u672c\u8a9e", "\u00e9", "\U0001f642", "sat", ".", "\n", "zz"]
+STOPS = ["a", "e ", "\u65e5", "\U0001f642", "t", "the", "c", "at", ". ", "\n", "\u672c\u8a9e"]
+
+
+def choice_text(c, chat):
+    return c["message"]["content"] if chat else c["text"]
+
+
+def sse_texts(raw, chat):
+    """The joined text and the finish_reason of each choice of a stream."""
+    texts, fins = {}, {}
+    for line in raw.decode().split("\n"):
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        ev = json.loads(line[6:])
+        for c in ev.get("choices", []):
+            piece = c.get("delta", {}).get("content") if chat else c.get("text")
+            texts[c["index"]] = texts.get(c["index"], "") + (piece or "")
+            if c.get("finish_reason"):
+                fins[c["index"]] = c["finish_reason"]
+    return texts, fins
+
+
+def random_body(rng, i):
+    body = {"prompt": " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 20))),
+            "max_tokens": rng.randint(1, 60), "temperature": 1.0, "seed": i}
+    return body
+
+
+def same_text(port, seed, n):
+    rng = random.Random(seed)
+    for i in range(n):
+        body = random_body(rng, i)
+        body["n"] = rng.randint(1, 3)
+        stops = rng.sample(STOPS, rng.randint(0, 3))
+        if stops:
+            body["stop"] = stops
+        chat = i % 2 == 1
+        path = "/v1/chat/completions" if chat else "/v1/completions"
+        if chat:
+            body["messages"] = [{"role": "user", "content": body.pop("prompt")}]
+        status, raw = post_json(port, path, body)
+        if status != 200:
+            fail("%s answered %d: %r" % (json.dumps(body), status, raw[:200]))
+        plain = json.loads(raw)["choices"]
+        want = {c["index"]: choice_text(c, chat) for c in plain}
+        want_fin = {c["index"]: c["finish_reason"] for c in plain}
+        body["stream"] = True
+        status, raw = post_json(port, path, body)
+        got, got_fin = sse_texts(raw, chat)
+        if status != 200 or got != want or got_fin != want_fin:
+            fail("%s: plain %r %r, streamed (%d) %r %r" %
+                 (json.dumps(body), want, want_fin, status, got, got_fin))
+    print("checked=%d" % n)
+
+
+def answer_choice(port, body):
+    """The first choice of a plain completion; fails unless 200."""
+    try:
+        status, raw = post_json(port, "/v1/completions", body)
+    except OSError as e:
+        fail("%s: %s" % (json.dumps(body), e))
+    if status != 200:
+        fail("%s answered %d: %r" % (json.dumps(body), status, raw[:200]))
+    return json.loads(raw)["choices"][0]
+
+
+def stop_cut(port, seed, n):
+    rng = random.Random(seed)
+    for i in range(n):
+        body = random_body(rng, i)
+        full = answer_choice(port, body)
+        body["stop"] = rng.sample(STOPS, rng.randint(1, 4))
+        got = answer_choice(port, body)
+        at = [full["text"].find(s) for s in body["stop"] if s in full["text"]]
+        want = (full["text"][:min(at)], "stop") if at else (full["text"], full["finish_reason"])
+        if (got["text"], got["finish_reason"]) != want:
+            fail("%s: without stops %r, with them %r %s, want %r %s" %
+                 (json.dumps(body), full["text"], got["text"], got["finish_reason"],
+                  want[0], want[1]))
+    print("checked=%d" % n)
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "flood":
@@ -284,6 +429,12 @@ def main():
         burst(int(sys.argv[2]), int(sys.argv[3]))
     elif cmd == "close_running":
         close_running(int(sys.argv[2]))
+    elif cmd == "amplify":
+        amplify(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))
+    elif cmd == "same_text":
+        same_text(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+    elif cmd == "stop_cut":
+        stop_cut(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
     else:
         fail("unknown command " + cmd)
 

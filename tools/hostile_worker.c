@@ -28,6 +28,17 @@
  *   refuse            every row refused, with reasons in range or not:
  *                     the requests on its shard fail with an error that
  *                     says the model refused them, no other request does
+ *   logprobs          every logprob block of a row that asked for them
+ *                     invalid (NaN, +-inf, positive, n_top past the
+ *                     request's top_logprobs or huge, alternatives out
+ *                     of the vocabulary or with NaN / positive logprobs);
+ *                     the other rows' blocks filled with 0xff
+ *   sampling          scribbles its shard's sampling table (other
+ *                     generations, huge n_bias, NaN temperature / top_p,
+ *                     bias tokens out of the vocabulary, top_logprobs
+ *                     past the limit) and posts every result empty, so
+ *                     it is killed; the workers after it must sample as
+ *                     the coordinator wrote the table, not as scribbled
  * Channel-level modes attack whatever the process can reach, found the
  * generic way (/proc/self/maps, /proc/self/fd), from a thread beside the
  * honest loop, so they keep working whatever the segment's layout:
@@ -50,6 +61,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -241,6 +253,108 @@ static void publish_flood(void *arg, const struct shm_header *hdr,
 		publish_at(ch, hdr, *pos, *pos + 1);
 		(*pos)++;
 	}
+}
+
+/* The sampling entry of a slot of our shard (the hook has no segment). */
+static struct shm_slot_sampling *own_sampling(const struct shm_header *hdr,
+					      struct shm_channel *ch, uint32_t slot)
+{
+	uint32_t shard = shm_slot_shard(hdr, slot);
+
+	return (struct shm_slot_sampling *)((char *)ch + hdr->channel_size +
+		hdr->shard_tokens_size) + (slot - shm_shard_first_slot(hdr, shard));
+}
+
+/*
+ * logprobs: every row whose request asked for logprobs gets a block the
+ * coordinator must refuse, cycling through the ways a block can be bad;
+ * the blocks of the other rows get garbage too (nobody may read them).
+ */
+static void publish_logprobs(void *arg, const struct shm_header *hdr,
+			     struct shm_channel *ch, uint64_t *pos)
+{
+	struct hostile *h = arg;
+	struct shm_result *r = shm_result_at(hdr, ch, *pos);
+	uint32_t n = r->n_rows <= hdr->shard_capacity ? r->n_rows : 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		struct shm_logprobs *b = shm_result_logprobs(hdr, r, i);
+		uint32_t slot = r->rows[i].slot;
+		const struct shm_slot_sampling *t;
+		uint32_t k = (uint32_t)(h->n_results + i);
+
+		if (shm_slot_shard(hdr, slot) >= hdr->n_shards || r->rows[i].token < 0)
+			continue;
+		t = own_sampling(hdr, ch, slot);
+		if (!t->logprobs) {	/* nobody may read it: anything goes */
+			memset(b, 0xff, sizeof(*b));
+			continue;
+		}
+		switch (k % 11) {
+		case 0: b->logprob = NAN; break;
+		case 1: b->logprob = INFINITY; break;
+		case 2: b->logprob = 0.5f; break;
+		case 3: b->logprob = -INFINITY; break;
+		case 4: b->n_top = UINT32_MAX; break;
+		case 5: b->n_top = t->top_logprobs + 1; break;
+		case 6: b->n_top = SAMPLER_MAX_LOGPROBS;	/* past its top_logprobs */
+			if (t->top_logprobs < SAMPLER_MAX_LOGPROBS)
+				break;
+			/* fall through */
+		case 7: b->n_top = 1; b->top[0].token = (int32_t)hdr->vocab; break;
+		case 8: b->n_top = 1; b->top[0].token = -1; break;
+		case 9: b->n_top = 1; b->top[0].logprob = NAN; break;
+		default: b->n_top = 1; b->top[0].logprob = 1e30f; break;
+		}
+		if (k % 11 >= 7 && t->top_logprobs == 0)
+			b->logprob = NAN;	/* no alternatives allowed: still bad */
+	}
+	h->n_results++;
+	publish_at(ch, hdr, *pos, *pos + 1);
+	(*pos)++;
+}
+
+/*
+ * sampling: scribble the sampling table of the shard (the worker's own
+ * object) with entries no worker may use, and post the result empty:
+ * the worker is killed for results that commit nothing, and the next
+ * one must find the table as the coordinator wrote it (the rows it
+ * refuses would fail their requests).
+ */
+static void publish_sampling(void *arg, const struct shm_header *hdr,
+			     struct shm_channel *ch, uint64_t *pos)
+{
+	struct hostile *h = arg;
+	struct shm_result *r = shm_result_at(hdr, ch, *pos);
+	uint32_t n = r->n_rows <= hdr->shard_capacity ? r->n_rows : 0;
+	uint32_t shard = n ? shm_slot_shard(hdr, r->rows[0].slot) : hdr->n_shards;
+
+	if (shard < hdr->n_shards) {
+		uint32_t first = shm_shard_first_slot(hdr, shard);
+		uint32_t end = shard + 1 < hdr->n_shards ?
+			       shm_shard_first_slot(hdr, shard + 1) : hdr->n_slots;
+
+		for (uint32_t slot = first; slot < end; slot++) {
+			struct shm_slot_sampling *t = own_sampling(hdr, ch, slot);
+			uint32_t k = (uint32_t)(h->n_results + slot);
+
+			switch (k % 7) {
+			case 0: t->generation += 1 + k % 3; break;
+			case 1: t->n_bias = UINT32_MAX - k % 5; break;
+			case 2: t->needs_logits = 1; t->temperature = NAN; break;
+			case 3: t->needs_logits = 1; t->top_p = NAN; break;
+			case 4: t->needs_logits = 1; t->n_bias = 1;
+				t->bias[0].token = (int32_t)hdr->vocab + (int32_t)k % 3; break;
+			case 5: t->needs_logits = 1; t->top_logprobs = 1000; t->logprobs = 1; break;
+			default: t->needs_logits = 1; t->n_bias = 2; t->bias[0] = t->bias[1];
+				t->bias[0].bias = NAN; break;
+			}
+		}
+	}
+	r->n_rows = 0;
+	h->n_results++;
+	publish_at(ch, hdr, *pos, *pos + 1);
+	(*pos)++;
 }
 
 /* scribble: the worker posts nothing; the attack thread does the rest. */
@@ -510,6 +624,8 @@ static const struct mode modes[] = {
 	{ "flood", publish_flood, NULL, 0 },
 	{ "prefill-forever", publish_prefill_forever, NULL, 0 },
 	{ "refuse", publish_refuse, NULL, 0 },
+	{ "logprobs", publish_logprobs, NULL, 0 },
+	{ "sampling", publish_sampling, NULL, 0 },
 	{ "scribble", publish_nothing, attack_scribble, 100 },
 	{ "steal-wakeups", NULL, attack_steal_wakeups, 0 },
 	{ "write-fds", NULL, attack_write_fds, 20000 },
