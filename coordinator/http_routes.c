@@ -110,6 +110,8 @@ static void respond(struct http_server *srv, struct conn *c, int status,
 		return;
 	}
 	srv->body.len = 0;
+	if (srv->body.cap > HTTP_KEEP_BUFFER)	/* a large answer's scratch */
+		strbuf_release(&srv->body);
 	conn_note_output(c, before);
 	conn_request_done(srv, c);
 }
@@ -293,7 +295,7 @@ static bool reserve_answer(struct http_server *srv, struct conn *c,
 		return false;
 	}
 	srv->answer_reserved += need;
-	c->answer_reserved = need;
+	c->answer_reserved += need;	/* a pipelined one may still be unsent */
 	return true;
 }
 

@@ -134,7 +134,6 @@ uint32_t conn_detach(struct http_server *srv, struct conn *c)
 	c->handle = REQUEST_NONE;
 	c->req_serial++;
 	conn_choices_free(&c->ch);
-	conn_release_answer(srv, c);
 	return handle;
 }
 
@@ -369,6 +368,13 @@ static void conn_on_send(struct io_op *op, int32_t res)
 		return;
 	}
 	c->last_progress_ns = clock_now_ns();
+	if (!c->busy && !conn_buffered(c)) {
+		/* a whole answer is out: its reservation and the memory it
+		 * took come back (a buffer grown for a large answer is not
+		 * kept for a connection's lifetime) */
+		conn_release_answer(srv, c);
+		out_writer_trim(&c->out, HTTP_KEEP_BUFFER);
+	}
 	if (c->paused && conn_buffered(c) <= srv->cfg->conn_buffer / 2) {
 		c->paused = false;
 		engine_resume(srv->e, c->handle);

@@ -31,6 +31,9 @@
 #include "strbuf.h"
 
 #define HTTP_STATUS_MAX 600
+/* A connection's output buffers, and the answer scratch, keep at most
+ * this much memory once what they held has been sent. */
+#define HTTP_KEEP_BUFFER (256u << 10)
 
 /* A finished choice, kept until the request's last one ends. */
 struct http_choice {
@@ -93,7 +96,8 @@ struct conn {
 	bool head_request;		/* HEAD: answered as GET, without the body */
 	struct conn_choices ch;		/* its n choices */
 	uint64_t answer_reserved;	/* bytes of srv->answer_reserved its
-					 * non-streamed answer holds */
+					 * non-streamed answer holds, until it
+					 * has been sent */
 	uint64_t created;		/* Unix seconds, for the answer */
 	/* timers */
 	uint64_t request_start_ns;	/* first byte of an unfinished request */

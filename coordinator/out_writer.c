@@ -90,3 +90,13 @@ void out_writer_release(struct out_writer *w)
 	strbuf_release(&w->write);
 	w->inflight = false;
 }
+
+void out_writer_trim(struct out_writer *w, size_t keep)
+{
+	if (w->inflight)
+		return;
+	if (!w->write.len && w->write.cap > keep)
+		strbuf_release(&w->write);
+	if (!w->fill.len && w->fill.cap > keep)
+		strbuf_release(&w->fill);
+}

@@ -54,4 +54,8 @@ int out_writer_flush_sync(struct out_writer *w, int fd, int stall_ms);
 /* Drop every byte and free the buffers; reusable afterwards. */
 void out_writer_release(struct out_writer *w);
 
+/* Free the empty buffers that grew past keep bytes (an answer far
+ * larger than usual), so their memory is not held for good. */
+void out_writer_trim(struct out_writer *w, size_t keep);
+
 #endif /* DYNBATCH_OUT_WRITER_H */

@@ -120,4 +120,49 @@ for kind in fifo dir; do
 		fail "tokenizer.bin is a $kind: exit $rc: $(head -n 2 "$E2E_TMP/ck-$kind.err")"
 done
 
+# --- 6. the answer budget: a reservation lives until the answer is sent ------
+# --answer-budget 1 MiB: one unread answer reserving ~680 KB (it stays in the
+# server's buffers) leaves no room for a second (429); once read, room again.
+serve_start budget --workers 1 --batch 8 --model "$SIM" --tokenizer "$TOK" \
+	--max-answer-bytes 1048576 --answer-budget 1048576 --conn-buffer 4096
+codes=$(python3 - "$PORT" <<'PY'
+import json, socket, sys, time, urllib.request, urllib.error
+port = int(sys.argv[1])
+body = json.dumps({"prompt": "Hi", "max_tokens": 1500, "ignore_eos": True,
+                   "logprobs": 5, "temperature": 1, "seed": 3}).encode()
+def post():
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+# a client that sends the request and reads nothing for a while
+s = socket.create_connection(("127.0.0.1", port))
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+time.sleep(1.5)              # its answer is built and stuck unsent
+second = post()
+got = b""                    # now read it all
+s.settimeout(10)
+while b"\r\n\r\n" not in got or len(got) < 200000:
+    d = s.recv(65536)
+    if not d:
+        break
+    got += d
+    if got.endswith(b"}") and b"Content-Length" in got:
+        head, _, rest = got.partition(b"\r\n\r\n")
+        n = int([l for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")][0].split(b":")[1])
+        if len(rest) >= n:
+            break
+s.close()
+time.sleep(0.3)
+third = post()
+print(second, third)
+PY
+)
+expect_eq "answer budget: a second large answer waits (429) while one is unsent, then fits (200)" \
+	"$codes" "429 200"
+serve_stop
+
 finish
