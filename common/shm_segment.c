@@ -68,25 +68,26 @@ size_t shm_dispatch_size(uint32_t shard_capacity)
 			  (size_t)shard_capacity * sizeof(struct shm_dispatch_row));
 }
 
-size_t shm_result_rows_size(uint32_t shard_capacity)
+size_t shm_result_size(uint32_t shard_capacity)
 {
 	return round_line(sizeof(struct shm_result) +
 			  (size_t)shard_capacity * sizeof(struct shm_result_row));
 }
 
-/* The rows, then a logprob block per row (written only for the rows
- * that ask: the pages of an unused block are never touched). */
-size_t shm_result_size(uint32_t shard_capacity)
+size_t shm_logprobs_size(uint32_t shard_capacity)
 {
-	return shm_result_rows_size(shard_capacity) +
-	       round_line((size_t)shard_capacity * sizeof(struct shm_logprobs));
+	return round_line((size_t)shard_capacity * sizeof(struct shm_logprobs));
 }
 
+/* The rings, then the logprob blocks of each result entry in a region of
+ * their own: the result entries stay as compact as the rows need, and the
+ * pages of blocks no row asks for are never touched. */
 static uint64_t channel_size_for(uint32_t shard_capacity, uint32_t depth)
 {
 	return round_up(sizeof(struct shm_channel) +
 			depth * (shm_dispatch_size(shard_capacity) +
-				 shm_result_size(shard_capacity)), SHM_PAGE);
+				 shm_result_size(shard_capacity) +
+				 shm_logprobs_size(shard_capacity)), SHM_PAGE);
 }
 
 /* Fill in every layout field of hdr from p.  0 or -EINVAL. */

@@ -226,7 +226,8 @@ struct shm_result_row {
 
 /*
  * The logprobs of one result row, when its request asked for them: the
- * block of row i of a result follows the rows (shm_result_logprobs()).
+ * block of row i of a result, in a region after both rings
+ * (shm_result_logprobs()).
  * Written by the worker, so the coordinator checks every field before it
  * keeps one (docs/DESIGN.md 7.2).
  */
@@ -465,17 +466,8 @@ static inline struct shm_channel *shm_channel_at(const struct shm_segment *seg,
 
 size_t shm_dispatch_size(uint32_t shard_capacity);
 size_t shm_result_size(uint32_t shard_capacity);
-/* Where a result's logprob blocks start: after its rows. */
-size_t shm_result_rows_size(uint32_t shard_capacity);
-
-/* The logprob block of row i of result r. */
-static inline struct shm_logprobs *
-shm_result_logprobs(const struct shm_header *hdr, struct shm_result *r,
-		    uint32_t i)
-{
-	return (struct shm_logprobs *)((char *)r +
-		shm_result_rows_size(hdr->shard_capacity)) + i;
-}
+/* The logprob blocks of one result entry (one per row). */
+size_t shm_logprobs_size(uint32_t shard_capacity);
 
 /* The sampling entry of slot (in the shard's object; bounds-checked). */
 static inline struct shm_slot_sampling *
@@ -504,6 +496,19 @@ shm_result_at(const struct shm_header *hdr, struct shm_channel *ch,
 	return (struct shm_result *)((char *)(ch + 1) +
 		hdr->ring_depth * shm_dispatch_size(hdr->shard_capacity) +
 		(pos & (hdr->ring_depth - 1)) * shm_result_size(hdr->shard_capacity));
+}
+
+/* The logprob block of row i of the result at ring position pos: the
+ * blocks follow both rings, an entry's worth per ring position. */
+static inline struct shm_logprobs *
+shm_result_logprobs(const struct shm_header *hdr, struct shm_channel *ch,
+		    uint64_t pos, uint32_t i)
+{
+	return (struct shm_logprobs *)((char *)(ch + 1) +
+		hdr->ring_depth * (shm_dispatch_size(hdr->shard_capacity) +
+				   shm_result_size(hdr->shard_capacity)) +
+		(pos & (hdr->ring_depth - 1)) *
+		shm_logprobs_size(hdr->shard_capacity)) + i;
 }
 
 /* Publish the entry for ring position pos (payload already written). */

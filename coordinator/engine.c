@@ -391,7 +391,7 @@ void engine_commit_token(struct engine *e, uint32_t slot, int32_t token,
 {
 	uint32_t handle = e->slots.slots[slot].request_handle;
 	struct live_request *lr = request_pool_get(&e->pool, handle);
-	struct text_push_result tr = { 0 };
+	struct text_push_result tr;	/* set and read only with text */
 	uint32_t match = 0;
 	bool ended;
 

@@ -31,18 +31,17 @@ enum live_place {
 					 * answered on the engine's next round */
 };
 
+/*
+ * Fields in order of use: what every committed token touches first, the
+ * request (its own hot fields lead it), then the text state, which only a
+ * request with a tokenizer reads.
+ */
 struct live_request {
-	struct request req;		/* parsed input */
 	enum live_place place;
 	uint32_t slot;			/* batch slot, or REQUEST_NONE when not ACTIVE */
 	uint32_t n_generated;		/* tokens committed so far */
 	uint32_t matcher_state;		/* stop_matcher cursor */
 	uint32_t stop_len;		/* matched stop sequence length at finish */
-	uint32_t n_failed_alone;	/* failed steps (a worker died or the model
-					 * failed) with it as the only row */
-	uint64_t admitted_ns;		/* entered the waiting queue */
-	uint64_t started_ns;		/* got a slot */
-	uint64_t cookie;		/* the front end's, from engine_submit */
 	uint32_t n_final;		/* tokens handed to the front end as
 					 * final (on_tokens) */
 	int32_t *generated;		/* malloc'd max_tokens: every committed
@@ -50,25 +49,31 @@ struct live_request {
 					 * write the slot's copy) so the request
 					 * can pause and resume; NULL in-process
 					 * until it pauses */
+	uint64_t cookie;		/* the front end's, from engine_submit */
 	bool in_use;
+	bool has_text;			/* a tokenizer: text below is live */
+	bool id_held;			/* see next_choice */
+	uint32_t n_failed_alone;	/* failed steps (a worker died or the model
+					 * failed) with it as the only row */
+	uint64_t admitted_ns;		/* entered the waiting queue */
+	uint64_t started_ns;		/* got a slot */
 	/* "n" > 1: the choices of one request are live requests of their
 	 * own, in a ring by next_choice (a request of one choice: itself).
 	 * Only one of them holds the id in the id table (id_held); it hands
 	 * it on when it ends before the others. */
 	uint32_t next_choice;
-	bool id_held;
+	uint32_t logprobs_cap;		/* tokens logprobs has room for */
 	/* The request asked for logprobs: a row of 1 + top_logprobs entries
 	 * per generated token (result.logprobs in request.h), room for
 	 * logprobs_cap tokens, grown as they come */
 	struct sampler_logprob *logprobs;
-	uint32_t logprobs_cap;		/* tokens logprobs has room for */
+	struct request req;		/* parsed input */
 	/* With a tokenizer (request_text.h): the request's text */
-	bool has_text;
-	struct text_stream text;
-	uint64_t *text_ends;		/* per token: text bytes up to its end */
-	uint64_t text_pushed;		/* text bytes pushed so far */
 	int32_t prev_token;		/* decodes the next piece (BOS rule) */
+	uint64_t text_pushed;		/* text bytes pushed so far */
 	size_t text_given;		/* final text handed to on_tokens */
+	uint64_t *text_ends;		/* per token: text bytes up to its end */
+	struct text_stream text;
 };
 
 struct request_pool {

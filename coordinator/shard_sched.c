@@ -766,7 +766,8 @@ bool shard_poll(struct engine *e, struct shard *s)
 		e->stats.model_ns += model_ns < step_cap ? model_ns : step_cap;
 		/* a wrong n_rows is rejected before any row is read */
 		n_ok = shard_commit(e, s, id, r->rows,
-				    shm_result_logprobs(e->seg.hdr, r, 0), n_rows,
+				    shm_result_logprobs(e->seg.hdr, ch,
+							s->result_pos, 0), n_rows,
 				    &n_prefill);
 		s->result_pos++;
 		if (!n_ok && !n_prefill && shard_note_fruitless(e, s, now))

@@ -267,12 +267,17 @@ static void check_layout(const struct shm_segment *seg, uint32_t n_slots,
 	assert_true(ds >= sizeof(struct shm_dispatch) +
 			  h->shard_capacity * sizeof(struct shm_dispatch_row));
 	assert_true(rs >= sizeof(struct shm_result) +
-			  h->shard_capacity * sizeof(struct shm_result_row) +
-			  h->shard_capacity * sizeof(struct shm_logprobs));
-	/* a result's logprob blocks lie after its rows, inside the entry */
-	assert_true(shm_result_rows_size(h->shard_capacity) >=
-		    sizeof(struct shm_result) +
-		    h->shard_capacity * sizeof(struct shm_result_row));
+			  h->shard_capacity * sizeof(struct shm_result_row));
+	/* the logprob blocks: after both rings, inside the channel */
+	assert_true(shm_logprobs_size(h->shard_capacity) >=
+		    h->shard_capacity * sizeof(struct shm_logprobs));
+	assert_true((char *)(shm_result_logprobs(h, shm_channel_at(seg, 0),
+						 h->ring_depth - 1, 0) +
+			     h->shard_capacity) <=
+		    (char *)shm_channel_at(seg, 0) + h->channel_size);
+	assert_true((char *)shm_result_logprobs(h, shm_channel_at(seg, 0), 0, 0) >=
+		    (char *)shm_result_at(h, shm_channel_at(seg, 0),
+					  h->ring_depth - 1) + rs);
 	assert_true(sizeof(struct shm_channel) + h->ring_depth * (ds + rs) <=
 		    h->channel_size);
 	assert_ptr_equal(shm_slot_at(seg, 0), (char *)seg->base + h->off_slots);

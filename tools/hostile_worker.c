@@ -278,7 +278,7 @@ static void publish_logprobs(void *arg, const struct shm_header *hdr,
 	uint32_t n = r->n_rows <= hdr->shard_capacity ? r->n_rows : 0;
 
 	for (uint32_t i = 0; i < n; i++) {
-		struct shm_logprobs *b = shm_result_logprobs(hdr, r, i);
+		struct shm_logprobs *b = shm_result_logprobs(hdr, ch, *pos, i);
 		uint32_t slot = r->rows[i].slot;
 		const struct shm_slot_sampling *t;
 		uint32_t k = (uint32_t)(h->n_results + i);

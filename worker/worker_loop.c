@@ -459,7 +459,8 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 				.detail = RUNNER_REFUSE_SAMPLING };
 		if (w->outcomes[i].outcome == RUNNER_TOKEN &&
 		    w->step_rows[i].sampled)
-			worker_put_logprobs(shm_result_logprobs(hdr, r, i),
+			worker_put_logprobs(shm_result_logprobs(hdr, w->ch,
+								w->result_pos, i),
 					    &w->sampled[i]);
 		if (w->outcomes[i].outcome == RUNNER_REFUSED) {
 			/* its request ends: extend it no more */

@@ -32,7 +32,7 @@ void worker_sampling_free(struct worker_sampling *ws)
 }
 
 /* Copy the table's entry for slot into c (bias into bias[]) and check it. */
-static void worker_sampling_load(struct worker_slot_sampling *c,
+static void worker_sampling_copy(struct worker_slot_sampling *c,
 				 struct sampling_bias *bias,
 				 const struct shm_segment *seg, uint32_t slot,
 				 uint32_t generation)
@@ -72,13 +72,12 @@ static void worker_sampling_load(struct worker_slot_sampling *c,
 }
 
 const struct worker_slot_sampling *
-worker_sampling_get(struct worker_sampling *ws, const struct shm_segment *seg,
-		    uint32_t slot, uint32_t local, uint32_t generation)
+worker_sampling_load(struct worker_sampling *ws, const struct shm_segment *seg,
+		     uint32_t slot, uint32_t local, uint32_t generation)
 {
 	struct worker_slot_sampling *c = &ws->slots[local];
 
-	if (c->generation != generation)
-		worker_sampling_load(c, ws->bias + (size_t)local * SAMPLER_MAX_BIAS,
-				     seg, slot, generation);
+	worker_sampling_copy(c, ws->bias + (size_t)local * SAMPLER_MAX_BIAS,
+			     seg, slot, generation);
 	return c;
 }

@@ -54,7 +54,18 @@ void worker_sampling_free(struct worker_sampling *ws);
  * values that fail the checks (the row is then refused).
  */
 const struct worker_slot_sampling *
+worker_sampling_load(struct worker_sampling *ws, const struct shm_segment *seg,
+		     uint32_t slot, uint32_t local, uint32_t generation);
+
+/* Inline: every row of every step asks, and nearly always hits. */
+static inline const struct worker_slot_sampling *
 worker_sampling_get(struct worker_sampling *ws, const struct shm_segment *seg,
-		    uint32_t slot, uint32_t local, uint32_t generation);
+		    uint32_t slot, uint32_t local, uint32_t generation)
+{
+	const struct worker_slot_sampling *c = &ws->slots[local];
+
+	return c->generation == generation ? c :
+	       worker_sampling_load(ws, seg, slot, local, generation);
+}
 
 #endif /* DYNBATCH_WORKER_SAMPLING_H */
