@@ -575,8 +575,15 @@ static int stream_finish(struct http_server *srv, struct conn *c,
 	} else {
 		if (strbuf_append(&srv->body, "data: ", 6) ||
 		    api_format_error(&srv->body, error, "server_error", NULL,
-				     finish_reason_names[r->reason]) ||
-		    strbuf_append(&srv->body, "\n\n", 2))
+				     finish_reason_names[r->reason]))
+			return -1;
+		/* with n > 1 the other choices go on: say which one ended */
+		if (c->ch.n > 1) {
+			srv->body.len--;	/* the error object's last '}' */
+			if (strbuf_printf(&srv->body, ",\"index\":%u}", choice))
+				return -1;
+		}
+		if (strbuf_append(&srv->body, "\n\n", 2))
 			return -1;
 	}
 	if (last && strbuf_append(&srv->body, "data: [DONE]\n\n", 14))

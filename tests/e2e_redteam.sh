@@ -165,4 +165,12 @@ expect_eq "answer budget: a second large answer waits (429) while one is unsent,
 	"$codes" "429 200"
 serve_stop
 
+# --- 7. a stream of n > 1 whose choices fail says which ----------------------
+serve_start refuse --workers 1 --model simkv:vocab=64
+idx=$(curl -sN "http://127.0.0.1:$PORT/v1/completions" \
+	-d '{"prompt":[],"max_tokens":3,"n":3,"stream":true}' |
+	sed -n 's/^data: \({"error".*\)$/\1/p' | jq -r '.index' | sort | paste -sd,)
+expect_eq "a failed choice's error event names its index (n=3)" "$idx" "0,1,2"
+serve_stop
+
 finish
