@@ -568,36 +568,13 @@ out:
  * Answers
  * ---------------------------------------------------------------------- */
 
-/* Bytes that bound one answer's fixed text (names, numbers, braces). */
-#define ANSWER_FIXED 448
-#define CHOICE_FIXED 192
-/* One logprob entry: {"token":"token_id:N","logprob":L,"bytes":null,
- * "top_logprobs":[ ... ]}, or one of its alternatives. */
-#define LOGPROB_ENTRY_MAX 96
-
-/* Worst case of one answer or chunk; SIZE_MAX when absurd. */
-static size_t answer_bound(const struct completion_meta *m,
-			   const struct completion_choice *choices, uint32_t n)
-{
-	size_t b_id = json_str_bound(m->id), b_model = json_str_bound(m->model);
-	size_t need;
-
-	if (b_id == SIZE_MAX || b_model == SIZE_MAX)
-		return SIZE_MAX;
-	need = ANSWER_FIXED + b_id + b_model;
-	for (uint32_t i = 0; i < n; i++) {
-		size_t b_fr = json_str_bound(choices[i].finish_reason);
-		size_t b_text = json_strn_bound(choices[i].text_len);
-
-		if (b_fr == SIZE_MAX || b_text == SIZE_MAX)
-			return SIZE_MAX;
-		need += CHOICE_FIXED + b_fr + b_text;
-		if (choices[i].logprobs)
-			need += (size_t)choices[i].n_tokens *
-				(choices[i].logprob_stride + 1) * LOGPROB_ENTRY_MAX;
-	}
-	return need;
-}
+/* The chat shapes: the fixed text of an answer or chunk, per choice (its
+ * content aside), no token ids, and per logprob entry
+ * {"token":"token_id:N","logprob":L,"bytes":null,"top_logprobs":[...]}
+ * or one of its alternatives. */
+static const struct answer_sizes chat_sizes = {
+	.fixed = 448, .per_choice = 192, .per_token = 0, .per_logprob = 96,
+};
 
 /* "chat" + a server-made id: OpenAI's "chatcmpl-" ids. */
 static char *put_id(char *p, const char *id)
@@ -690,7 +667,7 @@ int chat_format(struct strbuf *out, const struct completion_meta *m,
 		const struct completion_usage *usage, bool has_seed,
 		uint64_t seed)
 {
-	size_t need = answer_bound(m, choices, n_choices);
+	size_t need = completion_answer_bound(m, choices, n_choices, &chat_sizes);
 	char *p;
 
 	if (need == SIZE_MAX || strbuf_reserve(out, need))
@@ -727,7 +704,7 @@ int chat_format_chunk(struct strbuf *out, const struct completion_meta *m,
 		      enum chat_chunk kind, const struct completion_choice *choice,
 		      const struct completion_usage *usage)
 {
-	size_t need = answer_bound(m, choice, 1);
+	size_t need = completion_answer_bound(m, choice, 1, &chat_sizes);
 	char *p;
 
 	if (need == SIZE_MAX || strbuf_reserve(out, need))

@@ -145,37 +145,34 @@ void completion_request_release(struct completion_request *c)
 	request_release(&c->req);
 }
 
-/* Bytes that bound one answer's fixed text (names, numbers, braces). */
-#define ANSWER_FIXED 384
-/* Per choice: its fixed text; per logprob entry: "token_id:N" twice and
- * a number. */
-#define CHOICE_FIXED 160
-#define LOGPROB_ENTRY_MAX 64
+/* The completions shape: its fixed text, per choice, per token id, and
+ * per logprob entry ("token_id:N" twice and a number). */
+static const struct answer_sizes completion_sizes = {
+	.fixed = 384, .per_choice = 160, .per_token = JSON_TOKEN_MAX,
+	.per_logprob = 64,
+};
 
-/* Worst case of everything but the fixed text; SIZE_MAX when absurd. */
-static size_t answer_bound(const struct completion_meta *m,
-			   const struct completion_choice *choices, uint32_t n)
+size_t completion_answer_bound(const struct completion_meta *m,
+			       const struct completion_choice *choices,
+			       uint32_t n, const struct answer_sizes *sz)
 {
 	size_t b_id = json_str_bound(m->id), b_model = json_str_bound(m->model);
 	size_t need;
 
 	if (b_id == SIZE_MAX || b_model == SIZE_MAX)
 		return SIZE_MAX;
-	need = ANSWER_FIXED + b_id + b_model;
+	need = sz->fixed + b_id + b_model;
 	for (uint32_t i = 0; i < n; i++) {
 		size_t b_fr = json_str_bound(choices[i].finish_reason);
-
-		if (b_fr == SIZE_MAX)
-			return SIZE_MAX;
 		size_t b_text = json_strn_bound(choices[i].text_len);
 
-		if (b_text == SIZE_MAX)
+		if (b_fr == SIZE_MAX || b_text == SIZE_MAX)
 			return SIZE_MAX;
-		need += CHOICE_FIXED + b_fr + b_text +
-			(size_t)choices[i].n_tokens * JSON_TOKEN_MAX;
+		need += sz->per_choice + b_fr + b_text +
+			(size_t)choices[i].n_tokens * sz->per_token;
 		if (choices[i].logprobs)
 			need += (size_t)choices[i].n_tokens *
-				(choices[i].logprob_stride + 1) * LOGPROB_ENTRY_MAX;
+				(choices[i].logprob_stride + 1) * sz->per_logprob;
 	}
 	return need;
 }
@@ -288,7 +285,7 @@ int completion_format(struct strbuf *out, const struct completion_meta *m,
 		      uint32_t n_choices, const struct completion_usage *usage,
 		      bool has_seed, uint64_t seed)
 {
-	size_t need = answer_bound(m, choices, n_choices);
+	size_t need = completion_answer_bound(m, choices, n_choices, &completion_sizes);
 	char *p;
 
 	if (need == SIZE_MAX || strbuf_reserve(out, need))
@@ -309,7 +306,7 @@ int completion_format_event(struct strbuf *out, const struct completion_meta *m,
 			    const struct completion_choice *choice,
 			    const struct completion_usage *usage)
 {
-	size_t need = answer_bound(m, choice, 1);
+	size_t need = completion_answer_bound(m, choice, 1, &completion_sizes);
 	char *p;
 
 	if (need == SIZE_MAX || strbuf_reserve(out, need))

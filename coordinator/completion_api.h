@@ -77,6 +77,20 @@ struct completion_choice {
 	uint32_t logprob_stride;
 };
 
+/* What an answer shape costs at most, for completion_answer_bound(). */
+struct answer_sizes {
+	size_t fixed;		/* names, numbers and braces of the object */
+	size_t per_choice;	/* of each choice, its text aside */
+	size_t per_token;	/* per token id listed */
+	size_t per_logprob;	/* per logprob entry or alternative */
+};
+
+/* The most bytes the answer (or event) with these choices takes in a
+ * shape of sizes sz; SIZE_MAX when absurd. */
+size_t completion_answer_bound(const struct completion_meta *m,
+			       const struct completion_choice *choices,
+			       uint32_t n, const struct answer_sizes *sz);
+
 /* The whole non-streaming answer: a "text_completion" object with
  * n_choices choices; "seed" when has_seed (the request sampled). */
 int completion_format(struct strbuf *out, const struct completion_meta *m,

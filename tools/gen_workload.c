@@ -54,6 +54,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "utf8_strict.h"
 #include "request.h"
 #include "sim_model.h"
 #include "strbuf.h"
@@ -397,44 +398,11 @@ static int put_sampling(const struct gen_opts *o, struct strbuf *sb)
 #define GEN_MAX_STOP_BYTES 8
 #define GEN_MAX_STOP_STRS 4
 
-/* Length of the valid UTF-8 sequence at s[0..n), or 0 (strict: no
- * overlong form, surrogate or code point past U+10FFFF). */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-	unsigned char b = s[0], lo = 0x80, hi = 0xBF;
-	size_t len;
-
-	if (b < 0x80)
-		return 1;
-	if (b >= 0xC2 && b <= 0xDF)
-		len = 2;
-	else if (b >= 0xE0 && b <= 0xEF)
-		len = 3;
-	else if (b >= 0xF0 && b <= 0xF4)
-		len = 4;
-	else
-		return 0;
-	if (b == 0xE0)
-		lo = 0xA0;
-	else if (b == 0xED)
-		hi = 0x9F;
-	else if (b == 0xF0)
-		lo = 0x90;
-	else if (b == 0xF4)
-		hi = 0x8F;
-	if (n < len || s[1] < lo || s[1] > hi)
-		return 0;
-	for (size_t i = 2; i < len; i++)
-		if (s[i] < 0x80 || s[i] > 0xBF)
-			return 0;
-	return len;
-}
-
 /* Valid UTF-8 without a NUL (what a JSON string of a request may hold). */
 static bool text_ok(const char *s, size_t n)
 {
 	for (size_t i = 0, k; i < n; i += k) {
-		k = utf8_seq((const unsigned char *)s + i, n - i);
+		k = utf8_strict_seq((const unsigned char *)s + i, n - i);
 		if (!k || !s[i])
 			return false;
 	}

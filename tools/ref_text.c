@@ -10,6 +10,7 @@
  * cost is O(n^2) per request in its generated length: fine for tests.
  */
 #include "ref_text.h"
+#include "utf8_strict.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -176,46 +177,12 @@ int ref_text_step(const struct ref_text *rt, const struct request *req,
 	return 0;
 }
 
-/* Length of the valid UTF-8 sequence at s[0..n), or 0 (Unicode's table
- * of well-formed byte sequences, written out). */
-static size_t valid_seq(const unsigned char *s, size_t n)
-{
-	unsigned char b = s[0];
-	unsigned char lo = 0x80, hi = 0xBF;
-	size_t len;
-
-	if (b < 0x80)
-		return 1;
-	if (b >= 0xC2 && b <= 0xDF)
-		len = 2;
-	else if (b >= 0xE0 && b <= 0xEF)
-		len = 3;
-	else if (b >= 0xF0 && b <= 0xF4)
-		len = 4;
-	else
-		return 0;
-	if (b == 0xE0)
-		lo = 0xA0;
-	else if (b == 0xED)
-		hi = 0x9F;
-	else if (b == 0xF0)
-		lo = 0x90;
-	else if (b == 0xF4)
-		hi = 0x8F;
-	if (n < len || s[1] < lo || s[1] > hi)
-		return 0;
-	for (size_t i = 2; i < len; i++)
-		if (s[i] < 0x80 || s[i] > 0xBF)
-			return 0;
-	return len;
-}
-
 int ref_text_shown(const char *s, size_t n, struct strbuf *out)
 {
 	const unsigned char *u = (const unsigned char *)s;
 
 	for (size_t i = 0; i < n;) {
-		size_t len = valid_seq(u + i, n - i);
+		size_t len = utf8_strict_seq(u + i, n - i);
 
 		if (len ? strbuf_append(out, s + i, len) :
 			  strbuf_append(out, "\xEF\xBF\xBD", 3))
