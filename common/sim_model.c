@@ -344,18 +344,27 @@ void sim_act(const struct sim_config *cfg, uint32_t n_rows,
 		sim_spend(cfg, cost_ns);
 }
 
+/* The rows a caller hands next() or logits(), checked; 0 or -EINVAL. */
+static int sim_check_rows(const struct sim_model *sm, uint32_t n_rows,
+			  const int32_t *const *prefixes,
+			  const uint32_t *lengths, const void *out)
+{
+	if (!sm || (n_rows && (!prefixes || !lengths || !out)))
+		return -EINVAL;
+	for (uint32_t i = 0; i < n_rows; i++)
+		if (lengths[i] && !prefixes[i])
+			return -EINVAL;
+	return 0;
+}
+
 static int sim_model_next(void *model, uint32_t n_rows,
 			  const int32_t *const *prefixes,
 			  const uint32_t *lengths, int32_t *next_tokens)
 {
 	const struct sim_model *sm = model;
 
-	if (!sm || (n_rows && (!prefixes || !lengths || !next_tokens)))
+	if (sim_check_rows(sm, n_rows, prefixes, lengths, next_tokens))
 		return -EINVAL;
-	for (uint32_t i = 0; i < n_rows; i++)
-		if (lengths[i] && !prefixes[i])
-			return -EINVAL;
-
 	sim_act(&sm->cfg, n_rows, prefixes, lengths);
 	for (uint32_t i = 0; i < n_rows; i++)
 		next_tokens[i] = sim_next(prefixes[i], lengths[i],
@@ -371,12 +380,8 @@ static int sim_model_logits(void *model, uint32_t n_rows,
 {
 	const struct sim_model *sm = model;
 
-	if (!sm || (n_rows && (!prefixes || !lengths || !logits)))
+	if (sim_check_rows(sm, n_rows, prefixes, lengths, logits))
 		return -EINVAL;
-	for (uint32_t i = 0; i < n_rows; i++)
-		if (lengths[i] && !prefixes[i])
-			return -EINVAL;
-
 	sim_act(&sm->cfg, n_rows, prefixes, lengths);
 	for (uint32_t i = 0; i < n_rows; i++)
 		sim_logits(prefixes[i], lengths[i], sm->cfg.vocab, sm->cfg.seed,

@@ -649,17 +649,7 @@ static char *put_head(char *p, const struct completion_meta *m,
 static char *put_tail(char *p, const struct completion_usage *usage)
 {
 	*p++ = ']';
-	if (usage) {
-		p = JSON_PUT_LIT(p, ",\"usage\":{\"prompt_tokens\":");
-		p = json_put_u64(p, usage->prompt_tokens);
-		p = JSON_PUT_LIT(p, ",\"completion_tokens\":");
-		p = json_put_u64(p, usage->completion_tokens);
-		p = JSON_PUT_LIT(p, ",\"total_tokens\":");
-		p = json_put_u64(p, (uint64_t)usage->prompt_tokens +
-				 usage->completion_tokens);
-		*p++ = '}';
-	}
-	return p;
+	return completion_put_usage(p, usage);
 }
 
 int chat_format(struct strbuf *out, const struct completion_meta *m,

@@ -177,6 +177,21 @@ size_t completion_answer_bound(const struct completion_meta *m,
 	return need;
 }
 
+char *completion_put_usage(char *p, const struct completion_usage *usage)
+{
+	if (!usage)
+		return p;
+	p = JSON_PUT_LIT(p, ",\"usage\":{\"prompt_tokens\":");
+	p = json_put_u64(p, usage->prompt_tokens);
+	p = JSON_PUT_LIT(p, ",\"completion_tokens\":");
+	p = json_put_u64(p, usage->completion_tokens);
+	p = JSON_PUT_LIT(p, ",\"total_tokens\":");
+	p = json_put_u64(p, (uint64_t)usage->prompt_tokens +
+			 usage->completion_tokens);
+	*p++ = '}';
+	return p;
+}
+
 static char *put_token_name(char *p, int32_t token)
 {
 	p = JSON_PUT_LIT(p, "\"token_id:");
@@ -267,17 +282,7 @@ static char *put_answer(char *p, const struct completion_meta *m,
 		p = put_choice(p, &choices[i]);
 	}
 	*p++ = ']';
-	if (usage) {
-		p = JSON_PUT_LIT(p, ",\"usage\":{\"prompt_tokens\":");
-		p = json_put_u64(p, usage->prompt_tokens);
-		p = JSON_PUT_LIT(p, ",\"completion_tokens\":");
-		p = json_put_u64(p, usage->completion_tokens);
-		p = JSON_PUT_LIT(p, ",\"total_tokens\":");
-		p = json_put_u64(p, (uint64_t)usage->prompt_tokens +
-				 usage->completion_tokens);
-		*p++ = '}';
-	}
-	return p;
+	return completion_put_usage(p, usage);
 }
 
 int completion_format(struct strbuf *out, const struct completion_meta *m,

@@ -91,6 +91,10 @@ size_t completion_answer_bound(const struct completion_meta *m,
 			       const struct completion_choice *choices,
 			       uint32_t n, const struct answer_sizes *sz);
 
+/* ,"usage":{"prompt_tokens":..,"completion_tokens":..,"total_tokens":..}
+ * when usage is not NULL (within the answer bounds); the new end. */
+char *completion_put_usage(char *p, const struct completion_usage *usage);
+
 /* The whole non-streaming answer: a "text_completion" object with
  * n_choices choices; "seed" when has_seed (the request sampled). */
 int completion_format(struct strbuf *out, const struct completion_meta *m,
