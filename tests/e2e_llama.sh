@@ -53,7 +53,7 @@ echo "== faults: re-prefill gives the same tokens"
 	--heads 4 --kv-heads 2 --vocab 300 --seq-len 256 --seed "$SEED" > /dev/null
 "$BIN/gen_workload" --n 300 --seed "$SEED" --vocab 300 --max-prompt 100 \
 	--max-tokens 100 --max-context 256 > "$E2E_TMP/k.jsonl"
-"$BIN/fault_inject" --seed "$SEED" --kill-rate 8 --stop-rate 4 -- \
+"$BIN/fault_inject" --seed "$SEED" --first-kill-ms 50 --kill-rate 25 --stop-rate 8 -- \
 	"$BIN/dynbatch" run --model "llama:$E2E_TMP/k.bin" --workers 3 --batch 6 \
 	--step-tokens 2 --step-timeout 2000 --input "$E2E_TMP/k.jsonl" \
 	--output "$E2E_TMP/out.jsonl" 2> "$E2E_TMP/kill.err"

@@ -66,7 +66,7 @@ done
 echo "== kill -9 and SIGSTOP/SIGCONT of workers"
 for model in "$SIM" "$KV"; do
 	name="${model%%:*}: kill -9 and SIGSTOP"
-	timeout -k 5 60 "$BIN/fault_inject" --seed "$SEED" --kill-rate 20 --stop-rate 5 -- \
+	timeout -k 5 60 "$BIN/fault_inject" --seed "$SEED" --first-kill-ms 50 --kill-rate 20 --stop-rate 5 -- \
 		"$BIN/dynbatch" run --no-progress --model "$model,call_us=300" --workers 3 \
 		--batch 7 --step-timeout 2000 --input "$T/w.jsonl" \
 		--output "$T/fault.out" 2> "$T/fault.err"

@@ -49,7 +49,7 @@ check_results "budget 4, batch 8" "$REF" "$E2E_TMP/in.jsonl" "$E2E_TMP/out.jsonl
 expect_eq "no stale results" "$(stats_field "$E2E_TMP/stats.json" stale_results_rejected)" 0
 
 echo "== faults: every request is rebuilt by re-prefill, bit-identical"
-"$BIN/fault_inject" --seed "$SEED" --kill-rate 20 --stop-rate 5 -- \
+"$BIN/fault_inject" --seed "$SEED" --first-kill-ms 50 --kill-rate 20 --stop-rate 5 -- \
 	"$BIN/dynbatch" run --model "$MODEL,call_us=200" --workers 3 --batch 24 \
 	--step-tokens 8 --step-timeout 2000 --input "$E2E_TMP/in.jsonl" \
 	--output "$E2E_TMP/out.jsonl" 2> "$E2E_TMP/kill.err"

@@ -95,7 +95,7 @@ for workers in 0 1 3; do
 done
 
 echo "== kill -9 of workers"
-timeout -k 5 60 "$BIN/fault_inject" --seed "$SEED" --kill-rate 20 -- \
+timeout -k 5 60 "$BIN/fault_inject" --seed "$SEED" --first-kill-ms 50 --kill-rate 20 -- \
 	"$BIN/dynbatch" run --no-progress --model "$SIM,call_us=300" --tokenizer "$TOK" \
 	--workers 3 --batch 7 --step-timeout 2000 --input "$T/w.jsonl" \
 	--output "$T/fault.out" 2> "$T/fault.err"

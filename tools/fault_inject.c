@@ -2,7 +2,7 @@
  * fault_inject.c - run a dynbatch command and hurt its workers while it
  * runs (docs/DESIGN.md 9).
  *
- *   fault_inject [--seed S] [--duration-ms D] [--kill-rate R]
+ *   fault_inject [--seed S] [--duration-ms D] [--first-kill-ms M] [--kill-rate R]
  *                [--stop-rate R] [--stop-max-ms M] [--verbose]
  *                -- COMMAND [ARGS...]
  *
@@ -78,6 +78,10 @@ struct fi_opts {
 	bool has_duration;
 	uint64_t duration_ms;	/* inject for this long after the start */
 	double kill_rate;	/* kills per second */
+	uint64_t first_kill_ms;	/* > 0: the first kill this long after the
+				 * start, retried every 10 ms until one lands
+				 * (a test that must see a kill: a short run
+				 * may otherwise draw none) */
 	double stop_rate;	/* stops per second */
 	uint32_t stop_max_ms;	/* a stop lasts 1..stop_max_ms ms */
 	bool verbose;		/* one line per injected fault */
@@ -431,7 +435,9 @@ static void inject_loop(struct fi_state *st, int sig_fd)
 	uint64_t now = clock_now_ns();
 	uint64_t end_ns = o->has_duration ? add_ns(now, o->duration_ms * NS_PER_MS)
 					  : NEVER;
-	uint64_t next_kill = add_ns(now, rnd_gap_ns(o->kill_rate));
+	uint64_t next_kill = add_ns(now, o->first_kill_ms ?
+					 o->first_kill_ms * NS_PER_MS :
+					 rnd_gap_ns(o->kill_rate));
 	uint64_t next_stop = add_ns(now, rnd_gap_ns(o->stop_rate));
 	bool injecting = true;
 	struct pollfd pfd[2];
@@ -455,8 +461,12 @@ static void inject_loop(struct fi_state *st, int sig_fd)
 			injecting = false;
 		}
 		if (injecting && now >= next_kill) {
+			uint64_t kills = st->n_kills;
+
 			inject_kill(st);
-			next_kill = add_ns(now, rnd_gap_ns(o->kill_rate));
+			next_kill = o->first_kill_ms && !kills && st->n_kills == 0 ?
+				    add_ns(now, 10 * NS_PER_MS) :
+				    add_ns(now, rnd_gap_ns(o->kill_rate));
 		}
 		if (injecting && now >= next_stop) {
 			inject_stop(st, now);
@@ -497,6 +507,8 @@ static void usage(FILE *f)
 		"at random moments until it exits; exit with its status.\n"
 		"  --seed S         random seed (default: from the clock; printed)\n"
 		"  --duration-ms D  inject only during the first D ms (default: all)\n"
+		"  --first-kill-ms M  the first kill M ms after the start (retried\n"
+		"                   every 10 ms until a worker is there), then at the rate\n"
 		"  --kill-rate R    SIGKILLs per second (default 2)\n"
 		"  --stop-rate R    SIGSTOP/SIGCONT pairs per second (default 1)\n"
 		"  --stop-max-ms M  a stop lasts 1..M ms (default 100)\n"
@@ -523,10 +535,11 @@ static int parse_rate(const char *s, double *out)
 static int parse_opts(int argc, char **argv, struct fi_opts *o)
 {
 	enum { OPT_SEED = 256, OPT_DURATION, OPT_KILL, OPT_STOP, OPT_STOP_MAX,
-	       OPT_VERBOSE, OPT_HELP };
+	       OPT_VERBOSE, OPT_HELP, OPT_FIRST_KILL };
 	static const struct option longopts[] = {
 		{ "seed", required_argument, NULL, OPT_SEED },
 		{ "duration-ms", required_argument, NULL, OPT_DURATION },
+		{ "first-kill-ms", required_argument, NULL, OPT_FIRST_KILL },
 		{ "kill-rate", required_argument, NULL, OPT_KILL },
 		{ "stop-rate", required_argument, NULL, OPT_STOP },
 		{ "stop-max-ms", required_argument, NULL, OPT_STOP_MAX },
@@ -548,6 +561,10 @@ static int parse_opts(int argc, char **argv, struct fi_opts *o)
 		case OPT_DURATION:
 			bad = parse_u64(optarg, 0, UINT64_MAX / NS_PER_MS, &o->duration_ms);
 			o->has_duration = true;
+			break;
+		case OPT_FIRST_KILL:
+			bad = parse_u64(optarg, 1, UINT64_MAX / NS_PER_MS / 2,
+					&o->first_kill_ms);
 			break;
 		case OPT_KILL:
 			bad = parse_rate(optarg, &o->kill_rate);
