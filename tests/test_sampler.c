@@ -6,7 +6,8 @@
  * biased sampler from a correct one, the logprobs and the error paths,
  * and the sampler's AVX2 kernels against its portable ones, bit for bit
  * (common/sampler.c is compiled in too, statics and all, for that: this
- * test's copy then stands in for libcommon's).
+ * test's copy then stands in for libcommon's; the AVX2 kernels,
+ * common/sampler_avx2.c, come from libcommon).
  *
  * The random tests print their seed; SEED=<n> replays a run.  Each test
  * derives its own generator from the seed, so one test replays the same

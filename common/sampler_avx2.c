@@ -1,0 +1,413 @@
+/*
+ * sampler_avx2.c - the sampler's passes over the vocabulary, 8 lanes at a
+ * time, for a CPU with AVX2 (sampler_create() asks once; the portable
+ * code in sampler.c stays for the others and is what this code must
+ * agree with, bit for bit: tests/test_sampler.c holds the two together on
+ * random rows).  The target is "avx2" without "fma", so no multiply-add
+ * can be fused and each lane runs exactly sampler_weight()'s float
+ * operations.  sampler.c's NOTES ON THE DESIGN say what each pass is for.
+ */
+#include "sampler_internal.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+#define SAMPLER_AVX2_INLINE \
+	static inline __attribute__((always_inline, target("avx2")))
+
+
+bool sampler_have_avx2(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2");
+}
+
+/* sampler_max() in 8 lanes: four maxima in flight, not one chain. */
+SAMPLER_AVX2 float sampler_max_avx2(const float *y, uint32_t n,
+					   bool *bad)
+{
+	const __m256 inf = _mm256_set1_ps(INFINITY);
+	__m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+	__m256 b0 = _mm256_setzero_ps(), b1 = b0;
+	float m = -INFINITY, lanes[8];
+	uint32_t i = 0;
+	bool b = false;
+
+	/* NaN or +inf is "not less than +inf" (unordered compares true);
+	 * a NaN may spoil the maximum, but then the row fails anyway. */
+	for (; i + 32 <= n; i += 32) {
+		__m256 v0 = _mm256_loadu_ps(y + i), v1 = _mm256_loadu_ps(y + i + 8);
+		__m256 v2 = _mm256_loadu_ps(y + i + 16), v3 = _mm256_loadu_ps(y + i + 24);
+
+		b0 = _mm256_or_ps(b0, _mm256_or_ps(_mm256_cmp_ps(v0, inf, _CMP_NLT_UQ),
+						   _mm256_cmp_ps(v1, inf, _CMP_NLT_UQ)));
+		b1 = _mm256_or_ps(b1, _mm256_or_ps(_mm256_cmp_ps(v2, inf, _CMP_NLT_UQ),
+						   _mm256_cmp_ps(v3, inf, _CMP_NLT_UQ)));
+		m0 = _mm256_max_ps(m0, v0);
+		m1 = _mm256_max_ps(m1, v1);
+		m2 = _mm256_max_ps(m2, v2);
+		m3 = _mm256_max_ps(m3, v3);
+	}
+	for (; i + 8 <= n; i += 8) {
+		__m256 v = _mm256_loadu_ps(y + i);
+
+		b0 = _mm256_or_ps(b0, _mm256_cmp_ps(v, inf, _CMP_NLT_UQ));
+		m0 = _mm256_max_ps(m0, v);
+	}
+	for (; i < n; i++) {
+		b |= !(y[i] < INFINITY);
+		m = y[i] > m ? y[i] : m;
+	}
+	_mm256_storeu_ps(lanes, _mm256_max_ps(_mm256_max_ps(m0, m1),
+					      _mm256_max_ps(m2, m3)));
+	for (int j = 0; j < 8; j++)
+		m = lanes[j] > m ? lanes[j] : m;
+	*bad = b || _mm256_movemask_ps(_mm256_or_ps(b0, b1));
+	return m;
+}
+
+/* The first i >= from with y[i] == m (there is one). */
+SAMPLER_AVX2 uint32_t sampler_find_avx2(const float *y, uint32_t n,
+					       uint32_t from, float m)
+{
+	const __m256 mv = _mm256_set1_ps(m);
+	uint32_t i = from;
+
+	for (; i + 8 <= n; i += 8) {
+		int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(y + i),
+							    mv, _CMP_EQ_OQ));
+
+		if (mask)
+			return i + (uint32_t)__builtin_ctz((unsigned)mask);
+	}
+	while (y[i] != m)
+		i++;
+	return i;
+}
+
+/*
+ * sampler_weight() of 8 tokens: the same operations in the same order
+ * (the polynomial from the inside out) for every lane whose z is at least
+ * SAMPLER_Z_MIN, with two rewrites that give the same bits there:
+ *  - trunc(x - 0.5) as a float by one rounding, where the scalar code
+ *    converts to int and back (the same integer: |x| < 2^31), and the
+ *    scale 2^(30 + n) built from that float (adding 2^23 + 157 leaves
+ *    n + 157 in the low mantissa bits, which the shift moves into the
+ *    exponent);
+ *  - z clamped at -64 instead of the scalar code's early return: a z
+ *    under SAMPLER_Z_MIN has n <= -31, so e (under 1.42) times 2^(30 + n)
+ *    (at most 1/2) truncates to 0, while -64 keeps the scale a normal
+ *    float and the conversions in range (-inf too).
+ * One operation fewer than the literal form for each rewrite, on a pass
+ * that is bound by the vector units.
+ */
+SAMPLER_AVX2_INLINE __m256 sampler_z_avx2(__m256 y, __m256 max_y,
+					    __m256 inv_t)
+{
+	return _mm256_mul_ps(_mm256_sub_ps(y, max_y), inv_t);
+}
+
+SAMPLER_AVX2_INLINE __m256i sampler_weight_avx2(__m256 z)
+{
+	__m256 x;
+
+	z = _mm256_max_ps(z, _mm256_set1_ps(-64.0f));
+	x = _mm256_mul_ps(z, _mm256_set1_ps(1.44269504f));
+	__m256 n = _mm256_round_ps(_mm256_sub_ps(x, _mm256_set1_ps(0.5f)),
+				   _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+	__m256 g = _mm256_mul_ps(_mm256_sub_ps(x, n),
+				 _mm256_set1_ps(0.693147181f));
+	__m256 e = _mm256_mul_ps(g, _mm256_set1_ps(1.0f / 120));
+	__m256 scale;
+
+	e = _mm256_mul_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f / 24), e));
+	e = _mm256_mul_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f / 6), e));
+	e = _mm256_mul_ps(g, _mm256_add_ps(_mm256_set1_ps(0.5f), e));
+	e = _mm256_mul_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+	e = _mm256_add_ps(_mm256_set1_ps(1.0f), e);
+	scale = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(
+		_mm256_add_ps(n, _mm256_set1_ps(8388608.0f + 127 + 30))), 23));
+	return _mm256_cvttps_epi32(_mm256_mul_ps(e, scale));
+}
+
+/*
+ * Exact sums of 8 weight lanes in two accumulators of 4 64-bit lanes:
+ * *all adds each pair of weights as one 64-bit number (low + high *
+ * 2^32, modulo 2^64), *high adds the high weights alone, so the low
+ * weights' sum is all - high * 2^32 (exact modulo 2^64, and it is under
+ * 2^64).  Three operations a vector where 32-bit halves take four.
+ */
+SAMPLER_AVX2_INLINE void lanes8_add(__m256i w, __m256i *all, __m256i *high)
+{
+	*all = _mm256_add_epi64(*all, w);
+	*high = _mm256_add_epi64(*high, _mm256_srli_epi64(w, 32));
+}
+
+SAMPLER_AVX2_INLINE uint64_t lanes8_sum(__m256i all, __m256i high)
+{
+	uint64_t a[4], h[4], sum = 0;
+
+	_mm256_storeu_si256((__m256i *)a, all);
+	_mm256_storeu_si256((__m256i *)h, high);
+	for (int j = 0; j < 4; j++)
+		sum += a[j] - (h[j] << 32) + h[j];
+	return sum;
+}
+
+/* The weights of [i, end) (one block) into s->w; returns their sum and
+ * sets *above to the sum of those >= t (when above is non-NULL). */
+SAMPLER_AVX2_INLINE uint64_t sampler_weigh_block_avx2(
+	struct sampler *s, uint32_t i, uint32_t end, __m256 max_y,
+	__m256 inv_t, uint32_t t, uint64_t *above)
+{
+	const float *y = s->y;
+	uint32_t *w_out = s->w;
+	const __m256i tm1 = _mm256_set1_epi32((int32_t)t - 1);
+	const __m256 zmin = _mm256_set1_ps(SAMPLER_Z_MIN);
+	__m256i all = _mm256_setzero_si256(), high = all;
+	__m256i above_all = all, above_high = all;
+	uint64_t sum = 0, sum_above = 0;
+	float my = _mm256_cvtss_f32(max_y), it = _mm256_cvtss_f32(inv_t);
+
+	/* Two vectors an iteration: two chains of dependent operations. */
+	for (; i + 16 <= end; i += 16) {
+		__m256 z0 = sampler_z_avx2(_mm256_loadu_ps(y + i), max_y, inv_t);
+		__m256 z1 = sampler_z_avx2(_mm256_loadu_ps(y + i + 8), max_y, inv_t);
+		__m256i w0, w1;
+
+		/*
+		 * All 16 far under the maximum (z < SAMPLER_Z_MIN, which most
+		 * of a real model's vocabulary is): W = 0 without the
+		 * polynomial.  z is the weight's own first two operations.
+		 */
+		if (!_mm256_movemask_ps(_mm256_cmp_ps(_mm256_max_ps(z0, z1), zmin,
+						      _CMP_GE_OQ))) {
+			_mm256_storeu_si256((__m256i *)(w_out + i), _mm256_setzero_si256());
+			_mm256_storeu_si256((__m256i *)(w_out + i + 8), _mm256_setzero_si256());
+			continue;
+		}
+		w0 = sampler_weight_avx2(z0);
+		w1 = sampler_weight_avx2(z1);
+
+		_mm256_storeu_si256((__m256i *)(w_out + i), w0);
+		_mm256_storeu_si256((__m256i *)(w_out + i + 8), w1);
+		lanes8_add(w0, &all, &high);
+		lanes8_add(w1, &all, &high);
+		if (above) {
+			/* W <= 2^30: signed lanes compare right. */
+			lanes8_add(_mm256_and_si256(w0, _mm256_cmpgt_epi32(w0, tm1)),
+				   &above_all, &above_high);
+			lanes8_add(_mm256_and_si256(w1, _mm256_cmpgt_epi32(w1, tm1)),
+				   &above_all, &above_high);
+		}
+	}
+	for (; i < end; i++) {
+		w_out[i] = sampler_weight(y[i], my, it);
+		sum += w_out[i];
+		sum_above += w_out[i] >= t ? w_out[i] : 0;
+	}
+	if (above)
+		*above = sum_above + lanes8_sum(above_all, above_high);
+	return sum + lanes8_sum(all, high);
+}
+
+/* sampler_weights() in 8 lanes. */
+SAMPLER_AVX2 uint64_t sampler_weights_avx2(struct sampler *s,
+						  float max_y, float inv_t,
+						  uint32_t t)
+{
+	const __m256 mv = _mm256_set1_ps(max_y), iv = _mm256_set1_ps(inv_t);
+	uint64_t total = 0;
+
+	for (uint32_t b = 0; b < s->n_blocks; b++) {
+		uint32_t i = b * SAMPLER_BLOCK, end = i + SAMPLER_BLOCK;
+
+		end = end < s->vocab ? end : s->vocab;
+		/* Two loops, not a test per vector: t <= 1 keeps them all. */
+		if (t > 1) {
+			total += sampler_weigh_block_avx2(s, i, end, mv, iv, t,
+							  &s->block_sum[b]);
+		} else {
+			s->block_sum[b] = sampler_weigh_block_avx2(s, i, end, mv,
+								   iv, t, NULL);
+			total += s->block_sum[b];
+		}
+	}
+	return total;
+}
+
+/* sampler_block_sums() in 8 lanes. */
+SAMPLER_AVX2 uint64_t sampler_block_sums_avx2(struct sampler *s,
+						     uint32_t t)
+{
+	const __m256i tm1 = _mm256_set1_epi32((int32_t)t - 1);
+	uint64_t total = 0;
+
+	for (uint32_t b = 0; b < s->n_blocks; b++) {
+		uint32_t i = b * SAMPLER_BLOCK, end = i + SAMPLER_BLOCK;
+		__m256i all = _mm256_setzero_si256(), high = all;
+		uint64_t sum = 0;
+
+		end = end < s->vocab ? end : s->vocab;
+		for (; i + 8 <= end; i += 8) {
+			__m256i w = _mm256_loadu_si256((const __m256i *)(s->w + i));
+
+			lanes8_add(_mm256_and_si256(w, _mm256_cmpgt_epi32(w, tm1)),
+				   &all, &high);
+		}
+		for (; i < end; i++)
+			sum += s->w[i] >= t ? s->w[i] : 0;
+		s->block_sum[b] = sum + lanes8_sum(all, high);
+		total += s->block_sum[b];
+	}
+	return total;
+}
+
+/* The first i >= from with s->w[i] > bar, or vocab. */
+SAMPLER_AVX2 uint32_t sampler_next_above_avx2(const struct sampler *s,
+						     uint32_t from, uint32_t bar)
+{
+	const __m256i bv = _mm256_set1_epi32((int32_t)bar);
+	uint32_t i = from;
+
+	for (; i + 16 <= s->vocab; i += 16) {
+		__m256i w0 = _mm256_loadu_si256((const __m256i *)(s->w + i));
+		__m256i w1 = _mm256_loadu_si256((const __m256i *)(s->w + i + 8));
+		unsigned mask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(
+			_mm256_cmpgt_epi32(w0, bv))) |
+			(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(
+			_mm256_cmpgt_epi32(w1, bv))) << 8;
+
+		if (mask)
+			return i + (uint32_t)__builtin_ctz(mask);
+	}
+	while (i < s->vocab && s->w[i] <= bar)
+		i++;
+	return i;
+}
+
+/*
+ * Whether more than cap tokens have W > bar, found by counting 16 at a
+ * time and stopping as soon as they are: on a flat row, after a few
+ * thousand tokens, where appending them one by one would cost more.
+ */
+SAMPLER_AVX2 bool sampler_over_cap_avx2(const struct sampler *s,
+					       uint32_t bar, uint32_t cap)
+{
+	const __m256i bv = _mm256_set1_epi32((int32_t)bar);
+	uint32_t n = 0, i = 0;
+
+	for (; i + 16 <= s->vocab; i += 16) {
+		__m256i w0 = _mm256_loadu_si256((const __m256i *)(s->w + i));
+		__m256i w1 = _mm256_loadu_si256((const __m256i *)(s->w + i + 8));
+		unsigned mask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(
+			_mm256_cmpgt_epi32(w0, bv))) |
+			(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(
+			_mm256_cmpgt_epi32(w1, bv))) << 8;
+
+		n += (uint32_t)__builtin_popcount(mask);
+		if (n > cap)
+			return true;
+	}
+	for (; i < s->vocab; i++)
+		n += s->w[i] > bar;
+	return n > cap;
+}
+
+/*
+ * Append the tokens with W > bar to s->cand in id order; their count, or
+ * cap + 1 as soon as there are more than cap (the rest not gathered).
+ */
+SAMPLER_AVX2 uint32_t sampler_collect_avx2(struct sampler *s,
+						  uint32_t bar, uint32_t cap)
+{
+	const __m256i bv = _mm256_set1_epi32((int32_t)bar);
+	uint32_t n = 0, i = 0;
+
+	for (; i + 8 <= s->vocab; i += 8) {
+		if (n > cap)
+			return cap + 1;
+		unsigned mask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(
+			_mm256_cmpgt_epi32(_mm256_loadu_si256(
+				(const __m256i *)(s->w + i)), bv)));
+
+		while (mask) {
+			uint32_t id = i + (uint32_t)__builtin_ctz(mask);
+
+			s->cand[n++] = (struct sampler_cand){ s->w[id], id };
+			mask &= mask - 1;
+		}
+	}
+	for (; i < s->vocab && n <= cap; i++)
+		if (s->w[i] > bar)
+			s->cand[n++] = (struct sampler_cand){ s->w[i], i };
+	return n > cap ? cap + 1 : n;
+}
+
+/* The bucket of each of 8 weights (sampler_bucket()): (float)W's bits. */
+SAMPLER_AVX2_INLINE __m256i sampler_bucket_avx2(__m256i w)
+{
+	return _mm256_srli_epi32(_mm256_castps_si256(_mm256_cvtepi32_ps(w)),
+				 SAMPLER_BUCKET_SHIFT);
+}
+
+/*
+ * s->hist_mass of the buckets of W >= 1 (top_p needs no counts, and W = 0
+ * adds nothing), a chunk of buckets computed 8 at a time before they are
+ * used: read back at once, the 32-bit loads of a 256-bit store would
+ * wait for it (no store forwarding across those widths on some cores).
+ */
+SAMPLER_AVX2 void sampler_mass_histogram_avx2(struct sampler *s)
+{
+	uint32_t b[256];
+
+	memset(&s->hist_mass[SAMPLER_BUCKET_ONE], 0,
+	       (SAMPLER_N_BUCKETS - SAMPLER_BUCKET_ONE) * sizeof(s->hist_mass[0]));
+	for (uint32_t i = 0; i < s->vocab; i += 256) {
+		uint32_t n = s->vocab - i < 256 ? s->vocab - i : 256, j = 0;
+		const uint32_t *w = s->w + i;
+
+		for (; j + 8 <= n; j += 8)
+			_mm256_storeu_si256((__m256i *)(b + j), sampler_bucket_avx2(
+				_mm256_loadu_si256((const __m256i *)(w + j))));
+		for (; j < n; j++)
+			b[j] = sampler_bucket(w[j]);
+		/* W = 0 adds 0 to bucket 0, which is never read. */
+		for (j = 0; j < n; j++)
+			s->hist_mass[b[j]] += w[j];
+	}
+}
+
+/* Append the tokens of W > 0 in bucket b to s->cand in id order. */
+SAMPLER_AVX2 uint32_t sampler_collect_bucket_avx2(struct sampler *s,
+							 uint32_t b)
+{
+	const __m256i bv = _mm256_set1_epi32((int32_t)b);
+	uint32_t n = 0, i = 0;
+
+	/* Bucket 0 is W = 0 alone: nothing to gather. */
+	if (!b)
+		return 0;
+	for (; i + 8 <= s->vocab; i += 8) {
+		__m256i w = _mm256_loadu_si256((const __m256i *)(s->w + i));
+		unsigned mask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(
+			_mm256_cmpeq_epi32(sampler_bucket_avx2(w), bv)));
+
+		while (mask) {
+			uint32_t id = i + (uint32_t)__builtin_ctz(mask);
+
+			s->cand[n++] = (struct sampler_cand){ s->w[id], id };
+			mask &= mask - 1;
+		}
+	}
+	for (; i < s->vocab; i++)
+		if (sampler_bucket(s->w[i]) == b)
+			s->cand[n++] = (struct sampler_cand){ s->w[i], i };
+	return n;
+}
+#else
+bool sampler_have_avx2(void)
+{
+	return false;
+}
+#endif

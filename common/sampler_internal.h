@@ -1,0 +1,92 @@
+/*
+ * sampler_internal.h - what common/sampler.c and its AVX2 kernels
+ * (common/sampler_avx2.c) share: the sampler's state, its constants and
+ * the kernels' entry points.  Private to those two files and to
+ * tests/test_sampler.c, which holds each kernel to its portable twin.
+ */
+#ifndef DYNBATCH_SAMPLER_INTERNAL_H
+#define DYNBATCH_SAMPLER_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "sampler.h"
+
+#define SAMPLER_BUCKET_SHIFT 20
+/* Buckets of (float)W for W in [0, 2^30]: 2^30 is 0x4E800000. */
+#define SAMPLER_N_BUCKETS ((0x4E800000u >> SAMPLER_BUCKET_SHIFT) + 1)
+/* The bucket of W = 1 (1.0f is 0x3F800000): W >= 1 lies at or above. */
+#define SAMPLER_BUCKET_ONE (0x3F800000u >> SAMPLER_BUCKET_SHIFT)
+
+/* Four lanes: one SSE register on plain x86-64 (the build's baseline). */
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+#define LANES 4
+
+struct sampler_cand {
+	uint32_t w;
+	uint32_t id;
+};
+
+/* Past this many candidates top_p uses the histogram instead. */
+#define SAMPLER_GATHER_MAX 4096u
+#define SAMPLER_NOT_GATHERED UINT32_MAX
+
+/* Up to this top_k a heap finds the k-th weight; above, the histogram. */
+#define SAMPLER_HEAP_MAX 1024u
+
+/* Tokens per block of the draw's block sums (a multiple of LANES). */
+#define SAMPLER_BLOCK 1024u
+
+/* The histogram bucket of a weight: 1/8 octaves of W, 0 for W = 0. */
+static inline uint32_t sampler_bucket(uint32_t w)
+{
+	float f = (float)w;
+	uint32_t bits;
+
+	memcpy(&bits, &f, sizeof(bits));
+	return bits >> SAMPLER_BUCKET_SHIFT;
+}
+
+struct sampler {
+	uint32_t vocab;
+	bool avx2;			/* the AVX2 kernels (same bits, 8 lanes) */
+	uint32_t n_blocks;		/* ceil(vocab / SAMPLER_BLOCK) */
+	const float *y;			/* this row's biased logits */
+	float *y_copy;			/* where they are when biased */
+	uint64_t *block_sum;		/* sum of the weights drawn from, per block */
+	uint32_t *w;			/* the weights W */
+	struct sampler_cand *cand;	/* gathered, by decreasing W */
+	struct sampler_cand *kept;	/* the kept set, by id */
+	struct sampler_cand *by_id;	/* the gathered, by id */
+	uint32_t hist_count[SAMPLER_N_BUCKETS];
+	uint64_t hist_mass[SAMPLER_N_BUCKETS];
+};
+
+/* Does this CPU run the AVX2 kernels (asked once, by sampler_create())? */
+bool sampler_have_avx2(void);
+
+#if defined(__x86_64__) || defined(__i386__)
+#define SAMPLER_AVX2 __attribute__((target("avx2")))
+
+/* The AVX2 twins of sampler.c's passes (sampler_avx2.c says how each
+ * keeps the portable code's bits). */
+SAMPLER_AVX2 float sampler_max_avx2(const float *y, uint32_t n, bool *bad);
+SAMPLER_AVX2 uint32_t sampler_find_avx2(const float *y, uint32_t n,
+					uint32_t from, float m);
+SAMPLER_AVX2 uint64_t sampler_weights_avx2(struct sampler *s, float max_y,
+					   float inv_t, uint32_t t);
+SAMPLER_AVX2 uint64_t sampler_block_sums_avx2(struct sampler *s, uint32_t t);
+SAMPLER_AVX2 uint32_t sampler_next_above_avx2(const struct sampler *s,
+					      uint32_t from, uint32_t bar);
+SAMPLER_AVX2 bool sampler_over_cap_avx2(const struct sampler *s, uint32_t bar,
+					uint32_t cap);
+SAMPLER_AVX2 uint32_t sampler_collect_avx2(struct sampler *s, uint32_t bar,
+					   uint32_t cap);
+SAMPLER_AVX2 void sampler_mass_histogram_avx2(struct sampler *s);
+SAMPLER_AVX2 uint32_t sampler_collect_bucket_avx2(struct sampler *s,
+						  uint32_t b);
+#endif
+
+#endif /* DYNBATCH_SAMPLER_INTERNAL_H */
