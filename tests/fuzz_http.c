@@ -84,6 +84,9 @@ static void check_failed(const char *what, int src_line)
 static const char *const known_params[] = {
 	"id", "prompt", "max_tokens", "stop_token", "stop_token_ids",
 	"stop_sequence", "stop_sequences", "include_stop", "stream", "model",
+	"temperature", "top_p", "top_k", "min_p", "seed", "logit_bias",
+	"logprobs", "top_logprobs", "n", "stop", "ignore_eos",
+	"messages", "max_completion_tokens",
 };
 
 static bool known_param(const char *p)
