@@ -3,13 +3,15 @@
  *
  * NOTES ON THE DESIGN
  *
- * The engine is four files: this one (requests from admission to
- * their answer, signals, the loop), worker_supervisor.c (the workers'
- * lives: start, readiness, timeouts, death, blame, restarts, lost
- * shards, giving up), shard_sched.c (the shard scheduler: refill,
- * dispatch, commit, run-ahead) and wait_policy.c (spin, doze or sleep
- * when a round made no progress).  They share struct engine and struct
- * shard through engine_internal.h.
+ * The engine is these files: this one (a request's place and its
+ * answer, signals, the loop, setup), engine_admit.c (admission, choices,
+ * cancel, pause, resume), engine_commit.c (what a committed token does to
+ * its request), engine_model.c (the model and tokenizer at start),
+ * worker_supervisor.c (the workers' lives: start, readiness, timeouts,
+ * death, blame, restarts, lost shards, giving up), shard_sched.c (the
+ * shard scheduler: refill, dispatch, commit, run-ahead) and
+ * wait_policy.c (spin, doze or sleep when a round made no progress).
+ * They share struct engine and struct shard through engine_internal.h.
  *
  * Trust.  Everything the coordinator must trust lives in its private
  * memory: the slot table's private copy, the request pool with every
@@ -86,10 +88,8 @@
 #include "request.h"
 #include "request_pool.h"
 #include "shm_segment.h"
-#include "sim_model.h"
 #include "slot_table.h"
 #include "stats.h"
-#include "stop_matcher.h"
 #include "request_text.h"
 #include "tokenizer.h"
 #include "wait_policy.h"
@@ -138,7 +138,7 @@ static void engine_unlist(uint32_t *list, uint32_t *n, uint32_t handle)
 }
 
 /* Take handle out of the resume line (it is RESUMING). */
-static void engine_unresume(struct engine *e, uint32_t handle)
+void engine_unresume(struct engine *e, uint32_t handle)
 {
 	engine_unlist(e->resume, &e->n_resume, handle);
 }
@@ -296,174 +296,6 @@ void engine_finish_all(struct engine *e, enum finish_reason reason,
 	for (uint32_t h = 0; h < e->pool.capacity; h++)
 		if (request_pool_get(&e->pool, h))
 			engine_finish(e, h, reason, error);
-}
-
-/* ------------------------------------------------------------------------
- * Committed tokens (the scheduler, shard_sched.c, calls these)
- * ---------------------------------------------------------------------- */
-
-/*
- * Hand the front end the request's tokens that became final: those no
- * stop sequence can take back any more (the ones that may still be the
- * start of a stop are held back until the match fails).
- */
-static void engine_release_final(struct engine *e, struct live_request *lr,
-				 const struct text_push_result *text)
-{
-	uint32_t final = lr->n_generated - stop_matcher_pending(lr->req.stops,
-								lr->matcher_state);
-	size_t n_text = text ? text->n_final : 0;
-	const int32_t *tokens;
-
-	if (final < lr->n_final)	/* cannot be: final never shrinks */
-		final = lr->n_final;
-	if (final == lr->n_final && !n_text)
-		return;
-	tokens = lr->generated ? lr->generated :
-		 slot_table_tokens(&e->slots, lr->slot) + lr->req.n_prompt;
-	e->fe.ops->on_tokens(e->fe.ctx, lr->cookie, &lr->req, tokens + lr->n_final,
-			     lr->logprobs ? lr->logprobs + (size_t)lr->n_final *
-			     (1 + lr->req.sampling.top_logprobs) : NULL,
-			     final - lr->n_final, n_text ? text->final : NULL,
-			     n_text);
-	lr->n_final = final;
-	lr->text_given += n_text;
-}
-
-/*
- * The text side of a committed token (request_text.h): whether a stop
- * string or an end token ended the request (*ended: the reason's
- * stop_len set), and the text that became final (*tr).  0 or -ENOMEM.
- */
-static int engine_commit_text(struct engine *e, struct live_request *lr,
-			      int32_t token, uint32_t match, bool *ended,
-			      struct text_push_result *tr)
-{
-	uint32_t pending = stop_matcher_pending(lr->req.stops, lr->matcher_state);
-	enum request_text_event ev;
-	int ret;
-
-	*ended = false;
-	/* a matched token stop's tokens stay held: the finish drops them */
-	ret = request_text_commit(e->tok, lr, token, pending > match ? pending : match,
-				  &ev, tr);
-	if (ret || ev == REQUEST_TEXT_MORE)
-		return ret;
-	*ended = true;
-	if (ev == REQUEST_TEXT_STOP) {	/* tokens up to the completing one */
-		lr->stop_len = 0;
-		return 0;
-	}
-	lr->stop_len = 1;		/* the end token, left out */
-	return request_text_finish(lr, 0, tr) == -ENOMEM ? -ENOMEM : 0;
-}
-
-/* Commit one validated token to the request in slot; finish it if done. */
-/* Keep the logprobs of the request's newest token (entry n_generated),
- * doubling the rows up to max_tokens as needed.  0 or -ENOMEM. */
-static int engine_keep_logprobs(struct live_request *lr, int32_t token,
-				const struct shm_logprobs *lp)
-{
-	uint32_t stride = 1 + lr->req.sampling.top_logprobs;
-	struct sampler_logprob *e;
-
-	if (lr->n_generated >= lr->logprobs_cap) {
-		uint32_t cap = lr->logprobs_cap * 2;
-
-		if (cap > lr->req.max_tokens || cap < lr->logprobs_cap)
-			cap = lr->req.max_tokens;
-		e = realloc(lr->logprobs, (size_t)cap * stride * sizeof(*e));
-		if (!e)
-			return -ENOMEM;
-		lr->logprobs = e;
-		lr->logprobs_cap = cap;
-	}
-	e = lr->logprobs + (size_t)lr->n_generated * stride;
-	e[0] = (struct sampler_logprob){ token, lp->logprob };
-	for (uint32_t j = 0; j + 1 < stride; j++)
-		e[1 + j] = j < lp->n_top ? lp->top[j] :
-			   (struct sampler_logprob){ -1, 0.0f };
-	return 0;
-}
-
-void engine_commit_token(struct engine *e, uint32_t slot, int32_t token,
-			 const struct shm_logprobs *lp)
-{
-	uint32_t handle = e->slots.slots[slot].request_handle;
-	struct live_request *lr = request_pool_get(&e->pool, handle);
-	struct text_push_result tr;	/* set and read only with text */
-	uint32_t match = 0;
-	bool ended;
-
-	if (!lr || lr->slot != slot || lr->n_generated >= lr->req.max_tokens) {
-		engine_fail(e, "slot %u lost its request", slot);
-		return;
-	}
-	if (slot_table_commit(&e->slots, slot)) {
-		engine_finish(e, handle, FINISH_ERROR, "context limit reached");
-		return;
-	}
-	if (lr->generated)
-		lr->generated[lr->n_generated] = token;
-	if (lr->logprobs && engine_keep_logprobs(lr, token, lp)) {
-		engine_finish(e, handle, FINISH_ERROR, "out of memory for logprobs");
-		return;
-	}
-	if (!lr->n_generated)
-		histogram_record(&e->ttft_hist, clock_now_ns() - lr->admitted_ns);
-	lr->n_generated++;
-	e->stats.n_tokens++;
-	if (lr->req.stops)
-		lr->matcher_state = stop_matcher_feed(lr->req.stops, lr->matcher_state,
-						      token, &match);
-	if (lr->has_text) {
-		if (engine_commit_text(e, lr, token, match, &ended, &tr)) {
-			engine_finish(e, handle, FINISH_ERROR, "out of memory");
-			return;
-		}
-		if (ended) {	/* a stop string or the model's end token */
-			engine_finish(e, handle, FINISH_STOP, NULL);
-			return;
-		}
-	}
-	if (match) {
-		lr->stop_len = match;
-		if (lr->has_text)	/* the stop's text goes with its tokens */
-			request_text_finish(lr, lr->req.include_stop ? 0 : match, &tr);
-		engine_finish(e, handle, FINISH_STOP, NULL);
-		return;
-	}
-	if (lr->n_generated >= lr->req.max_tokens)
-		engine_finish(e, handle, FINISH_LENGTH, NULL);
-	else if (e->fe.ops->on_tokens)
-		engine_release_final(e, lr, lr->has_text ? &tr : NULL);
-}
-
-void engine_refuse(struct engine *e, uint32_t slot, uint32_t why)
-{
-	static const char *const reasons[] = {
-		[DYNBATCH_REFUSE_EMPTY_PROMPT] = "the model refused the request: "
-			"the prompt is empty, so there is no token to start from",
-		[DYNBATCH_REFUSE_CONTEXT] = "the model refused the request: "
-			"the sequence is longer than the model can hold",
-		[DYNBATCH_REFUSE_TOKEN] = "the model refused the request: "
-			"a token it cannot embed",
-		[RUNNER_REFUSE_ALL_BANNED] = "no token can be sampled: "
-			"logit_bias (or the model) bans every token",
-		[RUNNER_REFUSE_NO_LOGITS] = "the model gives no logits: it "
-			"cannot sample, apply logit_bias or report logprobs",
-		[RUNNER_REFUSE_SAMPLING] = "the worker found the request's "
-			"sampling fields damaged",
-	};
-	uint32_t handle = e->slots.slots[slot].request_handle;
-
-	if (!request_pool_get(&e->pool, handle)) {
-		engine_fail(e, "slot %u lost its request", slot);
-		return;
-	}
-	engine_finish(e, handle, FINISH_ERROR,
-		      why < sizeof(reasons) / sizeof(reasons[0]) && reasons[why] ?
-		      reasons[why] : "the model refused the request");
 }
 
 /* ------------------------------------------------------------------------
@@ -862,217 +694,6 @@ void engine_destroy(struct engine *e)
 		return;
 	engine_teardown(e);
 	free(e);
-}
-
-/* ------------------------------------------------------------------------
- * The front ends' side (engine.h, frontend.h)
- * ---------------------------------------------------------------------- */
-
-/* A seed for a request that samples without one: from the run's random
- * start (engine_setup), never repeating within the run. */
-static uint64_t engine_new_seed(struct engine *e)
-{
-	return sim_splitmix64(&e->seed_state) & REQUEST_MAX_SEED;
-}
-
-/* Admit one choice (req moved into the pool); its handle. */
-static uint32_t engine_admit(struct engine *e, struct request *req,
-			     uint64_t cookie, uint64_t now)
-{
-	uint32_t h = request_pool_alloc(&e->pool);
-	struct live_request *lr = request_pool_get(&e->pool, h);
-
-	lr->req = *req;
-	memset(req, 0, sizeof(*req));
-	lr->cookie = cookie;
-	lr->admitted_ns = now;
-	lr->next_choice = h;
-	if (e->tok)	/* the whole text kept: every result carries it */
-		request_text_init(lr, true);
-	if (lr->req.max_tokens) {
-		wait_queue_push(&e->queue, h);
-	} else {
-		/* Nothing to generate: answered on the loop's next round,
-		 * not from inside this call (frontend.h). */
-		lr->place = LIVE_AT_ONCE;
-		e->at_once[e->n_at_once++] = h;	/* room: one per live request */
-	}
-	return h;
-}
-
-/* The first logprob rows of a request that asked for them (NULL
- * otherwise): room for a few tokens, grown as they come
- * (engine_keep_logprobs()), so a waiting request costs little whatever
- * its max_tokens.  -ENOMEM. */
-#define ENGINE_LOGPROBS_FIRST 16u
-static int engine_alloc_logprobs(const struct request *req,
-				 struct sampler_logprob **out)
-{
-	uint32_t first = req->max_tokens < ENGINE_LOGPROBS_FIRST ?
-			 req->max_tokens : ENGINE_LOGPROBS_FIRST;
-
-	*out = NULL;
-	if (!req->sampling.logprobs || !req->max_tokens)
-		return 0;
-	*out = calloc((size_t)first * (1 + req->sampling.top_logprobs),
-		      sizeof(**out));
-	return *out ? 0 : -ENOMEM;
-}
-
-int engine_submit(struct engine *e, struct request *req, uint64_t cookie,
-		  uint32_t *handles)
-{
-	uint32_t n = req->n_choices ? req->n_choices : 1;
-	/* on the stack: a request of one choice allocates nothing here */
-	struct request copies[REQUEST_MAX_CHOICES];
-	struct sampler_logprob *lps[REQUEST_MAX_CHOICES];
-	uint64_t now = clock_now_ns();
-	int ret = -ENOMEM;
-
-	if (e->n_signals || e->failed)
-		return -ESHUTDOWN;
-	if (e->workers_lost && req->max_tokens)	/* 0 needs no worker */
-		return -EIO;
-	if (request_pool_find_id(&e->pool, req->id) != REQUEST_NONE)
-		return -EEXIST;
-	if (n > e->pool.capacity - e->cfg->n_slots)
-		return -E2BIG;		/* would never fit the queue */
-	if (wait_queue_len(&e->queue) + n > e->queue.capacity ||
-	    e->pool.n_free < n)
-		return -EAGAIN;
-	if (req->sampling.temperature > 0.0f && !req->seed_given) {
-		req->sampling.seed = engine_new_seed(e);
-		req->seed_given = true;	/* the choices share it */
-	}
-	if (n > REQUEST_MAX_CHOICES)
-		return -E2BIG;
-	req->n_choices = n;
-	/* every allocation first: the choices are admitted all or none */
-	memset(lps, 0, n * sizeof(lps[0]));
-	for (uint32_t i = 1; i < n; i++)
-		memset(&copies[i], 0, sizeof(copies[i]));
-	for (uint32_t i = 1; i < n; i++) {
-		if (request_clone(&copies[i], req))
-			goto out;
-		copies[i].choice = i;
-	}
-	for (uint32_t i = 0; i < n; i++)
-		if (engine_alloc_logprobs(req, &lps[i]))
-			goto out;
-	copies[0] = *req;
-	memset(req, 0, sizeof(*req));
-	for (uint32_t i = 0; i < n; i++) {
-		struct live_request *lr;
-
-		handles[i] = engine_admit(e, &copies[i], cookie, now);
-		lr = request_pool_get(&e->pool, handles[i]);
-		lr->logprobs = lps[i];
-		lr->logprobs_cap = lps[i] ? (lr->req.max_tokens < ENGINE_LOGPROBS_FIRST ?
-				   lr->req.max_tokens : ENGINE_LOGPROBS_FIRST) : 0;
-		lps[i] = NULL;
-		e->n_prompt_tokens += lr->req.n_prompt;
-		if (i) {	/* into the ring after choice i - 1 */
-			struct live_request *prev =
-				request_pool_get(&e->pool, handles[i - 1]);
-
-			lr->next_choice = prev->next_choice;
-			prev->next_choice = handles[i];
-		}
-	}
-	request_pool_get(&e->pool, handles[0])->id_held = true;
-	request_pool_add_id(&e->pool, handles[0]);
-	ret = 0;
-out:
-	if (ret) {
-		for (uint32_t i = 1; i < n; i++)
-			request_release(&copies[i]);
-	}
-	for (uint32_t i = 0; i < n; i++)
-		free(lps[i]);
-	return ret;
-}
-
-/* Apply fn to every live choice of the request handle names. */
-static void engine_each_choice(struct engine *e, uint32_t handle,
-			       void (*fn)(struct engine *, uint32_t))
-{
-	uint32_t ring[REQUEST_MAX_CHOICES], n = 0;
-	struct live_request *lr = request_pool_get(&e->pool, handle);
-
-	if (!lr)
-		return;
-	/* the ring first: fn may end a choice and so change it */
-	for (uint32_t h = handle; n < REQUEST_MAX_CHOICES; ) {
-		ring[n++] = h;
-		h = request_pool_get(&e->pool, h)->next_choice;
-		if (h == handle)
-			break;
-	}
-	for (uint32_t i = 0; i < n; i++)
-		fn(e, ring[i]);
-}
-
-static void engine_cancel_one(struct engine *e, uint32_t handle)
-{
-	if (request_pool_get(&e->pool, handle))
-		engine_finish(e, handle, FINISH_CANCELLED, "the client went away");
-}
-
-void engine_cancel(struct engine *e, uint32_t handle)
-{
-	engine_each_choice(e, handle, engine_cancel_one);
-}
-
-/* Keep a copy of the tokens the request has in its slot (in-process,
- * where the slot's copy is the only one).  0 or -ENOMEM. */
-static int engine_copy_generated(struct engine *e, struct live_request *lr)
-{
-	lr->generated = malloc((size_t)lr->req.max_tokens * sizeof(int32_t));
-	if (!lr->generated)
-		return -ENOMEM;
-	memcpy(lr->generated, slot_table_tokens(&e->slots, lr->slot) + lr->req.n_prompt,
-	       lr->n_generated * sizeof(int32_t));
-	return 0;
-}
-
-static void engine_pause_one(struct engine *e, uint32_t handle)
-{
-	struct live_request *lr = request_pool_get(&e->pool, handle);
-
-	if (!lr)
-		return;
-	if (lr->place == LIVE_ACTIVE) {
-		/* in-process its tokens are only in the slot it gives up */
-		if (!lr->generated && engine_copy_generated(e, lr))
-			return;		/* no memory: it keeps its slot */
-		engine_unplace(e, handle, lr, clock_now_ns());
-		e->n_paused++;
-	} else if (lr->place == LIVE_RESUMING) {
-		engine_unresume(e, handle);
-	} else {
-		return;		/* waiting: it has produced nothing to hold up */
-	}
-	lr->place = LIVE_PAUSED;
-}
-
-static void engine_resume_one(struct engine *e, uint32_t handle)
-{
-	struct live_request *lr = request_pool_get(&e->pool, handle);
-
-	if (!lr || lr->place != LIVE_PAUSED)
-		return;
-	lr->place = LIVE_RESUMING;
-	e->resume[e->n_resume++] = handle;	/* room: one per live request */
-}
-
-void engine_pause(struct engine *e, uint32_t handle)
-{
-	engine_each_choice(e, handle, engine_pause_one);
-}
-
-void engine_resume(struct engine *e, uint32_t handle)
-{
-	engine_each_choice(e, handle, engine_resume_one);
 }
 
 void engine_quiet_workers(struct engine *e)

@@ -1,14 +1,16 @@
 /*
  * engine_internal.h - the engine's private state: struct engine and
- * struct shard, shared by the five files that make up the engine,
- * engine.c (requests, the loop), engine_model.c (the model at start),
- * worker_supervisor.c (workers' lives), shard_sched.c (the shard
- * scheduler) and wait_policy.c (spin, doze, sleep).  Only those five may
- * include it; every other file, tests included, goes through engine.h.
+ * struct shard, shared by the seven files that make up the engine,
+ * engine.c (a request's place and answer, the loop), engine_admit.c
+ * (admission, choices, cancel, pause, resume), engine_commit.c (committed
+ * tokens), engine_model.c (the model at start), worker_supervisor.c
+ * (workers' lives), shard_sched.c (the shard scheduler) and
+ * wait_policy.c (spin, doze, sleep).  Only those seven may include it;
+ * every other file, tests included, goes through engine.h.
  *
- * Besides the structs it declares the engine.c functions the scheduler
- * and the worker supervisor call back (engine_fail(), engine_finish(),
- * engine_commit_token(); engine_unplace() and engine_finish_all() for
+ * Besides the structs it declares the functions the engine's files call
+ * of each other (engine_fail(), engine_finish(), engine_commit_token(),
+ * engine_refuse(); engine_unplace() and engine_finish_all() for
  * worker_supervisor.c), engine_give_up() (worker_supervisor.c, also called
  * by shard_sched.c) and two one-line questions about a shard that all
  * ask.
@@ -217,7 +219,7 @@ struct engine {
  * max_context.  Returns an exit status, the reason printed on stderr. */
 int engine_open_model(struct engine *e);
 
-/* ---- engine.c, for shard_sched.c, wait_policy.c, worker_supervisor.c ---- */
+/* ---- engine.c and engine_commit.c, for the engine's other files ---- */
 
 /* Fail the whole engine (once: the first message is kept and logged). */
 void engine_fail(struct engine *e, const char *fmt, ...)
@@ -234,6 +236,10 @@ void engine_commit_token(struct engine *e, uint32_t slot, int32_t token,
 /* The model refused the request in slot (why: enum dynbatch_refusal, any
  * value: it comes from a worker): answer it with an error naming why. */
 void engine_refuse(struct engine *e, uint32_t slot, uint32_t why);
+
+/* Take handle out of the resume line (it is RESUMING); engine_admit.c
+ * (pause) and engine_unplace(). */
+void engine_unresume(struct engine *e, uint32_t handle);
 
 /* ---- engine.c, for worker_supervisor.c only ---- */
 
