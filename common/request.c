@@ -717,11 +717,8 @@ int request_parse(const char *line, size_t len, uint64_t line_no,
 		return parse_error(&pc, -EINVAL,
 				   "empty line is not JSON (expected an object)");
 	rc = request_parse_fast(line, len, lim, req);
-	if (rc == 1) {
-		/* the fast path takes no sampling field: the defaults hold */
-		request_defaults(req, lim);
+	if (rc == 1)	/* it takes no sampling field: the defaults hold */
 		return 0;
-	}
 	if (rc < 0)
 		return parse_error(&pc, -ENOMEM, "out of memory");
 	/* NUL is a byte like any other in text (a prompt, a stop string):

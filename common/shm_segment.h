@@ -119,6 +119,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "sampler.h"
 
@@ -237,6 +238,15 @@ struct shm_logprobs {
 					 * request's top_logprobs */
 	struct sampler_logprob top[SAMPLER_MAX_LOGPROBS];
 };
+
+/* A row's logprobs as the sampler gave them, into its block. */
+static inline void shm_logprobs_set(struct shm_logprobs *b,
+				    const struct sampler_result *sr)
+{
+	b->logprob = sr->logprob;
+	b->n_top = sr->n_top;
+	memcpy(b->top, sr->top, sr->n_top * sizeof(sr->top[0]));
+}
 
 /*
  * How the worker picks a slot's tokens (docs/DESIGN.md 2.4): one entry

@@ -167,8 +167,6 @@ static void conn_choices_start(struct conn *c, uint32_t n)
 	ch->n_done = 0;
 	ch->n_generated = 0;
 	ch->failed = false;
-	memset(ch->n_sent, 0, n * sizeof(ch->n_sent[0]));
-	memset(ch->text_sent, 0, n * sizeof(ch->text_sent[0]));
 	ch->kept = NULL;
 }
 
@@ -511,10 +509,8 @@ void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req,
 		.text = text, .text_len = text_len };
 	/* a chat chunk is content: none when the tokens made no text yet
 	 * (a character cut between tokens) and carry no logprobs */
-	if (c->chat && !text_len && !logprobs) {
-		c->ch.n_sent[req->choice] += n;
+	if (c->chat && !text_len && !logprobs)
 		return;
-	}
 	srv->body.len = 0;
 	before = conn_buffered(c);
 	if ((c->chat ? chat_format_chunk(&srv->body, &m, CHAT_CHUNK_CONTENT, &one, NULL) :
@@ -523,8 +519,6 @@ void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req,
 		conn_drop_later(srv, c);
 		return;
 	}
-	c->ch.n_sent[req->choice] += n;
-	c->ch.text_sent[req->choice] += text_len;
 	conn_note_output(c, before);
 	conn_mark(srv, c);
 	if (!c->paused && conn_buffered(c) >= srv->cfg->conn_buffer) {
@@ -546,10 +540,10 @@ static int stream_finish(struct http_server *srv, struct conn *c,
 
 	srv->body.len = 0;
 	if (r->reason == FINISH_STOP || r->reason == FINISH_LENGTH) {
-		uint32_t from = c->ch.n_sent[choice] < n ? c->ch.n_sent[choice] : n;
+		/* the rest after what on_tokens handed out */
+		uint32_t from = r->n_given < n ? r->n_given : n;
 		uint32_t stride = 1 + r->req->sampling.top_logprobs;
-		size_t t_from = c->ch.text_sent[choice] < r->text_len ?
-				c->ch.text_sent[choice] : r->text_len;
+		size_t t_from = r->text_given;
 		struct completion_choice one = { .index = choice,
 			.text = r->text ? r->text + t_from : NULL,
 			.text_len = r->text_len - t_from,

@@ -55,8 +55,6 @@ struct conn_choices {
 	uint32_t n;			/* the request's n */
 	uint32_t n_done;		/* choices that ended */
 	uint32_t handles[REQUEST_MAX_CHOICES];	/* REQUEST_NONE once ended */
-	uint32_t n_sent[REQUEST_MAX_CHOICES];	/* tokens streamed, per choice */
-	size_t text_sent[REQUEST_MAX_CHOICES];	/* text bytes streamed */
 	uint32_t n_generated;		/* usage: all choices together */
 	struct http_choice *kept;	/* not streaming, n > 1: n entries */
 	bool failed;			/* a choice ended otherwise than stop

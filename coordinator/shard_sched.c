@@ -863,14 +863,9 @@ bool shard_step_in_process(struct engine *e, struct shard *s)
 		/* the worker's part: the token goes right after its prefix */
 		if (o->outcome == RUNNER_TOKEN)
 			e->slots.tokens[step[i].slot][step[i].n_tokens] = o->token;
-		if (o->outcome == RUNNER_TOKEN && e->inproc_step[i].sampled) {
-			const struct sampler_result *sr = &e->inproc_sampled[i];
-
-			e->inproc_logprobs[i].logprob = sr->logprob;
-			e->inproc_logprobs[i].n_top = sr->n_top;
-			memcpy(e->inproc_logprobs[i].top, sr->top,
-			       sr->n_top * sizeof(sr->top[0]));
-		}
+		if (o->outcome == RUNNER_TOKEN && e->inproc_step[i].sampled)
+			shm_logprobs_set(&e->inproc_logprobs[i],
+					 &e->inproc_sampled[i]);
 	}
 	shard_commit(e, s, 0, rows, e->inproc_logprobs, n, &n_prefill);
 	return true;

@@ -397,15 +397,6 @@ static struct shm_result_row worker_result_row(const struct worker *w,
 	return row;
 }
 
-/* A row's logprobs into its block of the result. */
-static void worker_put_logprobs(struct shm_logprobs *block,
-				const struct sampler_result *sr)
-{
-	block->logprob = sr->logprob;
-	block->n_top = sr->n_top;
-	memcpy(block->top, sr->top, sr->n_top * sizeof(sr->top[0]));
-}
-
 /*
  * Run one step on the n_rows rows in w->step, write each new token after
  * its prefix, advance the rows that got one and post the result (room is
@@ -459,7 +450,7 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 				.detail = RUNNER_REFUSE_SAMPLING };
 		if (w->outcomes[i].outcome == RUNNER_TOKEN &&
 		    w->step_rows[i].sampled)
-			worker_put_logprobs(shm_result_logprobs(hdr, w->ch,
+			shm_logprobs_set(shm_result_logprobs(hdr, w->ch,
 								w->result_pos, i),
 					    &w->sampled[i]);
 		if (w->outcomes[i].outcome == RUNNER_REFUSED) {
