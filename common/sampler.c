@@ -14,7 +14,7 @@
  * baseline) and scalar code.  Both compute sampler_weight()'s float
  * operations lane by lane, so every path gives the same bits; the AVX2
  * weights rewrite two steps into equivalents of fewer operations and
- * skip 16 tokens at once when all are under SAMPLER_Z_MIN (see
+ * skip 16 tokens at once when all are under SAMPLER_X_MIN (see
  * sampler_weight_avx2() in sampler_avx2.c).  tests/test_sampler.c holds
  * each AVX2 kernel to its portable twin on random rows.  On the machines measured the
  * weights' pass is bound by the vector units, not by memory: the
@@ -259,24 +259,30 @@ static uint32_t sampler_argmax(const struct sampler *s, float max_y)
 }
 
 /*
- * sampler_weight() of four tokens at once: the same operations.  Lanes
- * with z < SAMPLER_Z_MIN (or -inf) compute garbage, harmlessly (x86 does
- * not trap), and are masked to 0 at the end, where the scalar version
- * returns early.
+ * sampler_weight() of four tokens at once: the same operations, with x
+ * clamped at -64 where the scalar version returns early (a lane under
+ * SAMPLER_X_MIN has n <= -31, so p(f) (under 1.42) times 2^(30 + n) (at
+ * most 1/2) truncates to 0 all the same, while -64 keeps every step
+ * finite), and 2^(30 + n) applied by adding n + 30 to p's exponent bits
+ * (the same value as the scalar product: both are exact).
  */
-static inline v4i sampler_weight_v4(v4f y, float max_y, float inv_t)
+static inline v4i sampler_weight_v4(v4f y, float max_y, float scale)
 {
-	const v4f zmin = { SAMPLER_Z_MIN, SAMPLER_Z_MIN, SAMPLER_Z_MIN,
-			   SAMPLER_Z_MIN };
-	v4f z = (y - max_y) * inv_t;
-	v4f x = z * 1.44269504f;
-	v4i n = __builtin_convertvector(x - 0.5f, v4i);
-	v4f g = (x - __builtin_convertvector(n, v4f)) * 0.693147181f;
-	v4f e = 1.0f + g * (1.0f + g * (0.5f + g * (1.0f / 6 + g *
-		(1.0f / 24 + g * (1.0f / 120)))));
-	v4f scale = (v4f)((n + 127 + 30) << 23);
+	const v4f floor = { -64.0f, -64.0f, -64.0f, -64.0f };
+	v4f x = (y - max_y) * scale;
+	v4f rounded, n, f, f2, lo, hi, p;
 
-	return __builtin_convertvector(e * scale, v4i) & (z >= zmin);
+	x = v4f_select(x > floor, x, floor);
+	rounded = x + SAMPLER_ROUNDER;
+	n = rounded - SAMPLER_ROUNDER;
+	f = x - n;
+	f2 = f * f;
+	lo = 1.0f + SAMPLER_P1 * f;
+	hi = (SAMPLER_P2 + SAMPLER_P3 * f) + SAMPLER_P4 * f2;
+	p = lo + f2 * hi;
+	/* rounded's low bits hold n: (n + 30) << 23 drops the rest. */
+	return __builtin_convertvector((v4f)((v4i)p + (((v4i)rounded + 30) << 23)),
+				       v4i);
 }
 
 /*
@@ -309,7 +315,7 @@ static inline void lanes_add(v4i w, v4i *hi, v4i *lo)
  */
 static inline __attribute__((always_inline)) uint64_t
 sampler_weigh_block_lanes(struct sampler *s, uint32_t i, uint32_t end,
-			  float max_y, float inv_t, uint32_t t,
+			  float max_y, float scale, uint32_t t,
 			  uint64_t *above, bool with_above)
 {
 	const float *y = s->y;
@@ -322,8 +328,8 @@ sampler_weigh_block_lanes(struct sampler *s, uint32_t i, uint32_t end,
 	/* Two vectors an iteration: the polynomial is a chain of
 	 * dependent operations, and two chains keep the core busier. */
 	for (; i + 2 * LANES <= end; i += 2 * LANES) {
-		v4i w0 = sampler_weight_v4(v4f_load(y + i), max_y, inv_t);
-		v4i w1 = sampler_weight_v4(v4f_load(y + i + LANES), max_y, inv_t);
+		v4i w0 = sampler_weight_v4(v4f_load(y + i), max_y, scale);
+		v4i w1 = sampler_weight_v4(v4f_load(y + i + LANES), max_y, scale);
 
 		memcpy(w_out + i, &w0, sizeof(w0));
 		memcpy(w_out + i + LANES, &w1, sizeof(w1));
@@ -336,7 +342,7 @@ sampler_weigh_block_lanes(struct sampler *s, uint32_t i, uint32_t end,
 		}
 	}
 	for (; i < end; i++) {
-		w_out[i] = sampler_weight(y[i], max_y, inv_t);
+		w_out[i] = sampler_weight(y[i], max_y, scale);
 		sum += w_out[i];
 		sum_above += w_out[i] >= t ? w_out[i] : 0;
 	}
@@ -346,13 +352,13 @@ sampler_weigh_block_lanes(struct sampler *s, uint32_t i, uint32_t end,
 }
 
 static uint64_t sampler_weigh_block(struct sampler *s, uint32_t i,
-				    uint32_t end, float max_y, float inv_t,
+				    uint32_t end, float max_y, float scale,
 				    uint32_t t, uint64_t *above)
 {
 	if (t > 1)
-		return sampler_weigh_block_lanes(s, i, end, max_y, inv_t, t,
+		return sampler_weigh_block_lanes(s, i, end, max_y, scale, t,
 						 above, true);
-	return sampler_weigh_block_lanes(s, i, end, max_y, inv_t, t, above,
+	return sampler_weigh_block_lanes(s, i, end, max_y, scale, t, above,
 					 false);
 }
 
@@ -380,20 +386,20 @@ static uint64_t sampler_block_above(const struct sampler *s, uint32_t i,
  * W for every token, and per block the sum of the weights >= t (t <= 1:
  * of all of them).  Returns Z, the sum of all the weights.
  */
-static uint64_t sampler_weights(struct sampler *s, float max_y, float inv_t,
+static uint64_t sampler_weights(struct sampler *s, float max_y, float scale,
 				uint32_t t)
 {
 	uint64_t total = 0;
 
 #ifdef SAMPLER_AVX2
 	if (s->avx2)
-		return sampler_weights_avx2(s, max_y, inv_t, t);
+		return sampler_weights_avx2(s, max_y, scale, t);
 #endif
 	for (uint32_t b = 0; b < s->n_blocks; b++) {
 		uint32_t i = b * SAMPLER_BLOCK, end = i + SAMPLER_BLOCK;
 
 		end = end < s->vocab ? end : s->vocab;
-		total += sampler_weigh_block(s, i, end, max_y, inv_t, t,
+		total += sampler_weigh_block(s, i, end, max_y, scale, t,
 					     &s->block_sum[b]);
 	}
 	return total;
@@ -891,7 +897,7 @@ int sampler_sample(struct sampler *s, const float *logits,
 			     sampler_min_p_threshold(p->min_p);
 
 		z_sum = sampler_weights(s, max_y,
-					sampler_inv_temperature(p->temperature),
+					sampler_weight_scale(p->temperature),
 					t);
 		chosen = sampler_draw(s, p, z_sum,
 				      philox_bits53(p->seed, k, choice));
@@ -899,7 +905,7 @@ int sampler_sample(struct sampler *s, const float *logits,
 		chosen = sampler_argmax(s, max_y);
 		/* Logprobs at temperature 1. */
 		if (p->logprobs)
-			z_sum = sampler_weights(s, max_y, 1.0f, 0);
+			z_sum = sampler_weights(s, max_y, sampler_weight_scale(1.0f), 0);
 	}
 	out->token = (int32_t)chosen;
 	if (p->logprobs)

@@ -14,17 +14,19 @@
  *  2. temperature == 0: the argmax of y, the lowest id on ties, whatever
  *     the other fields.  Nothing is drawn.
  *  3. Otherwise every token gets an integer weight W (sampler_weight()
- *     below), with M = max y over non-banned tokens and
- *     inv_t = sampler_inv_temperature(temperature) = 1.0f / temperature
- *     (FLT_MAX where that overflows):
- *         d = y - M  (float, <= 0),  z = d * inv_t  (float; 0 when d is 0)
- *         W = trunc(exp2poly(z) * 2^30)  (0 when z < -21.5 or -inf)
- *     where exp2poly is a fixed float evaluation of e^z (z / ln 2 split
- *     into n + f, |f| <= 1/2, and a degree-5 Taylor polynomial: relative
- *     error under 3e-6, far below what a chi-square test can see), so
- *     W[argmax] = 2^30 exactly and W = 0 below about e^-20.8 = 2^-30 of
- *     the most likely token's weight.  p[i] = W[i] / Z,
- *     Z = sum of W (an exact 64-bit integer sum, so its order cannot
+ *     below), with M = max y over non-banned tokens and the scale
+ *     c = sampler_weight_scale(temperature) = (1.0f / temperature) *
+ *     1.44269504f (log2 e; each product a float, FLT_MAX where it
+ *     overflows):
+ *         x = (y - M) * c  (float, <= 0: the log2 of e^((y - M) / T))
+ *         W = trunc(p(f) * 2^(30 + n))  (0 when x < -31 or -inf)
+ *     where n = x rounded to the nearest integer (ties to even), f =
+ *     x - n in [-1/2, 1/2] (exact), and p is a fixed degree-4 polynomial
+ *     for 2^f with p(0) = 1, evaluated in float in the order
+ *     sampler_exp2_frac() gives (relative error under 3e-6, far below
+ *     what a chi-square test can see), so W[argmax] = 2^30 exactly and
+ *     W = 0 below 2^-30 of the most likely token's weight.  p[i] = W[i] /
+ *     Z, Z = sum of W (an exact 64-bit integer sum, so its order cannot
  *     matter).  Banned tokens and tokens of weight 0 are never kept.
  *     Every cut-off keeps the tokens with W >= some threshold, so a tie
  *     with the threshold is always kept and the kept set never depends on
@@ -132,41 +134,62 @@ struct sampler_result {
 
 /* The scale of the weights: the most likely token weighs 2^30. */
 #define SAMPLER_WEIGHT_ONE (1u << 30)
-/* Below this z, e^z * 2^30 < 1: the weight is 0 (so is -inf). */
-#define SAMPLER_Z_MIN (-21.5f)
+/* Below this x, p(f) * 2^(30 + n) < 1: the weight is 0 (so is -inf). */
+#define SAMPLER_X_MIN (-31.0f)
 
-/* 1 / temperature as the weights use it (temperature > 0). */
-static inline float sampler_inv_temperature(float temperature)
+/* The polynomial p(f) ~ 2^f on [-1/2, 1/2]: p(f) = 1 + c1 f + c2 f^2 +
+ * c3 f^3 + c4 f^4, fitted for the least maximum relative error. */
+#define SAMPLER_P1 0x1.62e12cp-1f	/* 0.693124175 */
+#define SAMPLER_P2 0x1.ec0378p-3f	/* 0.240240991 */
+#define SAMPLER_P3 0x1.c9fc4cp-5f	/* 0.0559064373 */
+#define SAMPLER_P4 0x1.3a02bap-7f	/* 0.00958284456 */
+/* 1.5 * 2^23: x + this, for |x| < 2^22, holds x rounded to an integer
+ * (ties to even) in its low mantissa bits; minus this, that integer. */
+#define SAMPLER_ROUNDER 12582912.0f
+
+/* The weights' scale c = log2(e) / temperature (temperature > 0). */
+static inline float sampler_weight_scale(float temperature)
 {
-	float inv_t = 1.0f / temperature;
+	float c = (1.0f / temperature) * 1.44269504f;
 
-	/* A denormal temperature: FLT_MAX keeps 0 * inv_t at 0. */
-	return inv_t > 3.40282347e38f ? 3.40282347e38f : inv_t;
+	/* A denormal temperature: FLT_MAX keeps 0 * c at 0. */
+	return c > 3.40282347e38f ? 3.40282347e38f : c;
 }
 
 /*
- * The weight of a token of biased logit y: trunc(e^z * 2^30) with
- * z = (y - max_y) * inv_t, by a fixed sequence of float operations (see
- * the SEMANTICS).  The engine evaluates the same operations in vector
- * lanes; any change here changes both.
+ * p(f), in this order: (1 + c1 f) + f^2 ((c2 + c3 f) + c4 f^2): two
+ * independent halves, which vector lanes finish sooner than one Horner
+ * chain.  The engine's lanes run the same operations.
  */
-static inline uint32_t sampler_weight(float y, float max_y, float inv_t)
+static inline float sampler_exp2_frac(float f)
 {
-	float z = (y - max_y) * inv_t;
-	float x, g, e, scale;
-	int32_t n;
+	float f2 = f * f;
+	float lo = 1.0f + SAMPLER_P1 * f;
+	float hi = (SAMPLER_P2 + SAMPLER_P3 * f) + SAMPLER_P4 * f2;
+
+	return lo + f2 * hi;
+}
+
+/*
+ * The weight of a token of biased logit y: trunc(p(f) * 2^(30 + n)) with
+ * x = (y - max_y) * scale = n + f (see the SEMANTICS).  The engine
+ * evaluates the same operations in vector lanes; any change here changes
+ * both.
+ */
+static inline uint32_t sampler_weight(float y, float max_y, float scale)
+{
+	float x = (y - max_y) * scale;
+	float n, p, pow2;
 	uint32_t bits;
 
-	if (!(z >= SAMPLER_Z_MIN))
+	if (!(x >= SAMPLER_X_MIN))
 		return 0;
-	x = z * 1.44269504f;		/* z / ln 2 */
-	n = (int32_t)(x - 0.5f);	/* f = x - n in (-0.5, 0.5] */
-	g = (x - (float)n) * 0.693147181f;
-	e = 1.0f + g * (1.0f + g * (0.5f + g * (1.0f / 6 + g *
-	    (1.0f / 24 + g * (1.0f / 120)))));
-	bits = (uint32_t)(n + 127 + 30) << 23;	/* 2^(30 + n) */
-	memcpy(&scale, &bits, sizeof(scale));
-	return (uint32_t)(int32_t)(e * scale);
+	n = (x + SAMPLER_ROUNDER) - SAMPLER_ROUNDER;
+	p = sampler_exp2_frac(x - n);
+	/* 2^(30 + n) for n in [-31, 0]: a product by it is exact. */
+	bits = (uint32_t)((int32_t)n + 127 + 30) << 23;
+	memcpy(&pow2, &bits, sizeof(pow2));
+	return (uint32_t)(int32_t)(p * pow2);
 }
 
 /* The top_p target: ceil(top_p * z1), the product in double. */

@@ -86,48 +86,37 @@ SAMPLER_AVX2 uint32_t sampler_find_avx2(const float *y, uint32_t n,
 }
 
 /*
- * sampler_weight() of 8 tokens: the same operations in the same order
- * (the polynomial from the inside out) for every lane whose z is at least
- * SAMPLER_Z_MIN, with two rewrites that give the same bits there:
- *  - trunc(x - 0.5) as a float by one rounding, where the scalar code
- *    converts to int and back (the same integer: |x| < 2^31), and the
- *    scale 2^(30 + n) built from that float (adding 2^23 + 157 leaves
- *    n + 157 in the low mantissa bits, which the shift moves into the
- *    exponent);
- *  - z clamped at -64 instead of the scalar code's early return: a z
- *    under SAMPLER_Z_MIN has n <= -31, so e (under 1.42) times 2^(30 + n)
- *    (at most 1/2) truncates to 0, while -64 keeps the scale a normal
- *    float and the conversions in range (-inf too).
- * One operation fewer than the literal form for each rewrite, on a pass
- * that is bound by the vector units.
+ * sampler_weight() of 8 tokens: sampler.c's sampler_weight_v4() (the
+ * scalar operations with x clamped at -64, and 2^(30 + n) added to p's
+ * exponent bits) in 8 lanes.
  */
-SAMPLER_AVX2_INLINE __m256 sampler_z_avx2(__m256 y, __m256 max_y,
-					    __m256 inv_t)
+SAMPLER_AVX2_INLINE __m256 sampler_x_avx2(__m256 y, __m256 max_y,
+					    __m256 scale)
 {
-	return _mm256_mul_ps(_mm256_sub_ps(y, max_y), inv_t);
+	return _mm256_mul_ps(_mm256_sub_ps(y, max_y), scale);
 }
 
-SAMPLER_AVX2_INLINE __m256i sampler_weight_avx2(__m256 z)
+SAMPLER_AVX2_INLINE __m256i sampler_weight_avx2(__m256 x)
 {
-	__m256 x;
+	const __m256 rounder = _mm256_set1_ps(SAMPLER_ROUNDER);
+	__m256 rounded, f, f2, lo, hi, p;
+	__m256i pow2;
 
-	z = _mm256_max_ps(z, _mm256_set1_ps(-64.0f));
-	x = _mm256_mul_ps(z, _mm256_set1_ps(1.44269504f));
-	__m256 n = _mm256_round_ps(_mm256_sub_ps(x, _mm256_set1_ps(0.5f)),
-				   _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-	__m256 g = _mm256_mul_ps(_mm256_sub_ps(x, n),
-				 _mm256_set1_ps(0.693147181f));
-	__m256 e = _mm256_mul_ps(g, _mm256_set1_ps(1.0f / 120));
-	__m256 scale;
-
-	e = _mm256_mul_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f / 24), e));
-	e = _mm256_mul_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f / 6), e));
-	e = _mm256_mul_ps(g, _mm256_add_ps(_mm256_set1_ps(0.5f), e));
-	e = _mm256_mul_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
-	e = _mm256_add_ps(_mm256_set1_ps(1.0f), e);
-	scale = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(
-		_mm256_add_ps(n, _mm256_set1_ps(8388608.0f + 127 + 30))), 23));
-	return _mm256_cvttps_epi32(_mm256_mul_ps(e, scale));
+	x = _mm256_max_ps(x, _mm256_set1_ps(-64.0f));
+	rounded = _mm256_add_ps(x, rounder);
+	f = _mm256_sub_ps(x, _mm256_sub_ps(rounded, rounder));
+	f2 = _mm256_mul_ps(f, f);
+	lo = _mm256_add_ps(_mm256_set1_ps(1.0f),
+			   _mm256_mul_ps(_mm256_set1_ps(SAMPLER_P1), f));
+	hi = _mm256_add_ps(_mm256_set1_ps(SAMPLER_P2),
+			   _mm256_mul_ps(_mm256_set1_ps(SAMPLER_P3), f));
+	hi = _mm256_add_ps(hi, _mm256_mul_ps(_mm256_set1_ps(SAMPLER_P4), f2));
+	p = _mm256_add_ps(lo, _mm256_mul_ps(f2, hi));
+	/* rounded's low bits hold n: (n + 30) << 23 drops the rest. */
+	pow2 = _mm256_slli_epi32(_mm256_add_epi32(_mm256_castps_si256(rounded),
+						  _mm256_set1_epi32(30)), 23);
+	return _mm256_cvttps_epi32(_mm256_castsi256_ps(
+		_mm256_add_epi32(_mm256_castps_si256(p), pow2)));
 }
 
 /*
@@ -158,36 +147,36 @@ SAMPLER_AVX2_INLINE uint64_t lanes8_sum(__m256i all, __m256i high)
  * sets *above to the sum of those >= t (when above is non-NULL). */
 SAMPLER_AVX2_INLINE uint64_t sampler_weigh_block_avx2(
 	struct sampler *s, uint32_t i, uint32_t end, __m256 max_y,
-	__m256 inv_t, uint32_t t, uint64_t *above)
+	__m256 scale, uint32_t t, uint64_t *above)
 {
 	const float *y = s->y;
 	uint32_t *w_out = s->w;
 	const __m256i tm1 = _mm256_set1_epi32((int32_t)t - 1);
-	const __m256 zmin = _mm256_set1_ps(SAMPLER_Z_MIN);
+	const __m256 xmin = _mm256_set1_ps(SAMPLER_X_MIN);
 	__m256i all = _mm256_setzero_si256(), high = all;
 	__m256i above_all = all, above_high = all;
 	uint64_t sum = 0, sum_above = 0;
-	float my = _mm256_cvtss_f32(max_y), it = _mm256_cvtss_f32(inv_t);
+	float my = _mm256_cvtss_f32(max_y), sc = _mm256_cvtss_f32(scale);
 
 	/* Two vectors an iteration: two chains of dependent operations. */
 	for (; i + 16 <= end; i += 16) {
-		__m256 z0 = sampler_z_avx2(_mm256_loadu_ps(y + i), max_y, inv_t);
-		__m256 z1 = sampler_z_avx2(_mm256_loadu_ps(y + i + 8), max_y, inv_t);
+		__m256 x0 = sampler_x_avx2(_mm256_loadu_ps(y + i), max_y, scale);
+		__m256 x1 = sampler_x_avx2(_mm256_loadu_ps(y + i + 8), max_y, scale);
 		__m256i w0, w1;
 
 		/*
-		 * All 16 far under the maximum (z < SAMPLER_Z_MIN, which most
+		 * All 16 far under the maximum (x < SAMPLER_X_MIN, which most
 		 * of a real model's vocabulary is): W = 0 without the
-		 * polynomial.  z is the weight's own first two operations.
+		 * polynomial.  x is the weight's own first two operations.
 		 */
-		if (!_mm256_movemask_ps(_mm256_cmp_ps(_mm256_max_ps(z0, z1), zmin,
+		if (!_mm256_movemask_ps(_mm256_cmp_ps(_mm256_max_ps(x0, x1), xmin,
 						      _CMP_GE_OQ))) {
 			_mm256_storeu_si256((__m256i *)(w_out + i), _mm256_setzero_si256());
 			_mm256_storeu_si256((__m256i *)(w_out + i + 8), _mm256_setzero_si256());
 			continue;
 		}
-		w0 = sampler_weight_avx2(z0);
-		w1 = sampler_weight_avx2(z1);
+		w0 = sampler_weight_avx2(x0);
+		w1 = sampler_weight_avx2(x1);
 
 		_mm256_storeu_si256((__m256i *)(w_out + i), w0);
 		_mm256_storeu_si256((__m256i *)(w_out + i + 8), w1);
@@ -202,7 +191,7 @@ SAMPLER_AVX2_INLINE uint64_t sampler_weigh_block_avx2(
 		}
 	}
 	for (; i < end; i++) {
-		w_out[i] = sampler_weight(y[i], my, it);
+		w_out[i] = sampler_weight(y[i], my, sc);
 		sum += w_out[i];
 		sum_above += w_out[i] >= t ? w_out[i] : 0;
 	}
@@ -213,10 +202,10 @@ SAMPLER_AVX2_INLINE uint64_t sampler_weigh_block_avx2(
 
 /* sampler_weights() in 8 lanes. */
 SAMPLER_AVX2 uint64_t sampler_weights_avx2(struct sampler *s,
-						  float max_y, float inv_t,
+						  float max_y, float scale,
 						  uint32_t t)
 {
-	const __m256 mv = _mm256_set1_ps(max_y), iv = _mm256_set1_ps(inv_t);
+	const __m256 mv = _mm256_set1_ps(max_y), sv = _mm256_set1_ps(scale);
 	uint64_t total = 0;
 
 	for (uint32_t b = 0; b < s->n_blocks; b++) {
@@ -225,11 +214,11 @@ SAMPLER_AVX2 uint64_t sampler_weights_avx2(struct sampler *s,
 		end = end < s->vocab ? end : s->vocab;
 		/* Two loops, not a test per vector: t <= 1 keeps them all. */
 		if (t > 1) {
-			total += sampler_weigh_block_avx2(s, i, end, mv, iv, t,
+			total += sampler_weigh_block_avx2(s, i, end, mv, sv, t,
 							  &s->block_sum[b]);
 		} else {
 			s->block_sum[b] = sampler_weigh_block_avx2(s, i, end, mv,
-								   iv, t, NULL);
+								   sv, t, NULL);
 			total += s->block_sum[b];
 		}
 	}

@@ -76,7 +76,7 @@ SAMPLER_AVX2 float sampler_max_avx2(const float *y, uint32_t n, bool *bad);
 SAMPLER_AVX2 uint32_t sampler_find_avx2(const float *y, uint32_t n,
 					uint32_t from, float m);
 SAMPLER_AVX2 uint64_t sampler_weights_avx2(struct sampler *s, float max_y,
-					   float inv_t, uint32_t t);
+					   float scale, uint32_t t);
 SAMPLER_AVX2 uint64_t sampler_block_sums_avx2(struct sampler *s, uint32_t t);
 SAMPLER_AVX2 uint32_t sampler_next_above_avx2(const struct sampler *s,
 					      uint32_t from, uint32_t bar);

@@ -228,12 +228,13 @@ static void test_top_p_exact_boundary(void **state)
 				     .seed = 13 };
 	bool seen[3];
 	int steps = 0;
+	const float scale = sampler_weight_scale(1.0f);
 
-	while (sampler_weight(z, 0.0f, 1.0f) != SAMPLER_WEIGHT_ONE / 2 &&
+	while (sampler_weight(z, 0.0f, scale) != SAMPLER_WEIGHT_ONE / 2 &&
 	       steps++ < 64)
-		z = nextafterf(z, sampler_weight(z, 0.0f, 1.0f) <
+		z = nextafterf(z, sampler_weight(z, 0.0f, scale) <
 				  SAMPLER_WEIGHT_ONE / 2 ? 0.0f : -1.0f);
-	assert_int_equal(sampler_weight(z, 0.0f, 1.0f), SAMPLER_WEIGHT_ONE / 2);
+	assert_int_equal(sampler_weight(z, 0.0f, scale), SAMPLER_WEIGHT_ONE / 2);
 	{
 		const float logits[] = { 0.0f, z, z };
 
@@ -244,6 +245,64 @@ static void test_top_p_exact_boundary(void **state)
 		draw_set(logits, 3, &p, 2000, seen);
 		assert_true(seen[0] && seen[1] && seen[2]);
 	}
+}
+
+/*
+ * The weight function against e^z in double: sampler_weight() is
+ * trunc(2^(30 + x) * (1 + err)) with |err| < 3e-6 (sampler.h), for every
+ * x = (y - max) * scale it can see: 2^20 points spread over [-31, 0] at
+ * several temperatures, the points just either side of each integer x
+ * (where n changes) and x = 0, which must weigh 2^30 exactly.
+ */
+static void test_weight_accuracy(void **state)
+{
+	static const float temps[] = { 0.3f, 0.8f, 1.0f, 1.7f };
+	double worst = 0;
+
+	(void)state;
+	assert_int_equal(sampler_weight(2.5f, 2.5f, sampler_weight_scale(0.8f)),
+			 SAMPLER_WEIGHT_ONE);
+	for (size_t t = 0; t < sizeof(temps) / sizeof(temps[0]); t++) {
+		float scale = sampler_weight_scale(temps[t]);
+
+		for (uint32_t i = 0; i <= 1u << 20; i++) {
+			/* d from 0 down to where x passes -31. */
+			float d = -(float)i * (31.5f / (float)(1u << 20)) / scale;
+			float x = d * scale;
+			uint32_t w = sampler_weight(d, 0.0f, scale);
+			double want = ldexp(1.0, 30) * exp2((double)x);
+
+			if (x < SAMPLER_X_MIN) {
+				assert_int_equal(w, 0);
+				continue;
+			}
+			assert_true(w <= SAMPLER_WEIGHT_ONE);
+			/* trunc loses under 1; the polynomial 3e-6 relative. */
+			if (fabs(((double)w + 0.5) - want) > 0.5 + 3e-6 * want) {
+				print_error("T %g d %a x %a: W %u, 2^(30 + x) = %.3f\n",
+					    (double)temps[t], (double)d, (double)x,
+					    w, want);
+				fail();
+			}
+			if (want > 1e9 && fabs((double)w / want - 1) > worst)
+				worst = fabs((double)w / want - 1);
+		}
+	}
+	/* Either side of each integer x, where n and f jump. */
+	for (int n = -30; n <= 0; n++) {
+		float x = (float)n;
+
+		for (int side = 0; side < 2; side++) {
+			float xs = nextafterf(x, side ? 0.0f : -64.0f);
+			uint32_t w = sampler_weight(xs, 0.0f, 1.0f);
+			double want = ldexp(1.0, 30) * exp2((double)xs);
+
+			if (xs > 0.0f)
+				continue;
+			assert_true(fabs(((double)w + 0.5) - want) <= 0.5 + 3e-6 * want);
+		}
+	}
+	print_message("weight: worst relative error %.3g (W > 1e9)\n", worst);
 }
 
 static void test_min_p(void **state)
@@ -472,7 +531,7 @@ static void test_random_vs_naive(void **state)
  * Logits for the kernel test: random_logits() and, on top, rows that
  * stress the weight's float operations: differences from the maximum at
  * every scale (denormal ones too), values around the cut-off at
- * SAMPLER_Z_MIN, and tails that are not a multiple of 8 or 16 lanes.
+ * SAMPLER_X_MIN, and tails that are not a multiple of 8 or 16 lanes.
  */
 static void kernel_logits(struct rng *r, float *y, uint32_t vocab)
 {
@@ -488,7 +547,8 @@ static void kernel_logits(struct rng *r, float *y, uint32_t vocab)
 			y[i] = -ldexpf((float)rng_unit(r), (int)rng_below(r, 100) - 50);
 			break;
 		case 2:	/* near the cut-off at temperature 1 */
-			y[i] = 1.0f + SAMPLER_Z_MIN + (float)(rng_unit(r) - 0.5) * 1e-3f;
+			y[i] = 1.0f + SAMPLER_X_MIN / 1.44269504f +
+			       (float)(rng_unit(r) - 0.5) * 1e-3f;
 			break;
 		case 3:
 			y[i] = -INFINITY;
@@ -518,7 +578,7 @@ static void kernels_agree(struct rng *r, struct sampler *a, struct sampler *b,
 	bool bad_a, bad_b;
 	float max_a = sampler_row_max(a, y, &bad_a);
 	float max_b = sampler_row_max(b, y, &bad_b);
-	float inv_t = sampler_inv_temperature(kernel_temperature(r));
+	float scale = sampler_weight_scale(kernel_temperature(r));
 	uint32_t t, bar, from, n, cap;
 	uint64_t za, zb, target;
 
@@ -531,14 +591,14 @@ static void kernels_agree(struct rng *r, struct sampler *a, struct sampler *b,
 		return;
 	assert_int_equal(sampler_argmax(a, max_a), sampler_argmax(b, max_b));
 	t = rng_below(r, 3) ? 0 : rng_below(r, SAMPLER_WEIGHT_ONE + 2);
-	za = sampler_weights(a, max_a, inv_t, t);
-	zb = sampler_weights(b, max_b, inv_t, t);
+	za = sampler_weights(a, max_a, scale, t);
+	zb = sampler_weights(b, max_b, scale, t);
 	if (za != zb || memcmp(a->w, b->w, vocab * sizeof(*a->w))) {
 		for (uint32_t i = 0; i < vocab; i++)
 			if (a->w[i] != b->w[i]) {
-				print_error("vocab %u token %u: y %a max %a inv_t %a: "
+				print_error("vocab %u token %u: y %a max %a scale %a: "
 					    "W %u (avx2) vs %u (portable)\n", vocab,
-					    i, y[i], max_a, inv_t, a->w[i], b->w[i]);
+					    i, y[i], max_a, scale, a->w[i], b->w[i]);
 				break;
 			}
 		fail_msg("Z %" PRIu64 " vs %" PRIu64, za, zb);
@@ -937,6 +997,7 @@ int main(void)
 		cmocka_unit_test(test_top_k_ties_kept),
 		cmocka_unit_test(test_top_p_ties_kept),
 		cmocka_unit_test(test_top_p_exact_boundary),
+		cmocka_unit_test(test_weight_accuracy),
 		cmocka_unit_test(test_min_p),
 		cmocka_unit_test(test_seeded_draws_repeat),
 		cmocka_unit_test(test_vocab_128k),

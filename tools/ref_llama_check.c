@@ -124,7 +124,7 @@ static int sampled_step(const struct sampling_params *sp, uint32_t choice,
 {
 	struct sampler_result sr;
 	uint64_t z1 = 0, zk = 0, cum = 0, target, lo = 0;
-	float max_y = -INFINITY, inv_t;
+	float max_y = -INFINITY, scale;
 	uint32_t t = 1, v;
 	int rc;
 
@@ -162,9 +162,9 @@ static int sampled_step(const struct sampling_params *sp, uint32_t choice,
 		return 0;
 	}
 	/* the kept set: W >= the largest of the three thresholds (W > 0) */
-	inv_t = sampler_inv_temperature(sp->temperature);
+	scale = sampler_weight_scale(sp->temperature);
 	for (v = 0; v < vocab; v++)
-		b->sorted[v] = b->w[v] = sampler_weight(b->row[v], max_y, inv_t);
+		b->sorted[v] = b->w[v] = sampler_weight(b->row[v], max_y, scale);
 	qsort(b->sorted, vocab, sizeof(*b->sorted), cmp_desc_u32);
 	if (sp->top_k && sp->top_k < vocab && b->sorted[sp->top_k - 1] > t)
 		t = b->sorted[sp->top_k - 1];

@@ -47,11 +47,11 @@ static void ref_sort_desc(uint32_t *ids, uint32_t *tmp, uint32_t n,
 /* Weights at temperature t and the order by them; returns Z. */
 static uint64_t ref_weigh(struct ref_row *r, float max_y, float temperature)
 {
-	float inv_t = sampler_inv_temperature(temperature);
+	float scale = sampler_weight_scale(temperature);
 	uint64_t z_sum = 0;
 
 	for (uint32_t i = 0; i < r->vocab; i++) {
-		r->w[i] = sampler_weight(r->y[i], max_y, inv_t);
+		r->w[i] = sampler_weight(r->y[i], max_y, scale);
 		z_sum += r->w[i];
 		r->order[i] = i;
 	}
