@@ -5,31 +5,33 @@
  * NOTES ON THE DESIGN
  * A row costs a few linear passes: check + max, bias (a copy only when
  * biased), and when sampling one pass computing the weights W with exact
- * sums per block of 1024 tokens (of all W, or with min_p alone of the W
- * the draw keeps); the draw skips whole blocks by their sums and walks
- * one.
+ * sums per block of 1024 tokens, which also gathers (in id order) the
+ * tokens the cut-offs can only keep: min_p alone gathers W >= its
+ * threshold, top_p alone W >= a bound the cut cannot lie under, known
+ * before Z is (sampler_gather_bar()).  The draw walks the gathered
+ * tokens when they hold the kept set, else skips whole blocks by their
+ * sums and walks one.
  * The passes run in vector lanes: AVX2 (8 lanes, intrinsics under
  * target("avx2") without FMA, chosen at run time by sampler_create())
  * where the CPU has it, else GCC vector extensions (4 lanes, the x86-64
  * baseline) and scalar code.  Both compute sampler_weight()'s float
- * operations lane by lane, so every path gives the same bits; the AVX2
- * weights rewrite two steps into equivalents of fewer operations and
- * skip 16 tokens at once when all are under SAMPLER_X_MIN (see
- * sampler_weight_avx2() in sampler_avx2.c).  tests/test_sampler.c holds
- * each AVX2 kernel to its portable twin on random rows.  On the machines measured the
- * weights' pass is bound by the vector units, not by memory: the
+ * operations lane by lane, so every path gives the same bits; the lanes
+ * clamp x instead of branching and apply 2^n to the exponent bits (see
+ * sampler_weight_v4()), and the AVX2 pass skips 16 tokens at once when
+ * all are under SAMPLER_X_MIN.  tests/test_sampler.c holds each AVX2
+ * kernel to its portable twin on random rows.  On the machines measured
+ * the weights' pass is bound by the vector units, not by memory: the
  * polynomial is most of a row's cost (tools/bench_sampler.c).
+ * Cuts are selections, never sorts: sampler_cut() finds the value where
+ * the mass (top_p) or the count (top_k) from the top reaches a target by
+ * three-way partitions of the candidates' weights.
  * top_k <= 1024 finds the k-th largest W with a min-heap (one compare per
  * token that beats the heap's least; the rest are skipped 16 at a time),
- * then gathers the tokens >= it.  top_p alone gathers the tokens of
- * W >= (Z - target) / vocab, which must hold the cut (the rest weigh
+ * then gathers the tokens >= it.  top_p alone cuts the gathered tokens
+ * of W >= (Z - target) / vocab, which must hold the cut (the rest weigh
  * less than Z - target), or when those are over 4096 (a flat
- * distribution; the gather stops there) finds the cut with the histogram
- * below and sorts one bucket.  Larger top_k uses the histogram too.  The
- * gathered tokens are sorted by decreasing W (a radix sort when many),
- * the cuts made on them exactly as the definition says; a kept set of at
- * most 256 tokens is taken in id order from the gathered tokens (kept in
- * id order too), a larger one is drawn from by block sums of W >= t.
+ * distribution) finds the cut's bucket with the histogram below and cuts
+ * that bucket.  Larger top_k uses the histogram too.
  * The histogram buckets W by the float bits of (float)W >> 20 (monotone
  * in W: 1/8 octave buckets) with a count and an exact mass per bucket
  * (top_p's AVX2 path needs the masses alone); walking it from the top
@@ -123,11 +125,9 @@ struct sampler *sampler_create(uint32_t vocab)
 	s->y_copy = malloc(sizeof(*s->y_copy) * vocab);
 	s->block_sum = malloc(sizeof(*s->block_sum) * s->n_blocks);
 	s->w = malloc(sizeof(*s->w) * vocab);
-	s->cand = malloc(sizeof(*s->cand) * vocab);
-	s->kept = malloc(sizeof(*s->kept) * vocab);
 	s->by_id = malloc(sizeof(*s->by_id) * vocab);
-	if (!s->y_copy || !s->block_sum || !s->w || !s->cand || !s->kept ||
-	    !s->by_id) {
+	s->scratch = malloc(sizeof(*s->scratch) * vocab);
+	if (!s->y_copy || !s->block_sum || !s->w || !s->by_id || !s->scratch) {
 		sampler_destroy(s);
 		return NULL;
 	}
@@ -141,9 +141,8 @@ void sampler_destroy(struct sampler *s)
 	free(s->y_copy);
 	free(s->block_sum);
 	free(s->w);
-	free(s->cand);
-	free(s->kept);
 	free(s->by_id);
+	free(s->scratch);
 	free(s);
 }
 
@@ -309,21 +308,32 @@ static inline void lanes_add(v4i w, v4i *hi, v4i *lo)
 }
 
 /*
- * The weights of one block [i, end), and their sum; *above = the sum of
- * those >= t, summed apart only when t > 1 (with_above, a constant where
- * this is inlined, so the loop without costs nothing for it).
+ * Append token id of weight w to the gathered set while it holds at most
+ * SAMPLER_GATHER_MAX tokens; past that the count alone grows.
+ */
+static inline void sampler_gather_one(struct sampler *s, uint32_t id,
+				      uint32_t w)
+{
+	if (s->n_by_id < SAMPLER_GATHER_MAX)
+		s->by_id[s->n_by_id] = (struct sampler_cand){ w, id };
+	s->n_by_id++;
+}
+
+/*
+ * The weights of one block [i, end), and their sum; with gather (a
+ * constant where this is inlined, so the loop without costs nothing for
+ * it) also the tokens of W > bar into the gathered set.
  */
 static inline __attribute__((always_inline)) uint64_t
 sampler_weigh_block_lanes(struct sampler *s, uint32_t i, uint32_t end,
-			  float max_y, float scale, uint32_t t,
-			  uint64_t *above, bool with_above)
+			  float max_y, float scale, uint32_t bar, bool gather)
 {
 	const float *y = s->y;
 	uint32_t *w_out = s->w;
-	const int32_t ti = (int32_t)t;
-	const v4i tv = { ti, ti, ti, ti };
-	v4i hi = { 0 }, lo = { 0 }, ahi = { 0 }, alo = { 0 };
-	uint64_t sum = 0, sum_above = 0;
+	const int32_t bi = (int32_t)bar;	/* W <= 2^30: signed compares */
+	const v4i bv = { bi, bi, bi, bi };
+	v4i hi = { 0 }, lo = { 0 };
+	uint64_t sum = 0;
 
 	/* Two vectors an iteration: the polynomial is a chain of
 	 * dependent operations, and two chains keep the core busier. */
@@ -335,31 +345,57 @@ sampler_weigh_block_lanes(struct sampler *s, uint32_t i, uint32_t end,
 		memcpy(w_out + i + LANES, &w1, sizeof(w1));
 		lanes_add(w0, &hi, &lo);
 		lanes_add(w1, &hi, &lo);
-		/* W <= 2^30: signed lanes compare right. */
-		if (with_above) {
-			lanes_add(w0 & (w0 >= tv), &ahi, &alo);
-			lanes_add(w1 & (w1 >= tv), &ahi, &alo);
+		if (gather) {
+			v4i over = (w0 > bv) | (w1 > bv);
+
+			if (over[0] | over[1] | over[2] | over[3])
+				for (uint32_t j = i; j < i + 2 * LANES; j++)
+					if (w_out[j] > bar)
+						sampler_gather_one(s, j, w_out[j]);
 		}
 	}
 	for (; i < end; i++) {
 		w_out[i] = sampler_weight(y[i], max_y, scale);
 		sum += w_out[i];
-		sum_above += w_out[i] >= t ? w_out[i] : 0;
+		if (gather && w_out[i] > bar)
+			sampler_gather_one(s, i, w_out[i]);
 	}
-	sum += lanes_sum(hi, lo);
-	*above = with_above ? sum_above + lanes_sum(ahi, alo) : sum;
-	return sum;
+	return sum + lanes_sum(hi, lo);
 }
 
-static uint64_t sampler_weigh_block(struct sampler *s, uint32_t i,
-				    uint32_t end, float max_y, float scale,
-				    uint32_t t, uint64_t *above)
+/*
+ * W for every token, and per block their sum in s->block_sum.  With bar
+ * under SAMPLER_NO_GATHER, the tokens of W > bar are gathered into
+ * s->by_id in id order, n_by_id of them, or n_by_id is
+ * SAMPLER_NOT_GATHERED when they are over SAMPLER_GATHER_MAX (the
+ * gathering stops there: a flat row).  Returns Z, the sum of all W.
+ */
+static uint64_t sampler_weights(struct sampler *s, float max_y, float scale,
+				uint32_t bar)
 {
-	if (t > 1)
-		return sampler_weigh_block_lanes(s, i, end, max_y, scale, t,
-						 above, true);
-	return sampler_weigh_block_lanes(s, i, end, max_y, scale, t, above,
-					 false);
+	uint64_t total = 0;
+
+	s->n_by_id = 0;
+	s->gather_bar = bar;
+#ifdef SAMPLER_AVX2
+	if (s->avx2) {
+		total = sampler_weights_avx2(s, max_y, scale, bar);
+	} else
+#endif
+	for (uint32_t b = 0; b < s->n_blocks; b++) {
+		uint32_t i = b * SAMPLER_BLOCK, end = i + SAMPLER_BLOCK;
+		bool gather = bar < SAMPLER_NO_GATHER &&
+			      s->n_by_id <= SAMPLER_GATHER_MAX;
+
+		end = end < s->vocab ? end : s->vocab;
+		s->block_sum[b] = gather ?
+			sampler_weigh_block_lanes(s, i, end, max_y, scale, bar, true) :
+			sampler_weigh_block_lanes(s, i, end, max_y, scale, bar, false);
+		total += s->block_sum[b];
+	}
+	if (bar >= SAMPLER_NO_GATHER || s->n_by_id > SAMPLER_GATHER_MAX)
+		s->n_by_id = SAMPLER_NOT_GATHERED;
+	return total;
 }
 
 /* The sum of the weights >= t in one block [i, end). */
@@ -380,29 +416,6 @@ static uint64_t sampler_block_above(const struct sampler *s, uint32_t i,
 	for (; i < end; i++)
 		sum += s->w[i] >= t ? s->w[i] : 0;
 	return sum + lanes_sum(hi, lo);
-}
-
-/*
- * W for every token, and per block the sum of the weights >= t (t <= 1:
- * of all of them).  Returns Z, the sum of all the weights.
- */
-static uint64_t sampler_weights(struct sampler *s, float max_y, float scale,
-				uint32_t t)
-{
-	uint64_t total = 0;
-
-#ifdef SAMPLER_AVX2
-	if (s->avx2)
-		return sampler_weights_avx2(s, max_y, scale, t);
-#endif
-	for (uint32_t b = 0; b < s->n_blocks; b++) {
-		uint32_t i = b * SAMPLER_BLOCK, end = i + SAMPLER_BLOCK;
-
-		end = end < s->vocab ? end : s->vocab;
-		total += sampler_weigh_block(s, i, end, max_y, scale, t,
-					     &s->block_sum[b]);
-	}
-	return total;
 }
 
 /*
@@ -458,65 +471,76 @@ static void sampler_histogram(struct sampler *s)
 	}
 }
 
-static int cand_by_w_desc(const void *a, const void *b)
+static int u32_desc(const void *a, const void *b)
 {
-	const struct sampler_cand *x = a, *y = b;
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
 
-	if (x->w != y->w)
-		return x->w > y->w ? -1 : 1;
-	return x->id < y->id ? -1 : x->id > y->id;
+	return x > y ? -1 : x < y;
 }
 
 /*
- * Sort cand[0 .. n), gathered in id order, by decreasing W and then id:
- * qsort for a few, else a stable LSD radix sort on 2^30 - W (three passes
- * of 11 bits; stability keeps equal weights in id order), using
- * s->kept as the second buffer.  O(n): a kept set of thousands of tokens
- * (top_p on a flat distribution) costs a few passes, not n log n calls.
+ * The cut: the largest v among w[0 .. n) such that the w >= v reach
+ * target, in mass (by_mass) or in number.  For top_p that is the W of
+ * the token where the running mass by decreasing W first reaches the
+ * target (every token tied with it included), for top_k the k-th largest
+ * W.  The sum (or n) must reach target > 0.  w is scratch: reordered.
+ *
+ * A selection, not a sort: three-way partitions around a median of
+ * three, keeping only the side the cut is on (linear on average).  Rows
+ * made to defeat the pivots end in a sort of what is left after `rounds`
+ * (64) rounds, so no row costs more than n log n.
  */
-static void sampler_sort_cand(struct sampler *s, uint32_t n)
+static uint32_t sampler_cut_rounds(uint32_t *w, uint32_t n, uint64_t target,
+				   bool by_mass, int rounds)
 {
-	struct sampler_cand *src = s->cand, *dst = s->kept, *tmp;
-	uint32_t count[1u << 11];
+	uint64_t above = 0;	/* what the w beyond [lo, hi) add, all > them */
+	uint32_t lo = 0, hi = n;
 
-	if (n < 256) {
-		qsort(s->cand, n, sizeof(*s->cand), cand_by_w_desc);
-		return;
-	}
-	for (uint32_t shift = 0; shift < 33; shift += 11) {
-		uint32_t sum = 0;
+	for (int round = 0; round < rounds; round++) {
+		uint32_t a = w[lo], b = w[lo + (hi - lo) / 2], c = w[hi - 1];
+		uint32_t pivot = a < b ? (b < c ? b : a < c ? c : a) :
+					 (a < c ? a : b < c ? c : b);
+		uint32_t gt = lo, i = lo, lt = hi, tmp;
+		uint64_t sum_gt = 0, sum_eq = 0;
 
-		memset(count, 0, sizeof(count));
-		for (uint32_t i = 0; i < n; i++)
-			count[((SAMPLER_WEIGHT_ONE - src[i].w) >> shift) & 0x7ff]++;
-		for (uint32_t d = 0; d < (1u << 11); d++) {
-			uint32_t c = count[d];
-
-			count[d] = sum;
-			sum += c;
+		/* [lo, gt) > pivot, [gt, i) == pivot, [lt, hi) < pivot. */
+		while (i < lt) {
+			if (w[i] > pivot) {
+				sum_gt += by_mass ? w[i] : 1;
+				tmp = w[i];
+				w[i++] = w[gt];
+				w[gt++] = tmp;
+			} else if (w[i] < pivot) {
+				tmp = w[i];
+				w[i] = w[--lt];
+				w[lt] = tmp;
+			} else {
+				sum_eq += by_mass ? pivot : 1;
+				i++;
+			}
 		}
-		for (uint32_t i = 0; i < n; i++)
-			dst[count[((SAMPLER_WEIGHT_ONE - src[i].w) >> shift) & 0x7ff]++] =
-				src[i];
-		tmp = src;
-		src = dst;
-		dst = tmp;
+		if (above + sum_gt >= target) {
+			hi = gt;
+		} else if (above + sum_gt + sum_eq >= target) {
+			return pivot;
+		} else {
+			above += sum_gt + sum_eq;
+			lo = lt;
+		}
 	}
-	/* Three passes: the result is in s->kept. */
-	memcpy(s->cand, src, sizeof(*s->cand) * n);
+	qsort(w + lo, hi - lo, sizeof(*w), u32_desc);
+	for (uint32_t i = lo; i < hi; i++) {
+		above += by_mass ? w[i] : 1;
+		if (above >= target)
+			return w[i];
+	}
+	return w[hi - 1];	/* unreachable: the sum reaches target */
 }
 
-/* Gather the tokens with W > 0 in bucket >= lowest, by decreasing W. */
-static uint32_t sampler_gather(struct sampler *s, uint32_t lowest)
+static uint32_t sampler_cut(uint32_t *w, uint32_t n, uint64_t target,
+			    bool by_mass)
 {
-	uint32_t n = 0;
-
-	for (uint32_t i = 0; i < s->vocab; i++)
-		if (s->w[i] && sampler_bucket(s->w[i]) >= lowest)
-			s->cand[n++] = (struct sampler_cand){ s->w[i], i };
-	memcpy(s->by_id, s->cand, sizeof(*s->by_id) * n);
-	sampler_sort_cand(s, n);
-	return n;
+	return sampler_cut_rounds(w, n, target, by_mass, 64);
 }
 
 /*
@@ -554,9 +578,8 @@ static bool sampler_over_cap(const struct sampler *s, uint32_t bar,
 }
 
 /*
- * Gather the tokens with W >= min_w and W > 0, by decreasing W (and keep
- * them in id order in s->by_id); SAMPLER_NOT_GATHERED when there are more
- * than cap of them.
+ * Gather the tokens of W >= min_w and W > 0 into s->by_id in id order;
+ * their count, or SAMPLER_NOT_GATHERED when there are more than cap.
  */
 static uint32_t sampler_gather_above(struct sampler *s, uint32_t min_w,
 				     uint32_t cap)
@@ -573,11 +596,23 @@ static uint32_t sampler_gather_above(struct sampler *s, uint32_t min_w,
 #endif
 	for (uint32_t i = 0; i < s->vocab && n <= cap; i++)
 		if (s->w[i] > bar)
-			s->cand[n++] = (struct sampler_cand){ s->w[i], i };
-	if (n > cap)
-		return SAMPLER_NOT_GATHERED;
-	memcpy(s->by_id, s->cand, sizeof(*s->by_id) * n);
-	sampler_sort_cand(s, n);
+			s->by_id[n++] = (struct sampler_cand){ s->w[i], i };
+	return n > cap ? SAMPLER_NOT_GATHERED : n;
+}
+
+/* Copy the weights >= t of the gathered tokens into s->scratch; the
+ * count, and their sum in *sum. */
+static uint32_t sampler_gathered_weights(struct sampler *s, uint32_t t,
+					 uint64_t *sum)
+{
+	uint32_t n = 0;
+
+	*sum = 0;
+	for (uint32_t j = 0; j < s->n_by_id; j++)
+		if (s->by_id[j].w >= t) {
+			s->scratch[n++] = s->by_id[j].w;
+			*sum += s->by_id[j].w;
+		}
 	return n;
 }
 
@@ -605,7 +640,7 @@ static void heap_sift_down(uint32_t *heap, uint32_t n, uint32_t i)
  */
 static uint32_t sampler_kth_largest(struct sampler *s, uint32_t k)
 {
-	uint32_t *heap = (uint32_t *)s->kept;	/* free until the draw */
+	uint32_t *heap = s->scratch;
 
 	memcpy(heap, s->w, sizeof(*heap) * k);
 	for (uint32_t i = k / 2; i-- > 0;)
@@ -634,9 +669,39 @@ static uint32_t sampler_bucket_of_kth(const struct sampler *s, uint32_t k)
 }
 
 /*
+ * top_k's threshold t_k (k < vocab), with every token of W >= t_k and
+ * W > 0 gathered.  Up to SAMPLER_HEAP_MAX a heap finds it; above, the
+ * histogram names the bucket the k-th largest W is in, that bucket and
+ * those above are gathered and the cut by number finds it among them.
+ */
+static uint32_t sampler_top_k(struct sampler *s, uint32_t k)
+{
+	uint32_t lowest, n = 0;
+	uint64_t unused;
+
+	if (k <= SAMPLER_HEAP_MAX) {
+		uint32_t t = sampler_kth_largest(s, k);
+
+		s->n_by_id = sampler_gather_above(s, t, s->vocab);
+		return t;
+	}
+	sampler_histogram(s);
+	lowest = sampler_bucket_of_kth(s, k);
+	for (uint32_t i = 0; i < s->vocab; i++)
+		if (s->w[i] && sampler_bucket(s->w[i]) >= lowest)
+			s->by_id[n++] = (struct sampler_cand){ s->w[i], i };
+	s->n_by_id = n;
+	/* Fewer than k tokens of W > 0: every one is kept. */
+	if (n < k)
+		return 1;
+	n = sampler_gathered_weights(s, 0, &unused);
+	return sampler_cut(s->scratch, n, k, false);
+}
+
+/*
  * The top_p threshold over all tokens (top_k off) by the histogram: the
  * exact bucket masses name the bucket where the running mass from the
- * top reaches target, and only that bucket's tokens are sorted.
+ * top reaches target, and the cut is found among that bucket's weights.
  */
 static uint32_t sampler_top_p_histogram(struct sampler *s, uint64_t target)
 {
@@ -660,104 +725,104 @@ static uint32_t sampler_top_p_histogram(struct sampler *s, uint64_t target)
 #endif
 	for (uint32_t i = 0; i < s->vocab; i++)
 		if (s->w[i] && sampler_bucket(s->w[i]) == b)
-			s->cand[n++] = (struct sampler_cand){ s->w[i], i };
-	sampler_sort_cand(s, n);
-	for (uint32_t j = 0; j < n; j++) {
-		cum += s->cand[j].w;
-		if (cum >= target)
-			return s->cand[j].w;
-	}
-	return 1;	/* unreachable: the bucket masses are exact */
+			s->scratch[n++] = s->w[i];
+	return sampler_cut(s->scratch, n, target - cum, true);
 }
 
 /*
- * The threshold t of {W > 0, W >= t} for top_k then top_p (min_p is the
- * caller's).  The gathered tokens, *n_cand of them by decreasing W, then
- * hold the whole kept set, or *n_cand is SAMPLER_NOT_GATHERED.  z_sum is
- * Z.
+ * The bar of the tokens the weights' pass gathers (W > bar) for p, or
+ * SAMPLER_NO_GATHER.  top_p alone: every W >= c = (Z - target) / vocab,
+ * where the cut lies, and c is at least c0 below whatever Z is (Z >=
+ * 2^30, the maximum's weight, and Z - target >= (1 - top_p) Z - 2);
+ * sampler_select() checks c against the bar all the same.  min_p alone:
+ * its threshold, which is the kept set.  On a flat row either may be
+ * thousands of tokens; the pass stops gathering past SAMPLER_GATHER_MAX.
+ */
+static uint32_t sampler_gather_bar(const struct sampler *s,
+				   const struct sampling_params *p)
+{
+	uint32_t t_min = sampler_min_p_threshold(p->min_p);
+
+	if (p->top_k && p->top_k < s->vocab)
+		return SAMPLER_NO_GATHER;
+	if (p->top_p < 1.0f) {
+		double c0 = ((1.0 - (double)p->top_p) * SAMPLER_WEIGHT_ONE - 2.0) /
+			    s->vocab;
+
+		return c0 >= 1.0 ? (uint32_t)c0 - 1 : 0;
+	}
+	return t_min > 1 ? t_min - 1 : SAMPLER_NO_GATHER;
+}
+
+/*
+ * The threshold t of top_k and top_p: the kept set is the tokens of
+ * W >= t (and W > 0).  When the tokens holding the kept set are gathered
+ * (s->n_by_id is not SAMPLER_NOT_GATHERED) the draw walks those alone.
+ * z_sum is Z.
  */
 static uint32_t sampler_select(struct sampler *s, const struct sampling_params *p,
-			       uint64_t z_sum, uint32_t *n_cand)
+			       uint64_t z_sum)
 {
-	bool top_k = p->top_k && p->top_k < s->vocab;
-	uint32_t n, n1, t = 0;
-	uint64_t z1 = z_sum;
+	uint64_t target, kept;
+	uint32_t t, c, n;
 
-	if (top_k && p->top_k <= SAMPLER_HEAP_MAX) {
-		n = sampler_gather_above(s, sampler_kth_largest(s, p->top_k),
-					 s->vocab);
-	} else if (top_k) {
-		sampler_histogram(s);
-		n = sampler_gather(s, sampler_bucket_of_kth(s, p->top_k));
-	} else {
-		/*
-		 * The tokens of W < c weigh less than c * vocab <= Z - target,
-		 * so those of W >= c weigh more than target: the cut lies
-		 * among them, a prefix of the order by decreasing W.  When
-		 * that bound leaves too many, the histogram finds the cut.
-		 */
-		uint64_t target = sampler_top_p_target(p->top_p, z_sum);
-		uint32_t c = (uint32_t)((z_sum - target) / s->vocab);
-
-		n = sampler_gather_above(s, c, SAMPLER_GATHER_MAX);
-		if (n == SAMPLER_NOT_GATHERED) {
-			*n_cand = SAMPLER_NOT_GATHERED;
-			return sampler_top_p_histogram(s, target);
+	if (p->top_k && p->top_k < s->vocab) {
+		t = sampler_top_k(s, p->top_k);
+		if (p->top_p < 1.0f) {
+			/* top_p on K1 renormalised: its own target. */
+			n = sampler_gathered_weights(s, t, &kept);
+			c = sampler_cut(s->scratch, n,
+					sampler_top_p_target(p->top_p, kept), true);
+			t = c > t ? c : t;
 		}
+		return t;
 	}
-	n1 = n;
-	/* n < top_k: fewer tokens of weight > 0 than k, all gathered. */
-	if (top_k && n >= p->top_k) {
-		t = s->cand[p->top_k - 1].w;
-		n1 = p->top_k;
-		while (n1 < n && s->cand[n1].w == t)
-			n1++;
-		z1 = 0;
-		for (uint32_t j = 0; j < n1; j++)
-			z1 += s->cand[j].w;
-	}
-	if (p->top_p < 1.0f) {
-		uint64_t target = sampler_top_p_target(p->top_p, z1), cum = 0;
-
-		/* Exact sums: the target is always reached within K1. */
-		for (uint32_t j = 0; j < n1; j++) {
-			cum += s->cand[j].w;
-			if (cum >= target) {
-				t = s->cand[j].w > t ? s->cand[j].w : t;
-				break;
-			}
-		}
-	}
-	*n_cand = n;
-	return t;
+	/*
+	 * top_p alone.  The tokens of W < c weigh less than c * vocab <=
+	 * Z - target, so those of W >= c weigh more than target: the cut
+	 * lies among them, a prefix of the order by decreasing W.
+	 */
+	target = sampler_top_p_target(p->top_p, z_sum);
+	c = (uint32_t)((z_sum - target) / s->vocab);
+	if (s->n_by_id == SAMPLER_NOT_GATHERED || s->gather_bar >= c)
+		s->n_by_id = sampler_gather_above(s, c, SAMPLER_GATHER_MAX);
+	if (s->n_by_id == SAMPLER_NOT_GATHERED)
+		return sampler_top_p_histogram(s, target);
+	n = sampler_gathered_weights(s, c, &kept);
+	return sampler_cut(s->scratch, n, target, true);
 }
 
 /* ------------------------------------------------------------------ */
 /* The draw                                                            */
 /* ------------------------------------------------------------------ */
 
-/* Inverse CDF over the n kept tokens (sorted by id). */
-static uint32_t sampler_draw_kept(const struct sampler *s, uint32_t n,
-				  uint64_t r53)
+/* Inverse CDF over the gathered tokens of W >= t (in id order), which
+ * hold the whole kept set. */
+static uint32_t sampler_draw_gathered(const struct sampler *s, uint32_t t,
+				      uint64_t r53)
 {
 	uint64_t kept_sum = 0, target, acc = 0;
+	uint32_t last = 0;
 
-	for (uint32_t i = 0; i < n; i++)
-		kept_sum += s->kept[i].w;
+	for (uint32_t j = 0; j < s->n_by_id; j++)
+		kept_sum += s->by_id[j].w >= t ? s->by_id[j].w : 0;
 	target = sampler_draw_target(r53, kept_sum);
-	for (uint32_t i = 0; i < n; i++) {
-		acc += s->kept[i].w;
+	for (uint32_t j = 0; j < s->n_by_id; j++) {
+		if (s->by_id[j].w < t)
+			continue;
+		acc += s->by_id[j].w;
+		last = s->by_id[j].id;
 		if (acc > target)
-			return s->kept[i].id;
+			return last;
 	}
-	return s->kept[n - 1].id;	/* unreachable: target < kept_sum */
+	return last;	/* unreachable: target < kept_sum */
 }
 
 /*
  * Inverse CDF over every token with W > 0 and W >= t in id order, whose
  * block sums are in s->block_sum and total kept_sum: skip whole blocks
- * by their sums, then walk one block.  The same token as one walk over
- * the vocabulary, since every sum is exact.
+ * by their sums, then walk one.  The same token as one walk over the
+ * vocabulary, since every sum is exact.
  */
 static uint32_t sampler_draw_blocks(const struct sampler *s, uint32_t t,
 				    uint64_t kept_sum, uint64_t r53)
@@ -780,51 +845,27 @@ static uint32_t sampler_draw_blocks(const struct sampler *s, uint32_t t,
 	return end - 1;	/* unreachable: target < kept_sum */
 }
 
-/* Whether top_k or top_p cuts (else min_p alone, if anything). */
-static bool sampler_selects(const struct sampler *s,
-			    const struct sampling_params *p)
-{
-	return (p->top_k && p->top_k < s->vocab) || p->top_p < 1.0f;
-}
-
 /*
- * The drawn token.  The weights are in s->w, and when top_k and top_p are
- * off the block sums are of the weights >= the min_p threshold.
+ * The drawn token.  The weights are in s->w, their block sums in
+ * s->block_sum, and the tokens sampler_gather_bar() names gathered.
  */
 static uint32_t sampler_draw(struct sampler *s, const struct sampling_params *p,
 			     uint64_t z_sum, uint64_t r53)
 {
-	bool select = sampler_selects(s, p);
-	uint32_t t_min = sampler_min_p_threshold(p->min_p);
-	uint32_t n_cand = 0, n_kept = 0, t = 0;
+	uint32_t t = sampler_min_p_threshold(p->min_p);
 
-	if (!select) {
-		/* The weights' pass summed the blocks above min_p already. */
-		uint64_t kept_sum = z_sum;
+	if ((p->top_k && p->top_k < s->vocab) || p->top_p < 1.0f) {
+		uint32_t t_select = sampler_select(s, p, z_sum);
 
-		if (t_min > 1) {
-			kept_sum = 0;
-			for (uint32_t b = 0; b < s->n_blocks; b++)
-				kept_sum += s->block_sum[b];
-		}
-		return sampler_draw_blocks(s, t_min, kept_sum, r53);
+		t = t_select > t ? t_select : t;
+	} else if (t <= 1) {
+		/* Nothing cut: the weights' pass summed the blocks. */
+		return sampler_draw_blocks(s, 0, z_sum, r53);
 	}
-	t = sampler_select(s, p, z_sum, &n_cand);
-	if (t_min > t)
-		t = t_min;
-	/* The kept set is a prefix of the gathered tokens. */
-	while (n_cand != SAMPLER_NOT_GATHERED && n_kept < n_cand &&
-	       s->cand[n_kept].w >= t)
-		n_kept++;
-	/* Many: one vector pass of block sums beats sorting them by id. */
-	if (n_cand == SAMPLER_NOT_GATHERED || n_kept > 256)
-		return sampler_draw_blocks(s, t, sampler_block_sums(s, t), r53);
-	/* In id order: the gathered tokens of W >= t, which are the kept. */
-	n_kept = 0;
-	for (uint32_t j = 0; j < n_cand; j++)
-		if (s->by_id[j].w >= t)
-			s->kept[n_kept++] = s->by_id[j];
-	return sampler_draw_kept(s, n_kept, r53);
+	/* min_p alone: the pass gathered W >= t when they were few. */
+	if (s->n_by_id != SAMPLER_NOT_GATHERED)
+		return sampler_draw_gathered(s, t, r53);
+	return sampler_draw_blocks(s, t, sampler_block_sums(s, t), r53);
 }
 
 /* ------------------------------------------------------------------ */
@@ -892,20 +933,17 @@ int sampler_sample(struct sampler *s, const float *logits,
 	if (ret)
 		return ret;
 	if (p->temperature > 0.0f) {
-		/* min_p alone: the block sums of the draw come with W. */
-		uint32_t t = sampler_selects(s, p) ? 0 :
-			     sampler_min_p_threshold(p->min_p);
-
 		z_sum = sampler_weights(s, max_y,
 					sampler_weight_scale(p->temperature),
-					t);
+					sampler_gather_bar(s, p));
 		chosen = sampler_draw(s, p, z_sum,
 				      philox_bits53(p->seed, k, choice));
 	} else {
 		chosen = sampler_argmax(s, max_y);
 		/* Logprobs at temperature 1. */
 		if (p->logprobs)
-			z_sum = sampler_weights(s, max_y, sampler_weight_scale(1.0f), 0);
+			z_sum = sampler_weights(s, max_y, sampler_weight_scale(1.0f),
+						SAMPLER_NO_GATHER);
 	}
 	out->token = (int32_t)chosen;
 	if (p->logprobs)

@@ -143,19 +143,33 @@ SAMPLER_AVX2_INLINE uint64_t lanes8_sum(__m256i all, __m256i high)
 	return sum;
 }
 
-/* The weights of [i, end) (one block) into s->w; returns their sum and
- * sets *above to the sum of those >= t (when above is non-NULL). */
+/* Append the tokens i + j of the set bits j of mask to the gathered set
+ * (sampler.c's sampler_gather_one(): the count goes on past the cap). */
+SAMPLER_AVX2_INLINE void sampler_gather_mask(struct sampler *s, uint32_t i,
+					       unsigned mask)
+{
+	while (mask) {
+		uint32_t id = i + (uint32_t)__builtin_ctz(mask);
+
+		if (s->n_by_id < SAMPLER_GATHER_MAX)
+			s->by_id[s->n_by_id] = (struct sampler_cand){ s->w[id], id };
+		s->n_by_id++;
+		mask &= mask - 1;
+	}
+}
+
+/* The weights of [i, end) (one block) into s->w; returns their sum, and
+ * with gather appends the tokens of W > bar to the gathered set. */
 SAMPLER_AVX2_INLINE uint64_t sampler_weigh_block_avx2(
 	struct sampler *s, uint32_t i, uint32_t end, __m256 max_y,
-	__m256 scale, uint32_t t, uint64_t *above)
+	__m256 scale, uint32_t bar, bool gather)
 {
 	const float *y = s->y;
 	uint32_t *w_out = s->w;
-	const __m256i tm1 = _mm256_set1_epi32((int32_t)t - 1);
+	const __m256i bv = _mm256_set1_epi32((int32_t)bar);
 	const __m256 xmin = _mm256_set1_ps(SAMPLER_X_MIN);
 	__m256i all = _mm256_setzero_si256(), high = all;
-	__m256i above_all = all, above_high = all;
-	uint64_t sum = 0, sum_above = 0;
+	uint64_t sum = 0;
 	float my = _mm256_cvtss_f32(max_y), sc = _mm256_cvtss_f32(scale);
 
 	/* Two vectors an iteration: two chains of dependent operations. */
@@ -167,7 +181,7 @@ SAMPLER_AVX2_INLINE uint64_t sampler_weigh_block_avx2(
 		/*
 		 * All 16 far under the maximum (x < SAMPLER_X_MIN, which most
 		 * of a real model's vocabulary is): W = 0 without the
-		 * polynomial.  x is the weight's own first two operations.
+		 * polynomial, and none is gathered (bar >= 0).
 		 */
 		if (!_mm256_movemask_ps(_mm256_cmp_ps(_mm256_max_ps(x0, x1), xmin,
 						      _CMP_GE_OQ))) {
@@ -182,28 +196,30 @@ SAMPLER_AVX2_INLINE uint64_t sampler_weigh_block_avx2(
 		_mm256_storeu_si256((__m256i *)(w_out + i + 8), w1);
 		lanes8_add(w0, &all, &high);
 		lanes8_add(w1, &all, &high);
-		if (above) {
+		if (gather) {
 			/* W <= 2^30: signed lanes compare right. */
-			lanes8_add(_mm256_and_si256(w0, _mm256_cmpgt_epi32(w0, tm1)),
-				   &above_all, &above_high);
-			lanes8_add(_mm256_and_si256(w1, _mm256_cmpgt_epi32(w1, tm1)),
-				   &above_all, &above_high);
+			unsigned mask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(
+				_mm256_cmpgt_epi32(w0, bv))) |
+				(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(
+				_mm256_cmpgt_epi32(w1, bv))) << 8;
+
+			if (mask)
+				sampler_gather_mask(s, i, mask);
 		}
 	}
 	for (; i < end; i++) {
 		w_out[i] = sampler_weight(y[i], my, sc);
 		sum += w_out[i];
-		sum_above += w_out[i] >= t ? w_out[i] : 0;
+		if (gather && w_out[i] > bar)
+			sampler_gather_mask(s, i, 1);
 	}
-	if (above)
-		*above = sum_above + lanes8_sum(above_all, above_high);
 	return sum + lanes8_sum(all, high);
 }
 
-/* sampler_weights() in 8 lanes. */
+/* sampler_weights() in 8 lanes (the caller resets and ends the gather). */
 SAMPLER_AVX2 uint64_t sampler_weights_avx2(struct sampler *s,
 						  float max_y, float scale,
-						  uint32_t t)
+						  uint32_t bar)
 {
 	const __m256 mv = _mm256_set1_ps(max_y), sv = _mm256_set1_ps(scale);
 	uint64_t total = 0;
@@ -212,15 +228,14 @@ SAMPLER_AVX2 uint64_t sampler_weights_avx2(struct sampler *s,
 		uint32_t i = b * SAMPLER_BLOCK, end = i + SAMPLER_BLOCK;
 
 		end = end < s->vocab ? end : s->vocab;
-		/* Two loops, not a test per vector: t <= 1 keeps them all. */
-		if (t > 1) {
-			total += sampler_weigh_block_avx2(s, i, end, mv, sv, t,
-							  &s->block_sum[b]);
-		} else {
+		/* Two loops, not a test per vector; none once over the cap. */
+		if (bar < SAMPLER_NO_GATHER && s->n_by_id <= SAMPLER_GATHER_MAX)
 			s->block_sum[b] = sampler_weigh_block_avx2(s, i, end, mv,
-								   sv, t, NULL);
-			total += s->block_sum[b];
-		}
+								   sv, bar, true);
+		else
+			s->block_sum[b] = sampler_weigh_block_avx2(s, i, end, mv,
+								   sv, bar, false);
+		total += s->block_sum[b];
 	}
 	return total;
 }
@@ -304,7 +319,7 @@ SAMPLER_AVX2 bool sampler_over_cap_avx2(const struct sampler *s,
 }
 
 /*
- * Append the tokens with W > bar to s->cand in id order; their count, or
+ * Put the tokens with W > bar in s->by_id in id order; their count, or
  * cap + 1 as soon as there are more than cap (the rest not gathered).
  */
 SAMPLER_AVX2 uint32_t sampler_collect_avx2(struct sampler *s,
@@ -323,13 +338,13 @@ SAMPLER_AVX2 uint32_t sampler_collect_avx2(struct sampler *s,
 		while (mask) {
 			uint32_t id = i + (uint32_t)__builtin_ctz(mask);
 
-			s->cand[n++] = (struct sampler_cand){ s->w[id], id };
+			s->by_id[n++] = (struct sampler_cand){ s->w[id], id };
 			mask &= mask - 1;
 		}
 	}
 	for (; i < s->vocab && n <= cap; i++)
 		if (s->w[i] > bar)
-			s->cand[n++] = (struct sampler_cand){ s->w[i], i };
+			s->by_id[n++] = (struct sampler_cand){ s->w[i], i };
 	return n > cap ? cap + 1 : n;
 }
 
@@ -367,7 +382,8 @@ SAMPLER_AVX2 void sampler_mass_histogram_avx2(struct sampler *s)
 	}
 }
 
-/* Append the tokens of W > 0 in bucket b to s->cand in id order. */
+/* Put the weights of the tokens of W > 0 in bucket b in s->scratch, in
+ * id order; their count. */
 SAMPLER_AVX2 uint32_t sampler_collect_bucket_avx2(struct sampler *s,
 							 uint32_t b)
 {
@@ -383,15 +399,13 @@ SAMPLER_AVX2 uint32_t sampler_collect_bucket_avx2(struct sampler *s,
 			_mm256_cmpeq_epi32(sampler_bucket_avx2(w), bv)));
 
 		while (mask) {
-			uint32_t id = i + (uint32_t)__builtin_ctz(mask);
-
-			s->cand[n++] = (struct sampler_cand){ s->w[id], id };
+			s->scratch[n++] = s->w[i + (uint32_t)__builtin_ctz(mask)];
 			mask &= mask - 1;
 		}
 	}
 	for (; i < s->vocab; i++)
 		if (sampler_bucket(s->w[i]) == b)
-			s->cand[n++] = (struct sampler_cand){ s->w[i], i };
+			s->scratch[n++] = s->w[i];
 	return n;
 }
 #else

@@ -32,6 +32,8 @@ struct sampler_cand {
 /* Past this many candidates top_p uses the histogram instead. */
 #define SAMPLER_GATHER_MAX 4096u
 #define SAMPLER_NOT_GATHERED UINT32_MAX
+/* A gather bar no weight is over (W <= 2^30): gather nothing. */
+#define SAMPLER_NO_GATHER SAMPLER_WEIGHT_ONE
 
 /* Up to this top_k a heap finds the k-th weight; above, the histogram. */
 #define SAMPLER_HEAP_MAX 1024u
@@ -57,9 +59,10 @@ struct sampler {
 	float *y_copy;			/* where they are when biased */
 	uint64_t *block_sum;		/* sum of the weights drawn from, per block */
 	uint32_t *w;			/* the weights W */
-	struct sampler_cand *cand;	/* gathered, by decreasing W */
-	struct sampler_cand *kept;	/* the kept set, by id */
-	struct sampler_cand *by_id;	/* the gathered, by id */
+	struct sampler_cand *by_id;	/* the gathered tokens, by id */
+	uint32_t n_by_id;		/* how many, or SAMPLER_NOT_GATHERED */
+	uint32_t gather_bar;		/* the weights' pass gathered W > this */
+	uint32_t *scratch;		/* weights being cut; top_k's heap */
 	uint32_t hist_count[SAMPLER_N_BUCKETS];
 	uint64_t hist_mass[SAMPLER_N_BUCKETS];
 };
@@ -76,7 +79,7 @@ SAMPLER_AVX2 float sampler_max_avx2(const float *y, uint32_t n, bool *bad);
 SAMPLER_AVX2 uint32_t sampler_find_avx2(const float *y, uint32_t n,
 					uint32_t from, float m);
 SAMPLER_AVX2 uint64_t sampler_weights_avx2(struct sampler *s, float max_y,
-					   float scale, uint32_t t);
+					   float scale, uint32_t bar);
 SAMPLER_AVX2 uint64_t sampler_block_sums_avx2(struct sampler *s, uint32_t t);
 SAMPLER_AVX2 uint32_t sampler_next_above_avx2(const struct sampler *s,
 					      uint32_t from, uint32_t bar);

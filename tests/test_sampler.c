@@ -305,6 +305,56 @@ static void test_weight_accuracy(void **state)
 	print_message("weight: worst relative error %.3g (W > 1e9)\n", worst);
 }
 
+/*
+ * sampler_cut() against the definition: sort a copy by decreasing value
+ * and walk it until the running mass (or count) reaches the target.  Ties
+ * (values from a small range), wide values, every target from 1 to the
+ * total, and few rounds, which end in the fallback sort.
+ */
+static void test_cut_vs_sort(void **state)
+{
+	struct rng r = rng_for(11);
+	uint32_t *w = malloc(3000 * sizeof(*w)), *sorted = malloc(3000 * sizeof(*w));
+
+	(void)state;
+	assert_non_null(w);
+	assert_non_null(sorted);
+	for (uint32_t c = 0; c < 3000; c++) {
+		uint32_t n = 1 + rng_below(&r, c % 10 == 0 ? 3000 : 60);
+		uint32_t range = rng_below(&r, 2) ? 1 + rng_below(&r, 8) :
+				 SAMPLER_WEIGHT_ONE;
+		bool by_mass = rng_below(&r, 2);
+		int rounds = rng_below(&r, 2) ? 64 : (int)rng_below(&r, 4);
+		uint64_t total = 0, target, cum = 0;
+		uint32_t want = 0, got;
+
+		for (uint32_t i = 0; i < n; i++) {
+			w[i] = 1 + rng_below(&r, range);
+			/* Sorted runs now and then: the pivots' worst case. */
+			if (c % 7 == 0 && i)
+				w[i] = w[i - 1] + (uint32_t)(w[i - 1] < range);
+			total += by_mass ? w[i] : 1;
+		}
+		target = 1 + rng_next(&r) % total;
+		memcpy(sorted, w, n * sizeof(*w));
+		qsort(sorted, n, sizeof(*sorted), u32_desc);
+		for (uint32_t i = 0; i < n && cum < target; i++) {
+			cum += by_mass ? sorted[i] : 1;
+			want = sorted[i];
+		}
+		got = sampler_cut_rounds(w, n, target, by_mass, rounds);
+		if (got != want) {
+			print_error("case %u: n %u range %u by_mass %d rounds %d "
+				    "target %" PRIu64 " of %" PRIu64 ": cut %u, "
+				    "want %u\n", c, n, range, by_mass, rounds,
+				    target, total, got, want);
+			fail();
+		}
+	}
+	free(w);
+	free(sorted);
+}
+
 static void test_min_p(void **state)
 {
 	/* p relative to the max: 1, e^-1 = .37, e^-2 = .135, e^-3 = .05 */
@@ -590,9 +640,15 @@ static void kernels_agree(struct rng *r, struct sampler *a, struct sampler *b,
 	if (max_a == -INFINITY)
 		return;
 	assert_int_equal(sampler_argmax(a, max_a), sampler_argmax(b, max_b));
-	t = rng_below(r, 3) ? 0 : rng_below(r, SAMPLER_WEIGHT_ONE + 2);
-	za = sampler_weights(a, max_a, scale, t);
-	zb = sampler_weights(b, max_b, scale, t);
+	/* The gather bar: none, low (many gathered: past the cap), any. */
+	bar = rng_below(r, 3) == 0 ? SAMPLER_NO_GATHER :
+	      rng_below(r, 2) ? rng_below(r, 64) : rng_below(r, SAMPLER_WEIGHT_ONE);
+	za = sampler_weights(a, max_a, scale, bar);
+	zb = sampler_weights(b, max_b, scale, bar);
+	assert_int_equal(a->n_by_id, b->n_by_id);
+	if (a->n_by_id != SAMPLER_NOT_GATHERED)
+		assert_memory_equal(a->by_id, b->by_id,
+				    a->n_by_id * sizeof(*a->by_id));
 	if (za != zb || memcmp(a->w, b->w, vocab * sizeof(*a->w))) {
 		for (uint32_t i = 0; i < vocab; i++)
 			if (a->w[i] != b->w[i]) {
@@ -625,10 +681,8 @@ static void kernels_agree(struct rng *r, struct sampler *a, struct sampler *b,
 	cap = rng_below(r, 2) ? vocab : rng_below(r, vocab + 1);
 	n = sampler_gather_above(a, bar, cap);
 	assert_int_equal(n, sampler_gather_above(b, bar, cap));
-	if (n != SAMPLER_NOT_GATHERED) {
-		assert_memory_equal(a->cand, b->cand, n * sizeof(*a->cand));
+	if (n != SAMPLER_NOT_GATHERED)
 		assert_memory_equal(a->by_id, b->by_id, n * sizeof(*a->by_id));
-	}
 }
 
 static void test_avx2_matches_portable(void **state)
@@ -998,6 +1052,7 @@ int main(void)
 		cmocka_unit_test(test_top_p_ties_kept),
 		cmocka_unit_test(test_top_p_exact_boundary),
 		cmocka_unit_test(test_weight_accuracy),
+		cmocka_unit_test(test_cut_vs_sort),
 		cmocka_unit_test(test_min_p),
 		cmocka_unit_test(test_seeded_draws_repeat),
 		cmocka_unit_test(test_vocab_128k),
