@@ -259,15 +259,16 @@ static uint32_t sampler_argmax(const struct sampler *s, float max_y)
 
 /*
  * sampler_weight() of four tokens at once: the same operations, with x
- * clamped at -64 where the scalar version returns early (a lane under
- * SAMPLER_X_MIN has n <= -31, so p(f) (under 1.42) times 2^(30 + n) (at
- * most 1/2) truncates to 0 all the same, while -64 keeps every step
- * finite), and 2^(30 + n) applied by adding n + 30 to p's exponent bits
- * (the same value as the scalar product: both are exact).
+ * clamped at SAMPLER_X_MIN where the scalar version returns early (x =
+ * -31 gives p(0) * 2^-1, which truncates to 0 as every x under it
+ * does), the polynomial times 2^30 (SAMPLER_LANE_P1..), and 2^n applied
+ * by adding n to the exponent bits: the same value as the scalar
+ * product, both being exact.
  */
 static inline v4i sampler_weight_v4(v4f y, float max_y, float scale)
 {
-	const v4f floor = { -64.0f, -64.0f, -64.0f, -64.0f };
+	const v4f floor = { SAMPLER_X_MIN, SAMPLER_X_MIN, SAMPLER_X_MIN,
+			    SAMPLER_X_MIN };
 	v4f x = (y - max_y) * scale;
 	v4f rounded, n, f, f2, lo, hi, p;
 
@@ -276,12 +277,11 @@ static inline v4i sampler_weight_v4(v4f y, float max_y, float scale)
 	n = rounded - SAMPLER_ROUNDER;
 	f = x - n;
 	f2 = f * f;
-	lo = 1.0f + SAMPLER_P1 * f;
-	hi = (SAMPLER_P2 + SAMPLER_P3 * f) + SAMPLER_P4 * f2;
+	lo = SAMPLER_LANE_ONE + SAMPLER_LANE_P1 * f;
+	hi = (SAMPLER_LANE_P2 + SAMPLER_LANE_P3 * f) + SAMPLER_LANE_P4 * f2;
 	p = lo + f2 * hi;
-	/* rounded's low bits hold n: (n + 30) << 23 drops the rest. */
-	return __builtin_convertvector((v4f)((v4i)p + (((v4i)rounded + 30) << 23)),
-				       v4i);
+	/* rounded's low bits hold n: << 23 drops the rest. */
+	return __builtin_convertvector((v4f)((v4i)p + ((v4i)rounded << 23)), v4i);
 }
 
 /*
@@ -309,12 +309,12 @@ static inline void lanes_add(v4i w, v4i *hi, v4i *lo)
 
 /*
  * Append token id of weight w to the gathered set while it holds at most
- * SAMPLER_GATHER_MAX tokens; past that the count alone grows.
+ * SAMPLER_PASS_GATHER_MAX tokens; past that the count alone grows.
  */
 static inline void sampler_gather_one(struct sampler *s, uint32_t id,
 				      uint32_t w)
 {
-	if (s->n_by_id < SAMPLER_GATHER_MAX)
+	if (s->n_by_id < SAMPLER_PASS_GATHER_MAX)
 		s->by_id[s->n_by_id] = (struct sampler_cand){ w, id };
 	s->n_by_id++;
 }
@@ -345,7 +345,7 @@ sampler_weigh_block_lanes(struct sampler *s, uint32_t i, uint32_t end,
 		memcpy(w_out + i + LANES, &w1, sizeof(w1));
 		lanes_add(w0, &hi, &lo);
 		lanes_add(w1, &hi, &lo);
-		if (gather) {
+		if (gather && s->n_by_id <= SAMPLER_PASS_GATHER_MAX) {
 			v4i over = (w0 > bv) | (w1 > bv);
 
 			if (over[0] | over[1] | over[2] | over[3])
@@ -367,7 +367,7 @@ sampler_weigh_block_lanes(struct sampler *s, uint32_t i, uint32_t end,
  * W for every token, and per block their sum in s->block_sum.  With bar
  * under SAMPLER_NO_GATHER, the tokens of W > bar are gathered into
  * s->by_id in id order, n_by_id of them, or n_by_id is
- * SAMPLER_NOT_GATHERED when they are over SAMPLER_GATHER_MAX (the
+ * SAMPLER_NOT_GATHERED when they are over SAMPLER_PASS_GATHER_MAX (the
  * gathering stops there: a flat row).  Returns Z, the sum of all W.
  */
 static uint64_t sampler_weights(struct sampler *s, float max_y, float scale,
@@ -385,7 +385,7 @@ static uint64_t sampler_weights(struct sampler *s, float max_y, float scale,
 	for (uint32_t b = 0; b < s->n_blocks; b++) {
 		uint32_t i = b * SAMPLER_BLOCK, end = i + SAMPLER_BLOCK;
 		bool gather = bar < SAMPLER_NO_GATHER &&
-			      s->n_by_id <= SAMPLER_GATHER_MAX;
+			      s->n_by_id <= SAMPLER_PASS_GATHER_MAX;
 
 		end = end < s->vocab ? end : s->vocab;
 		s->block_sum[b] = gather ?
@@ -393,8 +393,10 @@ static uint64_t sampler_weights(struct sampler *s, float max_y, float scale,
 			sampler_weigh_block_lanes(s, i, end, max_y, scale, bar, false);
 		total += s->block_sum[b];
 	}
-	if (bar >= SAMPLER_NO_GATHER || s->n_by_id > SAMPLER_GATHER_MAX)
+	if (bar >= SAMPLER_NO_GATHER || s->n_by_id > SAMPLER_PASS_GATHER_MAX)
 		s->n_by_id = SAMPLER_NOT_GATHERED;
+	s->sums_t = 0;
+	s->sums_total = total;
 	return total;
 }
 
@@ -427,8 +429,9 @@ static uint64_t sampler_block_sums(struct sampler *s, uint32_t t)
 	uint64_t total = 0;
 
 #ifdef SAMPLER_AVX2
-	if (s->avx2)
-		return sampler_block_sums_avx2(s, t);
+	if (s->avx2) {
+		total = sampler_block_sums_avx2(s, t);
+	} else
 #endif
 	for (uint32_t b = 0; b < s->n_blocks; b++) {
 		uint32_t i = b * SAMPLER_BLOCK, end = i + SAMPLER_BLOCK;
@@ -436,6 +439,46 @@ static uint64_t sampler_block_sums(struct sampler *s, uint32_t t)
 		end = end < s->vocab ? end : s->vocab;
 		s->block_sum[b] = sampler_block_above(s, i, end, t);
 		total += s->block_sum[b];
+	}
+	s->sums_t = t;
+	s->sums_total = total;
+	return total;
+}
+
+/*
+ * One pass for a bracket of buckets [b_lo, b_hi] (SAMPLER_BUCKET_ONE <=
+ * b_lo <= b_hi): the block sums of the W in buckets above b_hi (their
+ * total returned; s->sums_* are left to the caller), and the tokens of
+ * the bracket gathered into s->by_id in id order (s->n_by_id of them; no
+ * cap).  Buckets are monotone in W, so "above" is W >= some t_hi and
+ * the bracket t_lo <= W < t_hi.
+ */
+static uint64_t sampler_bracket_pass(struct sampler *s, uint32_t b_lo,
+				     uint32_t b_hi)
+{
+	uint64_t total = 0;
+
+#ifdef SAMPLER_AVX2
+	if (s->avx2)
+		return sampler_bracket_pass_avx2(s, b_lo, b_hi);
+#endif
+	s->n_by_id = 0;
+	for (uint32_t b = 0; b < s->n_blocks; b++) {
+		uint32_t i = b * SAMPLER_BLOCK, end = i + SAMPLER_BLOCK;
+		uint64_t sum = 0;
+
+		end = end < s->vocab ? end : s->vocab;
+		for (; i < end; i++) {
+			uint32_t bucket = sampler_bucket(s->w[i]);
+
+			if (bucket > b_hi)
+				sum += s->w[i];
+			else if (bucket >= b_lo)
+				s->by_id[s->n_by_id++] =
+					(struct sampler_cand){ s->w[i], i };
+		}
+		s->block_sum[b] = sum;
+		total += sum;
 	}
 	return total;
 }
@@ -730,20 +773,108 @@ static uint32_t sampler_top_p_histogram(struct sampler *s, uint64_t target)
 }
 
 /*
+ * The top_p threshold over all tokens (top_k off) of a flat row, where
+ * thousands are kept, with one pass over W instead of the histogram's.
+ * Every 16th token's weight, bucketed, estimates the bucket the cut lies
+ * in: by the mass under it, Z - target (made of many small weights,
+ * which a sample estimates well, where the mass above hangs on a few
+ * large ones), give or take SAMPLER_BRACKET_SLACK of it.  One pass then
+ * sums the W of the buckets above that bracket exactly (per block) and
+ * gathers the bracket's tokens.  When those sums show the cut inside the
+ * bracket (above < target <= above + bracket: the sample may err, the
+ * sums cannot), the bracket's own bucket masses name the cut's bucket,
+ * the cut is found among that bucket's weights, and the block sums are
+ * made those of W >= t for the draw; else false, and the full histogram
+ * decides.
+ */
+#define SAMPLER_BRACKET_SLACK 0.1
+
+static bool sampler_top_p_bracket(struct sampler *s, uint64_t z_sum,
+				  uint64_t target, uint32_t *t)
+{
+	uint64_t *mass = s->hist_mass, z_sample = 0, above, bracket = 0, cum;
+	uint32_t b, b_lo = 0, b_hi = SAMPLER_N_BUCKETS - 1, n = 0;
+	double under, cum_s = 0;
+
+	if (s->vocab < 64 * 16)
+		return false;
+	memset(&mass[SAMPLER_BUCKET_ONE], 0,
+	       (SAMPLER_N_BUCKETS - SAMPLER_BUCKET_ONE) * sizeof(*mass));
+	for (uint32_t i = 0; i + 16 <= s->vocab; i += 16) {
+		/* A varying offset in each 16: no stride lines up with W. */
+		uint32_t w = s->w[i + ((i >> 4) * 5 & 15)];
+
+		/* W = 0 adds 0 to bucket 0, which is never read. */
+		mass[sampler_bucket(w)] += w;
+		z_sample += w;
+	}
+	/* The sample's share of the mass under the cut. */
+	under = (double)(z_sum - target) * (double)(s->vocab / 16) /
+		(double)s->vocab;
+	for (b = SAMPLER_BUCKET_ONE; b < SAMPLER_N_BUCKETS; b++) {
+		cum_s += (double)mass[b];
+		if (!b_lo && cum_s > (1 - SAMPLER_BRACKET_SLACK) * under)
+			b_lo = b;
+		if (cum_s > (1 + SAMPLER_BRACKET_SLACK) * under) {
+			b_hi = b;
+			break;
+		}
+	}
+	if (!b_lo || !z_sample)
+		return false;
+	above = sampler_bracket_pass(s, b_lo, b_hi);
+	memset(&mass[b_lo], 0, (b_hi - b_lo + 1) * sizeof(*mass));
+	for (uint32_t j = 0; j < s->n_by_id; j++) {
+		mass[sampler_bucket(s->by_id[j].w)] += s->by_id[j].w;
+		bracket += s->by_id[j].w;
+	}
+	if (!(above < target && target <= above + bracket)) {
+		s->n_by_id = SAMPLER_NOT_GATHERED;
+		s->sums_t = SAMPLER_WEIGHT_ONE + 1;	/* sums of no use */
+		return false;
+	}
+	/* The cut's bucket: the bracket's masses from the top. */
+	cum = above;
+	for (b = b_hi; cum + mass[b] < target; b--)
+		cum += mass[b];
+	for (uint32_t j = 0; j < s->n_by_id; j++)
+		if (sampler_bucket(s->by_id[j].w) == b)
+			s->scratch[n++] = s->by_id[j].w;
+	*t = sampler_cut(s->scratch, n, target - cum, true);
+	/* The block sums of W >= t: those above the bracket, and its own. */
+	for (uint32_t j = 0; j < s->n_by_id; j++) {
+		const struct sampler_cand *c = &s->by_id[j];
+
+		if (c->w >= *t) {
+			s->block_sum[c->id / SAMPLER_BLOCK] += c->w;
+			above += c->w;
+		}
+	}
+	s->n_by_id = SAMPLER_NOT_GATHERED;	/* not the kept set */
+	s->sums_t = *t;
+	s->sums_total = above;
+	return true;
+}
+
+/*
  * The bar of the tokens the weights' pass gathers (W > bar) for p, or
  * SAMPLER_NO_GATHER.  top_p alone: every W >= c = (Z - target) / vocab,
  * where the cut lies, and c is at least c0 below whatever Z is (Z >=
  * 2^30, the maximum's weight, and Z - target >= (1 - top_p) Z - 2);
  * sampler_select() checks c against the bar all the same.  min_p alone:
  * its threshold, which is the kept set.  On a flat row either may be
- * thousands of tokens; the pass stops gathering past SAMPLER_GATHER_MAX.
+ * thousands of tokens; the pass stops gathering past
+ * SAMPLER_PASS_GATHER_MAX.
  */
 static uint32_t sampler_gather_bar(const struct sampler *s,
 				   const struct sampling_params *p)
 {
 	uint32_t t_min = sampler_min_p_threshold(p->min_p);
 
-	if (p->top_k && p->top_k < s->vocab)
+	/* Within top_k's K1 the same bound holds with z1 for Z, |K1| for
+	 * vocab: c0 is under it too, so with top_k the pass gathers for
+	 * both cuts when top_p is on (and top_k alone uses its heap). */
+	if (p->top_k && p->top_k < s->vocab && p->top_p >= 1.0f)
 		return SAMPLER_NO_GATHER;
 	if (p->top_p < 1.0f) {
 		double c0 = ((1.0 - (double)p->top_p) * SAMPLER_WEIGHT_ONE - 2.0) /
@@ -767,7 +898,14 @@ static uint32_t sampler_select(struct sampler *s, const struct sampling_params *
 	uint32_t t, c, n;
 
 	if (p->top_k && p->top_k < s->vocab) {
-		t = sampler_top_k(s, p->top_k);
+		/* The pass gathered a prefix of the order by W: when it holds
+		 * k tokens, the k-th largest is among them. */
+		if (s->n_by_id != SAMPLER_NOT_GATHERED && s->n_by_id >= p->top_k) {
+			n = sampler_gathered_weights(s, 0, &kept);
+			t = sampler_cut(s->scratch, n, p->top_k, false);
+		} else {
+			t = sampler_top_k(s, p->top_k);
+		}
 		if (p->top_p < 1.0f) {
 			/* top_p on K1 renormalised: its own target. */
 			n = sampler_gathered_weights(s, t, &kept);
@@ -786,8 +924,11 @@ static uint32_t sampler_select(struct sampler *s, const struct sampling_params *
 	c = (uint32_t)((z_sum - target) / s->vocab);
 	if (s->n_by_id == SAMPLER_NOT_GATHERED || s->gather_bar >= c)
 		s->n_by_id = sampler_gather_above(s, c, SAMPLER_GATHER_MAX);
-	if (s->n_by_id == SAMPLER_NOT_GATHERED)
+	if (s->n_by_id == SAMPLER_NOT_GATHERED) {
+		if (sampler_top_p_bracket(s, z_sum, target, &t))
+			return t;
 		return sampler_top_p_histogram(s, target);
+	}
 	n = sampler_gathered_weights(s, c, &kept);
 	return sampler_cut(s->scratch, n, target, true);
 }
@@ -865,7 +1006,10 @@ static uint32_t sampler_draw(struct sampler *s, const struct sampling_params *p,
 	/* min_p alone: the pass gathered W >= t when they were few. */
 	if (s->n_by_id != SAMPLER_NOT_GATHERED)
 		return sampler_draw_gathered(s, t, r53);
-	return sampler_draw_blocks(s, t, sampler_block_sums(s, t), r53);
+	/* top_p's bracket left the block sums of W >= t. */
+	if (s->sums_t != t)
+		sampler_block_sums(s, t);
+	return sampler_draw_blocks(s, t, s->sums_total, r53);
 }
 
 /* ------------------------------------------------------------------ */
@@ -906,12 +1050,19 @@ static void sampler_logprobs(const struct sampler *s,
 	out->logprob = sampler_logprob(s->w[chosen], log_z);
 	if (!cap)
 		return;
-	/* One compare per token, rarely true: half the weights may be 0 in
-	 * random order, which would make "W != 0" a coin-toss branch. */
-	for (uint32_t i = sampler_next_above(s, 0, 0), bar = 0; i < s->vocab;
-	     i = sampler_next_above(s, i + 1, bar)) {
-		top_insert(top, &n, cap, i, s->w[i]);
-		bar = n == cap ? top[cap - 1].w : 0;
+	if (s->n_by_id != SAMPLER_NOT_GATHERED && s->n_by_id >= cap) {
+		/* Gathered tokens are a prefix of the order by W (all of
+		 * W >= some bar): the top cap are among them. */
+		for (uint32_t j = 0; j < s->n_by_id; j++)
+			top_insert(top, &n, cap, s->by_id[j].id, s->by_id[j].w);
+	} else {
+		/* One compare per token, rarely true: half the weights may be
+		 * 0 in random order ("W != 0" would be a coin-toss branch). */
+		for (uint32_t i = sampler_next_above(s, 0, 0), bar = 0;
+		     i < s->vocab; i = sampler_next_above(s, i + 1, bar)) {
+			top_insert(top, &n, cap, i, s->w[i]);
+			bar = n == cap ? top[cap - 1].w : 0;
+		}
 	}
 	for (uint32_t j = 0; j < n; j++)
 		out->top[j] = (struct sampler_logprob){

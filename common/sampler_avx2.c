@@ -7,6 +7,8 @@
  * can be fused and each lane runs exactly sampler_weight()'s float
  * operations.  sampler.c's NOTES ON THE DESIGN say what each pass is for.
  */
+#include <math.h>
+
 #include "sampler_internal.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -87,8 +89,9 @@ SAMPLER_AVX2 uint32_t sampler_find_avx2(const float *y, uint32_t n,
 
 /*
  * sampler_weight() of 8 tokens: sampler.c's sampler_weight_v4() (the
- * scalar operations with x clamped at -64, and 2^(30 + n) added to p's
- * exponent bits) in 8 lanes.
+ * scalar operations with x clamped at SAMPLER_X_MIN, the polynomial
+ * times 2^30, and 2^n added to its exponent bits) in 8 lanes.  Few
+ * constants: the loop keeps them all in registers.
  */
 SAMPLER_AVX2_INLINE __m256 sampler_x_avx2(__m256 y, __m256 max_y,
 					    __m256 scale)
@@ -96,27 +99,25 @@ SAMPLER_AVX2_INLINE __m256 sampler_x_avx2(__m256 y, __m256 max_y,
 	return _mm256_mul_ps(_mm256_sub_ps(y, max_y), scale);
 }
 
-SAMPLER_AVX2_INLINE __m256i sampler_weight_avx2(__m256 x)
+SAMPLER_AVX2_INLINE __m256i sampler_weight_avx2(__m256 x, __m256 x_min)
 {
 	const __m256 rounder = _mm256_set1_ps(SAMPLER_ROUNDER);
 	__m256 rounded, f, f2, lo, hi, p;
-	__m256i pow2;
 
-	x = _mm256_max_ps(x, _mm256_set1_ps(-64.0f));
+	x = _mm256_max_ps(x, x_min);
 	rounded = _mm256_add_ps(x, rounder);
 	f = _mm256_sub_ps(x, _mm256_sub_ps(rounded, rounder));
 	f2 = _mm256_mul_ps(f, f);
-	lo = _mm256_add_ps(_mm256_set1_ps(1.0f),
-			   _mm256_mul_ps(_mm256_set1_ps(SAMPLER_P1), f));
-	hi = _mm256_add_ps(_mm256_set1_ps(SAMPLER_P2),
-			   _mm256_mul_ps(_mm256_set1_ps(SAMPLER_P3), f));
-	hi = _mm256_add_ps(hi, _mm256_mul_ps(_mm256_set1_ps(SAMPLER_P4), f2));
+	lo = _mm256_add_ps(_mm256_set1_ps(SAMPLER_LANE_ONE),
+			   _mm256_mul_ps(_mm256_set1_ps(SAMPLER_LANE_P1), f));
+	hi = _mm256_add_ps(_mm256_set1_ps(SAMPLER_LANE_P2),
+			   _mm256_mul_ps(_mm256_set1_ps(SAMPLER_LANE_P3), f));
+	hi = _mm256_add_ps(hi, _mm256_mul_ps(_mm256_set1_ps(SAMPLER_LANE_P4), f2));
 	p = _mm256_add_ps(lo, _mm256_mul_ps(f2, hi));
-	/* rounded's low bits hold n: (n + 30) << 23 drops the rest. */
-	pow2 = _mm256_slli_epi32(_mm256_add_epi32(_mm256_castps_si256(rounded),
-						  _mm256_set1_epi32(30)), 23);
-	return _mm256_cvttps_epi32(_mm256_castsi256_ps(
-		_mm256_add_epi32(_mm256_castps_si256(p), pow2)));
+	/* rounded's low bits hold n: << 23 drops the rest. */
+	return _mm256_cvttps_epi32(_mm256_castsi256_ps(_mm256_add_epi32(
+		_mm256_castps_si256(p),
+		_mm256_slli_epi32(_mm256_castps_si256(rounded), 23))));
 }
 
 /*
@@ -144,16 +145,17 @@ SAMPLER_AVX2_INLINE uint64_t lanes8_sum(__m256i all, __m256i high)
 }
 
 /* Append the tokens i + j of the set bits j of mask to the gathered set
- * (sampler.c's sampler_gather_one(): the count goes on past the cap). */
+ * of *n (sampler.c's sampler_gather_one(): the count goes on past the
+ * cap). */
 SAMPLER_AVX2_INLINE void sampler_gather_mask(struct sampler *s, uint32_t i,
-					       unsigned mask)
+					       unsigned mask, uint32_t *n)
 {
 	while (mask) {
 		uint32_t id = i + (uint32_t)__builtin_ctz(mask);
 
-		if (s->n_by_id < SAMPLER_GATHER_MAX)
-			s->by_id[s->n_by_id] = (struct sampler_cand){ s->w[id], id };
-		s->n_by_id++;
+		if (*n < SAMPLER_PASS_GATHER_MAX)
+			s->by_id[*n] = (struct sampler_cand){ s->w[id], id };
+		(*n)++;
 		mask &= mask - 1;
 	}
 }
@@ -166,16 +168,26 @@ SAMPLER_AVX2_INLINE uint64_t sampler_weigh_block_avx2(
 {
 	const float *y = s->y;
 	uint32_t *w_out = s->w;
-	const __m256i bv = _mm256_set1_epi32((int32_t)bar);
 	const __m256 xmin = _mm256_set1_ps(SAMPLER_X_MIN);
+	/*
+	 * Under this x no W is over bar: W <= 2^(30 + x) (1 + 3e-6), so
+	 * W > bar needs x > log2(bar) - 30 less a hair; a bit more is left
+	 * for the float roundings.  Testing the 16 lanes' x (whose maximum
+	 * the skip below computes anyway) costs one compare, and only a
+	 * pass over it compares the weights themselves.
+	 */
+	const __m256 x_bar = _mm256_set1_ps(bar ? (float)(log2((double)bar) -
+							  30.0 - 1e-3) : -INFINITY);
 	__m256i all = _mm256_setzero_si256(), high = all;
 	uint64_t sum = 0;
 	float my = _mm256_cvtss_f32(max_y), sc = _mm256_cvtss_f32(scale);
+	uint32_t n = s->n_by_id;	/* a local: stores cannot alias it */
 
 	/* Two vectors an iteration: two chains of dependent operations. */
 	for (; i + 16 <= end; i += 16) {
 		__m256 x0 = sampler_x_avx2(_mm256_loadu_ps(y + i), max_y, scale);
 		__m256 x1 = sampler_x_avx2(_mm256_loadu_ps(y + i + 8), max_y, scale);
+		__m256 x_top = _mm256_max_ps(x0, x1);
 		__m256i w0, w1;
 
 		/*
@@ -183,36 +195,38 @@ SAMPLER_AVX2_INLINE uint64_t sampler_weigh_block_avx2(
 		 * of a real model's vocabulary is): W = 0 without the
 		 * polynomial, and none is gathered (bar >= 0).
 		 */
-		if (!_mm256_movemask_ps(_mm256_cmp_ps(_mm256_max_ps(x0, x1), xmin,
-						      _CMP_GE_OQ))) {
+		if (!_mm256_movemask_ps(_mm256_cmp_ps(x_top, xmin, _CMP_GE_OQ))) {
 			_mm256_storeu_si256((__m256i *)(w_out + i), _mm256_setzero_si256());
 			_mm256_storeu_si256((__m256i *)(w_out + i + 8), _mm256_setzero_si256());
 			continue;
 		}
-		w0 = sampler_weight_avx2(x0);
-		w1 = sampler_weight_avx2(x1);
+		w0 = sampler_weight_avx2(x0, xmin);
+		w1 = sampler_weight_avx2(x1, xmin);
 
 		_mm256_storeu_si256((__m256i *)(w_out + i), w0);
 		_mm256_storeu_si256((__m256i *)(w_out + i + 8), w1);
-		lanes8_add(w0, &all, &high);
-		lanes8_add(w1, &all, &high);
-		if (gather) {
+		/* Two W <= 2^30 add up to at most 2^31: one uint32 lane. */
+		lanes8_add(_mm256_add_epi32(w0, w1), &all, &high);
+		if (gather && n <= SAMPLER_PASS_GATHER_MAX &&
+		    _mm256_movemask_ps(_mm256_cmp_ps(x_top, x_bar, _CMP_GE_OQ))) {
 			/* W <= 2^30: signed lanes compare right. */
+			const __m256i bv = _mm256_set1_epi32((int32_t)bar);
 			unsigned mask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(
 				_mm256_cmpgt_epi32(w0, bv))) |
 				(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(
 				_mm256_cmpgt_epi32(w1, bv))) << 8;
 
 			if (mask)
-				sampler_gather_mask(s, i, mask);
+				sampler_gather_mask(s, i, mask, &n);
 		}
 	}
 	for (; i < end; i++) {
 		w_out[i] = sampler_weight(y[i], my, sc);
 		sum += w_out[i];
 		if (gather && w_out[i] > bar)
-			sampler_gather_mask(s, i, 1);
+			sampler_gather_mask(s, i, 1, &n);
 	}
+	s->n_by_id = n;
 	return sum + lanes8_sum(all, high);
 }
 
@@ -229,7 +243,7 @@ SAMPLER_AVX2 uint64_t sampler_weights_avx2(struct sampler *s,
 
 		end = end < s->vocab ? end : s->vocab;
 		/* Two loops, not a test per vector; none once over the cap. */
-		if (bar < SAMPLER_NO_GATHER && s->n_by_id <= SAMPLER_GATHER_MAX)
+		if (bar < SAMPLER_NO_GATHER && s->n_by_id <= SAMPLER_PASS_GATHER_MAX)
 			s->block_sum[b] = sampler_weigh_block_avx2(s, i, end, mv,
 								   sv, bar, true);
 		else
@@ -380,6 +394,51 @@ SAMPLER_AVX2 void sampler_mass_histogram_avx2(struct sampler *s)
 		for (j = 0; j < n; j++)
 			s->hist_mass[b[j]] += w[j];
 	}
+}
+
+/* sampler_bracket_pass() in 8 lanes. */
+SAMPLER_AVX2 uint64_t sampler_bracket_pass_avx2(struct sampler *s,
+						uint32_t b_lo, uint32_t b_hi)
+{
+	const __m256i hv = _mm256_set1_epi32((int32_t)b_hi);
+	const __m256i lm1 = _mm256_set1_epi32((int32_t)b_lo - 1);
+	uint64_t total = 0;
+	uint32_t n = 0;
+
+	for (uint32_t b = 0; b < s->n_blocks; b++) {
+		uint32_t i = b * SAMPLER_BLOCK, end = i + SAMPLER_BLOCK;
+		__m256i all = _mm256_setzero_si256(), high = all;
+		uint64_t sum = 0;
+
+		end = end < s->vocab ? end : s->vocab;
+		for (; i + 8 <= end; i += 8) {
+			__m256i w = _mm256_loadu_si256((const __m256i *)(s->w + i));
+			__m256i bucket = sampler_bucket_avx2(w);
+			__m256i above = _mm256_cmpgt_epi32(bucket, hv);
+			unsigned mask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(
+				_mm256_andnot_si256(above, _mm256_cmpgt_epi32(bucket, lm1))));
+
+			lanes8_add(_mm256_and_si256(w, above), &all, &high);
+			while (mask) {
+				uint32_t id = i + (uint32_t)__builtin_ctz(mask);
+
+				s->by_id[n++] = (struct sampler_cand){ s->w[id], id };
+				mask &= mask - 1;
+			}
+		}
+		for (; i < end; i++) {
+			uint32_t bucket = sampler_bucket(s->w[i]);
+
+			if (bucket > b_hi)
+				sum += s->w[i];
+			else if (bucket >= b_lo)
+				s->by_id[n++] = (struct sampler_cand){ s->w[i], i };
+		}
+		s->block_sum[b] = sum + lanes8_sum(all, high);
+		total += s->block_sum[b];
+	}
+	s->n_by_id = n;
+	return total;
 }
 
 /* Put the weights of the tokens of W > 0 in bucket b in s->scratch, in

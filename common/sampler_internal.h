@@ -24,6 +24,18 @@ typedef float v4f __attribute__((vector_size(16)));
 typedef int32_t v4i __attribute__((vector_size(16)));
 #define LANES 4
 
+/*
+ * The lanes' form of sampler_weight()'s polynomial: every coefficient
+ * (the leading 1 too) times 2^30, so p comes out as p(f) * 2^30, to the
+ * bit (a power of two commutes with every rounding at these magnitudes),
+ * and only 2^n is left to add to its exponent bits.
+ */
+#define SAMPLER_LANE_ONE 0x1p30f
+#define SAMPLER_LANE_P1 (SAMPLER_P1 * 0x1p30f)
+#define SAMPLER_LANE_P2 (SAMPLER_P2 * 0x1p30f)
+#define SAMPLER_LANE_P3 (SAMPLER_P3 * 0x1p30f)
+#define SAMPLER_LANE_P4 (SAMPLER_P4 * 0x1p30f)
+
 struct sampler_cand {
 	uint32_t w;
 	uint32_t id;
@@ -31,6 +43,9 @@ struct sampler_cand {
 
 /* Past this many candidates top_p uses the histogram instead. */
 #define SAMPLER_GATHER_MAX 4096u
+/* The weights' pass gathers at most this many (a model-like row has a
+ * few hundred; a flat row, where the pass stops gathering, thousands). */
+#define SAMPLER_PASS_GATHER_MAX 1024u
 #define SAMPLER_NOT_GATHERED UINT32_MAX
 /* A gather bar no weight is over (W <= 2^30): gather nothing. */
 #define SAMPLER_NO_GATHER SAMPLER_WEIGHT_ONE
@@ -62,6 +77,8 @@ struct sampler {
 	struct sampler_cand *by_id;	/* the gathered tokens, by id */
 	uint32_t n_by_id;		/* how many, or SAMPLER_NOT_GATHERED */
 	uint32_t gather_bar;		/* the weights' pass gathered W > this */
+	uint32_t sums_t;		/* block_sum[] sums the W >= this, */
+	uint64_t sums_total;		/* and adds up to this */
 	uint32_t *scratch;		/* weights being cut; top_k's heap */
 	uint32_t hist_count[SAMPLER_N_BUCKETS];
 	uint64_t hist_mass[SAMPLER_N_BUCKETS];
@@ -81,6 +98,8 @@ SAMPLER_AVX2 uint32_t sampler_find_avx2(const float *y, uint32_t n,
 SAMPLER_AVX2 uint64_t sampler_weights_avx2(struct sampler *s, float max_y,
 					   float scale, uint32_t bar);
 SAMPLER_AVX2 uint64_t sampler_block_sums_avx2(struct sampler *s, uint32_t t);
+SAMPLER_AVX2 uint64_t sampler_bracket_pass_avx2(struct sampler *s,
+						uint32_t b_lo, uint32_t b_hi);
 SAMPLER_AVX2 uint32_t sampler_next_above_avx2(const struct sampler *s,
 					      uint32_t from, uint32_t bar);
 SAMPLER_AVX2 bool sampler_over_cap_avx2(const struct sampler *s, uint32_t bar,

@@ -674,6 +674,22 @@ static void kernels_agree(struct rng *r, struct sampler *a, struct sampler *b,
 	assert_int_equal(sampler_block_sums(a, t), sampler_block_sums(b, t));
 	assert_memory_equal(a->block_sum, b->block_sum,
 			    a->n_blocks * sizeof(*a->block_sum));
+	/* top_p's bracket pass: buckets [b_lo, b_hi] around the row's. */
+	t = sampler_bucket(1 + a->w[rng_below(r, vocab)]);
+	bar = rng_below(r, 4) ? sampler_bucket(1 + a->w[rng_below(r, vocab)]) :
+	      SAMPLER_BUCKET_ONE;
+	if (bar > t) {
+		uint32_t tmp = bar;
+
+		bar = t;
+		t = tmp;
+	}
+	assert_int_equal(sampler_bracket_pass(a, bar, t),
+			 sampler_bracket_pass(b, bar, t));
+	assert_memory_equal(a->block_sum, b->block_sum,
+			    a->n_blocks * sizeof(*a->block_sum));
+	assert_int_equal(a->n_by_id, b->n_by_id);
+	assert_memory_equal(a->by_id, b->by_id, a->n_by_id * sizeof(*a->by_id));
 	bar = rng_below(r, 2) ? rng_below(r, 4) : a->w[rng_below(r, vocab)];
 	from = rng_below(r, vocab + 1);
 	assert_int_equal(sampler_next_above(a, from, bar),

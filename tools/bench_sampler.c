@@ -26,11 +26,11 @@
  * thousands of tokens: the histogram's worst realistic case.  Each case
  * cycles over 16 distinct rows (so a row is not always cache-hot) for at
  * least --min-ms of this thread's CPU time (wall time would count other
- * processes' turns on a shared machine), and reports the best of three
- * such runs, since a shared machine only ever makes a run slower.  The
- * step is timed the same way (thread CPU time, the best of its steps:
- * the model is single-threaded), in the same process, so the share is a
- * ratio of two figures of one run on one machine.  common/sampler.c is
+ * processes' turns on a shared machine), in batches of each row once,
+ * and reports the best batch, since a shared machine only ever makes a
+ * batch slower.  The step is timed the same way (thread CPU time, the
+ * best of its steps: the model is single-threaded), in the same process,
+ * so the share is a ratio of two figures of one run on one machine.  common/sampler.c is
  * compiled in (like the naive sampler) to reach its portable path.
  */
 #include <errno.h>
@@ -87,37 +87,39 @@ static void make_rows(float *rows, uint32_t vocab, bool peaked, uint64_t seed)
 
 enum bench_path { PATH_ENGINE, PATH_PORTABLE, PATH_NAIVE };
 
-/* Best-of-three microseconds per row, cycling over n_rows rows. */
+/*
+ * Microseconds per row: the rows sampled in batches of n_rows (each row
+ * once a batch) for at least min_s of CPU time, and the best batch's
+ * mean, the statistic the step's time is given by too.
+ */
 static double time_rows(struct sampler *s, const float *rows, uint32_t n_rows,
 			uint32_t vocab, const struct sampling_params *p,
 			enum bench_path path, double min_s)
 {
-	double best = INFINITY;
+	double best = INFINITY, start = now_s();
 	bool avx2 = s->avx2;
+	uint32_t k = 0;
 
 	s->avx2 = path == PATH_ENGINE && avx2;
-	for (int run = 0; run < 3; run++) {
-		double start = now_s(), elapsed;
-		uint32_t n = 0;
+	do {
+		double batch_start = now_s(), elapsed;
 
-		do {
+		for (uint32_t n = 0; n < n_rows; n++, k++) {
 			struct sampler_result res;
-			const float *row = rows + (size_t)(n % n_rows) * vocab;
+			const float *row = rows + (size_t)n * vocab;
 			int ret = path == PATH_NAIVE ?
-				  ref_sample(row, vocab, p, n, 0, &res) :
-				  sampler_sample(s, row, p, n, 0, &res);
+				  ref_sample(row, vocab, p, k, 0, &res) :
+				  sampler_sample(s, row, p, k, 0, &res);
 
 			if (ret) {
 				fprintf(stderr, "bench_sampler: sampling failed: %s\n",
 					sampler_strerror(ret));
 				exit(1);
 			}
-			n++;
-			elapsed = now_s() - start;
-		} while (elapsed < min_s || n < n_rows);
-		if (elapsed / n < best)
-			best = elapsed / n;
-	}
+		}
+		elapsed = (now_s() - batch_start) / n_rows;
+		best = elapsed < best ? elapsed : best;
+	} while (now_s() - start < min_s);
 	s->avx2 = avx2;
 	return best * 1e6;
 }
