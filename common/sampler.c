@@ -8,7 +8,7 @@
  * sums per block of 1024 tokens, which also gathers (in id order) the
  * tokens the cut-offs can only keep: min_p alone gathers W >= its
  * threshold, top_p alone W >= a bound the cut cannot lie under, known
- * before Z is (sampler_gather_bar()).  The draw walks the gathered
+ * before Z is (sampler_gather_plan()).  The draw walks the gathered
  * tokens when they hold the kept set, else skips whole blocks by their
  * sums and walks one.
  * The passes run in vector lanes: AVX2 (8 lanes, intrinsics under
@@ -308,13 +308,14 @@ static inline void lanes_add(v4i w, v4i *hi, v4i *lo)
 }
 
 /*
- * Append token id of weight w to the gathered set while it holds at most
- * SAMPLER_PASS_GATHER_MAX tokens; past that the count alone grows.
+ * Append token id of weight w to the gathered set while it holds under
+ * s->gather_limit tokens; past that (a fixed bar: a flat row) the count
+ * alone grows.
  */
 static inline void sampler_gather_one(struct sampler *s, uint32_t id,
 				      uint32_t w)
 {
-	if (s->n_by_id < SAMPLER_PASS_GATHER_MAX)
+	if (s->n_by_id < s->gather_limit)
 		s->by_id[s->n_by_id] = (struct sampler_cand){ w, id };
 	s->n_by_id++;
 }
@@ -322,16 +323,16 @@ static inline void sampler_gather_one(struct sampler *s, uint32_t id,
 /*
  * The weights of one block [i, end), and their sum; with gather (a
  * constant where this is inlined, so the loop without costs nothing for
- * it) also the tokens of W > bar into the gathered set.
+ * it) also the tokens of W > s->gather_bar into the gathered set, the
+ * bar rising as top_k's buffer fills (sampler_gather_compact()).
  */
 static inline __attribute__((always_inline)) uint64_t
 sampler_weigh_block_lanes(struct sampler *s, uint32_t i, uint32_t end,
-			  float max_y, float scale, uint32_t bar, bool gather)
+			  float max_y, float scale, bool gather)
 {
 	const float *y = s->y;
 	uint32_t *w_out = s->w;
-	const int32_t bi = (int32_t)bar;	/* W <= 2^30: signed compares */
-	const v4i bv = { bi, bi, bi, bi };
+	uint32_t bar = s->gather_bar;
 	v4i hi = { 0 }, lo = { 0 };
 	uint64_t sum = 0;
 
@@ -345,13 +346,20 @@ sampler_weigh_block_lanes(struct sampler *s, uint32_t i, uint32_t end,
 		memcpy(w_out + i + LANES, &w1, sizeof(w1));
 		lanes_add(w0, &hi, &lo);
 		lanes_add(w1, &hi, &lo);
-		if (gather && s->n_by_id <= SAMPLER_PASS_GATHER_MAX) {
+		if (gather && s->n_by_id <= s->gather_limit) {
+			/* W <= 2^30: signed compares are right. */
+			const v4i bv = { (int32_t)bar, (int32_t)bar, (int32_t)bar,
+					 (int32_t)bar };
 			v4i over = (w0 > bv) | (w1 > bv);
 
 			if (over[0] | over[1] | over[2] | over[3])
 				for (uint32_t j = i; j < i + 2 * LANES; j++)
 					if (w_out[j] > bar)
 						sampler_gather_one(s, j, w_out[j]);
+			if (s->gather_k && s->n_by_id >= s->gather_cap) {
+				sampler_gather_compact(s);
+				bar = s->gather_bar;
+			}
 		}
 	}
 	for (; i < end; i++) {
@@ -364,36 +372,36 @@ sampler_weigh_block_lanes(struct sampler *s, uint32_t i, uint32_t end,
 }
 
 /*
- * W for every token, and per block their sum in s->block_sum.  With bar
- * under SAMPLER_NO_GATHER, the tokens of W > bar are gathered into
- * s->by_id in id order, n_by_id of them, or n_by_id is
- * SAMPLER_NOT_GATHERED when they are over SAMPLER_PASS_GATHER_MAX (the
- * gathering stops there: a flat row).  Returns Z, the sum of all W.
+ * W for every token, and per block their sum in s->block_sum.  The pass
+ * also gathers into s->by_id, in id order (s->n_by_id of them), what
+ * sampler_gather_plan() set: with a fixed bar under SAMPLER_NO_GATHER
+ * the tokens of W > bar, or SAMPLER_NOT_GATHERED when they are over
+ * SAMPLER_PASS_GATHER_MAX (the gathering stops there: a flat row); for
+ * top_k (s->gather_k) every token that can be among the k largest, and
+ * some more (sampler_top_k_gathered() cuts them).  Returns Z, the sum of
+ * all W.
  */
-static uint64_t sampler_weights(struct sampler *s, float max_y, float scale,
-				uint32_t bar)
+static uint64_t sampler_weights(struct sampler *s, float max_y, float scale)
 {
+	bool gather = s->gather_bar < SAMPLER_NO_GATHER;
 	uint64_t total = 0;
 
 	s->n_by_id = 0;
-	s->gather_bar = bar;
 #ifdef SAMPLER_AVX2
 	if (s->avx2) {
-		total = sampler_weights_avx2(s, max_y, scale, bar);
+		total = sampler_weights_avx2(s, max_y, scale);
 	} else
 #endif
 	for (uint32_t b = 0; b < s->n_blocks; b++) {
 		uint32_t i = b * SAMPLER_BLOCK, end = i + SAMPLER_BLOCK;
-		bool gather = bar < SAMPLER_NO_GATHER &&
-			      s->n_by_id <= SAMPLER_PASS_GATHER_MAX;
 
 		end = end < s->vocab ? end : s->vocab;
-		s->block_sum[b] = gather ?
-			sampler_weigh_block_lanes(s, i, end, max_y, scale, bar, true) :
-			sampler_weigh_block_lanes(s, i, end, max_y, scale, bar, false);
+		s->block_sum[b] = gather && s->n_by_id <= s->gather_limit ?
+			sampler_weigh_block_lanes(s, i, end, max_y, scale, true) :
+			sampler_weigh_block_lanes(s, i, end, max_y, scale, false);
 		total += s->block_sum[b];
 	}
-	if (bar >= SAMPLER_NO_GATHER || s->n_by_id > SAMPLER_PASS_GATHER_MAX)
+	if (!gather || s->n_by_id > s->gather_limit)
 		s->n_by_id = SAMPLER_NOT_GATHERED;
 	s->sums_t = 0;
 	s->sums_total = total;
@@ -528,10 +536,12 @@ static int u32_desc(const void *a, const void *b)
  * target (every token tied with it included), for top_k the k-th largest
  * W.  The sum (or n) must reach target > 0.  w is scratch: reordered.
  *
- * A selection, not a sort: three-way partitions around a median of
- * three, keeping only the side the cut is on (linear on average).  Rows
- * made to defeat the pivots end in a sort of what is left after `rounds`
- * (64) rounds, so no row costs more than n log n.
+ * A selection, not a sort: each round sums what is over and equal to a
+ * median of three, then keeps only the side the cut is on, both passes
+ * without a branch on the data (candidates come in random order, where
+ * a branch per element would be mispredicted half the time); linear on
+ * average.  Rows made to defeat the pivots end in a sort of what is left
+ * after `rounds` (64) rounds, so no row costs more than n log n.
  */
 static uint32_t sampler_cut_rounds(uint32_t *w, uint32_t n, uint64_t target,
 				   bool by_mass, int rounds)
@@ -543,32 +553,31 @@ static uint32_t sampler_cut_rounds(uint32_t *w, uint32_t n, uint64_t target,
 		uint32_t a = w[lo], b = w[lo + (hi - lo) / 2], c = w[hi - 1];
 		uint32_t pivot = a < b ? (b < c ? b : a < c ? c : a) :
 					 (a < c ? a : b < c ? c : b);
-		uint32_t gt = lo, i = lo, lt = hi, tmp;
 		uint64_t sum_gt = 0, sum_eq = 0;
+		uint32_t j = lo;
 
-		/* [lo, gt) > pivot, [gt, i) == pivot, [lt, hi) < pivot. */
-		while (i < lt) {
-			if (w[i] > pivot) {
-				sum_gt += by_mass ? w[i] : 1;
-				tmp = w[i];
-				w[i++] = w[gt];
-				w[gt++] = tmp;
-			} else if (w[i] < pivot) {
-				tmp = w[i];
-				w[i] = w[--lt];
-				w[lt] = tmp;
-			} else {
-				sum_eq += by_mass ? pivot : 1;
-				i++;
-			}
+		for (uint32_t i = lo; i < hi; i++) {
+			uint64_t v = by_mass ? w[i] : 1;
+
+			sum_gt += v * (w[i] > pivot);
+			sum_eq += v * (w[i] == pivot);
 		}
 		if (above + sum_gt >= target) {
-			hi = gt;
+			/* The cut is over the pivot: keep those, in place. */
+			for (uint32_t i = lo; i < hi; i++) {
+				w[j] = w[i];
+				j += w[i] > pivot;
+			}
+			hi = j;
 		} else if (above + sum_gt + sum_eq >= target) {
 			return pivot;
 		} else {
 			above += sum_gt + sum_eq;
-			lo = lt;
+			for (uint32_t i = lo; i < hi; i++) {
+				w[j] = w[i];
+				j += w[i] < pivot;
+			}
+			hi = j;
 		}
 	}
 	qsort(w + lo, hi - lo, sizeof(*w), u32_desc);
@@ -659,45 +668,6 @@ static uint32_t sampler_gathered_weights(struct sampler *s, uint32_t t,
 	return n;
 }
 
-static void heap_sift_down(uint32_t *heap, uint32_t n, uint32_t i)
-{
-	for (;;) {
-		uint32_t l = 2 * i + 1, m = i, tmp;
-
-		if (l < n && heap[l] < heap[m])
-			m = l;
-		if (l + 1 < n && heap[l + 1] < heap[m])
-			m = l + 1;
-		if (m == i)
-			return;
-		tmp = heap[i];
-		heap[i] = heap[m];
-		heap[m] = tmp;
-		i = m;
-	}
-}
-
-/*
- * The k-th largest W counting multiplicity (k < vocab), by a min-heap of
- * the k largest seen: one compare per token once the heap is full.
- */
-static uint32_t sampler_kth_largest(struct sampler *s, uint32_t k)
-{
-	uint32_t *heap = s->scratch;
-
-	memcpy(heap, s->w, sizeof(*heap) * k);
-	for (uint32_t i = k / 2; i-- > 0;)
-		heap_sift_down(heap, k, i);
-	/* Skip to the next W above the heap's least: rare once it is full
-	 * of large weights, and found 8 lanes at a time with AVX2. */
-	for (uint32_t i = sampler_next_above(s, k, heap[0]); i < s->vocab;
-	     i = sampler_next_above(s, i + 1, heap[0])) {
-		heap[0] = s->w[i];
-		heap_sift_down(heap, k, 0);
-	}
-	return heap[0];
-}
-
 /* The highest bucket b with at least k tokens in buckets >= b. */
 static uint32_t sampler_bucket_of_kth(const struct sampler *s, uint32_t k)
 {
@@ -712,22 +682,17 @@ static uint32_t sampler_bucket_of_kth(const struct sampler *s, uint32_t k)
 }
 
 /*
- * top_k's threshold t_k (k < vocab), with every token of W >= t_k and
- * W > 0 gathered.  Up to SAMPLER_HEAP_MAX a heap finds it; above, the
- * histogram names the bucket the k-th largest W is in, that bucket and
- * those above are gathered and the cut by number finds it among them.
+ * top_k's threshold t_k for a k over SAMPLER_TOP_K_GATHER_MAX (the weights' pass
+ * gathers for smaller ones), with every token of W >= t_k and W > 0
+ * gathered: the histogram names the bucket the k-th largest W is in,
+ * that bucket and those above are gathered and the cut by number finds
+ * it among them.
  */
 static uint32_t sampler_top_k(struct sampler *s, uint32_t k)
 {
 	uint32_t lowest, n = 0;
 	uint64_t unused;
 
-	if (k <= SAMPLER_HEAP_MAX) {
-		uint32_t t = sampler_kth_largest(s, k);
-
-		s->n_by_id = sampler_gather_above(s, t, s->vocab);
-		return t;
-	}
 	sampler_histogram(s);
 	lowest = sampler_bucket_of_kth(s, k);
 	for (uint32_t i = 0; i < s->vocab; i++)
@@ -857,32 +822,94 @@ static bool sampler_top_p_bracket(struct sampler *s, uint64_t z_sum,
 }
 
 /*
- * The bar of the tokens the weights' pass gathers (W > bar) for p, or
- * SAMPLER_NO_GATHER.  top_p alone: every W >= c = (Z - target) / vocab,
- * where the cut lies, and c is at least c0 below whatever Z is (Z >=
- * 2^30, the maximum's weight, and Z - target >= (1 - top_p) Z - 2);
- * sampler_select() checks c against the bar all the same.  min_p alone:
- * its threshold, which is the kept set.  On a flat row either may be
- * thousands of tokens; the pass stops gathering past
- * SAMPLER_PASS_GATHER_MAX.
+ * What the weights' pass gathers for p: s->gather_bar (W > it), and for
+ * top_k up to SAMPLER_TOP_K_GATHER_MAX s->gather_k.
+ *  - top_k: every token that can be among the k largest.  The bar starts
+ *    at 0 and rises to the k-th largest gathered so far each time the
+ *    buffer holds 4k (sampler_gather_compact()): on average the pass
+ *    keeps a few k of a vocabulary in any order, with no heap.
+ *  - top_p alone (or with a larger top_k): every W >= c = (Z - target) /
+ *    vocab, where the cut lies, and c is at least c0 below whatever Z is
+ *    (Z >= 2^30, the maximum's weight, and Z - target >= (1 - top_p) Z -
+ *    2); sampler_select() checks c against the bar all the same.  Within
+ *    a top_k's K1 the same bound holds with z1 for Z, |K1| for vocab.
+ *  - min_p alone: its threshold, which is the kept set.
+ * A fixed bar may leave thousands on a flat row: the pass stops
+ * gathering past SAMPLER_PASS_GATHER_MAX.
  */
-static uint32_t sampler_gather_bar(const struct sampler *s,
-				   const struct sampling_params *p)
+static void sampler_gather_plan(struct sampler *s,
+				const struct sampling_params *p)
 {
 	uint32_t t_min = sampler_min_p_threshold(p->min_p);
+	bool top_k = p->top_k && p->top_k < s->vocab;
 
-	/* Within top_k's K1 the same bound holds with z1 for Z, |K1| for
-	 * vocab: c0 is under it too, so with top_k the pass gathers for
-	 * both cuts when top_p is on (and top_k alone uses its heap). */
-	if (p->top_k && p->top_k < s->vocab && p->top_p >= 1.0f)
-		return SAMPLER_NO_GATHER;
-	if (p->top_p < 1.0f) {
+	s->gather_k = 0;
+	s->gather_limit = SAMPLER_PASS_GATHER_MAX;
+	s->gather_bar = SAMPLER_NO_GATHER;
+	if (top_k && p->top_k <= SAMPLER_TOP_K_GATHER_MAX) {
+		s->gather_k = p->top_k;
+		s->gather_bar = 0;
+		s->gather_limit = s->vocab;	/* never full: it compacts */
+		s->gather_cap = 4 * p->top_k;
+	} else if (p->top_p < 1.0f) {
 		double c0 = ((1.0 - (double)p->top_p) * SAMPLER_WEIGHT_ONE - 2.0) /
 			    s->vocab;
 
-		return c0 >= 1.0 ? (uint32_t)c0 - 1 : 0;
+		s->gather_bar = c0 >= 1.0 ? (uint32_t)c0 - 1 : 0;
+	} else if (!top_k && t_min > 1) {
+		s->gather_bar = t_min - 1;
 	}
-	return t_min > 1 ? t_min - 1 : SAMPLER_NO_GATHER;
+}
+
+/* No gathering (the logprobs of a greedy row). */
+static void sampler_gather_none(struct sampler *s)
+{
+	s->gather_k = 0;
+	s->gather_limit = SAMPLER_PASS_GATHER_MAX;
+	s->gather_bar = SAMPLER_NO_GATHER;
+}
+
+/*
+ * top_k's buffer is full (s->n_by_id >= s->gather_cap): keep the tokens
+ * of W >= the k-th largest gathered (ties included, order kept), and
+ * raise the bar to just under it.  Ties may keep it full: the cap then
+ * doubles, so a row of equal weights costs linear time too.
+ */
+void sampler_gather_compact(struct sampler *s)
+{
+	uint32_t n = s->n_by_id, kept = 0, t;
+
+	for (uint32_t j = 0; j < n; j++)
+		s->scratch[j] = s->by_id[j].w;
+	t = sampler_cut(s->scratch, n, s->gather_k, false);
+	for (uint32_t j = 0; j < n; j++)
+		if (s->by_id[j].w >= t)
+			s->by_id[kept++] = s->by_id[j];
+	s->n_by_id = kept;
+	s->gather_bar = t - 1;	/* every gathered W is over the bar: t >= 1 */
+	if (kept * 2 > s->gather_cap)
+		s->gather_cap = kept * 2;
+}
+
+/*
+ * top_k's threshold from the pass's gathering: the k-th largest of the
+ * gathered (which hold every W >= it), and the gathered cut to W >= it,
+ * in id order.  Fewer than k tokens of W > 0: every one is kept.
+ */
+static uint32_t sampler_top_k_gathered(struct sampler *s, uint32_t k)
+{
+	uint32_t n = s->n_by_id, kept = 0, t;
+
+	if (n < k)
+		return 1;
+	for (uint32_t j = 0; j < n; j++)
+		s->scratch[j] = s->by_id[j].w;
+	t = sampler_cut(s->scratch, n, k, false);
+	for (uint32_t j = 0; j < n; j++)
+		if (s->by_id[j].w >= t)
+			s->by_id[kept++] = s->by_id[j];
+	s->n_by_id = kept;
+	return t;
 }
 
 /*
@@ -900,7 +927,10 @@ static uint32_t sampler_select(struct sampler *s, const struct sampling_params *
 	if (p->top_k && p->top_k < s->vocab) {
 		/* The pass gathered a prefix of the order by W: when it holds
 		 * k tokens, the k-th largest is among them. */
-		if (s->n_by_id != SAMPLER_NOT_GATHERED && s->n_by_id >= p->top_k) {
+		if (s->gather_k == p->top_k) {
+			t = sampler_top_k_gathered(s, p->top_k);
+		} else if (s->n_by_id != SAMPLER_NOT_GATHERED &&
+			   s->n_by_id >= p->top_k) {
 			n = sampler_gathered_weights(s, 0, &kept);
 			t = sampler_cut(s->scratch, n, p->top_k, false);
 		} else {
@@ -988,7 +1018,7 @@ static uint32_t sampler_draw_blocks(const struct sampler *s, uint32_t t,
 
 /*
  * The drawn token.  The weights are in s->w, their block sums in
- * s->block_sum, and the tokens sampler_gather_bar() names gathered.
+ * s->block_sum, and the tokens sampler_gather_plan() names gathered.
  */
 static uint32_t sampler_draw(struct sampler *s, const struct sampling_params *p,
 			     uint64_t z_sum, uint64_t r53)
@@ -1084,17 +1114,18 @@ int sampler_sample(struct sampler *s, const float *logits,
 	if (ret)
 		return ret;
 	if (p->temperature > 0.0f) {
+		sampler_gather_plan(s, p);
 		z_sum = sampler_weights(s, max_y,
-					sampler_weight_scale(p->temperature),
-					sampler_gather_bar(s, p));
+					sampler_weight_scale(p->temperature));
 		chosen = sampler_draw(s, p, z_sum,
 				      philox_bits53(p->seed, k, choice));
 	} else {
 		chosen = sampler_argmax(s, max_y);
 		/* Logprobs at temperature 1. */
-		if (p->logprobs)
-			z_sum = sampler_weights(s, max_y, sampler_weight_scale(1.0f),
-						SAMPLER_NO_GATHER);
+		if (p->logprobs) {
+			sampler_gather_none(s);
+			z_sum = sampler_weights(s, max_y, sampler_weight_scale(1.0f));
+		}
 	}
 	out->token = (int32_t)chosen;
 	if (p->logprobs)

@@ -145,39 +145,48 @@ SAMPLER_AVX2_INLINE uint64_t lanes8_sum(__m256i all, __m256i high)
 }
 
 /* Append the tokens i + j of the set bits j of mask to the gathered set
- * of *n (sampler.c's sampler_gather_one(): the count goes on past the
- * cap). */
+ * of *n (sampler.c's sampler_gather_one(): past s->gather_limit the
+ * count alone goes on). */
 SAMPLER_AVX2_INLINE void sampler_gather_mask(struct sampler *s, uint32_t i,
 					       unsigned mask, uint32_t *n)
 {
 	while (mask) {
 		uint32_t id = i + (uint32_t)__builtin_ctz(mask);
 
-		if (*n < SAMPLER_PASS_GATHER_MAX)
+		if (*n < s->gather_limit)
 			s->by_id[*n] = (struct sampler_cand){ s->w[id], id };
 		(*n)++;
 		mask &= mask - 1;
 	}
 }
 
-/* The weights of [i, end) (one block) into s->w; returns their sum, and
- * with gather appends the tokens of W > bar to the gathered set. */
+/*
+ * Under this x no W is over bar: W <= 2^(30 + x) (1 + 3e-6), so W > bar
+ * needs x > log2(bar) - 30 less a hair; a bit more is left for the float
+ * roundings.
+ */
+static float sampler_x_bar(uint32_t bar)
+{
+	return bar ? (float)(log2((double)bar) - 30.0 - 1e-3) : -INFINITY;
+}
+
+/*
+ * The weights of [i, end) (one block) into s->w; returns their sum, and
+ * with gather appends the tokens of W > s->gather_bar to the gathered
+ * set (top_k compacting it as it fills, which raises the bar).  Testing
+ * the 16 lanes' x against the bar's x (their maximum, the skip below
+ * computes anyway) costs one compare; only a pass over it compares the
+ * weights themselves.
+ */
 SAMPLER_AVX2_INLINE uint64_t sampler_weigh_block_avx2(
 	struct sampler *s, uint32_t i, uint32_t end, __m256 max_y,
-	__m256 scale, uint32_t bar, bool gather)
+	__m256 scale, bool gather)
 {
 	const float *y = s->y;
 	uint32_t *w_out = s->w;
 	const __m256 xmin = _mm256_set1_ps(SAMPLER_X_MIN);
-	/*
-	 * Under this x no W is over bar: W <= 2^(30 + x) (1 + 3e-6), so
-	 * W > bar needs x > log2(bar) - 30 less a hair; a bit more is left
-	 * for the float roundings.  Testing the 16 lanes' x (whose maximum
-	 * the skip below computes anyway) costs one compare, and only a
-	 * pass over it compares the weights themselves.
-	 */
-	const __m256 x_bar = _mm256_set1_ps(bar ? (float)(log2((double)bar) -
-							  30.0 - 1e-3) : -INFINITY);
+	uint32_t bar = s->gather_bar;
+	__m256 x_bar = _mm256_set1_ps(sampler_x_bar(bar));
 	__m256i all = _mm256_setzero_si256(), high = all;
 	uint64_t sum = 0;
 	float my = _mm256_cvtss_f32(max_y), sc = _mm256_cvtss_f32(scale);
@@ -207,7 +216,7 @@ SAMPLER_AVX2_INLINE uint64_t sampler_weigh_block_avx2(
 		_mm256_storeu_si256((__m256i *)(w_out + i + 8), w1);
 		/* Two W <= 2^30 add up to at most 2^31: one uint32 lane. */
 		lanes8_add(_mm256_add_epi32(w0, w1), &all, &high);
-		if (gather && n <= SAMPLER_PASS_GATHER_MAX &&
+		if (gather && n <= s->gather_limit &&
 		    _mm256_movemask_ps(_mm256_cmp_ps(x_top, x_bar, _CMP_GE_OQ))) {
 			/* W <= 2^30: signed lanes compare right. */
 			const __m256i bv = _mm256_set1_epi32((int32_t)bar);
@@ -218,6 +227,13 @@ SAMPLER_AVX2_INLINE uint64_t sampler_weigh_block_avx2(
 
 			if (mask)
 				sampler_gather_mask(s, i, mask, &n);
+			if (s->gather_k && n >= s->gather_cap) {
+				s->n_by_id = n;
+				sampler_gather_compact(s);
+				n = s->n_by_id;
+				bar = s->gather_bar;
+				x_bar = _mm256_set1_ps(sampler_x_bar(bar));
+			}
 		}
 	}
 	for (; i < end; i++) {
@@ -232,10 +248,10 @@ SAMPLER_AVX2_INLINE uint64_t sampler_weigh_block_avx2(
 
 /* sampler_weights() in 8 lanes (the caller resets and ends the gather). */
 SAMPLER_AVX2 uint64_t sampler_weights_avx2(struct sampler *s,
-						  float max_y, float scale,
-						  uint32_t bar)
+						  float max_y, float scale)
 {
 	const __m256 mv = _mm256_set1_ps(max_y), sv = _mm256_set1_ps(scale);
+	bool gather = s->gather_bar < SAMPLER_NO_GATHER;
 	uint64_t total = 0;
 
 	for (uint32_t b = 0; b < s->n_blocks; b++) {
@@ -243,12 +259,12 @@ SAMPLER_AVX2 uint64_t sampler_weights_avx2(struct sampler *s,
 
 		end = end < s->vocab ? end : s->vocab;
 		/* Two loops, not a test per vector; none once over the cap. */
-		if (bar < SAMPLER_NO_GATHER && s->n_by_id <= SAMPLER_PASS_GATHER_MAX)
+		if (gather && s->n_by_id <= s->gather_limit)
 			s->block_sum[b] = sampler_weigh_block_avx2(s, i, end, mv,
-								   sv, bar, true);
+								   sv, true);
 		else
 			s->block_sum[b] = sampler_weigh_block_avx2(s, i, end, mv,
-								   sv, bar, false);
+								   sv, false);
 		total += s->block_sum[b];
 	}
 	return total;

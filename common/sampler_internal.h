@@ -50,8 +50,8 @@ struct sampler_cand {
 /* A gather bar no weight is over (W <= 2^30): gather nothing. */
 #define SAMPLER_NO_GATHER SAMPLER_WEIGHT_ONE
 
-/* Up to this top_k a heap finds the k-th weight; above, the histogram. */
-#define SAMPLER_HEAP_MAX 1024u
+/* Up to this top_k the weights' pass gathers it; above, the histogram. */
+#define SAMPLER_TOP_K_GATHER_MAX 1024u
 
 /* Tokens per block of the draw's block sums (a multiple of LANES). */
 #define SAMPLER_BLOCK 1024u
@@ -76,13 +76,20 @@ struct sampler {
 	uint32_t *w;			/* the weights W */
 	struct sampler_cand *by_id;	/* the gathered tokens, by id */
 	uint32_t n_by_id;		/* how many, or SAMPLER_NOT_GATHERED */
-	uint32_t gather_bar;		/* the weights' pass gathered W > this */
+	/* What the weights' pass gathers (sampler_gather_plan()): */
+	uint32_t gather_bar;		/* W > this (rising for top_k) */
+	uint32_t gather_k;		/* top_k's k, or 0: a fixed bar */
+	uint32_t gather_limit;		/* past this many, none is stored */
+	uint32_t gather_cap;		/* top_k compacts at this many */
 	uint32_t sums_t;		/* block_sum[] sums the W >= this, */
 	uint64_t sums_total;		/* and adds up to this */
 	uint32_t *scratch;		/* weights being cut; top_k's heap */
 	uint32_t hist_count[SAMPLER_N_BUCKETS];
 	uint64_t hist_mass[SAMPLER_N_BUCKETS];
 };
+
+/* top_k's gathering buffer is full: cut it to the k largest (sampler.c). */
+void sampler_gather_compact(struct sampler *s);
 
 /* Does this CPU run the AVX2 kernels (asked once, by sampler_create())? */
 bool sampler_have_avx2(void);
@@ -96,7 +103,7 @@ SAMPLER_AVX2 float sampler_max_avx2(const float *y, uint32_t n, bool *bad);
 SAMPLER_AVX2 uint32_t sampler_find_avx2(const float *y, uint32_t n,
 					uint32_t from, float m);
 SAMPLER_AVX2 uint64_t sampler_weights_avx2(struct sampler *s, float max_y,
-					   float scale, uint32_t bar);
+					   float scale);
 SAMPLER_AVX2 uint64_t sampler_block_sums_avx2(struct sampler *s, uint32_t t);
 SAMPLER_AVX2 uint64_t sampler_bracket_pass_avx2(struct sampler *s,
 						uint32_t b_lo, uint32_t b_hi);

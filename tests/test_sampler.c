@@ -629,7 +629,7 @@ static void kernels_agree(struct rng *r, struct sampler *a, struct sampler *b,
 	float max_a = sampler_row_max(a, y, &bad_a);
 	float max_b = sampler_row_max(b, y, &bad_b);
 	float scale = sampler_weight_scale(kernel_temperature(r));
-	uint32_t t, bar, from, n, cap;
+	uint32_t t, bar, from, n, cap, k;
 	uint64_t za, zb, target;
 
 	/* == and not the bits: a maximum of +0 or -0 gives the same W. */
@@ -640,11 +640,38 @@ static void kernels_agree(struct rng *r, struct sampler *a, struct sampler *b,
 	if (max_a == -INFINITY)
 		return;
 	assert_int_equal(sampler_argmax(a, max_a), sampler_argmax(b, max_b));
-	/* The gather bar: none, low (many gathered: past the cap), any. */
-	bar = rng_below(r, 3) == 0 ? SAMPLER_NO_GATHER :
-	      rng_below(r, 2) ? rng_below(r, 64) : rng_below(r, SAMPLER_WEIGHT_ONE);
-	za = sampler_weights(a, max_a, scale, bar);
-	zb = sampler_weights(b, max_b, scale, bar);
+	/* The gathering: none, a fixed bar low (many gathered: past the
+	 * cap) or anywhere, or top_k's rising bar. */
+	sampler_gather_none(a);
+	k = 0;
+	switch (rng_below(r, 4)) {
+	case 0:
+		break;
+	case 1:
+		a->gather_bar = rng_below(r, 64);
+		break;
+	case 2:
+		a->gather_bar = rng_below(r, SAMPLER_WEIGHT_ONE);
+		break;
+	default:
+		k = 1 + rng_below(r, vocab < SAMPLER_TOP_K_GATHER_MAX ? vocab : SAMPLER_TOP_K_GATHER_MAX);
+		a->gather_k = k;
+		a->gather_bar = 0;
+		a->gather_limit = vocab;
+		a->gather_cap = 4 * k;
+		break;
+	}
+	b->gather_bar = a->gather_bar;
+	b->gather_k = a->gather_k;
+	b->gather_limit = a->gather_limit;
+	b->gather_cap = a->gather_cap;
+	za = sampler_weights(a, max_a, scale);
+	zb = sampler_weights(b, max_b, scale);
+	/* top_k's buffer may compact at other moments: its final set is
+	 * what both must hold. */
+	if (k)
+		assert_int_equal(sampler_top_k_gathered(a, k),
+				 sampler_top_k_gathered(b, k));
 	assert_int_equal(a->n_by_id, b->n_by_id);
 	if (a->n_by_id != SAMPLER_NOT_GATHERED)
 		assert_memory_equal(a->by_id, b->by_id,
