@@ -292,11 +292,11 @@ FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 300
 FUZZ_BUILD := build-fuzz
 FUZZ_BIN := $(FUZZ_BUILD)/fuzz_request
-FUZZ_SRC := tests/fuzz_request.c common/request.c common/sampler.c common/sampler_avx2.c common/tokenizer.c common/text_stop.c common/request_fast.c common/request_build.c common/strbuf.c \
+FUZZ_SRC := tests/fuzz_request.c common/request.c common/sampler.c common/sampler_select.c common/sampler_avx2.c common/tokenizer.c common/text_stop.c common/request_fast.c common/request_build.c common/strbuf.c \
 	common/stop_matcher.c common/json_writer.c coordinator/line_reader.c
 FUZZ_HTTP_BIN := $(FUZZ_BUILD)/fuzz_http
 FUZZ_HTTP_SRC := tests/fuzz_http.c coordinator/http_reader.c \
-	coordinator/completion_api.c coordinator/chat_api.c common/tokenizer_train.c common/request.c common/sampler.c common/sampler_avx2.c common/tokenizer.c common/text_stop.c common/request_fast.c common/request_build.c common/strbuf.c \
+	coordinator/completion_api.c coordinator/chat_api.c common/tokenizer_train.c common/request.c common/sampler.c common/sampler_select.c common/sampler_avx2.c common/tokenizer.c common/text_stop.c common/request_fast.c common/request_build.c common/strbuf.c \
 	common/stop_matcher.c common/json_writer.c
 FUZZ_TOK_BIN := $(FUZZ_BUILD)/fuzz_tokenizer
 FUZZ_TOK_SRC := tests/fuzz_tokenizer.c common/tokenizer.c tools/ref_tokenizer.c

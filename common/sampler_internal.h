@@ -1,8 +1,9 @@
 /*
- * sampler_internal.h - what common/sampler.c and its AVX2 kernels
- * (common/sampler_avx2.c) share: the sampler's state, its constants and
- * the kernels' entry points.  Private to those two files and to
- * tests/test_sampler.c, which holds each kernel to its portable twin.
+ * sampler_internal.h - what common/sampler.c, its kept-set selection
+ * (common/sampler_select.c) and its AVX2 kernels (common/sampler_avx2.c)
+ * share: the sampler's state, its constants and the entry points between
+ * them.  Private to those files and to tests/test_sampler.c, which holds
+ * each kernel to its portable twin.
  */
 #ifndef DYNBATCH_SAMPLER_INTERNAL_H
 #define DYNBATCH_SAMPLER_INTERNAL_H
@@ -88,8 +89,14 @@ struct sampler {
 	uint64_t hist_mass[SAMPLER_N_BUCKETS];
 };
 
-/* top_k's gathering buffer is full: cut it to the k largest (sampler.c). */
+/* sampler_select.c: what the weights' pass gathers for p (or nothing),
+ * top_k's buffer cut to its k largest when full, and the threshold t of
+ * the kept set (W >= t) of top_k and top_p, given Z. */
+void sampler_gather_plan(struct sampler *s, const struct sampling_params *p);
+void sampler_gather_none(struct sampler *s);
 void sampler_gather_compact(struct sampler *s);
+uint32_t sampler_select(struct sampler *s, const struct sampling_params *p,
+			uint64_t z_sum);
 
 /* Does this CPU run the AVX2 kernels (asked once, by sampler_create())? */
 bool sampler_have_avx2(void);

@@ -5,9 +5,10 @@
  * engine's libraries), a chi-square goodness-of-fit test that tells a
  * biased sampler from a correct one, the logprobs and the error paths,
  * and the sampler's AVX2 kernels against its portable ones, bit for bit
- * (common/sampler.c is compiled in too, statics and all, for that: this
- * test's copy then stands in for libcommon's; the AVX2 kernels,
- * common/sampler_avx2.c, come from libcommon).
+ * (common/sampler.c and common/sampler_select.c are compiled in too,
+ * statics and all, for that: this test's copy then stands in for
+ * libcommon's; the AVX2 kernels, common/sampler_avx2.c, come from
+ * libcommon).
  *
  * The random tests print their seed; SEED=<n> replays a run.  Each test
  * derives its own generator from the seed, so one test replays the same
@@ -35,6 +36,7 @@
 #include "../tools/ref_sampler.c"
 /* And the engine's, to reach both its kernels (see the file comment). */
 #include "../common/sampler.c"
+#include "../common/sampler_select.c"
 
 /* ------------------------------------------------------------------ */
 /* Helpers                                                             */

@@ -50,6 +50,7 @@
 #include "../tools/ref_sampler.c"
 /* The engine's sampler, statics and all: its portable path too. */
 #include "../common/sampler.c"
+#include "../common/sampler_select.c"
 
 #define BENCH_ROWS 16
 
