@@ -67,8 +67,11 @@ expect_gt "kills + short stops: workers killed" "$(fi_field "$E2E_TMP/short.err"
 # Stops past the step timeout look like hangs: the coordinator kills the
 # worker and suspects the step's requests, so poison is switched off.
 # Fewer kills, more stops and slower steps, so that a fair number of stops
-# outlast the timeout before a kill ends them (about 10 hang kills).
-fault_run long 50 --kill-rate 5 --stop-rate 10 --stop-max-ms 1500 -- \
+# outlast the timeout before a kill ends them (about 10 hang kills); the
+# first stop, 50 ms in, lasts the whole 1500 ms, since a short run may
+# draw only short ones (and a kill of the stopped worker only sometimes
+# comes first: 5 a second over 4 workers in the 200 ms timeout).
+fault_run long 50 --kill-rate 5 --first-stop-ms 50 --stop-rate 10 --stop-max-ms 1500 -- \
 	--step-timeout 200 --poison-attempts 1000
 expect_eq "kills + long stops: exit 0" "$RUN_RC" 0
 check_results "kills + long stops: nothing lost, nothing duplicated" "$MODEL" \

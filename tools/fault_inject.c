@@ -3,7 +3,7 @@
  * runs (docs/DESIGN.md 9).
  *
  *   fault_inject [--seed S] [--duration-ms D] [--first-kill-ms M] [--kill-rate R]
- *                [--stop-rate R] [--stop-max-ms M] [--verbose]
+ *                [--first-stop-ms M] [--stop-rate R] [--stop-max-ms M] [--verbose]
  *                -- COMMAND [ARGS...]
  *
  * COMMAND (normally "bin/dynbatch run ...") is started as our own child:
@@ -84,6 +84,10 @@ struct fi_opts {
 				 * may otherwise draw none) */
 	double stop_rate;	/* stops per second */
 	uint32_t stop_max_ms;	/* a stop lasts 1..stop_max_ms ms */
+	uint64_t first_stop_ms;	/* > 0: the first stop this long after the
+				 * start, lasting stop_max_ms, retried every
+				 * 10 ms until one lands (a test that must see
+				 * a stop outlast its step timeout) */
 	bool verbose;		/* one line per injected fault */
 	char **command;		/* NULL-terminated argv */
 };
@@ -369,9 +373,9 @@ static void inject_kill(struct fi_state *st)
 	close(fd);
 }
 
-static void inject_stop(struct fi_state *st, uint64_t now)
+static void inject_stop(struct fi_state *st, uint64_t now, bool full)
 {
-	uint32_t ms = 1 + rnd_below(st->opt->stop_max_ms);
+	uint32_t ms = full ? st->opt->stop_max_ms : 1 + rnd_below(st->opt->stop_max_ms);
 	struct fi_stopped *w;
 	pid_t pid;
 	int fd;
@@ -438,7 +442,9 @@ static void inject_loop(struct fi_state *st, int sig_fd)
 	uint64_t next_kill = add_ns(now, o->first_kill_ms ?
 					 o->first_kill_ms * NS_PER_MS :
 					 rnd_gap_ns(o->kill_rate));
-	uint64_t next_stop = add_ns(now, rnd_gap_ns(o->stop_rate));
+	uint64_t next_stop = add_ns(now, o->first_stop_ms ?
+					 o->first_stop_ms * NS_PER_MS :
+					 rnd_gap_ns(o->stop_rate));
 	bool injecting = true;
 	struct pollfd pfd[2];
 	int coord_fd = (int)syscall(SYS_pidfd_open, st->coord, 0);
@@ -469,8 +475,12 @@ static void inject_loop(struct fi_state *st, int sig_fd)
 				    add_ns(now, rnd_gap_ns(o->kill_rate));
 		}
 		if (injecting && now >= next_stop) {
-			inject_stop(st, now);
-			next_stop = add_ns(now, rnd_gap_ns(o->stop_rate));
+			bool first = o->first_stop_ms && st->n_stops == 0;
+
+			inject_stop(st, now, first);
+			next_stop = first && st->n_stops == 0 ?
+				    add_ns(now, 10 * NS_PER_MS) :
+				    add_ns(now, rnd_gap_ns(o->stop_rate));
 		}
 		wake = next_cont_ns(st);
 		if (injecting)
@@ -510,6 +520,9 @@ static void usage(FILE *f)
 		"  --first-kill-ms M  the first kill M ms after the start (retried\n"
 		"                   every 10 ms until a worker is there), then at the rate\n"
 		"  --kill-rate R    SIGKILLs per second (default 2)\n"
+		"  --first-stop-ms M  the first stop M ms after the start, for the\n"
+		"                   whole --stop-max-ms (retried every 10 ms until a\n"
+		"                   worker is there), then at the rate\n"
 		"  --stop-rate R    SIGSTOP/SIGCONT pairs per second (default 1)\n"
 		"  --stop-max-ms M  a stop lasts 1..M ms (default 100)\n"
 		"  --verbose        one line per fault on stderr\n"
@@ -535,11 +548,12 @@ static int parse_rate(const char *s, double *out)
 static int parse_opts(int argc, char **argv, struct fi_opts *o)
 {
 	enum { OPT_SEED = 256, OPT_DURATION, OPT_KILL, OPT_STOP, OPT_STOP_MAX,
-	       OPT_VERBOSE, OPT_HELP, OPT_FIRST_KILL };
+	       OPT_VERBOSE, OPT_HELP, OPT_FIRST_KILL, OPT_FIRST_STOP };
 	static const struct option longopts[] = {
 		{ "seed", required_argument, NULL, OPT_SEED },
 		{ "duration-ms", required_argument, NULL, OPT_DURATION },
 		{ "first-kill-ms", required_argument, NULL, OPT_FIRST_KILL },
+		{ "first-stop-ms", required_argument, NULL, OPT_FIRST_STOP },
 		{ "kill-rate", required_argument, NULL, OPT_KILL },
 		{ "stop-rate", required_argument, NULL, OPT_STOP },
 		{ "stop-max-ms", required_argument, NULL, OPT_STOP_MAX },
@@ -565,6 +579,10 @@ static int parse_opts(int argc, char **argv, struct fi_opts *o)
 		case OPT_FIRST_KILL:
 			bad = parse_u64(optarg, 1, UINT64_MAX / NS_PER_MS / 2,
 					&o->first_kill_ms);
+			break;
+		case OPT_FIRST_STOP:
+			bad = parse_u64(optarg, 1, UINT64_MAX / NS_PER_MS / 2,
+					&o->first_stop_ms);
 			break;
 		case OPT_KILL:
 			bad = parse_rate(optarg, &o->kill_rate);
