@@ -300,6 +300,9 @@ FUZZ_HTTP_SRC := tests/fuzz_http.c coordinator/http_reader.c \
 	common/stop_matcher.c common/json_writer.c
 FUZZ_TOK_BIN := $(FUZZ_BUILD)/fuzz_tokenizer
 FUZZ_TOK_SRC := tests/fuzz_tokenizer.c common/tokenizer.c tools/ref_tokenizer.c
+FUZZ_SAMPLER_BIN := $(FUZZ_BUILD)/fuzz_sampler
+FUZZ_SAMPLER_SRC := tests/fuzz_sampler.c common/sampler.c common/sampler_select.c \
+	common/sampler_avx2.c tools/ref_sampler.c
 FUZZ_SANITIZE := -fsanitize=fuzzer,address,undefined
 FUZZ_CFLAGS := -std=gnu11 -D_GNU_SOURCE -Icommon -Icoordinator -g -O1 \
 	-Wall -Wextra -Werror -Wstrict-prototypes -Wmissing-prototypes -Wshadow \
@@ -342,12 +345,18 @@ $(FUZZ_HTTP_BIN): $(FUZZ_HTTP_SRC) tests/fuzz_rng.h $(wildcard common/*.h coordi
 $(FUZZ_TOK_BIN): $(FUZZ_TOK_SRC) tools/ref_tokenizer.h tests/fuzz_rng.h common/tokenizer.h | fuzz-deps
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -Itools -o $@ $(FUZZ_TOK_SRC) -lm
 
-fuzz: $(FUZZ_BIN) $(FUZZ_HTTP_BIN) $(FUZZ_TOK_BIN)
+# -ffp-contract=off: the weights must not fuse multiply-adds (sampler.h).
+$(FUZZ_SAMPLER_BIN): $(FUZZ_SAMPLER_SRC) tools/ref_sampler.h tests/fuzz_rng.h \
+		$(wildcard common/sampler*.h) common/philox.h | fuzz-deps
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -ffp-contract=off -Itools -o $@ $(FUZZ_SAMPLER_SRC) -lm
+
+fuzz: $(FUZZ_BIN) $(FUZZ_HTTP_BIN) $(FUZZ_TOK_BIN) $(FUZZ_SAMPLER_BIN)
 	@mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/http_corpus $(FUZZ_BUILD)/tokenizer_corpus \
-		$(FUZZ_BUILD)/artifacts
+		$(FUZZ_BUILD)/sampler_corpus $(FUZZ_BUILD)/artifacts
 	cp tests/fuzz/corpus/* $(FUZZ_BUILD)/corpus/
 	cp tests/fuzz/http_corpus/* $(FUZZ_BUILD)/http_corpus/
 	cp tests/fuzz/tokenizer_corpus/* $(FUZZ_BUILD)/tokenizer_corpus/
+	cp tests/fuzz/sampler_corpus/* $(FUZZ_BUILD)/sampler_corpus/
 	UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_BIN) -max_len=4096 \
 		-max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
 		-dict=tests/fuzz/request.dict -artifact_prefix=$(FUZZ_BUILD)/artifacts/ \
@@ -360,6 +369,10 @@ fuzz: $(FUZZ_BIN) $(FUZZ_HTTP_BIN) $(FUZZ_TOK_BIN)
 		-max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
 		-artifact_prefix=$(FUZZ_BUILD)/artifacts/tokenizer- \
 		$(FUZZ_BUILD)/tokenizer_corpus
+	UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_SAMPLER_BIN) -max_len=6100 \
+		-max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
+		-artifact_prefix=$(FUZZ_BUILD)/artifacts/sampler- \
+		$(FUZZ_BUILD)/sampler_corpus
 
 fuzz-short:
 	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=15
