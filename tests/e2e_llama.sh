@@ -133,7 +133,7 @@ echo "== serve: a stream paused for backpressure resumes by re-prefill"
 if command -v python3 >/dev/null; then
 	serve_start slow --workers 2 --batch 8 --step-tokens 16 --model "llama:$CK" \
 		--conn-buffer 4096 --write-timeout 20000
-	python3 "$(dirname "$0")/slow_stream.py" "$PORT" 40 200 2 > "$E2E_TMP/slow.tokens"
+	python3 "$(dirname "$0")/slow_stream.py" "$PORT" 40 200 60 > "$E2E_TMP/slow.tokens"
 	printf '{"id":"slow","prompt":%s,"max_tokens":200}\n' \
 		"$(python3 -c 'print(list(range(1,41)))' | tr -d ' ')" > "$E2E_TMP/slow_q.jsonl"
 	printf '{"id":"slow","tokens":%s,"finish_reason":"length"}\n' \

@@ -108,7 +108,7 @@ serve_start slow --workers 2 --batch 8 --step-tokens 8 --model "$MODEL,call_us=3
 	--conn-buffer 4096 --write-timeout 20000
 # a stream of 600 tokens read only after 2 s: its answers fill the buffer,
 # the request pauses (gives up its slot), then resumes from its tokens
-python3 "$(dirname "$0")/slow_stream.py" "$PORT" 199 600 2 > "$E2E_TMP/slow.tokens"
+python3 "$(dirname "$0")/slow_stream.py" "$PORT" 199 600 60 > "$E2E_TMP/slow.tokens"
 printf '{"id":"slow","prompt":%s,"max_tokens":600}\n' \
 	"$(python3 -c 'print(list(range(1,200)))' | tr -d ' ')" > "$E2E_TMP/slow_q.jsonl"
 want=$("$BIN/refdecode" --model "$REF" --input "$E2E_TMP/slow_q.jsonl" |
