@@ -161,16 +161,6 @@ SAMPLER_AVX2_INLINE void sampler_gather_mask(struct sampler *s, uint32_t i,
 }
 
 /*
- * Under this x no W is over bar: W <= 2^(30 + x) (1 + 3e-6), so W > bar
- * needs x > log2(bar) - 30 less a hair; a bit more is left for the float
- * roundings.
- */
-static float sampler_x_bar(uint32_t bar)
-{
-	return bar ? (float)(log2((double)bar) - 30.0 - 1e-3) : -INFINITY;
-}
-
-/*
  * The weights of [i, end) (one block) into s->w; returns their sum, and
  * with gather appends the tokens of W > s->gather_bar to the gathered
  * set (top_k compacting it as it fills, which raises the bar).  Testing
@@ -186,7 +176,7 @@ SAMPLER_AVX2_INLINE uint64_t sampler_weigh_block_avx2(
 	uint32_t *w_out = s->w;
 	const __m256 xmin = _mm256_set1_ps(SAMPLER_X_MIN);
 	uint32_t bar = s->gather_bar;
-	__m256 x_bar = _mm256_set1_ps(sampler_x_bar(bar));
+	__m256 x_bar = _mm256_set1_ps(s->gather_x_bar);
 	__m256i all = _mm256_setzero_si256(), high = all;
 	uint64_t sum = 0;
 	float my = _mm256_cvtss_f32(max_y), sc = _mm256_cvtss_f32(scale);
@@ -232,7 +222,7 @@ SAMPLER_AVX2_INLINE uint64_t sampler_weigh_block_avx2(
 				sampler_gather_compact(s);
 				n = s->n_by_id;
 				bar = s->gather_bar;
-				x_bar = _mm256_set1_ps(sampler_x_bar(bar));
+				x_bar = _mm256_set1_ps(s->gather_x_bar);
 			}
 		}
 	}

@@ -8,6 +8,7 @@
 #ifndef DYNBATCH_SAMPLER_INTERNAL_H
 #define DYNBATCH_SAMPLER_INTERNAL_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -78,7 +79,9 @@ struct sampler {
 	struct sampler_cand *by_id;	/* the gathered tokens, by id */
 	uint32_t n_by_id;		/* how many, or SAMPLER_NOT_GATHERED */
 	/* What the weights' pass gathers (sampler_gather_plan()): */
-	uint32_t gather_bar;		/* W > this (rising for top_k) */
+	uint32_t gather_bar;		/* W > this (rising for top_k); set by
+					 * sampler_set_gather_bar() */
+	float gather_x_bar;		/* no x under this has W > gather_bar */
 	uint32_t gather_k;		/* top_k's k, or 0: a fixed bar */
 	uint32_t gather_limit;		/* past this many, none is stored */
 	uint32_t gather_cap;		/* top_k compacts at this many */
@@ -88,6 +91,20 @@ struct sampler {
 	uint32_t hist_count[SAMPLER_N_BUCKETS];
 	uint64_t hist_mass[SAMPLER_N_BUCKETS];
 };
+
+/*
+ * Set the gather bar, and the x under which no W is over it (the AVX2
+ * pass tests 16 lanes' x against it before any weight): W <= 2^(30 + x)
+ * (1 + 3e-6), so W > bar needs x > log2(bar) - 30 less a hair; a bit more
+ * is left for the float roundings.  Once a row or a compaction, not per
+ * block.
+ */
+static inline void sampler_set_gather_bar(struct sampler *s, uint32_t bar)
+{
+	s->gather_bar = bar;
+	s->gather_x_bar = bar ? (float)(log2((double)bar) - 30.0 - 1e-3) :
+		-INFINITY;
+}
 
 /* sampler_select.c: what the weights' pass gathers for p (or nothing),
  * top_k's buffer cut to its k largest when full, and the threshold t of

@@ -396,21 +396,19 @@ void sampler_gather_plan(struct sampler *s,
 	uint32_t t_min = sampler_min_p_threshold(p->min_p);
 	bool top_k = p->top_k && p->top_k < s->vocab;
 
-	s->gather_k = 0;
-	s->gather_limit = SAMPLER_PASS_GATHER_MAX;
-	s->gather_bar = SAMPLER_NO_GATHER;
+	sampler_gather_none(s);
 	if (top_k && p->top_k <= SAMPLER_TOP_K_GATHER_MAX) {
 		s->gather_k = p->top_k;
-		s->gather_bar = 0;
+		sampler_set_gather_bar(s, 0);
 		s->gather_limit = s->vocab;	/* never full: it compacts */
 		s->gather_cap = 4 * p->top_k;
 	} else if (p->top_p < 1.0f) {
 		double c0 = ((1.0 - (double)p->top_p) * SAMPLER_WEIGHT_ONE - 2.0) /
 			    s->vocab;
 
-		s->gather_bar = c0 >= 1.0 ? (uint32_t)c0 - 1 : 0;
+		sampler_set_gather_bar(s, c0 >= 1.0 ? (uint32_t)c0 - 1 : 0);
 	} else if (!top_k && t_min > 1) {
-		s->gather_bar = t_min - 1;
+		sampler_set_gather_bar(s, t_min - 1);
 	}
 }
 
@@ -419,50 +417,50 @@ void sampler_gather_none(struct sampler *s)
 {
 	s->gather_k = 0;
 	s->gather_limit = SAMPLER_PASS_GATHER_MAX;
-	s->gather_bar = SAMPLER_NO_GATHER;
+	sampler_set_gather_bar(s, SAMPLER_NO_GATHER);
 }
 
 /*
- * top_k's buffer is full (s->n_by_id >= s->gather_cap): keep the tokens
- * of W >= the k-th largest gathered (ties included, order kept), and
- * raise the bar to just under it.  Ties may keep it full: the cap then
- * doubles, so a row of equal weights costs linear time too.
+ * Cut the gathered tokens (more than k, holding every W >= their k-th
+ * largest) to the W >= that k-th largest, ties included, in their order;
+ * returns it.
  */
-void sampler_gather_compact(struct sampler *s)
+static uint32_t sampler_keep_k_largest(struct sampler *s, uint32_t k)
 {
-	uint32_t n = s->n_by_id, kept = 0, t;
+	uint32_t kept = 0, t;
+	uint64_t unused;
 
-	for (uint32_t j = 0; j < n; j++)
-		s->scratch[j] = s->by_id[j].w;
-	t = sampler_cut(s->scratch, n, s->gather_k, false);
-	for (uint32_t j = 0; j < n; j++)
-		if (s->by_id[j].w >= t)
-			s->by_id[kept++] = s->by_id[j];
-	s->n_by_id = kept;
-	s->gather_bar = t - 1;	/* every gathered W is over the bar: t >= 1 */
-	if (kept * 2 > s->gather_cap)
-		s->gather_cap = kept * 2;
-}
-
-/*
- * top_k's threshold from the pass's gathering: the k-th largest of the
- * gathered (which hold every W >= it), and the gathered cut to W >= it,
- * in id order.  Fewer than k tokens of W > 0: every one is kept.
- */
-static uint32_t sampler_top_k_gathered(struct sampler *s, uint32_t k)
-{
-	uint32_t n = s->n_by_id, kept = 0, t;
-
-	if (n < k)
-		return 1;
-	for (uint32_t j = 0; j < n; j++)
-		s->scratch[j] = s->by_id[j].w;
-	t = sampler_cut(s->scratch, n, k, false);
-	for (uint32_t j = 0; j < n; j++)
+	t = sampler_cut(s->scratch, sampler_gathered_weights(s, 0, &unused), k,
+			false);
+	for (uint32_t j = 0; j < s->n_by_id; j++)
 		if (s->by_id[j].w >= t)
 			s->by_id[kept++] = s->by_id[j];
 	s->n_by_id = kept;
 	return t;
+}
+
+/*
+ * top_k's buffer is full (s->n_by_id >= s->gather_cap): keep the tokens
+ * of W >= the k-th largest gathered and raise the bar to just under it.
+ * Ties may keep it full: the cap then doubles, so a row of equal weights
+ * costs linear time too.
+ */
+void sampler_gather_compact(struct sampler *s)
+{
+	/* Every gathered W is over the bar: the cut is >= 1. */
+	sampler_set_gather_bar(s, sampler_keep_k_largest(s, s->gather_k) - 1);
+	if (s->n_by_id * 2 > s->gather_cap)
+		s->gather_cap = s->n_by_id * 2;
+}
+
+/*
+ * top_k's threshold from the pass's gathering: the k-th largest of the
+ * gathered (which hold every W >= it), with the gathered cut to W >= it.
+ * Fewer than k tokens of W > 0: every one is kept.
+ */
+static uint32_t sampler_top_k_gathered(struct sampler *s, uint32_t k)
+{
+	return s->n_by_id < k ? 1 : sampler_keep_k_largest(s, k);
 }
 
 /*

@@ -650,20 +650,20 @@ static void kernels_agree(struct rng *r, struct sampler *a, struct sampler *b,
 	case 0:
 		break;
 	case 1:
-		a->gather_bar = rng_below(r, 64);
+		sampler_set_gather_bar(a, (uint32_t)rng_below(r, 64));
 		break;
 	case 2:
-		a->gather_bar = rng_below(r, SAMPLER_WEIGHT_ONE);
+		sampler_set_gather_bar(a, (uint32_t)rng_below(r, SAMPLER_WEIGHT_ONE));
 		break;
 	default:
 		k = 1 + rng_below(r, vocab < SAMPLER_TOP_K_GATHER_MAX ? vocab : SAMPLER_TOP_K_GATHER_MAX);
 		a->gather_k = k;
-		a->gather_bar = 0;
+		sampler_set_gather_bar(a, 0);
 		a->gather_limit = vocab;
 		a->gather_cap = 4 * k;
 		break;
 	}
-	b->gather_bar = a->gather_bar;
+	sampler_set_gather_bar(b, a->gather_bar);
 	b->gather_k = a->gather_k;
 	b->gather_limit = a->gather_limit;
 	b->gather_cap = a->gather_cap;
