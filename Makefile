@@ -19,9 +19,11 @@
 
 CC ?= cc
 CFLAGS ?= -O2 -g
+# Includes name the layer: "engine/engine.h", "util/log.h" (lib/util),
+# "dynbatch/model.h" (include/, the plugin ABI); docs/layout.md.
 override CFLAGS += -std=gnu11 -ffp-contract=off -Wall -Wextra -Werror -Wstrict-prototypes \
 	-Wmissing-prototypes -Wshadow -Wno-unused-parameter \
-	-D_GNU_SOURCE -Icommon -Icoordinator -Iworker -pthread -MMD -MP
+	-D_GNU_SOURCE -Iinclude -Ilib -I. -pthread -MMD -MP
 LDLIBS_COMMON := -ljansson -ldl -lrt -lm -pthread
 LDLIBS_COORD := -luring -lhttp_parser $(LDLIBS_COMMON)
 # The worker's sandbox (worker/sandbox.c), for it and the tests that link it.
@@ -34,36 +36,65 @@ DEB_PACKAGES := liburing-dev libcmocka-dev libjansson-dev libhttp-parser-dev lib
 # What the end-to-end tests drive the server with: curl, nginx (two
 # replicas behind a load balancer), Node.js and npm (the openai client);
 # strace makes a worker's sandbox fail to load (e2e_sandbox.sh); python3
-# plays the hostile HTTP clients (tests/hostile_http.py).
+# plays the hostile HTTP clients (tests/e2e/hostile_http.py).
 TEST_DEB_PACKAGES := curl nginx-light strace python3
 
-COMMON_SRC := $(wildcard common/*.c)
-COORD_SRC := $(filter-out coordinator/main.c,$(wildcard coordinator/*.c))
-WORKER_SRC := $(filter-out worker/main.c,$(wildcard worker/*.c))
-TEST_SRC := $(wildcard tests/test_*.c)
-# tools/ref_llama*.c are parts of bin/refdecode, not tools of their own.
-REFDECODE_PARTS := tools/ref_llama.c tools/ref_llama_check.c tools/ref_sampler.c \
-	tools/ref_sim_logits.c tools/ref_text.c
-# tools/ref_tokenizer.c, the naive encoder, is part of bin/bench_tokenizer
-# (and #included by tests/test_tokenizer.c).
-TOOL_SRC := $(filter-out tools/example_plugin.c tools/escape_plugin.c tools/probe_plugin.c \
-	tools/hostile_worker.c tools/ref_tokenizer.c $(REFDECODE_PARTS),$(wildcard tools/*.c))
+# ------------------------------------------------------------------------
+# One static library a folder (docs/layout.md), listed from the top layer
+# down: a binary links the folders it needs, in this order.
+#   server/http, server/jsonl  the front ends (coordinator)
+#   engine                     requests, admission, commit (coordinator)
+#   sched                      placement, refill, waiting (coordinator)
+#   shard                      worker processes and their supervision (coordinator)
+#   worker                     the worker's loop and sandbox (worker)
+#   lib/io                     the io_uring event ring, output writer (coordinator)
+#   lib/text                   tokenizer, stop matching (coordinator, tools)
+#   lib/model                  loader, runner, sim, llama (both)
+#   lib/kernels                matmul and friends (both)
+#   lib/sampling               the sampler (both)
+#   lib/ipc                    the shared-memory segment (both)
+#   lib/util                   logging, strings, numbers (both)
+LAYERS := server/http server/jsonl engine sched shard worker lib/io lib/text \
+	lib/model lib/kernels lib/sampling lib/ipc lib/util
+lib_of = $(BUILD)/lib$(subst /,_,$(1)).a
+layer_src = $(filter-out %/main.c,$(wildcard $(1)/*.c))
+define layer_rule
+$(call lib_of,$(1)): $(patsubst %.c,$(BUILD)/%.o,$(call layer_src,$(1)))
+	@mkdir -p $$(dir $$@)
+	$$(AR) rcs $$@ $$^
+endef
+$(foreach l,$(LAYERS),$(eval $(call layer_rule,$(l))))
+libs = $(foreach l,$(1),$(call lib_of,$(l)))
+# engine, sched and shard still call each other (issue 23 point 2 removes
+# it): until then the three link as one group.
+CIRCLE := $(call libs,engine sched shard)
+libs_linked = $(patsubst $(firstword $(CIRCLE)),-Wl$(comma)--start-group $(firstword $(CIRCLE)),$(patsubst $(lastword $(CIRCLE)),$(lastword $(CIRCLE)) -Wl$(comma)--end-group,$(1)))
+comma := ,
 
-COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/%.o)
-COORD_OBJ := $(COORD_SRC:%.c=$(BUILD)/%.o)
-WORKER_OBJ := $(WORKER_SRC:%.c=$(BUILD)/%.o)
-TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
-TOOL_BIN := $(TOOL_SRC:tools/%.c=$(BIN)/%)
+LIBS_BASE := lib/model lib/kernels lib/sampling lib/ipc lib/util
+LIBS_COORD := $(call libs,server/http server/jsonl engine sched shard lib/io lib/text $(LIBS_BASE))
+LIBS_WORKER := $(call libs,worker $(LIBS_BASE))
+# The tools link the lower layers (and the request codec for workloads).
+LIBS_TOOL := $(call libs,engine lib/text $(LIBS_BASE))
+LIBS_TEST := $(call libs,$(LAYERS))
+
+TEST_SRC := $(wildcard tests/unit/test_*.c)
+# tools/refdecode/ref_*.c are parts of bin/refdecode, not tools of their own.
+REFDECODE_PARTS := tools/refdecode/ref_llama.c tools/refdecode/ref_llama_check.c \
+	tools/refdecode/ref_sampler.c tools/refdecode/ref_sim_logits.c tools/refdecode/ref_text.c
+# The user tools (tools/), the reference decoder and the benchmarks (bench/).
+# tools/refdecode/ref_tokenizer.c, the naive encoder, is part of
+# bin/bench_tokenizer (and #included by tests/unit/test_tokenizer.c).
+TOOL_SRC := $(wildcard tools/*.c) tools/refdecode/refdecode.c $(wildcard bench/*.c)
+
+TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+TOOL_BIN := $(addprefix $(BIN)/,$(basename $(notdir $(TOOL_SRC))))
 PLUGIN := $(BUILD)/example_plugin.so
 # A hostile plugin that tries to leave the worker sandbox (e2e_sandbox.sh).
 ESCAPE_PLUGIN := $(BUILD)/escape_plugin.so
 # A plugin that records which process runs its code and misbehaves while
 # the coordinator learns its vocabulary (e2e_probe.sh).
 PROBE_PLUGIN := $(BUILD)/probe_plugin.so
-
-LIBCOMMON := $(BUILD)/libcommon.a
-LIBCOORD := $(BUILD)/libcoord.a
-LIBWORKER := $(BUILD)/libworker.a
 
 .PHONY: all deps test-deps run serve load test unit e2e asan tsan bench bench-llama bench-tokenizer bench-sampler soak clean
 all: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(BIN)/dynbatch-hostile-worker \
@@ -98,57 +129,50 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-$(LIBCOMMON): $(COMMON_OBJ)
+$(BIN)/dynbatch: $(BUILD)/server/main.o $(LIBS_COORD)
 	@mkdir -p $(dir $@)
-	$(AR) rcs $@ $^
-$(LIBCOORD): $(COORD_OBJ)
-	@mkdir -p $(dir $@)
-	$(AR) rcs $@ $^
-$(LIBWORKER): $(WORKER_OBJ)
-	@mkdir -p $(dir $@)
-	$(AR) rcs $@ $^
+	$(CC) $(CFLAGS) -o $@ $(call libs_linked,$^) $(LDFLAGS) $(LDLIBS_COORD)
 
-$(BIN)/dynbatch: $(BUILD)/coordinator/main.o $(LIBCOORD) $(LIBCOMMON)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS_COORD)
-
-$(BIN)/dynbatch-worker: $(BUILD)/worker/main.o $(LIBWORKER) $(LIBCOMMON)
+$(BIN)/dynbatch-worker: $(BUILD)/worker/main.o $(LIBS_WORKER)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS_WORKER)
 
-# A worker that attacks its coordinator (tests/e2e_hostile.sh): the real
-# worker loop with a hook around what it posts, so it links the worker's
-# library like bin/dynbatch-worker.
-$(BIN)/dynbatch-hostile-worker: $(BUILD)/tools/hostile_worker.o $(LIBWORKER) $(LIBCOMMON)
+# A worker that attacks its coordinator (tests/e2e/e2e_hostile.sh): the
+# real worker loop with a hook around what it posts, so it links the
+# worker's library like bin/dynbatch-worker.
+$(BIN)/dynbatch-hostile-worker: $(BUILD)/tests/plugins/hostile_worker.o $(LIBS_WORKER)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS_WORKER)
 
-$(BIN)/%: $(BUILD)/tools/%.o $(LIBCOMMON)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS_COMMON)
+define tool_rule
+$(BIN)/$(basename $(notdir $(1))): $(BUILD)/$(1:.c=.o) $$(LIBS_TOOL)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(CFLAGS) -o $$@ $$(filter %.o,$$^) $$(LIBS_TOOL) $$(LDFLAGS) $$(LDLIBS_COMMON)
+endef
+$(foreach t,$(TOOL_SRC),$(eval $(call tool_rule,$(t))))
 
 # The reference decoder's naive llama model (refdecode --model llama:PATH)
 # and its text rules with the naive encoder (refdecode --tokenizer).
-$(BIN)/refdecode: $(REFDECODE_PARTS:%.c=$(BUILD)/%.o) $(BUILD)/tools/ref_tokenizer.o
+$(BIN)/refdecode: $(REFDECODE_PARTS:%.c=$(BUILD)/%.o) $(BUILD)/tools/refdecode/ref_tokenizer.o
 
-# The benchmark times the naive encoder against common/tokenizer.c.
-$(BIN)/bench_tokenizer: $(BUILD)/tools/ref_tokenizer.o
+# The benchmark times the naive encoder against lib/text/tokenizer.c.
+$(BIN)/bench_tokenizer: $(BUILD)/tools/refdecode/ref_tokenizer.o
 
-$(PLUGIN): tools/example_plugin.c common/model.h
+$(PLUGIN): examples/example_plugin.c include/dynbatch/model.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fPIC -shared -o $@ $<
 
-$(ESCAPE_PLUGIN): tools/escape_plugin.c common/model.h
+$(ESCAPE_PLUGIN): tests/plugins/escape_plugin.c include/dynbatch/model.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fPIC -shared -o $@ $<
 
-$(PROBE_PLUGIN): tools/probe_plugin.c common/model.h
+$(PROBE_PLUGIN): tests/plugins/probe_plugin.c include/dynbatch/model.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fPIC -shared -o $@ $<
 
-$(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBCOORD) $(LIBWORKER) $(LIBCOMMON)
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIBS_TEST)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) -lcmocka -lseccomp $(LDLIBS_COORD)
+	$(CC) $(CFLAGS) -o $@ $(call libs_linked,$^) $(LDFLAGS) -lcmocka -lseccomp $(LDLIBS_COORD)
 
 # Decode the default workload (a few thousand mixed requests) with 4
 # workers and an accelerator-like sim model (2 ms per call), then a few
@@ -188,7 +212,7 @@ serve: deps
 # worker kills and disconnects; prints requests/s, tokens/s, TTFT, TPOT.
 load: deps
 	$(MAKE) all
-	BIN=$(BIN) bash tools/serve_load.sh $(BUILD)/load
+	BIN=$(BIN) bash bench/serve_load.sh $(BUILD)/load
 
 # Unit tests (cmocka, one binary per module), then the end-to-end tests
 # that run the real binaries.
@@ -200,7 +224,7 @@ test: test-deps
 unit: $(TEST_BIN) $(PLUGIN)
 	@set -e; for t in $(TEST_BIN); do echo "== $$t"; $$t; done
 
-E2E_TESTS := $(filter-out tests/e2e_lib.sh,$(wildcard tests/e2e_*.sh))
+E2E_TESTS := $(filter-out tests/e2e/e2e_lib.sh,$(wildcard tests/e2e_*.sh))
 e2e: all
 	@set -e; for t in $(E2E_TESTS); do echo "== $$t"; BIN=$(BIN) BUILD=$(BUILD) bash $$t; done
 
@@ -211,8 +235,8 @@ bench: deps
 	$(MAKE) all
 	@command -v gnuplot >/dev/null || { SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get install -y -qq gnuplot-nox || echo "make bench: no gnuplot, no plot"; }
-	BIN=$(BIN) bash tools/bench.sh $(BUILD)/bench
-	BIN=$(BIN) bash tools/bench_llama.sh $(BUILD)/bench
+	BIN=$(BIN) bash bench/bench.sh $(BUILD)/bench
+	BIN=$(BIN) bash bench/bench_llama.sh $(BUILD)/bench
 
 # The built-in llama model against this machine's FMA peak and read
 # bandwidth (bin/machine_limits): decode, prefill and chunked-prefill
@@ -220,10 +244,10 @@ bench: deps
 # weights, made once in $(BUILD)/bench); writes $(BUILD)/bench/llama.md.
 bench-llama: deps
 	$(MAKE) all
-	BIN=$(BIN) bash tools/bench_llama.sh $(BUILD)/bench
+	BIN=$(BIN) bash bench/bench_llama.sh $(BUILD)/bench
 
 # Encoding speed of the tokenizer on a generated 4 MB text, and against
-# the naive llama2.c-style encoder on short prefixes (tools/bench_tokenizer.c).
+# the naive llama2.c-style encoder on short prefixes (bench/bench_tokenizer.c).
 bench-tokenizer: $(BIN)/bench_tokenizer
 	$(BIN)/bench_tokenizer
 
@@ -231,7 +255,7 @@ bench-tokenizer: $(BIN)/bench_tokenizer
 # portable path, the naive full sort) and its share of a stories15M-shaped
 # batch-64 decode step timed in the same run; writes $(BUILD)/bench/sampler.txt.
 bench-sampler: $(BIN)/bench_sampler $(BIN)/make_checkpoint
-	BIN=$(BIN) bash tools/bench_sampler.sh $(BUILD)/bench
+	BIN=$(BIN) bash bench/bench_sampler.sh $(BUILD)/bench
 
 # The fault injector for SOAK_SECONDS (default 300) in rounds, each checked
 # against the reference decoder.
@@ -256,7 +280,7 @@ tsan: deps
 	$(MAKE) BUILD=build-tsan BIN=build-tsan/bin CC=clang CFLAGS="$(TSAN_FLAGS)" \
 		LDFLAGS="-fsanitize=thread" all
 	TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_parser_thread
-	TSAN_OPTIONS=halt_on_error=1 BIN=build-tsan/bin BUILD=build-tsan bash tests/e2e_engine.sh
+	TSAN_OPTIONS=halt_on_error=1 BIN=build-tsan/bin BUILD=build-tsan bash tests/e2e/e2e_engine.sh
 
 clean:
 	rm -rf build build-asan build-tsan bin
@@ -266,11 +290,11 @@ clean:
 # ------------------------------------------------------------------------
 # Fuzzing the input paths under libFuzzer + ASan + UBSan, built with clang
 # in its own tree, build-fuzz/:
-#   fuzz_request (tests/fuzz_request.c): line_reader, request_parse() and
+#   fuzz_request (tests/fuzz/fuzz_request.c): line_reader, request_parse() and
 #     result_format();
-#   fuzz_http (tests/fuzz_http.c): http_reader over a connection's bytes,
+#   fuzz_http (tests/fuzz/fuzz_http.c): http_reader over a connection's bytes,
 #     completion_parse() on each body and the completion/error writers;
-#   fuzz_tokenizer (tests/fuzz_tokenizer.c): the tokenizer.bin reader, and
+#   fuzz_tokenizer (tests/fuzz/fuzz_tokenizer.c): the tokenizer.bin reader, and
 #     the encoder (against the naive one) and decoder on fuzzed vocabularies.
 #
 # Run `make fuzz` (FUZZ_SECONDS per fuzzer, default 300) after changing
@@ -287,24 +311,24 @@ clean:
 # <file>, build-fuzz/fuzz_http <file> or build-fuzz/fuzz_tokenizer <file>.
 # The tokenizer seeds are make_tokenizer files (--vocab 260 on the built-in corpus, 290 and 300 on a
 # two-line text)
-# with a line of text appended: see tests/fuzz_tokenizer.c.
+# with a line of text appended: see tests/fuzz/fuzz_tokenizer.c.
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 300
 FUZZ_BUILD := build-fuzz
 FUZZ_BIN := $(FUZZ_BUILD)/fuzz_request
-FUZZ_SRC := tests/fuzz_request.c common/request.c common/sampler.c common/sampler_select.c common/sampler_avx2.c common/tokenizer.c common/text_stop.c common/request_fast.c common/request_build.c common/strbuf.c \
-	common/stop_matcher.c common/json_writer.c coordinator/line_reader.c
+FUZZ_SRC := tests/fuzz/fuzz_request.c engine/request.c lib/sampling/sampler.c lib/sampling/sampler_select.c lib/sampling/sampler_avx2.c lib/text/tokenizer.c lib/text/text_stop.c engine/request_fast.c engine/request_build.c lib/util/strbuf.c \
+	lib/text/stop_matcher.c lib/util/json_writer.c server/jsonl/line_reader.c
 FUZZ_HTTP_BIN := $(FUZZ_BUILD)/fuzz_http
-FUZZ_HTTP_SRC := tests/fuzz_http.c coordinator/http_reader.c \
-	coordinator/completion_api.c coordinator/chat_api.c common/tokenizer_train.c common/request.c common/sampler.c common/sampler_select.c common/sampler_avx2.c common/tokenizer.c common/text_stop.c common/request_fast.c common/request_build.c common/strbuf.c \
-	common/stop_matcher.c common/json_writer.c
+FUZZ_HTTP_SRC := tests/fuzz/fuzz_http.c server/http/http_reader.c \
+	server/http/completion_api.c server/http/chat_api.c lib/text/tokenizer_train.c engine/request.c lib/sampling/sampler.c lib/sampling/sampler_select.c lib/sampling/sampler_avx2.c lib/text/tokenizer.c lib/text/text_stop.c engine/request_fast.c engine/request_build.c lib/util/strbuf.c \
+	lib/text/stop_matcher.c lib/util/json_writer.c
 FUZZ_TOK_BIN := $(FUZZ_BUILD)/fuzz_tokenizer
-FUZZ_TOK_SRC := tests/fuzz_tokenizer.c common/tokenizer.c tools/ref_tokenizer.c
+FUZZ_TOK_SRC := tests/fuzz/fuzz_tokenizer.c lib/text/tokenizer.c tools/refdecode/ref_tokenizer.c
 FUZZ_SAMPLER_BIN := $(FUZZ_BUILD)/fuzz_sampler
-FUZZ_SAMPLER_SRC := tests/fuzz_sampler.c common/sampler.c common/sampler_select.c \
-	common/sampler_avx2.c tools/ref_sampler.c
+FUZZ_SAMPLER_SRC := tests/fuzz/fuzz_sampler.c lib/sampling/sampler.c lib/sampling/sampler_select.c \
+	lib/sampling/sampler_avx2.c tools/refdecode/ref_sampler.c
 FUZZ_SANITIZE := -fsanitize=fuzzer,address,undefined
-FUZZ_CFLAGS := -std=gnu11 -D_GNU_SOURCE -Icommon -Icoordinator -g -O1 \
+FUZZ_CFLAGS := -std=gnu11 -D_GNU_SOURCE -Iinclude -Ilib -I. -g -O1 \
 	-Wall -Wextra -Werror -Wstrict-prototypes -Wmissing-prototypes -Wshadow \
 	-Wno-unused-parameter $(FUZZ_SANITIZE) -fno-sanitize-recover=all \
 	-fno-omit-frame-pointer
@@ -336,19 +360,19 @@ fuzz-deps: deps
 	fi; \
 	rm -f $(FUZZ_BUILD)/probe
 
-$(FUZZ_BIN): $(FUZZ_SRC) tests/fuzz_rng.h $(wildcard common/*.h coordinator/*.h) | fuzz-deps
+$(FUZZ_BIN): $(FUZZ_SRC) tests/fuzz/fuzz_rng.h $(wildcard include/*/*.h lib/*/*.h engine/*.h server/*/*.h) | fuzz-deps
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(FUZZ_SRC) -ljansson
 
-$(FUZZ_HTTP_BIN): $(FUZZ_HTTP_SRC) tests/fuzz_rng.h $(wildcard common/*.h coordinator/*.h) | fuzz-deps
+$(FUZZ_HTTP_BIN): $(FUZZ_HTTP_SRC) tests/fuzz/fuzz_rng.h $(wildcard include/*/*.h lib/*/*.h engine/*.h server/*/*.h) | fuzz-deps
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(FUZZ_HTTP_SRC) -lhttp_parser -ljansson
 
-$(FUZZ_TOK_BIN): $(FUZZ_TOK_SRC) tools/ref_tokenizer.h tests/fuzz_rng.h common/tokenizer.h | fuzz-deps
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -Itools -o $@ $(FUZZ_TOK_SRC) -lm
+$(FUZZ_TOK_BIN): $(FUZZ_TOK_SRC) tools/refdecode/ref_tokenizer.h tests/fuzz/fuzz_rng.h lib/text/tokenizer.h | fuzz-deps
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(FUZZ_TOK_SRC) -lm
 
 # -ffp-contract=off: the weights must not fuse multiply-adds (sampler.h).
-$(FUZZ_SAMPLER_BIN): $(FUZZ_SAMPLER_SRC) tools/ref_sampler.h tests/fuzz_rng.h \
-		$(wildcard common/sampler*.h) common/philox.h | fuzz-deps
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -ffp-contract=off -Itools -o $@ $(FUZZ_SAMPLER_SRC) -lm
+$(FUZZ_SAMPLER_BIN): $(FUZZ_SAMPLER_SRC) tools/refdecode/ref_sampler.h tests/fuzz/fuzz_rng.h \
+		$(wildcard lib/sampling/*.h) lib/sampling/philox.h | fuzz-deps
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -ffp-contract=off -o $@ $(FUZZ_SAMPLER_SRC) -lm
 
 fuzz: $(FUZZ_BIN) $(FUZZ_HTTP_BIN) $(FUZZ_TOK_BIN) $(FUZZ_SAMPLER_BIN)
 	@mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/http_corpus $(FUZZ_BUILD)/tokenizer_corpus \

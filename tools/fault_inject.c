@@ -61,9 +61,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "sim_model.h"
-#include "parse_num.h"
+#include "util/clock.h"
+#include "model/sim_model.h"
+#include "util/parse_num.h"
 
 #define FI_WORKER_NAME "dynbatch-worker"
 #define FI_MAX_CANDIDATES 4096	/* workers looked at per pick */

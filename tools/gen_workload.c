@@ -54,12 +54,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "utf8_strict.h"
-#include "request.h"
-#include "sim_model.h"
-#include "strbuf.h"
-#include "parse_num.h"
-#include "tokenizer.h"
+#include "tools/utf8_strict.h"
+#include "engine/request.h"
+#include "model/sim_model.h"
+#include "util/strbuf.h"
+#include "util/parse_num.h"
+#include "text/tokenizer.h"
 
 #define GEN_FLUSH_BYTES (1u << 16)
 #define GEN_MAX_STOP_LEN 4

@@ -59,9 +59,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "llama_checkpoint.h"
-#include "parse_num.h"
-#include "sim_model.h"
+#include "model/llama_checkpoint.h"
+#include "util/parse_num.h"
+#include "model/sim_model.h"
 
 #define LOGIT_STD 2.5
 #define QK_GAIN 3.0	/* sharper attention: see the file comment */

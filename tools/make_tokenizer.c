@@ -5,8 +5,8 @@
  *   make_tokenizer --vocab N --out FILE [--input TEXT]
  *
  * Without --input the built-in corpus (English, €, emoji, CJK; see
- * common/tokenizer_train.c) is used.  What the vocabulary holds and how
- * it is trained: common/tokenizer_train.h.  The output is a function of
+ * lib/text/tokenizer_train.c) is used.  What the vocabulary holds and how
+ * it is trained: lib/text/tokenizer_train.h.  The output is a function of
  * the text and N only.  The written file is read back with the same
  * loader the engine uses before the tool says it wrote it.
  *
@@ -22,10 +22,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "parse_num.h"
-#include "strbuf.h"
-#include "tokenizer.h"
-#include "tokenizer_train.h"
+#include "util/parse_num.h"
+#include "util/strbuf.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer_train.h"
 
 static void usage(FILE *out)
 {

@@ -6,13 +6,13 @@
  *                   --notify-fd FD [--spin-us N] [--garbage-every N]
  *                   [--step-tokens N]
  *                   [--nice N]
- * The descriptors are the ones coordinator/worker_pool.c passes: the
+ * The descriptors are the ones shard/worker_pool.c passes: the
  * shared object (read-only), the shard's object and the write end of the
  * notification pipe.
  * Once attached and with its model loaded, it serves inside a seccomp
  * sandbox (sandbox.h; DYNBATCH_NO_SANDBOX=1 in the environment: none).
  *
- * Or, as a probe (coordinator/model_probe.h), so that a plugin's code
+ * Or, as a probe (engine/model_probe.h), so that a plugin's code
  * never runs in the coordinator:
  *   dynbatch-worker --probe-fd FD --model SPEC
  * loads the model exactly as a worker does, enters the same sandbox and
@@ -29,11 +29,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "model_loader.h"
-#include "sandbox.h"
-#include "worker_args.h"
-#include "worker_loop.h"
+#include "util/log.h"
+#include "model/model_loader.h"
+#include "worker/sandbox.h"
+#include "worker/worker_args.h"
+#include "worker/worker_loop.h"
 
 /*
  * Give up every capability, for good (a no-op for an ordinary user).  A

@@ -6,7 +6,7 @@
  * An allow list, not a deny list: sandbox_rules[] below names every
  * system call a worker makes while it serves, each with why it is there.
  * Found with strace -f on runs of the sim model and the example plugin,
- * then checked by running tests/e2e_engine.sh, e2e_faults.sh and
+ * then checked by running tests/e2e/e2e_engine.sh, e2e_faults.sh and
  * e2e_serve.sh with a filter that trapped (SCMP_ACT_TRAP) and logged
  * every refused call: none was.  An AddressSanitizer build needs
  * sigaltstack for new threads.  Everything else fails with EPERM.  To let
@@ -41,7 +41,7 @@
  * default for a foreign architecture: its numbers would not mean what the
  * table says.  x32 numbers (bit 30 set) match no row and fail with EPERM.
  */
-#include "sandbox.h"
+#include "worker/sandbox.h"
 
 #include <errno.h>
 #include <sched.h>

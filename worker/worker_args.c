@@ -1,7 +1,7 @@
 /*
  * worker_args.c - dynbatch-worker's command line; see worker_args.h.
  */
-#include "worker_args.h"
+#include "worker/worker_args.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "parse_num.h"
+#include "util/parse_num.h"
 
 int worker_args_parse(int argc, char **argv, struct worker_args *a, char *err,
 		      size_t err_len)

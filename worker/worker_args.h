@@ -1,8 +1,8 @@
 /*
  * worker_args.h - the command line of dynbatch-worker, as the coordinator
- * builds it (coordinator/worker_pool.c), parsed in one place for the
+ * builds it (shard/worker_pool.c), parsed in one place for the
  * worker and for the test tools that stand in for it
- * (tools/hostile_worker.c).
+ * (tests/plugins/hostile_worker.c).
  *
  *   --shared-fd FD --shard-fd FD --shard K --model SPEC --notify-fd FD
  *   [--spin-us N] [--garbage-every N] [--nice N]     serve a shard
@@ -14,7 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "worker_loop.h"
+#include "worker/worker_loop.h"
 
 struct worker_args {
 	struct worker_options opt;	/* all but before_serving and

@@ -28,7 +28,7 @@
  * (PR_SET_PDEATHSIG covers the usual case; the check covers a coordinator
  * that died before the prctl took effect).
  */
-#include "worker_loop.h"
+#include "worker/worker_loop.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -42,15 +42,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "log.h"
-#include "log_escape.h"
-#include "model.h"
-#include "model_loader.h"
-#include "model_runner.h"
-#include "shm_segment.h"
-#include "sleep_handshake.h"
-#include "worker_sampling.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/log_escape.h"
+#include "dynbatch/model.h"
+#include "model/model_loader.h"
+#include "model/model_runner.h"
+#include "ipc/shm_segment.h"
+#include "util/sleep_handshake.h"
+#include "worker/worker_sampling.h"
 
 struct worker {
 	const struct worker_options *opt;

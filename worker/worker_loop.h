@@ -14,7 +14,7 @@ struct shm_header;
 struct shm_channel;
 
 /*
- * A test hook (tools/hostile_worker.c): called for each result record the
+ * A test hook (tests/plugins/hostile_worker.c): called for each result record the
  * worker has filled in at ring position *pos, in place of publishing it.
  * It may rewrite the record, publishes what it likes (shm_entry_publish())
  * and leaves *pos at the next position the worker is to write.

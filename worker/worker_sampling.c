@@ -1,14 +1,14 @@
 /*
  * worker_sampling.c - see worker_sampling.h.
  */
-#include "worker_sampling.h"
+#include "worker/worker_sampling.h"
 
 #include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
+#include "util/log.h"
 
 int worker_sampling_init(struct worker_sampling *ws, uint32_t n_slots)
 {

@@ -16,8 +16,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "sampler.h"
-#include "shm_segment.h"
+#include "sampling/sampler.h"
+#include "ipc/shm_segment.h"
 
 /*
  * One slot's fields, as the worker uses them: small, since every row of

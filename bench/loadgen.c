@@ -1,0 +1,1687 @@
+/*
+ * loadgen.c - a load generator and protocol checker for `dynbatch serve`.
+ *
+ *   loadgen --port P [--host H] [--requests N] [--concurrency C] [--seed S]
+ *           [--stream-frac F] [--disconnect-frac F] [--stall N]
+ *           [--max-prompt P] [--max-tokens M] [--stop-frac F] [--vocab V]
+ *           [--api-key KEY] [--requests-out FILE] [--results-out FILE]
+ *           [--duration-s S] [--timeout-s S] [--strict] [--quiet]
+ *
+ * C keep-alive connections, each sending POST /v1/completions one after
+ * another until N requests were started (or --duration-s passed).  Every
+ * answer is checked on the wire (HTTP framing, chunked encoding, SSE
+ * events, the completion JSON, usage); every completed request goes to
+ * --requests-out as a docs/DESIGN.md 3.1 input line and its tokens to
+ * --results-out as a result line, so `refdecode --check` can verify the
+ * tokens themselves.  Key=value figures go to stdout at the end.
+ *
+ * NOTES ON THE DESIGN
+ *
+ * One thread, one level-triggered epoll loop, non-blocking sockets: a
+ * checker must not itself be the reason a server looks slow or racy, and
+ * a single loop makes every timing a plain clock read.  Each connection
+ * is a small state machine (enum conn_state); a function that ends a
+ * request leaves the connection CS_IDLE and the loop hands it the next.
+ *
+ * Request n comes from a splitmix64 stream seeded by --seed and n (the
+ * seed is printed first, always), so a failing request can be replayed
+ * whatever order the connections happened to start them in.  Random stop tokens
+ * almost never fire, so most stops are taken from the request's real
+ * future output under sim:vocab=V,seed=0 (as gen_workload does); against
+ * another model they simply fire less, which changes no verdict.
+ *
+ * Disconnects (--disconnect-frac) walk away (a) in the middle of the
+ * body, (b) after the whole request but before reading any answer, or
+ * (c) after k >= 1 stream events; half leave with RST (SO_LINGER 0), half
+ * with FIN.  Stall clients (--stall) are extra connections beyond C, with
+ * a tiny receive buffer, that send one long stream and never read: they
+ * show whether one slow reader holds back the others.  They are not among
+ * the N requests; at the end a drain tells whether the server closed them.
+ *
+ * Every request ends exactly one way: completed (a checked 200, written
+ * out), disconnected (planned), failed (a 500 or a stream error event), or
+ * a protocol error (printed with its id, the connection dropped).  A 429
+ * is retried on the same id and counted.  A request with no progress for
+ * --timeout-s is an error and stops new starts: the server is hung.
+ *
+ * Exit: 0 no protocol error, 1 protocol errors (or 500s with --strict),
+ * 2 usage error.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#include <jansson.h>
+
+#include "util/clock.h"
+#include "util/parse_num.h"
+#include "model/sim_model.h"
+#include "util/strbuf.h"
+
+#define LG_MAX_PRINTED 1000	/* scripts count the lines: print them all, bar floods */
+#define LG_READ_BYTES 65536
+#define LG_MAX_HEAD 16384		/* a longer response head is garbage */
+#define LG_MAX_RETRIES 200		/* 429s before we call the server stuck */
+#define LG_STALL_RCVBUF 4096
+#define LG_ABORT_WAIT_NS 20000000ull	/* plan (b) leaves within 20 ms */
+#define LG_TICK_NS 1000000ull		/* timers are scanned once per ms */
+#define LG_MAX_EVENTS 256
+
+struct lg_opts {
+	const char *host;
+	const char *port;
+	uint64_t n_requests;
+	uint32_t concurrency;
+	uint64_t seed;
+	double stream_frac;
+	double disconnect_frac;
+	double stop_frac;
+	uint32_t n_stall;		/* extra clients that never read */
+	uint32_t max_prompt;		/* tokens */
+	uint32_t max_tokens;
+	uint32_t vocab;
+	const char *api_key;		/* or NULL */
+	const char *requests_out;	/* or NULL */
+	const char *results_out;	/* or NULL */
+	double duration_s;		/* 0: no limit */
+	double timeout_s;		/* no progress this long: hung */
+	double stall_wait_s;		/* wait this long for the server to
+					 * close each stall client (0: look once) */
+	bool quiet;
+	bool strict;			/* a 500 is an error too */
+};
+
+struct tokvec {
+	int32_t *v;
+	size_t n, cap;
+};
+
+struct samples {
+	double *v;
+	size_t n, cap;
+};
+
+/* How (if at all) a client walks away from its request. */
+enum lg_disc {
+	DISC_NONE,
+	DISC_PARTIAL,		/* (a) after part of the body */
+	DISC_BEFORE_ANSWER,	/* (b) whole request sent, nothing read */
+	DISC_MID_STREAM,	/* (c) after disc_at stream events */
+};
+
+/* One request and what came back for it so far. */
+struct lg_req {
+	char id[24];
+	json_t *json;		/* a docs/DESIGN.md 3.1 line: no "stream" */
+	uint32_t n_prompt;
+	uint32_t max_tokens;
+	bool stream;
+	enum lg_disc disc;
+	uint64_t disc_pick;	/* random: where plan (a) cuts the body */
+	uint32_t disc_at;	/* plan (c): events before leaving */
+	bool disc_rst;		/* leave with RST rather than FIN */
+	uint32_t n_retries;	/* 429s taken */
+	struct tokvec toks;
+	uint32_t n_events;	/* JSON events of a stream */
+	bool final_seen;	/* an answer with finish_reason */
+	bool done_seen;		/* data: [DONE] */
+	bool errored;		/* a stream error event */
+	char finish[8];
+	char err_msg[160];	/* of an error event */
+	uint64_t t_start_ns;	/* first byte of this attempt written */
+	uint64_t t_first_ns;	/* first event with tokens, or the final one */
+	uint64_t t_first_tok_ns;
+	uint64_t t_last_tok_ns;
+};
+
+/* HTTP/1.1 response parser: consumes raw bytes, yields the body. */
+enum http_phase {
+	HP_HEAD,
+	HP_BODY,		/* Content-Length bytes */
+	HP_CHUNK_SIZE,
+	HP_CHUNK_DATA,
+	HP_CHUNK_END,		/* the CRLF after a chunk's data */
+	HP_TRAILER,
+	HP_DONE,
+};
+
+struct http_resp {
+	enum http_phase phase;
+	int status;
+	bool chunked;
+	bool close;		/* the server will close after this answer */
+	bool event_stream;	/* Content-Type: text/event-stream */
+	bool json;		/* Content-Type: application/json */
+	bool has_retry_after;
+	uint64_t left;		/* bytes due in the body or chunk */
+	struct strbuf body;	/* de-chunked body not yet consumed */
+	char err[200];		/* why the answer is wrong */
+};
+
+enum conn_state {
+	CS_IDLE,	/* between requests: the loop calls conn_next() */
+	CS_CONNECTING,
+	CS_SENDING,
+	CS_RECEIVING,
+	CS_BACKOFF,	/* a 429: the same request goes again at wake_ns */
+	CS_ABORT_WAIT,	/* plan (b): sent, leaving at wake_ns unread */
+	CS_STALLED,	/* a stall client: sent, never reads */
+	CS_DONE,
+};
+
+struct lg_conn {
+	int fd;				/* -1: not connected */
+	uint32_t ev_mask;		/* what epoll watches, 0: not added */
+	enum conn_state state;
+	bool stall;
+	bool has_req;
+	struct lg_req req;
+	struct strbuf out;		/* the request bytes */
+	size_t out_off;			/* of them written */
+	struct strbuf in;		/* received, not yet parsed */
+	struct http_resp resp;
+	uint64_t progress_ns;		/* last time a byte moved */
+	uint64_t wake_ns;		/* CS_BACKOFF / CS_ABORT_WAIT deadline */
+};
+
+struct lg_stats {
+	uint64_t started, completed, disconnected, failed, rejected429;
+	uint64_t protocol_errors, connections, tokens;
+	struct samples ttft_ms, tpot_ms, latency_ms, rate_tps;
+};
+
+struct lg {
+	struct lg_opts o;
+	int epfd;
+	struct sockaddr_storage addr;
+	socklen_t addrlen;
+	uint64_t rng;
+	uint64_t t0_ns, end_ns;		/* end_ns: stop starting requests */
+	struct lg_conn *conns;		/* n_stall stall clients, then C */
+	uint32_t n_conns;
+	uint32_t n_busy;		/* conns not CS_DONE / CS_STALLED */
+	FILE *req_out, *res_out;
+	struct strbuf sse_data;		/* one event's data, reused */
+	struct lg_stats st;
+};
+
+/* ------------------------------------------------------------------------
+ * Small helpers: random numbers, token vectors, samples
+ */
+
+static uint64_t rnd(struct lg *lg)
+{
+	return sim_splitmix64(&lg->rng);
+}
+
+/* In [0, n); 0 when n is 0. */
+static uint32_t rnd_below(struct lg *lg, uint32_t n)
+{
+	return n ? (uint32_t)(rnd(lg) % n) : 0;
+}
+
+static double rnd_unit(struct lg *lg)
+{
+	return (double)(rnd(lg) >> 11) / (double)(1ull << 53);
+}
+
+static int tokvec_push(struct tokvec *t, int32_t x)
+{
+	size_t cap = t->cap ? 2 * t->cap : 64;
+	int32_t *v;
+
+	if (t->n == t->cap) {
+		v = realloc(t->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		t->v = v;
+		t->cap = cap;
+	}
+	t->v[t->n++] = x;
+	return 0;
+}
+
+/* A sample lost to ENOMEM only blurs a percentile, so it is dropped. */
+static void samples_add(struct samples *s, double x)
+{
+	size_t cap = s->cap ? 2 * s->cap : 1024;
+	double *v;
+
+	if (s->n == s->cap) {
+		v = realloc(s->v, cap * sizeof(*v));
+		if (!v)
+			return;
+		s->v = v;
+		s->cap = cap;
+	}
+	s->v[s->n++] = x;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile p in (0, 100] (sorts s); NAN when empty. */
+static double samples_pct(struct samples *s, double p)
+{
+	size_t k;
+
+	if (!s->n)
+		return NAN;
+	qsort(s->v, s->n, sizeof(*s->v), cmp_double);
+	k = (size_t)ceil(p / 100.0 * (double)s->n);
+	return s->v[k ? k - 1 : 0];
+}
+
+/* ------------------------------------------------------------------------
+ * Request generation
+ */
+
+/* The tokens sim:vocab=V,seed=0 generates after the prompt, no stops. */
+static int32_t *gen_future(struct lg *lg, const int32_t *prompt,
+			   uint32_t n_prompt, uint32_t n_gen)
+{
+	int32_t *seq = malloc(((size_t)n_prompt + n_gen + 1) * sizeof(*seq));
+	uint32_t i;
+
+	if (!seq)
+		return NULL;
+	memcpy(seq, prompt, n_prompt * sizeof(*seq));
+	for (i = 0; i < n_gen; i++)
+		seq[n_prompt + i] = sim_next(seq, n_prompt + i, lg->o.vocab, 0);
+	memmove(seq, seq + n_prompt, n_gen * sizeof(*seq));
+	return seq;
+}
+
+/*
+ * A stop of len tokens: two times in three a run of the real output (so
+ * it fires, unless an earlier stop does), else random tokens.
+ */
+static json_t *gen_stop(struct lg *lg, const int32_t *future,
+			uint32_t n_future, uint32_t len)
+{
+	json_t *a = json_array();
+	uint32_t pos = 0, i;
+	bool fire = future && rnd_below(lg, 3) < 2;
+
+	if (fire) {
+		len = len < n_future ? len : n_future;
+		pos = rnd_below(lg, n_future - len + 1);
+	}
+	for (i = 0; i < len; i++)
+		json_array_append_new(a, json_integer(fire ? future[pos + i] :
+				      (int32_t)rnd_below(lg, lg->o.vocab)));
+	return a;
+}
+
+/* stop_token_ids and/or stop_sequences, and sometimes include_stop. */
+static void gen_stops(struct lg *lg, json_t *r, const int32_t *prompt,
+		      uint32_t n_prompt, uint32_t max_tokens)
+{
+	int32_t *future = gen_future(lg, prompt, n_prompt, max_tokens);
+	uint32_t form = rnd_below(lg, 3), n, i;
+	json_t *a;
+
+	if (form != 1) {
+		a = json_array();
+		n = 1 + rnd_below(lg, 3);
+		for (i = 0; i < n; i++) {
+			json_t *one = gen_stop(lg, future, max_tokens, 1);
+
+			json_array_append(a, json_array_get(one, 0));
+			json_decref(one);
+		}
+		json_object_set_new(r, "stop_token_ids", a);
+	}
+	if (form != 0) {
+		a = json_array();
+		n = 1 + rnd_below(lg, 3);
+		for (i = 0; i < n; i++)
+			json_array_append_new(a, gen_stop(lg, future, max_tokens,
+						1 + rnd_below(lg, 4)));
+		json_object_set_new(r, "stop_sequences", a);
+	}
+	if (rnd_below(lg, 3))
+		json_object_set_new(r, "include_stop",
+				    json_boolean(rnd_below(lg, 2)));
+	free(future);
+}
+
+/* Choose whether and how the client walks away from rq. */
+static void gen_disc(struct lg *lg, struct lg_req *rq)
+{
+	rq->disc = DISC_NONE;
+	if (rnd_unit(lg) >= lg->o.disconnect_frac)
+		return;
+	rq->disc = DISC_PARTIAL + rnd_below(lg, rq->stream ? 3 : 2);
+	rq->disc_pick = rnd(lg);
+	/* Early events mostly, so most plan (c) streams really are cut. */
+	rq->disc_at = 1 + rnd_below(lg, rq->max_tokens / 2 + 1);
+	rq->disc_rst = rnd_below(lg, 2);
+}
+
+/* Fill rq with the next request ("L<n>"), or a stall client's ("S<n>"). */
+static int gen_request(struct lg *lg, struct lg_req *rq, bool stall,
+		       uint64_t n)
+{
+	int32_t *prompt;
+	json_t *r, *p;
+	uint32_t i;
+
+	memset(rq, 0, sizeof(*rq));
+	/* Request n is a function of (seed, n) alone, whatever the timing. */
+	lg->rng = sim_mix(lg->o.seed ^ sim_mix(n ^ (stall ? 1ull << 63 : 0)));
+	snprintf(rq->id, sizeof(rq->id), "%c%" PRIu64, stall ? 'S' : 'L', n);
+	rq->n_prompt = rnd_below(lg, lg->o.max_prompt + 1);
+	prompt = malloc(((size_t)rq->n_prompt + 1) * sizeof(*prompt));
+	r = json_object();
+	p = json_array();
+	if (!prompt || !r || !p)
+		goto out_nomem;
+	for (i = 0; i < rq->n_prompt; i++) {
+		prompt[i] = (int32_t)rnd_below(lg, lg->o.vocab);
+		json_array_append_new(p, json_integer(prompt[i]));
+	}
+	rq->max_tokens = stall ? lg->o.max_tokens :
+			 1 + rnd_below(lg, lg->o.max_tokens);
+	json_object_set_new(r, "id", json_string(rq->id));
+	json_object_set_new(r, "prompt", p);
+	json_object_set_new(r, "max_tokens", json_integer(rq->max_tokens));
+	if (!stall && rnd_unit(lg) < lg->o.stop_frac)
+		gen_stops(lg, r, prompt, rq->n_prompt, rq->max_tokens);
+	rq->stream = stall || rnd_unit(lg) < lg->o.stream_frac;
+	if (!stall)
+		gen_disc(lg, rq);
+	free(prompt);
+	rq->json = r;
+	return 0;
+
+out_nomem:
+	json_decref(p);
+	json_decref(r);
+	free(prompt);
+	return -ENOMEM;
+}
+
+/* ------------------------------------------------------------------------
+ * HTTP/1.1 response parsing
+ */
+
+static int resp_fail(struct http_resp *r, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Record why the answer is wrong; returns -1 for the caller to pass on. */
+static int resp_fail(struct http_resp *r, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(r->err, sizeof(r->err), fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+static bool span_is(const char *s, size_t n, const char *lit)
+{
+	return n == strlen(lit) && strncasecmp(s, lit, n) == 0;
+}
+
+static bool span_starts(const char *s, size_t n, const char *lit)
+{
+	return n >= strlen(lit) && strncasecmp(s, lit, strlen(lit)) == 0;
+}
+
+/* One "Name: value" line of the head. */
+static int http_header(struct http_resp *r, const char *s, size_t n,
+		       bool *has_len, uint64_t *len)
+{
+	const char *colon = memchr(s, ':', n), *v;
+	size_t nlen, vlen;
+	uint64_t x;
+
+	if (!colon)
+		return resp_fail(r, "header line without ':'");
+	nlen = (size_t)(colon - s);
+	v = colon + 1;
+	vlen = n - nlen - 1;
+	while (vlen && (*v == ' ' || *v == '\t'))
+		v++, vlen--;
+	while (vlen && (v[vlen - 1] == ' ' || v[vlen - 1] == '\t'))
+		vlen--;
+	if (span_is(s, nlen, "content-length")) {
+		if (parse_u64_n(v, vlen, 0, 1ull << 40, len) ||
+		    *has_len)
+			return resp_fail(r, "bad or repeated Content-Length");
+		*has_len = true;
+	} else if (span_is(s, nlen, "transfer-encoding")) {
+		if (!span_is(v, vlen, "chunked"))
+			return resp_fail(r, "Transfer-Encoding '%.*s'",
+					 (int)vlen, v);
+		r->chunked = true;
+	} else if (span_is(s, nlen, "connection")) {
+		if (span_is(v, vlen, "close"))
+			r->close = true;
+	} else if (span_is(s, nlen, "content-type")) {
+		r->event_stream = span_starts(v, vlen, "text/event-stream");
+		r->json = span_starts(v, vlen, "application/json");
+	} else if (span_is(s, nlen, "retry-after")) {
+		r->has_retry_after = !parse_u64_n(v, vlen, 0, UINT32_MAX, &x);
+	}
+	return 0;
+}
+
+/* Parse the head s[0..n) (without the blank line); set up the body. */
+static int http_head(struct http_resp *r, const char *s, size_t n)
+{
+	const char *end = s + n, *eol;
+	bool has_len = false;
+	uint64_t len = 0;
+
+	if (n < 12 || memcmp(s, "HTTP/1.", 7) || s[8] != ' ' ||
+	    s[9] < '1' || s[9] > '5' || s[10] < '0' || s[10] > '9' ||
+	    s[11] < '0' || s[11] > '9')
+		return resp_fail(r, "bad status line '%.40s'", s);
+	r->status = (s[9] - '0') * 100 + (s[10] - '0') * 10 + (s[11] - '0');
+	r->close = s[7] == '0';	/* HTTP/1.0 closes unless told otherwise */
+	for (s = memchr(s, '\n', n); s && s + 1 < end; s = eol) {
+		s++;
+		eol = memchr(s, '\n', (size_t)(end - s));
+		if (!eol)
+			eol = end;
+		if (http_header(r, s, (size_t)(eol - s) -
+				(eol > s && eol[-1] == '\r'), &has_len, &len))
+			return -1;
+	}
+	if (r->chunked) {
+		r->phase = HP_CHUNK_SIZE;
+	} else if (has_len) {
+		r->left = len;
+		r->phase = len ? HP_BODY : HP_DONE;
+	} else {
+		/* Read-until-close would hide a truncated answer. */
+		return resp_fail(r, "status %d with neither Content-Length nor chunked",
+				 r->status);
+	}
+	return 0;
+}
+
+/*
+ * The CRLF-terminated line at the start of in: 1 (its length, CRLF not
+ * counted, in *n), 0 more bytes needed, -1 it ends in a bare LF.
+ */
+static int take_line(const struct strbuf *in, size_t *n)
+{
+	const char *nl = in->len ? memchr(in->data, '\n', in->len) : NULL;
+
+	if (!nl)
+		return 0;
+	if (nl == in->data || nl[-1] != '\r')
+		return -1;
+	*n = (size_t)(nl - in->data) - 1;
+	return 1;
+}
+
+/* Move up to r->left body bytes from in to the body. */
+static int http_take_body(struct http_resp *r, struct strbuf *in)
+{
+	size_t n = in->len < r->left ? in->len : (size_t)r->left;
+
+	if (strbuf_append(&r->body, in->data, n))
+		return resp_fail(r, "out of memory");
+	strbuf_consume(in, n);
+	r->left -= n;
+	return 0;
+}
+
+/*
+ * Consume what it can of in.  1 the answer is complete, 0 more bytes
+ * needed, -1 framing error (r->err says which).
+ */
+static int http_feed(struct http_resp *r, struct strbuf *in)
+{
+	const char *s = in->data, *hend;
+	size_t n = 0, digits;
+	int got;
+
+	while (r->phase != HP_DONE && in->len) {
+		switch (r->phase) {
+		case HP_HEAD:
+			hend = memmem(in->data, in->len, "\r\n\r\n", 4);
+			if (!hend)
+				return in->len > LG_MAX_HEAD ?
+				       resp_fail(r, "response head too long") : 0;
+			if (http_head(r, in->data, (size_t)(hend - in->data)))
+				return -1;
+			strbuf_consume(in, (size_t)(hend - in->data) + 4);
+			break;
+		case HP_BODY:
+		case HP_CHUNK_DATA:
+			if (http_take_body(r, in))
+				return -1;
+			if (!r->left)
+				r->phase = r->phase == HP_BODY ? HP_DONE : HP_CHUNK_END;
+			break;
+		case HP_CHUNK_SIZE:
+		case HP_TRAILER:
+			got = take_line(in, &n);
+			if (got < 0)
+				return resp_fail(r, "bare LF in chunked framing");
+			if (!got)
+				return in->len > 1024 ?
+				       resp_fail(r, "chunk line too long") : 0;
+			s = in->data;
+			/* The size, then maybe ";ext", which we ignore. */
+			digits = strspn(s, "0123456789abcdefABCDEF");
+			if (r->phase == HP_TRAILER) {
+				r->phase = n ? HP_TRAILER : HP_DONE;
+			} else if (!digits || digits > 12 ||
+				   (digits < n && s[digits] != ';')) {
+				return resp_fail(r, "bad chunk size line '%.*s'",
+						 (int)(n < 40 ? n : 40), s);
+			} else {
+				r->left = strtoull(s, NULL, 16);
+				r->phase = r->left ? HP_CHUNK_DATA : HP_TRAILER;
+			}
+			strbuf_consume(in, n + 2);
+			break;
+		case HP_CHUNK_END:
+			if (in->len < 2)
+				return 0;
+			if (memcmp(in->data, "\r\n", 2))
+				return resp_fail(r, "chunk data not followed by CRLF");
+			strbuf_consume(in, 2);
+			r->phase = HP_CHUNK_SIZE;
+			break;
+		case HP_DONE:
+			break;
+		}
+	}
+	return r->phase == HP_DONE;
+}
+
+static void http_reset(struct http_resp *r)
+{
+	struct strbuf body = r->body;
+
+	strbuf_consume(&body, body.len);
+	memset(r, 0, sizeof(*r));
+	r->body = body;		/* keep the allocation for the next answer */
+}
+
+/* "message" of a JSON error body, or NULL when the body is not one. */
+static const char *error_message(json_t *obj)
+{
+	json_t *e = json_object_get(obj, "error");
+	const char *m = json_string_value(json_object_get(e, "message"));
+
+	return json_is_object(e) ? (m ? m : "(no message)") : NULL;
+}
+
+/* ------------------------------------------------------------------------
+ * Checking a completion object (a whole answer, or one stream event)
+ */
+
+static int check_usage(struct http_resp *r, const struct lg_req *rq,
+		       json_t *u)
+{
+	json_t *p = json_object_get(u, "prompt_tokens");
+	json_t *c = json_object_get(u, "completion_tokens");
+	json_t *t = json_object_get(u, "total_tokens");
+
+	if (!json_is_integer(p) || !json_is_integer(c) || !json_is_integer(t))
+		return resp_fail(r, "usage missing or mistyped");
+	/* Removed stop tokens count as generated, so >=, not ==. */
+	if (json_integer_value(c) < (json_int_t)rq->toks.n ||
+	    json_integer_value(c) > rq->max_tokens)
+		return resp_fail(r, "usage.completion_tokens %" JSON_INTEGER_FORMAT " with %zu tokens, max_tokens %u",
+				 json_integer_value(c), rq->toks.n, rq->max_tokens);
+	if (json_integer_value(p) != rq->n_prompt ||
+	    json_integer_value(t) != json_integer_value(p) + json_integer_value(c))
+		return resp_fail(r, "usage prompt_tokens %" JSON_INTEGER_FORMAT " (prompt has %u), total_tokens %" JSON_INTEGER_FORMAT,
+				 json_integer_value(p), rq->n_prompt,
+				 json_integer_value(t));
+	return 0;
+}
+
+/*
+ * Check obj as a text_completion for rq, append its token_ids and note a
+ * finish_reason (required unless stream).  Returns the number of tokens
+ * it carried, or -1 (r->err set).
+ */
+static int check_completion(struct lg *lg, struct http_resp *r,
+			    struct lg_req *rq, json_t *obj, bool stream)
+{
+	const char *id = json_string_value(json_object_get(obj, "id"));
+	const char *ob = json_string_value(json_object_get(obj, "object"));
+	json_t *ch = json_array_get(json_object_get(obj, "choices"), 0);
+	json_t *ids = json_object_get(ch, "token_ids"), *t, *fr;
+	size_t i;
+
+	if (!id || strcmp(id, rq->id))
+		return resp_fail(r, "answer id '%s'", id ? id : "(none)");
+	if (!ob || strcmp(ob, "text_completion") || !json_is_array(ids) ||
+	    json_integer_value(json_object_get(ch, "index")) != 0)
+		return resp_fail(r, "not a text_completion with choices[0].token_ids");
+	json_array_foreach(ids, i, t) {
+		if (!json_is_integer(t) || json_integer_value(t) < 0 ||
+		    json_integer_value(t) >= lg->o.vocab)
+			return resp_fail(r, "token_ids[%zu] not a token of vocab %u",
+					 i, lg->o.vocab);
+		if (tokvec_push(&rq->toks, (int32_t)json_integer_value(t)))
+			return resp_fail(r, "out of memory");
+	}
+	fr = json_object_get(ch, "finish_reason");
+	if (json_is_null(fr) && stream)
+		return (int)i;
+	if (!json_is_string(fr) || (strcmp(json_string_value(fr), "stop") &&
+				    strcmp(json_string_value(fr), "length")))
+		return resp_fail(r, "finish_reason is not \"stop\" or \"length\"");
+	snprintf(rq->finish, sizeof(rq->finish), "%s", json_string_value(fr));
+	rq->final_seen = true;
+	if (check_usage(r, rq, json_object_get(obj, "usage")))
+		return -1;
+	return (int)i;
+}
+
+/* ------------------------------------------------------------------------
+ * Server-Sent Events: one "\n\n"-terminated event of a stream
+ */
+
+/* The event's data lines joined by "\n" into out (cleared first). */
+static int sse_data(const char *s, size_t n, struct strbuf *out)
+{
+	const char *end = s + n, *eol;
+	size_t k;
+
+	strbuf_consume(out, out->len);
+	for (; s < end; s = eol + 1) {
+		eol = memchr(s, '\n', (size_t)(end - s));
+		if (!eol)
+			eol = end;
+		k = (size_t)(eol - s);
+		if (k < 5 || memcmp(s, "data:", 5))
+			continue;	/* comments, event:, id:, retry: */
+		s += 5, k -= 5;
+		if (k && *s == ' ')
+			s++, k--;
+		if ((out->len && strbuf_append(out, "\n", 1)) ||
+		    strbuf_append(out, s, k))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Check and account one event.  0, or -1 (r->err set). */
+static int sse_event(struct lg *lg, struct lg_conn *c, const char *s,
+		     size_t n, struct strbuf *data)
+{
+	struct lg_req *rq = &c->req;
+	struct http_resp *r = &c->resp;
+	uint64_t now = clock_now_ns();
+	const char *msg;
+	json_error_t jerr;
+	json_t *obj;
+	int got;
+
+	if (sse_data(s, n, data))
+		return resp_fail(r, "out of memory");
+	if (!data->len)
+		return 0;
+	if (rq->done_seen)
+		return resp_fail(r, "event after [DONE]");
+	if (strcmp(data->data, "[DONE]") == 0) {
+		if (!rq->final_seen && !rq->errored)
+			return resp_fail(r, "[DONE] before an event with finish_reason");
+		rq->done_seen = true;
+		return 0;
+	}
+	obj = json_loadb(data->data, data->len, 0, &jerr);
+	if (!obj)
+		return resp_fail(r, "event is not JSON: %s", jerr.text);
+	msg = error_message(obj);
+	if (msg) {
+		rq->errored = true;
+		snprintf(rq->err_msg, sizeof(rq->err_msg), "%s", msg);
+		json_decref(obj);
+		return 0;
+	}
+	if (rq->final_seen || rq->errored) {
+		json_decref(obj);
+		return resp_fail(r, "event after the final or error event");
+	}
+	got = check_completion(lg, r, rq, obj, true);
+	json_decref(obj);
+	if (got < 0)
+		return -1;
+	rq->n_events++;
+	if (got && !rq->t_first_tok_ns)
+		rq->t_first_tok_ns = now;
+	if (got)
+		rq->t_last_tok_ns = now;
+	if ((got || rq->final_seen) && !rq->t_first_ns)
+		rq->t_first_ns = now;
+	return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Connections
+ */
+
+static const char *const conn_state_name[] = {
+	"idle", "connecting", "sending", "receiving", "backing off",
+	"leaving", "stalled", "done",
+};
+
+static void conn_watch(struct lg *lg, struct lg_conn *c, uint32_t mask)
+{
+	struct epoll_event ev = { .events = mask, .data.ptr = c };
+	int op = !c->ev_mask ? EPOLL_CTL_ADD : mask ? EPOLL_CTL_MOD :
+		 EPOLL_CTL_DEL;
+
+	if (mask == c->ev_mask || c->fd < 0)
+		return;
+	/* Cannot fail for a valid fd we own, short of ENOMEM. */
+	if (epoll_ctl(lg->epfd, op, c->fd, &ev) == 0)
+		c->ev_mask = mask;
+}
+
+static void conn_close(struct lg_conn *c, bool rst)
+{
+	struct linger lin = { .l_onoff = 1, .l_linger = 0 };
+
+	if (c->fd < 0)
+		return;
+	/* Linger 0 makes close() send RST: the rude way to leave. */
+	if (rst)
+		setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lin, sizeof(lin));
+	close(c->fd);		/* also drops it from the epoll set */
+	c->fd = -1;
+	c->ev_mask = 0;
+	strbuf_consume(&c->in, c->in.len);
+}
+
+/* Leave a state that counts as busy for good. */
+static void conn_retire(struct lg *lg, struct lg_conn *c,
+			enum conn_state state)
+{
+	c->state = state;
+	lg->n_busy--;
+}
+
+static void conn_free_req(struct lg_conn *c)
+{
+	json_decref(c->req.json);
+	free(c->req.toks.v);
+	memset(&c->req, 0, sizeof(c->req));
+	c->has_req = false;
+	http_reset(&c->resp);
+}
+
+/* Forget the request; a normal conn goes CS_IDLE, a stall client done. */
+static void conn_end_req(struct lg *lg, struct lg_conn *c)
+{
+	conn_free_req(c);
+	if (c->stall)
+		conn_retire(lg, c, CS_DONE);
+	else
+		c->state = CS_IDLE;
+}
+
+static void conn_error(struct lg *lg, struct lg_conn *c, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* A protocol error: print it with the request id, drop the connection. */
+static void conn_error(struct lg *lg, struct lg_conn *c, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (lg->st.protocol_errors++ == LG_MAX_PRINTED)
+		fprintf(stderr, "loadgen: more protocol errors, not printed\n");
+	if (lg->st.protocol_errors <= LG_MAX_PRINTED) {
+		fprintf(stderr, "loadgen: protocol error: %s: ",
+			c->has_req ? c->req.id : "(between requests)");
+		va_start(ap, fmt);
+		vfprintf(stderr, fmt, ap);
+		va_end(ap);
+		fputc('\n', stderr);
+	}
+	conn_close(c, false);
+	if (c->has_req)
+		conn_end_req(lg, c);
+}
+
+/* Walk away from the request as planned: it counts as disconnected. */
+static void conn_abort(struct lg *lg, struct lg_conn *c)
+{
+	lg->st.disconnected++;
+	conn_close(c, c->req.disc_rst);
+	conn_end_req(lg, c);
+}
+
+static void conn_connect(struct lg *lg, struct lg_conn *c)
+{
+	int one = 1, rcvbuf = LG_STALL_RCVBUF;
+
+	c->fd = socket(lg->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK |
+		       SOCK_CLOEXEC, 0);
+	if (c->fd < 0) {
+		conn_error(lg, c, "socket: %s", strerror(errno));
+		return;
+	}
+	lg->st.connections++;
+	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	/* Before connect, so the window the server sees is small too. */
+	if (c->stall)
+		setsockopt(c->fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+	if (connect(c->fd, (struct sockaddr *)&lg->addr, lg->addrlen) &&
+	    errno != EINPROGRESS) {
+		conn_error(lg, c, "connect: %s", strerror(errno));
+		return;
+	}
+	c->state = CS_CONNECTING;
+	c->progress_ns = clock_now_ns();
+	conn_watch(lg, c, EPOLLOUT);
+}
+
+/* Lay out the request bytes and send them, connecting first if needed. */
+static void conn_send_begin(struct lg *lg, struct lg_conn *c)
+{
+	struct lg_req *rq = &c->req;
+	char *body;
+	size_t hlen;
+	int rc;
+
+	json_object_set_new(rq->json, "stream", json_boolean(rq->stream));
+	body = json_dumps(rq->json, JSON_COMPACT);
+	json_object_del(rq->json, "stream");
+	strbuf_consume(&c->out, c->out.len);
+	rc = !body || strbuf_printf(&c->out,
+		"POST /v1/completions HTTP/1.1\r\nHost: %s:%s\r\n"
+		"Content-Type: application/json\r\nContent-Length: %zu\r\n",
+		lg->o.host, lg->o.port, strlen(body ? body : ""));
+	if (!rc && lg->o.api_key)
+		rc = strbuf_printf(&c->out, "Authorization: Bearer %s\r\n",
+				   lg->o.api_key);
+	hlen = c->out.len + 2;
+	if (!rc)
+		rc = strbuf_printf(&c->out, "\r\n%s", body);
+	free(body);
+	if (rc) {
+		conn_error(lg, c, "out of memory");
+		return;
+	}
+	/* Plan (a) sends the head and 0..len-1 bytes of the body. */
+	if (rq->disc == DISC_PARTIAL)
+		rq->disc_pick = hlen + rq->disc_pick % (c->out.len - hlen);
+	c->out_off = 0;
+	http_reset(&c->resp);
+	if (c->fd < 0) {
+		conn_connect(lg, c);
+		return;
+	}
+	c->state = CS_SENDING;
+	c->progress_ns = clock_now_ns();
+	conn_watch(lg, c, EPOLLOUT | EPOLLIN);
+}
+
+/* Take the next request, or retire the conn when none is left. */
+static void conn_next(struct lg *lg, struct lg_conn *c)
+{
+	if (lg->st.started >= lg->o.n_requests ||
+	    clock_now_ns() >= lg->end_ns) {
+		conn_close(c, false);
+		conn_retire(lg, c, CS_DONE);
+		return;
+	}
+	if (gen_request(lg, &c->req, false, lg->st.started)) {
+		conn_error(lg, c, "out of memory");
+		conn_retire(lg, c, CS_DONE);
+		return;
+	}
+	lg->st.started++;
+	c->has_req = true;
+	conn_send_begin(lg, c);
+}
+
+static void conn_on_connect(struct lg *lg, struct lg_conn *c)
+{
+	int err = 0;
+	socklen_t len = sizeof(err);
+
+	if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) || err) {
+		conn_error(lg, c, "connect: %s", strerror(err ? err : errno));
+		return;
+	}
+	c->state = CS_SENDING;
+	c->progress_ns = clock_now_ns();
+	conn_watch(lg, c, EPOLLOUT | EPOLLIN);
+}
+
+static void conn_write(struct lg *lg, struct lg_conn *c)
+{
+	struct lg_req *rq = &c->req;
+	size_t limit = rq->disc == DISC_PARTIAL ? rq->disc_pick : c->out.len;
+	ssize_t n;
+
+	n = send(c->fd, c->out.data + c->out_off, limit - c->out_off,
+		 MSG_NOSIGNAL);
+	if (n < 0) {
+		if (errno != EAGAIN && errno != EINTR)
+			conn_error(lg, c, "send: %s", strerror(errno));
+		return;
+	}
+	if (!c->out_off)
+		rq->t_start_ns = clock_now_ns();
+	c->out_off += (size_t)n;
+	c->progress_ns = clock_now_ns();
+	if (c->out_off < limit)
+		return;
+	if (rq->disc == DISC_PARTIAL) {
+		conn_abort(lg, c);
+	} else if (rq->disc == DISC_BEFORE_ANSWER) {
+		/* A moment later, so some are cancelled mid-decode. */
+		c->state = CS_ABORT_WAIT;
+		c->wake_ns = c->progress_ns + rnd(lg) % LG_ABORT_WAIT_NS;
+		conn_watch(lg, c, EPOLLIN);
+	} else if (c->stall) {
+		/* Never read; unwatched, so its pending data cannot spin us. */
+		conn_watch(lg, c, 0);
+		conn_retire(lg, c, CS_STALLED);
+	} else {
+		c->state = CS_RECEIVING;
+		conn_watch(lg, c, EPOLLIN);
+	}
+}
+
+/* ------------------------------------------------------------------------
+ * Answers
+ */
+
+/* A 200 answer checked in full: count it, time it, write it out. */
+static void conn_completed(struct lg *lg, struct lg_conn *c)
+{
+	struct lg_req *rq = &c->req;
+	uint64_t now = clock_now_ns();
+	double span_ms = (double)(rq->t_last_tok_ns - rq->t_first_tok_ns) / 1e6;
+	size_t i;
+
+	lg->st.completed++;
+	lg->st.tokens += rq->toks.n;
+	samples_add(&lg->st.latency_ms, (double)(now - rq->t_start_ns) / 1e6);
+	if (rq->stream && rq->t_first_ns)
+		samples_add(&lg->st.ttft_ms,
+			    (double)(rq->t_first_ns - rq->t_start_ns) / 1e6);
+	/* Tokens in one event have no spacing to measure. */
+	if (rq->stream && rq->toks.n >= 2 && span_ms > 0) {
+		samples_add(&lg->st.tpot_ms, span_ms / (double)(rq->toks.n - 1));
+		samples_add(&lg->st.rate_tps, (double)rq->toks.n * 1e3 / span_ms);
+	}
+	if (lg->req_out) {
+		json_dumpf(rq->json, lg->req_out, JSON_COMPACT);
+		fputc('\n', lg->req_out);
+	}
+	if (lg->res_out) {
+		fprintf(lg->res_out, "{\"id\":\"%s\",\"tokens\":[", rq->id);
+		for (i = 0; i < rq->toks.n; i++)
+			fprintf(lg->res_out, i ? ",%d" : "%d", rq->toks.v[i]);
+		fprintf(lg->res_out, "],\"finish_reason\":\"%s\"}\n", rq->finish);
+	}
+	conn_end_req(lg, c);
+}
+
+/* A 500 (or a stream error event): the engine failed the request. */
+static void conn_failed(struct lg *lg, struct lg_conn *c, const char *msg)
+{
+	lg->st.failed++;
+	if (!lg->o.quiet)
+		fprintf(stderr, "loadgen: failed: %s: %s\n", c->req.id, msg);
+	conn_end_req(lg, c);
+}
+
+/* A 429: the same request again after a short, growing backoff. */
+static void conn_backoff(struct lg *lg, struct lg_conn *c)
+{
+	uint32_t k = c->req.n_retries < 5 ? c->req.n_retries : 5;
+
+	lg->st.rejected429++;
+	if (!c->resp.has_retry_after) {
+		conn_error(lg, c, "429 without a valid Retry-After");
+		return;
+	}
+	if (++c->req.n_retries > LG_MAX_RETRIES) {
+		conn_error(lg, c, "still 429 after %d retries", LG_MAX_RETRIES);
+		return;
+	}
+	/* Shorter than Retry-After on purpose: we are here to push. */
+	c->wake_ns = clock_now_ns() + ((5ull << k) + rnd_below(lg, 5)) * 1000000;
+	c->state = CS_BACKOFF;
+	conn_watch(lg, c, EPOLLIN);
+}
+
+/* A non-200 answer: 429 retried, 500 failed, anything else an error. */
+static void conn_answer_error(struct lg *lg, struct lg_conn *c)
+{
+	struct http_resp *r = &c->resp;
+	json_t *obj = json_loadb(r->body.data ? r->body.data : "",
+				 r->body.len, 0, NULL);
+	const char *msg = error_message(obj);
+
+	if (!msg || !r->json)
+		conn_error(lg, c, "status %d: no application/json error body: '%.60s'",
+			   r->status, r->body.data ? r->body.data : "");
+	else if (r->status == 429)
+		conn_backoff(lg, c);
+	else if (r->status == 500)
+		conn_failed(lg, c, msg);
+	else
+		conn_error(lg, c, "status %d: %s", r->status, msg);
+	json_decref(obj);
+}
+
+/* A 200 answer without streaming: one JSON body. */
+static void conn_answer_whole(struct lg *lg, struct lg_conn *c)
+{
+	struct http_resp *r = &c->resp;
+	json_error_t jerr;
+	json_t *obj;
+
+	if (!r->json || r->event_stream) {
+		conn_error(lg, c, "non-stream answer is not application/json");
+		return;
+	}
+	obj = json_loadb(r->body.data ? r->body.data : "", r->body.len, 0,
+			 &jerr);
+	if (!obj)
+		conn_error(lg, c, "body is not JSON: %s", jerr.text);
+	else if (check_completion(lg, r, &c->req, obj, false) < 0)
+		conn_error(lg, c, "%s", r->err);
+	else
+		conn_completed(lg, c);
+	json_decref(obj);
+}
+
+/* The whole answer is in: judge it, then free or close the connection. */
+static void conn_answer(struct lg *lg, struct lg_conn *c)
+{
+	struct http_resp *r = &c->resp;
+	struct lg_req *rq = &c->req;
+	bool close_after = r->close || c->state == CS_SENDING;
+
+	/* We never pipeline, so nothing may follow the answer. */
+	if (c->in.len) {
+		conn_error(lg, c, "%zu bytes after the answer", c->in.len);
+		return;
+	}
+	if (r->status != 200)
+		conn_answer_error(lg, c);
+	else if (!rq->stream)
+		conn_answer_whole(lg, c);
+	else if (!r->event_stream || !r->chunked)
+		conn_error(lg, c, "stream answer is not chunked text/event-stream");
+	else if (rq->errored)
+		conn_failed(lg, c, rq->err_msg);
+	else if (r->body.len)
+		conn_error(lg, c, "stream ends inside an event");
+	else if (!rq->final_seen || !rq->done_seen)
+		conn_error(lg, c, "stream ended without %s",
+			   rq->final_seen ? "[DONE]" : "a finish_reason");
+	else
+		conn_completed(lg, c);
+	/* Half-sent (the server answered early) or told: not reusable. */
+	if (close_after)
+		conn_close(c, false);
+}
+
+/*
+ * Check every complete event of a stream so far.  0 go on, -1 the
+ * request ended here (error or planned disconnect).
+ */
+static int conn_events(struct lg *lg, struct lg_conn *c)
+{
+	struct strbuf *body = &c->resp.body;
+	const char *end;
+	size_t n;
+
+	while (body->len && (end = memmem(body->data, body->len, "\n\n", 2))) {
+		n = (size_t)(end - body->data);
+		if (sse_event(lg, c, body->data, n, &lg->sse_data)) {
+			conn_error(lg, c, "%s", c->resp.err);
+			return -1;
+		}
+		strbuf_consume(body, n + 2);
+		if (c->req.disc == DISC_MID_STREAM && !c->req.final_seen &&
+		    c->req.n_events >= c->req.disc_at) {
+			conn_abort(lg, c);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* The peer closed or reset: fine between requests, an error inside one. */
+static void conn_eof(struct lg *lg, struct lg_conn *c, int err)
+{
+	if (c->state == CS_BACKOFF) {
+		conn_close(c, false);
+		return;
+	}
+	conn_error(lg, c, "connection closed by the server %s while %s%s%s%s",
+		   c->resp.phase == HP_HEAD ? "before the answer" :
+		   "in the middle of the answer", conn_state_name[c->state],
+		   err ? " (" : "", err ? strerror(err) : "", err ? ")" : "");
+}
+
+static void conn_read(struct lg *lg, struct lg_conn *c)
+{
+	char buf[LG_READ_BYTES];
+	ssize_t n = recv(c->fd, buf, sizeof(buf), 0);
+	int rc;
+
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n <= 0) {
+		conn_eof(lg, c, n < 0 ? errno : 0);
+		return;
+	}
+	c->progress_ns = clock_now_ns();
+	if (c->state == CS_BACKOFF) {
+		conn_error(lg, c, "%zd bytes on an idle connection", n);
+		return;
+	}
+	if (strbuf_append(&c->in, buf, (size_t)n)) {
+		conn_error(lg, c, "out of memory");
+		return;
+	}
+	rc = http_feed(&c->resp, &c->in);
+	if (rc < 0) {
+		conn_error(lg, c, "%s", c->resp.err);
+		return;
+	}
+	/* Events are timed as they arrive, not when the answer ends. */
+	if (c->resp.status == 200 && c->req.stream && c->resp.event_stream &&
+	    conn_events(lg, c))
+		return;
+	if (rc == 1)
+		conn_answer(lg, c);
+}
+
+static void conn_on_event(struct lg *lg, struct lg_conn *c, uint32_t ev)
+{
+	switch (c->state) {
+	case CS_CONNECTING:
+		conn_on_connect(lg, c);
+		break;
+	case CS_SENDING:
+		/* Read first: an early answer (413, 400) beats our EPIPE. */
+		if (ev & (EPOLLIN | EPOLLERR | EPOLLHUP))
+			conn_read(lg, c);
+		if (c->state == CS_SENDING && (ev & EPOLLOUT))
+			conn_write(lg, c);
+		break;
+	case CS_RECEIVING:
+	case CS_BACKOFF:
+		conn_read(lg, c);
+		break;
+	case CS_ABORT_WAIT:
+		/* Answer bytes or a close: leave now, still unread. */
+		conn_abort(lg, c);
+		break;
+	default:
+		break;
+	}
+	if (c->state == CS_IDLE)
+		conn_next(lg, c);
+}
+
+/* Wake backoffs and planned aborts; call a conn with no progress hung. */
+static void lg_timers(struct lg *lg, uint64_t now)
+{
+	uint64_t timeout_ns = (uint64_t)(lg->o.timeout_s * 1e9);
+	struct lg_conn *c;
+	uint32_t i;
+
+	for (i = 0; i < lg->n_conns; i++) {
+		c = &lg->conns[i];
+		switch (c->state) {
+		case CS_BACKOFF:
+			if (now >= c->wake_ns)
+				conn_send_begin(lg, c);
+			break;
+		case CS_ABORT_WAIT:
+			if (now >= c->wake_ns)
+				conn_abort(lg, c);
+			break;
+		case CS_CONNECTING:
+		case CS_SENDING:
+		case CS_RECEIVING:
+			if (now - c->progress_ns <= timeout_ns)
+				break;
+			/* A hung server hangs every later request too. */
+			lg->end_ns = 0;
+			conn_error(lg, c, "no progress for %.1f s while %s; starting no more requests",
+				   lg->o.timeout_s, conn_state_name[c->state]);
+			break;
+		default:
+			break;
+		}
+		if (c->state == CS_IDLE)
+			conn_next(lg, c);
+	}
+}
+
+/* ------------------------------------------------------------------------
+ * The run
+ */
+
+/*
+ * After the run: did the server close each stall client?  Drain what it
+ * sent; EOF or RST means closed, EAGAIN means it is still open, unless
+ * --stall-wait-s allows waiting for it (a server's write timeout may end
+ * just after the other clients do).
+ */
+static uint32_t lg_stall_check(struct lg *lg)
+{
+	uint64_t deadline = clock_now_ns() + (uint64_t)(lg->o.stall_wait_s * 1e9);
+	char buf[LG_READ_BYTES];
+	uint32_t i, n_closed = 0;
+	struct lg_conn *c;
+	ssize_t n;
+
+	for (i = 0; i < lg->o.n_stall; i++) {
+		c = &lg->conns[i];
+		if (c->state != CS_STALLED)
+			continue;
+		for (;;) {
+			uint64_t now;
+			struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
+
+			do
+				n = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
+			while (n > 0);
+			if (n == 0 || (errno != EAGAIN && errno != EINTR))
+				break;
+			now = clock_now_ns();
+			if (now >= deadline)
+				break;
+			poll(&pfd, 1, (int)((deadline - now) / 1000000) + 1);
+		}
+		if (n == 0 || (errno != EAGAIN && errno != EINTR))
+			n_closed++;
+		conn_close(c, false);
+		conn_free_req(c);
+		c->state = CS_DONE;
+	}
+	return n_closed;
+}
+
+static int lg_run(struct lg *lg)
+{
+	struct epoll_event evs[LG_MAX_EVENTS];
+	uint64_t now, last_tick = 0;
+	uint32_t i;
+	int n, k;
+
+	lg->t0_ns = clock_now_ns();
+	lg->end_ns = lg->o.duration_s > 0 ?
+		     lg->t0_ns + (uint64_t)(lg->o.duration_s * 1e9) : UINT64_MAX;
+	lg->n_busy = lg->n_conns;
+	/* Stall clients first, so they are in place before the load. */
+	for (i = 0; i < lg->n_conns; i++) {
+		struct lg_conn *c = &lg->conns[i];
+
+		if (!c->stall) {
+			conn_next(lg, c);
+		} else if (gen_request(lg, &c->req, true, i)) {
+			fprintf(stderr, "loadgen: out of memory\n");
+			return -ENOMEM;
+		} else {
+			c->has_req = true;
+			conn_send_begin(lg, c);
+		}
+	}
+	while (lg->n_busy) {
+		/* 1 ms: timers (backoff, abort, timeout) need no finer. */
+		n = epoll_wait(lg->epfd, evs, LG_MAX_EVENTS, 1);
+		if (n < 0 && errno != EINTR) {
+			fprintf(stderr, "loadgen: epoll_wait: %s\n", strerror(errno));
+			return -errno;
+		}
+		for (k = 0; k < n; k++)
+			conn_on_event(lg, evs[k].data.ptr, evs[k].events);
+		now = clock_now_ns();
+		if (now - last_tick >= LG_TICK_NS) {
+			lg_timers(lg, now);
+			last_tick = now;
+		}
+	}
+	return 0;
+}
+
+static void lg_report(struct lg *lg, double elapsed_s, uint32_t n_closed)
+{
+	struct lg_stats *s = &lg->st;
+	double rps = (double)s->completed / elapsed_s;
+	double tps = (double)s->tokens / elapsed_s;
+
+	printf("requests_started=%" PRIu64 "\n", s->started);
+	printf("completed=%" PRIu64 "\n", s->completed);
+	printf("disconnected=%" PRIu64 "\n", s->disconnected);
+	printf("failed=%" PRIu64 "\n", s->failed);
+	printf("rejected429=%" PRIu64 "\n", s->rejected429);
+	printf("protocol_errors=%" PRIu64 "\n", s->protocol_errors);
+	printf("connections=%" PRIu64 "\n", s->connections);
+	printf("completion_tokens=%" PRIu64 "\n", s->tokens);
+	printf("elapsed_s=%.3f\n", elapsed_s);
+	printf("req_per_s=%.1f\n", rps);
+	printf("tokens_per_s=%.1f\n", tps);
+	printf("ttft_p50_ms=%.3f\n", samples_pct(&s->ttft_ms, 50));
+	printf("ttft_p99_ms=%.3f\n", samples_pct(&s->ttft_ms, 99));
+	printf("tpot_p50_ms=%.3f\n", samples_pct(&s->tpot_ms, 50));
+	printf("tpot_p99_ms=%.3f\n", samples_pct(&s->tpot_ms, 99));
+	printf("latency_p50_ms=%.3f\n", samples_pct(&s->latency_ms, 50));
+	printf("latency_p99_ms=%.3f\n", samples_pct(&s->latency_ms, 99));
+	printf("stream_rate_min_tps=%.1f\n", samples_pct(&s->rate_tps, 0));
+	printf("stream_rate_p50_tps=%.1f\n", samples_pct(&s->rate_tps, 50));
+	printf("stalled_clients=%u\nstalled_closed=%u\n", lg->o.n_stall,
+	       n_closed);
+	printf("stalled: %u clients, %u closed by the server\n",
+	       lg->o.n_stall, n_closed);
+	if (!lg->o.quiet)
+		printf("loadgen: %" PRIu64 " started, %" PRIu64 " completed, %" PRIu64 " disconnected, %" PRIu64 " failed, %" PRIu64 " 429s, %" PRIu64 " protocol errors in %.3f s: %.0f req/s, %.0f tokens/s, latency p50 %.2f ms p99 %.2f ms\n",
+		       s->started, s->completed, s->disconnected, s->failed,
+		       s->rejected429, s->protocol_errors, elapsed_s, rps, tps,
+		       samples_pct(&s->latency_ms, 50),
+		       samples_pct(&s->latency_ms, 99));
+}
+
+/* ------------------------------------------------------------------------
+ * Command line and setup
+ */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: loadgen --port P [options]\n"
+		"  --host H             server address (default 127.0.0.1)\n"
+		"  --requests N         requests to start (default 1000)\n"
+		"  --concurrency C      connections (default 64)\n"
+		"  --seed S             request seed (default: from the clock; printed)\n"
+		"  --stream-frac F      fraction of streaming requests (0.5)\n"
+		"  --disconnect-frac F  fraction the client walks away from (0)\n"
+		"  --stall N            extra clients that stream and never read (0)\n"
+		"  --max-prompt P       longest prompt (64)\n"
+		"  --max-tokens M       largest max_tokens (64)\n"
+		"  --stop-frac F        fraction of requests with stops (0.3)\n"
+		"  --vocab V            the server's sim vocabulary (32000)\n"
+		"  --api-key KEY        send Authorization: Bearer KEY\n"
+		"  --requests-out FILE  completed requests as JSON Lines input\n"
+		"  --results-out FILE   their results, for refdecode --check\n"
+		"  --duration-s S       stop starting requests after S seconds\n"
+		"  --timeout-s S        no progress this long is an error (60)\n"
+		"  --stall-wait-s S     wait up to S s for the server to close each\n"
+		"                       stall client after the run (0: look once)\n"
+		"  --strict             a 500 is an error too\n"
+		"  --quiet              no per-failure lines, no human summary\n"
+		"Exit: 0 ok, 1 protocol errors, 2 usage error.\n");
+}
+
+static int bad_opt(const char *name, const char *val, const char *want)
+{
+	fprintf(stderr, "loadgen: --%s: want %s, got '%s'\n", name, want, val);
+	return -EINVAL;
+}
+
+/* A decimal fraction or duration in [lo, hi]. */
+static int parse_real(const char *s, double lo, double hi, double *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtod(s, &end);
+	return (errno || end == s || *end || !(*out >= lo && *out <= hi)) ?
+	       -EINVAL : 0;
+}
+
+static int parse_opts(int argc, char **argv, struct lg_opts *o)
+{
+	static const struct option longopts[] = {
+		{ "port", required_argument, NULL, 'P' },
+		{ "host", required_argument, NULL, 'H' },
+		{ "requests", required_argument, NULL, 'n' },
+		{ "concurrency", required_argument, NULL, 'c' },
+		{ "seed", required_argument, NULL, 's' },
+		{ "stream-frac", required_argument, NULL, 'S' },
+		{ "disconnect-frac", required_argument, NULL, 'D' },
+		{ "stall", required_argument, NULL, 'l' },
+		{ "max-prompt", required_argument, NULL, 'p' },
+		{ "max-tokens", required_argument, NULL, 'm' },
+		{ "stop-frac", required_argument, NULL, 'f' },
+		{ "vocab", required_argument, NULL, 'v' },
+		{ "api-key", required_argument, NULL, 'k' },
+		{ "requests-out", required_argument, NULL, 'R' },
+		{ "results-out", required_argument, NULL, 'O' },
+		{ "duration-s", required_argument, NULL, 'd' },
+		{ "timeout-s", required_argument, NULL, 't' },
+		{ "stall-wait-s", required_argument, NULL, 'W' },
+		{ "strict", no_argument, NULL, 'x' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	bool has_seed = false;
+	uint32_t port;
+	int c, li = 0, rc = 0;
+
+	opterr = 0;	/* one message of our own, naming the option */
+	while (!rc && (c = getopt_long(argc, argv, ":", longopts, &li)) != -1) {
+		const char *name = longopts[li].name;
+
+		switch (c) {
+		case 'P':
+			o->port = optarg;
+			if (parse_u32(optarg, 1, 65535, &port))
+				rc = bad_opt(name, optarg, "a port in [1, 65535]");
+			break;
+		case 'H': o->host = optarg; break;
+		case 'k': o->api_key = optarg; break;
+		case 'R': o->requests_out = optarg; break;
+		case 'O': o->results_out = optarg; break;
+		case 'x': o->strict = true; break;
+		case 'q': o->quiet = true; break;
+#define U64(ch, field, lo, hi, want)					\
+		case ch:						\
+			if (parse_u64(optarg, lo, hi, &o->field))	\
+				rc = bad_opt(name, optarg, want);	\
+			break;
+#define U32(ch, field, lo, hi, want)					\
+		case ch:						\
+			if (parse_u32(optarg, lo, hi, &o->field))	\
+				rc = bad_opt(name, optarg, want);	\
+			break;
+#define REAL(ch, field, lo, hi, want)					\
+		case ch:						\
+			if (parse_real(optarg, lo, hi, &o->field))	\
+				rc = bad_opt(name, optarg, want);	\
+			break;
+		U64('n', n_requests, 0, UINT64_MAX, "a count")
+		U64('s', seed, 0, UINT64_MAX, "an unsigned 64-bit integer")
+		U32('c', concurrency, 1, 100000, "an integer in [1, 100000]")
+		U32('l', n_stall, 0, 100000, "an integer in [0, 100000]")
+		U32('p', max_prompt, 0, 1u << 20, "an integer in [0, 1048576]")
+		U32('m', max_tokens, 1, 1u << 20, "an integer in [1, 1048576]")
+		U32('v', vocab, 1, INT32_MAX, "an integer in [1, 2147483647]")
+		REAL('S', stream_frac, 0, 1, "a fraction in [0, 1]")
+		REAL('D', disconnect_frac, 0, 1, "a fraction in [0, 1]")
+		REAL('f', stop_frac, 0, 1, "a fraction in [0, 1]")
+		REAL('d', duration_s, 1e-3, 1e7, "seconds > 0")
+		REAL('t', timeout_s, 1e-3, 1e7, "seconds > 0")
+		REAL('W', stall_wait_s, 0, 1e7, "seconds >= 0")
+#undef U64
+#undef U32
+#undef REAL
+		case 'h':
+			usage(stdout);
+			exit(0);
+		case ':':
+			fprintf(stderr, "loadgen: %s needs a value\n",
+				argv[optind - 1]);
+			return -EINVAL;
+		default:
+			fprintf(stderr, "loadgen: unknown option '%s' (see --help)\n",
+				argv[optind - 1]);
+			return -EINVAL;
+		}
+		if (c == 's')
+			has_seed = true;
+	}
+	if (!rc && optind < argc) {
+		fprintf(stderr, "loadgen: unexpected argument '%s'\n",
+			argv[optind]);
+		rc = -EINVAL;
+	}
+	if (!rc && !o->port) {
+		fprintf(stderr, "loadgen: --port is required\n");
+		rc = -EINVAL;
+	}
+	/* Different runs differ unless told; the seed is printed to replay. */
+	if (!has_seed)
+		o->seed = clock_now_ns() ^ ((uint64_t)time(NULL) << 20) ^
+			  (uint64_t)getpid();
+	return rc;
+}
+
+/* Resolve --host/--port once, blocking: before any load. */
+static int lg_resolve(struct lg *lg)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai;
+	int rc = getaddrinfo(lg->o.host, lg->o.port, &hints, &ai);
+
+	if (rc) {
+		fprintf(stderr, "loadgen: --host %s: %s\n", lg->o.host,
+			gai_strerror(rc));
+		return -EINVAL;
+	}
+	memcpy(&lg->addr, ai->ai_addr, ai->ai_addrlen);
+	lg->addrlen = ai->ai_addrlen;
+	freeaddrinfo(ai);
+	return 0;
+}
+
+/* Room for every socket: C + stall clients may pass the soft limit. */
+static void raise_fd_limit(uint32_t need)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= need + 64u)
+		return;
+	rl.rlim_cur = rl.rlim_max;
+	setrlimit(RLIMIT_NOFILE, &rl);
+}
+
+/* Free what the run left: a timed-out run leaves requests in flight. */
+static void lg_destroy(struct lg *lg)
+{
+	struct lg_conn *c;
+	uint32_t i;
+
+	for (i = 0; lg->conns && i < lg->n_conns; i++) {
+		c = &lg->conns[i];
+		conn_close(c, false);
+		conn_free_req(c);
+		strbuf_release(&c->out);
+		strbuf_release(&c->in);
+		strbuf_release(&c->resp.body);
+	}
+	free(lg->conns);
+	free(lg->st.ttft_ms.v);
+	free(lg->st.tpot_ms.v);
+	free(lg->st.latency_ms.v);
+	free(lg->st.rate_tps.v);
+	strbuf_release(&lg->sse_data);
+	if (lg->epfd >= 0)
+		close(lg->epfd);
+}
+
+static FILE *open_out(const char *path)
+{
+	FILE *f = path ? fopen(path, "w") : NULL;
+
+	if (path && !f)
+		fprintf(stderr, "loadgen: %s: %s\n", path, strerror(errno));
+	return f;
+}
+
+int main(int argc, char **argv)
+{
+	struct lg lg = {
+		.o = {
+			.host = "127.0.0.1", .n_requests = 1000,
+			.concurrency = 64, .stream_frac = 0.5, .stop_frac = 0.3,
+			.max_prompt = 64, .max_tokens = 64, .vocab = 32000,
+			.timeout_s = 60,
+		},
+	};
+	uint32_t n_closed, i;
+	double elapsed_s;
+	int rc = 2;
+
+	if (parse_opts(argc, argv, &lg.o) || lg_resolve(&lg))
+		return 2;
+	printf("seed=%" PRIu64 "\n", lg.o.seed);
+	fflush(stdout);
+	signal(SIGPIPE, SIG_IGN);	/* MSG_NOSIGNAL covers send(); belt */
+	lg.n_conns = lg.o.concurrency + lg.o.n_stall;
+	raise_fd_limit(lg.n_conns);
+	lg.conns = calloc(lg.n_conns, sizeof(*lg.conns));
+	for (i = 0; lg.conns && i < lg.n_conns; i++) {
+		lg.conns[i].fd = -1;
+		lg.conns[i].stall = i < lg.o.n_stall;
+	}
+	lg.epfd = epoll_create1(EPOLL_CLOEXEC);
+	lg.req_out = open_out(lg.o.requests_out);
+	lg.res_out = open_out(lg.o.results_out);
+	if ((lg.o.requests_out && !lg.req_out) ||
+	    (lg.o.results_out && !lg.res_out))
+		goto out;	/* a bad path is a usage error: 2 */
+	rc = 1;
+	if (!lg.conns || lg.epfd < 0) {
+		fprintf(stderr, "loadgen: setup: %s\n", strerror(errno));
+		goto out;
+	}
+	if (lg_run(&lg))
+		goto out;
+	elapsed_s = (double)(clock_now_ns() - lg.t0_ns) / 1e9;
+	n_closed = lg_stall_check(&lg);
+	lg_report(&lg, elapsed_s, n_closed);
+	rc = lg.st.protocol_errors || (lg.o.strict && lg.st.failed);
+out:
+	/* A truncated results file would make the caller's check lie. */
+	if ((lg.req_out && fclose(lg.req_out)) +
+	    (lg.res_out && fclose(lg.res_out))) {
+		fprintf(stderr, "loadgen: writing the output files failed\n");
+		rc = 1;
+	}
+	lg_destroy(&lg);
+	return rc;
+}

@@ -1,0 +1,119 @@
+/*
+ * llama_checkpoint.h - read and validate a llama2.c checkpoint, mapped
+ * read-only so that every worker process shares one page-cache copy.
+ *
+ * Two layouts are read (all numbers little-endian, weights fp32):
+ *
+ *   legacy (llama2.c run.c): 7 int32 (dim, hidden_dim, n_layers, n_heads,
+ *     n_kv_heads, vocab_size, seq_len), vocab_size < 0 meaning that a
+ *     separate classifier follows at the end; then token_embedding,
+ *     rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3, rms_final, the RoPE
+ *     tables freq_cis_real and freq_cis_imag (seq_len x head_size / 2
+ *     each; skipped; also accepted when absent, which the file size tells
+ *     unambiguously), then wcls when separate.
+ *
+ *   "ak42" version 1 (llama2.c export.py): uint32 magic 0x616b3432,
+ *     int32 version, the same 7 int32 (vocab_size positive), uint8
+ *     shared_classifier, zeros up to byte 256; then all rms_att, all
+ *     rms_ffn, rms_final, token_embedding, wq, wk, wv, wo, w1, w2, w3 (each
+ *     stacked over layers), then wcls when not shared.
+ *
+ *   "ak42" version 2 (export.py's version2_export, what llama2.c's runq.c
+ *     reads): the version 1 header with an int32 group_size after the
+ *     shared_classifier byte (byte 37); then fp32 all rms_att, all
+ *     rms_ffn, rms_final; then Q8_0 tensors (llama_q8.h) token_embedding,
+ *     wq, wk, wv, wo, w1, w2, w3, wcls when not shared, each layer's
+ *     matrix as its int8 values then its fp32 scales (per layer, not per
+ *     stacked tensor).  group_size must divide dim and hidden_dim: every
+ *     matrix row is dim or hidden_dim long, and runq.c quantizes the
+ *     activations in those groups.
+ *
+ *   Other versions are refused.
+ *
+ * The file size must be exactly what the header implies: a checkpoint cut
+ * short or with bytes trailing is refused, so no weight is ever read out
+ * of bounds.
+ */
+#ifndef DYNBATCH_LLAMA_CHECKPOINT_H
+#define DYNBATCH_LLAMA_CHECKPOINT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/llama_q8.h"
+
+#define LLAMA_AK42_MAGIC 0x616b3432u
+#define LLAMA_AK42_HEADER_BYTES 256u
+#define LLAMA_LEGACY_HEADER_BYTES 28u
+
+/* The shapes, all > 0 and consistent once a checkpoint is parsed. */
+struct llama_config {
+	uint32_t dim;		/* residual stream width */
+	uint32_t hidden_dim;	/* FFN width */
+	uint32_t n_layers;
+	uint32_t n_heads;	/* query heads */
+	uint32_t n_kv_heads;	/* key/value heads; divides n_heads */
+	uint32_t vocab;
+	uint32_t seq_len;	/* longest prefix the model was built for */
+	uint32_t head_size;	/* dim / n_heads, even */
+	uint32_t kv_dim;	/* n_kv_heads * head_size */
+};
+
+/*
+ * Pointers into the mapped file; shapes in (…) as [rows][cols].  In a
+ * version 2 file only the rms_* are set here; the matrices are in q8.
+ */
+struct llama_weights {
+	const float *token_embedding;	/* (vocab, dim) */
+	const float *rms_att;		/* (layer, dim) */
+	const float *wq;		/* (layer, dim, dim) */
+	const float *wk;		/* (layer, kv_dim, dim) */
+	const float *wv;		/* (layer, kv_dim, dim) */
+	const float *wo;		/* (layer, dim, dim) */
+	const float *rms_ffn;		/* (layer, dim) */
+	const float *w1;		/* (layer, hidden_dim, dim) */
+	const float *w2;		/* (layer, dim, hidden_dim) */
+	const float *w3;		/* (layer, hidden_dim, dim) */
+	const float *rms_final;		/* (dim) */
+	const float *wcls;		/* (vocab, dim); token_embedding if shared */
+};
+
+/* The Q8_0 matrices of a version 2 file, same shapes as llama_weights. */
+struct llama_q8_weights {
+	struct llama_q8_tensor token_embedding, wq, wk, wv, wo, w1, w2, w3;
+	struct llama_q8_tensor wcls;	/* token_embedding if shared */
+};
+
+struct llama_checkpoint {
+	struct llama_config cfg;
+	struct llama_weights w;
+	struct llama_q8_weights q8;	/* version 2 only */
+	uint32_t group_size;		/* version 2 only */
+	bool shared_classifier;
+	int format_version;	/* 0: legacy, 1 or 2: ak42 version */
+	void *map;		/* what llama_checkpoint_open() mapped, or NULL */
+	size_t map_len;
+};
+
+/*
+ * Parse the checkpoint held in data[0..size) (name is for messages only).
+ * The weights point into data, which must stay valid and 4-byte aligned.
+ * Returns 0, or -EINVAL after writing a one-line reason into err.
+ */
+int llama_checkpoint_parse(struct llama_checkpoint *ck, const void *data,
+			   size_t size, const char *name, char *err,
+			   size_t err_len);
+
+/*
+ * Map the file at path read-only and parse it.  Returns 0, or a negative
+ * errno after writing err (nothing stays open).  Undo with
+ * llama_checkpoint_close().
+ */
+int llama_checkpoint_open(struct llama_checkpoint *ck, const char *path,
+			  char *err, size_t err_len);
+
+/* Unmap what llama_checkpoint_open() mapped; accepts a zeroed struct. */
+void llama_checkpoint_close(struct llama_checkpoint *ck);
+
+#endif /* DYNBATCH_LLAMA_CHECKPOINT_H */

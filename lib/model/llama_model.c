@@ -1,0 +1,686 @@
+/*
+ * llama_model.c - the llama2.c forward pass behind the stateful model ABI
+ * (model.h): a KV cache per slot, steps over many rows at once; see
+ * llama_model.h for the create args.
+ *
+ * NOTES ON THE DESIGN
+ *
+ * The split follows llama2.c: config and weights (llama_checkpoint.h,
+ * pointers into the read-only mapping), run state (the KV cache and the
+ * scratch buffers, made in bind()), and the forward pass.
+ *
+ * A step flattens its rows into a list of (slot, position, token) and
+ * runs it in chunks of at most LLAMA_CHUNK tokens, whatever rows they come
+ * from.  Per chunk and layer every matmul takes all the chunk's tokens at
+ * once, so each weight is read once per chunk; K and V of all the chunk's
+ * tokens are written into the cache before any of them attends, so a
+ * token sees the earlier tokens of its own row in the same chunk.  The
+ * chunking is invisible in the results because everything a token
+ * computes depends only on itself and its slot's cache: the kernels are
+ * batch invariant (llama_kernels.h), and norms, RoPE (cos and sin made per chunk from
+ * bind()), attention and the FFN's gate run per token through the same
+ * code.
+ *
+ * Attention runs head by head over the chunk: for each token, its scores
+ * against all its cached keys in one kernel call (attn_scores), softmax
+ * (a kernel too: expf's calls were a tenth of a long prefill), then its
+ * values in one call (attn_mix), with all the tokens' scores
+ * before any values, so that over a long prefix one head's keys, then its
+ * values, stay in cache across the chunk.  Per position a call each to
+ * dot() and axpy() made a 1000-token prefill of the stories110M shape
+ * spend a third of its 10 s in tens of millions of tiny calls; now about
+ * 6.5 s (2-core Zen 1 EPYC).
+ *
+ * The KV cache is one anonymous MAP_NORESERVE mapping made in bind(): per
+ * slot a page-aligned region of [layer][K or V][position][kv_dim] floats.
+ * Pages are touched only as positions are written, and release() gives a
+ * slot's pages back with madvise(MADV_DONTNEED).  step() allocates
+ * nothing: it runs in the worker's sandbox.
+ *
+ * The model tracks how many tokens of each slot it consumed, so that a
+ * caller claiming more cached tokens than there are fails the step
+ * (-EINVAL) instead of reading a stale cache.
+ */
+#include "model/llama_model.h"
+#include "model/llama_checkpoint.h"
+#include "kernels/llama_kernels.h"
+#include "kernels/llama_q8.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define LLAMA_CHUNK 64		/* tokens per internal forward pass */
+#define LLAMA_RMS_EPS 1e-5f
+#define LLAMA_ROPE_THETA 10000.0f
+#define LLAMA_ALIGN 64
+
+/* One token of a chunk: where its K/V go and whether it makes logits. */
+struct llama_chunk_token {
+	uint32_t slot;
+	uint32_t pos;
+	int32_t token;
+	int32_t out_row;	/* index into the step's logits, or -1 */
+};
+
+struct llama_model {
+	struct llama_checkpoint ck;
+	const struct llama_kernels *k;
+	llama_q8_matmul_fn *q8_matmul;	/* for version 2 (Q8_0) files */
+
+	/* ---- run state, made by bind() */
+	bool bound;
+	uint32_t n_slots;
+	uint32_t max_context;
+	float *kv;		/* (slot, layer, K|V, position, kv_dim) */
+	size_t kv_bytes;
+	size_t slot_floats;	/* floats per slot, page-aligned */
+	uint32_t *consumed;	/* (slot) tokens the cache holds */
+	uint64_t *seen;		/* (slot) last step that named it */
+	uint64_t step_id;
+	float *rope_freq;	/* (head_size / 2) RoPE frequency per pair */
+	float *rope;		/* (chunk, head_size / 2, cos|sin): the
+				 * chunk's tokens' rotations, made per
+				 * chunk: a table over every position would
+				 * cost seq_len x head_size floats up front,
+				 * and the header says what seq_len is */
+
+	/* scratch for one chunk */
+	struct llama_chunk_token *ct;	/* (LLAMA_CHUNK) */
+	uint32_t n_ct;
+	float *x;		/* (chunk, dim) residual stream */
+	float *xb;		/* (chunk, dim) */
+	float *xb2;		/* (chunk, dim) */
+	float *q;		/* (chunk, dim) */
+	float *kb;		/* (chunk, kv_dim) */
+	float *vb;		/* (chunk, kv_dim) */
+	float *hb;		/* (chunk, hidden_dim) */
+	float *hb2;		/* (chunk, hidden_dim) */
+	float *att;		/* (chunk, max_context) scores, then weights */
+	size_t att_bytes;	/* its mapping's size */
+	float *logits;		/* the step's output, during step() */
+};
+
+/* ------------------------------------------------------------ create */
+
+static int llama_parse_options(const char *opts, enum llama_kernel_kind *kind,
+			       bool *kind_auto, char *err, size_t err_len)
+{
+	*kind_auto = true;
+	while (opts && *opts) {
+		const char *end = strchr(opts, ',');
+		size_t len = end ? (size_t)(end - opts) : strlen(opts);
+
+		if (len == 11 && memcmp(opts, "kernel=auto", 11) == 0) {
+			*kind_auto = true;
+		} else if (len == 15 && memcmp(opts, "kernel=portable", 15) == 0) {
+			*kind_auto = false;
+			*kind = LLAMA_KERNEL_PORTABLE;
+		} else if (len == 11 && memcmp(opts, "kernel=avx2", 11) == 0) {
+			*kind_auto = false;
+			*kind = LLAMA_KERNEL_AVX2;
+		} else {
+			snprintf(err, err_len,
+				 "llama: unknown option '%.*s' (expected kernel=auto|portable|avx2)",
+				 (int)len, opts);
+			return -EINVAL;
+		}
+		opts = end ? end + 1 : NULL;
+	}
+	return 0;
+}
+
+static void *llama_create(const char *args, char *err, size_t err_len)
+{
+	enum llama_kernel_kind kind = LLAMA_KERNEL_PORTABLE;
+	const char *comma = args ? strchr(args, ',') : NULL;
+	size_t path_len = comma ? (size_t)(comma - args) :
+				  (args ? strlen(args) : 0);
+	struct llama_model *m;
+	bool kind_auto;
+	char *path;
+
+	if (path_len == 0) {
+		snprintf(err, err_len,
+			 "llama: no checkpoint (expected llama:PATH[,kernel=auto|portable|avx2])");
+		return NULL;
+	}
+	if (llama_parse_options(comma ? comma + 1 : NULL, &kind, &kind_auto,
+				err, err_len))
+		return NULL;
+	if (kind_auto)
+		kind = llama_kernels_have_avx2() ? LLAMA_KERNEL_AVX2 :
+						   LLAMA_KERNEL_PORTABLE;
+	m = calloc(1, sizeof(*m));
+	path = strndup(args, path_len);
+	if (!m || !path) {
+		snprintf(err, err_len, "llama: out of memory");
+		goto out_free;
+	}
+	m->k = llama_kernels_get(kind);
+	m->q8_matmul = llama_q8_matmul_get(kind);
+	if (!m->k) {
+		snprintf(err, err_len,
+			 "llama: kernel=avx2 but this CPU lacks AVX2+FMA (use kernel=portable or auto)");
+		goto out_free;
+	}
+	if (llama_checkpoint_open(&m->ck, path, err, err_len))
+		goto out_free;
+	free(path);
+	return m;
+
+out_free:
+	free(path);
+	free(m);
+	return NULL;
+}
+
+static void llama_unbind(struct llama_model *m)
+{
+	if (m->kv)
+		munmap(m->kv, m->kv_bytes);
+	m->kv = NULL;
+	free(m->consumed);
+	free(m->seen);
+	free(m->rope);
+	free(m->rope_freq);
+	free(m->ct);
+	free(m->x);
+	free(m->xb);
+	free(m->xb2);
+	free(m->q);
+	free(m->kb);
+	free(m->vb);
+	free(m->hb);
+	free(m->hb2);
+	if (m->att)
+		munmap(m->att, m->att_bytes);
+	m->consumed = NULL;
+	m->seen = NULL;
+	m->rope = NULL;
+	m->rope_freq = NULL;
+	m->ct = NULL;
+	m->x = m->xb = m->xb2 = m->q = m->kb = m->vb = NULL;
+	m->hb = m->hb2 = m->att = NULL;
+	m->bound = false;
+}
+
+static void llama_destroy(void *model)
+{
+	struct llama_model *m = model;
+
+	if (!m)
+		return;
+	llama_unbind(m);
+	llama_checkpoint_close(&m->ck);
+	free(m);
+}
+
+static uint32_t llama_vocab(void *model)
+{
+	return ((struct llama_model *)model)->ck.cfg.vocab;
+}
+
+static uint32_t llama_max_context(void *model)
+{
+	return ((struct llama_model *)model)->ck.cfg.seq_len;
+}
+
+/* -------------------------------------------------------------- bind */
+
+static float *llama_alloc_floats(size_t n)
+{
+	void *p = NULL;
+
+	if (posix_memalign(&p, LLAMA_ALIGN, (n ? n : 1) * sizeof(float)))
+		return NULL;
+	memset(p, 0, (n ? n : 1) * sizeof(float));
+	return p;
+}
+
+/* The frequency of each pair within a head, as llama2.c computes it. */
+static void llama_rope_freqs(struct llama_model *m)
+{
+	uint32_t hs = m->ck.cfg.head_size;
+
+	for (uint32_t j = 0; j < hs / 2; j++)
+		m->rope_freq[j] = 1.0f / powf(LLAMA_ROPE_THETA,
+					      (float)(2 * j) / (float)hs);
+}
+
+/* cos and sin of pos * freq for every pair, for each token of the chunk:
+ * a function of the position alone, so the same however it is reached. */
+static void llama_rope_chunk(struct llama_model *m, uint32_t n)
+{
+	uint32_t hs = m->ck.cfg.head_size;
+
+	for (uint32_t t = 0; t < n; t++) {
+		for (uint32_t j = 0; j < hs / 2; j++) {
+			float val = (float)m->ct[t].pos * m->rope_freq[j];
+			float *e = m->rope + ((size_t)t * (hs / 2) + j) * 2;
+
+			e[0] = cosf(val);
+			e[1] = sinf(val);
+		}
+	}
+}
+
+static int llama_bind_scratch(struct llama_model *m)
+{
+	const struct llama_config *c = &m->ck.cfg;
+	size_t ch = LLAMA_CHUNK;
+
+	m->consumed = calloc(m->n_slots, sizeof(*m->consumed));
+	m->seen = calloc(m->n_slots, sizeof(*m->seen));
+	m->rope = llama_alloc_floats(ch * c->head_size);
+	m->rope_freq = llama_alloc_floats(c->head_size / 2 + 1);
+	m->ct = calloc(ch, sizeof(*m->ct));
+	m->x = llama_alloc_floats(ch * c->dim);
+	m->xb = llama_alloc_floats(ch * c->dim);
+	m->xb2 = llama_alloc_floats(ch * c->dim);
+	m->q = llama_alloc_floats(ch * c->dim);
+	m->kb = llama_alloc_floats(ch * c->kv_dim);
+	m->vb = llama_alloc_floats(ch * c->kv_dim);
+	m->hb = llama_alloc_floats(ch * c->hidden_dim);
+	m->hb2 = llama_alloc_floats(ch * c->hidden_dim);
+	/* chunk x max_context scores: address space, touched only as far
+	 * as positions go (llama_alloc_floats() would write all of it:
+	 * gigabytes at a seq_len of 2^24, which the header may claim) */
+	m->att_bytes = ch * m->max_context * sizeof(float);
+	m->att = mmap(NULL, m->att_bytes, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m->att == MAP_FAILED)
+		m->att = NULL;
+	if (!m->consumed || !m->seen || !m->rope || !m->rope_freq || !m->ct || !m->x ||
+	    !m->xb || !m->xb2 || !m->q || !m->kb || !m->vb || !m->hb ||
+	    !m->hb2 || !m->att)
+		return -ENOMEM;
+	llama_rope_freqs(m);
+	return 0;
+}
+
+static int llama_bind(void *model, uint32_t n_slots, uint32_t max_context,
+		      char *err, size_t err_len)
+{
+	struct llama_model *m = model;
+	const struct llama_config *c = &m->ck.cfg;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), slot_bytes, total;
+	void *kv;
+
+	llama_unbind(m);
+	if (n_slots == 0 || max_context == 0 || max_context > c->seq_len) {
+		snprintf(err, err_len,
+			 "llama: bind(n_slots %u, max_context %u): need n_slots >= 1 and 1 <= max_context <= the checkpoint's seq_len %u",
+			 n_slots, max_context, c->seq_len);
+		return -EINVAL;
+	}
+	if (__builtin_mul_overflow((size_t)max_context * c->n_layers,
+				   (size_t)c->kv_dim * 2 * sizeof(float),
+				   &slot_bytes) ||
+	    slot_bytes > SIZE_MAX - page ||
+	    __builtin_mul_overflow((slot_bytes + page - 1) / page * page,
+				   (size_t)n_slots, &total)) {
+		snprintf(err, err_len,
+			 "llama: KV cache of %u slots x %u positions overflows the address space",
+			 n_slots, max_context);
+		return -EOVERFLOW;
+	}
+	slot_bytes = (slot_bytes + page - 1) / page * page;
+	kv = mmap(NULL, total, PROT_READ | PROT_WRITE,
+		  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (kv == MAP_FAILED) {
+		snprintf(err, err_len,
+			 "llama: cannot reserve a KV cache of %zu bytes (%u slots x %u positions): %s",
+			 total, n_slots, max_context, strerror(errno));
+		return -ENOMEM;
+	}
+	m->kv = kv;
+	m->kv_bytes = total;
+	m->slot_floats = slot_bytes / sizeof(float);
+	m->n_slots = n_slots;
+	m->max_context = max_context;
+	if (llama_bind_scratch(m)) {
+		llama_unbind(m);
+		snprintf(err, err_len, "llama: out of memory for scratch buffers");
+		return -ENOMEM;
+	}
+	m->bound = true;
+	return 0;
+}
+
+static void llama_release(void *model, uint32_t slot)
+{
+	struct llama_model *m = model;
+
+	if (!m->bound || slot >= m->n_slots)
+		return;
+	m->consumed[slot] = 0;
+	madvise(m->kv + (size_t)slot * m->slot_floats,
+		m->slot_floats * sizeof(float), MADV_DONTNEED);
+}
+
+/* ----------------------------------------------------------- forward */
+
+/* K (which 0) or V (which 1) of slot, layer, at position 0. */
+static float *llama_cache(struct llama_model *m, uint32_t slot,
+			  uint32_t layer, int which)
+{
+	size_t per = (size_t)m->max_context * m->ck.cfg.kv_dim;
+
+	return m->kv + (size_t)slot * m->slot_floats +
+	       ((size_t)layer * 2 + (size_t)which) * per;
+}
+
+/* o = w * (x / sqrt(mean(x^2) + eps)), as llama2.c's rmsnorm. */
+static void llama_rmsnorm(const struct llama_kernels *k, float *o,
+			  const float *x, const float *w, uint32_t n)
+{
+	float ss = k->dot(x, x, n) / (float)n + LLAMA_RMS_EPS;
+
+	ss = 1.0f / sqrtf(ss);
+	for (uint32_t j = 0; j < n; j++)
+		o[j] = w[j] * (ss * x[j]);
+}
+
+/* Rotate adjacent pairs of each head of vec (n floats) for the chunk's
+ * token t (llama_rope_chunk()). */
+static void llama_rope(const struct llama_model *m, float *vec, uint32_t n,
+		       uint32_t t)
+{
+	uint32_t hs = m->ck.cfg.head_size;
+	const float *tab = m->rope + (size_t)t * hs;
+
+	for (uint32_t i = 0; i < n; i += 2) {
+		const float *e = tab + (i % hs);	/* pair (i % hs) / 2 */
+		float v0 = vec[i], v1 = vec[i + 1];
+
+		vec[i] = v0 * e[0] - v1 * e[1];
+		vec[i + 1] = v0 * e[1] + v1 * e[0];
+	}
+}
+
+/*
+ * Attention of query head h for the chunk's n tokens, each over its own
+ * slot's cache, into out (chunk, dim).  Per token: all its scores in one
+ * kernel pass over the cached keys, softmax, then the weighted sum of the
+ * cached values in one pass; what a token gets depends only on its q, its
+ * slot's cache and its position.  All the tokens' scores come before any
+ * token's values, so that while one pass runs only the keys, or only the
+ * values, of head h over a long prefix need to stay in cache.
+ */
+static void llama_attention_head(struct llama_model *m, uint32_t layer,
+				 uint32_t n, uint32_t h, float *out)
+{
+	const struct llama_config *c = &m->ck.cfg;
+	uint32_t hs = c->head_size, group = c->n_heads / c->n_kv_heads;
+	size_t kv_off = (size_t)(h / group) * hs;
+	float scale = sqrtf((float)hs);
+
+	for (uint32_t t = 0; t < n; t++) {
+		const struct llama_chunk_token *ct = &m->ct[t];
+		float *att = m->att + (size_t)t * m->max_context;
+
+		m->k->attn_scores(att, m->q + (size_t)t * c->dim + (size_t)h * hs,
+				  llama_cache(m, ct->slot, layer, 0) + kv_off,
+				  c->kv_dim, ct->pos + 1, hs, scale);
+		m->k->softmax(att, ct->pos + 1);
+	}
+	for (uint32_t t = 0; t < n; t++) {
+		const struct llama_chunk_token *ct = &m->ct[t];
+
+		m->k->attn_mix(out + (size_t)t * c->dim + (size_t)h * hs,
+			       m->att + (size_t)t * m->max_context,
+			       llama_cache(m, ct->slot, layer, 1) + kv_off,
+			       c->kv_dim, ct->pos + 1, hs);
+	}
+}
+
+/*
+ * out = x W^T for the chunk's n rows, W layer l of a weight: the fp32
+ * stack w32 ([layer][n_out][n_in]) or, in a version 2 file, the Q8_0
+ * tensor q8, used in place (llama_q8.h).
+ */
+static void llama_matmul_w(struct llama_model *m, float *out, const float *x,
+			   uint32_t n, const float *w32,
+			   const struct llama_q8_tensor *q8, uint32_t l,
+			   size_t n_in, size_t n_out)
+{
+	if (m->ck.format_version == 2) {
+		struct llama_q8_matrix mat = llama_q8_layer(q8, l);
+
+		m->q8_matmul(out, x, n, &mat);
+	} else {
+		m->k->matmul(out, x, n, w32 + (size_t)l * n_in * n_out, n_in,
+			     n_out);
+	}
+}
+
+/* The attention half of one layer for the chunk's n tokens. */
+static void llama_layer_attention(struct llama_model *m, uint32_t l,
+				  uint32_t n)
+{
+	const struct llama_config *c = &m->ck.cfg;
+	const struct llama_weights *w = &m->ck.w;
+	const struct llama_kernels *k = m->k;
+	size_t dim = c->dim, kvd = c->kv_dim;
+
+	for (uint32_t t = 0; t < n; t++)
+		llama_rmsnorm(k, m->xb + t * dim, m->x + t * dim,
+			      w->rms_att + l * dim, c->dim);
+	llama_matmul_w(m, m->q, m->xb, n, w->wq, &m->ck.q8.wq, l, dim, dim);
+	llama_matmul_w(m, m->kb, m->xb, n, w->wk, &m->ck.q8.wk, l, dim, kvd);
+	llama_matmul_w(m, m->vb, m->xb, n, w->wv, &m->ck.q8.wv, l, dim, kvd);
+	/* every K/V of the chunk goes in before anyone attends */
+	for (uint32_t t = 0; t < n; t++) {
+		const struct llama_chunk_token *ct = &m->ct[t];
+
+		llama_rope(m, m->q + t * dim, c->dim, t);
+		llama_rope(m, m->kb + t * kvd, c->kv_dim, t);
+		memcpy(llama_cache(m, ct->slot, l, 0) + (size_t)ct->pos * kvd,
+		       m->kb + t * kvd, kvd * sizeof(float));
+		memcpy(llama_cache(m, ct->slot, l, 1) + (size_t)ct->pos * kvd,
+		       m->vb + t * kvd, kvd * sizeof(float));
+	}
+	/*
+	 * Head by head, so that a long prefix's keys and values of one head
+	 * stay in cache across the chunk's tokens; the order changes
+	 * nothing in the results.
+	 */
+	for (uint32_t h = 0; h < c->n_heads; h++)
+		llama_attention_head(m, l, n, h, m->xb2);
+	llama_matmul_w(m, m->xb, m->xb2, n, w->wo, &m->ck.q8.wo, l, dim, dim);
+	for (size_t i = 0; i < n * dim; i++)
+		m->x[i] += m->xb[i];
+}
+
+/* The SwiGLU FFN half of one layer for the chunk's n tokens. */
+static void llama_layer_ffn(struct llama_model *m, uint32_t l, uint32_t n)
+{
+	const struct llama_config *c = &m->ck.cfg;
+	const struct llama_weights *w = &m->ck.w;
+	const struct llama_kernels *k = m->k;
+	size_t dim = c->dim, hid = c->hidden_dim;
+
+	for (uint32_t t = 0; t < n; t++)
+		llama_rmsnorm(k, m->xb + t * dim, m->x + t * dim,
+			      w->rms_ffn + l * dim, c->dim);
+	llama_matmul_w(m, m->hb, m->xb, n, w->w1, &m->ck.q8.w1, l, dim, hid);
+	llama_matmul_w(m, m->hb2, m->xb, n, w->w3, &m->ck.q8.w3, l, dim, hid);
+	for (size_t i = 0; i < n * hid; i++) {
+		float v = m->hb[i];
+
+		v *= 1.0f / (1.0f + expf(-v));
+		m->hb[i] = v * m->hb2[i];
+	}
+	llama_matmul_w(m, m->xb, m->hb, n, w->w2, &m->ck.q8.w2, l, hid, dim);
+	for (size_t i = 0; i < n * dim; i++)
+		m->x[i] += m->xb[i];
+}
+
+/*
+ * Logits of the chunk's tokens that want them: final norm into xb (packed),
+ * then the classifier into each run of consecutive output rows.
+ */
+static void llama_chunk_logits(struct llama_model *m, uint32_t n)
+{
+	const struct llama_config *c = &m->ck.cfg;
+	const struct llama_weights *w = &m->ck.w;
+	size_t dim = c->dim, vocab = c->vocab;
+	uint32_t n_out = 0, first = 0;
+	int32_t rows[LLAMA_CHUNK];
+
+	for (uint32_t t = 0; t < n; t++) {
+		if (m->ct[t].out_row < 0)
+			continue;
+		llama_rmsnorm(m->k, m->xb + n_out * dim, m->x + t * dim,
+			      w->rms_final, c->dim);
+		rows[n_out++] = m->ct[t].out_row;
+	}
+	for (uint32_t j = 1; j <= n_out; j++) {
+		if (j < n_out && rows[j] == rows[j - 1] + 1)
+			continue;
+		llama_matmul_w(m, m->logits + (size_t)rows[first] * vocab,
+			       m->xb + first * dim, j - first, w->wcls,
+			       &m->ck.q8.wcls, 0, dim, vocab);
+		first = j;
+	}
+}
+
+/* Run the forward pass over the chunk's tokens and empty the chunk. */
+static void llama_chunk_run(struct llama_model *m)
+{
+	const struct llama_config *c = &m->ck.cfg;
+	uint32_t n = m->n_ct;
+
+	for (uint32_t t = 0; t < n; t++) {
+		if (m->ck.format_version == 2) {	/* dequantize the row */
+			struct llama_q8_matrix e =
+				llama_q8_layer(&m->ck.q8.token_embedding, 0);
+
+			llama_q8_dequant_row(m->x + (size_t)t * c->dim, &e,
+					     (uint32_t)m->ct[t].token);
+			continue;
+		}
+		memcpy(m->x + (size_t)t * c->dim,
+		       m->ck.w.token_embedding + (size_t)m->ct[t].token * c->dim,
+		       c->dim * sizeof(float));
+	}
+	llama_rope_chunk(m, n);
+	for (uint32_t l = 0; l < c->n_layers; l++) {
+		llama_layer_attention(m, l, n);
+		llama_layer_ffn(m, l, n);
+	}
+	llama_chunk_logits(m, n);
+	m->n_ct = 0;
+}
+
+/* ------------------------------------------------------------- step */
+
+/*
+ * Check row r against the protocol of model.h and set its refusal.
+ * Returns 0, or -EINVAL when the caller broke the protocol.
+ */
+static int llama_row_check(struct llama_model *m,
+			   const struct dynbatch_model_row *r,
+			   uint32_t *refusal)
+{
+	uint64_t end = (uint64_t)r->n_cached + r->n_consume;
+
+	*refusal = DYNBATCH_REFUSE_NONE;
+	if (r->slot >= m->n_slots || m->seen[r->slot] == m->step_id)
+		return -EINVAL;		/* unknown slot, or twice in a step */
+	m->seen[r->slot] = m->step_id;
+	if (r->n_tokens == 0) {
+		*refusal = DYNBATCH_REFUSE_EMPTY_PROMPT;
+		return 0;
+	}
+	if (r->n_tokens > m->max_context) {
+		*refusal = DYNBATCH_REFUSE_CONTEXT;
+		return 0;
+	}
+	if (!r->tokens || r->n_consume == 0 || end > r->n_tokens ||
+	    r->n_cached > m->consumed[r->slot] ||
+	    (r->want_output && end != r->n_tokens))
+		return -EINVAL;
+	for (uint32_t i = r->n_cached; i < end; i++) {
+		if (r->tokens[i] < 0 ||
+		    (uint32_t)r->tokens[i] >= m->ck.cfg.vocab) {
+			*refusal = DYNBATCH_REFUSE_TOKEN;
+			return 0;
+		}
+	}
+	return 0;
+}
+
+static int llama_step(void *model, uint32_t n_rows,
+		      const struct dynbatch_model_row *rows, float *logits,
+		      uint32_t *refusals)
+{
+	struct llama_model *m = model;
+	size_t vocab = m->ck.cfg.vocab;
+	int32_t out_row = 0;
+
+	if (!m->bound || (n_rows && (!rows || !refusals)))
+		return -EINVAL;
+	m->step_id++;
+	for (uint32_t i = 0; i < n_rows; i++)
+		if (llama_row_check(m, &rows[i], &refusals[i]))
+			return -EINVAL;
+	m->logits = logits;
+	m->n_ct = 0;
+	for (uint32_t i = 0; i < n_rows; i++) {
+		const struct dynbatch_model_row *r = &rows[i];
+		uint32_t end = r->n_cached + r->n_consume;
+
+		if (refusals[i] != DYNBATCH_REFUSE_NONE) {
+			m->consumed[r->slot] = 0;
+			if (r->want_output)
+				memset(logits + (size_t)out_row++ * vocab, 0,
+				       vocab * sizeof(float));
+			continue;
+		}
+		m->consumed[r->slot] = end;
+		for (uint32_t p = r->n_cached; p < end; p++) {
+			struct llama_chunk_token *ct = &m->ct[m->n_ct++];
+
+			ct->slot = r->slot;
+			ct->pos = p;
+			ct->token = r->tokens[p];
+			ct->out_row = (r->want_output && p == end - 1) ?
+					      out_row : -1;
+			if (m->n_ct == LLAMA_CHUNK)
+				llama_chunk_run(m);
+		}
+		if (r->want_output)
+			out_row++;
+	}
+	if (m->n_ct)
+		llama_chunk_run(m);
+	m->logits = NULL;
+	return 0;
+}
+
+/* ------------------------------------------------------------- table */
+
+static const struct dynbatch_model_api llama_api = {
+	.abi_version = DYNBATCH_MODEL_ABI_VERSION,
+	.name = "llama",
+	.create = llama_create,
+	.vocab = llama_vocab,
+	.next = NULL,
+	.destroy = llama_destroy,
+	.max_context = llama_max_context,
+	.bind = llama_bind,
+	.step = llama_step,
+	.release = llama_release,
+};
+
+const struct dynbatch_model_api *llama_model_api(void)
+{
+	return &llama_api;
+}

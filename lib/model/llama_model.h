@@ -1,0 +1,21 @@
+/*
+ * llama_model.h - the built-in "llama" model: a llama2.c transformer with
+ * a KV cache per slot, served through the stateful model ABI (model.h).
+ *
+ * Create args: "PATH[,key=value...]" where PATH is a llama2.c checkpoint
+ * (llama_checkpoint.h; a PATH cannot contain a comma) and the keys are
+ *   kernel=auto|portable|avx2   (auto: avx2 when the CPU has AVX2+FMA;
+ *                                avx2 on a CPU without it is an error)
+ *
+ * Logits are batch invariant (model.h step()): bit-identical for a row
+ * whatever the batch, the prefill chunking or a rebuild of the state.
+ */
+#ifndef DYNBATCH_LLAMA_MODEL_H
+#define DYNBATCH_LLAMA_MODEL_H
+
+#include "dynbatch/model.h"
+
+/* The ABI table of the llama model (abi_version 2, step non-NULL). */
+const struct dynbatch_model_api *llama_model_api(void);
+
+#endif /* DYNBATCH_LLAMA_MODEL_H */

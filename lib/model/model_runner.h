@@ -1,0 +1,108 @@
+/*
+ * model_runner.h - one engine step of a model, for the worker and for the
+ * in-process engine (--workers 0): which tokens each row consumes, what
+ * the model may take from its own state, and which token each row gets.
+ *
+ * The caller hands over the rows it wants extended (each with its prefix
+ * in place) and gets one outcome per row: a token (greedy: the argmax of
+ * the model's logits, the lowest id on ties; or drawn by the row's
+ * sampling fields, sampler.h), no token yet (the row
+ * consumed a chunk of its prefix: chunked prefill), or a refusal.  A
+ * token model (model.h) gives every row a token at every step.
+ *
+ * For a stateful model the runner keeps, per slot, which request
+ * (generation) the model holds state for and how many of its tokens.  It
+ * tells the model n_cached = 0 whenever it cannot vouch for that state:
+ * a new request in the slot, model_runner_forget_all() (a reset, an
+ * isolation run), or a prefix shorter than what was consumed.  A
+ * replacement worker starts with a new runner, so with nothing.
+ *
+ * Step composition under --step-tokens N (docs/DESIGN.md 2.3): every
+ * decoding row (one token left to consume) first, one token each, then
+ * prefill chunks of the rows still consuming their prefix, the oldest
+ * request first, until N tokens are spent.  A row gets a token only once
+ * its whole prefix is consumed.  N = 0: no budget, every row consumes all
+ * it has in one step.
+ */
+#ifndef DYNBATCH_MODEL_RUNNER_H
+#define DYNBATCH_MODEL_RUNNER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sampling/sampler.h"
+
+struct model;
+struct model_runner;
+
+/* One row the caller wants extended by one token. */
+struct runner_row {
+	uint32_t slot;		/* [0, n_slots) */
+	uint32_t generation;	/* the slot's request (never 0) */
+	const int32_t *tokens;	/* the prefix, read-only */
+	uint32_t n_tokens;	/* its length */
+	/* How the token is picked (sampler.h; validated by the caller).
+	 * NULL: greedy, the model's own token (a token model) or the argmax
+	 * of its logits, with no logprobs. */
+	const struct sampling_params *sampling;
+	uint32_t k;		/* the request's k-th generated token */
+	uint32_t choice;	/* of its n choices */
+	/* sampling->logprobs: the token's logprob and alternatives go here */
+	struct sampler_result *sampled;
+};
+
+/* Refusals the runner itself makes (runner_result.detail), beside the
+ * model's enum dynbatch_refusal. */
+#define RUNNER_REFUSE_ALL_BANNED 100u	/* every token banned (bias, -inf) */
+#define RUNNER_REFUSE_NO_LOGITS 101u	/* a token model without logits()
+					 * got a row that samples */
+#define RUNNER_REFUSE_SAMPLING 102u	/* the row's sampling fields are
+					 * invalid (a worker read garbage) */
+
+enum runner_outcome {
+	RUNNER_TOKEN = 0,	/* token is the next one */
+	RUNNER_PREFILL = 1,	/* no token yet; detail = tokens consumed */
+	RUNNER_REFUSED = 2,	/* detail = enum dynbatch_refusal */
+};
+
+struct runner_result {
+	int32_t token;		/* RUNNER_TOKEN: in [0, vocab) */
+	uint32_t outcome;	/* enum runner_outcome */
+	uint32_t detail;
+};
+
+/*
+ * A runner for model m (which it does not own) over slots [0, n_slots)
+ * with prefixes of at most max_context tokens; step_tokens is the budget
+ * (0: none).  Binds a stateful model.  NULL after writing err.
+ */
+struct model_runner *model_runner_create(struct model *m, uint32_t n_slots,
+					 uint32_t max_context,
+					 uint32_t step_tokens, char *err,
+					 size_t err_len);
+
+/*
+ * Run one step over rows[0 .. n_rows) (at most one per slot), writing
+ * results[i] for each.  0, or a negative errno: the step failed (the
+ * model failed, returned a token outside the vocabulary or NaN logits).
+ */
+int model_runner_step(struct model_runner *r, uint32_t n_rows,
+		      const struct runner_row *rows,
+		      struct runner_result *results);
+
+/*
+ * The caller now runs exactly the (slot, generation) pairs of rows[0 ..
+ * n) (their tokens are not read): drop the state of every other slot
+ * (its request ended, or the slot has a new one), giving its memory
+ * back.  Nothing to do, and no cost, for a token model.
+ */
+void model_runner_keep(struct model_runner *r, uint32_t n,
+		       const struct runner_row *rows);
+
+/* Drop every slot's state: the caller cannot vouch for any of it. */
+void model_runner_forget_all(struct model_runner *r);
+
+/* Free the runner (not the model).  Accepts NULL. */
+void model_runner_destroy(struct model_runner *r);
+
+#endif /* DYNBATCH_MODEL_RUNNER_H */

@@ -1,0 +1,13 @@
+/*
+ * simkv_model.h - "simkv": the sim model's tokens from a stateful model
+ * (model.h ABI version 2), for tests of the engine's stateful path.  Keys:
+ * the sim's (sim_model.h) and context=N.  See simkv_model.c.
+ */
+#ifndef DYNBATCH_SIMKV_MODEL_H
+#define DYNBATCH_SIMKV_MODEL_H
+
+#include "dynbatch/model.h"
+
+const struct dynbatch_model_api *simkv_model_api(void);
+
+#endif /* DYNBATCH_SIMKV_MODEL_H */

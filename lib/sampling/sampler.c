@@ -1,0 +1,622 @@
+/*
+ * sampler.c - the engine's sampler: one row of logits to one token, by
+ * the semantics stated in sampler.h, without sorting the vocabulary.
+ *
+ * NOTES ON THE DESIGN
+ * A row costs a few linear passes: check + max, bias (a copy only when
+ * biased), and when sampling one pass computing the weights W with exact
+ * sums per block of 1024 tokens, which also gathers (in id order) the
+ * tokens the cut-offs can only keep (lib/sampling/sampler_select.c says which
+ * and finds the kept set).  The draw walks the gathered tokens when they
+ * hold the kept set, else skips whole blocks by their sums and walks one.
+ * The passes run in vector lanes: AVX2 (8 lanes, intrinsics under
+ * target("avx2") without FMA, chosen at run time by sampler_create())
+ * where the CPU has it, else GCC vector extensions (4 lanes, the x86-64
+ * baseline) and scalar code.  Both compute sampler_weight()'s float
+ * operations lane by lane, so every path gives the same bits; the lanes
+ * clamp x instead of branching and apply 2^n to the exponent bits (see
+ * sampler_weight_v4()), and the AVX2 pass skips 16 tokens at once when
+ * all are under SAMPLER_X_MIN.  tests/unit/test_sampler.c holds each AVX2
+ * kernel to its portable twin on random rows.  On the machines measured
+ * the weights' pass is bound by the vector units, not by memory: the
+ * polynomial is most of a row's cost (bench/bench_sampler.c).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sampling/philox.h"
+#include "sampling/sampler.h"
+#include "sampling/sampler_internal.h"
+
+/* ------------------------------------------------------------------ */
+/* Parameters                                                          */
+/* ------------------------------------------------------------------ */
+
+int sampling_params_validate(const struct sampling_params *p, uint32_t vocab,
+			     char *err, size_t err_len)
+{
+#define BAD(...) do { snprintf(err, err_len, __VA_ARGS__); return -EINVAL; } while (0)
+	if (!(p->temperature >= 0.0f) || isinf(p->temperature))
+		BAD("temperature %g: must be a finite number >= 0", p->temperature);
+	if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
+		BAD("top_p %g: must be in (0, 1]", p->top_p);
+	if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
+		BAD("min_p %g: must be in [0, 1]", p->min_p);
+	if (p->top_logprobs > SAMPLER_MAX_LOGPROBS)
+		BAD("top_logprobs %u: at most %d", p->top_logprobs,
+		    SAMPLER_MAX_LOGPROBS);
+	if (p->top_logprobs && !p->logprobs)
+		BAD("top_logprobs %u needs logprobs", p->top_logprobs);
+	if (p->n_bias > SAMPLER_MAX_BIAS)
+		BAD("logit_bias has %u entries: at most %d", p->n_bias,
+		    SAMPLER_MAX_BIAS);
+	if (p->n_bias && !p->bias)
+		BAD("logit_bias: %u entries but no array", p->n_bias);
+	for (uint32_t i = 0; i < p->n_bias; i++) {
+		const struct sampling_bias *b = &p->bias[i];
+
+		if (b->token < 0 || (uint32_t)b->token >= vocab)
+			BAD("logit_bias token %d: outside the vocabulary [0, %u)",
+			    b->token, vocab);
+		if (!(b->bias >= -SAMPLER_BIAS_LIMIT && b->bias <= SAMPLER_BIAS_LIMIT))
+			BAD("logit_bias for token %d is %g: must be in [-100, 100]",
+			    b->token, b->bias);
+		/* At most 300 entries: the quadratic check costs nothing. */
+		for (uint32_t j = 0; j < i; j++)
+			if (p->bias[j].token == b->token)
+				BAD("logit_bias token %d appears twice", b->token);
+	}
+	return 0;
+#undef BAD
+}
+
+const char *sampler_strerror(int err)
+{
+	switch (err) {
+	case 0:
+		return "no error";
+	case -EDOM:
+		return "the model produced a NaN or +inf logit";
+	case -ENOENT:
+		return "every token is banned (logit_bias -100 or -inf logits)";
+	case -EINVAL:
+		return "invalid sampling parameters";
+	default:
+		return "sampling failed";
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Lifetime                                                            */
+/* ------------------------------------------------------------------ */
+
+struct sampler *sampler_create(uint32_t vocab)
+{
+	struct sampler *s;
+
+	if (!vocab)
+		return NULL;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	s->vocab = vocab;
+	s->avx2 = sampler_have_avx2();
+	s->n_blocks = (vocab + SAMPLER_BLOCK - 1) / SAMPLER_BLOCK;
+	s->y_copy = malloc(sizeof(*s->y_copy) * vocab);
+	s->block_sum = malloc(sizeof(*s->block_sum) * s->n_blocks);
+	s->w = malloc(sizeof(*s->w) * vocab);
+	s->by_id = malloc(sizeof(*s->by_id) * vocab);
+	s->scratch = malloc(sizeof(*s->scratch) * vocab);
+	if (!s->y_copy || !s->block_sum || !s->w || !s->by_id || !s->scratch) {
+		sampler_destroy(s);
+		return NULL;
+	}
+	return s;
+}
+
+void sampler_destroy(struct sampler *s)
+{
+	if (!s)
+		return;
+	free(s->y_copy);
+	free(s->block_sum);
+	free(s->w);
+	free(s->by_id);
+	free(s->scratch);
+	free(s);
+}
+
+/* ------------------------------------------------------------------ */
+/* Bias, max, weights                                                  */
+/* ------------------------------------------------------------------ */
+
+static inline v4f v4f_load(const float *p)
+{
+	v4f v;
+
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+/* a where mask (all ones), else b. */
+static inline v4f v4f_select(v4i mask, v4f a, v4f b)
+{
+	return (v4f)((mask & (v4i)a) | (~mask & (v4i)b));
+}
+
+static float v4f_hmax(v4f v, float m)
+{
+	for (int j = 0; j < LANES; j++)
+		m = v[j] > m ? v[j] : m;
+	return m;
+}
+
+/*
+ * The largest of y[0 .. n) (-inf when all are); *bad when one is NaN or
+ * +inf (false for -inf, a banned token).
+ */
+static float sampler_max(const float *y, uint32_t n, bool *bad)
+{
+	v4f mv = { -INFINITY, -INFINITY, -INFINITY, -INFINITY };
+	const v4f inf = { INFINITY, INFINITY, INFINITY, INFINITY };
+	v4i ok = { -1, -1, -1, -1 };
+	float m = -INFINITY;
+	uint32_t i = 0;
+
+	*bad = false;
+	for (; i + LANES <= n; i += LANES) {
+		v4f v = v4f_load(y + i);
+
+		ok &= v < inf;
+		mv = v4f_select(v > mv, v, mv);
+	}
+	for (; i < n; i++) {
+		*bad |= !(y[i] < INFINITY);
+		m = y[i] > m ? y[i] : m;
+	}
+	for (int j = 0; j < LANES; j++)
+		*bad |= !ok[j];
+	return v4f_hmax(mv, m);
+}
+
+static float sampler_row_max(const struct sampler *s, const float *y,
+			     bool *bad)
+{
+#ifdef SAMPLER_AVX2
+	if (s->avx2)
+		return sampler_max_avx2(y, s->vocab, bad);
+#endif
+	return sampler_max(y, s->vocab, bad);
+}
+
+/*
+ * Point s->y at the biased logits (the row itself when there is no bias)
+ * and set *max_y = max y; -EDOM on a NaN or +inf logit, -EINVAL on a bias
+ * token out of range, -ENOENT when all are banned.
+ */
+static int sampler_bias(struct sampler *s, const float *logits,
+			const struct sampling_params *p, float *max_y)
+{
+	bool bad;
+	float m = sampler_row_max(s, logits, &bad);
+
+	if (bad)
+		return -EDOM;
+	s->y = logits;
+	if (p->n_bias) {
+		memcpy(s->y_copy, logits, sizeof(*logits) * s->vocab);
+		for (uint32_t i = 0; i < p->n_bias; i++) {
+			const struct sampling_bias *b = &p->bias[i];
+			float *y = &s->y_copy[b->token];
+
+			if (b->token < 0 || (uint32_t)b->token >= s->vocab)
+				return -EINVAL;
+			/* |bias| <= 100 cannot overflow a finite float. */
+			*y = b->bias == SAMPLER_BIAS_BAN ? -INFINITY : *y + b->bias;
+		}
+		s->y = s->y_copy;
+		m = sampler_row_max(s, s->y, &bad);
+	}
+	if (m == -INFINITY)
+		return -ENOENT;
+	*max_y = m;
+	return 0;
+}
+
+/* The lowest id whose y is max_y. */
+static uint32_t sampler_argmax(const struct sampler *s, float max_y)
+{
+	uint32_t i = 0;
+
+#ifdef SAMPLER_AVX2
+	if (s->avx2)
+		return sampler_find_avx2(s->y, s->vocab, 0, max_y);
+#endif
+	while (s->y[i] != max_y)
+		i++;
+	return i;
+}
+
+/*
+ * sampler_weight() of four tokens at once: the same operations, with x
+ * clamped at SAMPLER_X_MIN where the scalar version returns early (x =
+ * -31 gives p(0) * 2^-1, which truncates to 0 as every x under it
+ * does), the polynomial times 2^30 (SAMPLER_LANE_P1..), and 2^n applied
+ * by adding n to the exponent bits: the same value as the scalar
+ * product, both being exact.
+ */
+static inline v4i sampler_weight_v4(v4f y, float max_y, float scale)
+{
+	const v4f floor = { SAMPLER_X_MIN, SAMPLER_X_MIN, SAMPLER_X_MIN,
+			    SAMPLER_X_MIN };
+	v4f x = (y - max_y) * scale;
+	v4f rounded, n, f, f2, lo, hi, p;
+
+	x = v4f_select(x > floor, x, floor);
+	rounded = x + SAMPLER_ROUNDER;
+	n = rounded - SAMPLER_ROUNDER;
+	f = x - n;
+	f2 = f * f;
+	lo = SAMPLER_LANE_ONE + SAMPLER_LANE_P1 * f;
+	hi = (SAMPLER_LANE_P2 + SAMPLER_LANE_P3 * f) + SAMPLER_LANE_P4 * f2;
+	p = lo + f2 * hi;
+	/* rounded's low bits hold n: << 23 drops the rest. */
+	return __builtin_convertvector((v4f)((v4i)p + ((v4i)rounded << 23)), v4i);
+}
+
+/*
+ * Sum the lanes of hi/lo accumulators: W <= 2^30 is split into its top
+ * 15 bits and its low 15, so a uint32 lane takes 2^17 additions of either
+ * (a block gives each lane SAMPLER_BLOCK / LANES) and the sum is exact.
+ */
+static uint64_t lanes_sum(v4i hi, v4i lo)
+{
+	uint64_t sum = 0;
+
+	for (int j = 0; j < LANES; j++)
+		sum += ((uint64_t)(uint32_t)hi[j] << 15) + (uint32_t)lo[j];
+	return sum;
+}
+
+/* Add w's halves to the lane accumulators. */
+static inline void lanes_add(v4i w, v4i *hi, v4i *lo)
+{
+	const v4i low15 = { 0x7fff, 0x7fff, 0x7fff, 0x7fff };
+
+	*hi += w >> 15;
+	*lo += w & low15;
+}
+
+/*
+ * Append token id of weight w to the gathered set while it holds under
+ * s->gather_limit tokens; past that (a fixed bar: a flat row) the count
+ * alone grows.
+ */
+static inline void sampler_gather_one(struct sampler *s, uint32_t id,
+				      uint32_t w)
+{
+	if (s->n_by_id < s->gather_limit)
+		s->by_id[s->n_by_id] = (struct sampler_cand){ w, id };
+	s->n_by_id++;
+}
+
+/*
+ * The weights of one block [i, end), and their sum; with gather (a
+ * constant where this is inlined, so the loop without costs nothing for
+ * it) also the tokens of W > s->gather_bar into the gathered set, the
+ * bar rising as top_k's buffer fills (sampler_gather_compact()).
+ */
+static inline __attribute__((always_inline)) uint64_t
+sampler_weigh_block_lanes(struct sampler *s, uint32_t i, uint32_t end,
+			  float max_y, float scale, bool gather)
+{
+	const float *y = s->y;
+	uint32_t *w_out = s->w;
+	uint32_t bar = s->gather_bar;
+	v4i hi = { 0 }, lo = { 0 };
+	uint64_t sum = 0;
+
+	/* Two vectors an iteration: the polynomial is a chain of
+	 * dependent operations, and two chains keep the core busier. */
+	for (; i + 2 * LANES <= end; i += 2 * LANES) {
+		v4i w0 = sampler_weight_v4(v4f_load(y + i), max_y, scale);
+		v4i w1 = sampler_weight_v4(v4f_load(y + i + LANES), max_y, scale);
+
+		memcpy(w_out + i, &w0, sizeof(w0));
+		memcpy(w_out + i + LANES, &w1, sizeof(w1));
+		lanes_add(w0, &hi, &lo);
+		lanes_add(w1, &hi, &lo);
+		if (gather && s->n_by_id <= s->gather_limit) {
+			/* W <= 2^30: signed compares are right. */
+			const v4i bv = { (int32_t)bar, (int32_t)bar, (int32_t)bar,
+					 (int32_t)bar };
+			v4i over = (w0 > bv) | (w1 > bv);
+
+			if (over[0] | over[1] | over[2] | over[3])
+				for (uint32_t j = i; j < i + 2 * LANES; j++)
+					if (w_out[j] > bar)
+						sampler_gather_one(s, j, w_out[j]);
+			if (s->gather_k && s->n_by_id >= s->gather_cap) {
+				sampler_gather_compact(s);
+				bar = s->gather_bar;
+			}
+		}
+	}
+	for (; i < end; i++) {
+		w_out[i] = sampler_weight(y[i], max_y, scale);
+		sum += w_out[i];
+		if (gather && w_out[i] > bar)
+			sampler_gather_one(s, i, w_out[i]);
+	}
+	return sum + lanes_sum(hi, lo);
+}
+
+/*
+ * W for every token, and per block their sum in s->block_sum.  The pass
+ * also gathers into s->by_id, in id order (s->n_by_id of them), what
+ * sampler_gather_plan() set: with a fixed bar under SAMPLER_NO_GATHER
+ * the tokens of W > bar, or SAMPLER_NOT_GATHERED when they are over
+ * SAMPLER_PASS_GATHER_MAX (the gathering stops there: a flat row); for
+ * top_k (s->gather_k) every token that can be among the k largest, and
+ * some more (sampler_top_k_gathered() cuts them).  Returns Z, the sum of
+ * all W.
+ */
+static uint64_t sampler_weights(struct sampler *s, float max_y, float scale)
+{
+	bool gather = s->gather_bar < SAMPLER_NO_GATHER;
+	uint64_t total = 0;
+
+	s->n_by_id = 0;
+#ifdef SAMPLER_AVX2
+	if (s->avx2) {
+		total = sampler_weights_avx2(s, max_y, scale);
+	} else
+#endif
+	for (uint32_t b = 0; b < s->n_blocks; b++) {
+		uint32_t i = b * SAMPLER_BLOCK, end = i + SAMPLER_BLOCK;
+
+		end = end < s->vocab ? end : s->vocab;
+		s->block_sum[b] = gather && s->n_by_id <= s->gather_limit ?
+			sampler_weigh_block_lanes(s, i, end, max_y, scale, true) :
+			sampler_weigh_block_lanes(s, i, end, max_y, scale, false);
+		total += s->block_sum[b];
+	}
+	if (!gather || s->n_by_id > s->gather_limit)
+		s->n_by_id = SAMPLER_NOT_GATHERED;
+	s->sums_t = 0;
+	s->sums_total = total;
+	return total;
+}
+
+/* The sum of the weights >= t in one block [i, end). */
+static uint64_t sampler_block_above(const struct sampler *s, uint32_t i,
+				    uint32_t end, uint32_t t)
+{
+	v4i tv = { (int32_t)t, (int32_t)t, (int32_t)t, (int32_t)t };
+	v4i hi = { 0 }, lo = { 0 };
+	uint64_t sum = 0;
+
+	for (; i + LANES <= end; i += LANES) {
+		v4i w;
+
+		memcpy(&w, s->w + i, sizeof(w));
+		/* W <= 2^30: signed lanes compare right. */
+		lanes_add(w & (w >= tv), &hi, &lo);
+	}
+	for (; i < end; i++)
+		sum += s->w[i] >= t ? s->w[i] : 0;
+	return sum + lanes_sum(hi, lo);
+}
+
+/*
+ * The block sums of the weights >= t (already computed); returns their
+ * total.
+ */
+static uint64_t sampler_block_sums(struct sampler *s, uint32_t t)
+{
+	uint64_t total = 0;
+
+#ifdef SAMPLER_AVX2
+	if (s->avx2) {
+		total = sampler_block_sums_avx2(s, t);
+	} else
+#endif
+	for (uint32_t b = 0; b < s->n_blocks; b++) {
+		uint32_t i = b * SAMPLER_BLOCK, end = i + SAMPLER_BLOCK;
+
+		end = end < s->vocab ? end : s->vocab;
+		s->block_sum[b] = sampler_block_above(s, i, end, t);
+		total += s->block_sum[b];
+	}
+	s->sums_t = t;
+	s->sums_total = total;
+	return total;
+}
+
+/* The first i >= from with W > bar, or vocab. */
+static uint32_t sampler_next_above(const struct sampler *s, uint32_t from,
+				   uint32_t bar)
+{
+	uint32_t i = from;
+
+#ifdef SAMPLER_AVX2
+	if (s->avx2)
+		return sampler_next_above_avx2(s, from, bar);
+#endif
+	while (i < s->vocab && s->w[i] <= bar)
+		i++;
+	return i;
+}
+
+/* ------------------------------------------------------------------ */
+/* The draw                                                            */
+/* ------------------------------------------------------------------ */
+
+/* Inverse CDF over the gathered tokens of W >= t (in id order), which
+ * hold the whole kept set. */
+static uint32_t sampler_draw_gathered(const struct sampler *s, uint32_t t,
+				      uint64_t r53)
+{
+	uint64_t kept_sum = 0, target, acc = 0;
+	uint32_t last = 0;
+
+	for (uint32_t j = 0; j < s->n_by_id; j++)
+		kept_sum += s->by_id[j].w >= t ? s->by_id[j].w : 0;
+	target = sampler_draw_target(r53, kept_sum);
+	for (uint32_t j = 0; j < s->n_by_id; j++) {
+		if (s->by_id[j].w < t)
+			continue;
+		acc += s->by_id[j].w;
+		last = s->by_id[j].id;
+		if (acc > target)
+			return last;
+	}
+	return last;	/* unreachable: target < kept_sum */
+}
+
+/*
+ * Inverse CDF over every token with W > 0 and W >= t in id order, whose
+ * block sums are in s->block_sum and total kept_sum: skip whole blocks
+ * by their sums, then walk one.  The same token as one walk over the
+ * vocabulary, since every sum is exact.
+ */
+static uint32_t sampler_draw_blocks(const struct sampler *s, uint32_t t,
+				    uint64_t kept_sum, uint64_t r53)
+{
+	uint64_t target = sampler_draw_target(r53, kept_sum), acc = 0;
+	uint32_t b = 0, i, end;
+
+	while (b + 1 < s->n_blocks && acc + s->block_sum[b] <= target)
+		acc += s->block_sum[b++];
+	end = (b + 1) * SAMPLER_BLOCK;
+	end = end < s->vocab ? end : s->vocab;
+	/* W = 0 adds nothing and so is never where acc passes target. */
+	for (i = b * SAMPLER_BLOCK; i < end; i++) {
+		if (s->w[i] < t)
+			continue;
+		acc += s->w[i];
+		if (acc > target)
+			return i;
+	}
+	return end - 1;	/* unreachable: target < kept_sum */
+}
+
+/*
+ * The drawn token.  The weights are in s->w, their block sums in
+ * s->block_sum, and the tokens sampler_gather_plan() names gathered.
+ */
+static uint32_t sampler_draw(struct sampler *s, const struct sampling_params *p,
+			     uint64_t z_sum, uint64_t r53)
+{
+	uint32_t t = sampler_min_p_threshold(p->min_p);
+
+	if ((p->top_k && p->top_k < s->vocab) || p->top_p < 1.0f) {
+		uint32_t t_select = sampler_select(s, p, z_sum);
+
+		t = t_select > t ? t_select : t;
+	} else if (t <= 1) {
+		/* Nothing cut: the weights' pass summed the blocks. */
+		return sampler_draw_blocks(s, 0, z_sum, r53);
+	}
+	/* min_p alone: the pass gathered W >= t when they were few. */
+	if (s->n_by_id != SAMPLER_NOT_GATHERED)
+		return sampler_draw_gathered(s, t, r53);
+	/* top_p's bracket left the block sums of W >= t. */
+	if (s->sums_t != t)
+		sampler_block_sums(s, t);
+	return sampler_draw_blocks(s, t, s->sums_total, r53);
+}
+
+/* ------------------------------------------------------------------ */
+/* Logprobs                                                            */
+/* ------------------------------------------------------------------ */
+
+/* Insert token id of weight w into top[0 .. *n), by decreasing weight. */
+static void top_insert(struct sampler_cand *top, uint32_t *n, uint32_t cap,
+		       uint32_t id, uint32_t w)
+{
+	uint32_t j;
+
+	/* Ids come in increasing order: an equal weight never enters. */
+	if (*n == cap && w <= top[cap - 1].w)
+		return;
+	j = *n < cap ? (*n)++ : cap - 1;
+	while (j > 0 && top[j - 1].w < w) {
+		top[j] = top[j - 1];
+		j--;
+	}
+	top[j] = (struct sampler_cand){ w, id };
+}
+
+static float sampler_logprob(uint32_t w, double log_z)
+{
+	return (float)(log((double)w) - log_z);
+}
+
+/* The logprobs from the weights in s->w, whose sum is z_sum. */
+static void sampler_logprobs(const struct sampler *s,
+			     const struct sampling_params *p, uint64_t z_sum,
+			     uint32_t chosen, struct sampler_result *out)
+{
+	struct sampler_cand top[SAMPLER_MAX_LOGPROBS];
+	uint32_t cap = p->top_logprobs, n = 0;
+	double log_z = log((double)z_sum);
+
+	out->logprob = sampler_logprob(s->w[chosen], log_z);
+	if (!cap)
+		return;
+	if (s->n_by_id != SAMPLER_NOT_GATHERED && s->n_by_id >= cap) {
+		/* Gathered tokens are a prefix of the order by W (all of
+		 * W >= some bar): the top cap are among them. */
+		for (uint32_t j = 0; j < s->n_by_id; j++)
+			top_insert(top, &n, cap, s->by_id[j].id, s->by_id[j].w);
+	} else {
+		/* One compare per token, rarely true: half the weights may be
+		 * 0 in random order ("W != 0" would be a coin-toss branch). */
+		for (uint32_t i = sampler_next_above(s, 0, 0), bar = 0;
+		     i < s->vocab; i = sampler_next_above(s, i + 1, bar)) {
+			top_insert(top, &n, cap, i, s->w[i]);
+			bar = n == cap ? top[cap - 1].w : 0;
+		}
+	}
+	for (uint32_t j = 0; j < n; j++)
+		out->top[j] = (struct sampler_logprob){
+			(int32_t)top[j].id, sampler_logprob(top[j].w, log_z) };
+	out->n_top = n;
+}
+
+int sampler_sample(struct sampler *s, const float *logits,
+		   const struct sampling_params *p, uint32_t k, uint32_t choice,
+		   struct sampler_result *out)
+{
+	uint64_t z_sum = 0;
+	uint32_t chosen;
+	float max_y;
+	int ret;
+
+	memset(out, 0, sizeof(*out));
+	ret = sampler_bias(s, logits, p, &max_y);
+	if (ret)
+		return ret;
+	if (p->temperature > 0.0f) {
+		sampler_gather_plan(s, p);
+		z_sum = sampler_weights(s, max_y,
+					sampler_weight_scale(p->temperature));
+		chosen = sampler_draw(s, p, z_sum,
+				      philox_bits53(p->seed, k, choice));
+	} else {
+		chosen = sampler_argmax(s, max_y);
+		/* Logprobs at temperature 1. */
+		if (p->logprobs) {
+			sampler_gather_none(s);
+			z_sum = sampler_weights(s, max_y, sampler_weight_scale(1.0f));
+		}
+	}
+	out->token = (int32_t)chosen;
+	if (p->logprobs)
+		sampler_logprobs(s, p, z_sum, chosen, out);
+	return 0;
+}

@@ -1,0 +1,872 @@
+/*
+ * shard_sched.c - the shard scheduler; see shard_sched.h.
+ *
+ * NOTES ON THE DESIGN (docs/DESIGN.md 7)
+ *
+ * Run-ahead.  A shard's worker is sent the rows to extend (slot,
+ * generation, committed length, limit = prompt + max_tokens) only when
+ * they change, and steps on its own, writing each new token after its
+ * prefix in the shard's token buffers and posting one result per step, up
+ * to ring_depth results ahead of what we have read.  We commit a row only
+ * at the slot's committed length, so results are applied strictly in
+ * order.  Reusing a slot waits until the worker can no longer write it
+ * (shard_drop_slot, shard_slot_reusable); a rejected row makes the next
+ * dispatch a reset to our committed lengths (shard_reset_after_garble).
+ *
+ * Each field of a result is read from shared memory once, into a local,
+ * before it is checked: the worker may change it meanwhile.  A shard that
+ * keeps rejecting results right after resets runs in lockstep for a
+ * while (SHARD_LOCKSTEP).
+ *
+ * Waking the worker.  After publishing a dispatch (shard_dispatch()) or
+ * handing result entries back (shard_release_results()) the coordinator
+ * wakes the worker (FUTEX_WAKE on its channel's wake word,
+ * shm_wake_worker()) only when the worker has said it sleeps
+ * (sleep_handshake_check()), and never calls a glibc semaphore or waits
+ * on memory a worker can write.
+ */
+#include "sched/shard_sched.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/clock.h"
+#include "engine/engine_internal.h"
+#include "util/log.h"
+#include "model/model_loader.h"
+#include "engine/request.h"
+#include "util/sleep_handshake.h"
+#include "text/stop_matcher.h"
+
+/*
+ * A worker whose results are rejected again right after a reset (a worker
+ * that garbles most of them) would lose every step it ran ahead; for this
+ * many dispatches the shard then runs like a lockstep engine, each row
+ * one step per dispatch, so that every good result counts.
+ */
+#define SHARD_LOCKSTEP 64u
+
+/*
+ * Progress is a committed row, not a result.  A worker whose results keep
+ * committing nothing (wrong generations, no rows, ids or sequence numbers
+ * we never sent, a flood of copies) is killed after this many in a row,
+ * and no request is blamed: its rows go to other shards.  An honest
+ * worker's longest such run is what it ran ahead when every row it held
+ * ended or was reset: a ring it had posted, plus the steps it ran until
+ * it adopted the next dispatch (under another ring), so four rings leave
+ * a wide margin and still end a misbehaving worker within milliseconds
+ * of fast steps.  A slow one that posts such results is ended by the step
+ * timeout instead, also without blame (engine_check_workers()).
+ */
+#define SHARD_MAX_FRUITLESS (4u * SHM_RING_DEPTH)
+
+/* Resets in a row with no committed row between them before the worker
+ * is killed (no blame).  Lockstep (SHARD_LOCKSTEP) makes an honest but
+ * faulty worker commit between resets long before this. */
+#define SHARD_MAX_RESETS 64u
+
+static void shard_warn(struct shard *s, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* ------------------------------------------------------------------------
+ * Slots and refill
+ * ---------------------------------------------------------------------- */
+
+static struct shard *shard_of_slot(struct engine *e, uint32_t slot)
+{
+	return &e->shards[shm_slot_shard(e->seg.hdr, slot)];
+}
+
+/*
+ * Slot leaves its shard's rows.  A row that ends before its limit (a stop,
+ * a cancel, a pause, a failure) goes on being extended until the worker
+ * adopts a dispatch without it, so the slot may be reused only then
+ * (slot_drain).  A row that reached its limit is left alone by the worker
+ * by itself, but only if the result that took it there was run under the
+ * newest dispatch we sent: an older dispatch the worker has yet to adopt
+ * (a reset, or the rows after an isolation) would send it back to an
+ * earlier position, to extend the row again over the slot's next request.
+ */
+void shard_drop_slot(struct engine *e, uint32_t slot)
+{
+	struct shard *s = shard_of_slot(e, slot);
+
+	s->n_active--;
+	if (e->in_process)
+		return;
+	s->redispatch = true;
+	if (e->slots.slots[slot].n_tokens < e->slot_limit[slot] ||
+	    s->committing_id != s->issued_id) {
+		e->slot_drain[slot] = s->dispatch_pos + 1;
+		s->n_draining++;
+	}
+}
+
+/* The next request for a free slot: a resumed one first (it held a slot
+ * before), then the waiting queue.  -ENOENT when there is none. */
+static int shard_next_waiting(struct engine *e, uint32_t *handle)
+{
+	if (e->n_resume) {
+		*handle = e->resume[0];
+		e->n_resume--;
+		memmove(e->resume, e->resume + 1, e->n_resume * sizeof(uint32_t));
+		e->n_paused--;
+		return 0;
+	}
+	return wait_queue_pop(&e->queue, handle);
+}
+
+void shard_write_sampling(struct engine *e, uint32_t slot,
+			  const struct live_request *lr)
+{
+	struct shm_slot_sampling *t;
+	const struct sampling_params *p = &lr->req.sampling;
+
+	e->slot_logprobs[slot] = p->logprobs;
+	if (e->in_process) {	/* the runner reads lr itself */
+		e->slot_sampled[slot] = request_needs_logits(&lr->req) ? lr : NULL;
+		return;
+	}
+	t = shm_sampling_at(&e->seg, slot);
+	/* field by field, and only the bias entries there are: a struct
+	 * assignment would write all 300 for every request (and the worker's
+	 * core would pull them over) */
+	t->generation = e->slots.slots[slot].generation;
+	t->needs_logits = request_needs_logits(&lr->req);
+	t->n_prompt = lr->req.n_prompt;
+	t->choice = lr->req.choice;
+	t->seed = p->seed;
+	t->temperature = p->temperature;
+	t->top_p = p->top_p;
+	t->min_p = p->min_p;
+	t->top_k = p->top_k;
+	t->logprobs = p->logprobs;
+	t->top_logprobs = p->top_logprobs;
+	t->n_bias = p->n_bias;
+	if (p->n_bias)
+		memcpy(t->bias, p->bias, p->n_bias * sizeof(t->bias[0]));
+}
+
+/* Put lr into slot: its prompt, and the tokens it had when it paused.
+ * 0, -EINVAL when it does not fit, -ENOMEM. */
+static int shard_place(struct engine *e, uint32_t slot, uint32_t handle,
+		       struct live_request *lr)
+{
+	uint32_t limit = lr->req.n_prompt + lr->req.max_tokens;
+
+	/* with workers, run allocates the private token copy here, when it
+	 * is needed; serve has one from submission */
+	if (!lr->generated && !e->in_process) {
+		lr->generated = malloc((size_t)lr->req.max_tokens * sizeof(int32_t));
+		if (!lr->generated)
+			return -ENOMEM;
+	}
+	if (slot_table_assign(&e->slots, slot, handle, lr->req.prompt,
+			      lr->req.n_prompt))
+		return -EINVAL;
+	for (uint32_t i = 0; i < lr->n_generated; i++) {
+		if (slot_table_append(&e->slots, slot, lr->generated[i])) {
+			slot_table_release(&e->slots, slot);
+			return -EINVAL;
+		}
+	}
+	/* admission checked that the request fits the context */
+	e->slot_limit[slot] = limit < e->slots.max_context ? limit : e->slots.max_context;
+	e->slot_prefilled[slot] = 0;
+	shard_write_sampling(e, slot, lr);
+	shard_of_slot(e, slot)->n_active++;
+	return 0;
+}
+
+/* May slot be given a new request?  Not while the worker can still write
+ * it (shard_drop_slot). */
+static bool shard_slot_reusable(struct engine *e, struct shard *s, uint32_t slot)
+{
+	if (e->slots.slots[slot].state != SHM_SLOT_FREE)
+		return false;
+	if (!e->slot_drain[slot])
+		return true;
+	/* acquire: pairs with the worker's release in worker_adopt() */
+	if (atomic_load_explicit(&shm_channel_at(&e->seg, s->index)->dispatch_adopted,
+				 memory_order_acquire) < e->slot_drain[slot])
+		return false;
+	e->slot_drain[slot] = 0;
+	s->n_draining--;
+	return true;
+}
+
+/* Fill the shard's free slots from the waiting queue (FIFO). */
+static void shard_refill(struct engine *e, struct shard *s)
+{
+	uint64_t now = 0;
+	int ret;
+
+	/* A worker not yet ready gets no request: one that never says it
+	 * is (a slow model load, or a worker that scribbled its own flag)
+	 * holds nobody's request until the start timeout ends it. */
+	if (s->n_active == s->n_slots || shard_lost(s) ||
+	    (!e->in_process && !s->ready_seen))
+		return;
+	if (e->cfg->policy_static)
+		for (uint32_t i = 0; i < s->n_slots; i++)
+			if (!shard_slot_reusable(e, s, s->first_slot + i))
+				return;
+	for (uint32_t i = 0; i < s->n_slots; i++) {
+		uint32_t slot = s->first_slot + i;
+		struct live_request *lr;
+		uint32_t handle;
+
+		if (!shard_slot_reusable(e, s, slot))
+			continue;
+		if (shard_next_waiting(e, &handle))
+			return;
+		lr = request_pool_get(&e->pool, handle);
+		if (!lr) {
+			engine_fail(e, "waiting queue held a bad handle %u", handle);
+			return;
+		}
+		lr->place = LIVE_UNPLACED;	/* off the queue, not yet in a slot */
+		ret = shard_place(e, slot, handle, lr);
+		if (ret) {
+			engine_finish(e, handle, FINISH_ERROR, ret == -ENOMEM ?
+				      "out of memory placing the request" :
+				      "prompt does not fit a slot");
+			continue;
+		}
+		s->redispatch = true;
+		if (!now)
+			now = clock_now_ns();
+		lr->slot = slot;
+		lr->place = LIVE_ACTIVE;
+		if (e->slot_freed_ns[slot]) {
+			e->stats.refill_ns_sum += now - e->slot_freed_ns[slot];
+			e->stats.n_refills++;
+		}
+		if (lr->started_ns)	/* resumed: its stop cursor carries on */
+			continue;
+		lr->started_ns = now;
+		lr->matcher_state = STOP_MATCHER_ROOT;
+	}
+}
+
+/* ------------------------------------------------------------------------
+ * Dispatch
+ * ---------------------------------------------------------------------- */
+
+/* The shard's worker holds no model state that we count on any more (it
+ * is new, or was sent back by a reset): its prefill starts over. */
+void shard_forget_prefill(struct engine *e, const struct shard *s)
+{
+	memset(e->slot_prefilled + s->first_slot, 0,
+	       s->n_slots * sizeof(e->slot_prefilled[0]));
+}
+
+/* Drop the first suspect (it ran alone cleanly, finished, or was failed). */
+static void shard_pop_suspect(struct shard *s)
+{
+	s->n_suspects--;
+	memmove(s->suspect_slot, s->suspect_slot + 1, s->n_suspects * sizeof(uint32_t));
+	memmove(s->suspect_gen, s->suspect_gen + 1, s->n_suspects * sizeof(uint32_t));
+}
+
+/*
+ * Collect the rows of the shard's next dispatch into rows: every ACTIVE
+ * slot, to be extended up to its request's limit; or, while requests are
+ * under suspicion after a worker died, the first suspect alone for one
+ * step (limit one past its prefix).  Sets s->suspect_id accordingly.
+ */
+static uint32_t shard_collect_rows(struct engine *e, struct shard *s,
+				   struct shm_dispatch_row *rows)
+{
+	uint32_t n = 0;
+
+	s->suspect_id = 0;
+	while (s->n_suspects) {
+		uint32_t slot = s->suspect_slot[0];
+		const struct slot_state *st = &e->slots.slots[slot];
+
+		if (st->state == SHM_SLOT_ACTIVE && st->generation == s->suspect_gen[0]) {
+			rows[0] = (struct shm_dispatch_row){
+				.slot = slot, .generation = st->generation,
+				.n_tokens = st->n_tokens, .limit = st->n_tokens + 1 };
+			s->suspect_id = s->next_dispatch_id;
+			return 1;
+		}
+		shard_pop_suspect(s);
+	}
+	for (uint32_t i = 0; i < s->n_slots; i++) {
+		uint32_t slot = s->first_slot + i;
+		const struct slot_state *st = &e->slots.slots[slot];
+
+		if (st->state != SHM_SLOT_ACTIVE)
+			continue;
+		rows[n++] = (struct shm_dispatch_row){
+			.slot = slot, .generation = st->generation,
+			.n_tokens = st->n_tokens,
+			.limit = s->lockstep ? st->n_tokens + 1 : e->slot_limit[slot] };
+	}
+	return n;
+}
+
+/*
+ * Publish the shard's rows to its worker when they changed.  At most
+ * ring_depth - 1 dispatches are ahead of the one the worker has adopted,
+ * so no entry is overwritten while the worker may be reading it, and
+ * s->sent still holds the adopted one's rows (for blame).
+ */
+static void shard_dispatch(struct engine *e, struct shard *s)
+{
+	struct shm_channel *ch;
+	struct shm_dispatch *d;
+	struct shm_dispatch_row *rows;
+	uint32_t depth = e->seg.hdr->ring_depth, n;
+
+	if (!s->redispatch || s->pid <= 0 || e->in_process)
+		return;
+	ch = shm_channel_at(&e->seg, s->index);
+	/* acquire: pairs with the worker's release in worker_adopt() */
+	if (s->dispatch_pos - atomic_load_explicit(&ch->dispatch_adopted,
+						   memory_order_acquire) >= depth - 1)
+		return;	/* the worker is behind: send the latest rows later */
+	rows = s->sent + (s->dispatch_pos & (depth - 1)) * s->n_slots;
+	n = shard_collect_rows(e, s, rows);
+	s->n_sent[s->dispatch_pos & (depth - 1)] = n;
+	s->sent_id[s->dispatch_pos & (depth - 1)] = s->next_dispatch_id;
+	s->issued_id = s->next_dispatch_id++;
+	s->redispatch = false;
+	if (n)	/* the worker owes results from now on */
+		s->progress_ns = clock_now_ns();
+	d = shm_dispatch_at(e->seg.hdr, ch, s->dispatch_pos);
+	d->dispatch_id = s->issued_id;
+	d->n_rows = n;
+	d->flags = s->reset ? SHM_DISPATCH_RESET : 0;
+	s->sent_lockstep = s->lockstep > 0;
+	if (s->lockstep)
+		s->lockstep--;
+	if (s->reset) {
+		s->reset_id = s->issued_id;
+		/* the worker re-prefills every row from nothing now */
+		shard_forget_prefill(e, s);
+		if (++s->resets_unanswered >= 2 && !s->lockstep) {
+			shard_warn(s, "the worker's results keep being rejected; "
+				   "one step per dispatch for a while");
+			s->lockstep = SHARD_LOCKSTEP;
+		}
+		/* Each reset renews the progress a prefill row may claim
+		 * (slot_prefilled): a worker that garbles a result, claims
+		 * prefill progress, and again, would never end otherwise. */
+		if (s->resets_unanswered > SHARD_MAX_RESETS)
+			shard_kill_misbehaving(s, " for resets that commit nothing");
+	}
+	s->reset = false;
+	memcpy(d->rows, rows, n * sizeof(d->rows[0]));
+	shm_entry_publish(&d->seq, s->dispatch_pos);
+	s->dispatch_pos++;
+	/* pairs with the worker's announcement in worker_wait() */
+	if (sleep_handshake_check(&ch->worker_sleeping))
+		shm_wake_worker(ch);
+}
+
+/* Remove slot from the head of the suspects after it ran alone cleanly. */
+void shard_clear_suspect(struct shard *s, uint32_t slot)
+{
+	if (s->n_suspects && s->suspect_slot[0] == slot)
+		shard_pop_suspect(s);
+}
+
+/* ------------------------------------------------------------------------
+ * Commit
+ * ---------------------------------------------------------------------- */
+
+/*
+ * We rejected a row that was not merely stale (garbled, or ahead of what we
+ * committed because of an earlier garbled one): the worker's rows have run
+ * past what we hold, so the next dispatch sends it back to our committed
+ * lengths (reset), at once rather than when its next rows turn up ahead.
+ * A result run before the worker took our last reset needs no new one: the
+ * reset already covers it.
+ */
+static void shard_reset_after_garble(struct shard *s, uint64_t id)
+{
+	if (id >= s->reset_id)
+		s->reset = s->redispatch = true;
+}
+
+/*
+ * The worker extends every row of the dispatch it runs in every result,
+ * until the row reaches its limit; we commit rows in order, so a row of
+ * that dispatch that is still active here (same generation: not finished,
+ * not reused) must be in this result.  One that is missing means the
+ * worker believes it done (its last rows were garbled and rejected, or it
+ * kept a longer prefix of its own): without a reset it would never be
+ * extended again.  False when the dispatch's rows are no longer kept.
+ */
+static bool shard_result_lacks_rows(struct engine *e, struct shard *s, uint64_t id)
+{
+	uint32_t depth = e->seg.hdr->ring_depth, idx;
+	const struct shm_dispatch_row *want;
+
+	if (!id || id < s->first_id)
+		return false;
+	/* ids and positions advance together within one worker's life */
+	idx = (uint32_t)((s->first_pos + (id - s->first_id)) & (depth - 1));
+	if (s->sent_id[idx] != id)
+		return false;
+	want = s->sent + (size_t)idx * s->n_slots;
+	for (uint32_t i = 0; i < s->n_sent[idx]; i++) {
+		const struct slot_state *st = &e->slots.slots[want[i].slot];
+
+		if (st->state == SHM_SLOT_ACTIVE && st->generation == want[i].generation &&
+		    s->seen[want[i].slot - s->first_slot] != s->result_stamp)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * A warning about something the shard's worker sent: the worker can send
+ * it on every result, so at most a few, then one a second with a count.
+ */
+static void shard_warn(struct shard *s, const char *fmt, ...)
+{
+	uint64_t n_held;
+	char msg[256];
+	va_list ap;
+
+	if (LOG_WARN > log_level_current ||
+	    !log_limit_pass(&s->warn_limit, clock_now_ns(), &n_held))
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (n_held)
+		LOG(LOG_WARN, "shard %u: %s (and %llu such warnings held back)",
+		    s->index, msg, (unsigned long long)n_held);
+	else
+		LOG(LOG_WARN, "shard %u: %s", s->index, msg);
+}
+
+/*
+ * Sort one rejected row: discarded (made obsolete by the run-ahead: its
+ * request ended, or a reset sent the worker back; not a fault) or stale
+ * (a generation or a position no dispatch of ours can have produced).
+ * st is the slot's private state.
+ */
+static void shard_count_rejected_row(struct engine *e, const struct shard *s,
+				     uint64_t id, const struct shm_result_row *row,
+				     const struct slot_state *st)
+{
+	bool obsolete;
+
+	if (st->state != SHM_SLOT_ACTIVE || st->generation != row->generation)
+		/* a request that held the slot before, or still holds it
+		 * but ended (a free slot keeps its last generation) */
+		obsolete = row->generation && row->generation <= st->generation;
+	else if (row->n_tokens < st->n_tokens)
+		obsolete = true;	/* re-run after a reset: committed */
+	else	/* ahead: fine only while a reset is on its way */
+		obsolete = s->reset || id < s->reset_id;
+	if (obsolete)
+		e->stats.n_discarded++;
+	else
+		e->stats.n_stale++;
+}
+
+/*
+ * Apply the rows of one result of dispatch id.  rows/n_rows come from
+ * shared memory: each row is copied once and checked against the private
+ * slot table.  A row is committed only when its slot is ACTIVE with the
+ * row's generation and its position is the slot's committed length (the
+ * token continues exactly the committed prefix).  A row past that length
+ * means we rejected one of the worker's earlier rows: the next dispatch
+ * tells the worker to go back (reset).  A stateful model's row may carry
+ * no token yet (a prefill chunk) or a refusal instead (docs/DESIGN.md
+ * 7.2).  Returns the rows committed (refusals included), and in
+ * *n_prefill the prefill rows that got further than before.
+ */
+/*
+ * Copy the logprobs of a token row for the request in slot out of shared
+ * memory into *lp and check them: every logprob finite and <= 0, at most
+ * the alternatives the request asked for, each a token of the vocabulary.
+ * False when the block is garbage (the row is then rejected like any
+ * garbled row).  NULL block: in-process, trusted.
+ */
+static bool shard_take_logprobs(struct engine *e, uint32_t slot,
+				const struct shm_logprobs *block,
+				struct shm_logprobs *lp)
+{
+	const struct live_request *lr;
+
+	if (!e->slot_logprobs[slot])
+		return true;	/* nothing asked: nothing read */
+	lr = request_pool_get(&e->pool, e->slots.slots[slot].request_handle);
+	if (!lr)
+		return true;
+	lp->logprob = block->logprob;
+	lp->n_top = block->n_top;
+	if (!(lp->logprob <= 0.0f) || lp->n_top > lr->req.sampling.top_logprobs)
+		return false;	/* NaN fails <= too */
+	memcpy(lp->top, block->top, lp->n_top * sizeof(lp->top[0]));
+	for (uint32_t j = 0; j < lp->n_top; j++)
+		if (!(lp->top[j].logprob <= 0.0f) || isinf(lp->top[j].logprob) ||
+		    lp->top[j].token < 0 || (uint32_t)lp->top[j].token >= e->vocab)
+			return false;
+	return !isinf(lp->logprob);
+}
+
+static uint32_t shard_commit(struct engine *e, struct shard *s, uint64_t id,
+			     const struct shm_result_row *rows,
+			     const struct shm_logprobs *blocks, uint32_t n_rows,
+			     uint32_t *n_prefill)
+{
+	struct shm_logprobs lp;
+
+	uint32_t n_ok = 0, last_slot = 0;
+	bool garbled = false;
+
+	*n_prefill = 0;
+	if (++s->result_stamp == 0)	/* 0 means never seen */
+		s->result_stamp = 1;
+
+	if (n_rows > s->n_slots) {
+		e->stats.n_stale++;
+		shard_warn(s, "result with %u rows for a shard of %u: rejected",
+			   n_rows, s->n_slots);
+		shard_reset_after_garble(s, id);
+		return 0;
+	}
+	for (uint32_t i = 0; i < n_rows; i++) {
+		struct shm_result_row row = rows[i];	/* one read of shared memory */
+		bool no_token = row.token == SHM_TOKEN_PREFILL ||
+				row.token == SHM_TOKEN_REFUSED;
+		const struct slot_state *st;
+
+		if (row.slot < s->first_slot || row.slot - s->first_slot >= s->n_slots ||
+		    (!no_token && (row.token < 0 || (uint32_t)row.token >= e->vocab))) {
+			e->stats.n_stale++;
+			garbled = true;
+			continue;
+		}
+		st = &e->slots.slots[row.slot];
+		if (st->state != SHM_SLOT_ACTIVE || st->generation != row.generation) {
+			shard_count_rejected_row(e, s, id, &row, st);
+			continue;
+		}
+		s->seen[row.slot - s->first_slot] = s->result_stamp;
+		if (row.n_tokens != st->n_tokens) {
+			shard_count_rejected_row(e, s, id, &row, st);
+			/* Ahead of what we committed: we rejected one of its
+			 * earlier rows. */
+			if (row.n_tokens > st->n_tokens)
+				garbled = true;
+			continue;
+		}
+		if (row.token == SHM_TOKEN_PREFILL) {
+			/* A model that holds the whole prefix has a token
+			 * for it: this one cannot be. */
+			if (row.detail >= row.n_tokens) {
+				e->stats.n_stale++;
+				garbled = true;
+			} else if (row.detail > e->slot_prefilled[row.slot]) {
+				e->slot_prefilled[row.slot] = row.detail;
+				(*n_prefill)++;
+			}
+			continue;
+		}
+		if (row.token == SHM_TOKEN_REFUSED) {
+			s->committing_id = id;
+			engine_refuse(e, row.slot, row.detail);
+			s->committing_id = 0;
+			n_ok++;
+			continue;
+		}
+		if (!shard_take_logprobs(e, row.slot, &blocks[i], &lp)) {
+			e->stats.n_stale++;
+			garbled = true;
+			continue;
+		}
+		s->committing_id = id;
+		engine_commit_token(e, row.slot, row.token, &lp);
+		s->committing_id = 0;
+		last_slot = row.slot;
+		n_ok++;
+	}
+	if (garbled || shard_result_lacks_rows(e, s, id))
+		shard_reset_after_garble(s, id);
+	else if (n_ok && id >= s->reset_id)
+		s->resets_unanswered = 0;
+	if (s->sent_lockstep)	/* every row waits for its next step */
+		s->redispatch = true;
+	if (id && id == s->suspect_id && n_ok == 1) {
+		shard_clear_suspect(s, last_slot);
+		s->redispatch = true;
+	}
+	e->stats.n_steps++;
+	e->stats.n_step_rows += n_rows;
+	e->stats.n_step_capacity += s->n_slots;
+	return n_ok;
+}
+
+/* After results: refill freed slots and tell the worker what changed. */
+void shard_advance(struct engine *e, struct shard *s)
+{
+	if (!e->in_process)
+		s->adopted_seen = atomic_load_explicit(
+			&shm_channel_at(&e->seg, s->index)->dispatch_adopted,
+			memory_order_acquire);
+	shard_refill(e, s);
+	shard_dispatch(e, s);
+}
+
+/* ------------------------------------------------------------------------
+ * Reading results
+ * ---------------------------------------------------------------------- */
+
+/* Kill the shard's worker; its exit is handled on the pidfd. */
+void shard_kill(struct shard *s)
+{
+	if (s->pid > 0)
+		kill(s->pid, SIGKILL);
+}
+
+/* Track how long the shard takes per result, to know when to expect the
+ * next one (engine_wait() spins only around that moment). */
+static void shard_note_step_time(struct shard *s, uint64_t ns)
+{
+	s->step_ewma_ns = s->step_ewma_ns ? s->step_ewma_ns - s->step_ewma_ns / 8 + ns / 8 : ns;
+}
+
+/*
+ * Hand the result entries read so far back to the worker, and wake it if
+ * it sleeps waiting for room.
+ */
+static void shard_release_results(const struct shard *s, struct shm_channel *ch)
+{
+	/* release: every entry before result_pos has been read */
+	atomic_store_explicit(&ch->results_consumed, s->result_pos,
+			      memory_order_release);
+	/* pairs with the announcement in worker_wait(): a worker waiting
+	 * for room either sees it or is seen asleep */
+	if (sleep_handshake_check(&ch->worker_sleeping))
+		shm_wake_worker(ch);
+}
+
+/*
+ * Kill the shard's worker for what it did, not for what its requests did:
+ * nobody is blamed, and its rows move to other shards (shard_on_exit()).
+ */
+void shard_kill_misbehaving(struct shard *s, const char *why)
+{
+	s->killed_for = why;
+	s->kill_blames = false;
+	s->misbehaved = true;
+	shard_kill(s);
+}
+
+/*
+ * A result committed nothing.  True when that was one too many in a row
+ * (SHARD_MAX_FRUITLESS) and the worker is being killed for it.
+ */
+static bool shard_note_fruitless(struct engine *e, struct shard *s, uint64_t now)
+{
+	s->fruitless_ns = now;
+	if (++s->n_fruitless < SHARD_MAX_FRUITLESS)
+		return false;
+	LOG(LOG_WARN, "worker %u (pid %d): %u results in a row committed nothing; "
+	    "killing it (no request is blamed)", s->index, (int)s->pid, s->n_fruitless);
+	e->stats.n_fruitless_kills++;
+	shard_kill_misbehaving(s, " for results that commit nothing");
+	return true;
+}
+
+/*
+ * A result entry that cannot be applied at all (a sequence number or a
+ * dispatch id we did not send): the worker's rows are no longer ours, so
+ * the next dispatch is a reset, whatever dispatch it ran.
+ */
+static void shard_reject_result(struct engine *e, struct shard *s)
+{
+	e->stats.n_stale++;
+	s->reset = s->redispatch = true;
+}
+
+/*
+ * Read the shard's published results, at most a ring of them (a worker
+ * that floods the ring must not keep us from the other shards and the
+ * input).  Returns true when any was read.
+ */
+bool shard_poll(struct engine *e, struct shard *s)
+{
+	struct shm_channel *ch;
+	bool progress = false;
+	uint64_t step_cap = e->cfg->step_timeout_ms * 1000000ull;
+	uint64_t released = s->result_pos;
+	uint32_t depth;
+
+	if (e->in_process || s->pid <= 0 || s->misbehaved)
+		return false;
+	ch = shm_channel_at(&e->seg, s->index);
+	depth = e->seg.hdr->ring_depth;
+	for (uint32_t n_read = 0; n_read < depth; n_read++) {
+		struct shm_result *r = shm_result_at(e->seg.hdr, ch, s->result_pos);
+		uint64_t *last_seq = &s->ring_seq[s->result_pos & (depth - 1)];
+		uint64_t id, now, took, model_ns, seq;
+		uint32_t n_rows, n_ok, n_prefill;
+		int32_t status;
+
+		/* acquire: pairs with the release in the worker's
+		 * shm_entry_publish() */
+		seq = atomic_load_explicit(&r->seq, memory_order_acquire);
+		if (seq == *last_seq)
+			break;		/* not written since we last read it */
+		*last_seq = seq;
+		progress = true;
+		now = clock_now_ns();
+		if (seq != s->result_pos + 1) {
+			shard_warn(s, "result at ring position %llu has sequence "
+				   "number %llu: rejected",
+				   (unsigned long long)s->result_pos,
+				   (unsigned long long)seq);
+			shard_reject_result(e, s);
+			s->result_pos++;
+			if (shard_note_fruitless(e, s, now))
+				break;
+			continue;
+		}
+		id = r->dispatch_id;
+		n_rows = r->n_rows;
+		status = r->status;
+		model_ns = r->model_ns;		/* untrusted: stats only */
+		if (id < s->first_id || id > s->issued_id) {
+			/* garbled: the rows it carries may be anyone's */
+			shard_warn(s, "result with dispatch id %llu, not one of "
+				   "ours (%llu..%llu): rejected",
+				   (unsigned long long)id, (unsigned long long)s->first_id,
+				   (unsigned long long)s->issued_id);
+			shard_reject_result(e, s);
+			s->result_pos++;
+			if (shard_note_fruitless(e, s, now))
+				break;
+			continue;
+		}
+		if (status) {
+			shard_warn(s, "model failed a step (%s); restarting the "
+				   "worker", strerror(-status));
+			s->failed_step = true;
+			s->failed_status = status;
+			s->result_pos++;
+			shard_kill(s);
+			break;
+		}
+		e->stats.model_ns += model_ns < step_cap ? model_ns : step_cap;
+		/* a wrong n_rows is rejected before any row is read */
+		n_ok = shard_commit(e, s, id, r->rows,
+				    shm_result_logprobs(e->seg.hdr, ch,
+							s->result_pos, 0), n_rows,
+				    &n_prefill);
+		s->result_pos++;
+		if (!n_ok && !n_prefill && shard_note_fruitless(e, s, now))
+			break;
+		if (!n_ok && n_prefill) {
+			/* a prefill chunk that got further is progress: each
+			 * slot can claim it only up to its prefix length per
+			 * worker life or reset (slot_prefilled) */
+			s->progress_ns = now;
+			s->n_fruitless = 0;
+		}
+		if (n_ok) {
+			/* Progress is a committed row: only that restarts
+			 * the step timeout's clock. */
+			took = now - s->progress_ns;
+			s->progress_ns = now;
+			s->n_fruitless = 0;
+			/* a worker that does real work clears its shard's
+			 * record; one honest result per life does not (a
+			 * flood that starts with one would run for ever) */
+			if (s->n_life_commits < SHARD_MAX_FRUITLESS &&
+			    ++s->n_life_commits == SHARD_MAX_FRUITLESS)
+				s->n_bad_lives = 0;
+			shard_note_step_time(s, took);
+			histogram_record(&e->step_hist, took);
+			e->stats.step_ns += took;
+		}
+		/* A worker that got a whole ring ahead sleeps until we make
+		 * room: give back half a ring at a time, so that it runs
+		 * (its wake-up included) while we commit the other half,
+		 * instead of after. */
+		if (s->result_pos - released >= depth / 2) {
+			shard_release_results(s, ch);
+			released = s->result_pos;
+		}
+	}
+	if (!progress)
+		return false;
+	if (s->result_pos != released)	/* else just handed back above */
+		shard_release_results(s, ch);
+	return true;	/* engine_loop() refills and dispatches next */
+}
+
+/* --workers 0: run the shard's step right here, as a worker would. */
+bool shard_step_in_process(struct engine *e, struct shard *s)
+{
+	struct shm_result_row *rows = e->inproc_rows;
+	struct shm_dispatch_row *step = s->sent;
+	uint32_t n, n_prefill;
+	uint64_t t0;
+	int ret;
+
+	shard_refill(e, s);
+	n = shard_collect_rows(e, s, step);
+	if (!n)
+		return false;
+	for (uint32_t i = 0; i < n; i++) {
+		/* set when the slot was given its request (greedy: NULL) */
+		const struct live_request *lr = e->slot_sampled[step[i].slot];
+
+		e->inproc_step[i] = (struct runner_row){
+			.slot = step[i].slot, .generation = step[i].generation,
+			.tokens = e->slots.tokens[step[i].slot],
+			.n_tokens = step[i].n_tokens };
+		if (lr) {
+			e->inproc_step[i].sampling = &lr->req.sampling;
+			e->inproc_step[i].k = step[i].n_tokens - lr->req.n_prompt;
+			e->inproc_step[i].choice = lr->req.choice;
+			e->inproc_step[i].sampled = &e->inproc_sampled[i];
+		}
+	}
+	/* slots that left since the last step: their state goes */
+	model_runner_keep(e->runner, n, e->inproc_step);
+	t0 = clock_now_ns();
+	ret = model_runner_step(e->runner, n, e->inproc_step, e->inproc_outcomes);
+	t0 = clock_now_ns() - t0;
+	histogram_record(&e->step_hist, t0);
+	e->stats.model_ns += t0;	/* in-process, the step is the model call */
+	e->stats.step_ns += t0;
+	if (ret) {	/* no worker to isolate the request in: give up */
+		engine_give_up(e, "model failed: %s", strerror(-ret));
+		return false;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		const struct runner_result *o = &e->inproc_outcomes[i];
+
+		rows[i] = (struct shm_result_row){
+			.slot = step[i].slot, .generation = step[i].generation,
+			.n_tokens = step[i].n_tokens, .detail = o->detail,
+			.token = o->outcome == RUNNER_TOKEN ? o->token :
+				 o->outcome == RUNNER_PREFILL ? SHM_TOKEN_PREFILL :
+				 SHM_TOKEN_REFUSED };
+		/* the worker's part: the token goes right after its prefix */
+		if (o->outcome == RUNNER_TOKEN)
+			e->slots.tokens[step[i].slot][step[i].n_tokens] = o->token;
+		if (o->outcome == RUNNER_TOKEN && e->inproc_step[i].sampled)
+			shm_logprobs_set(&e->inproc_logprobs[i],
+					 &e->inproc_sampled[i]);
+	}
+	shard_commit(e, s, 0, rows, e->inproc_logprobs, n, &n_prefill);
+	return true;
+}

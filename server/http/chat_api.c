@@ -1,0 +1,731 @@
+/*
+ * chat_api.c - see chat_api.h.
+ *
+ * NOTES ON THE DESIGN
+ *
+ * One set of rules: a chat body is turned into a completions body (the
+ * messages rendered and encoded into a "prompt" of token ids, "stop"
+ * extended for chatml, max_completion_tokens renamed) and dumped for
+ * completion_parse(), so every field but "messages" is judged exactly as
+ * /v1/completions judges it.  The body is parsed once more there; bodies
+ * are small (--max-body) and that is what keeps the rules in one place.
+ *
+ * The prompt goes as token ids, not as text, because llama2's turns are
+ * separated by the BOS and EOS tokens, which no text encodes to
+ * (chat_api.h, BOS AND EOS).  A one-turn prompt's ids are exactly those
+ * of the same text sent to /v1/completions as a string.
+ *
+ * The answers are written like completion_api.c's: one worst-case
+ * reservation, then unchecked writes (json_writer.h).
+ */
+#include "server/http/chat_api.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "util/json_writer.h"
+#include "text/text_stop.h"
+#include "text/tokenizer.h"
+
+static const char *const role_names[] = {
+	[CHAT_ROLE_SYSTEM] = "system",
+	[CHAT_ROLE_USER] = "user",
+	[CHAT_ROLE_ASSISTANT] = "assistant",
+};
+
+int chat_template_from_name(const char *name, enum chat_template *out)
+{
+	if (!strcmp(name, "llama2"))
+		*out = CHAT_TEMPLATE_LLAMA2;
+	else if (!strcmp(name, "chatml"))
+		*out = CHAT_TEMPLATE_CHATML;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+const char *chat_template_name(enum chat_template t)
+{
+	switch (t) {
+	case CHAT_TEMPLATE_LLAMA2: return "llama2";
+	case CHAT_TEMPLATE_CHATML: return "chatml";
+	default: return "none";
+	}
+}
+
+__attribute__((format(printf, 3, 4)))
+static int fail(char *err, size_t err_len, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err, err_len, fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+/* ------------------------------------------------------------------------
+ * Rendering
+ * ---------------------------------------------------------------------- */
+
+void chat_prompt_release(struct chat_prompt *p)
+{
+	strbuf_release(&p->text);
+	free(p->turn_end);
+	memset(p, 0, sizeof(*p));
+}
+
+/* The current text ends a turn.  turn_end has room for n_msgs entries:
+ * no template makes more turns than messages. */
+static void end_turn(struct chat_prompt *p)
+{
+	p->turn_end[p->n_turns++] = p->text.len;
+}
+
+static bool is_ascii_space(char c)
+{
+	return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
+/* Append s[0..n) without its leading and trailing ASCII whitespace. */
+static int append_stripped(struct strbuf *sb, const char *s, size_t n)
+{
+	while (n && is_ascii_space(*s))
+		s++, n--;
+	while (n && is_ascii_space(s[n - 1]))
+		n--;
+	return strbuf_append(sb, s, n);
+}
+
+/* Meta's llama-2-chat order: [system] user (assistant user)*. */
+static int llama2_check_order(const struct chat_message *msgs, size_t n,
+			      char *err, size_t err_len)
+{
+	size_t first = msgs[0].role == CHAT_ROLE_SYSTEM;
+
+	if (first == n)
+		return fail(err, err_len, "messages: the llama2 template needs a "
+			    "user message after the system message");
+	for (size_t i = first; i < n; i++) {
+		enum chat_role want = (i - first) % 2 ? CHAT_ROLE_ASSISTANT :
+							CHAT_ROLE_USER;
+
+		if (msgs[i].role != want)
+			return fail(err, err_len, "messages[%zu].role is '%s' where "
+				    "the llama2 template needs '%s': it takes one "
+				    "optional system message first, then user and "
+				    "assistant messages in turn, the last one the "
+				    "user's", i, role_names[msgs[i].role],
+				    role_names[want]);
+	}
+	if (msgs[n - 1].role != CHAT_ROLE_USER)
+		return fail(err, err_len, "messages[%zu].role is 'assistant': the "
+			    "llama2 template needs the last message to be the "
+			    "user's", n - 1);
+	return 0;
+}
+
+static int render_llama2(const struct chat_message *msgs, size_t n,
+			 struct chat_prompt *p, char *err, size_t err_len)
+{
+	const struct chat_message *sys = NULL;
+	struct strbuf merged = { 0 };
+	size_t first = 0;
+	int rc;
+
+	rc = llama2_check_order(msgs, n, err, err_len);
+	if (rc)
+		return rc;
+	if (msgs[0].role == CHAT_ROLE_SYSTEM) {
+		sys = &msgs[0];
+		first = 1;
+	}
+	for (size_t i = first; i < n; i += 2) {
+		const char *user = msgs[i].content;
+		size_t user_len = msgs[i].len;
+
+		/* Meta folds the system message into the first user message
+		 * and strips the whole: the user's text is stripped at its
+		 * end only, the system's not at all */
+		if (i == first && sys) {
+			if (strbuf_append(&merged, "<<SYS>>\n", 8) ||
+			    strbuf_append(&merged, sys->content, sys->len) ||
+			    strbuf_append(&merged, "\n<</SYS>>\n\n", 11) ||
+			    strbuf_append(&merged, user, user_len))
+				goto nomem;
+			user = merged.data;
+			user_len = merged.len;
+		}
+		if (strbuf_append(&p->text, "[INST] ", 7) ||
+		    append_stripped(&p->text, user, user_len) ||
+		    strbuf_append(&p->text, " [/INST]", 8))
+			goto nomem;
+		if (i + 1 < n) {	/* answered: the turn closes (EOS) */
+			if (strbuf_append(&p->text, " ", 1) ||
+			    append_stripped(&p->text, msgs[i + 1].content,
+					    msgs[i + 1].len) ||
+			    strbuf_append(&p->text, " ", 1))
+				goto nomem;
+		}
+		end_turn(p);
+	}
+	strbuf_release(&merged);
+	return 0;
+nomem:
+	strbuf_release(&merged);
+	return -ENOMEM;
+}
+
+static int render_chatml(const struct chat_message *msgs, size_t n,
+			 struct chat_prompt *p)
+{
+	for (size_t i = 0; i < n; i++) {
+		const char *role = role_names[msgs[i].role];
+
+		if (strbuf_append(&p->text, "<|im_start|>", 12) ||
+		    strbuf_append(&p->text, role, strlen(role)) ||
+		    strbuf_append(&p->text, "\n", 1) ||
+		    strbuf_append(&p->text, msgs[i].content, msgs[i].len) ||
+		    strbuf_append(&p->text, CHAT_CHATML_END "\n",
+				  sizeof(CHAT_CHATML_END)))
+			return -ENOMEM;
+	}
+	if (strbuf_append(&p->text, "<|im_start|>assistant\n", 22))
+		return -ENOMEM;
+	end_turn(p);
+	return 0;
+}
+
+int chat_render(enum chat_template t, const struct chat_message *msgs,
+		size_t n, struct chat_prompt *out, char *err, size_t err_len)
+{
+	memset(out, 0, sizeof(*out));
+	if (!n)
+		return fail(err, err_len, "field 'messages' must not be empty");
+	out->turn_end = calloc(n, sizeof(*out->turn_end));
+	if (!out->turn_end)
+		return -ENOMEM;
+	switch (t) {
+	case CHAT_TEMPLATE_LLAMA2:
+		return render_llama2(msgs, n, out, err, err_len);
+	case CHAT_TEMPLATE_CHATML:
+		return render_chatml(msgs, n, out);
+	default:
+		return fail(err, err_len, "this server has no chat template "
+			    "(--chat-template " CHAT_TEMPLATE_NAMES ")");
+	}
+}
+
+static size_t turn_start(const struct chat_prompt *p, uint32_t i)
+{
+	return i ? p->turn_end[i - 1] : 0;
+}
+
+int chat_prompt_text(const struct chat_prompt *p, struct strbuf *out)
+{
+	for (uint32_t i = 0; i < p->n_turns; i++) {
+		size_t from = turn_start(p, i);
+
+		if ((i && strbuf_append(out, "</s><s>", 7)) ||
+		    strbuf_append(out, p->text.data + from, p->turn_end[i] - from))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+int chat_prompt_encode(const struct chat_prompt *p, const struct tokenizer *tok,
+		       int32_t **tokens, size_t *n)
+{
+	/* each turn: BOS, dummy prefix, a token per byte at most; EOS */
+	size_t cap = p->text.len + 3 * (size_t)p->n_turns + 1, used = 0, got;
+	int32_t *ids = malloc(cap * sizeof(*ids));
+	int rc;
+
+	*tokens = NULL;
+	*n = 0;
+	if (!ids)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < p->n_turns; i++) {
+		size_t from = turn_start(p, i), len = p->turn_end[i] - from;
+
+		rc = tokenizer_encode(tok, p->text.data + from, len, true, false,
+				      ids + used, cap - used, &got);
+		if (rc) {
+			free(ids);
+			return rc;
+		}
+		used += got;
+		if (i + 1 < p->n_turns)
+			ids[used++] = tokenizer_eos(tok);
+	}
+	*tokens = ids;
+	*n = used;
+	return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Parsing
+ * ---------------------------------------------------------------------- */
+
+/* "content": a string, or an array of {"type":"text","text":S} parts,
+ * appended to store. */
+static int content_get(const json_t *v, size_t i, struct strbuf *store,
+		       char *err, size_t err_len)
+{
+	if (json_is_string(v))
+		return strbuf_append(store, json_string_value(v),
+				     json_string_length(v)) ? -ENOMEM : 0;
+	if (!json_is_array(v))
+		return fail(err, err_len, "messages[%zu].content must be a string "
+			    "or an array of text parts", i);
+	for (size_t j = 0; j < json_array_size(v); j++) {
+		const json_t *part = json_array_get(v, j);
+		const json_t *type = json_object_get(part, "type");
+		const json_t *text = json_object_get(part, "text");
+
+		if (!json_is_object(part))
+			return fail(err, err_len, "messages[%zu].content[%zu] must "
+				    "be an object {\"type\":\"text\",\"text\":...}",
+				    i, j);
+		if (!json_is_string(type) || strcmp(json_string_value(type), "text"))
+			return fail(err, err_len, "messages[%zu].content[%zu].type "
+				    "must be \"text\": only text parts are taken",
+				    i, j);
+		if (!json_is_string(text))
+			return fail(err, err_len, "messages[%zu].content[%zu].text "
+				    "must be a string", i, j);
+		if (strbuf_append(store, json_string_value(text),
+				  json_string_length(text)))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* "messages" into msgs[0..*n) (malloc'd); their contents live in store. */
+static int messages_get(const json_t *obj, struct chat_message **msgs,
+			size_t *n, struct strbuf *store, char *err,
+			size_t err_len)
+{
+	const json_t *arr = json_object_get(obj, "messages");
+	size_t *ends;
+	size_t count;
+	int rc = 0;
+
+	*msgs = NULL;
+	*n = 0;
+	if (!arr || json_is_null(arr))
+		return fail(err, err_len, "missing required field 'messages'");
+	if (!json_is_array(arr))
+		return fail(err, err_len, "field 'messages' must be an array of "
+			    "{\"role\":...,\"content\":...} objects");
+	count = json_array_size(arr);
+	if (!count)
+		return fail(err, err_len, "field 'messages' must not be empty");
+	*msgs = calloc(count, sizeof(**msgs));
+	ends = calloc(count, sizeof(*ends));
+	if (!*msgs || !ends) {
+		free(ends);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < count && !rc; i++) {
+		const json_t *m = json_array_get(arr, i);
+		const json_t *role = json_object_get(m, "role");
+		const json_t *content = json_object_get(m, "content");
+		size_t r;
+
+		if (!json_is_object(m)) {
+			rc = fail(err, err_len, "messages[%zu] must be an object "
+				  "{\"role\":...,\"content\":...}", i);
+			break;
+		}
+		if (!json_is_string(role)) {
+			rc = fail(err, err_len, "messages[%zu].role must be one of "
+				  "\"system\", \"user\", \"assistant\"", i);
+			break;
+		}
+		for (r = 0; r < 3; r++)
+			if (!strcmp(json_string_value(role), role_names[r]))
+				break;
+		if (r == 3) {
+			rc = fail(err, err_len, "messages[%zu].role is '%.40s': it "
+				  "must be one of \"system\", \"user\", \"assistant\"",
+				  i, json_string_value(role));
+			break;
+		}
+		(*msgs)[i].role = (enum chat_role)r;
+		if (!content)
+			rc = fail(err, err_len, "messages[%zu].content is missing", i);
+		else
+			rc = content_get(content, i, store, err, err_len);
+		ends[i] = store->len;
+	}
+	if (!rc) {
+		/* store no longer moves: point into it */
+		for (size_t i = 0; i < count; i++) {
+			size_t from = i ? ends[i - 1] : 0;
+
+			(*msgs)[i].content = store->data ? store->data + from : "";
+			(*msgs)[i].len = ends[i] - from;
+		}
+		*n = count;
+	}
+	free(ends);
+	return rc;
+}
+
+/* chatml: "stop" (absent, a string, or an array) gets CHAT_CHATML_END
+ * unless it holds it.  A non-string "stop" is left for request_parse()
+ * to refuse. */
+static int add_chatml_stop(json_t *obj, char *err, size_t err_len)
+{
+	json_t *stop = json_object_get(obj, "stop"), *arr;
+
+	if (!stop || json_is_null(stop)) {
+		arr = json_array();
+	} else if (json_is_string(stop)) {
+		arr = json_array();
+		if (arr && json_array_append(arr, stop)) {
+			json_decref(arr);
+			arr = NULL;
+		}
+	} else if (json_is_array(stop)) {
+		size_t i;
+		json_t *e;
+
+		json_array_foreach(stop, i, e)
+			if (json_is_string(e) && !strcmp(json_string_value(e),
+							 CHAT_CHATML_END))
+				return 0;
+		if (json_array_size(stop) >= TEXT_STOP_MAX)
+			return fail(err, err_len, "field 'stop' has %zu strings: "
+				    "at most %u with the chatml template, which "
+				    "adds \"" CHAT_CHATML_END "\"",
+				    json_array_size(stop), TEXT_STOP_MAX - 1);
+		arr = json_copy(stop);
+	} else {
+		return 0;
+	}
+	if (!arr || json_array_append_new(arr, json_string(CHAT_CHATML_END)) ||
+	    json_object_set_new(obj, "stop", arr))
+		return -ENOMEM;
+	return 0;
+}
+
+/* max_completion_tokens (chat's newer name) becomes max_tokens. */
+static int rename_max_tokens(json_t *obj, bool *renamed, char *err,
+			     size_t err_len)
+{
+	json_t *v = json_object_get(obj, "max_completion_tokens");
+	json_t *old = json_object_get(obj, "max_tokens");
+
+	*renamed = false;
+	if (!v || json_is_null(v))
+		return 0;
+	if (old && !json_is_null(old))
+		return fail(err, err_len, "fields 'max_tokens' and "
+			    "'max_completion_tokens' are the same limit: give one");
+	if (json_object_set(obj, "max_tokens", v))
+		return -ENOMEM;
+	json_object_del(obj, "max_completion_tokens");
+	*renamed = true;
+	return 0;
+}
+
+/* Render and encode the messages; put them in obj as "prompt". */
+static int set_prompt(json_t *obj, enum chat_template t,
+		      const struct request_limits *lim, char *err,
+		      size_t err_len)
+{
+	struct strbuf store = { 0 };
+	struct chat_message *msgs = NULL;
+	struct chat_prompt p = { 0 };
+	int32_t *ids = NULL;
+	json_t *arr = NULL;
+	size_t n = 0, n_ids = 0;
+	int rc;
+
+	rc = messages_get(obj, &msgs, &n, &store, err, err_len);
+	if (!rc)
+		rc = chat_render(t, msgs, n, &p, err, err_len);
+	if (!rc) {
+		/* a prompt longer than the context is refused before the cost
+		 * of encoding it: no token is longer than max_token_length */
+		if (p.text.len / (size_t)tokenizer_max_token_length(lim->tok) >
+		    lim->max_context)
+			rc = fail(err, err_len, "messages: the prompt the chat "
+				  "template renders (%zu bytes) exceeds the context "
+				  "limit %u", p.text.len, lim->max_context);
+		else
+			rc = chat_prompt_encode(&p, lim->tok, &ids, &n_ids);
+		if (rc && rc != -EINVAL && rc != -ENOMEM)
+			rc = fail(err, err_len, "messages: cannot encode: %s",
+				  strerror(-rc));
+	}
+	if (!rc) {
+		arr = json_array();
+		for (size_t i = 0; arr && i < n_ids; i++)
+			if (json_array_append_new(arr, json_integer(ids[i])))
+				rc = -ENOMEM;
+		if (!arr || rc || json_object_set_new(obj, "prompt", arr))
+			rc = -ENOMEM;
+		arr = NULL;
+	}
+	json_decref(arr);
+	free(ids);
+	chat_prompt_release(&p);
+	free(msgs);
+	strbuf_release(&store);
+	return rc;
+}
+
+int chat_parse(const char *body, size_t len, enum chat_template t,
+	       const struct request_limits *lim, struct completion_request *out,
+	       char *err, size_t err_len, const char **param)
+{
+	json_error_t jerr;
+	json_t *obj;
+	char *dumped = NULL;
+	bool renamed = false;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	*param = NULL;
+	if (t == CHAT_TEMPLATE_NONE)
+		return fail(err, err_len, "this server has no chat template: it "
+			    "was started without --chat-template "
+			    CHAT_TEMPLATE_NAMES);
+	if (!lim->tok)
+		return fail(err, err_len, "this server has no tokenizer "
+			    "(--tokenizer): chat messages cannot be encoded");
+	obj = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY |
+			 JSON_ALLOW_NUL, &jerr);
+	if (!obj || !json_is_object(obj)) {
+		json_decref(obj);
+		/* completion_parse() words what is wrong with it */
+		return completion_parse(body, len, lim, out, err, err_len, param);
+	}
+	if (json_object_get(obj, "prompt")) {
+		*param = "prompt";
+		rc = fail(err, err_len, "field 'prompt' is /v1/completions'; a chat "
+			  "request sends 'messages'");
+		goto out;
+	}
+	rc = set_prompt(obj, t, lim, err, err_len);
+	if (rc) {
+		*param = "messages";
+		goto out;
+	}
+	json_object_del(obj, "messages");
+	rc = rename_max_tokens(obj, &renamed, err, err_len);
+	if (rc) {
+		*param = "max_tokens";
+		goto out;
+	}
+	if (t == CHAT_TEMPLATE_CHATML) {
+		rc = add_chatml_stop(obj, err, err_len);
+		if (rc) {
+			*param = "stop";
+			goto out;
+		}
+	}
+	dumped = json_dumps(obj, JSON_COMPACT);
+	if (!dumped) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = completion_parse(dumped, strlen(dumped), lim, out, err, err_len, param);
+	if (rc == -EINVAL && *param && !strcmp(*param, "prompt")) {
+		/* the prompt is the rendered messages: say so */
+		char why[256];
+
+		snprintf(why, sizeof(why), "%s", err);
+		snprintf(err, err_len, "messages, as the chat template renders "
+			 "them: %s", why);
+		*param = "messages";
+	} else if (rc == -EINVAL && renamed && *param &&
+		   !strcmp(*param, "max_tokens")) {
+		char why[256];
+
+		snprintf(why, sizeof(why), "%s", err);
+		snprintf(err, err_len, "max_completion_tokens (as max_tokens): %s",
+			 why);
+		*param = "max_completion_tokens";
+	}
+out:
+	free(dumped);
+	json_decref(obj);
+	if (rc == -ENOMEM)
+		snprintf(err, err_len, "out of memory");
+	return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Answers
+ * ---------------------------------------------------------------------- */
+
+/* The chat shapes: the fixed text of an answer or chunk, per choice (its
+ * content aside), no token ids, and per logprob entry
+ * {"token":"token_id:N","logprob":L,"bytes":null,"top_logprobs":[...]}
+ * or one of its alternatives. */
+static const struct answer_sizes chat_sizes = {
+	.fixed = 448, .per_choice = 192, .per_token = 0, .per_logprob = 96,
+};
+
+/* "chat" + a server-made id: OpenAI's "chatcmpl-" ids. */
+static char *put_id(char *p, const char *id)
+{
+	char *end;
+
+	if (!id || strncmp(id, COMPLETION_ID_PREFIX, strlen(COMPLETION_ID_PREFIX)))
+		return json_put_str(p, id);
+	/* the escaped id with its quotes from p + 4, then "chat over the
+	 * opening quote and the four bytes before it */
+	end = json_put_str(p + 4, id);
+	memcpy(p, "\"chat", 5);
+	return end;
+}
+
+static char *put_logprob(char *p, int32_t token, float logprob)
+{
+	p = JSON_PUT_LIT(p, "{\"token\":\"token_id:");
+	p = json_put_i32(p, token);
+	p = JSON_PUT_LIT(p, "\",\"logprob\":");
+	/* 9 significant digits: the float exactly */
+	p += snprintf(p, 24, "%.9g", (double)logprob);
+	return JSON_PUT_LIT(p, ",\"bytes\":null");
+}
+
+/* "logprobs":{"content":[...]} or "logprobs":null. */
+static char *put_logprobs(char *p, const struct completion_choice *c)
+{
+	if (!c->logprobs)
+		return JSON_PUT_LIT(p, "\"logprobs\":null");
+	p = JSON_PUT_LIT(p, "\"logprobs\":{\"content\":[");
+	for (uint32_t i = 0; i < c->n_tokens; i++) {
+		const struct sampler_logprob *e = c->logprobs +
+						  (size_t)i * c->logprob_stride;
+
+		if (i)
+			*p++ = ',';
+		p = put_logprob(p, e[0].token, e[0].logprob);
+		p = JSON_PUT_LIT(p, ",\"top_logprobs\":[");
+		for (uint32_t j = 1; j < c->logprob_stride && e[j].token >= 0; j++) {
+			if (j > 1)
+				*p++ = ',';
+			p = put_logprob(p, e[j].token, e[j].logprob);
+			*p++ = '}';
+		}
+		p = JSON_PUT_LIT(p, "]}");
+	}
+	return JSON_PUT_LIT(p, "]}");
+}
+
+static char *put_text(char *p, const struct completion_choice *c)
+{
+	return json_put_strn(p, c->text ? c->text : "", c->text ? c->text_len : 0);
+}
+
+/* {"id":..,"object":OBJECT,"created":..,"model":..,"choices":[ */
+static char *put_head(char *p, const struct completion_meta *m,
+		      const char *object)
+{
+	p = JSON_PUT_LIT(p, "{\"id\":");
+	p = put_id(p, m->id);
+	p = JSON_PUT_LIT(p, ",\"object\":");
+	p = json_put_str(p, object);
+	p = JSON_PUT_LIT(p, ",\"created\":");
+	p = json_put_u64(p, m->created);
+	p = JSON_PUT_LIT(p, ",\"model\":");
+	p = json_put_str(p, m->model);
+	return JSON_PUT_LIT(p, ",\"choices\":[");
+}
+
+/* ] then ,"usage":{..} when given. */
+static char *put_tail(char *p, const struct completion_usage *usage)
+{
+	*p++ = ']';
+	return completion_put_usage(p, usage);
+}
+
+int chat_format(struct strbuf *out, const struct completion_meta *m,
+		const struct completion_choice *choices, uint32_t n_choices,
+		const struct completion_usage *usage, bool has_seed,
+		uint64_t seed)
+{
+	size_t need = completion_answer_bound(m, choices, n_choices, &chat_sizes);
+	char *p;
+
+	if (need == SIZE_MAX || strbuf_reserve(out, need))
+		return -ENOMEM;
+	p = put_head(out->data + out->len, m, "chat.completion");
+	for (uint32_t i = 0; i < n_choices; i++) {
+		const struct completion_choice *c = &choices[i];
+
+		if (i)
+			*p++ = ',';
+		p = JSON_PUT_LIT(p, "{\"index\":");
+		p = json_put_u64(p, c->index);
+		p = JSON_PUT_LIT(p, ",\"message\":{\"role\":\"assistant\","
+				 "\"content\":");
+		p = put_text(p, c);
+		p = JSON_PUT_LIT(p, "},");
+		p = put_logprobs(p, c);
+		p = JSON_PUT_LIT(p, ",\"finish_reason\":");
+		p = json_put_str(p, c->finish_reason);
+		*p++ = '}';
+	}
+	p = put_tail(p, usage);
+	if (has_seed) {
+		p = JSON_PUT_LIT(p, ",\"seed\":");
+		p = json_put_u64(p, seed);
+	}
+	*p++ = '}';
+	*p = '\0';
+	out->len = (size_t)(p - out->data);
+	return 0;
+}
+
+int chat_format_chunk(struct strbuf *out, const struct completion_meta *m,
+		      enum chat_chunk kind, const struct completion_choice *choice,
+		      const struct completion_usage *usage)
+{
+	size_t need = completion_answer_bound(m, choice, 1, &chat_sizes);
+	char *p;
+
+	if (need == SIZE_MAX || strbuf_reserve(out, need))
+		return -ENOMEM;
+	p = out->data + out->len;
+	p = JSON_PUT_LIT(p, "data: ");
+	p = put_head(p, m, "chat.completion.chunk");
+	p = JSON_PUT_LIT(p, "{\"index\":");
+	p = json_put_u64(p, choice->index);
+	p = JSON_PUT_LIT(p, ",\"delta\":");
+	switch (kind) {
+	case CHAT_CHUNK_ROLE:
+		p = JSON_PUT_LIT(p, "{\"role\":\"assistant\",\"content\":\"\"},"
+				 "\"logprobs\":null,\"finish_reason\":null}");
+		break;
+	case CHAT_CHUNK_CONTENT:
+		p = JSON_PUT_LIT(p, "{\"content\":");
+		p = put_text(p, choice);
+		p = JSON_PUT_LIT(p, "},");
+		p = put_logprobs(p, choice);
+		p = JSON_PUT_LIT(p, ",\"finish_reason\":null}");
+		break;
+	case CHAT_CHUNK_FINISH:
+		p = JSON_PUT_LIT(p, "{},\"logprobs\":null,\"finish_reason\":");
+		p = json_put_str(p, choice->finish_reason);
+		*p++ = '}';
+		break;
+	}
+	p = put_tail(p, usage);
+	p = JSON_PUT_LIT(p, "}\n\n");
+	*p = '\0';
+	out->len = (size_t)(p - out->data);
+	return 0;
+}

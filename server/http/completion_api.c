@@ -1,0 +1,353 @@
+/*
+ * completion_api.c - see completion_api.h.
+ *
+ * The docs/DESIGN.md 3.1 fields are validated by request_parse(), so a body
+ * is judged by exactly the rules a JSON Lines request is; this file adds
+ * the HTTP-only fields.  The body is therefore parsed twice (once here for
+ * "stream" and "model", once by request_parse); bodies are small and the
+ * second parse is what keeps one set of rules.
+ *
+ * OpenAI's errors name the offending field in "param".  request_parse()
+ * names the field in its message ("field 'max_tokens' must be ...",
+ * "prompt[3]: token ..."), so param is the first known field name that
+ * appears there as a whole word.
+ */
+#include "server/http/completion_api.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "util/json_writer.h"
+
+static const char *const known_fields[] = {
+	"id", "prompt", "max_tokens", "stop_token", "stop_token_ids",
+	"stop_sequence", "stop_sequences", "include_stop", "stream", "model",
+	"temperature", "top_p", "top_k", "min_p", "seed", "logit_bias",
+	"logprobs", "top_logprobs", "n", "stop", "ignore_eos",
+};
+
+static bool is_ident(char c)
+{
+	return isalnum((unsigned char)c) || c == '_';
+}
+
+/* The known field named first in msg, as a whole word; NULL if none. */
+static const char *field_named_in(const char *msg)
+{
+	const char *best = NULL, *best_at = NULL;
+
+	for (size_t i = 0; i < sizeof(known_fields) / sizeof(known_fields[0]); i++) {
+		size_t n = strlen(known_fields[i]);
+
+		for (const char *at = strstr(msg, known_fields[i]); at;
+		     at = strstr(at + 1, known_fields[i])) {
+			if ((at > msg && is_ident(at[-1])) || is_ident(at[n]))
+				continue;
+			if (!best_at || at < best_at) {
+				best_at = at;
+				best = known_fields[i];
+			}
+			break;
+		}
+	}
+	return best;
+}
+
+static int body_error(char *err, size_t err_len, const char **param,
+		      const char *field, const char *msg)
+{
+	snprintf(err, err_len, "%s", msg);
+	*param = field;
+	return -EINVAL;
+}
+
+/* The HTTP-only fields: stream and model.  *is_json says whether the
+ * body parsed as JSON at all. */
+static int parse_http_fields(const char *body, size_t len,
+			     struct completion_request *out, char *err,
+			     size_t err_len, const char **param, bool *is_json)
+{
+	json_error_t jerr;
+	json_t *obj, *v;
+	int rc = 0;
+
+	obj = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY |
+			 JSON_ALLOW_NUL, &jerr);
+	*is_json = obj != NULL;
+	if (!obj)	/* request_parse() words the syntax error */
+		return 0;
+	if (!json_is_object(obj))
+		goto out;
+	v = json_object_get(obj, "stream");
+	if (v && !json_is_null(v)) {
+		if (!json_is_boolean(v)) {
+			rc = body_error(err, err_len, param, "stream",
+					"field 'stream' must be true or false");
+			goto out;
+		}
+		out->stream = json_is_true(v);
+	}
+	v = json_object_get(obj, "model");
+	if (v && !json_is_null(v) && !json_is_string(v)) {
+		rc = body_error(err, err_len, param, "model",
+				"field 'model' must be a string");
+		goto out;
+	}
+out:
+	json_decref(obj);
+	return rc;
+}
+
+/* A client id in the server's namespace: -EINVAL, the request emptied as
+ * on any other error but its id kept for the error answer. */
+static int refuse_reserved_id(struct completion_request *out, char *err,
+			      size_t err_len, const char **param)
+{
+	char *id = out->req.id;
+
+	out->req.id = NULL;
+	request_release(&out->req);
+	out->req.id = id;
+	return body_error(err, err_len, param, "id", "field 'id' must not start "
+			  "with '" COMPLETION_ID_PREFIX "': such ids are the ones "
+			  "the server gives requests sent without an id");
+}
+
+int completion_parse(const char *body, size_t len,
+		     const struct request_limits *lim,
+		     struct completion_request *out, char *err, size_t err_len,
+		     const char **param)
+{
+	bool is_json;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	*param = NULL;
+	rc = parse_http_fields(body, len, out, err, err_len, param, &is_json);
+	if (rc)
+		return rc;
+	rc = request_parse(body, len, 0, lim, &out->req, err, err_len);
+	/* A syntax error quotes the body ("near 'prompt'"), not a field. */
+	if (rc == -EINVAL && is_json)
+		*param = field_named_in(err);
+	if (!rc && out->req.id && !strncmp(out->req.id, COMPLETION_ID_PREFIX,
+					   strlen(COMPLETION_ID_PREFIX)))
+		rc = refuse_reserved_id(out, err, err_len, param);
+	return rc;
+}
+
+void completion_request_release(struct completion_request *c)
+{
+	request_release(&c->req);
+}
+
+/* The completions shape: its fixed text, per choice, per token id, and
+ * per logprob entry ("token_id:N" twice and a number). */
+static const struct answer_sizes completion_sizes = {
+	.fixed = 384, .per_choice = 160, .per_token = JSON_TOKEN_MAX,
+	.per_logprob = 64,
+};
+
+size_t completion_answer_bound(const struct completion_meta *m,
+			       const struct completion_choice *choices,
+			       uint32_t n, const struct answer_sizes *sz)
+{
+	size_t b_id = json_str_bound(m->id), b_model = json_str_bound(m->model);
+	size_t need;
+
+	if (b_id == SIZE_MAX || b_model == SIZE_MAX)
+		return SIZE_MAX;
+	need = sz->fixed + b_id + b_model;
+	for (uint32_t i = 0; i < n; i++) {
+		size_t b_fr = json_str_bound(choices[i].finish_reason);
+		size_t b_text = json_strn_bound(choices[i].text_len);
+
+		if (b_fr == SIZE_MAX || b_text == SIZE_MAX)
+			return SIZE_MAX;
+		need += sz->per_choice + b_fr + b_text +
+			(size_t)choices[i].n_tokens * sz->per_token;
+		if (choices[i].logprobs)
+			need += (size_t)choices[i].n_tokens *
+				(choices[i].logprob_stride + 1) * sz->per_logprob;
+	}
+	return need;
+}
+
+char *completion_put_usage(char *p, const struct completion_usage *usage)
+{
+	if (!usage)
+		return p;
+	p = JSON_PUT_LIT(p, ",\"usage\":{\"prompt_tokens\":");
+	p = json_put_u64(p, usage->prompt_tokens);
+	p = JSON_PUT_LIT(p, ",\"completion_tokens\":");
+	p = json_put_u64(p, usage->completion_tokens);
+	p = JSON_PUT_LIT(p, ",\"total_tokens\":");
+	p = json_put_u64(p, (uint64_t)usage->prompt_tokens +
+			 usage->completion_tokens);
+	*p++ = '}';
+	return p;
+}
+
+static char *put_token_name(char *p, int32_t token)
+{
+	p = JSON_PUT_LIT(p, "\"token_id:");
+	p = json_put_i32(p, token);
+	*p++ = '"';
+	return p;
+}
+
+static char *put_float(char *p, float v)
+{
+	/* 9 significant digits: the float exactly */
+	return p + snprintf(p, 24, "%.9g", (double)v);
+}
+
+/* "logprobs":{...} of one choice (see completion_api.h). */
+static char *put_logprobs(char *p, const struct completion_choice *c)
+{
+	const struct sampler_logprob *e;
+
+	p = JSON_PUT_LIT(p, "\"logprobs\":{\"tokens\":[");
+	for (uint32_t i = 0; i < c->n_tokens; i++) {
+		if (i)
+			*p++ = ',';
+		p = put_token_name(p, c->tokens[i]);
+	}
+	p = JSON_PUT_LIT(p, "],\"token_logprobs\":[");
+	for (uint32_t i = 0; i < c->n_tokens; i++) {
+		if (i)
+			*p++ = ',';
+		p = put_float(p, c->logprobs[(size_t)i * c->logprob_stride].logprob);
+	}
+	p = JSON_PUT_LIT(p, "],\"top_logprobs\":[");
+	for (uint32_t i = 0; i < c->n_tokens; i++) {
+		e = c->logprobs + (size_t)i * c->logprob_stride;
+		if (i)
+			*p++ = ',';
+		*p++ = '{';
+		for (uint32_t j = 1; j < c->logprob_stride && e[j].token >= 0; j++) {
+			if (j > 1)
+				*p++ = ',';
+			p = put_token_name(p, e[j].token);
+			*p++ = ':';
+			p = put_float(p, e[j].logprob);
+		}
+		*p++ = '}';
+	}
+	return JSON_PUT_LIT(p, "]}");
+}
+
+static char *put_choice(char *p, const struct completion_choice *c)
+{
+	p = JSON_PUT_LIT(p, "{\"index\":");
+	p = json_put_u64(p, c->index);
+	p = JSON_PUT_LIT(p, ",\"text\":");
+	p = json_put_strn(p, c->text ? c->text : "", c->text ? c->text_len : 0);
+	p = JSON_PUT_LIT(p, ",\"token_ids\":[");
+	for (uint32_t i = 0; i < c->n_tokens; i++) {
+		if (i)
+			*p++ = ',';
+		p = json_put_i32(p, c->tokens[i]);
+	}
+	p = JSON_PUT_LIT(p, "],\"finish_reason\":");
+	p = json_put_str(p, c->finish_reason);
+	*p++ = ',';
+	if (c->logprobs)
+		p = put_logprobs(p, c);
+	else
+		p = JSON_PUT_LIT(p, "\"logprobs\":null");
+	*p++ = '}';
+	return p;
+}
+
+/* The object both answer shapes share, up to and excluding its last '}'. */
+static char *put_answer(char *p, const struct completion_meta *m,
+			const struct completion_choice *choices, uint32_t n,
+			const struct completion_usage *usage)
+{
+	p = JSON_PUT_LIT(p, "{\"id\":");
+	p = json_put_str(p, m->id);
+	p = JSON_PUT_LIT(p, ",\"object\":\"text_completion\",\"created\":");
+	p = json_put_u64(p, m->created);
+	p = JSON_PUT_LIT(p, ",\"model\":");
+	p = json_put_str(p, m->model);
+	p = JSON_PUT_LIT(p, ",\"choices\":[");
+	for (uint32_t i = 0; i < n; i++) {
+		if (i)
+			*p++ = ',';
+		p = put_choice(p, &choices[i]);
+	}
+	*p++ = ']';
+	return completion_put_usage(p, usage);
+}
+
+int completion_format(struct strbuf *out, const struct completion_meta *m,
+		      const struct completion_choice *choices,
+		      uint32_t n_choices, const struct completion_usage *usage,
+		      bool has_seed, uint64_t seed)
+{
+	size_t need = completion_answer_bound(m, choices, n_choices, &completion_sizes);
+	char *p;
+
+	if (need == SIZE_MAX || strbuf_reserve(out, need))
+		return -ENOMEM;
+	p = out->data + out->len;
+	p = put_answer(p, m, choices, n_choices, usage);
+	if (has_seed) {
+		p = JSON_PUT_LIT(p, ",\"seed\":");
+		p = json_put_u64(p, seed);
+	}
+	*p++ = '}';
+	*p = '\0';
+	out->len = (size_t)(p - out->data);
+	return 0;
+}
+
+int completion_format_event(struct strbuf *out, const struct completion_meta *m,
+			    const struct completion_choice *choice,
+			    const struct completion_usage *usage)
+{
+	size_t need = completion_answer_bound(m, choice, 1, &completion_sizes);
+	char *p;
+
+	if (need == SIZE_MAX || strbuf_reserve(out, need))
+		return -ENOMEM;
+	p = out->data + out->len;
+	p = JSON_PUT_LIT(p, "data: ");
+	p = put_answer(p, m, choice, 1, usage);
+	*p++ = '}';
+	p = JSON_PUT_LIT(p, "\n\n");
+	*p = '\0';
+	out->len = (size_t)(p - out->data);
+	return 0;
+}
+
+int api_format_error(struct strbuf *out, const char *message, const char *type,
+		     const char *param, const char *code)
+{
+	size_t b_msg = json_str_bound(message), b_type = json_str_bound(type);
+	size_t b_param = json_str_bound(param), b_code = json_str_bound(code);
+	char *p;
+
+	if (b_msg == SIZE_MAX || b_type == SIZE_MAX || b_param == SIZE_MAX ||
+	    b_code == SIZE_MAX ||
+	    strbuf_reserve(out, 64 + b_msg + b_type + b_param + b_code))
+		return -ENOMEM;
+	p = out->data + out->len;
+	p = JSON_PUT_LIT(p, "{\"error\":{\"message\":");
+	p = json_put_str(p, message);
+	p = JSON_PUT_LIT(p, ",\"type\":");
+	p = json_put_str(p, type);
+	p = JSON_PUT_LIT(p, ",\"param\":");
+	p = json_put_str(p, param);
+	p = JSON_PUT_LIT(p, ",\"code\":");
+	p = json_put_str(p, code);
+	p = JSON_PUT_LIT(p, "}}");
+	*p = '\0';
+	out->len = (size_t)(p - out->data);
+	return 0;
+}

@@ -1,0 +1,122 @@
+/*
+ * completion_api.h - the OpenAI-style completion API's bodies: parsing a
+ * POST /v1/completions body into a request, and writing the answers
+ * (a completion object, one Server-Sent Event per streamed step, an error
+ * object).  No I/O and no HTTP framing here; see http_server.h.
+ *
+ * The body takes the docs/DESIGN.md 3.1 request fields (prompt as token ids,
+ * max_tokens, stop_token, stop_token_ids, stop_sequence, stop_sequences,
+ * include_stop, and an optional id) plus "stream" and "model".  Fields of
+ * OpenAI's API that change sampling are ignored, as the model is a black
+ * box that picks its own token.
+ */
+#ifndef DYNBATCH_COMPLETION_API_H
+#define DYNBATCH_COMPLETION_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/request.h"
+#include "sampling/sampler.h"
+#include "util/strbuf.h"
+
+/*
+ * Ids the server generates for requests without one start with this; a
+ * client id that starts with it is refused (400, param "id"), so a client
+ * can never take an id the server is about to give out (nor the reverse).
+ */
+#define COMPLETION_ID_PREFIX "cmpl-"
+
+struct completion_request {
+	struct request req;	/* req.id is NULL when the body had none */
+	bool stream;		/* answer with Server-Sent Events */
+};
+
+/*
+ * Parse a request body (a client id must not start with
+ * COMPLETION_ID_PREFIX).  Returns 0, -EINVAL with err set to what is wrong
+ * and *param to the field it names (NULL when it is the body as a whole),
+ * or -ENOMEM.  lim->id_optional should be set.  Call
+ * completion_request_release() in every case.
+ */
+int completion_parse(const char *body, size_t len,
+		     const struct request_limits *lim,
+		     struct completion_request *out, char *err, size_t err_len,
+		     const char **param);
+void completion_request_release(struct completion_request *c);
+
+/* What every answer object carries. */
+struct completion_meta {
+	const char *id;		/* "cmpl-..." or the client's id */
+	uint64_t created;	/* Unix seconds at admission */
+	const char *model;	/* the served model's name */
+};
+
+struct completion_usage {
+	uint32_t prompt_tokens;
+	uint32_t completion_tokens;	/* generated, stop tokens included */
+};
+
+/*
+ * One choice of an answer (or its new part, in an event).  logprobs,
+ * when not NULL, has n_tokens entries of logprob_stride (request.h's
+ * struct result) and is written in the completions shape, each token
+ * named "token_id:<id>" (there is no text):
+ *   "logprobs":{"tokens":[..],"token_logprobs":[..],
+ *               "top_logprobs":[{"token_id:7":-0.5,..},..]}
+ */
+struct completion_choice {
+	uint32_t index;
+	const char *text;		/* text_len bytes ("" when NULL) */
+	size_t text_len;
+	const int32_t *tokens;
+	uint32_t n_tokens;
+	const char *finish_reason;	/* NULL: JSON null (not the end yet) */
+	const struct sampler_logprob *logprobs;
+	uint32_t logprob_stride;
+};
+
+/* What an answer shape costs at most, for completion_answer_bound(). */
+struct answer_sizes {
+	size_t fixed;		/* names, numbers and braces of the object */
+	size_t per_choice;	/* of each choice, its text aside */
+	size_t per_token;	/* per token id listed */
+	size_t per_logprob;	/* per logprob entry or alternative */
+};
+
+/* The most bytes the answer (or event) with these choices takes in a
+ * shape of sizes sz; SIZE_MAX when absurd. */
+size_t completion_answer_bound(const struct completion_meta *m,
+			       const struct completion_choice *choices,
+			       uint32_t n, const struct answer_sizes *sz);
+
+/* ,"usage":{"prompt_tokens":..,"completion_tokens":..,"total_tokens":..}
+ * when usage is not NULL (within the answer bounds); the new end. */
+char *completion_put_usage(char *p, const struct completion_usage *usage);
+
+/* The whole non-streaming answer: a "text_completion" object with
+ * n_choices choices; "seed" when has_seed (the request sampled). */
+int completion_format(struct strbuf *out, const struct completion_meta *m,
+		      const struct completion_choice *choices,
+		      uint32_t n_choices, const struct completion_usage *usage,
+		      bool has_seed, uint64_t seed);
+
+/*
+ * One Server-Sent Event "data: {...}\n\n" with the new tokens of one
+ * choice.  Its finish_reason is NULL until the choice's last event;
+ * usage (NULL before) comes with the last event of the last choice.
+ */
+int completion_format_event(struct strbuf *out, const struct completion_meta *m,
+			    const struct completion_choice *choice,
+			    const struct completion_usage *usage);
+
+/*
+ * An OpenAI-style error object:
+ *   {"error":{"message":"...","type":"...","param":"..."|null,"code":...}}
+ * type is e.g. "invalid_request_error"; param and code may be NULL.
+ */
+int api_format_error(struct strbuf *out, const char *message, const char *type,
+		     const char *param, const char *code);
+
+#endif /* DYNBATCH_COMPLETION_API_H */

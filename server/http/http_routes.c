@@ -1,0 +1,749 @@
+/*
+ * http_routes.c - the application side of `dynbatch serve` (http_server.h):
+ * what a parsed request gets.  Routing (/health, /metrics, /v1/models,
+ * /v1/completions and /v1/chat/completions with their admission through
+ * engine_submit()), the answers (respond(), respond_error(), error
+ * bodies), and the engine callbacks that answer or stream a completion,
+ * in the completions shapes (completion_api.h) or, for a chat request
+ * (conn.chat), the chat shapes (chat_api.h).  Connections, I/O, timers
+ * and draining are http_server.c's; the state both share is in
+ * http_server_internal.h.
+ *
+ * Entry points: route() (from http_server.c's pump, for each whole request
+ * parsed), respond_error() (http_server.c's read errors and timeouts), and
+ * http_on_tokens() / http_on_finish(), the frontend_ops callbacks that
+ * http_server_ops points at.
+ */
+#include "server/http/http_server_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "server/http/chat_api.h"
+#include "server/http/completion_api.h"
+#include "engine/engine.h"
+#include "util/json_writer.h"
+#include "text/tokenizer.h"
+#include "util/log.h"
+#include "engine/request.h"
+
+static const char *status_text(int status)
+{
+	switch (status) {
+	case 100: return "Continue";
+	case 200: return "OK";
+	case 400: return "Bad Request";
+	case 401: return "Unauthorized";
+	case 404: return "Not Found";
+	case 405: return "Method Not Allowed";
+	case 408: return "Request Timeout";
+	case 409: return "Conflict";
+	case 413: return "Content Too Large";
+	case 429: return "Too Many Requests";
+	case 431: return "Request Header Fields Too Large";
+	case 500: return "Internal Server Error";
+	case 503: return "Service Unavailable";
+	case 505: return "HTTP Version Not Supported";
+	default:  return "Error";
+	}
+}
+
+static uint64_t cookie_of(const struct http_server *srv, const struct conn *c)
+{
+	return ((uint64_t)c->req_serial << 32) | (uint32_t)(c - srv->conns);
+}
+
+/* The connection waiting for the request with this cookie, or NULL. */
+static struct conn *conn_of_cookie(struct http_server *srv, uint64_t cookie)
+{
+	uint32_t index = (uint32_t)cookie;
+	struct conn *c;
+
+	if (index >= srv->n_conns)
+		return NULL;
+	c = &srv->conns[index];
+	if (c->fd < 0 || !c->busy || c->req_serial != (uint32_t)(cookie >> 32))
+		return NULL;
+	return c;
+}
+
+/* ------------------------------------------------------------------------
+ * Answers
+ * ---------------------------------------------------------------------- */
+
+/* The request is answered: ready for the next one, or close after it. */
+static void conn_request_done(struct http_server *srv, struct conn *c)
+{
+	if (!c->keep_alive || !srv->accepting)
+		c->close_after_send = true;
+	c->head_request = false;
+	http_reader_reset(&c->reader);
+	c->request_start_ns = conn_unparsed(c) ? clock_now_ns() : 0;
+	c->idle_since_ns = clock_now_ns();
+	conn_mark(srv, c);
+}
+
+/* A whole answer with a body: head, srv->body, then the next request. */
+static void respond(struct http_server *srv, struct conn *c, int status,
+		    const char *content_type, const char *extra_headers)
+{
+	size_t before = conn_buffered(c);
+	bool close = !c->keep_alive || !srv->accepting;
+
+	c->keep_alive = !close;
+	if (status >= 0 && status < HTTP_STATUS_MAX)
+		srv->n_status[status]++;
+	if (strbuf_printf(&c->out.fill, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n"
+			  "Content-Length: %zu\r\n%s%s\r\n", status,
+			  status_text(status), content_type, srv->body.len,
+			  extra_headers ? extra_headers : "",
+			  close ? "Connection: close\r\n" : "") ||
+	    (!c->head_request &&
+	     strbuf_append(&c->out.fill, srv->body.data, srv->body.len))) {
+		LOG(LOG_ERROR, "out of memory answering a request");
+		conn_drop(srv, c);
+		return;
+	}
+	srv->body.len = 0;
+	if (srv->body.cap > HTTP_KEEP_BUFFER)	/* a large answer's scratch */
+		strbuf_release(&srv->body);
+	conn_note_output(c, before);
+	conn_request_done(srv, c);
+}
+
+void respond_error(struct http_server *srv, struct conn *c, int status,
+		   const char *message, const char *type,
+		   const char *param, const char *extra_headers)
+{
+	srv->body.len = 0;
+	if (api_format_error(&srv->body, message, type, param, NULL)) {
+		conn_drop(srv, c);
+		return;
+	}
+	respond(srv, c, status, "application/json", extra_headers);
+}
+
+/* Append body as one HTTP chunk. */
+static int put_chunk(struct strbuf *out, const struct strbuf *body)
+{
+	if (!body->len)
+		return 0;
+	if (strbuf_printf(out, "%zx\r\n", body->len) ||
+	    strbuf_append(out, body->data, body->len) ||
+	    strbuf_append(out, "\r\n", 2))
+		return -1;
+	return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Routes
+ * ---------------------------------------------------------------------- */
+
+static void route_health(struct http_server *srv, struct conn *c)
+{
+	bool ok = engine_healthy(srv->e) && srv->accepting;
+
+	srv->body.len = 0;
+	if (strbuf_printf(&srv->body, "{\"status\":\"%s\"}",
+			  ok ? "ok" : srv->accepting ? "no worker" : "draining")) {
+		conn_drop(srv, c);
+		return;
+	}
+	respond(srv, c, ok ? 200 : 503, "application/json", NULL);
+}
+
+/* A new request of n choices on c: nothing sent, nothing kept. */
+static void conn_choices_start(struct conn *c, uint32_t n)
+{
+	struct conn_choices *ch = &c->ch;
+
+	c->handle = ch->handles[0];
+	ch->n = n;
+	ch->n_done = 0;
+	ch->n_generated = 0;
+	ch->failed = false;
+	ch->kept = NULL;
+}
+
+/* Free what a non-streaming answer of n > 1 choices kept. */
+void conn_choices_free(struct conn_choices *ch)
+{
+	for (uint32_t i = 0; ch->kept && i < ch->n; i++) {
+		free(ch->kept[i].tokens);
+		free(ch->kept[i].logprobs);
+		free(ch->kept[i].text);
+	}
+	free(ch->kept);
+	ch->kept = NULL;
+}
+
+/* Append s as a JSON string (escaped); 0 or -ENOMEM. */
+static int append_json_str(struct strbuf *out, const char *s)
+{
+	size_t bound = json_str_bound(s);
+	char *end;
+
+	if (bound == SIZE_MAX || strbuf_reserve(out, bound))
+		return -ENOMEM;
+	end = json_put_str(out->data + out->len, s);
+	out->len = (size_t)(end - out->data);
+	out->data[out->len] = '\0';
+	return 0;
+}
+
+static void route_models(struct http_server *srv, struct conn *c)
+{
+	srv->body.len = 0;
+	if (strbuf_printf(&srv->body, "{\"object\":\"list\",\"data\":[{\"id\":") ||
+	    append_json_str(&srv->body, srv->cfg->model_name) ||
+	    strbuf_printf(&srv->body, ",\"object\":\"model\",\"created\":%llu,"
+			  "\"owned_by\":\"dynbatch\"}]}",
+			  (unsigned long long)srv->started_s)) {
+		conn_drop(srv, c);
+		return;
+	}
+	respond(srv, c, 200, "application/json", NULL);
+}
+
+static void route_metrics(struct http_server *srv, struct conn *c)
+{
+	srv->body.len = 0;
+	if (engine_metrics(srv->e, &srv->body) ||
+	    http_server_metrics(srv, &srv->body)) {
+		conn_drop(srv, c);
+		return;
+	}
+	respond(srv, c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL);
+}
+
+/* A chat stream opens with a chunk per choice naming the role. */
+static int chat_stream_start(struct http_server *srv, struct conn *c,
+			     const char *id, uint32_t n_choices)
+{
+	struct completion_meta m = { id, c->created, srv->cfg->model_name };
+
+	srv->body.len = 0;
+	for (uint32_t i = 0; i < n_choices; i++) {
+		struct completion_choice one = { .index = i };
+
+		if (chat_format_chunk(&srv->body, &m, CHAT_CHUNK_ROLE, &one, NULL))
+			return -1;
+	}
+	if (put_chunk(&c->out.fill, &srv->body))
+		return -1;
+	srv->body.len = 0;
+	return 0;
+}
+
+/* POST /v1/completions (chat false) or /v1/chat/completions (chat). */
+/*
+ * The most bytes a non-streamed answer to req can reach, kept while its
+ * choices finish and then written whole: per choice a fixed part, per
+ * token its id, its text (every byte escaped as \uXXXX, the longest
+ * piece) and its logprob entries.  Streams send as they go and are
+ * bounded by --conn-buffer instead.
+ */
+#define ANSWER_CHOICE_BYTES 512u
+#define ANSWER_LOGPROB_BYTES 64u	/* "token_id:N": logprob, twice over */
+static uint64_t answer_bound(const struct http_server *srv,
+			     const struct request *req)
+{
+	const struct tokenizer *tok = srv->lim.tok;
+	uint64_t per_token = JSON_TOKEN_MAX +
+		(tok ? 6ull * tokenizer_longest_piece(tok) : 0) +
+		(req->sampling.logprobs ?
+		 (1ull + req->sampling.top_logprobs) * ANSWER_LOGPROB_BYTES : 0);
+
+	return (uint64_t)req->n_choices *
+	       (ANSWER_CHOICE_BYTES + (uint64_t)req->max_tokens * per_token);
+}
+
+/*
+ * Reserve a non-streamed answer's bytes, or answer 400 (it could never
+ * fit) or 429 (too many large answers are being built now).  True when
+ * reserved.
+ */
+static bool reserve_answer(struct http_server *srv, struct conn *c,
+			   const struct request *req)
+{
+	uint64_t need = answer_bound(srv, req);
+	char err[320];
+
+	if (need > srv->cfg->max_answer_bytes) {
+		snprintf(err, sizeof(err), "the answer could reach %llu bytes "
+			 "(n %u x max_tokens %u, with its text and logprobs), more "
+			 "than this server builds (--max-answer-bytes %llu): ask "
+			 "for fewer, or set \"stream\": true",
+			 (unsigned long long)need, req->n_choices, req->max_tokens,
+			 (unsigned long long)srv->cfg->max_answer_bytes);
+		respond_error(srv, c, 400, err, "invalid_request_error",
+			      "max_tokens", NULL);
+		return false;
+	}
+	if (srv->answer_reserved + need > srv->cfg->answer_budget) {
+		respond_error(srv, c, 429, "the server is building as many large "
+			      "answers as it holds (--answer-budget); retry later, "
+			      "or stream", "rate_limit_error", NULL,
+			      "Retry-After: 1\r\n");
+		return false;
+	}
+	srv->answer_reserved += need;
+	c->answer_reserved += need;	/* a pipelined one may still be unsent */
+	return true;
+}
+
+static void route_generate(struct http_server *srv, struct conn *c, bool chat)
+{
+	const struct strbuf *body = &c->reader.msg.body;
+	struct completion_request cr;
+	const char *param;
+	char err[512], *chat_id = NULL;
+	size_t before;
+	uint32_t n_choices;
+	int ret;
+
+	if (chat)
+		ret = chat_parse(body->len ? body->data : "", body->len,
+				 srv->cfg->chat_template, &srv->lim, &cr, err,
+				 sizeof(err), &param);
+	else
+		ret = completion_parse(body->len ? body->data : "", body->len,
+				       &srv->lim, &cr, err, sizeof(err), &param);
+	if (ret) {
+		if (ret == -ENOMEM)
+			respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);
+		else
+			respond_error(srv, c, 400, err, "invalid_request_error", param, NULL);
+		goto out;
+	}
+	if (!cr.req.id) {
+		if (asprintf(&cr.req.id, COMPLETION_ID_PREFIX "%x-%llu", (unsigned)getpid(),
+			     (unsigned long long)++srv->next_id) < 0) {
+			cr.req.id = NULL;
+			respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);
+			goto out;
+		}
+	}
+	/* a chat stream's first chunks name the id, and the engine owns the
+	 * request (its id included) once it takes it */
+	if (chat && cr.stream && !(chat_id = strdup(cr.req.id))) {
+		respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);
+		goto out;
+	}
+	c->req_serial++;
+	n_choices = cr.req.n_choices;
+	if (!cr.stream && !reserve_answer(srv, c, &cr.req))
+		goto out;
+	ret = engine_submit(srv->e, &cr.req, cookie_of(srv, c), c->ch.handles);
+	if (ret)	/* nothing admitted: nothing to build */
+		conn_release_answer(srv, c);
+	switch (ret) {
+	case 0:
+		break;
+	case -EAGAIN:
+		respond_error(srv, c, 429, "the waiting queue is full; retry later",
+			      "rate_limit_error", NULL, "Retry-After: 1\r\n");
+		goto out;
+	case -EEXIST:
+		snprintf(err, sizeof(err), "a request with id '%.200s' is still running",
+			 cr.req.id);
+		respond_error(srv, c, 409, err, "invalid_request_error", "id", NULL);
+		goto out;
+	case -EIO:
+		respond_error(srv, c, 503, "no model worker can be kept alive",
+			      "server_error", NULL, "Retry-After: 5\r\n");
+		goto out;
+	case -ESHUTDOWN:
+		respond_error(srv, c, 503, "the server is shutting down",
+			      "server_error", NULL, NULL);
+		goto out;
+	case -E2BIG:
+		respond_error(srv, c, 400, "n is more than the server's waiting "
+			      "queue holds", "invalid_request_error", "n", NULL);
+		goto out;
+	default:
+		respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);
+		goto out;
+	}
+	c->busy = true;
+	c->stream = cr.stream;
+	c->chat = chat;
+	conn_choices_start(c, n_choices);
+	c->created = (uint64_t)time(NULL);
+	c->request_start_ns = 0;
+	if (c->stream) {
+		before = conn_buffered(c);
+		srv->n_status[200]++;
+		/* X-Accel-Buffering: proxies such as nginx pass events at once */
+		if (strbuf_printf(&c->out.fill, "HTTP/1.1 200 OK\r\n"
+				  "Content-Type: text/event-stream\r\n"
+				  "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n"
+				  "Transfer-Encoding: chunked\r\n%s\r\n",
+				  c->keep_alive ? "" : "Connection: close\r\n")) {
+			conn_drop(srv, c);
+			goto out;
+		}
+		if (chat && chat_stream_start(srv, c, chat_id, n_choices)) {
+			conn_drop(srv, c);
+			goto out;
+		}
+		conn_note_output(c, before);
+		conn_mark(srv, c);
+	}
+out:
+	free(chat_id);
+	completion_request_release(&cr);
+}
+
+static void route_completions(struct http_server *srv, struct conn *c)
+{
+	route_generate(srv, c, false);
+}
+
+static void route_chat(struct http_server *srv, struct conn *c)
+{
+	route_generate(srv, c, true);
+}
+
+/* Bearer-token check, in time independent of where the key differs. */
+static bool authorized(const struct http_server *srv, const struct conn *c)
+{
+	const struct strbuf *a = &c->reader.msg.authorization;
+	const char *key = srv->cfg->api_key;
+	size_t n;
+	unsigned char diff = 0;
+
+	if (!key)
+		return true;
+	n = strlen(key);
+	if (a->len != 7 + n || strncasecmp(a->data, "Bearer ", 7))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		diff |= (unsigned char)(a->data[7 + i] ^ key[i]);
+	return diff == 0;
+}
+
+void route(struct http_server *srv, struct conn *c)
+{
+	static const struct {
+		const char *path;
+		unsigned method;
+		void (*fn)(struct http_server *, struct conn *);
+	} routes[] = {
+		{ "/v1/completions", HTTP_POST, route_completions },
+		{ "/v1/chat/completions", HTTP_POST, route_chat },
+		{ "/v1/models", HTTP_GET, route_models },
+		{ "/health", HTTP_GET, route_health },
+		{ "/metrics", HTTP_GET, route_metrics },
+	};
+	const struct http_message *m = &c->reader.msg;
+	size_t len = strcspn(m->target.len ? m->target.data : "", "?");
+	char allow[64];
+
+	c->keep_alive = m->keep_alive;
+	/* HEAD is GET without the body (RFC 9110 9.3.2); respond() drops it. */
+	c->head_request = m->method == HTTP_HEAD;
+	/* Everything but /health needs the key, unknown paths included:
+	 * without it a client learns nothing, not even what exists. */
+	if (!(len == 7 && !strncmp(m->target.data, "/health", 7)) &&
+	    !authorized(srv, c)) {
+		respond_error(srv, c, 401, "missing or wrong API key "
+			      "(Authorization: Bearer KEY)", "invalid_request_error",
+			      NULL, "WWW-Authenticate: Bearer\r\n");
+		return;
+	}
+	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+		if (strlen(routes[i].path) != len ||
+		    strncmp(routes[i].path, m->target.data, len))
+			continue;
+		if (m->method != routes[i].method &&
+		    !(c->head_request && routes[i].method == HTTP_GET)) {
+			snprintf(allow, sizeof(allow), "Allow: %s\r\n",
+				 routes[i].method == HTTP_GET ? "GET, HEAD" :
+				 http_method_str(routes[i].method));
+			respond_error(srv, c, 405, "method not allowed",
+				      "invalid_request_error", NULL, allow);
+			return;
+		}
+		routes[i].fn(srv, c);
+		return;
+	}
+	respond_error(srv, c, 404, "no such endpoint", "invalid_request_error",
+		      NULL, NULL);
+}
+
+/* ------------------------------------------------------------------------
+ * Engine callbacks
+ * ---------------------------------------------------------------------- */
+
+/* A connection a callback cannot serve (out of memory): dropped from
+ * pump, where cancelling its request is allowed. */
+static void conn_drop_later(struct http_server *srv, struct conn *c)
+{
+	c->drop_due = true;
+	conn_mark(srv, c);
+}
+
+/* n more tokens of one choice are final: one event. */
+void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req,
+		    const int32_t *tokens, const struct sampler_logprob *logprobs,
+		    uint32_t n, const char *text, size_t text_len)
+{
+	struct http_server *srv = ctx;
+	struct conn *c = conn_of_cookie(srv, cookie);
+	struct completion_meta m;
+	struct completion_choice one;
+	size_t before;
+
+	if (!c || !c->stream || c->drop_due || req->choice >= c->ch.n)
+		return;
+	m = (struct completion_meta){ req->id, c->created, srv->cfg->model_name };
+	one = (struct completion_choice){ .index = req->choice, .tokens = tokens,
+		.n_tokens = n, .logprobs = logprobs,
+		.logprob_stride = 1 + req->sampling.top_logprobs,
+		.text = text, .text_len = text_len };
+	/* a chat chunk is content: none when the tokens made no text yet
+	 * (a character cut between tokens) and carry no logprobs */
+	if (c->chat && !text_len && !logprobs)
+		return;
+	srv->body.len = 0;
+	before = conn_buffered(c);
+	if ((c->chat ? chat_format_chunk(&srv->body, &m, CHAT_CHUNK_CONTENT, &one, NULL) :
+	     completion_format_event(&srv->body, &m, &one, NULL)) ||
+	    put_chunk(&c->out.fill, &srv->body)) {
+		conn_drop_later(srv, c);
+		return;
+	}
+	conn_note_output(c, before);
+	conn_mark(srv, c);
+	if (!c->paused && conn_buffered(c) >= srv->cfg->conn_buffer) {
+		c->paused = true;
+		c->pause_due = true;
+		srv->n_pauses++;
+	}
+}
+
+/* The last event of one choice of a stream; after the last choice's,
+ * [DONE] and the end of the chunked body. */
+static int stream_finish(struct http_server *srv, struct conn *c,
+			 const struct frontend_result *r, const char *error)
+{
+	struct completion_meta m = { r->req->id, c->created, srv->cfg->model_name };
+	struct completion_usage u = { r->req->n_prompt, c->ch.n_generated };
+	uint32_t n = r->n_tokens, choice = r->req->choice;
+	bool last = c->ch.n_done == c->ch.n;
+
+	srv->body.len = 0;
+	if (r->reason == FINISH_STOP || r->reason == FINISH_LENGTH) {
+		/* the rest after what on_tokens handed out */
+		uint32_t from = r->n_given < n ? r->n_given : n;
+		uint32_t stride = 1 + r->req->sampling.top_logprobs;
+		size_t t_from = r->text_given;
+		struct completion_choice one = { .index = choice,
+			.text = r->text ? r->text + t_from : NULL,
+			.text_len = r->text_len - t_from,
+			.tokens = r->tokens ? r->tokens + from : NULL,
+			.n_tokens = n - from,
+			.finish_reason = finish_reason_names[r->reason],
+			.logprobs = r->logprobs ? r->logprobs + (size_t)from * stride : NULL,
+			.logprob_stride = stride };
+
+		if (c->chat) {
+			/* the rest of the content, then the end */
+			if ((one.text_len || (one.logprobs && one.n_tokens)) &&
+			    chat_format_chunk(&srv->body, &m, CHAT_CHUNK_CONTENT,
+					      &one, NULL))
+				return -1;
+			if (chat_format_chunk(&srv->body, &m, CHAT_CHUNK_FINISH,
+					      &one, last ? &u : NULL))
+				return -1;
+		} else if (completion_format_event(&srv->body, &m, &one,
+						   last ? &u : NULL)) {
+			return -1;
+		}
+	} else {
+		if (strbuf_append(&srv->body, "data: ", 6) ||
+		    api_format_error(&srv->body, error, "server_error", NULL,
+				     finish_reason_names[r->reason]))
+			return -1;
+		/* with n > 1 the other choices go on: say which one ended */
+		if (c->ch.n > 1) {
+			srv->body.len--;	/* the error object's last '}' */
+			if (strbuf_printf(&srv->body, ",\"index\":%u}", choice))
+				return -1;
+		}
+		if (strbuf_append(&srv->body, "\n\n", 2))
+			return -1;
+	}
+	if (last && strbuf_append(&srv->body, "data: [DONE]\n\n", 14))
+		return -1;
+	if (put_chunk(&c->out.fill, &srv->body) ||
+	    (last && strbuf_append(&c->out.fill, "0\r\n\r\n", 5)))
+		return -1;
+	srv->body.len = 0;
+	return 0;
+}
+
+/* Keep a finished choice of a non-streaming answer of n > 1.  0 or -1. */
+static int conn_keep_choice(struct conn *c, const struct frontend_result *r)
+{
+	struct conn_choices *ch = &c->ch;
+	struct http_choice *k;
+	uint32_t stride = 1 + r->req->sampling.top_logprobs;
+
+	if (!ch->kept && !(ch->kept = calloc(ch->n, sizeof(*ch->kept))))
+		return -1;
+	k = &ch->kept[r->req->choice];
+	k->reason = r->reason;
+	k->n_tokens = r->n_tokens;
+	if (r->text_len) {
+		k->text = malloc(r->text_len);
+		if (!k->text)
+			return -1;
+		memcpy(k->text, r->text, r->text_len);
+		k->text_len = r->text_len;
+	}
+	if (r->n_tokens) {
+		k->tokens = malloc(r->n_tokens * sizeof(int32_t));
+		if (!k->tokens)
+			return -1;
+		memcpy(k->tokens, r->tokens, r->n_tokens * sizeof(int32_t));
+	}
+	if (r->logprobs && r->n_tokens) {
+		size_t sz = (size_t)r->n_tokens * stride * sizeof(*r->logprobs);
+
+		k->logprobs = malloc(sz);
+		if (!k->logprobs)
+			return -1;
+		memcpy(k->logprobs, r->logprobs, sz);
+	}
+	return 0;
+}
+
+/* The whole answer of a non-streaming request, from one result (n = 1)
+ * or the kept choices.  0 or -1 (out of memory). */
+static int conn_answer(struct http_server *srv, struct conn *c,
+		       const struct frontend_result *r)
+{
+	struct completion_meta m = { r->req->id, c->created, srv->cfg->model_name };
+	struct completion_usage u = { r->req->n_prompt, c->ch.n_generated };
+	struct completion_choice choices[REQUEST_MAX_CHOICES];
+	uint32_t stride = 1 + r->req->sampling.top_logprobs;
+
+	if (!c->ch.kept) {
+		choices[0] = (struct completion_choice){ .index = 0,
+			.text = r->text, .text_len = r->text_len,
+			.tokens = r->tokens, .n_tokens = r->n_tokens,
+			.finish_reason = finish_reason_names[r->reason],
+			.logprobs = r->logprobs, .logprob_stride = stride };
+	} else {
+		for (uint32_t i = 0; i < c->ch.n; i++) {
+			const struct http_choice *k = &c->ch.kept[i];
+
+			choices[i] = (struct completion_choice){ .index = i,
+				.text = k->text, .text_len = k->text_len,
+				.tokens = k->tokens, .n_tokens = k->n_tokens,
+				.finish_reason = finish_reason_names[k->reason],
+				.logprobs = k->logprobs, .logprob_stride = stride };
+		}
+	}
+	srv->body.len = 0;
+	if (c->chat)
+		return chat_format(&srv->body, &m, choices, c->ch.kept ? c->ch.n : 1,
+				   &u, r->has_seed, r->seed);
+	return completion_format(&srv->body, &m, choices, c->ch.kept ? c->ch.n : 1,
+				 &u, r->has_seed, r->seed);
+}
+
+/* One choice of c's request ended: note it, and hand c->handle to a
+ * choice still live.  Returns true when it was the last. */
+static bool conn_choice_ended(struct conn *c, const struct frontend_result *r)
+{
+	struct conn_choices *ch = &c->ch;
+
+	if (r->req->choice < ch->n)
+		ch->handles[r->req->choice] = REQUEST_NONE;
+	ch->n_done++;
+	ch->n_generated += r->n_generated;
+	if (r->reason != FINISH_STOP && r->reason != FINISH_LENGTH && !ch->failed) {
+		ch->failed = true;
+		ch->fail_reason = r->reason;
+		snprintf(ch->fail_msg, sizeof(ch->fail_msg), "%s",
+			 r->error ? r->error : "request failed");
+	}
+	for (uint32_t i = 0; i < ch->n; i++)
+		if (ch->handles[i] != REQUEST_NONE) {
+			c->handle = ch->handles[i];
+			break;
+		}
+	return ch->n_done >= ch->n;
+}
+
+/* A choice of the request ended: the answer once all have, or the end
+ * of the choice's stream. */
+void http_on_finish(void *ctx, uint64_t cookie, const struct frontend_result *r)
+{
+	struct http_server *srv = ctx;
+	struct conn *c = conn_of_cookie(srv, cookie);
+	/* The engine cancels requests the server did not give up on only
+	 * when it shuts down (a second signal). */
+	const char *error = r->error ? r->error :
+			    r->reason == FINISH_CANCELLED ? "the server is shutting down" :
+			    "request failed";
+	bool last;
+	size_t before;
+	int ret;
+
+	if (!c)
+		return;		/* its client is gone */
+	last = conn_choice_ended(c, r);
+	if (c->drop_due) {
+		if (last) {
+			conn_detach(srv, c);
+			conn_choices_free(&c->ch);
+		}
+		return;		/* pump drops the connection */
+	}
+	if (c->stream) {
+		before = conn_buffered(c);
+		if (stream_finish(srv, c, r, error)) {
+			conn_choices_free(&c->ch);
+			conn_drop(srv, c);
+			return;
+		}
+		conn_note_output(c, before);
+		if (last) {
+			conn_detach(srv, c);
+			conn_request_done(srv, c);
+		}
+		return;
+	}
+	if (c->ch.n > 1 && !last) {
+		if (!c->ch.failed && conn_keep_choice(c, r))
+			conn_drop_later(srv, c);
+		return;
+	}
+	if (c->ch.n > 1 && !c->ch.failed && conn_keep_choice(c, r)) {
+		conn_choices_free(&c->ch);
+		conn_drop(srv, c);
+		return;
+	}
+	if (c->ch.failed) {
+		conn_detach(srv, c);
+		respond_error(srv, c, c->ch.fail_reason == FINISH_ERROR ? 500 : 503,
+			      c->ch.fail_msg, "server_error", NULL, NULL);
+		return;
+	}
+	ret = conn_answer(srv, c, r);	/* before conn_detach() frees the kept choices */
+	conn_detach(srv, c);
+	if (ret) {
+		conn_drop(srv, c);
+		return;
+	}
+	respond(srv, c, 200, "application/json", NULL);
+}

@@ -1,0 +1,188 @@
+/*
+ * http_server_internal.h - the HTTP front end's private state: struct
+ * http_server and struct conn, shared by the two files that make up the
+ * front end, http_server.c (connections: accept, recv/send, timers,
+ * half-closes and resets, backpressure, draining, the work list, pump and
+ * tick) and http_routes.c (routing a parsed request, the answers, and the
+ * engine callbacks that answer or stream a completion).  Only those two
+ * may include it; every other file, tests included, goes through
+ * http_server.h.
+ *
+ * Besides the structs it holds the small connection helpers both sides
+ * use, and declares the few functions each side calls of the other:
+ * http_server.c's conn_detach() and conn_drop(), http_routes.c's route(),
+ * respond_error(), http_on_tokens() and http_on_finish().
+ */
+#ifndef DYNBATCH_HTTP_SERVER_INTERNAL_H
+#define DYNBATCH_HTTP_SERVER_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/clock.h"
+#include "engine/frontend.h"
+#include "server/http/http_reader.h"
+#include "server/http/http_server.h"
+#include "io/io_ring.h"
+#include "io/out_writer.h"
+#include "engine/request.h"
+#include "engine/request_pool.h"
+#include "util/strbuf.h"
+
+#define HTTP_STATUS_MAX 600
+/* A connection's output buffers, and the answer scratch, keep at most
+ * this much memory once what they held has been sent. */
+#define HTTP_KEEP_BUFFER (256u << 10)
+
+/* A finished choice, kept until the request's last one ends. */
+struct http_choice {
+	int32_t *tokens;		/* malloc'd */
+	uint32_t n_tokens;
+	struct sampler_logprob *logprobs; /* malloc'd, or NULL */
+	char *text;			/* malloc'd, or NULL */
+	size_t text_len;
+	enum finish_reason reason;
+};
+
+/*
+ * The choices of a connection's request ("n"): each is a live request of
+ * the engine (engine_submit), answered on its own; the connection's
+ * answer is complete when the last one ends.  conn.handle is one of the
+ * live ones (pause, resume and cancel reach them all through it).
+ */
+struct conn_choices {
+	uint32_t n;			/* the request's n */
+	uint32_t n_done;		/* choices that ended */
+	uint32_t handles[REQUEST_MAX_CHOICES];	/* REQUEST_NONE once ended */
+	uint32_t n_generated;		/* usage: all choices together */
+	struct http_choice *kept;	/* not streaming, n > 1: n entries */
+	bool failed;			/* a choice ended otherwise than stop
+					 * or length: the answer is an error */
+	enum finish_reason fail_reason;
+	char fail_msg[256];
+};
+
+
+struct conn {
+	int fd;				/* -1: the entry is free */
+	uint32_t req_serial;		/* bumped per request; in its cookie */
+	struct http_reader reader;
+	char *in;			/* HTTP_IN_SIZE bytes, in_len used */
+	uint32_t in_len;		/* a recv in flight writes from here on */
+	uint32_t in_start;		/* bytes before it are parsed; moved out
+					 * only while no recv is in flight */
+	struct out_writer out;		/* answers: appended to out.fill while
+					 * out.write is being sent */
+	bool recv_inflight;
+	struct io_op recv_op, send_op;	/* arg: the server */
+	bool dirty;			/* on the work list */
+	bool closing;			/* shut down; freed when no I/O is left */
+	bool close_after_send;		/* the answer said Connection: close */
+	bool read_eof;			/* the client shut down its sending side:
+					 * what it sent is answered, then close */
+	/* the request being answered */
+	bool busy;			/* the engine has it */
+	uint32_t handle;		/* its live request */
+	bool stream;
+	bool chat;			/* /v1/chat/completions: chat shapes */
+	bool paused;			/* we paused it: output buffer full */
+	bool pause_due;			/* engine_pause() it from pump */
+	bool drop_due;			/* out of memory in a callback: drop
+					 * the connection from pump */
+	bool keep_alive;
+	bool head_request;		/* HEAD: answered as GET, without the body */
+	struct conn_choices ch;		/* its n choices */
+	uint64_t answer_reserved;	/* bytes of srv->answer_reserved its
+					 * non-streamed answer holds, until it
+					 * has been sent */
+	uint64_t created;		/* Unix seconds, for the answer */
+	/* timers */
+	uint64_t request_start_ns;	/* first byte of an unfinished request */
+	uint64_t idle_since_ns;		/* last answer queued, nothing since */
+	uint64_t last_progress_ns;	/* output last moved (or started) */
+};
+
+struct http_server {
+	const struct http_config *cfg;
+	struct engine *e;
+	struct io_ring *io;
+	struct request_limits lim;
+	int listen_fd;
+	bool accepting;
+	bool accept_inflight;
+	struct io_op accept_op;		/* arg: the server */
+	uint64_t accept_retry_ns;	/* accept failed: try again then */
+	struct conn *conns;
+	uint32_t n_conns;
+	uint32_t *free_list;
+	uint32_t n_free;
+	/* connections to look at in pump: a ring of n_conns entries, from
+	 * dirty_head to dirty_tail; a connection is in it at most once (its
+	 * dirty flag), so it never holds more than n_conns */
+	uint32_t *dirty;
+	uint32_t dirty_head, dirty_tail;
+	uint64_t next_tick_ns;		/* earliest timer found by the last scan */
+	uint64_t last_scan_ns;
+	bool rescan;			/* a connection changed since that scan */
+	uint64_t next_id;		/* generated request ids */
+	/* bytes the live non-streamed answers may grow to, reserved at
+	 * admission (answer_bound()); at most cfg->answer_budget */
+	uint64_t answer_reserved;
+	uint64_t started_s;
+	struct strbuf body;		/* scratch: an answer body being built */
+	/* for /metrics */
+	uint64_t n_accepted;
+	uint64_t n_refused;		/* over max_connections */
+	uint64_t n_disconnects;		/* requests cancelled: client went away */
+	uint64_t n_write_timeouts;
+	uint64_t n_pauses;
+	uint64_t n_status[HTTP_STATUS_MAX];
+};
+
+static inline void conn_mark(struct http_server *srv, struct conn *c)
+{
+	srv->rescan = true;	/* its timers may have changed */
+	if (c->dirty)
+		return;
+	c->dirty = true;
+	srv->dirty[srv->dirty_tail++ % srv->n_conns] = (uint32_t)(c - srv->conns);
+}
+
+/* Received bytes not parsed yet. */
+static inline uint32_t conn_unparsed(const struct conn *c)
+{
+	return c->in_len - c->in_start;
+}
+
+/* Answer bytes not sent yet (the send in flight included). */
+static inline size_t conn_buffered(const struct conn *c)
+{
+	return out_writer_pending(&c->out);
+}
+
+static inline void conn_note_output(struct conn *c, size_t before)
+{
+	if (!before)	/* output starts moving now: its clock starts */
+		c->last_progress_ns = clock_now_ns();
+}
+
+/* http_server.c */
+/* http_routes.c: free the choices a non-streaming answer kept. */
+void conn_choices_free(struct conn_choices *ch);
+uint32_t conn_detach(struct http_server *srv, struct conn *c);
+/* Give back what the connection's non-streamed answer reserved. */
+void conn_release_answer(struct http_server *srv, struct conn *c);
+void conn_drop(struct http_server *srv, struct conn *c);
+
+/* http_routes.c */
+void route(struct http_server *srv, struct conn *c);
+void respond_error(struct http_server *srv, struct conn *c, int status,
+		   const char *message, const char *type,
+		   const char *param, const char *extra_headers);
+void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req,
+		    const int32_t *tokens, const struct sampler_logprob *logprobs,
+		    uint32_t n, const char *text, size_t text_len);
+void http_on_finish(void *ctx, uint64_t cookie, const struct frontend_result *r);
+
+#endif /* DYNBATCH_HTTP_SERVER_INTERNAL_H */

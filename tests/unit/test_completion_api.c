@@ -1,0 +1,680 @@
+/*
+ * test_completion_api.c - cmocka tests of the OpenAI-style completion
+ * bodies (server/http/completion_api.c).
+ *
+ * completion_parse(): docs/DESIGN.md 3.1's fields plus "stream" and "model" are
+ * read, and each bad body names the field OpenAI clients expect in
+ * "param" (NULL when the body is not JSON at all).  The writers:
+ * every answer is parsed back with jansson and must have exactly the
+ * fields of OpenAI's text_completion object (or error object), whatever
+ * bytes the id, model or message hold.  A randomized test formats random
+ * token arrays and reads them back; it prints its seed and honours SEED=
+ * (test_rng.h).
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "server/http/completion_api.h"
+#include "engine/request.h"
+#include "text/stop_matcher.h"
+#include "util/strbuf.h"
+#include "tests/unit/test_rng.h"
+
+static const struct request_limits lim = {
+	.vocab = 1000,
+	.max_context = 512,
+	.id_optional = true,
+	.has_logits = true,
+};
+
+static int parse_str(const char *body, struct completion_request *c,
+		     char *err, size_t err_len, const char **param)
+{
+	return completion_parse(body, strlen(body), &lim, c, err, err_len, param);
+}
+
+/* ------------------------------------------------------------------------
+ * Parsing
+ */
+
+static void test_parse_all_fields(void **state)
+{
+	static const char body[] =
+		"{\"id\":\"req-7\",\"model\":\"sim\",\"prompt\":[1,2,3],"
+		"\"max_tokens\":5,\"stop_token\":7,\"stop_token_ids\":[8,9],"
+		"\"stop_sequence\":[10,11],\"stop_sequences\":[[12],[13,14]],"
+		"\"include_stop\":true,\"stream\":true,"
+		"\"temperature\":0.7,\"top_p\":1,\"n\":1,\"user\":\"u\"}";
+	static const int32_t want_tokens[] = { 7, 8, 9, 10, 11, 12, 13, 14 };
+	static const uint32_t want_lens[] = { 1, 1, 1, 2, 1, 2 };
+	struct completion_request c;
+	const char *param = "unset";
+	char err[256];
+
+	assert_int_equal(parse_str(body, &c, err, sizeof(err), &param), 0);
+	assert_null(param);
+	assert_true(c.stream);
+	assert_string_equal(c.req.id, "req-7");
+	assert_int_equal(c.req.n_prompt, 3);
+	assert_int_equal(c.req.prompt[0], 1);
+	assert_int_equal(c.req.prompt[2], 3);
+	assert_int_equal(c.req.max_tokens, 5);
+	assert_true(c.req.include_stop);
+	assert_int_equal(c.req.n_stop_seqs, 6);
+	assert_memory_equal(c.req.stop_lens, want_lens, sizeof(want_lens));
+	assert_memory_equal(c.req.stop_tokens, want_tokens, sizeof(want_tokens));
+	assert_non_null(c.req.stops);
+	assert_true(c.req.sampling.temperature == 0.7f);
+	assert_true(c.req.sampling.top_p == 1.0f);
+	assert_int_equal(c.req.n_choices, 1);
+	assert_int_equal(stop_matcher_max_len(c.req.stops), 2);
+	completion_request_release(&c);
+	assert_null(c.req.id);
+	assert_null(c.req.prompt);
+	assert_null(c.req.stops);
+}
+
+static void test_parse_defaults(void **state)
+{
+	static const char *const bodies[] = {
+		"{\"prompt\":[4]}",
+		"{\"prompt\":[4],\"stream\":false}",
+		"{\"prompt\":[4],\"stream\":null,\"model\":null}",
+		"  {\"model\":\"any name at all\",\"prompt\":[4]}\r\n",
+	};
+	struct completion_request c;
+	const char *param;
+	char err[256];
+
+	for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+		if (parse_str(bodies[i], &c, err, sizeof(err), &param))
+			fail_msg("'%s': %s", bodies[i], err);
+		assert_false(c.stream);
+		assert_null(c.req.id);		/* the server names it */
+		assert_int_equal(c.req.n_prompt, 1);
+		assert_int_equal(c.req.prompt[0], 4);
+		assert_int_equal(c.req.max_tokens, REQUEST_DEFAULT_MAX_TOKENS);
+		assert_false(c.req.include_stop);
+		assert_null(c.req.stops);
+		completion_request_release(&c);
+	}
+
+	/* The body need not be NUL-terminated: only len bytes are read. */
+	{
+		static const char two[] = "{\"prompt\":[9],\"stream\":true}garbage";
+
+		assert_int_equal(completion_parse(two, sizeof("{\"prompt\":[9],"
+							      "\"stream\":true}") - 1,
+						  &lim, &c, err, sizeof(err), &param), 0);
+		assert_true(c.stream);
+		assert_int_equal(c.req.prompt[0], 9);
+		completion_request_release(&c);
+	}
+	/* Releasing a released request is fine. */
+	completion_request_release(&c);
+}
+
+struct bad_body {
+	const char *body;
+	const char *param;	/* NULL: the body as a whole */
+	const char *says;	/* a piece of the message */
+};
+
+static const struct bad_body bad_bodies[] = {
+	{ "{\"prompt\":[1],\"stream\":\"yes\"}", "stream", "stream" },
+	{ "{\"prompt\":[1],\"stream\":1}", "stream", "stream" },
+	{ "{\"prompt\":[1],\"stream\":[]}", "stream", "stream" },
+	{ "{\"prompt\":[1],\"model\":5}", "model", "model" },
+	{ "{\"prompt\":[1],\"max_tokens\":-1}", "max_tokens", "max_tokens" },
+	{ "{\"prompt\":[1],\"max_tokens\":\"5\"}", "max_tokens", "max_tokens" },
+	{ "{\"prompt\":[1],\"max_tokens\":2.0}", "max_tokens", "max_tokens" },
+	{ "{\"prompt\":\"Say hello\"}", "prompt", "tokenizer" },
+	{ "{\"prompt\":\"\",\"stream\":true}", "prompt", "prompt" },
+	{ "{\"prompt\":[1,99999]}", "prompt", "prompt[1]" },
+	{ "{\"prompt\":[-1]}", "prompt", "prompt[0]" },
+	{ "{\"prompt\":[1,\"2\"]}", "prompt", "prompt[1]" },
+	{ "{\"prompt\":{}}", "prompt", "prompt" },
+	{ "{\"max_tokens\":3}", "prompt", "prompt" },
+	{ "{\"prompt\":[1],\"stop_sequences\":[[]]}", "stop_sequences", "empty" },
+	{ "{\"prompt\":[1],\"stop_sequences\":[[1],[]]}", "stop_sequences", "[1]" },
+	{ "{\"prompt\":[1],\"stop_sequences\":[[1,1000]]}", "stop_sequences", "out of range" },
+	{ "{\"prompt\":[1],\"stop_sequence\":[]}", "stop_sequence", "empty" },
+	{ "{\"prompt\":[1],\"stop_token_ids\":[5000]}", "stop_token_ids", "stop_token_ids[0]" },
+	{ "{\"prompt\":[1],\"stop_token_ids\":5}", "stop_token_ids", "stop_token_ids" },
+	{ "{\"prompt\":[1],\"stop_token\":-1}", "stop_token", "stop_token" },
+	{ "{\"prompt\":[1],\"include_stop\":1}", "include_stop", "include_stop" },
+	{ "{\"prompt\":[1],\"id\":5}", "id", "id" },
+	/* The server's generated ids are not for clients to take. */
+	{ "{\"prompt\":[1],\"id\":\"cmpl-1a2b-7\"}", "id", "cmpl-" },
+	{ "{\"prompt\":[1],\"id\":\"cmpl-\",\"stream\":true}", "id", "cmpl-" },
+	{ "{\"id\":\"cmpl-x\",\"prompt\":[1],\"stop_sequences\":[[2,3]]}", "id", "cmpl-" },
+	/* Not JSON, or not an object: no field to name. */
+	{ "hello", NULL, "JSON" },
+	{ "", NULL, "JSON" },
+	{ "   ", NULL, "JSON" },
+	{ "{", NULL, "JSON" },
+	{ "[1,2]", NULL, "object" },
+	{ "\"prompt\"", NULL, "object" },
+	{ "{\"prompt\":[1],}", NULL, "JSON" },
+	{ "{prompt:[1]}", NULL, "JSON" },
+	{ "{\"prompt\":[1]} {\"stream\":true}", NULL, "JSON" },
+	{ "{\"prompt\":[1],\"prompt\":[2]}", NULL, "JSON" },
+	{ "{\"prompt\":[1],\"stream\":tru}", NULL, "JSON" },
+};
+
+static void test_parse_errors(void **state)
+{
+	struct completion_request c;
+	const char *param;
+	char err[256];
+	int rc;
+
+	for (size_t i = 0; i < sizeof(bad_bodies) / sizeof(bad_bodies[0]); i++) {
+		const struct bad_body *b = &bad_bodies[i];
+
+		param = "unset";
+		err[0] = '\0';
+		rc = parse_str(b->body, &c, err, sizeof(err), &param);
+		if (rc != -EINVAL)
+			fail_msg("'%s': rc %d", b->body, rc);
+		if (b->param ? !param || strcmp(param, b->param) : param != NULL)
+			fail_msg("'%s': param %s, wanted %s (%s)", b->body,
+				 param ? param : "NULL",
+				 b->param ? b->param : "NULL", err);
+		if (!strstr(err, b->says))
+			fail_msg("'%s': message '%s' lacks '%s'", b->body, err,
+				 b->says);
+		assert_null(c.req.prompt);
+		assert_null(c.req.stops);
+		completion_request_release(&c);
+	}
+}
+
+/* An id that is a string is kept on error, for the error answer. */
+static void test_parse_error_keeps_id(void **state)
+{
+	struct completion_request c;
+	const char *param;
+	char err[256];
+
+	assert_int_equal(parse_str("{\"id\":\"mine\",\"prompt\":[1],\"max_tokens\":-3}",
+				   &c, err, sizeof(err), &param), -EINVAL);
+	assert_string_equal(param, "max_tokens");
+	assert_string_equal(c.req.id, "mine");
+	completion_request_release(&c);
+	assert_null(c.req.id);
+}
+
+/* Only ids that start with the generated ids' prefix are refused. */
+static void test_reserved_id_prefix(void **state)
+{
+	static const char *const fine[] = { "cmpl", "xcmpl-1", "Cmpl-1", "cmp-1",
+					    "a cmpl-1" };
+	struct completion_request c;
+	const char *param;
+	char err[256], body[128];
+
+	for (size_t i = 0; i < sizeof(fine) / sizeof(fine[0]); i++) {
+		snprintf(body, sizeof(body), "{\"id\":\"%s\",\"prompt\":[1]}", fine[i]);
+		if (parse_str(body, &c, err, sizeof(err), &param))
+			fail_msg("'%s' refused: %s", body, err);
+		assert_string_equal(c.req.id, fine[i]);
+		completion_request_release(&c);
+	}
+	assert_int_equal(parse_str("{\"id\":\"" COMPLETION_ID_PREFIX "9-9\",\"prompt\":[1]}",
+				   &c, err, sizeof(err), &param), -EINVAL);
+	assert_string_equal(param, "id");
+	assert_string_equal(c.req.id, COMPLETION_ID_PREFIX "9-9");	/* for the answer */
+	assert_null(c.req.prompt);
+	completion_request_release(&c);
+}
+
+/* ------------------------------------------------------------------------
+ * Reading answers back
+ */
+
+/* The keys of o must be exactly keys[0..n). */
+static void expect_keys(json_t *o, const char *const *keys, size_t n)
+{
+	assert_true(json_is_object(o));
+	for (size_t i = 0; i < n; i++)
+		if (!json_object_get(o, keys[i]))
+			fail_msg("key '%s' missing", keys[i]);
+	assert_int_equal(json_object_size(o), n);
+}
+
+static void expect_str(json_t *v, const char *want)
+{
+	if (!want) {
+		assert_true(json_is_null(v));
+		return;
+	}
+	assert_true(json_is_string(v));
+	assert_int_equal(json_string_length(v), strlen(want));
+	assert_memory_equal(json_string_value(v), want, strlen(want));
+}
+
+static void expect_uint(json_t *v, uint64_t want)
+{
+	assert_true(json_is_integer(v));
+	assert_true(json_integer_value(v) >= 0);
+	assert_true((uint64_t)json_integer_value(v) == want);
+}
+
+/*
+ * text (len bytes) must be one text_completion object with these values;
+ * want_id and want_model are the strings as they should read back.
+ */
+static void check_answer(const char *text, size_t len, const char *want_id,
+			 const struct completion_meta *m, const char *want_model,
+			 const int32_t *tokens, uint32_t n_tokens,
+			 const char *finish_reason,
+			 const struct completion_usage *usage)
+{
+	static const char *const top_keys[] = {
+		"id", "object", "created", "model", "choices", "usage",
+	};
+	static const char *const choice_keys[] = {
+		"index", "text", "token_ids", "finish_reason", "logprobs",
+	};
+	static const char *const usage_keys[] = {
+		"prompt_tokens", "completion_tokens", "total_tokens",
+	};
+	json_error_t jerr;
+	json_t *o, *choices, *ch, *ids, *u;
+
+	o = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!o)
+		fail_msg("not JSON (%s at column %d): %.*s", jerr.text,
+			 jerr.column, (int)len, text);
+	expect_keys(o, top_keys, usage ? 6 : 5);
+	expect_str(json_object_get(o, "id"), want_id);
+	expect_str(json_object_get(o, "object"), "text_completion");
+	expect_uint(json_object_get(o, "created"), m->created);
+	expect_str(json_object_get(o, "model"), want_model);
+
+	choices = json_object_get(o, "choices");
+	assert_true(json_is_array(choices));
+	assert_int_equal(json_array_size(choices), 1);
+	ch = json_array_get(choices, 0);
+	expect_keys(ch, choice_keys, 5);
+	expect_uint(json_object_get(ch, "index"), 0);
+	expect_str(json_object_get(ch, "text"), "");
+	expect_str(json_object_get(ch, "finish_reason"), finish_reason);
+	assert_true(json_is_null(json_object_get(ch, "logprobs")));
+	ids = json_object_get(ch, "token_ids");
+	assert_true(json_is_array(ids));
+	assert_int_equal(json_array_size(ids), n_tokens);
+	for (uint32_t i = 0; i < n_tokens; i++) {
+		json_t *t = json_array_get(ids, i);
+
+		assert_true(json_is_integer(t));
+		if (json_integer_value(t) != tokens[i])
+			fail_msg("token_ids[%u] = %lld, wanted %d", i,
+				 (long long)json_integer_value(t), tokens[i]);
+	}
+
+	if (usage) {
+		u = json_object_get(o, "usage");
+		expect_keys(u, usage_keys, 3);
+		expect_uint(json_object_get(u, "prompt_tokens"), usage->prompt_tokens);
+		expect_uint(json_object_get(u, "completion_tokens"),
+			    usage->completion_tokens);
+		expect_uint(json_object_get(u, "total_tokens"),
+			    (uint64_t)usage->prompt_tokens + usage->completion_tokens);
+	}
+	json_decref(o);
+}
+
+/* The event appended at out[old..]: "data: <one JSON object>\n\n". */
+static void check_event(const struct strbuf *out, size_t old,
+			const char *want_id, const struct completion_meta *m,
+			const char *want_model, const int32_t *tokens,
+			uint32_t n_tokens, const char *finish_reason,
+			const struct completion_usage *usage)
+{
+	const char *ev = out->data + old;
+	size_t n = out->len - old;
+
+	assert_true(n > 8);
+	assert_memory_equal(ev, "data: ", 6);
+	assert_memory_equal(ev + n - 2, "\n\n", 2);
+	/* No other line break: the event is exactly one data line. */
+	assert_null(memchr(ev, '\n', n - 2));
+	assert_null(memchr(ev, '\r', n));
+	assert_int_equal(out->data[out->len], '\0');
+	check_answer(ev + 6, n - 8, want_id, m, want_model, tokens, n_tokens,
+		     finish_reason, usage);
+}
+
+/* ------------------------------------------------------------------------
+ * Writing answers
+ */
+
+/* One choice, the shape of every answer before "n" (index 0, no
+ * logprobs, no seed). */
+static int fmt_answer(struct strbuf *out, const struct completion_meta *m,
+		      const int32_t *tokens, uint32_t n, const char *fr,
+		      const struct completion_usage *u)
+{
+	struct completion_choice c = { .tokens = tokens, .n_tokens = n,
+				       .finish_reason = fr };
+
+	return completion_format(out, m, &c, 1, u, false, 0);
+}
+
+static int fmt_event(struct strbuf *out, const struct completion_meta *m,
+		     const int32_t *tokens, uint32_t n, const char *fr,
+		     const struct completion_usage *u)
+{
+	struct completion_choice c = { .tokens = tokens, .n_tokens = n,
+				       .finish_reason = fr };
+
+	return completion_format_event(out, m, &c, u);
+}
+
+static void test_format_completion(void **state)
+{
+	static const int32_t tokens[] = { 5, 0, 999, 2147483647, -2147483647 - 1 };
+	const struct completion_meta m = {
+		.id = "cmpl-1a2b", .created = 1700000000, .model = "sim",
+	};
+	const struct completion_usage usage = { .prompt_tokens = 12,
+						.completion_tokens = 5 };
+	const struct completion_usage big = { UINT32_MAX, UINT32_MAX };
+	struct strbuf out = STRBUF_INIT;
+
+	assert_int_equal(fmt_answer(&out, &m, tokens, 5, "length", &usage), 0);
+	assert_int_equal(out.data[out.len], '\0');
+	assert_int_equal(strlen(out.data), out.len);
+	check_answer(out.data, out.len, m.id, &m, m.model, tokens, 5, "length",
+		     &usage);
+
+	/* No tokens, no usage, the largest counts. */
+	out.len = 0;
+	assert_int_equal(fmt_answer(&out, &m, NULL, 0, "stop", NULL), 0);
+	check_answer(out.data, out.len, m.id, &m, m.model, NULL, 0, "stop", NULL);
+	out.len = 0;
+	assert_int_equal(fmt_answer(&out, &m, NULL, 0, "stop", &big), 0);
+	check_answer(out.data, out.len, m.id, &m, m.model, NULL, 0, "stop", &big);
+	strbuf_release(&out);
+}
+
+static void test_format_events(void **state)
+{
+	static const int32_t step1[] = { 17 }, step2[] = { 3, 4, 5 };
+	const struct completion_meta m = {
+		.id = "cmpl-x", .created = 0, .model = "m",
+	};
+	const struct completion_usage usage = { .prompt_tokens = 2,
+						.completion_tokens = 4 };
+	struct strbuf out = STRBUF_INIT;
+	size_t old;
+
+	/* Events append: what is in the buffer stays. */
+	assert_int_equal(strbuf_append(&out, "1f\r\n", 4), 0);
+	old = out.len;
+	assert_int_equal(fmt_event(&out, &m, step1, 1, NULL, NULL), 0);
+	assert_memory_equal(out.data, "1f\r\n", 4);
+	check_event(&out, old, m.id, &m, m.model, step1, 1, NULL, NULL);
+
+	old = out.len;
+	assert_int_equal(fmt_event(&out, &m, step2, 3, NULL, NULL), 0);
+	check_event(&out, old, m.id, &m, m.model, step2, 3, NULL, NULL);
+
+	/* The last event: a reason and the usage, maybe no new tokens. */
+	old = out.len;
+	assert_int_equal(fmt_event(&out, &m, NULL, 0, "stop", &usage), 0);
+	check_event(&out, old, m.id, &m, m.model, NULL, 0, "stop", &usage);
+
+	/* A non-streamed answer appends too. */
+	old = out.len;
+	assert_int_equal(fmt_answer(&out, &m, step2, 3, "length", &usage), 0);
+	check_answer(out.data + old, out.len - old, m.id, &m, m.model, step2, 3,
+		     "length", &usage);
+	strbuf_release(&out);
+}
+
+static void check_error_answer(const char *text, size_t len, const char *message,
+			       const char *type, const char *param,
+			       const char *code)
+{
+	static const char *const top_keys[] = { "error" };
+	static const char *const err_keys[] = { "message", "type", "param", "code" };
+	json_error_t jerr;
+	json_t *o, *e;
+
+	o = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!o)
+		fail_msg("not JSON (%s): %.*s", jerr.text, (int)len, text);
+	expect_keys(o, top_keys, 1);
+	e = json_object_get(o, "error");
+	expect_keys(e, err_keys, 4);
+	expect_str(json_object_get(e, "message"), message);
+	expect_str(json_object_get(e, "type"), type);
+	expect_str(json_object_get(e, "param"), param);
+	expect_str(json_object_get(e, "code"), code);
+	json_decref(o);
+}
+
+static void test_format_error(void **state)
+{
+	struct strbuf out = STRBUF_INIT;
+	size_t old;
+
+	assert_int_equal(api_format_error(&out, "field 'stream' must be true or false",
+					  "invalid_request_error", "stream", NULL), 0);
+	assert_int_equal(strlen(out.data), out.len);
+	check_error_answer(out.data, out.len, "field 'stream' must be true or false",
+			   "invalid_request_error", "stream", NULL);
+
+	old = out.len;
+	assert_int_equal(api_format_error(&out, "Incorrect API key provided",
+					  "invalid_request_error", NULL,
+					  "invalid_api_key"), 0);
+	check_error_answer(out.data + old, out.len - old, "Incorrect API key provided",
+			   "invalid_request_error", NULL, "invalid_api_key");
+
+	/* The parser's own message, with quotes and a control byte in it. */
+	out.len = 0;
+	assert_int_equal(api_format_error(&out, "not valid JSON: '\"' near '\x01\\'",
+					  "invalid_request_error", NULL, NULL), 0);
+	check_error_answer(out.data, out.len, "not valid JSON: '\"' near '\x01\\'",
+			   "invalid_request_error", NULL, NULL);
+	strbuf_release(&out);
+}
+
+/* Strings with bytes JSON cannot carry as they are. */
+static const struct {
+	const char *raw;
+	const char *reads;	/* what jansson reads back */
+} hostile[] = {
+	{ "", "" },
+	{ "say \"hi\"", "say \"hi\"" },
+	{ "back\\slash\\", "back\\slash\\" },
+	{ "\x01\x02\x1f\x7f", "\x01\x02\x1f\x7f" },
+	{ "tab\tnl\ncr\rff\fbs\b", "tab\tnl\ncr\rff\fbs\b" },
+	{ "</script>\u2028\u2029", "</script>\u2028\u2029" },
+	{ "caf\xc3\xa9 \xf0\x9f\x98\x80", "caf\xc3\xa9 \xf0\x9f\x98\x80" },
+	{ "bad \xff byte", "bad \xef\xbf\xbd byte" },
+	{ "cut \xe2\x82", "cut \xef\xbf\xbd\xef\xbf\xbd" },
+	{ "overlong \xc0\xaf", "overlong \xef\xbf\xbd\xef\xbf\xbd" },
+	{ "surrogate \xed\xa0\x80", "surrogate \xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" },
+	{ "too high \xf4\x90\x80\x80",
+	  "too high \xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" },
+	{ "\x80", "\xef\xbf\xbd" },
+};
+
+static void test_format_hostile_strings(void **state)
+{
+	static const int32_t tokens[] = { 1, 2 };
+	const struct completion_usage usage = { 1, 2 };
+	struct strbuf out = STRBUF_INIT;
+	size_t n = sizeof(hostile) / sizeof(hostile[0]);
+
+	for (size_t i = 0; i < n; i++) {
+		const char *model = hostile[(i + 1) % n].raw;
+		const char *model_reads = hostile[(i + 1) % n].reads;
+		const struct completion_meta m = {
+			.id = hostile[i].raw, .created = 42, .model = model,
+		};
+		size_t old;
+
+		out.len = 0;
+		assert_int_equal(fmt_answer(&out, &m, tokens, 2, "stop",
+						   &usage), 0);
+		check_answer(out.data, out.len, hostile[i].reads, &m, model_reads,
+			     tokens, 2, "stop", &usage);
+
+		old = out.len;
+		assert_int_equal(fmt_event(&out, &m, tokens, 2,
+							 NULL, NULL), 0);
+		check_event(&out, old, hostile[i].reads, &m, model_reads, tokens,
+			    2, NULL, NULL);
+
+		out.len = 0;
+		assert_int_equal(api_format_error(&out, hostile[i].raw, model,
+						  hostile[i].raw, model), 0);
+		check_error_answer(out.data, out.len, hostile[i].reads,
+				   model_reads, hostile[i].reads, model_reads);
+	}
+	strbuf_release(&out);
+}
+
+/* A NULL id or model is written as null, not left out. */
+static void test_format_null_strings(void **state)
+{
+	const struct completion_meta m = { .id = NULL, .created = 1, .model = NULL };
+	struct strbuf out = STRBUF_INIT;
+
+	assert_int_equal(fmt_answer(&out, &m, NULL, 0, NULL, NULL), 0);
+	check_answer(out.data, out.len, NULL, &m, NULL, NULL, 0, NULL, NULL);
+	strbuf_release(&out);
+}
+
+/* ------------------------------------------------------------------------
+ * Random round trip
+ */
+
+#define RAND_ROUNDS 500
+#define RAND_MAX_TOKENS 300
+
+static int32_t rand_token(struct rng *rng)
+{
+	switch (rng_below(rng, 4)) {
+	case 0:
+		return (int32_t)rng_below(rng, 1000);
+	case 1:
+		return rng_below(rng, 2) ? INT32_MAX : INT32_MIN;
+	default:
+		return (int32_t)(uint32_t)rng_next(rng);
+	}
+}
+
+/* Random bytes, NUL excluded, often not UTF-8. */
+static void rand_str(struct rng *rng, char *buf, size_t max)
+{
+	size_t n = rng_below(rng, (uint32_t)max);
+
+	for (size_t i = 0; i < n; i++)
+		buf[i] = (char)(1 + rng_below(rng, 255));
+	buf[n] = '\0';
+}
+
+static void test_random_roundtrip(void **state)
+{
+	struct rng rng = rng_for(1);
+	int32_t tokens[RAND_MAX_TOKENS];
+	struct strbuf out = STRBUF_INIT;
+	char id[40], model[24];
+	json_error_t jerr;
+
+	for (int round = 0; round < RAND_ROUNDS; round++) {
+		uint32_t n = rng_below(&rng, RAND_MAX_TOKENS + 1);
+		bool event = rng_below(&rng, 2), last = rng_below(&rng, 2);
+		struct completion_usage usage = {
+			(uint32_t)rng_next(&rng), (uint32_t)rng_next(&rng),
+		};
+		struct completion_meta m = {
+			.id = id, .model = model,
+			.created = rng_next(&rng) >> (1 + rng_below(&rng, 63)),
+		};
+		const char *reason = last ? (rng_below(&rng, 2) ? "stop" : "length")
+					  : NULL;
+		size_t old = out.len;
+		json_t *o, *ids;
+		int rc;
+
+		for (uint32_t i = 0; i < n; i++)
+			tokens[i] = rand_token(&rng);
+		rand_str(&rng, id, sizeof(id));
+		rand_str(&rng, model, sizeof(model));
+		if (event)
+			rc = fmt_event(&out, &m, tokens, n, reason,
+						     last ? &usage : NULL);
+		else
+			rc = fmt_answer(&out, &m, tokens, n, reason,
+					       last ? &usage : NULL);
+		assert_int_equal(rc, 0);
+
+		/* Read back: valid JSON, the same tokens and counts. */
+		if (event) {
+			assert_memory_equal(out.data + old, "data: ", 6);
+			assert_memory_equal(out.data + out.len - 2, "\n\n", 2);
+			old += 6;
+		}
+		o = json_loadb(out.data + old, out.len - old - (event ? 2 : 0),
+			       JSON_REJECT_DUPLICATES, &jerr);
+		if (!o)
+			fail_msg("round %d: not JSON (%s) (SEED=%llu)", round,
+				 jerr.text, test_seed);
+		assert_true(json_is_string(json_object_get(o, "id")));
+		assert_true(json_is_string(json_object_get(o, "model")));
+		expect_uint(json_object_get(o, "created"), m.created);
+		ids = json_object_get(json_array_get(json_object_get(o, "choices"), 0),
+				      "token_ids");
+		assert_int_equal(json_array_size(ids), n);
+		for (uint32_t i = 0; i < n; i++)
+			if (json_integer_value(json_array_get(ids, i)) != tokens[i])
+				fail_msg("round %d token %u: %lld != %d (SEED=%llu)",
+					 round, i,
+					 (long long)json_integer_value(json_array_get(ids, i)),
+					 tokens[i], test_seed);
+		assert_int_equal(json_object_size(o), last ? 6 : 5);
+		json_decref(o);
+		/* Keep appending for a while: formats must not depend on len. */
+		if (out.len > 65536)
+			out.len = 0;
+	}
+	strbuf_release(&out);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_parse_all_fields),
+		cmocka_unit_test(test_parse_defaults),
+		cmocka_unit_test(test_parse_errors),
+		cmocka_unit_test(test_parse_error_keeps_id),
+		cmocka_unit_test(test_reserved_id_prefix),
+		cmocka_unit_test(test_format_completion),
+		cmocka_unit_test(test_format_events),
+		cmocka_unit_test(test_format_error),
+		cmocka_unit_test(test_format_hostile_strings),
+		cmocka_unit_test(test_format_null_strings),
+		cmocka_unit_test(test_random_roundtrip),
+	};
+
+	test_seed_init("completion_api");
+	return cmocka_run_group_tests_name("completion_api", tests, NULL, NULL);
+}
