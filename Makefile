@@ -224,7 +224,7 @@ test: test-deps
 unit: $(TEST_BIN) $(PLUGIN)
 	@set -e; for t in $(TEST_BIN); do echo "== $$t"; $$t; done
 
-E2E_TESTS := $(filter-out tests/e2e/e2e_lib.sh,$(wildcard tests/e2e_*.sh))
+E2E_TESTS := $(filter-out tests/e2e/e2e_lib.sh,$(wildcard tests/e2e/e2e_*.sh))
 e2e: all
 	@set -e; for t in $(E2E_TESTS); do echo "== $$t"; BIN=$(BIN) BUILD=$(BUILD) bash $$t; done
 
