@@ -102,32 +102,26 @@ EXCEPTIONS = [
 FOLDER_NOTES = {
     ".": "the build, the manual",
     ".ci": "what CI runs",
-    "bench": "benchmarks and load tests (make bench, bench-llama, load)",
+    "bench": "benchmarks and the load test",
     "docs": "the documentation beside README.md",
-    "engine": "the coordinator's core: requests in flight, admission, "
-              "commit, the model at start, statistics, metrics",
+    "engine": "requests in flight: admission, commit, stats, metrics",
     "examples": "a complete model plugin; nginx in front of replicas",
     "include": "public headers",
     "include/dynbatch": "the plugin ABI, the one public header",
-    "kv": "the paged KV cache's block bookkeeping (empty until it lands)",
+    "kv": "the paged cache's block bookkeeping (empty for now)",
     "lib": "code the programs link by concern",
-    "lib/io": "the coordinator's io_uring loop and double-buffered output",
-    "lib/ipc": "the shared-memory segment: objects, layout, rings, wake-ups",
-    "lib/kernels": "the llama matmul kernels, float32 and Q8_0, AVX2 and "
-                   "portable",
-    "lib/model": "model loading and one step of a model: sim, simkv, llama, "
-                 "plugins, checkpoint reader",
+    "lib/io": "the io_uring loop, double-buffered output",
+    "lib/ipc": "shared memory: objects, layout, rings, wake-ups",
+    "lib/kernels": "matmul kernels: f32 and Q8_0, AVX2 and portable",
+    "lib/model": "models: loader, runner, sim, llama, checkpoints",
     "lib/sampling": "the sampler: cut-offs, weights, logprobs, Philox draws",
     "lib/text": "tokenizer, BPE trainer, stop strings and token stops",
-    "lib/util": "logging, strings, JSON writing, numbers, clocks, fault "
-                "injection",
-    "sched": "the shard scheduler, the slot table, how the coordinator waits",
+    "lib/util": "logging, strings, JSON, numbers, clocks, faults",
+    "sched": "the shard scheduler, slot table, wait policy",
     "server": "the dynbatch command line",
-    "server/http": "dynbatch serve: connections, HTTP reader, routes, "
-                   "completions and chat bodies",
-    "server/jsonl": "dynbatch run: input lines, the parser thread, result "
-                    "lines",
-    "shard": "starting, watching and replacing worker processes",
+    "server/http": "serve: connections, HTTP reader, routes, bodies",
+    "server/jsonl": "run: input lines, parser thread, result lines",
+    "shard": "worker processes: start, watch, replace",
     "tests": "the test suites",
     "tests/e2e": "end-to-end tests of the real binaries",
     "tests/fuzz": "libFuzzer targets, dictionaries",
@@ -135,11 +129,11 @@ FOLDER_NOTES = {
     "tests/fuzz/http_corpus": "HTTP request seeds",
     "tests/fuzz/sampler_corpus": "sampler seeds",
     "tests/fuzz/tokenizer_corpus": "tokenizer.bin seeds",
-    "tests/plugins": "hostile workers and plugins for the attack tests",
+    "tests/plugins": "hostile worker and plugins for attack tests",
     "tests/unit": "cmocka unit tests, one binary per module",
-    "tools": "user tools: workloads, checkpoints, tokenizers, faults, soak",
-    "tools/refdecode": "the reference decoder, written apart from the engine",
-    "worker": "the dynbatch-worker program: its loop and sandbox",
+    "tools": "workloads, checkpoints, tokenizers, faults, soak",
+    "tools/refdecode": "the reference decoder, apart from the engine",
+    "worker": "dynbatch-worker: its loop and sandbox",
 }
 
 DOC = "docs/layout.md"
@@ -336,9 +330,9 @@ def check_docs():
                     if DOC_PATH_IGNORE.search(p) or "://" in line[
                             max(0, m.start() - 40):m.start()]:
                         continue
-                    here = os.path.normpath(os.path.join(folder_of(doc), p))
-                    if os.path.exists(os.path.join(ROOT, p)) or \
-                            os.path.exists(os.path.join(ROOT, here)):
+                    bases = [folder_of(doc)] + INCLUDE_PATH
+                    if any(os.path.exists(os.path.join(ROOT, b, p))
+                           for b in bases):
                         continue
                     missing.append((doc, n, p))
     return missing
@@ -356,7 +350,7 @@ def folder_graph(edges):
 
 def layout_section(edges):
     """The generated part of docs/layout.md: tree, then include graph."""
-    files = [p for p in walk(".") if not p.startswith(".git/")]
+    files = [p for p in walk(".") if p != ".git"]
     by_folder = {}
     for p in files:
         by_folder.setdefault(folder_of(p), []).append(os.path.basename(p))
@@ -376,8 +370,8 @@ def layout_section(edges):
         names = sorted(by_folder[d])
         if not names:
             continue
-        if len(names) > 12 and not any(n.endswith((".c", ".h"))
-                                       for n in names):
+        if len(names) > 12 and not any(
+                n.endswith((".c", ".h", ".sh", ".py", ".mjs")) for n in names):
             out.append("%s  (%d files: %s, ...)" % (
                 "  " * depth, len(names), ", ".join(names[:3])))
             continue
