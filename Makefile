@@ -4,7 +4,8 @@
 #   make run      decode the default workload with 4 workers (README)
 #   make serve    the OpenAI-style HTTP server on 127.0.0.1:8080 (README)
 #   make load     load test of the server, faults included (figures)
-#   make test     unit tests and end-to-end tests (what CI runs)
+#   make test     layer check, unit tests and end-to-end tests (what CI runs)
+#   make layers   the include graph against the layers (docs/layout.md)
 #   make asan     the same tests under AddressSanitizer + UBSan
 #   make bench    throughput scaling runs (table + plot)
 #   make soak     the fault injector for SOAK_SECONDS, checked end to end
