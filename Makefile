@@ -4,7 +4,8 @@
 #   make run      decode the default workload with 4 workers (README)
 #   make serve    the OpenAI-style HTTP server on 127.0.0.1:8080 (README)
 #   make load     load test of the server, faults included (figures)
-#   make test     unit tests and end-to-end tests (what CI runs)
+#   make test     layer check, unit tests and end-to-end tests (what CI runs)
+#   make layers   the include graph against the layers (docs/layout.md)
 #   make asan     the same tests under AddressSanitizer + UBSan
 #   make bench    throughput scaling runs (table + plot)
 #   make soak     the fault injector for SOAK_SECONDS, checked end to end
@@ -96,7 +97,7 @@ ESCAPE_PLUGIN := $(BUILD)/escape_plugin.so
 # the coordinator learns its vocabulary (e2e_probe.sh).
 PROBE_PLUGIN := $(BUILD)/probe_plugin.so
 
-.PHONY: all deps test-deps run serve load test unit e2e asan tsan bench bench-llama bench-tokenizer bench-sampler soak clean
+.PHONY: all deps test-deps run serve load layers layers-doc test unit e2e asan tsan bench bench-llama bench-tokenizer bench-sampler soak clean
 all: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(BIN)/dynbatch-hostile-worker \
 	$(TOOL_BIN) $(PLUGIN) $(ESCAPE_PLUGIN) $(PROBE_PLUGIN) $(TEST_BIN)
 
@@ -214,9 +215,18 @@ load: deps
 	$(MAKE) all
 	BIN=$(BIN) bash bench/serve_load.sh $(BUILD)/load
 
-# Unit tests (cmocka, one binary per module), then the end-to-end tests
-# that run the real binaries.
+# The include graph against the declared layers, and the source paths the
+# docs name (tools/check_layers.py; docs/layout.md); layers-doc also
+# regenerates docs/layout.md's tree and folder graph.
+layers:
+	python3 tools/check_layers.py
+layers-doc:
+	python3 tools/check_layers.py --write-doc
+
+# The layer check, unit tests (cmocka, one binary per module), then the
+# end-to-end tests that run the real binaries.
 test: test-deps
+	$(MAKE) --no-print-directory layers
 	$(MAKE) all
 	$(MAKE) unit e2e
 	$(MAKE) --no-print-directory fuzz-short
