@@ -31,8 +31,9 @@ static int u32_desc(const void *a, const void *b)
  * average.  Rows made to defeat the pivots end in a sort of what is left
  * after `rounds` (64) rounds, so no row costs more than n log n.
  */
-uint32_t sampler_cut_rounds(uint32_t *w, uint32_t n, uint64_t target,
-				   bool by_mass, int rounds)
+static inline __attribute__((always_inline)) uint32_t
+sampler_cut_in(uint32_t *w, uint32_t n, uint64_t target, bool by_mass,
+	       int rounds)
 {
 	uint64_t above = 0;	/* what the w beyond [lo, hi) add, all > them */
 	uint32_t lo = 0, hi = n;
@@ -77,25 +78,16 @@ uint32_t sampler_cut_rounds(uint32_t *w, uint32_t n, uint64_t target,
 	return w[hi - 1];	/* unreachable: the sum reaches target */
 }
 
-uint32_t sampler_cut(uint32_t *w, uint32_t n, uint64_t target, bool by_mass)
+uint32_t sampler_cut_rounds(uint32_t *w, uint32_t n, uint64_t target,
+			    bool by_mass, int rounds)
 {
-	return sampler_cut_rounds(w, n, target, by_mass, 64);
+	return sampler_cut_in(w, n, target, by_mass, rounds);
 }
 
-/* Copy the weights >= t of the gathered tokens into s->scratch; the
- * count, and their sum in *sum. */
-uint32_t sampler_gathered_weights(struct sampler *s, uint32_t t,
-				  uint64_t *sum)
+/* Its own copy with the rounds a constant, as the selection runs it. */
+uint32_t sampler_cut(uint32_t *w, uint32_t n, uint64_t target, bool by_mass)
 {
-	uint32_t n = 0;
-
-	*sum = 0;
-	for (uint32_t j = 0; j < s->n_by_id; j++)
-		if (s->by_id[j].w >= t) {
-			s->scratch[n++] = s->by_id[j].w;
-			*sum += s->by_id[j].w;
-		}
-	return n;
+	return sampler_cut_in(w, n, target, by_mass, 64);
 }
 
 /*

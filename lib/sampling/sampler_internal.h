@@ -163,9 +163,21 @@ uint32_t sampler_cut_rounds(uint32_t *w, uint32_t n, uint64_t target,
 uint32_t sampler_cut(uint32_t *w, uint32_t n, uint64_t target, bool by_mass);
 
 /* Copy the weights >= t of the gathered tokens into s->scratch; the
- * count, and their sum in *sum. */
-uint32_t sampler_gathered_weights(struct sampler *s, uint32_t t,
-				  uint64_t *sum);
+ * count, and their sum in *sum.  Inline: a loop its callers run once a
+ * row, which the compiler folds into them. */
+static inline uint32_t sampler_gathered_weights(struct sampler *s,
+						 uint32_t t, uint64_t *sum)
+{
+	uint32_t n = 0;
+
+	*sum = 0;
+	for (uint32_t j = 0; j < s->n_by_id; j++)
+		if (s->by_id[j].w >= t) {
+			s->scratch[n++] = s->by_id[j].w;
+			*sum += s->by_id[j].w;
+		}
+	return n;
+}
 
 /* Cut the gathered tokens to the W >= their k-th largest; returns it. */
 uint32_t sampler_keep_k_largest(struct sampler *s, uint32_t k);
