@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/tensor.h"
+#include "kernels/dtype.h"
 
 /* tensor_ops.get_row: a copy of the row. */
 void f32_get_row(float *out, const struct tensor *w, uint32_t row);

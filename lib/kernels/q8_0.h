@@ -24,7 +24,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels/tensor.h"
+#include "kernels/dtype.h"
 
 /* One matrix, its values and scales apart: what the kernels walk. */
 struct q8_0_matrix {

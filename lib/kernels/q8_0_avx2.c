@@ -31,6 +31,8 @@
  */
 #include "kernels/q8_0.h"
 
+#include <stdbool.h>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include "kernels/llama_avx2.h"
 

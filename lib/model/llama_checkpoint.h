@@ -41,7 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/tensor.h"
+#include "kernels/dtype.h"
 
 #define LLAMA_AK42_MAGIC 0x616b3432u
 #define LLAMA_AK42_HEADER_BYTES 256u

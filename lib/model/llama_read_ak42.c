@@ -11,7 +11,9 @@
  * so the Q8_0 values start 4-byte aligned; scales may not be (see
  * q8_0.c), so they are never read through a float pointer.
  */
+#include "model/llama_checkpoint.h"
 #include "model/llama_reader.h"
+#include "kernels/tensor.h"
 
 #include <errno.h>
 #include <stdio.h>

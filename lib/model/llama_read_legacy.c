@@ -10,7 +10,9 @@
  * tables' size (seq_len x head_size floats, never 0) and the file size
  * picks one without ambiguity.
  */
+#include "model/llama_checkpoint.h"
 #include "model/llama_reader.h"
+#include "kernels/tensor.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -15,7 +15,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/llama_checkpoint.h"
+#include "kernels/dtype.h"
+
+/* Defined in llama_checkpoint.h, which the readers include: declared
+ * here only, so that this header stays below it (no include circle). */
+struct llama_checkpoint;
+struct llama_config;
 
 /* The 7 int32 of both llama2.c headers, in file order. */
 enum { LLAMA_H_DIM, LLAMA_H_HIDDEN, LLAMA_H_LAYERS, LLAMA_H_HEADS,
