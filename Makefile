@@ -326,17 +326,18 @@ FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 300
 FUZZ_BUILD := build-fuzz
 FUZZ_BIN := $(FUZZ_BUILD)/fuzz_request
-FUZZ_SRC := tests/fuzz/fuzz_request.c engine/request.c lib/sampling/sampler.c lib/sampling/sampler_select.c lib/sampling/sampler_avx2.c lib/text/tokenizer.c lib/text/text_stop.c engine/request_fast.c engine/request_build.c lib/util/strbuf.c \
+# The sampler, every file of it, for each fuzzer that links it.
+SAMPLER_SRC := $(wildcard lib/sampling/*.c)
+FUZZ_SRC := tests/fuzz/fuzz_request.c engine/request.c $(SAMPLER_SRC) lib/text/tokenizer.c lib/text/text_stop.c engine/request_fast.c engine/request_build.c lib/util/strbuf.c \
 	lib/text/stop_matcher.c lib/util/json_writer.c server/jsonl/line_reader.c
 FUZZ_HTTP_BIN := $(FUZZ_BUILD)/fuzz_http
 FUZZ_HTTP_SRC := tests/fuzz/fuzz_http.c server/http/http_reader.c \
-	server/http/completion_api.c server/http/chat_api.c lib/text/tokenizer_train.c engine/request.c lib/sampling/sampler.c lib/sampling/sampler_select.c lib/sampling/sampler_avx2.c lib/text/tokenizer.c lib/text/text_stop.c engine/request_fast.c engine/request_build.c lib/util/strbuf.c \
+	server/http/completion_api.c server/http/chat_api.c lib/text/tokenizer_train.c engine/request.c $(SAMPLER_SRC) lib/text/tokenizer.c lib/text/text_stop.c engine/request_fast.c engine/request_build.c lib/util/strbuf.c \
 	lib/text/stop_matcher.c lib/util/json_writer.c
 FUZZ_TOK_BIN := $(FUZZ_BUILD)/fuzz_tokenizer
 FUZZ_TOK_SRC := tests/fuzz/fuzz_tokenizer.c lib/text/tokenizer.c tools/refdecode/ref_tokenizer.c
 FUZZ_SAMPLER_BIN := $(FUZZ_BUILD)/fuzz_sampler
-FUZZ_SAMPLER_SRC := tests/fuzz/fuzz_sampler.c lib/sampling/sampler.c lib/sampling/sampler_select.c \
-	lib/sampling/sampler_avx2.c tools/refdecode/ref_sampler.c
+FUZZ_SAMPLER_SRC := tests/fuzz/fuzz_sampler.c $(SAMPLER_SRC) tools/refdecode/ref_sampler.c
 FUZZ_SANITIZE := -fsanitize=fuzzer,address,undefined
 FUZZ_CFLAGS := -std=gnu11 -D_GNU_SOURCE -Iinclude -Ilib -I. -g -O1 \
 	-Wall -Wextra -Werror -Wstrict-prototypes -Wmissing-prototypes -Wshadow \

@@ -1,6 +1,7 @@
 /*
  * bench_matmul.c - bin/bench_matmul: the llama model's batched matmul
- * alone (lib/kernels/llama_kernels.c, the AVX2 kernel), in GFLOP/s, for the
+ * alone (the F32 type's AVX2 kernel, asked of tensor.h's table as the
+ * model asks it; lib/kernels/llama_kernels.c), in GFLOP/s, for the
  * weight matrices of a model shape, so that bench/bench_llama.sh can set
  * it against the FMA peak bin/machine_limits measures in the same run.
  *
@@ -21,7 +22,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/llama_kernels.h"
+#include "kernels/tensor.h"
 #include "util/parse_num.h"
 
 static double now_s(void)
@@ -45,10 +46,23 @@ static float *random_floats(size_t n, uint64_t *state)
 	return p;
 }
 
+/* out = x W^T for the [n_out][n_in] F32 matrix at w, as the model calls it. */
+static void bench_matmul(const struct tensor_ops *k, float *out, const float *x,
+			 uint32_t rows, const float *w, uint32_t n_in,
+			 uint32_t n_out)
+{
+	struct tensor t = {
+		.type = DTYPE_F32, .data = w, .n_layers = 1, .rows = n_out,
+		.cols = n_in, .layer_bytes = (size_t)n_out * n_in * sizeof(float),
+	};
+
+	k->matmul(out, x, rows, &t);
+}
+
 int main(int argc, char **argv)
 {
 	uint32_t dim = 0, hidden = 0, vocab = 0, rows = 64, seconds = 2;
-	const struct llama_kernels *k = llama_kernels_get(LLAMA_KERNEL_AVX2);
+	const struct tensor_ops *k = tensor_ops_get(DTYPE_F32, LLAMA_KERNEL_AVX2);
 	uint64_t state = 1;
 	size_t layer, copies, flops_pass;
 	float *w, *x, *out;
@@ -92,14 +106,14 @@ int main(int argc, char **argv)
 		const float *p = w + (size_t)((size_t)passes % copies) * layer;
 
 		for (int m = 0; m < 4; m++, p += (size_t)dim * dim)
-			k->matmul(out, x, rows, p, dim, dim);
-		k->matmul(out, x, rows, p, dim, hidden);	/* w1 */
+			bench_matmul(k, out, x, rows, p, dim, dim);
+		bench_matmul(k, out, x, rows, p, dim, hidden);	/* w1 */
 		p += (size_t)hidden * dim;
-		k->matmul(out, x, rows, p, dim, hidden);	/* w3 */
+		bench_matmul(k, out, x, rows, p, dim, hidden);	/* w3 */
 		p += (size_t)hidden * dim;
-		k->matmul(out, x, rows, p, hidden, dim);	/* w2 */
+		bench_matmul(k, out, x, rows, p, hidden, dim);	/* w2 */
 		p += (size_t)hidden * dim;
-		k->matmul(out, x, rows, p, dim, vocab);		/* classifier */
+		bench_matmul(k, out, x, rows, p, dim, vocab);	/* classifier */
 		passes++;
 		t = now_s() - t0;
 	} while (t < seconds);

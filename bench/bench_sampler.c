@@ -30,8 +30,8 @@
  * and reports the best batch, since a shared machine only ever makes a
  * batch slower.  The step is timed the same way (thread CPU time, the
  * best of its steps: the model is single-threaded), in the same process,
- * so the share is a ratio of two figures of one run on one machine.  lib/sampling/sampler.c is
- * compiled in (like the naive sampler) to reach its portable path.
+ * so the share is a ratio of two figures of one run on one machine.  The
+ * portable path is the sampler's own table of it, set by sampler_set_isa().
  */
 #include <errno.h>
 #include <getopt.h>
@@ -48,9 +48,6 @@
 
 /* The naive sampler of the reference decoder, compiled in. */
 #include "tools/refdecode/ref_sampler.c"
-/* The engine's sampler, statics and all: its portable path too. */
-#include "sampling/sampler.c"
-#include "sampling/sampler_select.c"
 
 #define BENCH_ROWS 16
 
@@ -98,10 +95,12 @@ static double time_rows(struct sampler *s, const float *rows, uint32_t n_rows,
 			enum bench_path path, double min_s)
 {
 	double best = INFINITY, start = now_s();
-	bool avx2 = s->avx2;
+	enum sampler_isa engine_isa = sampler_get_isa(s);
 	uint32_t k = 0;
 
-	s->avx2 = path == PATH_ENGINE && avx2;
+	/* the portable path: its table, asked for (sampler.h) */
+	if (path == PATH_PORTABLE)
+		sampler_set_isa(s, SAMPLER_ISA_PORTABLE);
 	do {
 		double batch_start = now_s(), elapsed;
 
@@ -121,7 +120,7 @@ static double time_rows(struct sampler *s, const float *rows, uint32_t n_rows,
 		elapsed = (now_s() - batch_start) / n_rows;
 		best = elapsed < best ? elapsed : best;
 	} while (now_s() - start < min_s);
-	s->avx2 = avx2;
+	sampler_set_isa(s, engine_isa);
 	return best * 1e6;
 }
 
@@ -319,7 +318,7 @@ int main(int argc, char **argv)
 		       STEP_PROMPT + 1, STEP_PROMPT + STEP_DECODE, st.best_us / 1e3,
 		       st.median_us / 1e3, STEP_DECODE);
 	}
-	printf("sampler kernels: %s\n", sampler_have_avx2() ?
+	printf("sampler kernels: %s\n", sampler_isa_supported(SAMPLER_ISA_AVX2) ?
 	       "avx2 (engine) and portable" : "portable only (engine)");
 	printf("%-7s %-6s %-24s %9s %11s %9s %7s %6s %s\n", "vocab", "logits",
 	       "case", "engine_us", "portable_us", "naive_us", "naive/", "port/",

@@ -1,10 +1,10 @@
 /*
  * llama_avx2.h - what the llama kernels' AVX2 code shares (llama_kernels.c
- * for float weights, llama_q8.c for Q8_0): the target attribute that lets
- * them use AVX2+FMA in a build for any x86-64 (llama_kernels_get() picks
- * at run time), and the one horizontal sum every output element ends
- * with.  Batch invariance rests on that sum being the same fixed tree
- * everywhere, so it is written once.  Include only inside
+ * for float weights, q8_0_avx2.c for Q8_0): the target attribute that lets
+ * them use AVX2+FMA in a build for any x86-64 (llama_kernels_get() and
+ * tensor_ops_get() pick at run time), and the one horizontal sum every
+ * output element ends with.  Batch invariance rests on that sum being the
+ * same fixed tree everywhere, so it is written once.  Include only inside
  * "#if defined(__x86_64__) || defined(__i386__)".
  */
 #ifndef DYNBATCH_LLAMA_AVX2_H

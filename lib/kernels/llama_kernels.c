@@ -1,6 +1,7 @@
 /*
- * llama_kernels.c - matmul, dot, axpy and the attention passes for the
- * llama model, in AVX2+FMA and in portable C; see llama_kernels.h.
+ * llama_kernels.c - dot, axpy, softmax and the attention passes for the
+ * llama model, and the F32 type's matmul (f32.h, tensor.h's table), in
+ * AVX2+FMA and in portable C; see llama_kernels.h.
  *
  * NOTES ON THE DESIGN
  *
@@ -44,9 +45,10 @@
  *
  * The functions carry __attribute__((target("avx2,fma"))) instead of the
  * Makefile passing -mavx2, so the rest of the program still runs on any
- * x86-64 and llama_kernels_get() picks at run time.
+ * x86-64 and llama_kernels_get() and tensor_ops_get() pick at run time.
  */
 #include "kernels/llama_kernels.h"
+#include "kernels/f32.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -74,14 +76,23 @@ static float llama_dot_portable(const float *a, const float *b, size_t n)
 	return s;
 }
 
-static void llama_matmul_portable(float *out, const float *x, size_t n_rows,
-				  const float *w, size_t n_in, size_t n_out)
+void f32_matmul_portable(float *out, const float *x, size_t n_rows,
+			 const struct tensor *t)
 {
+	const float *w = t->data;
+	size_t n_in = t->cols, n_out = t->rows;
+
 	for (size_t o = 0; o < n_out; o++)
 		for (size_t b = 0; b < n_rows; b++)
 			out[b * n_out + o] = llama_dot_portable(w + o * n_in,
 								x + b * n_in,
 								n_in);
+}
+
+void f32_get_row(float *out, const struct tensor *w, uint32_t row)
+{
+	memcpy(out, (const float *)w->data + (size_t)row * w->cols,
+	       w->cols * sizeof(float));
 }
 
 static void llama_axpy_portable(float *y, float a, const float *x, size_t n)
@@ -230,10 +241,11 @@ static LLAMA_AVX2 void llama_tile_any(int R, int O, float *out,
  */
 #define LLAMA_OB 24
 
-static LLAMA_AVX2 void llama_matmul_avx2(float *out, const float *x,
-					 size_t n_rows, const float *w,
-					 size_t n_in, size_t n_out)
+LLAMA_AVX2 void f32_matmul_avx2(float *out, const float *x, size_t n_rows,
+				const struct tensor *t)
 {
+	const float *w = t->data;
+	size_t n_in = t->cols, n_out = t->rows;
 	size_t n_full = n_rows / LLAMA_MR * LLAMA_MR;
 	/* only small batches are memory-bound enough to gain by prefetching */
 	bool few_rows = n_full <= 2 * LLAMA_MR;
@@ -512,7 +524,6 @@ static LLAMA_AVX2 void llama_softmax_avx2(float *x, size_t n)
 
 static const struct llama_kernels llama_kernels_avx2 = {
 	.name = "avx2",
-	.matmul = llama_matmul_avx2,
 	.dot = llama_dot_avx2,
 	.axpy = llama_axpy_avx2,
 	.attn_scores = llama_attn_scores_avx2,
@@ -534,7 +545,6 @@ bool llama_kernels_have_avx2(void)
 
 static const struct llama_kernels llama_kernels_portable = {
 	.name = "portable",
-	.matmul = llama_matmul_portable,
 	.dot = llama_dot_portable,
 	.axpy = llama_axpy_portable,
 	.attn_scores = llama_attn_scores_portable,

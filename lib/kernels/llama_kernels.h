@@ -1,6 +1,9 @@
 /*
- * llama_kernels.h - the arithmetic of the llama model that dominates its
- * time: matrix times a batch of vectors, dot products and y += a * x.
+ * llama_kernels.h - the llama model's arithmetic on fp32 activations:
+ * dot products, y += a * x, the attention passes and softmax.  The
+ * weights' matmuls are per weight type, behind tensor.h's table; the
+ * F32 type's (f32.h) live in llama_kernels.c too, as they share its dot
+ * product and its horizontal sum.
  *
  * Two implementations behind one table: AVX2+FMA (chosen at run time when
  * the CPU has it) and portable C.  They do not agree bit for bit with each
@@ -22,13 +25,6 @@ enum llama_kernel_kind {
 
 struct llama_kernels {
 	const char *name;	/* "portable" or "avx2" */
-	/*
-	 * out[b][o] = sum over i of w[o][i] * x[b][i], for b < n_rows and
-	 * o < n_out; x is [n_rows][n_in], w is [n_out][n_in], out is
-	 * [n_rows][n_out], all row-major.  out must not overlap x or w.
-	 */
-	void (*matmul)(float *out, const float *x, size_t n_rows,
-		       const float *w, size_t n_in, size_t n_out);
 	/* sum over i < n of a[i] * b[i] */
 	float (*dot)(const float *a, const float *b, size_t n);
 	/* y[i] += a * x[i] for i < n */

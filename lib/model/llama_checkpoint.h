@@ -21,7 +21,7 @@
  *   "ak42" version 2 (export.py's version2_export, what llama2.c's runq.c
  *     reads): the version 1 header with an int32 group_size after the
  *     shared_classifier byte (byte 37); then fp32 all rms_att, all
- *     rms_ffn, rms_final; then Q8_0 tensors (llama_q8.h) token_embedding,
+ *     rms_ffn, rms_final; then Q8_0 tensors (tensor.h) token_embedding,
  *     wq, wk, wv, wo, w1, w2, w3, wcls when not shared, each layer's
  *     matrix as its int8 values then its fp32 scales (per layer, not per
  *     stacked tensor).  group_size must divide dim and hidden_dim: every
@@ -41,7 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/llama_q8.h"
+#include "kernels/dtype.h"
 
 #define LLAMA_AK42_MAGIC 0x616b3432u
 #define LLAMA_AK42_HEADER_BYTES 256u
@@ -61,37 +61,33 @@ struct llama_config {
 };
 
 /*
- * Pointers into the mapped file; shapes in (…) as [rows][cols].  In a
- * version 2 file only the rms_* are set here; the matrices are in q8.
+ * The weights, one set whatever the file's layout: tensors (tensor.h) in
+ * place in the mapped file, each with its own type, so the forward pass
+ * multiplies by a tensor through its type's kernels and never asks which
+ * reader filled it.  Shapes in (...) as [layer][rows][cols]; the norms
+ * are always F32, the matrices F32 or Q8_0 as the file has them.
  */
 struct llama_weights {
-	const float *token_embedding;	/* (vocab, dim) */
-	const float *rms_att;		/* (layer, dim) */
-	const float *wq;		/* (layer, dim, dim) */
-	const float *wk;		/* (layer, kv_dim, dim) */
-	const float *wv;		/* (layer, kv_dim, dim) */
-	const float *wo;		/* (layer, dim, dim) */
-	const float *rms_ffn;		/* (layer, dim) */
-	const float *w1;		/* (layer, hidden_dim, dim) */
-	const float *w2;		/* (layer, dim, hidden_dim) */
-	const float *w3;		/* (layer, hidden_dim, dim) */
-	const float *rms_final;		/* (dim) */
-	const float *wcls;		/* (vocab, dim); token_embedding if shared */
-};
-
-/* The Q8_0 matrices of a version 2 file, same shapes as llama_weights. */
-struct llama_q8_weights {
-	struct llama_q8_tensor token_embedding, wq, wk, wv, wo, w1, w2, w3;
-	struct llama_q8_tensor wcls;	/* token_embedding if shared */
+	struct tensor token_embedding;	/* (vocab, dim) */
+	struct tensor rms_att;		/* (layer, 1, dim) F32 */
+	struct tensor wq;		/* (layer, dim, dim) */
+	struct tensor wk;		/* (layer, kv_dim, dim) */
+	struct tensor wv;		/* (layer, kv_dim, dim) */
+	struct tensor wo;		/* (layer, dim, dim) */
+	struct tensor rms_ffn;		/* (layer, 1, dim) F32 */
+	struct tensor w1;		/* (layer, hidden_dim, dim) */
+	struct tensor w2;		/* (layer, dim, hidden_dim) */
+	struct tensor w3;		/* (layer, hidden_dim, dim) */
+	struct tensor rms_final;	/* (1, dim) F32 */
+	struct tensor wcls;		/* (vocab, dim); token_embedding if shared */
 };
 
 struct llama_checkpoint {
 	struct llama_config cfg;
 	struct llama_weights w;
-	struct llama_q8_weights q8;	/* version 2 only */
-	uint32_t group_size;		/* version 2 only */
 	bool shared_classifier;
-	int format_version;	/* 0: legacy, 1 or 2: ak42 version */
+	int format_version;	/* 0: legacy, 1 or 2: ak42 version; for
+				 * messages and tests, never the forward */
 	void *map;		/* what llama_checkpoint_open() mapped, or NULL */
 	size_t map_len;
 };

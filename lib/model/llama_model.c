@@ -5,9 +5,12 @@
  *
  * NOTES ON THE DESIGN
  *
- * The split follows llama2.c: config and weights (llama_checkpoint.h,
- * pointers into the read-only mapping), run state (the KV cache and the
- * scratch buffers, made in bind()), and the forward pass.
+ * The split follows llama2.c: config and weights (llama_checkpoint.h:
+ * typed tensors in the read-only mapping, filled by the reader of the
+ * file's layout), run state (the KV cache and the scratch buffers, made
+ * in bind()), and the forward pass, which multiplies by a tensor through
+ * its type's kernels (tensor.h, looked up once per matmul call) and
+ * never asks which layout the file had.
  *
  * A step flattens its rows into a list of (slot, position, token) and
  * runs it in chunks of at most LLAMA_CHUNK tokens, whatever rows they come
@@ -44,7 +47,7 @@
 #include "model/llama_model.h"
 #include "model/llama_checkpoint.h"
 #include "kernels/llama_kernels.h"
-#include "kernels/llama_q8.h"
+#include "kernels/tensor.h"
 
 #include <errno.h>
 #include <math.h>
@@ -70,8 +73,10 @@ struct llama_chunk_token {
 
 struct llama_model {
 	struct llama_checkpoint ck;
-	const struct llama_kernels *k;
-	llama_q8_matmul_fn *q8_matmul;	/* for version 2 (Q8_0) files */
+	const struct llama_kernels *k;	/* the activations' kernels */
+	/* each weight type's kernels, of the same kind as k: a tensor is
+	 * multiplied through ops[its type], whatever file it came from */
+	const struct tensor_ops *ops[DTYPE_COUNT];
 
 	/* ---- run state, made by bind() */
 	bool bound;
@@ -163,7 +168,8 @@ static void *llama_create(const char *args, char *err, size_t err_len)
 		goto out_free;
 	}
 	m->k = llama_kernels_get(kind);
-	m->q8_matmul = llama_q8_matmul_get(kind);
+	for (int t = 0; t < DTYPE_COUNT; t++)
+		m->ops[t] = tensor_ops_get((enum dtype)t, kind);
 	if (!m->k) {
 		snprintf(err, err_len,
 			 "llama: kernel=avx2 but this CPU lacks AVX2+FMA (use kernel=portable or auto)");
@@ -441,23 +447,23 @@ static void llama_attention_head(struct llama_model *m, uint32_t layer,
 }
 
 /*
- * out = x W^T for the chunk's n rows, W layer l of a weight: the fp32
- * stack w32 ([layer][n_out][n_in]) or, in a version 2 file, the Q8_0
- * tensor q8, used in place (llama_q8.h).
+ * out = x W^T for the chunk's n rows, W layer l of the weight w, through
+ * w's type's kernels (tensor.h): one table lookup per call, none per
+ * element.
  */
-static void llama_matmul_w(struct llama_model *m, float *out, const float *x,
-			   uint32_t n, const float *w32,
-			   const struct llama_q8_tensor *q8, uint32_t l,
-			   size_t n_in, size_t n_out)
+static void llama_matmul_w(const struct llama_model *m, float *out,
+			   const float *x, uint32_t n, const struct tensor *w,
+			   uint32_t l)
 {
-	if (m->ck.format_version == 2) {
-		struct llama_q8_matrix mat = llama_q8_layer(q8, l);
+	struct tensor mat = tensor_layer(w, l);
 
-		m->q8_matmul(out, x, n, &mat);
-	} else {
-		m->k->matmul(out, x, n, w32 + (size_t)l * n_in * n_out, n_in,
-			     n_out);
-	}
+	m->ops[w->type]->matmul(out, x, n, &mat);
+}
+
+/* Layer l of an F32 vector tensor (a norm's weights: always F32). */
+static const float *llama_f32_row(const struct tensor *t, uint32_t l)
+{
+	return (const float *)t->data + (size_t)l * t->cols;
 }
 
 /* The attention half of one layer for the chunk's n tokens. */
@@ -469,12 +475,13 @@ static void llama_layer_attention(struct llama_model *m, uint32_t l,
 	const struct llama_kernels *k = m->k;
 	size_t dim = c->dim, kvd = c->kv_dim;
 
+	const float *rms = llama_f32_row(&w->rms_att, l);
+
 	for (uint32_t t = 0; t < n; t++)
-		llama_rmsnorm(k, m->xb + t * dim, m->x + t * dim,
-			      w->rms_att + l * dim, c->dim);
-	llama_matmul_w(m, m->q, m->xb, n, w->wq, &m->ck.q8.wq, l, dim, dim);
-	llama_matmul_w(m, m->kb, m->xb, n, w->wk, &m->ck.q8.wk, l, dim, kvd);
-	llama_matmul_w(m, m->vb, m->xb, n, w->wv, &m->ck.q8.wv, l, dim, kvd);
+		llama_rmsnorm(k, m->xb + t * dim, m->x + t * dim, rms, c->dim);
+	llama_matmul_w(m, m->q, m->xb, n, &w->wq, l);
+	llama_matmul_w(m, m->kb, m->xb, n, &w->wk, l);
+	llama_matmul_w(m, m->vb, m->xb, n, &w->wv, l);
 	/* every K/V of the chunk goes in before anyone attends */
 	for (uint32_t t = 0; t < n; t++) {
 		const struct llama_chunk_token *ct = &m->ct[t];
@@ -493,7 +500,7 @@ static void llama_layer_attention(struct llama_model *m, uint32_t l,
 	 */
 	for (uint32_t h = 0; h < c->n_heads; h++)
 		llama_attention_head(m, l, n, h, m->xb2);
-	llama_matmul_w(m, m->xb, m->xb2, n, w->wo, &m->ck.q8.wo, l, dim, dim);
+	llama_matmul_w(m, m->xb, m->xb2, n, &w->wo, l);
 	for (size_t i = 0; i < n * dim; i++)
 		m->x[i] += m->xb[i];
 }
@@ -505,19 +512,19 @@ static void llama_layer_ffn(struct llama_model *m, uint32_t l, uint32_t n)
 	const struct llama_weights *w = &m->ck.w;
 	const struct llama_kernels *k = m->k;
 	size_t dim = c->dim, hid = c->hidden_dim;
+	const float *rms = llama_f32_row(&w->rms_ffn, l);
 
 	for (uint32_t t = 0; t < n; t++)
-		llama_rmsnorm(k, m->xb + t * dim, m->x + t * dim,
-			      w->rms_ffn + l * dim, c->dim);
-	llama_matmul_w(m, m->hb, m->xb, n, w->w1, &m->ck.q8.w1, l, dim, hid);
-	llama_matmul_w(m, m->hb2, m->xb, n, w->w3, &m->ck.q8.w3, l, dim, hid);
+		llama_rmsnorm(k, m->xb + t * dim, m->x + t * dim, rms, c->dim);
+	llama_matmul_w(m, m->hb, m->xb, n, &w->w1, l);
+	llama_matmul_w(m, m->hb2, m->xb, n, &w->w3, l);
 	for (size_t i = 0; i < n * hid; i++) {
 		float v = m->hb[i];
 
 		v *= 1.0f / (1.0f + expf(-v));
 		m->hb[i] = v * m->hb2[i];
 	}
-	llama_matmul_w(m, m->xb, m->hb, n, w->w2, &m->ck.q8.w2, l, hid, dim);
+	llama_matmul_w(m, m->xb, m->hb, n, &w->w2, l);
 	for (size_t i = 0; i < n * dim; i++)
 		m->x[i] += m->xb[i];
 }
@@ -538,15 +545,14 @@ static void llama_chunk_logits(struct llama_model *m, uint32_t n)
 		if (m->ct[t].out_row < 0)
 			continue;
 		llama_rmsnorm(m->k, m->xb + n_out * dim, m->x + t * dim,
-			      w->rms_final, c->dim);
+			      llama_f32_row(&w->rms_final, 0), c->dim);
 		rows[n_out++] = m->ct[t].out_row;
 	}
 	for (uint32_t j = 1; j <= n_out; j++) {
 		if (j < n_out && rows[j] == rows[j - 1] + 1)
 			continue;
 		llama_matmul_w(m, m->logits + (size_t)rows[first] * vocab,
-			       m->xb + first * dim, j - first, w->wcls,
-			       &m->ck.q8.wcls, 0, dim, vocab);
+			       m->xb + first * dim, j - first, &w->wcls, 0);
 		first = j;
 	}
 }
@@ -555,21 +561,13 @@ static void llama_chunk_logits(struct llama_model *m, uint32_t n)
 static void llama_chunk_run(struct llama_model *m)
 {
 	const struct llama_config *c = &m->ck.cfg;
+	const struct tensor *e = &m->ck.w.token_embedding;
 	uint32_t n = m->n_ct;
 
-	for (uint32_t t = 0; t < n; t++) {
-		if (m->ck.format_version == 2) {	/* dequantize the row */
-			struct llama_q8_matrix e =
-				llama_q8_layer(&m->ck.q8.token_embedding, 0);
-
-			llama_q8_dequant_row(m->x + (size_t)t * c->dim, &e,
-					     (uint32_t)m->ct[t].token);
-			continue;
-		}
-		memcpy(m->x + (size_t)t * c->dim,
-		       m->ck.w.token_embedding + (size_t)m->ct[t].token * c->dim,
-		       c->dim * sizeof(float));
-	}
+	/* each token's embedding row as fp32 (a copy, or dequantized) */
+	for (uint32_t t = 0; t < n; t++)
+		m->ops[e->type]->get_row(m->x + (size_t)t * c->dim, e,
+					 (uint32_t)m->ct[t].token);
 	llama_rope_chunk(m, n);
 	for (uint32_t l = 0; l < c->n_layers; l++) {
 		llama_layer_attention(m, l, n);

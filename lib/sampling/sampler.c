@@ -9,10 +9,12 @@
  * tokens the cut-offs can only keep (lib/sampling/sampler_select.c says which
  * and finds the kept set).  The draw walks the gathered tokens when they
  * hold the kept set, else skips whole blocks by their sums and walks one.
- * The passes run in vector lanes: AVX2 (8 lanes, intrinsics under
- * target("avx2") without FMA, chosen at run time by sampler_create())
- * where the CPU has it, else GCC vector extensions (4 lanes, the x86-64
- * baseline) and scalar code.  Both compute sampler_weight()'s float
+ * The passes over the vocabulary are one table per instruction set
+ * (sampler_kernels.h), chosen once by sampler_create() and called
+ * through s->k: AVX2 (sampler_avx2.c: 8 lanes, intrinsics under
+ * target("avx2") without FMA) where the CPU has it, else GCC vector
+ * extensions (sampler_portable.c: 4 lanes, the x86-64 baseline) and
+ * scalar code.  Both compute sampler_weight()'s float
  * operations lane by lane, so every path gives the same bits; the lanes
  * clamp x instead of branching and apply 2^n to the exponent bits (see
  * sampler_weight_v4()), and the AVX2 pass skips 16 tokens at once when
@@ -30,6 +32,7 @@
 #include "sampling/philox.h"
 #include "sampling/sampler.h"
 #include "sampling/sampler_internal.h"
+#include "sampling/sampler_kernels.h"
 
 /* ------------------------------------------------------------------ */
 /* Parameters                                                          */
@@ -103,7 +106,9 @@ struct sampler *sampler_create(uint32_t vocab)
 	if (!s)
 		return NULL;
 	s->vocab = vocab;
-	s->avx2 = sampler_have_avx2();
+	/* the instruction set, once: every pass then calls through s->k */
+	sampler_set_isa(s, sampler_isa_supported(SAMPLER_ISA_AVX2) ?
+			   SAMPLER_ISA_AVX2 : SAMPLER_ISA_PORTABLE);
 	s->n_blocks = (vocab + SAMPLER_BLOCK - 1) / SAMPLER_BLOCK;
 	s->y_copy = malloc(sizeof(*s->y_copy) * vocab);
 	s->block_sum = malloc(sizeof(*s->block_sum) * s->n_blocks);
@@ -129,67 +134,45 @@ void sampler_destroy(struct sampler *s)
 	free(s);
 }
 
+/* The table of isa, or NULL where this CPU lacks it. */
+static const struct sampler_kernels *sampler_kernels_of(enum sampler_isa isa)
+{
+	if (isa == SAMPLER_ISA_PORTABLE)
+		return &sampler_kernels_portable;
+#if defined(__x86_64__) || defined(__i386__)
+	if (isa == SAMPLER_ISA_AVX2 && sampler_have_avx2())
+		return &sampler_kernels_avx2;
+#endif
+	return NULL;
+}
+
+bool sampler_isa_supported(enum sampler_isa isa)
+{
+	return sampler_kernels_of(isa) != NULL;
+}
+
+int sampler_set_isa(struct sampler *s, enum sampler_isa isa)
+{
+	const struct sampler_kernels *k = sampler_kernels_of(isa);
+
+	if (!k)
+		return -ENOTSUP;
+	s->k = k;
+	return 0;
+}
+
+enum sampler_isa sampler_get_isa(const struct sampler *s)
+{
+	return s->k->isa;
+}
+
 /* ------------------------------------------------------------------ */
 /* Bias, max, weights                                                  */
 /* ------------------------------------------------------------------ */
 
-static inline v4f v4f_load(const float *p)
+float sampler_row_max(const struct sampler *s, const float *y, bool *bad)
 {
-	v4f v;
-
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
-
-/* a where mask (all ones), else b. */
-static inline v4f v4f_select(v4i mask, v4f a, v4f b)
-{
-	return (v4f)((mask & (v4i)a) | (~mask & (v4i)b));
-}
-
-static float v4f_hmax(v4f v, float m)
-{
-	for (int j = 0; j < LANES; j++)
-		m = v[j] > m ? v[j] : m;
-	return m;
-}
-
-/*
- * The largest of y[0 .. n) (-inf when all are); *bad when one is NaN or
- * +inf (false for -inf, a banned token).
- */
-static float sampler_max(const float *y, uint32_t n, bool *bad)
-{
-	v4f mv = { -INFINITY, -INFINITY, -INFINITY, -INFINITY };
-	const v4f inf = { INFINITY, INFINITY, INFINITY, INFINITY };
-	v4i ok = { -1, -1, -1, -1 };
-	float m = -INFINITY;
-	uint32_t i = 0;
-
-	*bad = false;
-	for (; i + LANES <= n; i += LANES) {
-		v4f v = v4f_load(y + i);
-
-		ok &= v < inf;
-		mv = v4f_select(v > mv, v, mv);
-	}
-	for (; i < n; i++) {
-		*bad |= !(y[i] < INFINITY);
-		m = y[i] > m ? y[i] : m;
-	}
-	for (int j = 0; j < LANES; j++)
-		*bad |= !ok[j];
-	return v4f_hmax(mv, m);
-}
-
-static float sampler_row_max(const struct sampler *s, const float *y,
-			     bool *bad)
-{
-#ifdef SAMPLER_AVX2
-	if (s->avx2)
-		return sampler_max_avx2(y, s->vocab, bad);
-#endif
-	return sampler_max(y, s->vocab, bad);
+	return s->k->max(y, s->vocab, bad);
 }
 
 /*
@@ -226,164 +209,27 @@ static int sampler_bias(struct sampler *s, const float *logits,
 	return 0;
 }
 
-/* The lowest id whose y is max_y. */
-static uint32_t sampler_argmax(const struct sampler *s, float max_y)
+uint32_t sampler_argmax(const struct sampler *s, float max_y)
 {
-	uint32_t i = 0;
-
-#ifdef SAMPLER_AVX2
-	if (s->avx2)
-		return sampler_find_avx2(s->y, s->vocab, 0, max_y);
-#endif
-	while (s->y[i] != max_y)
-		i++;
-	return i;
+	return s->k->find(s->y, s->vocab, 0, max_y);
 }
 
 /*
- * sampler_weight() of four tokens at once: the same operations, with x
- * clamped at SAMPLER_X_MIN where the scalar version returns early (x =
- * -31 gives p(0) * 2^-1, which truncates to 0 as every x under it
- * does), the polynomial times 2^30 (SAMPLER_LANE_P1..), and 2^n applied
- * by adding n to the exponent bits: the same value as the scalar
- * product, both being exact.
+ * The weights' pass (s->k->weights) also gathers into s->by_id, in id
+ * order (s->n_by_id of them), what sampler_gather_plan() set: with a
+ * fixed bar under SAMPLER_NO_GATHER the tokens of W > bar, or
+ * SAMPLER_NOT_GATHERED when they are over SAMPLER_PASS_GATHER_MAX (the
+ * gathering stops there: a flat row); for top_k (s->gather_k) every
+ * token that can be among the k largest, and some more
+ * (sampler_top_k_gathered() cuts them).
  */
-static inline v4i sampler_weight_v4(v4f y, float max_y, float scale)
-{
-	const v4f floor = { SAMPLER_X_MIN, SAMPLER_X_MIN, SAMPLER_X_MIN,
-			    SAMPLER_X_MIN };
-	v4f x = (y - max_y) * scale;
-	v4f rounded, n, f, f2, lo, hi, p;
-
-	x = v4f_select(x > floor, x, floor);
-	rounded = x + SAMPLER_ROUNDER;
-	n = rounded - SAMPLER_ROUNDER;
-	f = x - n;
-	f2 = f * f;
-	lo = SAMPLER_LANE_ONE + SAMPLER_LANE_P1 * f;
-	hi = (SAMPLER_LANE_P2 + SAMPLER_LANE_P3 * f) + SAMPLER_LANE_P4 * f2;
-	p = lo + f2 * hi;
-	/* rounded's low bits hold n: << 23 drops the rest. */
-	return __builtin_convertvector((v4f)((v4i)p + ((v4i)rounded << 23)), v4i);
-}
-
-/*
- * Sum the lanes of hi/lo accumulators: W <= 2^30 is split into its top
- * 15 bits and its low 15, so a uint32 lane takes 2^17 additions of either
- * (a block gives each lane SAMPLER_BLOCK / LANES) and the sum is exact.
- */
-static uint64_t lanes_sum(v4i hi, v4i lo)
-{
-	uint64_t sum = 0;
-
-	for (int j = 0; j < LANES; j++)
-		sum += ((uint64_t)(uint32_t)hi[j] << 15) + (uint32_t)lo[j];
-	return sum;
-}
-
-/* Add w's halves to the lane accumulators. */
-static inline void lanes_add(v4i w, v4i *hi, v4i *lo)
-{
-	const v4i low15 = { 0x7fff, 0x7fff, 0x7fff, 0x7fff };
-
-	*hi += w >> 15;
-	*lo += w & low15;
-}
-
-/*
- * Append token id of weight w to the gathered set while it holds under
- * s->gather_limit tokens; past that (a fixed bar: a flat row) the count
- * alone grows.
- */
-static inline void sampler_gather_one(struct sampler *s, uint32_t id,
-				      uint32_t w)
-{
-	if (s->n_by_id < s->gather_limit)
-		s->by_id[s->n_by_id] = (struct sampler_cand){ w, id };
-	s->n_by_id++;
-}
-
-/*
- * The weights of one block [i, end), and their sum; with gather (a
- * constant where this is inlined, so the loop without costs nothing for
- * it) also the tokens of W > s->gather_bar into the gathered set, the
- * bar rising as top_k's buffer fills (sampler_gather_compact()).
- */
-static inline __attribute__((always_inline)) uint64_t
-sampler_weigh_block_lanes(struct sampler *s, uint32_t i, uint32_t end,
-			  float max_y, float scale, bool gather)
-{
-	const float *y = s->y;
-	uint32_t *w_out = s->w;
-	uint32_t bar = s->gather_bar;
-	v4i hi = { 0 }, lo = { 0 };
-	uint64_t sum = 0;
-
-	/* Two vectors an iteration: the polynomial is a chain of
-	 * dependent operations, and two chains keep the core busier. */
-	for (; i + 2 * LANES <= end; i += 2 * LANES) {
-		v4i w0 = sampler_weight_v4(v4f_load(y + i), max_y, scale);
-		v4i w1 = sampler_weight_v4(v4f_load(y + i + LANES), max_y, scale);
-
-		memcpy(w_out + i, &w0, sizeof(w0));
-		memcpy(w_out + i + LANES, &w1, sizeof(w1));
-		lanes_add(w0, &hi, &lo);
-		lanes_add(w1, &hi, &lo);
-		if (gather && s->n_by_id <= s->gather_limit) {
-			/* W <= 2^30: signed compares are right. */
-			const v4i bv = { (int32_t)bar, (int32_t)bar, (int32_t)bar,
-					 (int32_t)bar };
-			v4i over = (w0 > bv) | (w1 > bv);
-
-			if (over[0] | over[1] | over[2] | over[3])
-				for (uint32_t j = i; j < i + 2 * LANES; j++)
-					if (w_out[j] > bar)
-						sampler_gather_one(s, j, w_out[j]);
-			if (s->gather_k && s->n_by_id >= s->gather_cap) {
-				sampler_gather_compact(s);
-				bar = s->gather_bar;
-			}
-		}
-	}
-	for (; i < end; i++) {
-		w_out[i] = sampler_weight(y[i], max_y, scale);
-		sum += w_out[i];
-		if (gather && w_out[i] > bar)
-			sampler_gather_one(s, i, w_out[i]);
-	}
-	return sum + lanes_sum(hi, lo);
-}
-
-/*
- * W for every token, and per block their sum in s->block_sum.  The pass
- * also gathers into s->by_id, in id order (s->n_by_id of them), what
- * sampler_gather_plan() set: with a fixed bar under SAMPLER_NO_GATHER
- * the tokens of W > bar, or SAMPLER_NOT_GATHERED when they are over
- * SAMPLER_PASS_GATHER_MAX (the gathering stops there: a flat row); for
- * top_k (s->gather_k) every token that can be among the k largest, and
- * some more (sampler_top_k_gathered() cuts them).  Returns Z, the sum of
- * all W.
- */
-static uint64_t sampler_weights(struct sampler *s, float max_y, float scale)
+uint64_t sampler_weights(struct sampler *s, float max_y, float scale)
 {
 	bool gather = s->gather_bar < SAMPLER_NO_GATHER;
-	uint64_t total = 0;
+	uint64_t total;
 
 	s->n_by_id = 0;
-#ifdef SAMPLER_AVX2
-	if (s->avx2) {
-		total = sampler_weights_avx2(s, max_y, scale);
-	} else
-#endif
-	for (uint32_t b = 0; b < s->n_blocks; b++) {
-		uint32_t i = b * SAMPLER_BLOCK, end = i + SAMPLER_BLOCK;
-
-		end = end < s->vocab ? end : s->vocab;
-		s->block_sum[b] = gather && s->n_by_id <= s->gather_limit ?
-			sampler_weigh_block_lanes(s, i, end, max_y, scale, true) :
-			sampler_weigh_block_lanes(s, i, end, max_y, scale, false);
-		total += s->block_sum[b];
-	}
+	total = s->k->weights(s, max_y, scale);
 	if (!gather || s->n_by_id > s->gather_limit)
 		s->n_by_id = SAMPLER_NOT_GATHERED;
 	s->sums_t = 0;
@@ -391,64 +237,13 @@ static uint64_t sampler_weights(struct sampler *s, float max_y, float scale)
 	return total;
 }
 
-/* The sum of the weights >= t in one block [i, end). */
-static uint64_t sampler_block_above(const struct sampler *s, uint32_t i,
-				    uint32_t end, uint32_t t)
+uint64_t sampler_block_sums(struct sampler *s, uint32_t t)
 {
-	v4i tv = { (int32_t)t, (int32_t)t, (int32_t)t, (int32_t)t };
-	v4i hi = { 0 }, lo = { 0 };
-	uint64_t sum = 0;
+	uint64_t total = s->k->block_sums(s, t);
 
-	for (; i + LANES <= end; i += LANES) {
-		v4i w;
-
-		memcpy(&w, s->w + i, sizeof(w));
-		/* W <= 2^30: signed lanes compare right. */
-		lanes_add(w & (w >= tv), &hi, &lo);
-	}
-	for (; i < end; i++)
-		sum += s->w[i] >= t ? s->w[i] : 0;
-	return sum + lanes_sum(hi, lo);
-}
-
-/*
- * The block sums of the weights >= t (already computed); returns their
- * total.
- */
-static uint64_t sampler_block_sums(struct sampler *s, uint32_t t)
-{
-	uint64_t total = 0;
-
-#ifdef SAMPLER_AVX2
-	if (s->avx2) {
-		total = sampler_block_sums_avx2(s, t);
-	} else
-#endif
-	for (uint32_t b = 0; b < s->n_blocks; b++) {
-		uint32_t i = b * SAMPLER_BLOCK, end = i + SAMPLER_BLOCK;
-
-		end = end < s->vocab ? end : s->vocab;
-		s->block_sum[b] = sampler_block_above(s, i, end, t);
-		total += s->block_sum[b];
-	}
 	s->sums_t = t;
 	s->sums_total = total;
 	return total;
-}
-
-/* The first i >= from with W > bar, or vocab. */
-static uint32_t sampler_next_above(const struct sampler *s, uint32_t from,
-				   uint32_t bar)
-{
-	uint32_t i = from;
-
-#ifdef SAMPLER_AVX2
-	if (s->avx2)
-		return sampler_next_above_avx2(s, from, bar);
-#endif
-	while (i < s->vocab && s->w[i] <= bar)
-		i++;
-	return i;
 }
 
 /* ------------------------------------------------------------------ */
@@ -576,8 +371,8 @@ static void sampler_logprobs(const struct sampler *s,
 	} else {
 		/* One compare per token, rarely true: half the weights may be
 		 * 0 in random order ("W != 0" would be a coin-toss branch). */
-		for (uint32_t i = sampler_next_above(s, 0, 0), bar = 0;
-		     i < s->vocab; i = sampler_next_above(s, i + 1, bar)) {
+		for (uint32_t i = s->k->next_above(s, 0, 0), bar = 0;
+		     i < s->vocab; i = s->k->next_above(s, i + 1, bar)) {
 			top_insert(top, &n, cap, i, s->w[i]);
 			bar = n == cap ? top[cap - 1].w : 0;
 		}

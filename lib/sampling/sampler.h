@@ -230,6 +230,26 @@ struct sampler *sampler_create(uint32_t vocab);
 void sampler_destroy(struct sampler *s);
 
 /*
+ * The instruction sets the sampler's passes over the vocabulary run on,
+ * every one giving the same bits (sampler_avx2.c).  sampler_create()
+ * picks the fastest this CPU has, once; the tests and benchmarks set one
+ * to hold the paths to each other or to time them.
+ */
+enum sampler_isa {
+	SAMPLER_ISA_PORTABLE,	/* GCC vector extensions, any CPU */
+	SAMPLER_ISA_AVX2,	/* x86-64 with AVX2 */
+};
+
+/* Does this CPU run isa's passes? */
+bool sampler_isa_supported(enum sampler_isa isa);
+
+/* Make s run on isa: 0, or -ENOTSUP where this CPU lacks it. */
+int sampler_set_isa(struct sampler *s, enum sampler_isa isa);
+
+/* The instruction set s runs on. */
+enum sampler_isa sampler_get_isa(const struct sampler *s);
+
+/*
  * Sample the token for a request's k-th generated token (k = 0, 1, ...)
  * and choice index choice from logits[0 .. vocab) by the SEMANTICS above;
  * p must have passed sampling_params_validate() (a bias token out of

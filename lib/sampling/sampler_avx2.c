@@ -1,19 +1,24 @@
 /*
  * sampler_avx2.c - the sampler's passes over the vocabulary, 8 lanes at a
- * time, for a CPU with AVX2 (sampler_create() asks once; the portable
- * code in sampler.c stays for the others and is what this code must
- * agree with, bit for bit: tests/unit/test_sampler.c holds the two together on
- * random rows).  The target is "avx2" without "fma", so no multiply-add
- * can be fused and each lane runs exactly sampler_weight()'s float
- * operations.  sampler.c's NOTES ON THE DESIGN say what each pass is for.
+ * time, for a CPU with AVX2: the table sampler_kernels_avx2
+ * (sampler_kernels.h), which sampler_create() picks once where the CPU
+ * has it.  sampler_portable.c stays for the others and is what this
+ * code must agree with, bit for bit: tests/unit/test_sampler.c holds the
+ * two together on random rows.  The target is "avx2" without "fma", so
+ * no multiply-add can be fused and each lane runs exactly
+ * sampler_weight()'s float operations.  sampler.c's NOTES ON THE DESIGN
+ * say what each pass is for.  Below it only sampler_cut.c is called
+ * (top_k's compaction).
  */
 #include <math.h>
 
 #include "sampling/sampler_internal.h"
+#include "sampling/sampler_kernels.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
+#define SAMPLER_AVX2 static __attribute__((target("avx2")))
 #define SAMPLER_AVX2_INLINE \
 	static inline __attribute__((always_inline, target("avx2")))
 
@@ -24,7 +29,7 @@ bool sampler_have_avx2(void)
 	return __builtin_cpu_supports("avx2");
 }
 
-/* sampler_max() in 8 lanes: four maxima in flight, not one chain. */
+/* sampler_max_portable() in 8 lanes: four maxima in flight, not one chain. */
 SAMPLER_AVX2 float sampler_max_avx2(const float *y, uint32_t n,
 					   bool *bad)
 {
@@ -88,7 +93,7 @@ SAMPLER_AVX2 uint32_t sampler_find_avx2(const float *y, uint32_t n,
 }
 
 /*
- * sampler_weight() of 8 tokens: sampler.c's sampler_weight_v4() (the
+ * sampler_weight() of 8 tokens: sampler_portable.c's sampler_weight_v4() (the
  * scalar operations with x clamped at SAMPLER_X_MIN, the polynomial
  * times 2^30, and 2^n added to its exponent bits) in 8 lanes.  Few
  * constants: the loop keeps them all in registers.
@@ -145,7 +150,7 @@ SAMPLER_AVX2_INLINE uint64_t lanes8_sum(__m256i all, __m256i high)
 }
 
 /* Append the tokens i + j of the set bits j of mask to the gathered set
- * of *n (sampler.c's sampler_gather_one(): past s->gather_limit the
+ * of *n (sampler_portable.c's sampler_gather_one(): past s->gather_limit the
  * count alone goes on). */
 SAMPLER_AVX2_INLINE void sampler_gather_mask(struct sampler *s, uint32_t i,
 					       unsigned mask, uint32_t *n)
@@ -236,7 +241,7 @@ SAMPLER_AVX2_INLINE uint64_t sampler_weigh_block_avx2(
 	return sum + lanes8_sum(all, high);
 }
 
-/* sampler_weights() in 8 lanes (the caller resets and ends the gather). */
+/* sampler_weights_portable() in 8 lanes (the caller resets and ends the gather). */
 SAMPLER_AVX2 uint64_t sampler_weights_avx2(struct sampler *s,
 						  float max_y, float scale)
 {
@@ -260,7 +265,7 @@ SAMPLER_AVX2 uint64_t sampler_weights_avx2(struct sampler *s,
 	return total;
 }
 
-/* sampler_block_sums() in 8 lanes. */
+/* sampler_block_sums_portable() in 8 lanes. */
 SAMPLER_AVX2 uint64_t sampler_block_sums_avx2(struct sampler *s,
 						     uint32_t t)
 {
@@ -402,7 +407,7 @@ SAMPLER_AVX2 void sampler_mass_histogram_avx2(struct sampler *s)
 	}
 }
 
-/* sampler_bracket_pass() in 8 lanes. */
+/* sampler_bracket_pass_portable() in 8 lanes. */
 SAMPLER_AVX2 uint64_t sampler_bracket_pass_avx2(struct sampler *s,
 						uint32_t b_lo, uint32_t b_hi)
 {
@@ -473,6 +478,20 @@ SAMPLER_AVX2 uint32_t sampler_collect_bucket_avx2(struct sampler *s,
 			s->scratch[n++] = s->w[i];
 	return n;
 }
+const struct sampler_kernels sampler_kernels_avx2 = {
+	.isa = SAMPLER_ISA_AVX2,
+	.name = "avx2",
+	.max = sampler_max_avx2,
+	.find = sampler_find_avx2,
+	.weights = sampler_weights_avx2,
+	.block_sums = sampler_block_sums_avx2,
+	.bracket_pass = sampler_bracket_pass_avx2,
+	.next_above = sampler_next_above_avx2,
+	.over_cap = sampler_over_cap_avx2,
+	.collect = sampler_collect_avx2,
+	.mass_histogram = sampler_mass_histogram_avx2,
+	.collect_bucket = sampler_collect_bucket_avx2,
+};
 #else
 bool sampler_have_avx2(void)
 {

@@ -1,9 +1,20 @@
 /*
- * sampler_internal.h - what lib/sampling/sampler.c, its kept-set selection
- * (lib/sampling/sampler_select.c) and its AVX2 kernels (lib/sampling/sampler_avx2.c)
- * share: the sampler's state, its constants and the entry points between
- * them.  Private to those files and to tests/unit/test_sampler.c, which holds
- * each kernel to its portable twin.
+ * sampler_internal.h - what the sampler's files share: its state, its
+ * constants and the entry points between them.  Private to
+ * lib/sampling/ and to the tests and benchmarks that hold its paths to
+ * each other (tests/unit/test_sampler.c, tests/fuzz/fuzz_sampler.c).
+ *
+ * The files form layers, each calling only those below it
+ * (docs/DESIGN.md 2.4):
+ *
+ *   sampler.c           a row: bias, weights, draw, logprobs
+ *   sampler_select.c    the kept set of top_k, top_p and min_p
+ *   sampler_portable.c, sampler_avx2.c
+ *                       the passes over the vocabulary, one table of
+ *                       them per instruction set (sampler_kernels.h),
+ *                       chosen once by sampler_create()
+ *   sampler_cut.c       cuts among gathered weights, top_k's compaction
+ *                       (which the weights' pass runs as it gathers)
  */
 #ifndef DYNBATCH_SAMPLER_INTERNAL_H
 #define DYNBATCH_SAMPLER_INTERNAL_H
@@ -68,9 +79,12 @@ static inline uint32_t sampler_bucket(uint32_t w)
 	return bits >> SAMPLER_BUCKET_SHIFT;
 }
 
+struct sampler_kernels;
+
 struct sampler {
 	uint32_t vocab;
-	bool avx2;			/* the AVX2 kernels (same bits, 8 lanes) */
+	const struct sampler_kernels *k;	/* its passes: portable or
+						 * AVX2 (same bits) */
 	uint32_t n_blocks;		/* ceil(vocab / SAMPLER_BLOCK) */
 	const float *y;			/* this row's biased logits */
 	float *y_copy;			/* where they are when biased */
@@ -106,40 +120,70 @@ static inline void sampler_set_gather_bar(struct sampler *s, uint32_t bar)
 		-INFINITY;
 }
 
-/* sampler_select.c: what the weights' pass gathers for p (or nothing),
- * top_k's buffer cut to its k largest when full, and the threshold t of
- * the kept set (W >= t) of top_k and top_p, given Z. */
+/* ---- sampler.c */
+
+/*
+ * W for every token, and per block their sum in s->block_sum, through
+ * s->k; gathers what sampler_gather_plan() set (sampler.c says what).
+ * Returns Z, the sum of all W.
+ */
+uint64_t sampler_weights(struct sampler *s, float max_y, float scale);
+
+/* The block sums of the weights >= t (already computed); their total. */
+uint64_t sampler_block_sums(struct sampler *s, uint32_t t);
+
+/* The largest of the row y; *bad when one is NaN or +inf. */
+float sampler_row_max(const struct sampler *s, const float *y, bool *bad);
+
+/* The lowest id whose y is max_y. */
+uint32_t sampler_argmax(const struct sampler *s, float max_y);
+
+/* ---- sampler_select.c: what the weights' pass gathers for p (or
+ * nothing), and the threshold t of the kept set (W >= t) of top_k and
+ * top_p, given Z. */
 void sampler_gather_plan(struct sampler *s, const struct sampling_params *p);
 void sampler_gather_none(struct sampler *s);
-void sampler_gather_compact(struct sampler *s);
 uint32_t sampler_select(struct sampler *s, const struct sampling_params *p,
 			uint64_t z_sum);
+/* Its steps, which the tests hold to each other on both paths: */
+uint32_t sampler_top_k_gathered(struct sampler *s, uint32_t k);
+uint32_t sampler_top_p_histogram(struct sampler *s, uint64_t target);
+uint32_t sampler_gather_above(struct sampler *s, uint32_t min_w,
+			      uint32_t cap);
 
-/* Does this CPU run the AVX2 kernels (asked once, by sampler_create())? */
-bool sampler_have_avx2(void);
+/* ---- sampler_cut.c */
 
-#if defined(__x86_64__) || defined(__i386__)
-#define SAMPLER_AVX2 __attribute__((target("avx2")))
+/*
+ * The largest v among w[0 .. n) such that the w >= v reach target, in
+ * mass (by_mass) or in number; w is scratch, reordered.  sampler_cut()
+ * is sampler_cut_rounds() with 64 rounds before its fallback sort.
+ */
+uint32_t sampler_cut_rounds(uint32_t *w, uint32_t n, uint64_t target,
+			    bool by_mass, int rounds);
+uint32_t sampler_cut(uint32_t *w, uint32_t n, uint64_t target, bool by_mass);
 
-/* The AVX2 twins of sampler.c's passes (sampler_avx2.c says how each
- * keeps the portable code's bits). */
-SAMPLER_AVX2 float sampler_max_avx2(const float *y, uint32_t n, bool *bad);
-SAMPLER_AVX2 uint32_t sampler_find_avx2(const float *y, uint32_t n,
-					uint32_t from, float m);
-SAMPLER_AVX2 uint64_t sampler_weights_avx2(struct sampler *s, float max_y,
-					   float scale);
-SAMPLER_AVX2 uint64_t sampler_block_sums_avx2(struct sampler *s, uint32_t t);
-SAMPLER_AVX2 uint64_t sampler_bracket_pass_avx2(struct sampler *s,
-						uint32_t b_lo, uint32_t b_hi);
-SAMPLER_AVX2 uint32_t sampler_next_above_avx2(const struct sampler *s,
-					      uint32_t from, uint32_t bar);
-SAMPLER_AVX2 bool sampler_over_cap_avx2(const struct sampler *s, uint32_t bar,
-					uint32_t cap);
-SAMPLER_AVX2 uint32_t sampler_collect_avx2(struct sampler *s, uint32_t bar,
-					   uint32_t cap);
-SAMPLER_AVX2 void sampler_mass_histogram_avx2(struct sampler *s);
-SAMPLER_AVX2 uint32_t sampler_collect_bucket_avx2(struct sampler *s,
-						  uint32_t b);
-#endif
+/* Copy the weights >= t of the gathered tokens into s->scratch; the
+ * count, and their sum in *sum.  Inline: a loop its callers run once a
+ * row, which the compiler folds into them. */
+static inline uint32_t sampler_gathered_weights(struct sampler *s,
+						 uint32_t t, uint64_t *sum)
+{
+	uint32_t n = 0;
+
+	*sum = 0;
+	for (uint32_t j = 0; j < s->n_by_id; j++)
+		if (s->by_id[j].w >= t) {
+			s->scratch[n++] = s->by_id[j].w;
+			*sum += s->by_id[j].w;
+		}
+	return n;
+}
+
+/* Cut the gathered tokens to the W >= their k-th largest; returns it. */
+uint32_t sampler_keep_k_largest(struct sampler *s, uint32_t k);
+
+/* top_k's buffer is full: keep its k largest and raise the bar (the
+ * weights' pass calls it, on either path). */
+void sampler_gather_compact(struct sampler *s);
 
 #endif /* DYNBATCH_SAMPLER_INTERNAL_H */

@@ -9,8 +9,9 @@
  * among the k largest, under a bar that rises as its buffer fills; for
  * top_p alone a bound under which the cut cannot lie, known before Z is;
  * for min_p alone its threshold.  Cuts are selections, never sorts:
- * sampler_cut() finds the value where the mass (top_p) or the count
- * (top_k) from the top reaches a target.  A flat row, where top_p keeps
+ * sampler_cut() (sampler_cut.c) finds the value where the mass (top_p)
+ * or the count (top_k) from the top reaches a target.  The passes over
+ * the vocabulary go through s->k (sampler_kernels.h).  A flat row, where top_p keeps
  * thousands, brackets its cut from a sample and checks the bracket with
  * one exact pass (sampler_top_p_bracket()); a miss, and top_k over 1024,
  * use the histogram: W bucketed by the float bits of (float)W >> 20
@@ -24,201 +25,22 @@
 
 #include "sampling/sampler.h"
 #include "sampling/sampler_internal.h"
-
-/*
- * One pass for a bracket of buckets [b_lo, b_hi] (SAMPLER_BUCKET_ONE <=
- * b_lo <= b_hi): the block sums of the W in buckets above b_hi (their
- * total returned; s->sums_* are left to the caller), and the tokens of
- * the bracket gathered into s->by_id in id order (s->n_by_id of them; no
- * cap).  Buckets are monotone in W, so "above" is W >= some t_hi and
- * the bracket t_lo <= W < t_hi.
- */
-static uint64_t sampler_bracket_pass(struct sampler *s, uint32_t b_lo,
-				     uint32_t b_hi)
-{
-	uint64_t total = 0;
-
-#ifdef SAMPLER_AVX2
-	if (s->avx2)
-		return sampler_bracket_pass_avx2(s, b_lo, b_hi);
-#endif
-	s->n_by_id = 0;
-	for (uint32_t b = 0; b < s->n_blocks; b++) {
-		uint32_t i = b * SAMPLER_BLOCK, end = i + SAMPLER_BLOCK;
-		uint64_t sum = 0;
-
-		end = end < s->vocab ? end : s->vocab;
-		for (; i < end; i++) {
-			uint32_t bucket = sampler_bucket(s->w[i]);
-
-			if (bucket > b_hi)
-				sum += s->w[i];
-			else if (bucket >= b_lo)
-				s->by_id[s->n_by_id++] =
-					(struct sampler_cand){ s->w[i], i };
-		}
-		s->block_sum[b] = sum;
-		total += sum;
-	}
-	return total;
-}
-
-static void sampler_histogram(struct sampler *s)
-{
-	memset(s->hist_count, 0, sizeof(s->hist_count));
-	memset(s->hist_mass, 0, sizeof(s->hist_mass));
-	for (uint32_t i = 0; i < s->vocab; i++) {
-		uint32_t b = sampler_bucket(s->w[i]);
-
-		s->hist_count[b]++;
-		s->hist_mass[b] += s->w[i];
-	}
-}
-
-static int u32_desc(const void *a, const void *b)
-{
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-
-	return x > y ? -1 : x < y;
-}
-
-/*
- * The cut: the largest v among w[0 .. n) such that the w >= v reach
- * target, in mass (by_mass) or in number.  For top_p that is the W of
- * the token where the running mass by decreasing W first reaches the
- * target (every token tied with it included), for top_k the k-th largest
- * W.  The sum (or n) must reach target > 0.  w is scratch: reordered.
- *
- * A selection, not a sort: each round sums what is over and equal to a
- * median of three, then keeps only the side the cut is on, both passes
- * without a branch on the data (candidates come in random order, where
- * a branch per element would be mispredicted half the time); linear on
- * average.  Rows made to defeat the pivots end in a sort of what is left
- * after `rounds` (64) rounds, so no row costs more than n log n.
- */
-static uint32_t sampler_cut_rounds(uint32_t *w, uint32_t n, uint64_t target,
-				   bool by_mass, int rounds)
-{
-	uint64_t above = 0;	/* what the w beyond [lo, hi) add, all > them */
-	uint32_t lo = 0, hi = n;
-
-	for (int round = 0; round < rounds; round++) {
-		uint32_t a = w[lo], b = w[lo + (hi - lo) / 2], c = w[hi - 1];
-		uint32_t pivot = a < b ? (b < c ? b : a < c ? c : a) :
-					 (a < c ? a : b < c ? c : b);
-		uint64_t sum_gt = 0, sum_eq = 0;
-		uint32_t j = lo;
-
-		for (uint32_t i = lo; i < hi; i++) {
-			uint64_t v = by_mass ? w[i] : 1;
-
-			sum_gt += v * (w[i] > pivot);
-			sum_eq += v * (w[i] == pivot);
-		}
-		if (above + sum_gt >= target) {
-			/* The cut is over the pivot: keep those, in place. */
-			for (uint32_t i = lo; i < hi; i++) {
-				w[j] = w[i];
-				j += w[i] > pivot;
-			}
-			hi = j;
-		} else if (above + sum_gt + sum_eq >= target) {
-			return pivot;
-		} else {
-			above += sum_gt + sum_eq;
-			for (uint32_t i = lo; i < hi; i++) {
-				w[j] = w[i];
-				j += w[i] < pivot;
-			}
-			hi = j;
-		}
-	}
-	qsort(w + lo, hi - lo, sizeof(*w), u32_desc);
-	for (uint32_t i = lo; i < hi; i++) {
-		above += by_mass ? w[i] : 1;
-		if (above >= target)
-			return w[i];
-	}
-	return w[hi - 1];	/* unreachable: the sum reaches target */
-}
-
-static uint32_t sampler_cut(uint32_t *w, uint32_t n, uint64_t target,
-			    bool by_mass)
-{
-	return sampler_cut_rounds(w, n, target, by_mass, 64);
-}
-
-/*
- * Whether more than cap tokens have W > bar: counted in vector lanes,
- * stopping once past cap (see sampler_over_cap_avx2()).
- */
-static bool sampler_over_cap(const struct sampler *s, uint32_t bar,
-			     uint32_t cap)
-{
-	const int32_t b = (int32_t)bar;	/* W <= 2^30: signed compares */
-	const v4i bv = { b, b, b, b };
-	uint32_t n = 0, i = 0;
-
-#ifdef SAMPLER_AVX2
-	if (s->avx2)
-		return sampler_over_cap_avx2(s, bar, cap);
-#endif
-	while (i + 256 <= s->vocab) {
-		v4i count = { 0 };
-
-		for (uint32_t end = i + 256; i < end; i += LANES) {
-			v4i w;
-
-			memcpy(&w, s->w + i, sizeof(w));
-			count -= w > bv;	/* true is -1 */
-		}
-		for (int j = 0; j < LANES; j++)
-			n += (uint32_t)count[j];
-		if (n > cap)
-			return true;
-	}
-	for (; i < s->vocab; i++)
-		n += s->w[i] > bar;
-	return n > cap;
-}
+#include "sampling/sampler_kernels.h"
 
 /*
  * Gather the tokens of W >= min_w and W > 0 into s->by_id in id order;
  * their count, or SAMPLER_NOT_GATHERED when there are more than cap.
  */
-static uint32_t sampler_gather_above(struct sampler *s, uint32_t min_w,
-				     uint32_t cap)
+uint32_t sampler_gather_above(struct sampler *s, uint32_t min_w,
+			      uint32_t cap)
 {
-	uint32_t n = 0, bar = min_w ? min_w - 1 : 0;
+	uint32_t n, bar = min_w ? min_w - 1 : 0;
 
 	/* Counting first: on a flat row appending would be the cost. */
-	if (cap < s->vocab && sampler_over_cap(s, bar, cap))
+	if (cap < s->vocab && s->k->over_cap(s, bar, cap))
 		return SAMPLER_NOT_GATHERED;
-#ifdef SAMPLER_AVX2
-	if (s->avx2)
-		n = sampler_collect_avx2(s, bar, cap);
-	else
-#endif
-	for (uint32_t i = 0; i < s->vocab && n <= cap; i++)
-		if (s->w[i] > bar)
-			s->by_id[n++] = (struct sampler_cand){ s->w[i], i };
+	n = s->k->collect(s, bar, cap);
 	return n > cap ? SAMPLER_NOT_GATHERED : n;
-}
-
-/* Copy the weights >= t of the gathered tokens into s->scratch; the
- * count, and their sum in *sum. */
-static uint32_t sampler_gathered_weights(struct sampler *s, uint32_t t,
-					 uint64_t *sum)
-{
-	uint32_t n = 0;
-
-	*sum = 0;
-	for (uint32_t j = 0; j < s->n_by_id; j++)
-		if (s->by_id[j].w >= t) {
-			s->scratch[n++] = s->by_id[j].w;
-			*sum += s->by_id[j].w;
-		}
-	return n;
 }
 
 /* The highest bucket b with at least k tokens in buckets >= b. */
@@ -264,29 +86,17 @@ static uint32_t sampler_top_k(struct sampler *s, uint32_t k)
  * exact bucket masses name the bucket where the running mass from the
  * top reaches target, and the cut is found among that bucket's weights.
  */
-static uint32_t sampler_top_p_histogram(struct sampler *s, uint64_t target)
+uint32_t sampler_top_p_histogram(struct sampler *s, uint64_t target)
 {
 	uint64_t cum = 0;
-	uint32_t b = SAMPLER_N_BUCKETS, n = 0;
+	uint32_t b = SAMPLER_N_BUCKETS, n;
 
-#ifdef SAMPLER_AVX2
-	if (s->avx2)
-		sampler_mass_histogram_avx2(s);
-	else
-#endif
-		sampler_histogram(s);
+	s->k->mass_histogram(s);
 	/* The mass of W >= 1 is Z >= target: the walk ends at or above
-	 * SAMPLER_BUCKET_ONE, the buckets the AVX2 histogram fills. */
+	 * SAMPLER_BUCKET_ONE, the buckets every table's histogram fills. */
 	while (b-- > 1 && cum + s->hist_mass[b] < target)
 		cum += s->hist_mass[b];
-#ifdef SAMPLER_AVX2
-	if (s->avx2)
-		n = sampler_collect_bucket_avx2(s, b);
-	else
-#endif
-	for (uint32_t i = 0; i < s->vocab; i++)
-		if (s->w[i] && sampler_bucket(s->w[i]) == b)
-			s->scratch[n++] = s->w[i];
+	n = s->k->collect_bucket(s, b);
 	return sampler_cut(s->scratch, n, target - cum, true);
 }
 
@@ -340,7 +150,7 @@ static bool sampler_top_p_bracket(struct sampler *s, uint64_t z_sum,
 	}
 	if (!b_lo || !z_sample)
 		return false;
-	above = sampler_bracket_pass(s, b_lo, b_hi);
+	above = s->k->bracket_pass(s, b_lo, b_hi);
 	memset(&mass[b_lo], 0, (b_hi - b_lo + 1) * sizeof(*mass));
 	for (uint32_t j = 0; j < s->n_by_id; j++) {
 		mass[sampler_bucket(s->by_id[j].w)] += s->by_id[j].w;
@@ -390,8 +200,7 @@ static bool sampler_top_p_bracket(struct sampler *s, uint64_t z_sum,
  * A fixed bar may leave thousands on a flat row: the pass stops
  * gathering past SAMPLER_PASS_GATHER_MAX.
  */
-void sampler_gather_plan(struct sampler *s,
-				const struct sampling_params *p)
+void sampler_gather_plan(struct sampler *s, const struct sampling_params *p)
 {
 	uint32_t t_min = sampler_min_p_threshold(p->min_p);
 	bool top_k = p->top_k && p->top_k < s->vocab;
@@ -421,44 +230,11 @@ void sampler_gather_none(struct sampler *s)
 }
 
 /*
- * Cut the gathered tokens (more than k, holding every W >= their k-th
- * largest) to the W >= that k-th largest, ties included, in their order;
- * returns it.
- */
-static uint32_t sampler_keep_k_largest(struct sampler *s, uint32_t k)
-{
-	uint32_t kept = 0, t;
-	uint64_t unused;
-
-	t = sampler_cut(s->scratch, sampler_gathered_weights(s, 0, &unused), k,
-			false);
-	for (uint32_t j = 0; j < s->n_by_id; j++)
-		if (s->by_id[j].w >= t)
-			s->by_id[kept++] = s->by_id[j];
-	s->n_by_id = kept;
-	return t;
-}
-
-/*
- * top_k's buffer is full (s->n_by_id >= s->gather_cap): keep the tokens
- * of W >= the k-th largest gathered and raise the bar to just under it.
- * Ties may keep it full: the cap then doubles, so a row of equal weights
- * costs linear time too.
- */
-void sampler_gather_compact(struct sampler *s)
-{
-	/* Every gathered W is over the bar: the cut is >= 1. */
-	sampler_set_gather_bar(s, sampler_keep_k_largest(s, s->gather_k) - 1);
-	if (s->n_by_id * 2 > s->gather_cap)
-		s->gather_cap = s->n_by_id * 2;
-}
-
-/*
  * top_k's threshold from the pass's gathering: the k-th largest of the
  * gathered (which hold every W >= it), with the gathered cut to W >= it.
  * Fewer than k tokens of W > 0: every one is kept.
  */
-static uint32_t sampler_top_k_gathered(struct sampler *s, uint32_t k)
+uint32_t sampler_top_k_gathered(struct sampler *s, uint32_t k)
 {
 	return s->n_by_id < k ? 1 : sampler_keep_k_largest(s, k);
 }
@@ -470,7 +246,7 @@ static uint32_t sampler_top_k_gathered(struct sampler *s, uint32_t k)
  * z_sum is Z.
  */
 uint32_t sampler_select(struct sampler *s, const struct sampling_params *p,
-			       uint64_t z_sum)
+			uint64_t z_sum)
 {
 	uint64_t target, kept;
 	uint32_t t, c, n;

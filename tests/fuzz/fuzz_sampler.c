@@ -1,7 +1,8 @@
 /*
- * fuzz_sampler.c - libFuzzer target for the sampler (lib/sampling/sampler.c,
- * sampler_select.c, sampler_avx2.c) against the naive sampler written by
- * the definition (tools/refdecode/ref_sampler.c).
+ * fuzz_sampler.c - libFuzzer target for the sampler (every file of
+ * lib/sampling: sampler.c and those below it) against the naive sampler
+ * written by the definition (tools/refdecode/ref_sampler.c), on both of
+ * its instruction sets (sampler_set_isa()).
  *
  * The input is read as a row and a request's sampling fields, so the
  * fuzzer can steer both toward what the engine's shortcuts care about:
@@ -29,7 +30,6 @@
 #include "tests/fuzz/fuzz_rng.h"
 #include "tools/refdecode/ref_sampler.h"
 #include "sampling/sampler.h"
-#include "sampling/sampler_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -163,14 +163,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	ret_want = ref_sample(y, vocab, &p, k, choice, &want);
 	for (int path = 0; path < 2; path++) {
 		struct sampler *s = engine[vocab];
-		bool avx2 = s->avx2;
+		enum sampler_isa isa = sampler_get_isa(s);
 		int ret;
 
-		if (path == 1 && !sampler_have_avx2())
+		if (path == 1 && !sampler_isa_supported(SAMPLER_ISA_AVX2))
 			break;
-		s->avx2 = path == 1;
+		CHECK(sampler_set_isa(s, path == 1 ? SAMPLER_ISA_AVX2 :
+					 SAMPLER_ISA_PORTABLE) == 0);
 		ret = sampler_sample(s, y, &p, k, choice, &got);
-		s->avx2 = avx2;
+		sampler_set_isa(s, isa);
 		CHECK(ret == ret_want);
 		CHECK(ret || !memcmp(&got, &want, sizeof(got)));
 	}

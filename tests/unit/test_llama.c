@@ -1,6 +1,8 @@
 /*
  * test_llama.c - unit tests of the built-in llama model
- * (lib/model/llama_model.c, llama_checkpoint.c, llama_kernels.c).
+ * (lib/model/llama_model.c, llama_checkpoint.c and its readers
+ * llama_read_*.c, lib/kernels/llama_kernels.c and the weight types'
+ * kernels through tensor.h's table).
  *
  * The checkpoints are written here, from weights drawn here, by a writer
  * of our own (not tools/make_checkpoint), and the logits are checked
@@ -32,7 +34,7 @@
 #include "model/llama_checkpoint.h"
 #include "kernels/llama_kernels.h"
 #include "model/llama_model.h"
-#include "kernels/llama_q8.h"
+#include "kernels/tensor.h"
 #include "worker/sandbox.h"
 #include "tests/unit/test_rng.h"
 
@@ -713,10 +715,10 @@ static void test_bad_checkpoints(void **state)
 }
 
 /* Is [p, p + n floats) inside data[0..size)? */
-static bool inside(const float *p, size_t n, const unsigned char *data,
+static bool inside(const void *p, size_t n, const unsigned char *data,
 		   size_t size)
 {
-	const unsigned char *c = (const unsigned char *)p;
+	const unsigned char *c = p;
 
 	return c >= data && c <= data + size &&
 	       n <= (size_t)(data + size - c) / sizeof(float);
@@ -763,13 +765,13 @@ static void test_header_fuzz(void **state)
 			size_t L = c->n_layers, d = c->dim, h = c->hidden_dim;
 
 			accepted++;
-			assert_true(inside(ck.w.token_embedding, (size_t)c->vocab * d, buf, size));
-			assert_true(inside(ck.w.wcls, (size_t)c->vocab * d, buf, size));
-			assert_true(inside(ck.w.wq, L * d * d, buf, size));
-			assert_true(inside(ck.w.wk, L * c->kv_dim * d, buf, size));
-			assert_true(inside(ck.w.w2, L * d * h, buf, size));
-			assert_true(inside(ck.w.w3, L * d * h, buf, size));
-			assert_true(inside(ck.w.rms_final, d, buf, size));
+			assert_true(inside(ck.w.token_embedding.data, (size_t)c->vocab * d, buf, size));
+			assert_true(inside(ck.w.wcls.data, (size_t)c->vocab * d, buf, size));
+			assert_true(inside(ck.w.wq.data, L * d * d, buf, size));
+			assert_true(inside(ck.w.wk.data, L * c->kv_dim * d, buf, size));
+			assert_true(inside(ck.w.w2.data, L * d * h, buf, size));
+			assert_true(inside(ck.w.w3.data, L * d * h, buf, size));
+			assert_true(inside(ck.w.rms_final.data, d, buf, size));
 			assert_int_equal(c->dim % c->n_heads, 0);
 			assert_int_equal(c->n_heads % c->n_kv_heads, 0);
 		} else {
@@ -1179,44 +1181,50 @@ static void test_q8_kernels(void **state)
 					 1 + rng_below(&r, 400 / group + 1));
 		uint32_t rows = 1 + rng_below(&r, 60), n_rows = 1 + rng_below(&r, 70);
 		size_t n = (size_t)rows * cols, n_groups = n / group;
-		int8_t *q = malloc(n);
-		unsigned char *s_buf = malloc(n_groups * 4 + 1);
+		/* values then scales, as in a file, the scales unaligned */
+		unsigned char *buf = malloc(3 + n + n_groups * 4);
+		size_t off = (5 - n % 4) % 4;	/* (off + n) % 4 == 1 */
+		int8_t *q = (int8_t *)(buf + off);
+		unsigned char *scales = buf + off + n;
 		float *x = malloc((size_t)n_rows * cols * sizeof(float));
 		float *all = malloc((size_t)n_rows * rows * sizeof(float));
 		float *one = malloc((size_t)rows * sizeof(float));
 		float *row = malloc((size_t)cols * sizeof(float));
-		struct llama_q8_matrix m = { .q = q, .s = s_buf + 1, .rows = rows,
-					     .cols = cols, .group = group };
+		struct tensor m = { .type = DTYPE_Q8_0, .data = q, .n_layers = 1,
+				    .rows = rows, .cols = cols, .group = group,
+				    .layer_bytes = n + n_groups * 4 };
 
-		assert_true(q && s_buf && x && all && one && row);
+		assert_true(buf && x && all && one && row);
+		assert_int_equal(dtype_matrix_bytes(DTYPE_Q8_0, rows, cols, group),
+				 m.layer_bytes);
 		for (size_t i = 0; i < n; i++)
 			q[i] = (int8_t)(rng_below(&r, 255) - 127);
 		for (size_t g = 0; g < n_groups; g++) {
 			float v = (float)(rng_below(&r, 1000) + 1) * 1e-5f;
 
-			memcpy(s_buf + 1 + 4 * g, &v, 4);
+			memcpy(scales + 4 * g, &v, 4);
 		}
 		for (size_t i = 0; i < (size_t)n_rows * cols; i++)
 			x[i] = (float)((double)rng_below(&r, 2000) / 1000 - 1);
 		/* the dequantized row: exactly q * s */
 		for (uint32_t o = 0; o < rows; o += 1 + rows / 4) {
-			llama_q8_dequant_row(row, &m, o);
+			tensor_ops_get(DTYPE_Q8_0, LLAMA_KERNEL_PORTABLE)->get_row(row, &m, o);
 			for (uint32_t i = 0; i < cols; i++) {
 				float v;
 
-				memcpy(&v, m.s + 4 * (((size_t)o * cols + i) / group), 4);
+				memcpy(&v, scales + 4 * (((size_t)o * cols + i) / group), 4);
 				assert_true(row[i] == (float)q[(size_t)o * cols + i] * v);
 			}
 		}
 		for (int k = 0; k < 2; k++) {
-			llama_q8_matmul_fn *mm = llama_q8_matmul_get(kinds[k]);
+			const struct tensor_ops *ops = tensor_ops_get(DTYPE_Q8_0, kinds[k]);
 			uint32_t first = rng_below(&r, n_rows);
 
-			if (!mm)
+			if (!ops)
 				continue;
-			mm(all, x, n_rows, &m);
+			ops->matmul(all, x, n_rows, &m);
 			for (uint32_t b = 0; b < n_rows; b++) {
-				mm(one, x + (size_t)b * cols, 1, &m);
+				ops->matmul(one, x + (size_t)b * cols, 1, &m);
 				if (memcmp(one, all + (size_t)b * rows, rows * sizeof(float)))
 					fail_msg("q8 %s: group %u, %u x %u: row %u of %u differs from it alone",
 						 k ? "avx2" : "portable", group, rows, cols, b, n_rows);
@@ -1227,7 +1235,7 @@ static void test_q8_kernels(void **state)
 						float v;
 						double t;
 
-						memcpy(&v, m.s + 4 * (((size_t)o * cols + i) / group), 4);
+						memcpy(&v, scales + 4 * (((size_t)o * cols + i) / group), 4);
 						t = (double)q[(size_t)o * cols + i] * v * x[(size_t)b * cols + i];
 						want += t;
 						mag += fabs(t);
@@ -1238,13 +1246,13 @@ static void test_q8_kernels(void **state)
 				}
 			}
 			/* a sub-batch starting at another row */
-			mm(all, x + (size_t)first * cols, n_rows - first, &m);
-			mm(one, x + (size_t)first * cols, 1, &m);
+			ops->matmul(all, x + (size_t)first * cols, n_rows - first, &m);
+			ops->matmul(one, x + (size_t)first * cols, 1, &m);
 			if (memcmp(one, all, rows * sizeof(float)))
 				fail_msg("q8 %s: group %u: first row of a %u-row sub-batch differs",
 					 k ? "avx2" : "portable", group, n_rows - first);
 		}
-		free(q); free(s_buf); free(x); free(all); free(one); free(row);
+		free(buf); free(x); free(all); free(one); free(row);
 	}
 }
 
@@ -1352,13 +1360,18 @@ static void test_q8_bad_checkpoints(void **state)
 	tmodel_free(&f.t);
 }
 
-/* Do layers 0 .. n of t lie inside data[0..size)? */
-static bool q8_inside(const struct llama_q8_tensor *t, uint32_t n_layers,
-		      const unsigned char *data, size_t size)
+/* Do t's layers lie inside data[0..size), each the size its type says? */
+static bool tensor_inside(const struct tensor *t, enum dtype type,
+			  uint32_t n_layers, const unsigned char *data,
+			  size_t size)
 {
-	return t->base >= data && t->base <= data + size &&
-	       t->layer_bytes == llama_q8_matrix_bytes(t->rows, t->cols, t->group) &&
-	       (uint64_t)n_layers * t->layer_bytes <= (size_t)(data + size - t->base);
+	const unsigned char *base = t->data;
+
+	return t->type == type && t->n_layers == n_layers &&
+	       base >= data && base <= data + size &&
+	       t->layer_bytes == dtype_matrix_bytes(t->type, t->rows, t->cols,
+						    t->group) &&
+	       (uint64_t)n_layers * t->layer_bytes <= (size_t)(data + size - base);
 }
 
 /* (q8 5) version 2 header fuzz: never a crash or a pointer outside. */
@@ -1403,22 +1416,23 @@ static void test_q8_header_fuzz(void **state)
 		}
 		if (llama_checkpoint_parse(&ck, buf, size, "fuzz", err, sizeof(err)) == 0) {
 			const struct llama_config *c = &ck.cfg;
-			const struct llama_q8_weights *w = &ck.q8;
-			uint32_t L = c->n_layers;
+			const struct llama_weights *w = &ck.w;
+			uint32_t L = c->n_layers, group = w->wq.group;
 
 			accepted++;
 			assert_int_equal(ck.format_version, 2);
-			assert_int_equal(c->dim % ck.group_size, 0);
-			assert_int_equal(c->hidden_dim % ck.group_size, 0);
-			assert_true(q8_inside(&w->token_embedding, 1, buf, size));
-			assert_true(q8_inside(&w->wcls, 1, buf, size));
-			assert_true(q8_inside(&w->wq, L, buf, size));
-			assert_true(q8_inside(&w->wk, L, buf, size));
-			assert_true(q8_inside(&w->w2, L, buf, size));
-			assert_true(q8_inside(&w->w3, L, buf, size));
-			assert_true(inside(ck.w.rms_final, c->dim, buf, size));
-			assert_true((const unsigned char *)(ck.w.rms_final + c->dim) <=
-				    w->token_embedding.base);
+			assert_int_equal(c->dim % group, 0);
+			assert_int_equal(c->hidden_dim % group, 0);
+			assert_true(tensor_inside(&w->token_embedding, DTYPE_Q8_0, 1, buf, size));
+			assert_true(tensor_inside(&w->wcls, DTYPE_Q8_0, 1, buf, size));
+			assert_true(tensor_inside(&w->wq, DTYPE_Q8_0, L, buf, size));
+			assert_true(tensor_inside(&w->wk, DTYPE_Q8_0, L, buf, size));
+			assert_true(tensor_inside(&w->w2, DTYPE_Q8_0, L, buf, size));
+			assert_true(tensor_inside(&w->w3, DTYPE_Q8_0, L, buf, size));
+			assert_true(tensor_inside(&w->rms_att, DTYPE_F32, L, buf, size));
+			assert_true(tensor_inside(&w->rms_final, DTYPE_F32, 1, buf, size));
+			assert_true((const float *)w->rms_final.data + c->dim <=
+				    (const float *)w->token_embedding.data);
 		} else {
 			assert_true(strlen(err) > 0 && strstr(err, "fuzz"));
 		}

@@ -5,10 +5,9 @@
  * engine's libraries), a chi-square goodness-of-fit test that tells a
  * biased sampler from a correct one, the logprobs and the error paths,
  * and the sampler's AVX2 kernels against its portable ones, bit for bit
- * (lib/sampling/sampler.c and lib/sampling/sampler_select.c are compiled in too,
- * statics and all, for that: this test's copy then stands in for
- * libcommon's; the AVX2 kernels, lib/sampling/sampler_avx2.c, come from
- * libcommon).
+ * (the two tables of lib/sampling/sampler_kernels.h, each asked for by
+ * sampler_set_isa(), with the steps sampler_internal.h declares: the
+ * library linked as the engine links it).
  *
  * The random tests print their seed; SEED=<n> replays a run.  Each test
  * derives its own generator from the seed, so one test replays the same
@@ -32,15 +31,23 @@
 #include "sampling/sampler.h"
 #include "tests/unit/test_rng.h"
 
+#include "sampling/sampler_internal.h"
+#include "sampling/sampler_kernels.h"
+
 /* The naive sampler itself, statics and all (see the file comment). */
 #include "tools/refdecode/ref_sampler.c"
-/* And the engine's, to reach both its kernels (see the file comment). */
-#include "sampling/sampler.c"
-#include "sampling/sampler_select.c"
 
 /* ------------------------------------------------------------------ */
 /* Helpers                                                             */
 /* ------------------------------------------------------------------ */
+
+/* qsort() by decreasing value. */
+static int u32_desc(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x > y ? -1 : x < y;
+}
 
 static double rng_unit(struct rng *r)
 {
@@ -551,7 +558,9 @@ static void test_random_vs_naive(void **state)
 
 			/* Both kernels where the CPU has AVX2: odd draws
 			 * portable, even ones AVX2. */
-			s->avx2 = sampler_have_avx2() && k % 2 == 0;
+			assert_int_equal(sampler_set_isa(s, sampler_isa_supported(
+				SAMPLER_ISA_AVX2) && k % 2 == 0 ? SAMPLER_ISA_AVX2 :
+				SAMPLER_ISA_PORTABLE), 0);
 			ra = sampler_sample(s, logits, &p, k, choice, &a);
 			rb = ref_sample(logits, vocab, &p, k, choice, &b);
 
@@ -559,7 +568,7 @@ static void test_random_vs_naive(void **state)
 				print_error("case %u k %u (%s): vocab %u T %g top_p %.9g "
 					    "top_k %u min_p %g n_bias %u: engine %d "
 					    "token %d lp %a, naive %d token %d lp %a\n",
-					    c, k, s->avx2 ? "avx2" : "portable",
+					    c, k, s->k->name,
 					    vocab, p.temperature, p.top_p,
 					    p.top_k, p.min_p, p.n_bias, ra, a.token,
 					    a.logprob, rb, b.token, b.logprob);
@@ -713,16 +722,16 @@ static void kernels_agree(struct rng *r, struct sampler *a, struct sampler *b,
 		bar = t;
 		t = tmp;
 	}
-	assert_int_equal(sampler_bracket_pass(a, bar, t),
-			 sampler_bracket_pass(b, bar, t));
+	assert_int_equal(a->k->bracket_pass(a, bar, t),
+			 b->k->bracket_pass(b, bar, t));
 	assert_memory_equal(a->block_sum, b->block_sum,
 			    a->n_blocks * sizeof(*a->block_sum));
 	assert_int_equal(a->n_by_id, b->n_by_id);
 	assert_memory_equal(a->by_id, b->by_id, a->n_by_id * sizeof(*a->by_id));
 	bar = rng_below(r, 2) ? rng_below(r, 4) : a->w[rng_below(r, vocab)];
 	from = rng_below(r, vocab + 1);
-	assert_int_equal(sampler_next_above(a, from, bar),
-			 sampler_next_above(b, from, bar));
+	assert_int_equal(a->k->next_above(a, from, bar),
+			 b->k->next_above(b, from, bar));
 	cap = rng_below(r, 2) ? vocab : rng_below(r, vocab + 1);
 	n = sampler_gather_above(a, bar, cap);
 	assert_int_equal(n, sampler_gather_above(b, bar, cap));
@@ -735,7 +744,7 @@ static void test_avx2_matches_portable(void **state)
 	struct rng r = rng_for(9);
 	uint32_t n_rows = 0;
 
-	if (!sampler_have_avx2()) {
+	if (!sampler_isa_supported(SAMPLER_ISA_AVX2)) {
 		printf("avx2_matches_portable: this CPU has no AVX2: skipped\n");
 		skip();
 	}
@@ -748,8 +757,11 @@ static void test_avx2_matches_portable(void **state)
 		assert_non_null(a);
 		assert_non_null(b);
 		assert_non_null(y);
-		a->avx2 = true;
-		b->avx2 = false;
+		/* the tables themselves, as sampler_create() would pick them */
+		assert_int_equal(sampler_set_isa(a, SAMPLER_ISA_AVX2), 0);
+		assert_int_equal(sampler_set_isa(b, SAMPLER_ISA_PORTABLE), 0);
+		assert_true(a->k == &sampler_kernels_avx2);
+		assert_true(b->k == &sampler_kernels_portable);
 		kernel_logits(&r, y, vocab);
 		/* A NaN or +inf now and then, anywhere (the tail included). */
 		if (rng_below(&r, 10) == 0)
