@@ -43,6 +43,7 @@ TEST_DEB_PACKAGES := curl nginx-light strace python3
 # One static library a folder (docs/layout.md), listed from the top layer
 # down: a binary links the folders it needs, in this order.
 #   server/http, server/jsonl  the front ends (coordinator)
+#   server                     the option table (coordinator)
 #   engine                     requests, admission, commit (coordinator)
 #   sched                      placement, refill, waiting (coordinator)
 #   shard                      worker processes and their supervision (coordinator)
@@ -54,7 +55,7 @@ TEST_DEB_PACKAGES := curl nginx-light strace python3
 #   lib/sampling               the sampler (both)
 #   lib/ipc                    the shared-memory segment (both)
 #   lib/util                   logging, strings, numbers (both)
-LAYERS := server/http server/jsonl engine sched shard worker lib/io lib/text \
+LAYERS := server/http server/jsonl server engine sched shard worker lib/io lib/text \
 	lib/model lib/kernels lib/sampling lib/ipc lib/util
 lib_of = $(BUILD)/lib$(subst /,_,$(1)).a
 layer_src = $(filter-out %/main.c,$(wildcard $(1)/*.c))
@@ -72,7 +73,7 @@ libs_linked = $(patsubst $(firstword $(CIRCLE)),-Wl$(comma)--start-group $(first
 comma := ,
 
 LIBS_BASE := lib/model lib/kernels lib/sampling lib/ipc lib/util
-LIBS_COORD := $(call libs,server/http server/jsonl engine sched shard lib/io lib/text $(LIBS_BASE))
+LIBS_COORD := $(call libs,server/http server/jsonl server engine sched shard lib/io lib/text $(LIBS_BASE))
 LIBS_WORKER := $(call libs,worker $(LIBS_BASE))
 # The tools link the lower layers (and the request codec for workloads).
 LIBS_TOOL := $(call libs,engine lib/text $(LIBS_BASE))
