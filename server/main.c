@@ -28,6 +28,7 @@
 #include "server/jsonl/jsonl_frontend.h"
 #include "server/options.h"
 #include "util/log.h"
+#include "server/request_json.h"
 
 /* The name answers give the model: "sim", or a plugin's file name. */
 static const char *default_model_name(const char *spec, char *buf, size_t len)

@@ -80,6 +80,7 @@
 #include "util/parse_num.h"
 #include "engine/request.h"
 #include "engine/request_pool.h"
+#include "server/request_json.h"
 
 #define HTTP_IN_SIZE (64u * 1024)	/* receive buffer per connection */
 #define HTTP_TICK_NS (5ull * 1000 * 1000)	/* timeout scan period */

@@ -29,6 +29,7 @@
 #include "engine/request.h"
 #include "engine/request_pool.h"
 #include "util/strbuf.h"
+#include "server/request_json.h"
 
 #define HTTP_STATUS_MAX 600
 /* A connection's output buffers, and the answer scratch, keep at most

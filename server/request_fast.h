@@ -21,7 +21,7 @@
 
 #include <stddef.h>
 
-#include "engine/request.h"
+#include "server/request_json.h"
 
 /*
  * Parse line[0..len) if it has the common shape and is valid under lim.
