@@ -24,6 +24,7 @@
 
 #include "server/http/chat_api.h"
 #include "engine/engine.h"
+#include "server/http/http_routes.h"
 #include "server/http/http_server.h"
 #include "server/jsonl/jsonl_frontend.h"
 #include "server/options.h"
@@ -174,6 +175,7 @@ static void options_wire(const struct server_options *o, bool serve,
 		.default_temperature = o->default_temperature,
 		.max_answer_bytes = o->max_answer_bytes,
 		.answer_budget = o->answer_budget,
+		.routes = &http_api_routes,
 	};
 	/* the table's choices are chat_api's names: this cannot fail */
 	if (o->chat_template)

@@ -33,6 +33,7 @@
 #include "engine/stats.h"
 
 struct engine;
+struct http_route_table;
 struct io_ring;
 struct request_limits;
 struct strbuf;
@@ -57,6 +58,8 @@ struct http_config {
 	uint64_t answer_budget;
 	enum chat_template chat_template; /* of /v1/chat/completions; NONE:
 					 * that endpoint answers 400 */
+	const struct http_route_table *routes; /* what each path gets
+					 * (http_conn.h; the API's: http_routes.h) */
 };
 
 struct http_server;
