@@ -43,7 +43,10 @@ TEST_DEB_PACKAGES := curl nginx-light strace python3
 # ------------------------------------------------------------------------
 # One static library a folder (docs/layout.md), listed from the top layer
 # down: a binary links the folders it needs, in this order.
-#   server/http, server/jsonl  the front ends (coordinator)
+#   server                     the option table (coordinator; main.c wires)
+#   server/http, server/jsonl  the front ends (coordinator; jsonl's result
+#                              format for the tools too)
+#   server/request             the request JSON codec (coordinator, tools)
 #   engine                     requests, admission, commit (coordinator)
 #   sched                      placement, refill, waiting (coordinator)
 #   shard                      worker processes and their supervision (coordinator)
@@ -55,7 +58,7 @@ TEST_DEB_PACKAGES := curl nginx-light strace python3
 #   lib/sampling               the sampler (both)
 #   lib/ipc                    the shared-memory segment (both)
 #   lib/util                   logging, strings, numbers (both)
-LAYERS := server/http server/jsonl engine sched shard worker lib/io lib/text \
+LAYERS := server server/http server/jsonl server/request engine sched shard worker lib/io lib/text \
 	lib/model lib/kernels lib/sampling lib/ipc lib/util
 lib_of = $(BUILD)/lib$(subst /,_,$(1)).a
 layer_src = $(filter-out %/main.c,$(wildcard $(1)/*.c))
@@ -73,10 +76,11 @@ libs_linked = $(patsubst $(firstword $(CIRCLE)),-Wl$(comma)--start-group $(first
 comma := ,
 
 LIBS_BASE := lib/model lib/kernels lib/sampling lib/ipc lib/util
-LIBS_COORD := $(call libs,server/http server/jsonl engine sched shard lib/io lib/text $(LIBS_BASE))
+LIBS_COORD := $(call libs,server server/http server/jsonl server/request engine sched shard lib/io lib/text $(LIBS_BASE))
 LIBS_WORKER := $(call libs,worker $(LIBS_BASE))
-# The tools link the lower layers (and the request codec for workloads).
-LIBS_TOOL := $(call libs,engine lib/text $(LIBS_BASE))
+# The tools link the lower layers, the request codec (server: workloads)
+# and the result-line format (server/jsonl: refdecode's lines).
+LIBS_TOOL := $(call libs,server/jsonl server/request engine lib/text $(LIBS_BASE))
 LIBS_TEST := $(call libs,$(LAYERS))
 
 TEST_SRC := $(wildcard tests/unit/test_*.c)
@@ -300,15 +304,15 @@ clean:
 # ------------------------------------------------------------------------
 # Fuzzing the input paths under libFuzzer + ASan + UBSan, built with clang
 # in its own tree, build-fuzz/:
-#   fuzz_request (tests/fuzz/fuzz_request.c): line_reader, request_parse() and
-#     result_format();
+#   fuzz_request (tests/fuzz/fuzz_request.c): line_reader, request_parse()
+#     (server/request/request_json.c) and result_format() (server/jsonl/jsonl_result.c);
 #   fuzz_http (tests/fuzz/fuzz_http.c): http_reader over a connection's bytes,
 #     completion_parse() on each body and the completion/error writers;
 #   fuzz_tokenizer (tests/fuzz/fuzz_tokenizer.c): the tokenizer.bin reader, and
 #     the encoder (against the naive one) and decoder on fuzzed vocabularies.
 #
 # Run `make fuzz` (FUZZ_SECONDS per fuzzer, default 300) after changing
-# request.c, line_reader.c, strbuf.c, stop_matcher.c, json_writer.c,
+# request_json.c, request_fast.c, jsonl_result.c, line_reader.c, strbuf.c, stop_matcher.c, json_writer.c,
 # http_reader.c, completion_api.c or tokenizer.c, and before a release; `make fuzz-short`
 # is the same for 15 seconds per fuzzer, the smoke run for `make test`.
 # The committed seeds (tests/fuzz/corpus, tests/fuzz/http_corpus,
@@ -328,11 +332,13 @@ FUZZ_BUILD := build-fuzz
 FUZZ_BIN := $(FUZZ_BUILD)/fuzz_request
 # The sampler, every file of it, for each fuzzer that links it.
 SAMPLER_SRC := $(wildcard lib/sampling/*.c)
-FUZZ_SRC := tests/fuzz/fuzz_request.c engine/request.c $(SAMPLER_SRC) lib/text/tokenizer.c lib/text/text_stop.c engine/request_fast.c engine/request_build.c lib/util/strbuf.c \
+FUZZ_SRC := tests/fuzz/fuzz_request.c engine/request.c server/request/request_json.c server/request/request_fast.c server/request/request_build.c \
+	server/jsonl/jsonl_result.c $(SAMPLER_SRC) lib/text/tokenizer.c lib/text/text_stop.c lib/util/strbuf.c \
 	lib/text/stop_matcher.c lib/util/json_writer.c server/jsonl/line_reader.c
 FUZZ_HTTP_BIN := $(FUZZ_BUILD)/fuzz_http
 FUZZ_HTTP_SRC := tests/fuzz/fuzz_http.c server/http/http_reader.c \
-	server/http/completion_api.c server/http/chat_api.c lib/text/tokenizer_train.c engine/request.c $(SAMPLER_SRC) lib/text/tokenizer.c lib/text/text_stop.c engine/request_fast.c engine/request_build.c lib/util/strbuf.c \
+	server/http/completion_api.c server/http/chat_api.c lib/text/tokenizer_train.c engine/request.c server/request/request_json.c server/request/request_fast.c server/request/request_build.c \
+	server/jsonl/jsonl_result.c $(SAMPLER_SRC) lib/text/tokenizer.c lib/text/text_stop.c lib/util/strbuf.c \
 	lib/text/stop_matcher.c lib/util/json_writer.c
 FUZZ_TOK_BIN := $(FUZZ_BUILD)/fuzz_tokenizer
 FUZZ_TOK_SRC := tests/fuzz/fuzz_tokenizer.c lib/text/tokenizer.c tools/refdecode/ref_tokenizer.c
@@ -371,10 +377,10 @@ fuzz-deps: deps
 	fi; \
 	rm -f $(FUZZ_BUILD)/probe
 
-$(FUZZ_BIN): $(FUZZ_SRC) tests/fuzz/fuzz_rng.h $(wildcard include/*/*.h lib/*/*.h engine/*.h server/*/*.h) | fuzz-deps
+$(FUZZ_BIN): $(FUZZ_SRC) tests/fuzz/fuzz_rng.h $(wildcard include/*/*.h lib/*/*.h engine/*.h server/*.h server/*/*.h) | fuzz-deps
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(FUZZ_SRC) -ljansson
 
-$(FUZZ_HTTP_BIN): $(FUZZ_HTTP_SRC) tests/fuzz/fuzz_rng.h $(wildcard include/*/*.h lib/*/*.h engine/*.h server/*/*.h) | fuzz-deps
+$(FUZZ_HTTP_BIN): $(FUZZ_HTTP_SRC) tests/fuzz/fuzz_rng.h $(wildcard include/*/*.h lib/*/*.h engine/*.h server/*.h server/*/*.h) | fuzz-deps
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(FUZZ_HTTP_SRC) -lhttp_parser -ljansson
 
 $(FUZZ_TOK_BIN): $(FUZZ_TOK_SRC) tools/refdecode/ref_tokenizer.h tests/fuzz/fuzz_rng.h lib/text/tokenizer.h | fuzz-deps

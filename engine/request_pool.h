@@ -64,7 +64,7 @@ struct live_request {
 	uint32_t next_choice;
 	uint32_t logprobs_cap;		/* tokens logprobs has room for */
 	/* The request asked for logprobs: a row of 1 + top_logprobs entries
-	 * per generated token (result.logprobs in request.h), room for
+	 * per generated token (result.logprobs in jsonl_result.h), room for
 	 * logprobs_cap tokens, grown as they come */
 	struct sampler_logprob *logprobs;
 	struct request req;		/* parsed input */

@@ -9,14 +9,12 @@
  * Exit status: 0 when every request got its result line, 2 for a usage or
  * configuration error, 1 when the engine itself failed.
  *
- * main() parses the options and wires the parts: the engine (with its
+ * main() parses the options through the table (options.h) and wires the parts: the engine (with its
  * io_uring loop), then the front end on that loop (jsonl_frontend for run,
  * http_server for serve), plugged in through frontend.h, then runs.
  */
 #include <fcntl.h>
 #include <errno.h>
-#include <getopt.h>
-#include <math.h>
 #include <stdbool.h>
 #include <malloc.h>
 #include <stdio.h>
@@ -26,120 +24,12 @@
 
 #include "server/http/chat_api.h"
 #include "engine/engine.h"
+#include "server/http/http_routes.h"
 #include "server/http/http_server.h"
 #include "server/jsonl/jsonl_frontend.h"
+#include "server/options.h"
 #include "util/log.h"
-#include "util/parse_num.h"
-
-static void usage(FILE *f)
-{
-	fprintf(f,
-"usage: dynbatch run [options]      decode JSON Lines requests\n"
-"       dynbatch serve [options]    serve an OpenAI-style HTTP API\n"
-"\n"
-"A continuous-batching engine: a coordinator and N worker processes sharing\n"
-"unnamed shared memory (each worker writes only its own shard's).\n"
-"\n"
-"Engine options (run and serve):\n"
-"  --workers N        worker processes (default: number of CPUs); 0 runs the\n"
-"                     same scheduler in one process, calling the model directly\n"
-"  --batch B          total batch slots across all workers (default 64)\n"
-"  --model SPEC       sim | sim:key=value,... | llama:CHECKPOINT[,key=value]\n"
-"                     | path/to/plugin.so[:args] (default sim). sim keys:\n"
-"                     vocab (32000), seed (0), call_us, row_us, token_ns (0),\n"
-"                     mode=spin|sleep, crash_token=T, hang_token=T.\n"
-"                     llama: a llama2.c checkpoint; key kernel=auto|avx2|portable\n"
-"  --max-context N    most tokens in one sequence, prompt included (default:\n"
-"                     the model's own limit, e.g. a checkpoint's seq_len,\n"
-"                     else 4096; more than the model's is refused)\n"
-"  --step-tokens N    stateful models (llama): at most N tokens per step; long\n"
-"                     prompts are prefilled in chunks between decode steps\n"
-"                     (default 512; 0: no budget, a prompt in one step)\n"
-"  --tokenizer PATH   llama2.c tokenizer.bin of exactly the model's vocabulary:\n"
-"                     string prompts, \"stop\" strings, results with text\n"
-"                     (default: the tokenizer.bin beside a llama checkpoint)\n"
-"  --stream           run: a line per step with the request's new text\n"
-"                     (\"delta\"), before its result line\n"
-"  --default-temperature T  the temperature of a request that sets none\n"
-"                     (default 0: greedy; OpenAI's default is 1)\n"
-"  --input FILE|-     JSON Lines requests (default -: standard input)\n"
-"  --output FILE|-    JSON Lines results (default -: standard output)\n"
-"  --max-line BYTES   longest input line; a longer one gets an error result\n"
-"                     and is skipped without being buffered (default 1048576)\n"
-"  --stats FILE       write the end-of-run summary as JSON to FILE\n"
-"  --queue N          waiting-queue capacity; input is read only while it has\n"
-"                     room (default 1024)\n"
-"  --step-timeout MS  a model step running longer kills its worker (10000)\n"
-"  --start-timeout MS a worker not ready (attached, model loaded) by then is\n"
-"                     killed and counts as a failed start (60000)\n"
-"  --poison-attempts N  lone failed steps before a request is failed as\n"
-"                     poison (default 2)\n"
-"  --policy P         dynamic (default): refill a freed slot before the\n"
-"                     shard's next step; static: refill a shard only when\n"
-"                     all its slots are free (for comparison)\n"
-"  --spin-us N        spin this long waiting before sleeping (default 20)\n"
-"  --worker-nice N    workers' nice value, so the coordinator that every\n"
-"                     shard waits on wins a busy CPU (default 5)\n"
-"  --progress / --no-progress  progress line on stderr (default: if a tty)\n"
-"  --garbage-every N  testing: workers garble every Nth result (N >= 2)\n"
-"  --help             this text\n"
-"\n"
-"serve options (POST /v1/completions, /v1/chat/completions, GET /v1/models,\n"
-"/health, /metrics;\n"
-"SIGTERM drains: no new connections, every accepted request finishes):\n"
-"  --listen HOST:PORT address to serve (default 127.0.0.1:8080; port 0 picks\n"
-"                     a free one, printed on stderr)\n"
-"  --api-key KEY      require 'Authorization: Bearer KEY' on every endpoint\n"
-"                     but /health (default: $DYNBATCH_API_KEY, else none)\n"
-"  --model-name NAME  the model's name in answers (default: sim, or the\n"
-"                     plugin's file name); no control characters\n"
-"  --max-connections N  open connections; more get 503 (default 1024)\n"
-"  --conn-buffer BYTES  unsent answer bytes per connection before no more\n"
-"                     pipelined requests are read from it and its stream\n"
-"                     gives up its slot until the client reads (default\n"
-"                     65536; also the socket's send buffer)\n"
-"  --write-timeout MS no output progress this long cancels the request and\n"
-"                     closes the connection (default 30000)\n"
-"  --read-timeout MS  a request must arrive whole within this (default 30000)\n"
-"  --idle-timeout MS  idle keep-alive connections close (default 60000)\n"
-"  --max-body BYTES   larger request bodies get 413 (default 1048576)\n"
-"  --max-header-bytes BYTES  request line + headers, else 431 (default 16384)\n"
-"  --max-headers N    header fields, else 431 (default 64)\n"
-"  --max-answer-bytes BYTES  the most a non-streamed answer may reach (n x\n"
-"                     max_tokens with text and logprobs), else 400 (16 MiB)\n"
-"  --answer-budget BYTES  all non-streamed answers being built together,\n"
-"                     else 429 (256 MiB)\n"
-"  --chat-template llama2|chatml  how /v1/chat/completions renders its\n"
-"                     messages into a prompt (llama2: Meta's [INST] format;\n"
-"                     chatml: <|im_start|>role ...); needs a tokenizer.\n"
-"                     Without it that endpoint answers 400\n"
-"\n"
-"Environment: DYNBATCH_WORKER (worker binary), DYNBATCH_LOG=error|warn|info|debug,\n"
-"DYNBATCH_API_KEY (serve)\n");
-}
-
-/* A temperature: a finite number >= 0 (as a request's field).  0 or 1. */
-static int parse_temperature(const char *s, float *out)
-{
-	char *end;
-	double d;
-
-	errno = 0;
-	d = strtod(s, &end);
-	if (!*s || *end || errno || !isfinite(d) || d < 0 || d > 1e6)
-		return 1;
-	*out = (float)d;
-	return 0;
-}
-
-/* A model name goes into answers and logs: no control characters. */
-static bool has_control_char(const char *s)
-{
-	for (; *s; s++)
-		if ((unsigned char)*s < 0x20 || *s == 0x7f)
-			return true;
-	return false;
-}
+#include "server/request/request_json.h"
 
 /* The name answers give the model: "sim", or a plugin's file name. */
 static const char *default_model_name(const char *spec, char *buf, size_t len)
@@ -244,95 +134,75 @@ static void std_fds_open(void)
 	}
 }
 
+/*
+ * The parsed options into the engine's and the front ends' configurations
+ * (the table's fields by name: options.h).
+ */
+static void options_wire(const struct server_options *o, bool serve,
+			 struct engine_config *cfg, struct http_config *http,
+			 struct jsonl_config *jsonl)
+{
+	*cfg = (struct engine_config){
+		.n_workers = o->workers,
+		.n_slots = o->batch,
+		.model_spec = o->model,
+		.tokenizer_path = o->tokenizer,
+		.max_context = o->max_context,
+		.step_tokens = o->step_tokens,
+		.stats_path = o->stats,
+		.queue_capacity = o->queue,
+		.step_timeout_ms = o->step_timeout_ms,
+		.start_timeout_ms = o->start_timeout_ms,
+		.policy_static = !strcmp(o->policy, "static"),
+		.spin_us = o->spin_us,
+		.garbage_every = o->garbage_every,
+		.poison_attempts = o->poison_attempts,
+		.worker_nice = o->worker_nice,
+		.progress = o->progress,
+	};
+	*http = (struct http_config){
+		.listen = o->listen,
+		.api_key = o->api_key,
+		.model_name = o->model_name,
+		.max_connections = o->max_connections,
+		.conn_buffer = o->conn_buffer,
+		.write_timeout_ms = o->write_timeout_ms,
+		.read_timeout_ms = o->read_timeout_ms,
+		.idle_timeout_ms = o->idle_timeout_ms,
+		.limits = { .max_header_bytes = o->max_header_bytes,
+			    .max_headers = o->max_headers,
+			    .max_body = o->max_body },
+		.default_temperature = o->default_temperature,
+		.max_answer_bytes = o->max_answer_bytes,
+		.answer_budget = o->answer_budget,
+		.routes = &http_api_routes,
+	};
+	/* the table's choices are chat_api's names: this cannot fail */
+	if (o->chat_template)
+		chat_template_from_name(o->chat_template, &http->chat_template);
+	*jsonl = (struct jsonl_config){
+		.input_path = o->input,
+		.output_path = o->output,
+		.max_line = o->max_line,
+		.default_temperature = o->default_temperature,
+		.stream = o->stream,
+	};
+	if (serve) {
+		cfg->keep_running = true;
+		/* a recv and a send may be queued per connection in one round */
+		cfg->io_entries = 1024;
+	}
+}
+
 int main(int argc, char **argv)
 {
-	enum { OPT_WORKERS = 256, OPT_BATCH, OPT_MODEL, OPT_MAX_CONTEXT, OPT_INPUT,
-	       OPT_OUTPUT, OPT_STATS, OPT_QUEUE, OPT_STEP_TIMEOUT, OPT_POISON,
-	       OPT_POLICY, OPT_SPIN, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_GARBAGE,
-	       OPT_WORKER_NICE, OPT_START_TIMEOUT, OPT_LISTEN, OPT_API_KEY,
-	       OPT_MODEL_NAME, OPT_MAX_CONN, OPT_CONN_BUFFER, OPT_WRITE_TIMEOUT,
-	       OPT_READ_TIMEOUT, OPT_IDLE_TIMEOUT, OPT_MAX_BODY, OPT_MAX_HEADER_BYTES,
-	       OPT_MAX_HEADERS, OPT_MAX_LINE, OPT_STEP_TOKENS,
-	       OPT_DEFAULT_TEMPERATURE, OPT_TOKENIZER, OPT_STREAM,
-	       OPT_MAX_ANSWER, OPT_ANSWER_BUDGET,
-	       OPT_CHAT_TEMPLATE };
-	static const struct option longopts[] = {
-		{ "workers", required_argument, NULL, OPT_WORKERS },
-		{ "batch", required_argument, NULL, OPT_BATCH },
-		{ "model", required_argument, NULL, OPT_MODEL },
-		{ "max-context", required_argument, NULL, OPT_MAX_CONTEXT },
-		{ "step-tokens", required_argument, NULL, OPT_STEP_TOKENS },
-		{ "default-temperature", required_argument, NULL,
-		  OPT_DEFAULT_TEMPERATURE },
-		{ "tokenizer", required_argument, NULL, OPT_TOKENIZER },
-		{ "max-answer-bytes", required_argument, NULL, OPT_MAX_ANSWER },
-		{ "answer-budget", required_argument, NULL, OPT_ANSWER_BUDGET },
-		{ "stream", no_argument, NULL, OPT_STREAM },
-		{ "input", required_argument, NULL, OPT_INPUT },
-		{ "output", required_argument, NULL, OPT_OUTPUT },
-		{ "stats", required_argument, NULL, OPT_STATS },
-		{ "max-line", required_argument, NULL, OPT_MAX_LINE },
-		{ "queue", required_argument, NULL, OPT_QUEUE },
-		{ "step-timeout", required_argument, NULL, OPT_STEP_TIMEOUT },
-		{ "start-timeout", required_argument, NULL, OPT_START_TIMEOUT },
-		{ "poison-attempts", required_argument, NULL, OPT_POISON },
-		{ "policy", required_argument, NULL, OPT_POLICY },
-		{ "spin-us", required_argument, NULL, OPT_SPIN },
-		{ "progress", no_argument, NULL, OPT_PROGRESS },
-		{ "no-progress", no_argument, NULL, OPT_NO_PROGRESS },
-		{ "garbage-every", required_argument, NULL, OPT_GARBAGE },
-		{ "worker-nice", required_argument, NULL, OPT_WORKER_NICE },
-		{ "listen", required_argument, NULL, OPT_LISTEN },
-		{ "api-key", required_argument, NULL, OPT_API_KEY },
-		{ "model-name", required_argument, NULL, OPT_MODEL_NAME },
-		{ "max-connections", required_argument, NULL, OPT_MAX_CONN },
-		{ "conn-buffer", required_argument, NULL, OPT_CONN_BUFFER },
-		{ "write-timeout", required_argument, NULL, OPT_WRITE_TIMEOUT },
-		{ "read-timeout", required_argument, NULL, OPT_READ_TIMEOUT },
-		{ "idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT },
-		{ "max-body", required_argument, NULL, OPT_MAX_BODY },
-		{ "max-header-bytes", required_argument, NULL, OPT_MAX_HEADER_BYTES },
-		{ "max-headers", required_argument, NULL, OPT_MAX_HEADERS },
-		{ "chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	struct engine_config cfg = {
-		.n_workers = ncpu > 0 ? (uint32_t)ncpu : 1,
-		.n_slots = 64,
-		.model_spec = "sim",
-		.step_tokens = ENGINE_DEFAULT_STEP_TOKENS,
-		.queue_capacity = 1024,
-		.step_timeout_ms = 10000,
-		.start_timeout_ms = 60000,
-		.spin_us = 20,
-		.poison_attempts = 2,
-		.worker_nice = 5,
-		.progress = -1,
-	};
-	struct http_config http = {
-		.listen = "127.0.0.1:8080",
-		.api_key = getenv("DYNBATCH_API_KEY"),
-		.max_connections = 1024,
-		.conn_buffer = 65536,
-		.write_timeout_ms = 30000,
-		.read_timeout_ms = 30000,
-		.idle_timeout_ms = 60000,
-		.limits = { .max_header_bytes = 16384, .max_headers = 64,
-			    .max_body = 1u << 20 },
-		.max_answer_bytes = 16u << 20,
-		.answer_budget = 256u << 20,
-	};
-	struct jsonl_config jsonl = {
-		.input_path = "-",
-		.output_path = "-",
-		.max_line = 1u << 20,
-	};
+	struct server_options o;
+	struct engine_config cfg;
+	struct http_config http;
+	struct jsonl_config jsonl;
 	char name_buf[128];
-	bool serve, serve_opt = false, run_opt = false;
-	uint32_t v;
-	int c, idx = 0, bad = 0;
+	bool serve;
+	int rc;
 
 	/* Requests with many stop sequences build automata of a few hundred
 	 * KiB each; served from mmap they would cost page faults on every
@@ -343,7 +213,11 @@ int main(int argc, char **argv)
 	std_fds_open();
 	log_init_from_env();
 	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-		usage(stdout);
+		options_print_usage(stdout);
+		return 0;
+	}
+	if (argc >= 2 && !strcmp(argv[1], "--help-markdown")) {
+		options_print_markdown(stdout);
 		return 0;
 	}
 	if (argc < 2 || (strcmp(argv[1], "run") && strcmp(argv[1], "serve"))) {
@@ -352,189 +226,20 @@ int main(int argc, char **argv)
 		return ENGINE_EXIT_USAGE;
 	}
 	serve = !strcmp(argv[1], "serve");
-	argv++;
-	argc--;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":h", longopts, &idx)) != -1) {
-		switch (c) {
-		case OPT_WORKERS:
-			bad = parse_u32(optarg, 0, 1024, &cfg.n_workers);
-			break;
-		case OPT_BATCH:
-			bad = parse_u32(optarg, 1, 65536, &cfg.n_slots);
-			break;
-		case OPT_MODEL:
-			cfg.model_spec = optarg;
-			break;
-		case OPT_MAX_CONTEXT:
-			bad = parse_u32(optarg, 1, 1u << 24, &cfg.max_context);
-			break;
-		case OPT_STEP_TOKENS:
-			bad = parse_u32(optarg, 0, 1u << 24, &cfg.step_tokens);
-			break;
-		case OPT_INPUT:
-			jsonl.input_path = optarg;
-			run_opt = true;
-			break;
-		case OPT_OUTPUT:
-			jsonl.output_path = optarg;
-			run_opt = true;
-			break;
-		case OPT_MAX_ANSWER:
-			bad = parse_u64(optarg, 1024, UINT64_MAX / 2,
-					&http.max_answer_bytes);
-			serve_opt = true;
-			break;
-		case OPT_ANSWER_BUDGET:
-			bad = parse_u64(optarg, 1024, UINT64_MAX / 2,
-					&http.answer_budget);
-			serve_opt = true;
-			break;
-		case OPT_TOKENIZER:
-			cfg.tokenizer_path = optarg;
-			break;
-		case OPT_STREAM:
-			jsonl.stream = true;
-			run_opt = true;
-			break;
-		case OPT_DEFAULT_TEMPERATURE:
-			bad = parse_temperature(optarg, &jsonl.default_temperature);
-			http.default_temperature = jsonl.default_temperature;
-			break;
-		case OPT_MAX_LINE:
-			bad = parse_u32(optarg, 1, 1u << 30, &jsonl.max_line);
-			run_opt = true;
-			break;
-		case OPT_LISTEN:
-			http.listen = optarg;
-			serve_opt = true;
-			break;
-		case OPT_API_KEY:
-			http.api_key = optarg;
-			serve_opt = true;
-			bad = !*optarg;
-			break;
-		case OPT_MODEL_NAME:
-			http.model_name = optarg;
-			serve_opt = true;
-			if (*optarg && has_control_char(optarg)) {
-				fprintf(stderr, "dynbatch: --model-name must not contain "
-					"control characters (tab, newline, ...)\n");
-				return ENGINE_EXIT_USAGE;
-			}
-			bad = !*optarg;
-			break;
-		case OPT_MAX_CONN:
-			bad = parse_u32(optarg, 1, 65536, &http.max_connections);
-			serve_opt = true;
-			break;
-		case OPT_CONN_BUFFER:
-			bad = parse_u32(optarg, 4096, 1u << 30, &http.conn_buffer);
-			serve_opt = true;
-			break;
-		case OPT_WRITE_TIMEOUT:
-			bad = parse_u32(optarg, 1, 86400000, &http.write_timeout_ms);
-			serve_opt = true;
-			break;
-		case OPT_READ_TIMEOUT:
-			bad = parse_u32(optarg, 1, 86400000, &http.read_timeout_ms);
-			serve_opt = true;
-			break;
-		case OPT_IDLE_TIMEOUT:
-			bad = parse_u32(optarg, 1, 86400000, &http.idle_timeout_ms);
-			serve_opt = true;
-			break;
-		case OPT_MAX_BODY:
-			bad = parse_u32(optarg, 1, 1u << 30, &http.limits.max_body);
-			serve_opt = true;
-			break;
-		case OPT_MAX_HEADER_BYTES:
-			bad = parse_u32(optarg, 256, 1u << 20, &http.limits.max_header_bytes);
-			serve_opt = true;
-			break;
-		case OPT_MAX_HEADERS:
-			bad = parse_u32(optarg, 4, 10000, &http.limits.max_headers);
-			serve_opt = true;
-			break;
-		case OPT_CHAT_TEMPLATE:
-			serve_opt = true;
-			if (chat_template_from_name(optarg, &http.chat_template)) {
-				fprintf(stderr, "dynbatch: unknown --chat-template '%s' "
-					"(known: " CHAT_TEMPLATE_NAMES ")\n", optarg);
-				return ENGINE_EXIT_USAGE;
-			}
-			break;
-		case OPT_STATS:
-			cfg.stats_path = optarg;
-			break;
-		case OPT_QUEUE:
-			bad = parse_u32(optarg, 1, 1u << 22, &cfg.queue_capacity);
-			break;
-		case OPT_STEP_TIMEOUT:
-			bad = parse_u32(optarg, 1, 86400000, &v);
-			cfg.step_timeout_ms = v;
-			break;
-		case OPT_START_TIMEOUT:
-			bad = parse_u32(optarg, 1, 86400000, &v);
-			cfg.start_timeout_ms = v;
-			break;
-		case OPT_POISON:
-			bad = parse_u32(optarg, 1, 1000, &cfg.poison_attempts);
-			break;
-		case OPT_POLICY:
-			if (!strcmp(optarg, "static"))
-				cfg.policy_static = true;
-			else if (strcmp(optarg, "dynamic"))
-				bad = -1;
-			break;
-		case OPT_SPIN:
-			bad = parse_u32(optarg, 0, 1000000, &cfg.spin_us);
-			break;
-		case OPT_PROGRESS:
-			cfg.progress = 1;
-			break;
-		case OPT_NO_PROGRESS:
-			cfg.progress = 0;
-			break;
-		case OPT_WORKER_NICE:
-			bad = parse_u32(optarg, 0, 19, &cfg.worker_nice);
-			break;
-		case OPT_GARBAGE:
-			/* 1 would garble every result: no step could ever complete */
-			bad = parse_u32(optarg, 0, 1u << 30, &cfg.garbage_every) ||
-			      cfg.garbage_every == 1;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		case ':':
-			fprintf(stderr, "dynbatch: option %s needs a value\n", argv[optind - 1]);
-			return ENGINE_EXIT_USAGE;
-		default:
-			fprintf(stderr, "dynbatch: unknown option '%s' (see --help)\n",
-				argv[optind - 1]);
-			return ENGINE_EXIT_USAGE;
-		}
-		if (bad) {
-			fprintf(stderr, "dynbatch: bad value '%s' for --%s (see --help)\n",
-				optarg, longopts[idx].name);
-			return ENGINE_EXIT_USAGE;
-		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, "dynbatch: unexpected argument '%s' (see --help)\n",
-			argv[optind]);
-		return ENGINE_EXIT_USAGE;
-	}
-	if (serve && run_opt) {
+	options_init(&o);
+	rc = options_parse(argc - 1, argv + 1, &o);
+	if (rc)
+		return rc > 0 ? ENGINE_EXIT_OK : ENGINE_EXIT_USAGE;
+	if (serve && (o.modes_given & OPTION_RUN)) {
 		fprintf(stderr, "dynbatch serve: --input, --output and --max-line are for "
 			"'dynbatch run'; requests come over HTTP\n");
 		return ENGINE_EXIT_USAGE;
 	}
-	if (!serve && serve_opt) {
+	if (!serve && (o.modes_given & OPTION_SERVE)) {
 		fprintf(stderr, "dynbatch run: HTTP options are for 'dynbatch serve'\n");
 		return ENGINE_EXIT_USAGE;
 	}
+	options_wire(&o, serve, &cfg, &http, &jsonl);
 	if (serve) {
 		if (!http.model_name)
 			http.model_name = default_model_name(cfg.model_spec, name_buf,
@@ -546,9 +251,6 @@ int main(int argc, char **argv)
 				"empty; set a key, or unset it to serve without one\n");
 			return ENGINE_EXIT_USAGE;
 		}
-		cfg.keep_running = true;
-		/* a recv and a send may be queued per connection in one round */
-		cfg.io_entries = 1024;
 	}
 	return run(&cfg, serve ? &http : NULL, &jsonl);
 }

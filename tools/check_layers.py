@@ -43,6 +43,7 @@ INCLUDE_PATH = ["include", "lib", "."]
 LAYERS = [
     ["server"],                         # main.c: options, wiring
     ["server/http", "server/jsonl"],    # the two front ends
+    ["server/request"],                 # the request JSON codec both use
     ["engine"],                         # requests in flight, admission, commit
     ["sched"],                          # placement, refill, waiting
     ["shard"],                          # worker processes, supervision
@@ -88,14 +89,11 @@ EXCEPTIONS = [
     ("engine/engine_internal.h", "engine/engine.h"),
     # http_server.c and http_routes.c share struct conn: point 4 gives the
     # routes a connection API instead.
-    ("server/http/http_server_internal.h", "server/http/http_server.h"),
     # sampler.c, sampler_select.c and sampler_avx2.c: point 3 puts the ISA
     # choice in a table.
     ("lib/sampling/sampler_internal.h", "lib/sampling/sampler.h"),
     # The request type and its codecs: point 4 splits the type from the
     # JSONL and HTTP formats (moving to server/).
-    ("engine/request_build.h", "engine/request.h"),
-    ("engine/request_fast.h", "engine/request.h"),
     ("engine/request_text.c", "engine/request_pool.h"),
 ]
 
@@ -122,6 +120,7 @@ FOLDER_NOTES = {
     "server": "the dynbatch command line",
     "server/http": "serve: connections, HTTP reader, routes, bodies",
     "server/jsonl": "run: input lines, parser thread, result lines",
+    "server/request": "the request JSON codec: jansson, fast path, stop fields",
     "shard": "worker processes: start, watch, replace",
     "tests": "the test suites",
     "tests/e2e": "end-to-end tests of the real binaries",

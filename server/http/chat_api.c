@@ -31,6 +31,7 @@
 #include "util/json_writer.h"
 #include "text/text_stop.h"
 #include "text/tokenizer.h"
+#include "server/request/request_json.h"
 
 static const char *const role_names[] = {
 	[CHAT_ROLE_SYSTEM] = "system",

@@ -34,7 +34,7 @@
  *     <s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {assistant} </s><s>[INST] {user} [/INST]
  *   BOS AND EOS: the <s> and </s> there are the tokens BOS and EOS, never
  *   text.  Each turn is encoded on its own, BOS first (as every encoded
- *   text is: request.c's string prompts), and every turn but the open
+ *   text is: request_json.c's string prompts), and every turn but the open
  *   one is followed by the EOS token; the request's prompt is that token
  *   sequence.  Why not the text "</s><s>" between turns: our tokenizer
  *   (tokenizer.h) has no special-token parsing, so the text "</s>" would
@@ -65,6 +65,7 @@
 #include "server/http/completion_api.h"
 #include "engine/request.h"
 #include "util/strbuf.h"
+#include "server/request/request_json.h"
 
 struct tokenizer;
 

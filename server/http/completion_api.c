@@ -22,6 +22,7 @@
 #include <jansson.h>
 
 #include "util/json_writer.h"
+#include "server/request/request_json.h"
 
 static const char *const known_fields[] = {
 	"id", "prompt", "max_tokens", "stop_token", "stop_token_ids",

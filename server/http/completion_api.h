@@ -20,6 +20,7 @@
 #include "engine/request.h"
 #include "sampling/sampler.h"
 #include "util/strbuf.h"
+#include "server/request/request_json.h"
 
 /*
  * Ids the server generates for requests without one start with this; a
@@ -60,7 +61,7 @@ struct completion_usage {
 
 /*
  * One choice of an answer (or its new part, in an event).  logprobs,
- * when not NULL, has n_tokens entries of logprob_stride (request.h's
+ * when not NULL, has n_tokens entries of logprob_stride (jsonl_result.h's
  * struct result) and is written in the completions shape, each token
  * named "token_id:<id>" (there is no text):
  *   "logprobs":{"tokens":[..],"token_logprobs":[..],

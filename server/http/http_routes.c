@@ -1,20 +1,19 @@
 /*
  * http_routes.c - the application side of `dynbatch serve` (http_server.h):
- * what a parsed request gets.  Routing (/health, /metrics, /v1/models,
- * /v1/completions and /v1/chat/completions with their admission through
- * engine_submit()), the answers (respond(), respond_error(), error
- * bodies), and the engine callbacks that answer or stream a completion,
- * in the completions shapes (completion_api.h) or, for a chat request
- * (conn.chat), the chat shapes (chat_api.h).  Connections, I/O, timers
- * and draining are http_server.c's; the state both share is in
- * http_server_internal.h.
- *
- * Entry points: route() (from http_server.c's pump, for each whole request
- * parsed), respond_error() (http_server.c's read errors and timeouts), and
- * http_on_tokens() / http_on_finish(), the frontend_ops callbacks that
- * http_server_ops points at.
+ * what a parsed request gets.  The route table http_api_routes
+ * (/health, /metrics, /v1/models, /v1/completions and
+ * /v1/chat/completions, the last two with their admission through
+ * engine_submit()) and the engine callbacks that answer or stream a
+ * completion, in the completions shapes (completion_api.h) or, for a chat
+ * request (conn.chat), the chat shapes (chat_api.h).  Connections, I/O,
+ * timers, draining, the lookup in the table (API key, 404, 405) and the
+ * answers' framing (respond(), respond_error()) are http_server.c's; a
+ * route uses only what http_conn.h offers.
  */
-#include "server/http/http_server_internal.h"
+#include "server/http/http_routes.h"
+
+#include "server/http/http_conn.h"
+#include "server/http/http_server.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -31,27 +30,6 @@
 #include "text/tokenizer.h"
 #include "util/log.h"
 #include "engine/request.h"
-
-static const char *status_text(int status)
-{
-	switch (status) {
-	case 100: return "Continue";
-	case 200: return "OK";
-	case 400: return "Bad Request";
-	case 401: return "Unauthorized";
-	case 404: return "Not Found";
-	case 405: return "Method Not Allowed";
-	case 408: return "Request Timeout";
-	case 409: return "Conflict";
-	case 413: return "Content Too Large";
-	case 429: return "Too Many Requests";
-	case 431: return "Request Header Fields Too Large";
-	case 500: return "Internal Server Error";
-	case 503: return "Service Unavailable";
-	case 505: return "HTTP Version Not Supported";
-	default:  return "Error";
-	}
-}
 
 static uint64_t cookie_of(const struct http_server *srv, const struct conn *c)
 {
@@ -75,58 +53,6 @@ static struct conn *conn_of_cookie(struct http_server *srv, uint64_t cookie)
 /* ------------------------------------------------------------------------
  * Answers
  * ---------------------------------------------------------------------- */
-
-/* The request is answered: ready for the next one, or close after it. */
-static void conn_request_done(struct http_server *srv, struct conn *c)
-{
-	if (!c->keep_alive || !srv->accepting)
-		c->close_after_send = true;
-	c->head_request = false;
-	http_reader_reset(&c->reader);
-	c->request_start_ns = conn_unparsed(c) ? clock_now_ns() : 0;
-	c->idle_since_ns = clock_now_ns();
-	conn_mark(srv, c);
-}
-
-/* A whole answer with a body: head, srv->body, then the next request. */
-static void respond(struct http_server *srv, struct conn *c, int status,
-		    const char *content_type, const char *extra_headers)
-{
-	size_t before = conn_buffered(c);
-	bool close = !c->keep_alive || !srv->accepting;
-
-	c->keep_alive = !close;
-	if (status >= 0 && status < HTTP_STATUS_MAX)
-		srv->n_status[status]++;
-	if (strbuf_printf(&c->out.fill, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n"
-			  "Content-Length: %zu\r\n%s%s\r\n", status,
-			  status_text(status), content_type, srv->body.len,
-			  extra_headers ? extra_headers : "",
-			  close ? "Connection: close\r\n" : "") ||
-	    (!c->head_request &&
-	     strbuf_append(&c->out.fill, srv->body.data, srv->body.len))) {
-		LOG(LOG_ERROR, "out of memory answering a request");
-		conn_drop(srv, c);
-		return;
-	}
-	srv->body.len = 0;
-	if (srv->body.cap > HTTP_KEEP_BUFFER)	/* a large answer's scratch */
-		strbuf_release(&srv->body);
-	conn_note_output(c, before);
-	conn_request_done(srv, c);
-}
-
-void respond_error(struct http_server *srv, struct conn *c, int status,
-		   const char *message, const char *type,
-		   const char *param, const char *extra_headers)
-{
-	srv->body.len = 0;
-	if (api_format_error(&srv->body, message, type, param, NULL)) {
-		conn_drop(srv, c);
-		return;
-	}
-	respond(srv, c, status, "application/json", extra_headers);
-}
 
 /* Append body as one HTTP chunk. */
 static int put_chunk(struct strbuf *out, const struct strbuf *body)
@@ -167,18 +93,6 @@ static void conn_choices_start(struct conn *c, uint32_t n)
 	ch->n_done = 0;
 	ch->n_generated = 0;
 	ch->failed = false;
-	ch->kept = NULL;
-}
-
-/* Free what a non-streaming answer of n > 1 choices kept. */
-void conn_choices_free(struct conn_choices *ch)
-{
-	for (uint32_t i = 0; ch->kept && i < ch->n; i++) {
-		free(ch->kept[i].tokens);
-		free(ch->kept[i].logprobs);
-		free(ch->kept[i].text);
-	}
-	free(ch->kept);
 	ch->kept = NULL;
 }
 
@@ -410,73 +324,6 @@ static void route_chat(struct http_server *srv, struct conn *c)
 	route_generate(srv, c, true);
 }
 
-/* Bearer-token check, in time independent of where the key differs. */
-static bool authorized(const struct http_server *srv, const struct conn *c)
-{
-	const struct strbuf *a = &c->reader.msg.authorization;
-	const char *key = srv->cfg->api_key;
-	size_t n;
-	unsigned char diff = 0;
-
-	if (!key)
-		return true;
-	n = strlen(key);
-	if (a->len != 7 + n || strncasecmp(a->data, "Bearer ", 7))
-		return false;
-	for (size_t i = 0; i < n; i++)
-		diff |= (unsigned char)(a->data[7 + i] ^ key[i]);
-	return diff == 0;
-}
-
-void route(struct http_server *srv, struct conn *c)
-{
-	static const struct {
-		const char *path;
-		unsigned method;
-		void (*fn)(struct http_server *, struct conn *);
-	} routes[] = {
-		{ "/v1/completions", HTTP_POST, route_completions },
-		{ "/v1/chat/completions", HTTP_POST, route_chat },
-		{ "/v1/models", HTTP_GET, route_models },
-		{ "/health", HTTP_GET, route_health },
-		{ "/metrics", HTTP_GET, route_metrics },
-	};
-	const struct http_message *m = &c->reader.msg;
-	size_t len = strcspn(m->target.len ? m->target.data : "", "?");
-	char allow[64];
-
-	c->keep_alive = m->keep_alive;
-	/* HEAD is GET without the body (RFC 9110 9.3.2); respond() drops it. */
-	c->head_request = m->method == HTTP_HEAD;
-	/* Everything but /health needs the key, unknown paths included:
-	 * without it a client learns nothing, not even what exists. */
-	if (!(len == 7 && !strncmp(m->target.data, "/health", 7)) &&
-	    !authorized(srv, c)) {
-		respond_error(srv, c, 401, "missing or wrong API key "
-			      "(Authorization: Bearer KEY)", "invalid_request_error",
-			      NULL, "WWW-Authenticate: Bearer\r\n");
-		return;
-	}
-	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
-		if (strlen(routes[i].path) != len ||
-		    strncmp(routes[i].path, m->target.data, len))
-			continue;
-		if (m->method != routes[i].method &&
-		    !(c->head_request && routes[i].method == HTTP_GET)) {
-			snprintf(allow, sizeof(allow), "Allow: %s\r\n",
-				 routes[i].method == HTTP_GET ? "GET, HEAD" :
-				 http_method_str(routes[i].method));
-			respond_error(srv, c, 405, "method not allowed",
-				      "invalid_request_error", NULL, allow);
-			return;
-		}
-		routes[i].fn(srv, c);
-		return;
-	}
-	respond_error(srv, c, 404, "no such endpoint", "invalid_request_error",
-		      NULL, NULL);
-}
-
 /* ------------------------------------------------------------------------
  * Engine callbacks
  * ---------------------------------------------------------------------- */
@@ -490,7 +337,7 @@ static void conn_drop_later(struct http_server *srv, struct conn *c)
 }
 
 /* n more tokens of one choice are final: one event. */
-void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req,
+static void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req,
 		    const int32_t *tokens, const struct sampler_logprob *logprobs,
 		    uint32_t n, const char *text, size_t text_len)
 {
@@ -686,7 +533,7 @@ static bool conn_choice_ended(struct conn *c, const struct frontend_result *r)
 
 /* A choice of the request ended: the answer once all have, or the end
  * of the choice's stream. */
-void http_on_finish(void *ctx, uint64_t cookie, const struct frontend_result *r)
+static void http_on_finish(void *ctx, uint64_t cookie, const struct frontend_result *r)
 {
 	struct http_server *srv = ctx;
 	struct conn *c = conn_of_cookie(srv, cookie);
@@ -747,3 +594,24 @@ void http_on_finish(void *ctx, uint64_t cookie, const struct frontend_result *r)
 	}
 	respond(srv, c, 200, "application/json", NULL);
 }
+
+/* ------------------------------------------------------------------------
+ * The table (http_conn.h): the server looks each request up in it
+ * ---------------------------------------------------------------------- */
+
+static const struct http_route api_routes[] = {
+	{ "/v1/completions", HTTP_ROUTE_METHOD(HTTP_POST), false, route_completions },
+	{ "/v1/chat/completions", HTTP_ROUTE_METHOD(HTTP_POST), false, route_chat },
+	{ "/v1/models", HTTP_ROUTE_METHOD(HTTP_GET), false, route_models },
+	/* Everything but /health needs the key, unknown paths included:
+	 * without it a client learns nothing, not even what exists. */
+	{ "/health", HTTP_ROUTE_METHOD(HTTP_GET), true, route_health },
+	{ "/metrics", HTTP_ROUTE_METHOD(HTTP_GET), false, route_metrics },
+};
+
+const struct http_route_table http_api_routes = {
+	.routes = api_routes,
+	.n_routes = sizeof(api_routes) / sizeof(api_routes[0]),
+	.on_tokens = http_on_tokens,
+	.on_finish = http_on_finish,
+};

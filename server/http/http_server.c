@@ -4,10 +4,12 @@
  * The connection side of the HTTP front end: accepting, recv and send
  * (through out_writer), timers, half-close and reset detection,
  * backpressure, draining, the work list, and the frontend_ops table
- * (pump, tick, on_signal, done).  What a parsed request gets (routing,
- * the answers, the engine callbacks on_tokens and on_finish) is in
- * http_routes.c; the state both share (struct http_server, struct conn)
- * is in http_server_internal.h.  The notes below cover both files.
+ * (pump, tick, on_signal, done), the lookup of each whole request in the
+ * route table the server is given (API key, 404, 405) and the answers'
+ * framing (respond(), respond_error()).  What a request gets (the
+ * handlers, the engine callbacks on_tokens and on_finish) is the table's:
+ * http_routes.c for the API; what a route may use of this side is
+ * http_conn.h.  The notes below cover both files.
  *
  * NOTES ON THE DESIGN
  *
@@ -57,7 +59,7 @@
  * write_timeout_ms cancels the request and closes the connection.
  */
 #include "server/http/http_server.h"
-#include "server/http/http_server_internal.h"
+#include "server/http/http_conn.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -67,6 +69,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -80,11 +83,177 @@
 #include "util/parse_num.h"
 #include "engine/request.h"
 #include "engine/request_pool.h"
+#include "server/request/request_json.h"
+#include "server/http/completion_api.h"
 
 #define HTTP_IN_SIZE (64u * 1024)	/* receive buffer per connection */
 #define HTTP_TICK_NS (5ull * 1000 * 1000)	/* timeout scan period */
 #define HTTP_ACCEPT_RETRY_NS (50ull * 1000 * 1000)
 #define HTTP_PEER_CHECK_NS (50ull * 1000 * 1000)	/* reset check, no recv posted */
+
+/* ------------------------------------------------------------------------
+ * Answers and routing
+ * ---------------------------------------------------------------------- */
+
+const char *http_status_text(int status)
+{
+	switch (status) {
+	case 100: return "Continue";
+	case 200: return "OK";
+	case 400: return "Bad Request";
+	case 401: return "Unauthorized";
+	case 404: return "Not Found";
+	case 405: return "Method Not Allowed";
+	case 408: return "Request Timeout";
+	case 409: return "Conflict";
+	case 413: return "Content Too Large";
+	case 429: return "Too Many Requests";
+	case 431: return "Request Header Fields Too Large";
+	case 500: return "Internal Server Error";
+	case 503: return "Service Unavailable";
+	case 505: return "HTTP Version Not Supported";
+	default:  return "Error";
+	}
+}
+
+/* The request is answered: ready for the next one, or close after it. */
+void conn_request_done(struct http_server *srv, struct conn *c)
+{
+	if (!c->keep_alive || !srv->accepting)
+		c->close_after_send = true;
+	c->head_request = false;
+	http_reader_reset(&c->reader);
+	c->request_start_ns = conn_unparsed(c) ? clock_now_ns() : 0;
+	c->idle_since_ns = clock_now_ns();
+	conn_mark(srv, c);
+}
+
+/* A whole answer with a body: head, srv->body, then the next request. */
+void respond(struct http_server *srv, struct conn *c, int status,
+	     const char *content_type, const char *extra_headers)
+{
+	size_t before = conn_buffered(c);
+	bool close = !c->keep_alive || !srv->accepting;
+
+	c->keep_alive = !close;
+	if (status >= 0 && status < HTTP_STATUS_MAX)
+		srv->n_status[status]++;
+	if (strbuf_printf(&c->out.fill, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n"
+			  "Content-Length: %zu\r\n%s%s\r\n", status,
+			  http_status_text(status), content_type, srv->body.len,
+			  extra_headers ? extra_headers : "",
+			  close ? "Connection: close\r\n" : "") ||
+	    (!c->head_request &&
+	     strbuf_append(&c->out.fill, srv->body.data, srv->body.len))) {
+		LOG(LOG_ERROR, "out of memory answering a request");
+		conn_drop(srv, c);
+		return;
+	}
+	srv->body.len = 0;
+	if (srv->body.cap > HTTP_KEEP_BUFFER)	/* a large answer's scratch */
+		strbuf_release(&srv->body);
+	conn_note_output(c, before);
+	conn_request_done(srv, c);
+}
+
+void respond_error(struct http_server *srv, struct conn *c, int status,
+		   const char *message, const char *type,
+		   const char *param, const char *extra_headers)
+{
+	srv->body.len = 0;
+	if (api_format_error(&srv->body, message, type, param, NULL)) {
+		conn_drop(srv, c);
+		return;
+	}
+	respond(srv, c, status, "application/json", extra_headers);
+}
+
+/* Free what a non-streaming answer of n > 1 choices kept. */
+void conn_choices_free(struct conn_choices *ch)
+{
+	for (uint32_t i = 0; ch->kept && i < ch->n; i++) {
+		free(ch->kept[i].tokens);
+		free(ch->kept[i].logprobs);
+		free(ch->kept[i].text);
+	}
+	free(ch->kept);
+	ch->kept = NULL;
+}
+
+/* Bearer-token check, in time independent of where the key differs. */
+static bool authorized(const struct http_server *srv, const struct conn *c)
+{
+	const struct strbuf *a = &c->reader.msg.authorization;
+	const char *key = srv->cfg->api_key;
+	size_t n;
+	unsigned char diff = 0;
+
+	if (!key)
+		return true;
+	n = strlen(key);
+	if (a->len != 7 + n || strncasecmp(a->data, "Bearer ", 7))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		diff |= (unsigned char)(a->data[7 + i] ^ key[i]);
+	return diff == 0;
+}
+
+/* The methods route r answers, for a 405's Allow header. */
+static void route_allow(const struct http_route *r, char *buf, size_t len)
+{
+	size_t at = 0;
+
+	buf[0] = '\0';
+	for (unsigned m = 0; m < 32 && at < len; m++) {
+		if (!(r->methods & HTTP_ROUTE_METHOD(m)))
+			continue;
+		at += (size_t)snprintf(buf + at, len - at, "%s%s", at ? ", " : "",
+				       m == HTTP_GET ? "GET, HEAD" :
+				       http_method_str((enum http_method)m));
+	}
+}
+
+/*
+ * Look c's whole request up in the server's route table: 401 without the
+ * key (unless the route is open), 404 for no route, 405 for a method it
+ * does not answer (with Allow), else its handler answers.
+ */
+static void route_request(struct http_server *srv, struct conn *c)
+{
+	const struct http_route_table *t = srv->cfg->routes;
+	const struct http_message *m = &c->reader.msg;
+	size_t len = strcspn(m->target.len ? m->target.data : "", "?");
+	const struct http_route *r = NULL;
+	char allow[64], header[80];
+
+	c->keep_alive = m->keep_alive;
+	/* HEAD is GET without the body (RFC 9110 9.3.2); respond() drops it. */
+	c->head_request = m->method == HTTP_HEAD;
+	for (size_t i = 0; i < t->n_routes && !r; i++)
+		if (strlen(t->routes[i].path) == len &&
+		    !strncmp(t->routes[i].path, m->target.data, len))
+			r = &t->routes[i];
+	if (!(r && r->open) && !authorized(srv, c)) {
+		respond_error(srv, c, 401, "missing or wrong API key "
+			      "(Authorization: Bearer KEY)", "invalid_request_error",
+			      NULL, "WWW-Authenticate: Bearer\r\n");
+		return;
+	}
+	if (!r) {
+		respond_error(srv, c, 404, "no such endpoint",
+			      "invalid_request_error", NULL, NULL);
+		return;
+	}
+	if (!(r->methods & HTTP_ROUTE_METHOD(m->method)) &&
+	    !(c->head_request && (r->methods & HTTP_ROUTE_METHOD(HTTP_GET)))) {
+		route_allow(r, allow, sizeof(allow));
+		snprintf(header, sizeof(header), "Allow: %s\r\n", allow);
+		respond_error(srv, c, 405, "method not allowed",
+			      "invalid_request_error", NULL, header);
+		return;
+	}
+	r->handler(srv, c);
+}
 
 /* ------------------------------------------------------------------------
  * Closing
@@ -193,7 +362,7 @@ static bool conn_process_input(struct http_server *srv, struct conn *c)
 				      "invalid_request_error", NULL, NULL);
 			break;
 		}
-		route(srv, c);
+		route_request(srv, c);
 	}
 	/* After a half-close nothing more comes: once every whole request
 	 * is answered (a partial one never will be), close. */
@@ -580,6 +749,26 @@ static bool http_done(void *ctx)
 	const struct http_server *srv = ctx;
 
 	return !srv->accepting && http_server_flushed(srv);
+}
+
+/* The engine's callbacks go to the route table's (http_conn.h). */
+static void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req,
+			   const int32_t *tokens,
+			   const struct sampler_logprob *logprobs, uint32_t n,
+			   const char *text, size_t text_len)
+{
+	const struct http_server *srv = ctx;
+
+	srv->cfg->routes->on_tokens(ctx, cookie, req, tokens, logprobs, n, text,
+				    text_len);
+}
+
+static void http_on_finish(void *ctx, uint64_t cookie,
+			   const struct frontend_result *r)
+{
+	const struct http_server *srv = ctx;
+
+	srv->cfg->routes->on_finish(ctx, cookie, r);
 }
 
 const struct frontend_ops http_server_ops = {

@@ -27,37 +27,16 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "server/http/chat_api.h"
 #include "engine/frontend.h"
-#include "server/http/http_reader.h"
+#include "server/http/http_config.h"
 #include "engine/stats.h"
 
 struct engine;
+struct http_route_table;
 struct io_ring;
 struct request_limits;
 struct strbuf;
 
-struct http_config {
-	const char *listen;		/* "host:port"; port 0 picks one */
-	const char *api_key;		/* NULL: no Authorization needed */
-	const char *model_name;		/* in answers and GET /v1/models */
-	uint32_t max_connections;	/* more are answered 503 and closed */
-	uint32_t conn_buffer;		/* unsent answer bytes per connection
-					 * before it stops reading requests and
-					 * its stream pauses (also its SO_SNDBUF) */
-	uint32_t write_timeout_ms;	/* no output progress this long: cancel */
-	uint32_t read_timeout_ms;	/* a request must arrive whole in this */
-	uint32_t idle_timeout_ms;	/* idle keep-alive connections close */
-	struct http_limits limits;	/* header bytes, header count, body */
-	float default_temperature;	/* of a request that sets none */
-	/* A non-streamed answer is built whole (all its choices, their text
-	 * and logprobs): the most one may reach (else 400), and the most all
-	 * live ones together may (else 429), by answer_bound() */
-	uint64_t max_answer_bytes;
-	uint64_t answer_budget;
-	enum chat_template chat_template; /* of /v1/chat/completions; NONE:
-					 * that endpoint answers 400 */
-};
 
 struct http_server;
 

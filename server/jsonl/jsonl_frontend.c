@@ -37,6 +37,8 @@
 #include "io/out_writer.h"
 #include "server/jsonl/parser_thread.h"
 #include "engine/request.h"
+#include "server/request/request_json.h"
+#include "server/jsonl/jsonl_result.h"
 
 #define JSONL_READ_SIZE (256u * 1024)
 #define JSONL_FLUSH_STALL_MS 1000	/* at exit, a reader that takes

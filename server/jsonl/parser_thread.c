@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "util/sleep_handshake.h"
+#include "server/request/request_json.h"
 
 struct parser_slot {
 	char *line;		/* malloc'd copy, freed by the thread */

@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "engine/request.h"
+#include "server/request/request_json.h"
 
 struct parser_thread;
 

@@ -57,6 +57,7 @@
 #include "text/tokenizer.h"
 #include "text/tokenizer_train.h"
 #include "tests/fuzz/fuzz_rng.h"
+#include "server/request/request_json.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

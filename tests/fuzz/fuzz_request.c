@@ -48,10 +48,12 @@
 #include "text/stop_matcher.h"
 #include "util/strbuf.h"
 #include "tests/fuzz/fuzz_rng.h"
+#include "server/request/request_json.h"
+#include "server/jsonl/jsonl_result.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* jansson flags request.c parses with; the reference read uses the same. */
+/* jansson flags request_json.c parses with; the reference read uses the same. */
 #define REF_JSON_FLAGS (JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_ALLOW_NUL)
 
 static const struct request_limits lim_small = { .vocab = 1000,
@@ -96,7 +98,7 @@ static void check_failed(const char *what, int src_line)
 
 /*
  * Length of the well-formed UTF-8 sequence at s[0..n) (RFC 3629), 0 when
- * none.  Written from code point ranges, not request.c's lead-byte table,
+ * none.  Written from code point ranges, not json_writer.c's lead-byte table,
  * so that the two can disagree.
  */
 static size_t ref_utf8_len(const unsigned char *s, size_t n)
@@ -162,7 +164,7 @@ static char *ref_utf8_fix(const char *str)
 	return out;
 }
 
-/* Optional field as request.h defines it: NULL when absent or null. */
+/* Optional field as request_json.h defines it: NULL when absent or null. */
 static json_t *ref_opt(json_t *obj, const char *key)
 {
 	json_t *v = json_object_get(obj, key);

@@ -34,6 +34,7 @@
 #include "tests/unit/test_rng.h"
 #include "text/tokenizer.h"
 #include "text/tokenizer_train.h"
+#include "server/request/request_json.h"
 
 #define VOCAB 512
 

@@ -29,6 +29,7 @@
 #include "text/stop_matcher.h"
 #include "util/strbuf.h"
 #include "tests/unit/test_rng.h"
+#include "server/request/request_json.h"
 
 static const struct request_limits lim = {
 	.vocab = 1000,

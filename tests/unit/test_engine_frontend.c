@@ -43,6 +43,7 @@
 #include "model/sim_model.h"
 #include "util/strbuf.h"
 #include "tests/unit/test_rng.h"
+#include "server/request/request_json.h"
 
 #define VOCAB 24u		/* small: stop tokens come up often */
 #define MAX_TOKENS 40u

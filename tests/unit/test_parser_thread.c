@@ -21,6 +21,7 @@
 
 #include "server/jsonl/parser_thread.h"
 #include "engine/request.h"
+#include "server/request/request_json.h"
 
 static const struct request_limits limits = { .vocab = 1000, .max_context = 64 };
 

@@ -27,6 +27,8 @@
 #include "util/strbuf.h"
 #include "model/sim_model.h"
 #include "tests/unit/test_rng.h"
+#include "server/request/request_json.h"
+#include "server/jsonl/jsonl_result.h"
 
 static const struct request_limits lim = { .vocab = 32000, .max_context = 4096,
 					   .has_logits = true };

@@ -5,7 +5,7 @@
  * Random lines of stop fields: sequences added to the four fields in a
  * random interleaving (a line gives its keys in any order), tokens
  * pushed one by one.  The reference keeps one plain list per field and
- * joins them in request.h's order (stop_token, stop_token_ids,
+ * joins them in request_json.h's order (stop_token, stop_token_ids,
  * stop_sequence, stop_sequences); stop_builder_finish() must give
  * exactly that, with the automaton compiled (and nothing at all when no
  * field gave a sequence).  The random test prints its seed; SEED=<n>
@@ -24,7 +24,7 @@
 #include <cmocka.h>
 
 #include "engine/request.h"
-#include "engine/request_build.h"
+#include "server/request/request_build.h"
 #include "text/stop_matcher.h"
 #include "tests/unit/test_rng.h"
 

@@ -2,7 +2,7 @@
  * test_request_fast.c - the request fast path against jansson.
  *
  * The reference is an independent jansson read of the same line (the
- * parser request.c falls back to): whenever request_parse_fast() takes a
+ * parser request_json.c falls back to): whenever request_parse_fast() takes a
  * line, jansson must read it as an object with exactly the fields taken,
  * the same id, prompt, max_tokens, include_stop and stop sequences (in
  * docs/DESIGN.md 3.1's order: stop_token, stop_token_ids, stop_sequence,
@@ -26,8 +26,9 @@
 #include <jansson.h>
 
 #include "engine/request.h"
-#include "engine/request_fast.h"
+#include "server/request/request_fast.h"
 #include "tests/unit/test_rng.h"
+#include "server/request/request_json.h"
 
 static const struct request_limits lim = { .vocab = 1000, .max_context = 600 };
 

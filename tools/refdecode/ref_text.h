@@ -30,6 +30,7 @@
 
 #include "engine/request.h"
 #include "util/strbuf.h"
+#include "server/request/request_json.h"
 
 struct tokenizer;
 struct ref_text;

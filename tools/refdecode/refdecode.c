@@ -88,6 +88,8 @@
 #include "model/sim_model.h"
 #include "util/strbuf.h"
 #include "util/parse_num.h"
+#include "server/request/request_json.h"
+#include "server/jsonl/jsonl_result.h"
 
 #define REF_MAX_PRINTED 20
 #define REF_FLUSH_BYTES (1u << 16)

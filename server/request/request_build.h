@@ -1,12 +1,12 @@
 /*
  * request_build.h - the stop-field merge, written once for both request
- * parsers (request.c's full jansson parser and request_fast.c's scanner).
- * Private to common/request*.c: nothing else includes it.
+ * parsers (request_json.c's full jansson parser and request_fast.c's scanner).
+ * Private to server/request*.c: nothing else includes it.
  *
  * A request lists its stop sequences in up to four fields, which a line
  * may give in any order; the sequences are merged into one list in a
  * fixed order of fields: stop_token, stop_token_ids, stop_sequence,
- * stop_sequences (request.h), each field's sequences in input order.  A
+ * stop_sequences (request_json.h), each field's sequences in input order.  A
  * parser hands every token to the builder as it reads it, tagged with the
  * field it came from; stop_builder_finish() joins the fields in that
  * order into the request and compiles the stop automaton.  So the order,

@@ -1,20 +1,21 @@
 /*
- * http_server_internal.h - the HTTP front end's private state: struct
- * http_server and struct conn, shared by the two files that make up the
- * front end, http_server.c (connections: accept, recv/send, timers,
- * half-closes and resets, backpressure, draining, the work list, pump and
- * tick) and http_routes.c (routing a parsed request, the answers, and the
- * engine callbacks that answer or stream a completion).  Only those two
- * may include it; every other file, tests included, goes through
- * http_server.h.
+ * http_conn.h - the connection API of the HTTP front end: what a route
+ * (http_routes.c) may use of the connection side (http_server.c).
  *
- * Besides the structs it holds the small connection helpers both sides
- * use, and declares the few functions each side calls of the other:
- * http_server.c's conn_detach() and conn_drop(), http_routes.c's route(),
- * respond_error(), http_on_tokens() and http_on_finish().
+ * A route is one row of a struct http_route_table (method set, path,
+ * handler); the server is given the table (http_config.routes) and looks
+ * each whole request up in it: the API key, 404 and 405 are decided
+ * there, from the table, and a handler is called only for a request it
+ * may answer.  A handler answers with respond() / respond_error(), or
+ * submits to the engine and answers from the table's on_tokens /
+ * on_finish callbacks, which the server's frontend_ops forward to.  It
+ * may read and set the fields of struct conn and struct http_server
+ * below, and call the conn_*() functions here; nothing in http_server.c
+ * calls a route by name (STYLE.md "Boundaries between parts": data flows
+ * down, server -> table).
  */
-#ifndef DYNBATCH_HTTP_SERVER_INTERNAL_H
-#define DYNBATCH_HTTP_SERVER_INTERNAL_H
+#ifndef DYNBATCH_HTTP_CONN_H
+#define DYNBATCH_HTTP_CONN_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -23,12 +24,13 @@
 #include "util/clock.h"
 #include "engine/frontend.h"
 #include "server/http/http_reader.h"
-#include "server/http/http_server.h"
+#include "server/http/http_config.h"
 #include "io/io_ring.h"
 #include "io/out_writer.h"
 #include "engine/request.h"
 #include "engine/request_pool.h"
 #include "util/strbuf.h"
+#include "server/request/request_json.h"
 
 #define HTTP_STATUS_MAX 600
 /* A connection's output buffers, and the answer scratch, keep at most
@@ -167,22 +169,57 @@ static inline void conn_note_output(struct conn *c, size_t before)
 		c->last_progress_ns = clock_now_ns();
 }
 
-/* http_server.c */
-/* http_routes.c: free the choices a non-streaming answer kept. */
-void conn_choices_free(struct conn_choices *ch);
+/* ------------------------------------------------------------------------
+ * The route table
+ * ---------------------------------------------------------------------- */
+
+/* A method in struct http_route's set (http_parser's enum http_method). */
+#define HTTP_ROUTE_METHOD(m) (1u << (m))
+
+struct http_route {
+	const char *path;		/* matched exactly; a query is ignored */
+	unsigned methods;		/* HTTP_ROUTE_METHOD()s it answers; GET
+					 * answers HEAD too, without the body */
+	bool open;			/* answered without the API key */
+	void (*handler)(struct http_server *srv, struct conn *c);
+};
+
+struct http_route_table {
+	const struct http_route *routes;
+	size_t n_routes;
+	/* the engine's callbacks (frontend.h) for what the handlers
+	 * submitted; the server's frontend_ops forward to these */
+	void (*on_tokens)(void *ctx, uint64_t cookie, const struct request *req,
+			  const int32_t *tokens,
+			  const struct sampler_logprob *logprobs, uint32_t n,
+			  const char *text, size_t text_len);
+	void (*on_finish)(void *ctx, uint64_t cookie,
+			  const struct frontend_result *r);
+};
+
+/* ------------------------------------------------------------------------
+ * Connection functions (http_server.c)
+ * ---------------------------------------------------------------------- */
+
+/* Forget the connection's request: later callbacks for it find nothing.
+ * Returns the handle to cancel, or REQUEST_NONE. */
 uint32_t conn_detach(struct http_server *srv, struct conn *c);
 /* Give back what the connection's non-streamed answer reserved. */
 void conn_release_answer(struct http_server *srv, struct conn *c);
+/* Give up on the connection: cancel its request, close. */
 void conn_drop(struct http_server *srv, struct conn *c);
-
-/* http_routes.c */
-void route(struct http_server *srv, struct conn *c);
+/* Free what a non-streaming answer of n > 1 choices kept. */
+void conn_choices_free(struct conn_choices *ch);
+/* The request is answered: ready for the next one, or close after it. */
+void conn_request_done(struct http_server *srv, struct conn *c);
+/* A whole answer with srv->body as its body, then the next request. */
+void respond(struct http_server *srv, struct conn *c, int status,
+	     const char *content_type, const char *extra_headers);
+/* An error answer in the API's shape (api_format_error()). */
 void respond_error(struct http_server *srv, struct conn *c, int status,
 		   const char *message, const char *type,
 		   const char *param, const char *extra_headers);
-void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req,
-		    const int32_t *tokens, const struct sampler_logprob *logprobs,
-		    uint32_t n, const char *text, size_t text_len);
-void http_on_finish(void *ctx, uint64_t cookie, const struct frontend_result *r);
+/* The status line's reason phrase. */
+const char *http_status_text(int status);
 
-#endif /* DYNBATCH_HTTP_SERVER_INTERNAL_H */
+#endif /* DYNBATCH_HTTP_CONN_H */

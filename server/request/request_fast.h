@@ -22,6 +22,7 @@
 #include <stddef.h>
 
 #include "engine/request.h"
+#include "server/request/request_limits.h"
 
 /*
  * Parse line[0..len) if it has the common shape and is valid under lim.

@@ -5,12 +5,12 @@
  * NUL-terminated) and gives up (returns false up the chain) at the first
  * byte that is not the common shape.  JSON whitespace is space, tab, CR
  * and LF, as in RFC 8259.  The stop fields go to the same builder as
- * jansson's path (request_build.h), which joins them in request.h's
+ * jansson's path (request_build.h), which joins them in request_json.h's
  * order whatever the key order, and compiles them.  Nothing is written
  * into the request until the whole line has been read, so giving up
- * frees only what this file allocated, and calls nothing of request.c.
+ * frees only what this file allocated, and calls nothing of request_json.c.
  */
-#include "engine/request_fast.h"
+#include "server/request/request_fast.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -18,13 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/request_build.h"
+#include "server/request/request_build.h"
 
 /* More digits than this may overflow or be "too big" for jansson: its call. */
 #define FAST_MAX_DIGITS 10
 
 /* The fields, as bits of what a line has had; the four stop fields in the
- * order their sequences are listed (request.h). */
+ * order their sequences are listed (request_json.h). */
 enum {
 	SEEN_ID = 1, SEEN_PROMPT = 2, SEEN_MAX_TOKENS = 4, SEEN_INCLUDE_STOP = 8,
 	SEEN_STOP_TOKEN = 16, SEEN_STOP_TOKEN_IDS = 32, SEEN_STOP_SEQUENCE = 64,

@@ -4,7 +4,7 @@
  * final size, in stop_builder_finish().  Counts are checked against
  * UINT32_MAX before they are incremented, so no input can wrap them.
  */
-#include "engine/request_build.h"
+#include "server/request/request_build.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -1,0 +1,29 @@
+/*
+ * request_limits.h - what a request line is checked against (the model's
+ * vocabulary and context, the serve defaults, the tokenizer): one header
+ * of its own because both parsers take it, the jansson one
+ * (request_json.h) and the fast path (request_fast.h), and the fast path
+ * must not include the parser that calls it.
+ */
+#ifndef DYNBATCH_REQUEST_LIMITS_H
+#define DYNBATCH_REQUEST_LIMITS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct tokenizer;
+
+struct request_limits {
+	uint32_t vocab;		/* tokens must be in [0, vocab) */
+	uint32_t max_context;	/* n_prompt + max_tokens must be <= this */
+	bool id_optional;	/* HTTP: the server names a request without one */
+	float default_temperature; /* for a request that sets none (0: greedy;
+				    * serve --default-temperature) */
+	bool has_logits;	/* the model gives logits: sampling, bias and
+				 * logprobs are possible */
+	/* --tokenizer (NULL: none): string prompts and stop strings are
+	 * possible, and results carry text */
+	const struct tokenizer *tok;
+};
+
+#endif /* DYNBATCH_REQUEST_LIMITS_H */
