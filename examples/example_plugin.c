@@ -69,7 +69,7 @@
  * 7. The sandbox.  After create() a worker allows only what a step needs
  *    (worker/sandbox.c): open and map your files and devices in create();
  *    next() cannot open files, make sockets, fork, exec or write anywhere
- *    but stderr (README, Sandbox; DYNBATCH_NO_SANDBOX=1 turns it off).
+ *    but stderr (docs/plugins.md; DYNBATCH_NO_SANDBOX=1 turns it off).
  */
 #include <errno.h>
 #include <stdbool.h>
