@@ -2,7 +2,8 @@
  * llama_checkpoint.h - read and validate a llama2.c checkpoint, mapped
  * read-only so that every worker process shares one page-cache copy.
  *
- * Two layouts are read (all numbers little-endian, weights fp32):
+ * Three layouts are read (all numbers little-endian; weights fp32 but
+ * in "ak42" version 2, whose matrices are Q8_0):
  *
  *   legacy (llama2.c run.c): 7 int32 (dim, hidden_dim, n_layers, n_heads,
  *     n_kv_heads, vocab_size, seq_len), vocab_size < 0 meaning that a

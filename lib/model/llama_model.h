@@ -15,7 +15,7 @@
 
 #include "dynbatch/model.h"
 
-/* The ABI table of the llama model (abi_version 2, step non-NULL). */
+/* The ABI table of the llama model (DYNBATCH_MODEL_ABI_VERSION, step non-NULL). */
 const struct dynbatch_model_api *llama_model_api(void);
 
 #endif /* DYNBATCH_LLAMA_MODEL_H */

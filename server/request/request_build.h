@@ -1,7 +1,7 @@
 /*
  * request_build.h - the stop-field merge, written once for both request
  * parsers (request_json.c's full jansson parser and request_fast.c's scanner).
- * Private to server/request*.c: nothing else includes it.
+ * Private to the files of server/request/: nothing else includes it.
  *
  * A request lists its stop sequences in up to four fields, which a line
  * may give in any order; the sequences are merged into one list in a
