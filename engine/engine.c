@@ -94,6 +94,7 @@
 #include "text/tokenizer.h"
 #include "sched/wait_policy.h"
 #include "engine/wait_queue.h"
+#include "text/stop_matcher.h"
 #include "shard/worker_pool.h"
 #include "shard/worker_supervisor.h"
 
@@ -337,6 +338,159 @@ static void engine_on_exit_poll(struct io_op *op, int32_t res)
 }
 
 /* ------------------------------------------------------------------------
+ * Placing requests and applying results (the scheduler returns data)
+ * ---------------------------------------------------------------------- */
+
+/* The next request for a free slot: a resumed one first (it held a slot
+ * before), then the waiting queue.  -ENOENT when there is none. */
+static int engine_next_waiting(struct engine *e, uint32_t *handle)
+{
+	if (e->n_resume) {
+		*handle = e->resume[0];
+		e->n_resume--;
+		memmove(e->resume, e->resume + 1, e->n_resume * sizeof(uint32_t));
+		e->n_paused--;
+		return 0;
+	}
+	return wait_queue_pop(&e->queue, handle);
+}
+
+void engine_sched_request(const struct live_request *lr, struct sched_request *rq)
+{
+	*rq = (struct sched_request){
+		.prompt = lr->req.prompt, .n_prompt = lr->req.n_prompt,
+		.generated = lr->generated, .n_generated = lr->n_generated,
+		.max_tokens = lr->req.max_tokens, .choice = lr->req.choice,
+		.needs_logits = request_needs_logits(&lr->req),
+		.sampling = &lr->req.sampling };
+}
+
+/* Put lr into slot (shard_place()).  0, -EINVAL when it does not fit,
+ * -ENOMEM. */
+static int engine_place(struct engine *e, uint32_t slot, uint32_t handle,
+			struct live_request *lr)
+{
+	struct sched_request rq;
+
+	/* with workers, run allocates the private token copy here, when it
+	 * is needed; serve has one from submission */
+	if (!lr->generated && !e->in_process) {
+		lr->generated = malloc((size_t)lr->req.max_tokens * sizeof(int32_t));
+		if (!lr->generated)
+			return -ENOMEM;
+	}
+	engine_sched_request(lr, &rq);
+	return shard_place(e, slot, handle, &rq);
+}
+
+/* Fill the shard's free slots from the resume line and the waiting
+ * queue (FIFO), in the slots the scheduler names. */
+static void engine_refill(struct engine *e, struct shard *s)
+{
+	uint32_t cursor = 0, slot, handle;
+	uint64_t now = 0;
+	int ret;
+
+	if (!shard_refill_begin(e, s))
+		return;
+	while (shard_refill_next(e, s, &cursor, &slot)) {
+		struct live_request *lr;
+
+		if (engine_next_waiting(e, &handle))
+			return;
+		lr = request_pool_get(&e->pool, handle);
+		if (!lr) {
+			engine_fail(e, "waiting queue held a bad handle %u", handle);
+			return;
+		}
+		lr->place = LIVE_UNPLACED;	/* off the queue, not yet in a slot */
+		ret = engine_place(e, slot, handle, lr);
+		if (ret) {
+			engine_finish(e, handle, FINISH_ERROR, ret == -ENOMEM ?
+				      "out of memory placing the request" :
+				      "prompt does not fit a slot");
+			continue;
+		}
+		if (!now)
+			now = clock_now_ns();
+		lr->slot = slot;
+		lr->place = LIVE_ACTIVE;
+		if (e->slot_freed_ns[slot]) {
+			e->stats.refill_ns_sum += now - e->slot_freed_ns[slot];
+			e->stats.n_refills++;
+		}
+		if (lr->started_ns)	/* resumed: its stop cursor carries on */
+			continue;
+		lr->started_ns = now;
+		lr->matcher_state = STOP_MATCHER_ROOT;
+	}
+}
+
+/* One round for a shard with a worker, after its results were read:
+ * refill its reusable free slots and publish its rows if they changed. */
+void engine_advance(struct engine *e, struct shard *s)
+{
+	shard_note_adopted(e, s);
+	engine_refill(e, s);
+	shard_dispatch(e, s);
+}
+
+/* Apply each checked row of a result, one at a time: the scheduler checks
+ * the next row against the slot as this one left it.  The one commit path
+ * of worker results and in-process steps. */
+static void engine_apply_result(struct engine *e, struct shard *s,
+				struct shard_result *r)
+{
+	struct shard_action a;
+
+	while (shard_result_next(e, s, r, &a)) {
+		if (a.kind == SHARD_ACT_REFUSE)
+			engine_refuse(e, a.slot, a.why);
+		else
+			engine_commit_token(e, a.slot, a.token, a.lp);
+	}
+	shard_result_end(e, s, r);
+}
+
+/* Read and apply the shard's results.  True when any was read. */
+static bool engine_poll_shard(struct engine *e, struct shard *s)
+{
+	struct shard_result r;
+	struct shard_poll p;
+
+	if (!shard_poll_begin(e, s, &p))
+		return false;
+	while (shard_poll_next(e, s, &p, &r)) {
+		engine_apply_result(e, s, &r);
+		shard_poll_after(e, s, &p, &r);
+		if (r.timed)
+			histogram_record(&e->step_hist, r.took_ns);
+	}
+	return shard_poll_end(e, s, &p);
+}
+
+/* --workers 0: refill the shard, run one step on its rows right here
+ * and apply it.  True when a step ran. */
+static bool engine_step_in_process(struct engine *e, struct shard *s)
+{
+	struct shard_result r = { 0 };
+	int ret;
+
+	engine_refill(e, s);
+	ret = shard_step_in_process(e, s, &r);
+	if (r.timed)
+		histogram_record(&e->step_hist, r.took_ns);
+	if (ret < 0) {	/* no worker to isolate the request in: give up */
+		engine_give_up(e, "model failed: %s", strerror(-ret));
+		return false;
+	}
+	if (!ret)
+		return false;
+	engine_apply_result(e, s, &r);
+	return true;
+}
+
+/* ------------------------------------------------------------------------
  * The loop
  * ---------------------------------------------------------------------- */
 
@@ -366,14 +520,14 @@ static void engine_loop(struct engine *e)
 			struct shard *s = &e->shards[i];
 
 			if (e->in_process) {
-				progress |= shard_step_in_process(e, s);
+				progress |= engine_step_in_process(e, s);
 				continue;
 			}
-			progress |= shard_poll(e, s);
+			progress |= engine_poll_shard(e, s);
 			if (s->pid > 0 && (s->redispatch || s->n_active < s->n_slots)) {
 				uint64_t sent = s->issued_id;
 
-				shard_advance(e, s);
+				engine_advance(e, s);
 				progress |= s->issued_id != sent;
 			}
 		}
@@ -464,7 +618,8 @@ static void engine_teardown(struct engine *e)
 	free(e->slot_drain);
 	free(e->slot_prefilled);
 	free(e->slot_logprobs);
-	free(e->slot_sampled);
+	free(e->slot_top_logprobs);
+	free(e->slot_rq);
 	free(e->worker_spec);
 	free(e->inproc_step);
 	free(e->inproc_outcomes);
@@ -581,7 +736,8 @@ static int engine_setup(struct engine *e)
 	e->slot_drain = calloc(cfg->n_slots, sizeof(uint64_t));
 	e->slot_prefilled = calloc(cfg->n_slots, sizeof(uint32_t));
 	e->slot_logprobs = calloc(cfg->n_slots, sizeof(bool));
-	e->slot_sampled = calloc(cfg->n_slots, sizeof(*e->slot_sampled));
+	e->slot_top_logprobs = calloc(cfg->n_slots, sizeof(uint32_t));
+	e->slot_rq = calloc(cfg->n_slots, sizeof(*e->slot_rq));
 	e->inproc_step = calloc(cfg->n_slots, sizeof(*e->inproc_step));
 	e->inproc_outcomes = calloc(cfg->n_slots, sizeof(*e->inproc_outcomes));
 	e->inproc_rows = calloc(cfg->n_slots, sizeof(*e->inproc_rows));
@@ -591,7 +747,7 @@ static int engine_setup(struct engine *e)
 	e->at_once = calloc(e->pool.capacity, sizeof(uint32_t));
 	if (!e->resume || !e->at_once || !e->slot_freed_ns || !e->slot_drain ||
 	    !e->slot_limit || !e->slot_prefilled || !e->slot_logprobs ||
-	    !e->slot_sampled ||
+	    !e->slot_top_logprobs || !e->slot_rq ||
 	    !e->inproc_step ||
 	    !e->inproc_outcomes || !e->inproc_sampled || !e->inproc_logprobs ||
 	    !e->inproc_rows)

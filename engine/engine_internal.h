@@ -32,6 +32,7 @@
 #include "model/model_runner.h"
 #include "engine/request_pool.h"
 #include "ipc/shm_segment.h"
+#include "sched/shard_sched.h"
 #include "sched/slot_table.h"
 #include "engine/stats.h"
 #include "engine/wait_queue.h"
@@ -172,10 +173,11 @@ struct engine {
 					 * request is done (prompt + max_tokens) */
 	bool *slot_logprobs;		/* per slot: its request asked for
 					 * logprobs (shard_write_sampling()) */
-	const struct live_request **slot_sampled; /* per slot, in-process: its
-					 * request when it samples (needs
-					 * logits), else NULL: a greedy row's
-					 * step never touches the request */
+	uint32_t *slot_top_logprobs;	/* per slot: the alternatives it asked
+					 * for (a result's checked bound) */
+	struct sched_request *slot_rq;	/* per slot, in-process: what the
+					 * runner reads of its request (the
+					 * sampling fields when it samples) */
 	uint32_t *slot_prefilled;	/* per slot: the most prefix tokens its
 					 * worker said its model holds (prefill
 					 * rows), since the request came, the
@@ -254,7 +256,14 @@ void engine_unplace(struct engine *e, uint32_t handle,
 void engine_finish_all(struct engine *e, enum finish_reason reason,
 		       const char *error);
 
-/* ---- worker_supervisor.c, for shard_sched.c ---- */
+/* ---- engine.c, for worker_supervisor.c until it returns events ---- */
+
+/* A worker was started on the shard: refill and dispatch to it now. */
+void engine_advance(struct engine *e, struct shard *s);
+/* What the scheduler needs of lr, as plain data. */
+void engine_sched_request(const struct live_request *lr, struct sched_request *rq);
+
+/* ---- worker_supervisor.c, for engine.c ---- */
 
 /* Stop stepping but go on answering: every request gets an error line
  * and the run exits 1 (worker_supervisor.c explains). */

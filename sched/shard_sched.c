@@ -18,6 +18,12 @@
  * keeps rejecting results right after resets runs in lockstep for a
  * while (SHARD_LOCKSTEP).
  *
+ * Data flows one way.  The engine calls in here and applies what comes
+ * back: the slots a refill may fill (shard_refill_next(); the engine picks
+ * the requests and hands them over as plain data, shard_place()), and a
+ * result's rows as actions (shard_result_next()).  Nothing here calls
+ * engine/.
+ *
  * Waking the worker.  After publishing a dispatch (shard_dispatch()) or
  * handing result entries back (shard_release_results()) the coordinator
  * wakes the worker (FUTEX_WAKE on its channel's wake word,
@@ -39,9 +45,7 @@
 #include "engine/engine_internal.h"
 #include "util/log.h"
 #include "model/model_loader.h"
-#include "engine/request.h"
 #include "util/sleep_handshake.h"
-#include "text/stop_matcher.h"
 
 /*
  * A worker whose results are rejected again right after a reset (a worker
@@ -107,29 +111,16 @@ void shard_drop_slot(struct engine *e, uint32_t slot)
 	}
 }
 
-/* The next request for a free slot: a resumed one first (it held a slot
- * before), then the waiting queue.  -ENOENT when there is none. */
-static int shard_next_waiting(struct engine *e, uint32_t *handle)
-{
-	if (e->n_resume) {
-		*handle = e->resume[0];
-		e->n_resume--;
-		memmove(e->resume, e->resume + 1, e->n_resume * sizeof(uint32_t));
-		e->n_paused--;
-		return 0;
-	}
-	return wait_queue_pop(&e->queue, handle);
-}
-
 void shard_write_sampling(struct engine *e, uint32_t slot,
-			  const struct live_request *lr)
+			  const struct sched_request *rq)
 {
 	struct shm_slot_sampling *t;
-	const struct sampling_params *p = &lr->req.sampling;
+	const struct sampling_params *p = rq->sampling;
 
 	e->slot_logprobs[slot] = p->logprobs;
-	if (e->in_process) {	/* the runner reads lr itself */
-		e->slot_sampled[slot] = request_needs_logits(&lr->req) ? lr : NULL;
+	e->slot_top_logprobs[slot] = p->top_logprobs;
+	if (e->in_process) {	/* the runner reads the fields itself */
+		e->slot_rq[slot] = *rq;
 		return;
 	}
 	t = shm_sampling_at(&e->seg, slot);
@@ -137,9 +128,9 @@ void shard_write_sampling(struct engine *e, uint32_t slot,
 	 * assignment would write all 300 for every request (and the worker's
 	 * core would pull them over) */
 	t->generation = e->slots.slots[slot].generation;
-	t->needs_logits = request_needs_logits(&lr->req);
-	t->n_prompt = lr->req.n_prompt;
-	t->choice = lr->req.choice;
+	t->needs_logits = rq->needs_logits;
+	t->n_prompt = rq->n_prompt;
+	t->choice = rq->choice;
 	t->seed = p->seed;
 	t->temperature = p->temperature;
 	t->top_p = p->top_p;
@@ -152,25 +143,18 @@ void shard_write_sampling(struct engine *e, uint32_t slot,
 		memcpy(t->bias, p->bias, p->n_bias * sizeof(t->bias[0]));
 }
 
-/* Put lr into slot: its prompt, and the tokens it had when it paused.
- * 0, -EINVAL when it does not fit, -ENOMEM. */
-static int shard_place(struct engine *e, uint32_t slot, uint32_t handle,
-		       struct live_request *lr)
+/* Put the request rq describes into slot: its prompt, and the tokens it
+ * had when it paused.  0, or -EINVAL when it does not fit. */
+int shard_place(struct engine *e, uint32_t slot, uint32_t handle,
+		const struct sched_request *rq)
 {
-	uint32_t limit = lr->req.n_prompt + lr->req.max_tokens;
+	uint32_t limit = rq->n_prompt + rq->max_tokens;
+	struct shard *s = shard_of_slot(e, slot);
 
-	/* with workers, run allocates the private token copy here, when it
-	 * is needed; serve has one from submission */
-	if (!lr->generated && !e->in_process) {
-		lr->generated = malloc((size_t)lr->req.max_tokens * sizeof(int32_t));
-		if (!lr->generated)
-			return -ENOMEM;
-	}
-	if (slot_table_assign(&e->slots, slot, handle, lr->req.prompt,
-			      lr->req.n_prompt))
+	if (slot_table_assign(&e->slots, slot, handle, rq->prompt, rq->n_prompt))
 		return -EINVAL;
-	for (uint32_t i = 0; i < lr->n_generated; i++) {
-		if (slot_table_append(&e->slots, slot, lr->generated[i])) {
+	for (uint32_t i = 0; i < rq->n_generated; i++) {
+		if (slot_table_append(&e->slots, slot, rq->generated[i])) {
 			slot_table_release(&e->slots, slot);
 			return -EINVAL;
 		}
@@ -178,8 +162,9 @@ static int shard_place(struct engine *e, uint32_t slot, uint32_t handle,
 	/* admission checked that the request fits the context */
 	e->slot_limit[slot] = limit < e->slots.max_context ? limit : e->slots.max_context;
 	e->slot_prefilled[slot] = 0;
-	shard_write_sampling(e, slot, lr);
-	shard_of_slot(e, slot)->n_active++;
+	shard_write_sampling(e, slot, rq);
+	s->n_active++;
+	s->redispatch = true;
 	return 0;
 }
 
@@ -200,58 +185,36 @@ static bool shard_slot_reusable(struct engine *e, struct shard *s, uint32_t slot
 	return true;
 }
 
-/* Fill the shard's free slots from the waiting queue (FIFO). */
-static void shard_refill(struct engine *e, struct shard *s)
+/* Does the shard take requests now?  (FIFO refill: shard_refill_next().) */
+bool shard_refill_begin(struct engine *e, struct shard *s)
 {
-	uint64_t now = 0;
-	int ret;
-
 	/* A worker not yet ready gets no request: one that never says it
 	 * is (a slow model load, or a worker that scribbled its own flag)
 	 * holds nobody's request until the start timeout ends it. */
 	if (s->n_active == s->n_slots || shard_lost(s) ||
 	    (!e->in_process && !s->ready_seen))
-		return;
+		return false;
 	if (e->cfg->policy_static)
 		for (uint32_t i = 0; i < s->n_slots; i++)
 			if (!shard_slot_reusable(e, s, s->first_slot + i))
-				return;
-	for (uint32_t i = 0; i < s->n_slots; i++) {
-		uint32_t slot = s->first_slot + i;
-		struct live_request *lr;
-		uint32_t handle;
+				return false;
+	return true;
+}
 
-		if (!shard_slot_reusable(e, s, slot))
-			continue;
-		if (shard_next_waiting(e, &handle))
-			return;
-		lr = request_pool_get(&e->pool, handle);
-		if (!lr) {
-			engine_fail(e, "waiting queue held a bad handle %u", handle);
-			return;
+/* The next reusable slot at or after *cursor (a shard slot index, 0 to
+ * begin), or false when there is none. */
+bool shard_refill_next(struct engine *e, struct shard *s, uint32_t *cursor,
+		       uint32_t *slot)
+{
+	while (*cursor < s->n_slots) {
+		uint32_t i = (*cursor)++;
+
+		if (shard_slot_reusable(e, s, s->first_slot + i)) {
+			*slot = s->first_slot + i;
+			return true;
 		}
-		lr->place = LIVE_UNPLACED;	/* off the queue, not yet in a slot */
-		ret = shard_place(e, slot, handle, lr);
-		if (ret) {
-			engine_finish(e, handle, FINISH_ERROR, ret == -ENOMEM ?
-				      "out of memory placing the request" :
-				      "prompt does not fit a slot");
-			continue;
-		}
-		s->redispatch = true;
-		if (!now)
-			now = clock_now_ns();
-		lr->slot = slot;
-		lr->place = LIVE_ACTIVE;
-		if (e->slot_freed_ns[slot]) {
-			e->stats.refill_ns_sum += now - e->slot_freed_ns[slot];
-			e->stats.n_refills++;
-		}
-		if (lr->started_ns)	/* resumed: its stop cursor carries on */
-			continue;
-		lr->started_ns = now;
-		lr->matcher_state = STOP_MATCHER_ROOT;
 	}
+	return false;
 }
 
 /* ------------------------------------------------------------------------
@@ -319,7 +282,7 @@ static uint32_t shard_collect_rows(struct engine *e, struct shard *s,
  * so no entry is overwritten while the worker may be reading it, and
  * s->sent still holds the adopted one's rows (for blame).
  */
-static void shard_dispatch(struct engine *e, struct shard *s)
+void shard_dispatch(struct engine *e, struct shard *s)
 {
 	struct shm_channel *ch;
 	struct shm_dispatch *d;
@@ -478,18 +441,6 @@ static void shard_count_rejected_row(struct engine *e, const struct shard *s,
 }
 
 /*
- * Apply the rows of one result of dispatch id.  rows/n_rows come from
- * shared memory: each row is copied once and checked against the private
- * slot table.  A row is committed only when its slot is ACTIVE with the
- * row's generation and its position is the slot's committed length (the
- * token continues exactly the committed prefix).  A row past that length
- * means we rejected one of the worker's earlier rows: the next dispatch
- * tells the worker to go back (reset).  A stateful model's row may carry
- * no token yet (a prefill chunk) or a refusal instead (docs/DESIGN.md
- * 7.2).  Returns the rows committed (refusals included), and in
- * *n_prefill the prefill rows that got further than before.
- */
-/*
  * Copy the logprobs of a token row for the request in slot out of shared
  * memory into *lp and check them: every logprob finite and <= 0, at most
  * the alternatives the request asked for, each a token of the vocabulary.
@@ -500,16 +451,11 @@ static bool shard_take_logprobs(struct engine *e, uint32_t slot,
 				const struct shm_logprobs *block,
 				struct shm_logprobs *lp)
 {
-	const struct live_request *lr;
-
 	if (!e->slot_logprobs[slot])
 		return true;	/* nothing asked: nothing read */
-	lr = request_pool_get(&e->pool, e->slots.slots[slot].request_handle);
-	if (!lr)
-		return true;
 	lp->logprob = block->logprob;
 	lp->n_top = block->n_top;
-	if (!(lp->logprob <= 0.0f) || lp->n_top > lr->req.sampling.top_logprobs)
+	if (!(lp->logprob <= 0.0f) || lp->n_top > e->slot_top_logprobs[slot])
 		return false;	/* NaN fails <= too */
 	memcpy(lp->top, block->top, lp->n_top * sizeof(lp->top[0]));
 	for (uint32_t j = 0; j < lp->n_top; j++)
@@ -519,17 +465,30 @@ static bool shard_take_logprobs(struct engine *e, uint32_t slot,
 	return !isinf(lp->logprob);
 }
 
-static uint32_t shard_commit(struct engine *e, struct shard *s, uint64_t id,
-			     const struct shm_result_row *rows,
-			     const struct shm_logprobs *blocks, uint32_t n_rows,
-			     uint32_t *n_prefill)
+/*
+ * The rows of one result of dispatch id, one by one (shard_result_next()):
+ * rows/n_rows come from
+ * shared memory: each row is copied once and checked against the private
+ * slot table.  A row is committed only when its slot is ACTIVE with the
+ * row's generation and its position is the slot's committed length (the
+ * token continues exactly the committed prefix).  A row past that length
+ * means we rejected one of the worker's earlier rows: the next dispatch
+ * tells the worker to go back (reset).  A stateful model's row may carry
+ * no token yet (a prefill chunk) or a refusal instead (docs/DESIGN.md
+ * 7.2).  Each row that commits is returned to the engine as a struct
+ * shard_action and applied before the next row is checked, so a second
+ * row for the same slot sees what the first did.  r->n_ok counts the
+ * rows committed (refusals included), r->n_prefill the prefill rows that
+ * got further than before.
+ */
+/* Begin applying the rows of one result of dispatch id (0: in-process). */
+static void shard_result_start(struct engine *e, struct shard *s,
+			       struct shard_result *r, uint64_t id,
+			       const struct shm_result_row *rows,
+			       const struct shm_logprobs *blocks, uint32_t n_rows)
 {
-	struct shm_logprobs lp;
-
-	uint32_t n_ok = 0, last_slot = 0;
-	bool garbled = false;
-
-	*n_prefill = 0;
+	*r = (struct shard_result){ .id = id, .rows = rows, .blocks = blocks,
+				    .n_rows = n_rows };
 	if (++s->result_stamp == 0)	/* 0 means never seen */
 		s->result_stamp = 1;
 
@@ -538,10 +497,19 @@ static uint32_t shard_commit(struct engine *e, struct shard *s, uint64_t id,
 		shard_warn(s, "result with %u rows for a shard of %u: rejected",
 			   n_rows, s->n_slots);
 		shard_reset_after_garble(s, id);
-		return 0;
+		r->too_many = true;
 	}
-	for (uint32_t i = 0; i < n_rows; i++) {
-		struct shm_result_row row = rows[i];	/* one read of shared memory */
+}
+
+bool shard_result_next(struct engine *e, struct shard *s, struct shard_result *r,
+		       struct shard_action *a)
+{
+	s->committing_id = 0;	/* the row before is applied */
+	if (r->too_many)
+		return false;
+	while (r->i < r->n_rows) {
+		uint32_t i = r->i++;
+		struct shm_result_row row = r->rows[i];	/* one read of shared memory */
 		bool no_token = row.token == SHM_TOKEN_PREFILL ||
 				row.token == SHM_TOKEN_REFUSED;
 		const struct slot_state *st;
@@ -549,21 +517,21 @@ static uint32_t shard_commit(struct engine *e, struct shard *s, uint64_t id,
 		if (row.slot < s->first_slot || row.slot - s->first_slot >= s->n_slots ||
 		    (!no_token && (row.token < 0 || (uint32_t)row.token >= e->vocab))) {
 			e->stats.n_stale++;
-			garbled = true;
+			r->garbled = true;
 			continue;
 		}
 		st = &e->slots.slots[row.slot];
 		if (st->state != SHM_SLOT_ACTIVE || st->generation != row.generation) {
-			shard_count_rejected_row(e, s, id, &row, st);
+			shard_count_rejected_row(e, s, r->id, &row, st);
 			continue;
 		}
 		s->seen[row.slot - s->first_slot] = s->result_stamp;
 		if (row.n_tokens != st->n_tokens) {
-			shard_count_rejected_row(e, s, id, &row, st);
+			shard_count_rejected_row(e, s, r->id, &row, st);
 			/* Ahead of what we committed: we rejected one of its
 			 * earlier rows. */
 			if (row.n_tokens > st->n_tokens)
-				garbled = true;
+				r->garbled = true;
 			continue;
 		}
 		if (row.token == SHM_TOKEN_PREFILL) {
@@ -571,56 +539,61 @@ static uint32_t shard_commit(struct engine *e, struct shard *s, uint64_t id,
 			 * for it: this one cannot be. */
 			if (row.detail >= row.n_tokens) {
 				e->stats.n_stale++;
-				garbled = true;
+				r->garbled = true;
 			} else if (row.detail > e->slot_prefilled[row.slot]) {
 				e->slot_prefilled[row.slot] = row.detail;
-				(*n_prefill)++;
+				r->n_prefill++;
 			}
 			continue;
 		}
 		if (row.token == SHM_TOKEN_REFUSED) {
-			s->committing_id = id;
-			engine_refuse(e, row.slot, row.detail);
-			s->committing_id = 0;
-			n_ok++;
-			continue;
+			s->committing_id = r->id;
+			*a = (struct shard_action){ .kind = SHARD_ACT_REFUSE,
+						    .slot = row.slot, .why = row.detail };
+			r->n_ok++;
+			return true;
 		}
-		if (!shard_take_logprobs(e, row.slot, &blocks[i], &lp)) {
+		if (!shard_take_logprobs(e, row.slot, &r->blocks[i], &r->lp)) {
 			e->stats.n_stale++;
-			garbled = true;
+			r->garbled = true;
 			continue;
 		}
-		s->committing_id = id;
-		engine_commit_token(e, row.slot, row.token, &lp);
-		s->committing_id = 0;
-		last_slot = row.slot;
-		n_ok++;
+		s->committing_id = r->id;
+		*a = (struct shard_action){ .kind = SHARD_ACT_TOKEN, .slot = row.slot,
+					    .token = row.token, .lp = &r->lp };
+		r->last_slot = row.slot;
+		r->n_ok++;
+		return true;
 	}
-	if (garbled || shard_result_lacks_rows(e, s, id))
-		shard_reset_after_garble(s, id);
-	else if (n_ok && id >= s->reset_id)
+	return false;
+}
+
+void shard_result_end(struct engine *e, struct shard *s, struct shard_result *r)
+{
+	if (r->too_many)
+		return;
+	if (r->garbled || shard_result_lacks_rows(e, s, r->id))
+		shard_reset_after_garble(s, r->id);
+	else if (r->n_ok && r->id >= s->reset_id)
 		s->resets_unanswered = 0;
 	if (s->sent_lockstep)	/* every row waits for its next step */
 		s->redispatch = true;
-	if (id && id == s->suspect_id && n_ok == 1) {
-		shard_clear_suspect(s, last_slot);
+	if (r->id && r->id == s->suspect_id && r->n_ok == 1) {
+		shard_clear_suspect(s, r->last_slot);
 		s->redispatch = true;
 	}
 	e->stats.n_steps++;
-	e->stats.n_step_rows += n_rows;
+	e->stats.n_step_rows += r->n_rows;
 	e->stats.n_step_capacity += s->n_slots;
-	return n_ok;
 }
 
-/* After results: refill freed slots and tell the worker what changed. */
-void shard_advance(struct engine *e, struct shard *s)
+/* Before a refill: what the worker has adopted (wait_policy.c compares). */
+void shard_note_adopted(struct engine *e, struct shard *s)
 {
 	if (!e->in_process)
 		s->adopted_seen = atomic_load_explicit(
 			&shm_channel_at(&e->seg, s->index)->dispatch_adopted,
 			memory_order_acquire);
-	shard_refill(e, s);
-	shard_dispatch(e, s);
 }
 
 /* ------------------------------------------------------------------------
@@ -698,35 +671,37 @@ static void shard_reject_result(struct engine *e, struct shard *s)
 /*
  * Read the shard's published results, at most a ring of them (a worker
  * that floods the ring must not keep us from the other shards and the
- * input).  Returns true when any was read.
+ * input): shard_sched.h shows the calls in order.
  */
-bool shard_poll(struct engine *e, struct shard *s)
+bool shard_poll_begin(struct engine *e, struct shard *s, struct shard_poll *p)
 {
-	struct shm_channel *ch;
-	bool progress = false;
-	uint64_t step_cap = e->cfg->step_timeout_ms * 1000000ull;
-	uint64_t released = s->result_pos;
-	uint32_t depth;
+	*p = (struct shard_poll){ .released = s->result_pos };
+	return !(e->in_process || s->pid <= 0 || s->misbehaved);
+}
 
-	if (e->in_process || s->pid <= 0 || s->misbehaved)
-		return false;
-	ch = shm_channel_at(&e->seg, s->index);
-	depth = e->seg.hdr->ring_depth;
-	for (uint32_t n_read = 0; n_read < depth; n_read++) {
-		struct shm_result *r = shm_result_at(e->seg.hdr, ch, s->result_pos);
+/* The next result entry whose rows are to be applied, or false. */
+bool shard_poll_next(struct engine *e, struct shard *s, struct shard_poll *p,
+		     struct shard_result *r)
+{
+	struct shm_channel *ch = shm_channel_at(&e->seg, s->index);
+	uint64_t step_cap = e->cfg->step_timeout_ms * 1000000ull;
+	uint32_t depth = e->seg.hdr->ring_depth;
+
+	for (; !p->done && p->n_read < depth; p->n_read++) {
+		struct shm_result *res = shm_result_at(e->seg.hdr, ch, s->result_pos);
 		uint64_t *last_seq = &s->ring_seq[s->result_pos & (depth - 1)];
-		uint64_t id, now, took, model_ns, seq;
-		uint32_t n_rows, n_ok, n_prefill;
+		uint64_t id, model_ns, seq;
+		uint32_t n_rows;
 		int32_t status;
 
 		/* acquire: pairs with the release in the worker's
 		 * shm_entry_publish() */
-		seq = atomic_load_explicit(&r->seq, memory_order_acquire);
+		seq = atomic_load_explicit(&res->seq, memory_order_acquire);
 		if (seq == *last_seq)
 			break;		/* not written since we last read it */
 		*last_seq = seq;
-		progress = true;
-		now = clock_now_ns();
+		p->progress = true;
+		p->now = clock_now_ns();
 		if (seq != s->result_pos + 1) {
 			shard_warn(s, "result at ring position %llu has sequence "
 				   "number %llu: rejected",
@@ -734,14 +709,14 @@ bool shard_poll(struct engine *e, struct shard *s)
 				   (unsigned long long)seq);
 			shard_reject_result(e, s);
 			s->result_pos++;
-			if (shard_note_fruitless(e, s, now))
-				break;
+			if (shard_note_fruitless(e, s, p->now))
+				p->done = true;
 			continue;
 		}
-		id = r->dispatch_id;
-		n_rows = r->n_rows;
-		status = r->status;
-		model_ns = r->model_ns;		/* untrusted: stats only */
+		id = res->dispatch_id;
+		n_rows = res->n_rows;
+		status = res->status;
+		model_ns = res->model_ns;	/* untrusted: stats only */
 		if (id < s->first_id || id > s->issued_id) {
 			/* garbled: the rows it carries may be anyone's */
 			shard_warn(s, "result with dispatch id %llu, not one of "
@@ -750,8 +725,8 @@ bool shard_poll(struct engine *e, struct shard *s)
 				   (unsigned long long)s->issued_id);
 			shard_reject_result(e, s);
 			s->result_pos++;
-			if (shard_note_fruitless(e, s, now))
-				break;
+			if (shard_note_fruitless(e, s, p->now))
+				p->done = true;
 			continue;
 		}
 		if (status) {
@@ -761,81 +736,102 @@ bool shard_poll(struct engine *e, struct shard *s)
 			s->failed_status = status;
 			s->result_pos++;
 			shard_kill(s);
+			p->done = true;
 			break;
 		}
 		e->stats.model_ns += model_ns < step_cap ? model_ns : step_cap;
 		/* a wrong n_rows is rejected before any row is read */
-		n_ok = shard_commit(e, s, id, r->rows,
-				    shm_result_logprobs(e->seg.hdr, ch,
-							s->result_pos, 0), n_rows,
-				    &n_prefill);
-		s->result_pos++;
-		if (!n_ok && !n_prefill && shard_note_fruitless(e, s, now))
-			break;
-		if (!n_ok && n_prefill) {
-			/* a prefill chunk that got further is progress: each
-			 * slot can claim it only up to its prefix length per
-			 * worker life or reset (slot_prefilled) */
-			s->progress_ns = now;
-			s->n_fruitless = 0;
-		}
-		if (n_ok) {
-			/* Progress is a committed row: only that restarts
-			 * the step timeout's clock. */
-			took = now - s->progress_ns;
-			s->progress_ns = now;
-			s->n_fruitless = 0;
-			/* a worker that does real work clears its shard's
-			 * record; one honest result per life does not (a
-			 * flood that starts with one would run for ever) */
-			if (s->n_life_commits < SHARD_MAX_FRUITLESS &&
-			    ++s->n_life_commits == SHARD_MAX_FRUITLESS)
-				s->n_bad_lives = 0;
-			shard_note_step_time(s, took);
-			histogram_record(&e->step_hist, took);
-			e->stats.step_ns += took;
-		}
-		/* A worker that got a whole ring ahead sleeps until we make
-		 * room: give back half a ring at a time, so that it runs
-		 * (its wake-up included) while we commit the other half,
-		 * instead of after. */
-		if (s->result_pos - released >= depth / 2) {
-			shard_release_results(s, ch);
-			released = s->result_pos;
-		}
+		shard_result_start(e, s, r, id, res->rows,
+				   shm_result_logprobs(e->seg.hdr, ch, s->result_pos, 0),
+				   n_rows);
+		return true;	/* shard_poll_after() ends the entry */
 	}
-	if (!progress)
+	p->done = true;
+	return false;
+}
+
+/* The entry's rows are applied: count progress, hand entries back. */
+void shard_poll_after(struct engine *e, struct shard *s, struct shard_poll *p,
+		      struct shard_result *r)
+{
+	uint32_t depth = e->seg.hdr->ring_depth;
+	uint32_t n_ok = r->too_many ? 0 : r->n_ok;
+	uint64_t now = p->now;
+
+	p->n_read++;
+	s->result_pos++;
+	r->timed = false;
+	if (!n_ok && !r->n_prefill && shard_note_fruitless(e, s, now)) {
+		p->done = true;
+		return;
+	}
+	if (!n_ok && r->n_prefill) {
+		/* a prefill chunk that got further is progress: each
+		 * slot can claim it only up to its prefix length per
+		 * worker life or reset (slot_prefilled) */
+		s->progress_ns = now;
+		s->n_fruitless = 0;
+	}
+	if (n_ok) {
+		/* Progress is a committed row: only that restarts
+		 * the step timeout's clock. */
+		r->took_ns = now - s->progress_ns;
+		r->timed = true;
+		s->progress_ns = now;
+		s->n_fruitless = 0;
+		/* a worker that does real work clears its shard's
+		 * record; one honest result per life does not (a
+		 * flood that starts with one would run for ever) */
+		if (s->n_life_commits < SHARD_MAX_FRUITLESS &&
+		    ++s->n_life_commits == SHARD_MAX_FRUITLESS)
+			s->n_bad_lives = 0;
+		shard_note_step_time(s, r->took_ns);
+		e->stats.step_ns += r->took_ns;
+	}
+	/* A worker that got a whole ring ahead sleeps until we make
+	 * room: give back half a ring at a time, so that it runs
+	 * (its wake-up included) while we commit the other half,
+	 * instead of after. */
+	if (s->result_pos - p->released >= depth / 2) {
+		shard_release_results(s, shm_channel_at(&e->seg, s->index));
+		p->released = s->result_pos;
+	}
+}
+
+/* Hand back what is left; true when any result was read. */
+bool shard_poll_end(struct engine *e, struct shard *s, struct shard_poll *p)
+{
+	if (!p->progress)
 		return false;
-	if (s->result_pos != released)	/* else just handed back above */
-		shard_release_results(s, ch);
+	if (s->result_pos != p->released)	/* else just handed back */
+		shard_release_results(s, shm_channel_at(&e->seg, s->index));
 	return true;	/* engine_loop() refills and dispatches next */
 }
 
 /* --workers 0: run the shard's step right here, as a worker would. */
-bool shard_step_in_process(struct engine *e, struct shard *s)
+int shard_step_in_process(struct engine *e, struct shard *s, struct shard_result *r)
 {
 	struct shm_result_row *rows = e->inproc_rows;
 	struct shm_dispatch_row *step = s->sent;
-	uint32_t n, n_prefill;
+	uint32_t n;
 	uint64_t t0;
 	int ret;
 
-	shard_refill(e, s);
 	n = shard_collect_rows(e, s, step);
 	if (!n)
-		return false;
+		return 0;
 	for (uint32_t i = 0; i < n; i++) {
-		/* set when the slot was given its request (greedy: NULL) */
-		const struct live_request *lr = e->slot_sampled[step[i].slot];
+		/* set when the slot was given its request */
+		const struct sched_request *rq = &e->slot_rq[step[i].slot];
 
 		e->inproc_step[i] = (struct runner_row){
 			.slot = step[i].slot, .generation = step[i].generation,
 			.tokens = e->slots.tokens[step[i].slot],
 			.n_tokens = step[i].n_tokens };
-		if (lr) {
-			e->inproc_step[i].sampling = &lr->req.sampling;
-			e->inproc_step[i].k = step[i].n_tokens - lr->req.n_prompt;
-			e->inproc_step[i].choice = lr->req.choice;
+		if (rq->needs_logits) {	/* greedy: the step never reads it */
+			e->inproc_step[i].sampling = rq->sampling;
+			e->inproc_step[i].k = step[i].n_tokens - rq->n_prompt;
+			e->inproc_step[i].choice = rq->choice;
 			e->inproc_step[i].sampled = &e->inproc_sampled[i];
 		}
 	}
@@ -844,12 +840,13 @@ bool shard_step_in_process(struct engine *e, struct shard *s)
 	t0 = clock_now_ns();
 	ret = model_runner_step(e->runner, n, e->inproc_step, e->inproc_outcomes);
 	t0 = clock_now_ns() - t0;
-	histogram_record(&e->step_hist, t0);
 	e->stats.model_ns += t0;	/* in-process, the step is the model call */
 	e->stats.step_ns += t0;
-	if (ret) {	/* no worker to isolate the request in: give up */
-		engine_give_up(e, "model failed: %s", strerror(-ret));
-		return false;
+	if (ret) {	/* no worker to isolate the request in: the engine
+			 * gives up */
+		r->took_ns = t0;
+		r->timed = true;
+		return ret;
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		const struct runner_result *o = &e->inproc_outcomes[i];
@@ -867,6 +864,8 @@ bool shard_step_in_process(struct engine *e, struct shard *s)
 			shm_logprobs_set(&e->inproc_logprobs[i],
 					 &e->inproc_sampled[i]);
 	}
-	shard_commit(e, s, 0, rows, e->inproc_logprobs, n, &n_prefill);
-	return true;
+	shard_result_start(e, s, r, 0, rows, e->inproc_logprobs, n);
+	r->took_ns = t0;
+	r->timed = true;
+	return 1;
 }

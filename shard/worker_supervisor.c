@@ -190,7 +190,12 @@ static void shard_new_epoch(struct engine *e, struct shard *s)
 			       st->n_prompt * sizeof(int32_t));
 		memcpy(e->slots.tokens[slot] + st->n_prompt, lr->generated,
 		       lr->n_generated * sizeof(int32_t));
-		shard_write_sampling(e, slot, lr);
+		{
+			struct sched_request rq;
+
+			engine_sched_request(lr, &rq);
+			shard_write_sampling(e, slot, &rq);
+		}
 	}
 }
 
@@ -302,7 +307,7 @@ int shard_start_worker(struct engine *e, struct shard *s)
 	io_ring_poll_in(&e->io, s->pidfd, &s->exit_op);
 	shard_arm_notify(e, s);
 	/* Anything already waiting for this shard goes out now. */
-	shard_advance(e, s);
+	engine_advance(e, s);
 	return 0;
 }
 
