@@ -525,10 +525,10 @@ static void engine_loop(struct engine *e)
 			}
 			progress |= engine_poll_shard(e, s);
 			if (s->pid > 0 && (s->redispatch || s->n_active < s->n_slots)) {
-				uint64_t sent = s->issued_id;
+				uint64_t sent = s->chan.issued_id;
 
 				engine_advance(e, s);
-				progress |= s->issued_id != sent;
+				progress |= s->chan.issued_id != sent;
 			}
 		}
 		now = clock_now_ns();
@@ -573,15 +573,14 @@ static int engine_setup_shards(struct engine *e)
 		s->index = i;
 		s->first_slot = (uint32_t)((uint64_t)b * i / n);
 		s->n_slots = (uint32_t)((uint64_t)b * (i + 1) / n) - s->first_slot;
-		s->next_dispatch_id = 1;
 		s->pidfd = -1;
 		s->exit_op = (struct io_op){ engine_on_exit_poll, e };
 		s->notify_rd = -1;
-		s->sent = calloc((size_t)SHM_RING_DEPTH * s->n_slots, sizeof(*s->sent));
-		s->seen = calloc(s->n_slots, sizeof(uint32_t));
 		s->suspect_slot = calloc(s->n_slots, sizeof(uint32_t));
 		s->suspect_gen = calloc(s->n_slots, sizeof(uint32_t));
-		if (!s->sent || !s->seen || !s->suspect_slot || !s->suspect_gen)
+		if (shard_channel_init(&s->chan, i, s->first_slot, s->n_slots,
+				       e->seg.hdr->ring_depth) ||
+		    !s->suspect_slot || !s->suspect_gen)
 			return -ENOMEM;
 	}
 	return 0;
@@ -598,8 +597,7 @@ static void engine_teardown(struct engine *e)
 			close(s->pidfd);
 		if (s->notify_rd >= 0)
 			close(s->notify_rd);
-		free(s->sent);
-		free(s->seen);
+		shard_channel_destroy(&s->chan);
 		free(s->suspect_slot);
 		free(s->suspect_gen);
 	}

@@ -34,6 +34,7 @@
 #include "ipc/shm_segment.h"
 #include "sched/shard_sched.h"
 #include "sched/slot_table.h"
+#include "shard/shard_channel.h"
 #include "engine/stats.h"
 #include "engine/wait_queue.h"
 
@@ -59,20 +60,7 @@ struct shard {
 	uint32_t n_active;		/* of which ACTIVE */
 	uint64_t committing_id;		/* dispatch id of the result being
 					 * committed now (0: none) */
-	/* dispatches to the current worker: private, trusted copies */
-	uint64_t next_dispatch_id;	/* starts at 1, never reused */
-	uint64_t first_id;		/* first id sent to the current worker */
-	uint64_t issued_id;		/* the newest dispatch sent (0: none) */
-	uint64_t first_pos;		/* first dispatch position of the worker */
-	/* the rows of the last SHM_RING_DEPTH dispatches, by ring index: the
-	 * one the worker runs is among them (for blame when it dies) */
-	struct shm_dispatch_row *sent;	/* SHM_RING_DEPTH * n_slots */
-	uint32_t n_sent[SHM_RING_DEPTH];
-	uint64_t sent_id[SHM_RING_DEPTH]; /* the dispatch id of each */
-	/* per shard slot: the result (result_stamp) that last carried a row of
-	 * the slot's current generation */
-	uint32_t *seen;
-	uint32_t result_stamp;
+	struct shard_channel chan;	/* the rings: what we sent, what we read */
 	bool redispatch;		/* the worker's rows are out of date */
 	uint32_t n_draining;		/* slots waiting in slot_drain */
 	uint64_t adopted_seen;		/* dispatch_adopted when last looked at */
@@ -86,8 +74,6 @@ struct shard {
 	uint64_t suspect_id;		/* dispatch running a suspect alone */
 	uint64_t progress_ns;		/* last result, or last dispatch sent */
 	uint64_t step_ewma_ns;		/* typical time between results */
-	uint64_t dispatch_pos;		/* next dispatch ring position */
-	uint64_t result_pos;		/* next result ring position */
 	/* the worker process */
 	pid_t pid;			/* 0 when none runs */
 	int pidfd;
@@ -124,11 +110,6 @@ struct shard {
 	bool misbehaved;		/* killed for its results, or stalled
 					 * outside the model: no blame, its
 					 * rows move to other shards */
-	/* per result ring entry: the seq we found there when we last
-	 * consumed it (0 after a channel reset), which is what it holds
-	 * until the worker writes it again; any other value but the
-	 * position we expect is garbage */
-	uint64_t ring_seq[SHM_RING_DEPTH];
 	struct log_limit warn_limit;	/* this shard's per-result warnings */
 	/* isolation after a fault: slots (and generations) to run alone */
 	uint32_t *suspect_slot;
@@ -273,8 +254,7 @@ void engine_give_up(struct engine *e, const char *fmt, ...)
 /* Does the shard's worker owe us results (rows it has been sent)? */
 static inline bool shard_owes_results(const struct shard *s)
 {
-	return s->pid > 0 && s->n_active && s->issued_id >= s->first_id &&
-	       s->issued_id;
+	return s->pid > 0 && s->n_active && shard_channel_sent_any(&s->chan);
 }
 
 /* Has the shard failed so many starts in a row that it takes no work

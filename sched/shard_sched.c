@@ -13,8 +13,11 @@
  * (shard_drop_slot, shard_slot_reusable); a rejected row makes the next
  * dispatch a reset to our committed lengths (shard_reset_after_garble).
  *
- * Each field of a result is read from shared memory once, into a local,
- * before it is checked: the worker may change it meanwhile.  A shard that
+ * Each field of a result is read from shared memory once, into private
+ * memory, before it is checked: the worker may change it meanwhile.  The
+ * channel (shard/shard_channel.c) does that and checks what can be ours
+ * (sequence number, dispatch id, row count, slot and token ranges,
+ * logprobs); here each checked row is held to its slot.  A shard that
  * keeps rejecting results right after resets runs in lockstep for a
  * while (SHARD_LOCKSTEP).
  *
@@ -34,7 +37,6 @@
 #include "sched/shard_sched.h"
 
 #include <errno.h>
-#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -43,6 +45,7 @@
 
 #include "util/clock.h"
 #include "engine/engine_internal.h"
+#include "shard/shard_channel.h"
 #include "util/log.h"
 #include "model/model_loader.h"
 #include "util/sleep_handshake.h"
@@ -86,6 +89,14 @@ static struct shard *shard_of_slot(struct engine *e, uint32_t slot)
 	return &e->shards[shm_slot_shard(e->seg.hdr, slot)];
 }
 
+/* What a result's rows are held to (shard_channel_check()). */
+static void shard_row_rules(const struct engine *e, struct shard_row_rules *rules)
+{
+	*rules = (struct shard_row_rules){ .vocab = e->vocab,
+					   .logprobs = e->slot_logprobs,
+					   .top_logprobs = e->slot_top_logprobs };
+}
+
 /*
  * Slot leaves its shard's rows.  A row that ends before its limit (a stop,
  * a cancel, a pause, a failure) goes on being extended until the worker
@@ -105,8 +116,8 @@ void shard_drop_slot(struct engine *e, uint32_t slot)
 		return;
 	s->redispatch = true;
 	if (e->slots.slots[slot].n_tokens < e->slot_limit[slot] ||
-	    s->committing_id != s->issued_id) {
-		e->slot_drain[slot] = s->dispatch_pos + 1;
+	    s->committing_id != s->chan.issued_id) {
+		e->slot_drain[slot] = s->chan.dispatch_pos + 1;
 		s->n_draining++;
 	}
 }
@@ -257,7 +268,7 @@ static uint32_t shard_collect_rows(struct engine *e, struct shard *s,
 			rows[0] = (struct shm_dispatch_row){
 				.slot = slot, .generation = st->generation,
 				.n_tokens = st->n_tokens, .limit = st->n_tokens + 1 };
-			s->suspect_id = s->next_dispatch_id;
+			s->suspect_id = s->chan.next_dispatch_id;
 			return 1;
 		}
 		shard_pop_suspect(s);
@@ -280,39 +291,30 @@ static uint32_t shard_collect_rows(struct engine *e, struct shard *s,
  * Publish the shard's rows to its worker when they changed.  At most
  * ring_depth - 1 dispatches are ahead of the one the worker has adopted,
  * so no entry is overwritten while the worker may be reading it, and
- * s->sent still holds the adopted one's rows (for blame).
+ * s->chan.sent still holds the adopted one's rows (for blame).
  */
 void shard_dispatch(struct engine *e, struct shard *s)
 {
 	struct shm_channel *ch;
-	struct shm_dispatch *d;
 	struct shm_dispatch_row *rows;
-	uint32_t depth = e->seg.hdr->ring_depth, n;
+	uint32_t n;
 
 	if (!s->redispatch || s->pid <= 0 || e->in_process)
 		return;
 	ch = shm_channel_at(&e->seg, s->index);
-	/* acquire: pairs with the worker's release in worker_adopt() */
-	if (s->dispatch_pos - atomic_load_explicit(&ch->dispatch_adopted,
-						   memory_order_acquire) >= depth - 1)
+	if (!shard_channel_room(&s->chan, ch))
 		return;	/* the worker is behind: send the latest rows later */
-	rows = s->sent + (s->dispatch_pos & (depth - 1)) * s->n_slots;
+	rows = shard_channel_next_rows(&s->chan);
 	n = shard_collect_rows(e, s, rows);
-	s->n_sent[s->dispatch_pos & (depth - 1)] = n;
-	s->sent_id[s->dispatch_pos & (depth - 1)] = s->next_dispatch_id;
-	s->issued_id = s->next_dispatch_id++;
+	shard_channel_record(&s->chan, n);
 	s->redispatch = false;
 	if (n)	/* the worker owes results from now on */
 		s->progress_ns = clock_now_ns();
-	d = shm_dispatch_at(e->seg.hdr, ch, s->dispatch_pos);
-	d->dispatch_id = s->issued_id;
-	d->n_rows = n;
-	d->flags = s->reset ? SHM_DISPATCH_RESET : 0;
 	s->sent_lockstep = s->lockstep > 0;
 	if (s->lockstep)
 		s->lockstep--;
 	if (s->reset) {
-		s->reset_id = s->issued_id;
+		s->reset_id = s->chan.issued_id;
 		/* the worker re-prefills every row from nothing now */
 		shard_forget_prefill(e, s);
 		if (++s->resets_unanswered >= 2 && !s->lockstep) {
@@ -326,13 +328,9 @@ void shard_dispatch(struct engine *e, struct shard *s)
 		if (s->resets_unanswered > SHARD_MAX_RESETS)
 			shard_kill_misbehaving(s, " for resets that commit nothing");
 	}
+	shard_channel_publish(&s->chan, e->seg.hdr, ch,
+			      s->reset ? SHM_DISPATCH_RESET : 0);
 	s->reset = false;
-	memcpy(d->rows, rows, n * sizeof(d->rows[0]));
-	shm_entry_publish(&d->seq, s->dispatch_pos);
-	s->dispatch_pos++;
-	/* pairs with the worker's announcement in worker_wait() */
-	if (sleep_handshake_check(&ch->worker_sleeping))
-		shm_wake_worker(ch);
 }
 
 /* Remove slot from the head of the suspects after it ran alone cleanly. */
@@ -371,21 +369,17 @@ static void shard_reset_after_garble(struct shard *s, uint64_t id)
  */
 static bool shard_result_lacks_rows(struct engine *e, struct shard *s, uint64_t id)
 {
-	uint32_t depth = e->seg.hdr->ring_depth, idx;
 	const struct shm_dispatch_row *want;
+	uint32_t n;
 
-	if (!id || id < s->first_id)
+	want = shard_channel_sent_rows(&s->chan, id, &n);
+	if (!want)
 		return false;
-	/* ids and positions advance together within one worker's life */
-	idx = (uint32_t)((s->first_pos + (id - s->first_id)) & (depth - 1));
-	if (s->sent_id[idx] != id)
-		return false;
-	want = s->sent + (size_t)idx * s->n_slots;
-	for (uint32_t i = 0; i < s->n_sent[idx]; i++) {
+	for (uint32_t i = 0; i < n; i++) {
 		const struct slot_state *st = &e->slots.slots[want[i].slot];
 
 		if (st->state == SHM_SLOT_ACTIVE && st->generation == want[i].generation &&
-		    s->seen[want[i].slot - s->first_slot] != s->result_stamp)
+		    s->chan.seen[want[i].slot - s->first_slot] != s->chan.result_stamp)
 			return true;
 	}
 	return false;
@@ -441,31 +435,6 @@ static void shard_count_rejected_row(struct engine *e, const struct shard *s,
 }
 
 /*
- * Copy the logprobs of a token row for the request in slot out of shared
- * memory into *lp and check them: every logprob finite and <= 0, at most
- * the alternatives the request asked for, each a token of the vocabulary.
- * False when the block is garbage (the row is then rejected like any
- * garbled row).  NULL block: in-process, trusted.
- */
-static bool shard_take_logprobs(struct engine *e, uint32_t slot,
-				const struct shm_logprobs *block,
-				struct shm_logprobs *lp)
-{
-	if (!e->slot_logprobs[slot])
-		return true;	/* nothing asked: nothing read */
-	lp->logprob = block->logprob;
-	lp->n_top = block->n_top;
-	if (!(lp->logprob <= 0.0f) || lp->n_top > e->slot_top_logprobs[slot])
-		return false;	/* NaN fails <= too */
-	memcpy(lp->top, block->top, lp->n_top * sizeof(lp->top[0]));
-	for (uint32_t j = 0; j < lp->n_top; j++)
-		if (!(lp->top[j].logprob <= 0.0f) || isinf(lp->top[j].logprob) ||
-		    lp->top[j].token < 0 || (uint32_t)lp->top[j].token >= e->vocab)
-			return false;
-	return !isinf(lp->logprob);
-}
-
-/*
  * The rows of one result of dispatch id, one by one (shard_result_next()):
  * rows/n_rows come from
  * shared memory: each row is copied once and checked against the private
@@ -484,15 +453,13 @@ static bool shard_take_logprobs(struct engine *e, uint32_t slot,
 /* Begin applying the rows of one result of dispatch id (0: in-process). */
 static void shard_result_start(struct engine *e, struct shard *s,
 			       struct shard_result *r, uint64_t id,
-			       const struct shm_result_row *rows,
-			       const struct shm_logprobs *blocks, uint32_t n_rows)
+			       const struct shard_checked_row *rows, uint32_t n_rows,
+			       bool too_many)
 {
-	*r = (struct shard_result){ .id = id, .rows = rows, .blocks = blocks,
-				    .n_rows = n_rows };
-	if (++s->result_stamp == 0)	/* 0 means never seen */
-		s->result_stamp = 1;
+	*r = (struct shard_result){ .id = id, .rows = rows, .n_rows = n_rows };
+	shard_channel_new_stamp(&s->chan);
 
-	if (n_rows > s->n_slots) {
+	if (too_many) {
 		e->stats.n_stale++;
 		shard_warn(s, "result with %u rows for a shard of %u: rejected",
 			   n_rows, s->n_slots);
@@ -508,60 +475,58 @@ bool shard_result_next(struct engine *e, struct shard *s, struct shard_result *r
 	if (r->too_many)
 		return false;
 	while (r->i < r->n_rows) {
-		uint32_t i = r->i++;
-		struct shm_result_row row = r->rows[i];	/* one read of shared memory */
-		bool no_token = row.token == SHM_TOKEN_PREFILL ||
-				row.token == SHM_TOKEN_REFUSED;
+		const struct shard_checked_row *cr = &r->rows[r->i++];
+		const struct shm_result_row *row = &cr->row;	/* the copy */
 		const struct slot_state *st;
 
-		if (row.slot < s->first_slot || row.slot - s->first_slot >= s->n_slots ||
-		    (!no_token && (row.token < 0 || (uint32_t)row.token >= e->vocab))) {
+		if (!cr->ok) {	/* a slot not of the shard, or no token */
 			e->stats.n_stale++;
 			r->garbled = true;
 			continue;
 		}
-		st = &e->slots.slots[row.slot];
-		if (st->state != SHM_SLOT_ACTIVE || st->generation != row.generation) {
-			shard_count_rejected_row(e, s, r->id, &row, st);
+		st = &e->slots.slots[row->slot];
+		if (st->state != SHM_SLOT_ACTIVE || st->generation != row->generation) {
+			shard_count_rejected_row(e, s, r->id, row, st);
 			continue;
 		}
-		s->seen[row.slot - s->first_slot] = s->result_stamp;
-		if (row.n_tokens != st->n_tokens) {
-			shard_count_rejected_row(e, s, r->id, &row, st);
+		s->chan.seen[row->slot - s->first_slot] = s->chan.result_stamp;
+		if (row->n_tokens != st->n_tokens) {
+			shard_count_rejected_row(e, s, r->id, row, st);
 			/* Ahead of what we committed: we rejected one of its
 			 * earlier rows. */
-			if (row.n_tokens > st->n_tokens)
+			if (row->n_tokens > st->n_tokens)
 				r->garbled = true;
 			continue;
 		}
-		if (row.token == SHM_TOKEN_PREFILL) {
+		if (row->token == SHM_TOKEN_PREFILL) {
 			/* A model that holds the whole prefix has a token
 			 * for it: this one cannot be. */
-			if (row.detail >= row.n_tokens) {
+			if (row->detail >= row->n_tokens) {
 				e->stats.n_stale++;
 				r->garbled = true;
-			} else if (row.detail > e->slot_prefilled[row.slot]) {
-				e->slot_prefilled[row.slot] = row.detail;
+			} else if (row->detail > e->slot_prefilled[row->slot]) {
+				e->slot_prefilled[row->slot] = row->detail;
 				r->n_prefill++;
 			}
 			continue;
 		}
-		if (row.token == SHM_TOKEN_REFUSED) {
+		if (row->token == SHM_TOKEN_REFUSED) {
 			s->committing_id = r->id;
 			*a = (struct shard_action){ .kind = SHARD_ACT_REFUSE,
-						    .slot = row.slot, .why = row.detail };
+						    .slot = row->slot, .why = row->detail };
 			r->n_ok++;
 			return true;
 		}
-		if (!shard_take_logprobs(e, row.slot, &r->blocks[i], &r->lp)) {
+		if (!cr->lp_ok) {	/* garbage logprobs: rejected like a
+					 * garbled row */
 			e->stats.n_stale++;
 			r->garbled = true;
 			continue;
 		}
 		s->committing_id = r->id;
-		*a = (struct shard_action){ .kind = SHARD_ACT_TOKEN, .slot = row.slot,
-					    .token = row.token, .lp = &r->lp };
-		r->last_slot = row.slot;
+		*a = (struct shard_action){ .kind = SHARD_ACT_TOKEN, .slot = row->slot,
+					    .token = row->token, .lp = &cr->lp };
+		r->last_slot = row->slot;
 		r->n_ok++;
 		return true;
 	}
@@ -620,13 +585,7 @@ static void shard_note_step_time(struct shard *s, uint64_t ns)
  */
 static void shard_release_results(const struct shard *s, struct shm_channel *ch)
 {
-	/* release: every entry before result_pos has been read */
-	atomic_store_explicit(&ch->results_consumed, s->result_pos,
-			      memory_order_release);
-	/* pairs with the announcement in worker_wait(): a worker waiting
-	 * for room either sees it or is seen asleep */
-	if (sleep_handshake_check(&ch->worker_sleeping))
-		shm_wake_worker(ch);
+	shard_channel_release(&s->chan, ch);
 }
 
 /*
@@ -675,7 +634,7 @@ static void shard_reject_result(struct engine *e, struct shard *s)
  */
 bool shard_poll_begin(struct engine *e, struct shard *s, struct shard_poll *p)
 {
-	*p = (struct shard_poll){ .released = s->result_pos };
+	*p = (struct shard_poll){ .released = s->chan.result_pos };
 	return !(e->in_process || s->pid <= 0 || s->misbehaved);
 }
 
@@ -686,64 +645,49 @@ bool shard_poll_next(struct engine *e, struct shard *s, struct shard_poll *p,
 	struct shm_channel *ch = shm_channel_at(&e->seg, s->index);
 	uint64_t step_cap = e->cfg->step_timeout_ms * 1000000ull;
 	uint32_t depth = e->seg.hdr->ring_depth;
+	struct shard_row_rules rules;
+	struct shard_checked c;
 
+	shard_row_rules(e, &rules);
 	for (; !p->done && p->n_read < depth; p->n_read++) {
-		struct shm_result *res = shm_result_at(e->seg.hdr, ch, s->result_pos);
-		uint64_t *last_seq = &s->ring_seq[s->result_pos & (depth - 1)];
-		uint64_t id, model_ns, seq;
-		uint32_t n_rows;
-		int32_t status;
+		uint32_t verdict = shard_channel_read(&s->chan, e->seg.hdr, ch, &rules, &c);
 
-		/* acquire: pairs with the release in the worker's
-		 * shm_entry_publish() */
-		seq = atomic_load_explicit(&res->seq, memory_order_acquire);
-		if (seq == *last_seq)
+		if (verdict == SHARD_RESULT_NONE)
 			break;		/* not written since we last read it */
-		*last_seq = seq;
 		p->progress = true;
 		p->now = clock_now_ns();
-		if (seq != s->result_pos + 1) {
+		switch (verdict) {
+		case SHARD_RESULT_BAD_SEQ:
 			shard_warn(s, "result at ring position %llu has sequence "
 				   "number %llu: rejected",
-				   (unsigned long long)s->result_pos,
-				   (unsigned long long)seq);
+				   (unsigned long long)c.pos, (unsigned long long)c.seq);
 			shard_reject_result(e, s);
-			s->result_pos++;
 			if (shard_note_fruitless(e, s, p->now))
 				p->done = true;
 			continue;
-		}
-		id = res->dispatch_id;
-		n_rows = res->n_rows;
-		status = res->status;
-		model_ns = res->model_ns;	/* untrusted: stats only */
-		if (id < s->first_id || id > s->issued_id) {
+		case SHARD_RESULT_BAD_ID:
 			/* garbled: the rows it carries may be anyone's */
 			shard_warn(s, "result with dispatch id %llu, not one of "
 				   "ours (%llu..%llu): rejected",
-				   (unsigned long long)id, (unsigned long long)s->first_id,
-				   (unsigned long long)s->issued_id);
+				   (unsigned long long)c.id,
+				   (unsigned long long)s->chan.first_id,
+				   (unsigned long long)s->chan.issued_id);
 			shard_reject_result(e, s);
-			s->result_pos++;
 			if (shard_note_fruitless(e, s, p->now))
 				p->done = true;
 			continue;
-		}
-		if (status) {
+		case SHARD_RESULT_FAILED:
 			shard_warn(s, "model failed a step (%s); restarting the "
-				   "worker", strerror(-status));
+				   "worker", strerror(-c.status));
 			s->failed_step = true;
-			s->failed_status = status;
-			s->result_pos++;
+			s->failed_status = c.status;
 			shard_kill(s);
 			p->done = true;
-			break;
+			return false;
 		}
-		e->stats.model_ns += model_ns < step_cap ? model_ns : step_cap;
-		/* a wrong n_rows is rejected before any row is read */
-		shard_result_start(e, s, r, id, res->rows,
-				   shm_result_logprobs(e->seg.hdr, ch, s->result_pos, 0),
-				   n_rows);
+		e->stats.model_ns += c.model_ns < step_cap ? c.model_ns : step_cap;
+		shard_result_start(e, s, r, c.id, c.rows, c.n_rows,
+				   verdict == SHARD_RESULT_TOO_MANY_ROWS);
 		return true;	/* shard_poll_after() ends the entry */
 	}
 	p->done = true;
@@ -758,8 +702,7 @@ void shard_poll_after(struct engine *e, struct shard *s, struct shard_poll *p,
 	uint32_t n_ok = r->too_many ? 0 : r->n_ok;
 	uint64_t now = p->now;
 
-	p->n_read++;
-	s->result_pos++;
+	p->n_read++;	/* shard_channel_read() moved result_pos on */
 	r->timed = false;
 	if (!n_ok && !r->n_prefill && shard_note_fruitless(e, s, now)) {
 		p->done = true;
@@ -792,9 +735,9 @@ void shard_poll_after(struct engine *e, struct shard *s, struct shard_poll *p,
 	 * room: give back half a ring at a time, so that it runs
 	 * (its wake-up included) while we commit the other half,
 	 * instead of after. */
-	if (s->result_pos - p->released >= depth / 2) {
+	if (s->chan.result_pos - p->released >= depth / 2) {
 		shard_release_results(s, shm_channel_at(&e->seg, s->index));
-		p->released = s->result_pos;
+		p->released = s->chan.result_pos;
 	}
 }
 
@@ -803,7 +746,7 @@ bool shard_poll_end(struct engine *e, struct shard *s, struct shard_poll *p)
 {
 	if (!p->progress)
 		return false;
-	if (s->result_pos != p->released)	/* else just handed back */
+	if (s->chan.result_pos != p->released)	/* else just handed back */
 		shard_release_results(s, shm_channel_at(&e->seg, s->index));
 	return true;	/* engine_loop() refills and dispatches next */
 }
@@ -812,7 +755,8 @@ bool shard_poll_end(struct engine *e, struct shard *s, struct shard_poll *p)
 int shard_step_in_process(struct engine *e, struct shard *s, struct shard_result *r)
 {
 	struct shm_result_row *rows = e->inproc_rows;
-	struct shm_dispatch_row *step = s->sent;
+	struct shm_dispatch_row *step = s->chan.sent;
+	struct shard_row_rules rules;
 	uint32_t n;
 	uint64_t t0;
 	int ret;
@@ -864,7 +808,11 @@ int shard_step_in_process(struct engine *e, struct shard *s, struct shard_result
 			shm_logprobs_set(&e->inproc_logprobs[i],
 					 &e->inproc_sampled[i]);
 	}
-	shard_result_start(e, s, r, 0, rows, e->inproc_logprobs, n);
+	/* the same checked rows a worker's result gives */
+	shard_row_rules(e, &rules);
+	shard_channel_check_rows(&s->chan, rows, e->inproc_logprobs, n, &rules,
+				 s->chan.checked);
+	shard_result_start(e, s, r, 0, s->chan.checked, n, false);
 	r->took_ns = t0;
 	r->timed = true;
 	return 1;

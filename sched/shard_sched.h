@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "ipc/shm_segment.h"
+#include "shard/shard_channel.h"
 
 struct engine;
 struct sampling_params;
@@ -71,8 +72,8 @@ struct shard_action {
  */
 struct shard_result {
 	uint64_t id;			/* the dispatch it ran (0: in-process) */
-	const struct shm_result_row *rows;	/* n_rows, maybe shared */
-	const struct shm_logprobs *blocks;	/* per row, maybe shared */
+	const struct shard_checked_row *rows;	/* n_rows, private copies
+						 * (shard_channel_check()) */
 	uint32_t n_rows;
 	uint32_t i;			/* next row to look at */
 	uint32_t n_ok;			/* rows committed (refusals too) */
@@ -82,7 +83,6 @@ struct shard_result {
 	bool too_many;			/* more rows than the shard has */
 	bool timed;			/* took_ns is a step time to record */
 	uint64_t took_ns;		/* time between results, or the step */
-	struct shm_logprobs lp;		/* the current row's, checked */
 };
 
 /* A pass over one shard's result ring (shard_poll_begin() ... end()). */

@@ -49,9 +49,8 @@ static bool engine_any_result_ready(const struct engine *e)
 	for (uint32_t i = 0; i < e->n_shards; i++) {
 		const struct shard *s = &e->shards[i];
 
-		if (s->pid > 0 && (shm_entry_ready(&shm_result_at(e->seg.hdr,
-				shm_channel_at(&e->seg, i), s->result_pos)->seq,
-				s->result_pos) || shard_adoption_news(e, s)))
+		if (s->pid > 0 && (shard_channel_result_ready(&s->chan, e->seg.hdr,
+				shm_channel_at(&e->seg, i)) || shard_adoption_news(e, s)))
 			return true;
 	}
 	return false;

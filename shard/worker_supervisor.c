@@ -154,11 +154,7 @@ static void shard_note_failed_start(struct engine *e, struct shard *s,
  */
 static void shard_new_epoch(struct engine *e, struct shard *s)
 {
-	s->first_pos = s->dispatch_pos;
-	s->first_id = s->next_dispatch_id;
-	s->issued_id = 0;
-	memset(s->n_sent, 0, sizeof(s->n_sent));
-	memset(s->sent_id, 0, sizeof(s->sent_id));
+	shard_channel_new_epoch(&s->chan);
 	s->redispatch = true;
 	s->reset = false;
 	s->reset_id = 0;
@@ -167,7 +163,7 @@ static void shard_new_epoch(struct engine *e, struct shard *s)
 	s->lockstep = 0;
 	s->sent_lockstep = false;
 	s->n_draining = 0;
-	s->adopted_seen = s->dispatch_pos;
+	s->adopted_seen = s->chan.dispatch_pos;
 	for (uint32_t i = 0; i < s->n_slots; i++) {
 		uint32_t slot = s->first_slot + i;
 		const struct slot_state *st = &e->slots.slots[slot];
@@ -276,7 +272,7 @@ int shard_start_worker(struct engine *e, struct shard *s)
 
 	/* The old worker is gone: a fresh object, so that nothing it (or a
 	 * process it left behind) still maps is the new worker's. */
-	ret = shm_shard_renew(&e->seg, s->index, s->dispatch_pos, s->result_pos,
+	ret = shm_shard_renew(&e->seg, s->index, s->chan.dispatch_pos, s->chan.result_pos,
 			      &a.shard_fd);
 	if (!ret)
 		shard_new_epoch(e, s);
@@ -318,15 +314,12 @@ int shard_start_worker(struct engine *e, struct shard *s)
 static void shard_blame_step(struct engine *e, struct shard *s, const char *why)
 {
 	struct shm_channel *ch = shm_channel_at(&e->seg, s->index);
-	uint64_t adopted = atomic_load(&ch->dispatch_adopted);
-	uint32_t depth = e->seg.hdr->ring_depth, n;
 	const struct shm_dispatch_row *rows;
+	uint32_t n;
 
-	/* untrusted: only a position we sent counts */
-	if (adopted <= s->first_pos || adopted > s->dispatch_pos)
+	rows = shard_channel_adopted_rows(&s->chan, ch, &n);
+	if (!rows)
 		return;
-	rows = s->sent + ((adopted - 1) & (depth - 1)) * s->n_slots;
-	n = s->n_sent[(adopted - 1) & (depth - 1)];
 	if (n > 1) {
 		for (uint32_t i = 0; i < n; i++) {
 			s->suspect_slot[i] = rows[i].slot;
@@ -399,13 +392,7 @@ static void shard_on_exit(struct engine *e, struct shard *s, const char *why,
 	e->stats.n_worker_deaths++;
 	/* Whatever it left in the ring we drop: the replacement starts from
 	 * the committed prefixes. */
-	while (shm_entry_ready(&shm_result_at(e->seg.hdr, ch, s->result_pos)->seq,
-			       s->result_pos)) {
-		s->result_pos++;
-		e->stats.n_discarded++;
-	}
-	/* the replacement's channel starts zeroed (shard_new_epoch()) */
-	memset(s->ring_seq, 0, sizeof(s->ring_seq));
+	e->stats.n_discarded += shard_channel_drain(&s->chan, e->seg.hdr, ch);
 	/* A worker that never got as far as the model cannot blame a request. */
 	if (owed && was_ready && blames) {
 		char blame[160];
@@ -521,7 +508,7 @@ static void shard_kill_stalled(struct engine *e, struct shard *s)
 	    "draining%s%s, %s)", s->index, (int)s->pid,
 	    (unsigned long long)e->cfg->step_timeout_ms, s->n_active,
 	    (unsigned long long)atomic_load(&ch->dispatch_adopted),
-	    (unsigned long long)s->dispatch_pos, s->n_draining,
+	    (unsigned long long)s->chan.dispatch_pos, s->n_draining,
 	    s->redispatch ? ", rows to send" : "", s->reset ? ", reset to send" : "",
 	    in_model ? "inside the model call" : "outside the model call: no blame");
 	e->stats.n_hang_kills++;
