@@ -35,24 +35,10 @@
 #include "sched/shard_sched.h"
 #include "sched/slot_table.h"
 #include "shard/shard_channel.h"
+#include "shard/worker_supervisor.h"
 #include "engine/stats.h"
 #include "engine/wait_queue.h"
 
-#define ENGINE_MAX_FAILED_STARTS 8	/* per shard, then give up on it */
-
-/* Most reads of a shard's notification pipes in flight at once: the
- * current pipe's, and older pipes' that something still holds open. */
-#define SHARD_NOTIFY_READS 4u
-
-struct shard;
-
-/* One queued read of a notification pipe (shard_arm_notify()). */
-struct notify_read {
-	struct io_op op;		/* arg: the engine */
-	struct shard *shard;
-	uint32_t epoch;			/* the pipe it reads (shard's epoch then) */
-	bool inflight;			/* queued, completion not yet seen */
-};
 struct shard {
 	uint32_t index;
 	uint32_t first_slot;		/* slots [first_slot, first_slot+n_slots) */
@@ -72,44 +58,7 @@ struct shard {
 					 * gets one step only (SHARD_LOCKSTEP) */
 	bool sent_lockstep;		/* the newest dispatch was one of them */
 	uint64_t suspect_id;		/* dispatch running a suspect alone */
-	uint64_t progress_ns;		/* last result, or last dispatch sent */
 	uint64_t step_ewma_ns;		/* typical time between results */
-	/* the worker process */
-	pid_t pid;			/* 0 when none runs */
-	int pidfd;
-	/* read end of the current worker's notification pipe (-1: none);
-	 * the worker writes a byte to wake us */
-	int notify_rd;
-	uint32_t notify_epoch;		/* which pipe is the current one */
-	uint8_t notify_buf[64];		/* what is read is never looked at */
-	/* the reads queued on the pipes; one of an older pipe ends when
-	 * every copy of that pipe's write end is closed */
-	struct notify_read notify_reads[SHARD_NOTIFY_READS];
-	const char *killed_for;		/* why we SIGKILLed it, or NULL */
-	bool ready_seen;		/* it announced worker_ready_pid */
-	bool failed_step;		/* its model returned an error */
-	int32_t failed_status;		/* that error, as the worker said */
-	uint64_t started_ns;
-	uint64_t restart_at_ns;		/* when dead: start a new one then */
-	uint32_t n_failed_starts;	/* consecutive deaths before ready */
-	uint32_t n_quick_deaths;	/* consecutive deaths soon after start */
-	struct io_op exit_op;		/* poll of pidfd; arg: the engine */
-	/* misbehaviour of the current worker (cleared when it exits) */
-	uint32_t n_fruitless;		/* results in a row that committed no
-					 * row (SHARD_MAX_FRUITLESS) */
-	uint64_t fruitless_ns;		/* when the last of them was read */
-	uint32_t n_bad_lives;		/* workers in a row killed for their
-					 * results or a stall outside the model,
-					 * none with SHARD_MAX_FRUITLESS results
-					 * that committed rows: at
-					 * ENGINE_MAX_FAILED_STARTS the shard
-					 * is lost (shard_lost()) */
-	uint32_t n_life_commits;	/* results of the current worker that
-					 * committed rows (up to the bound) */
-	bool kill_blames;		/* killed_for: blame the rows it ran */
-	bool misbehaved;		/* killed for its results, or stalled
-					 * outside the model: no blame, its
-					 * rows move to other shards */
 	struct log_limit warn_limit;	/* this shard's per-result warnings */
 	/* isolation after a fault: slots (and generations) to run alone */
 	uint32_t *suspect_slot;
@@ -134,9 +83,8 @@ struct engine {
 	struct request_pool pool;
 	struct shard *shards;
 	uint32_t n_shards;
+	struct worker_sup sup;		/* the shards' worker processes */
 	bool in_process;
-	bool worker_stderr_null;	/* our stderr is our output: workers
-					 * get /dev/null instead */
 	char worker_path[PATH_MAX];
 	struct io_ring io;
 	int sig_fd;
@@ -224,44 +172,18 @@ void engine_refuse(struct engine *e, uint32_t slot, uint32_t why);
  * (pause) and engine_unplace(). */
 void engine_unresume(struct engine *e, uint32_t handle);
 
-/* ---- engine.c, for worker_supervisor.c only ---- */
+/* ---- engine.c, for the engine's other files ---- */
 
 /* Take the live request out of wherever it is (queue, slot, lists),
- * freeing its slot; it stays live.  worker_supervisor.c calls it to move
- * a lost shard's requests to the resume line. */
+ * freeing its slot; it stays live (engine_admit.c: pause). */
 void engine_unplace(struct engine *e, uint32_t handle,
 		    struct live_request *lr, uint64_t now);
-/* Finish every live request (waiting, active or paused) with reason;
- * worker_supervisor.c calls it when giving up or when no worker can be
- * kept alive. */
-void engine_finish_all(struct engine *e, enum finish_reason reason,
-		       const char *error);
-
-/* ---- engine.c, for worker_supervisor.c until it returns events ---- */
-
-/* A worker was started on the shard: refill and dispatch to it now. */
-void engine_advance(struct engine *e, struct shard *s);
-/* What the scheduler needs of lr, as plain data. */
-void engine_sched_request(const struct live_request *lr, struct sched_request *rq);
-
-/* ---- worker_supervisor.c, for engine.c ---- */
-
-/* Stop stepping but go on answering: every request gets an error line
- * and the run exits 1 (worker_supervisor.c explains). */
-void engine_give_up(struct engine *e, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
 
 /* Does the shard's worker owe us results (rows it has been sent)? */
-static inline bool shard_owes_results(const struct shard *s)
+static inline bool shard_owes_results(const struct engine *e, const struct shard *s)
 {
-	return s->pid > 0 && s->n_active && shard_channel_sent_any(&s->chan);
-}
-
-/* Has the shard failed so many starts in a row that it takes no work
- * until a worker of it is ready again (which resets the count)? */
-static inline bool shard_lost(const struct shard *s)
-{
-	return s->n_failed_starts >= ENGINE_MAX_FAILED_STARTS;
+	return worker_sup_running(&e->sup, s->index) && s->n_active &&
+	       shard_channel_sent_any(&s->chan);
 }
 
 #endif

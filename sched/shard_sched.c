@@ -46,6 +46,7 @@
 #include "util/clock.h"
 #include "engine/engine_internal.h"
 #include "shard/shard_channel.h"
+#include "shard/worker_supervisor.h"
 #include "util/log.h"
 #include "model/model_loader.h"
 #include "util/sleep_handshake.h"
@@ -58,19 +59,8 @@
  */
 #define SHARD_LOCKSTEP 64u
 
-/*
- * Progress is a committed row, not a result.  A worker whose results keep
- * committing nothing (wrong generations, no rows, ids or sequence numbers
- * we never sent, a flood of copies) is killed after this many in a row,
- * and no request is blamed: its rows go to other shards.  An honest
- * worker's longest such run is what it ran ahead when every row it held
- * ended or was reset: a ring it had posted, plus the steps it ran until
- * it adopted the next dispatch (under another ring), so four rings leave
- * a wide margin and still end a misbehaving worker within milliseconds
- * of fast steps.  A slow one that posts such results is ended by the step
- * timeout instead, also without blame (engine_check_workers()).
- */
-#define SHARD_MAX_FRUITLESS (4u * SHM_RING_DEPTH)
+/* (A worker whose results keep committing nothing is killed after
+ * WORKER_MAX_FRUITLESS of them: worker_supervisor.h.) */
 
 /* Resets in a row with no committed row between them before the worker
  * is killed (no blame).  Lockstep (SHARD_LOCKSTEP) makes an honest but
@@ -202,8 +192,8 @@ bool shard_refill_begin(struct engine *e, struct shard *s)
 	/* A worker not yet ready gets no request: one that never says it
 	 * is (a slow model load, or a worker that scribbled its own flag)
 	 * holds nobody's request until the start timeout ends it. */
-	if (s->n_active == s->n_slots || shard_lost(s) ||
-	    (!e->in_process && !s->ready_seen))
+	if (s->n_active == s->n_slots || worker_sup_lost(&e->sup, s->index) ||
+	    (!e->in_process && !worker_sup_ready(&e->sup, s->index)))
 		return false;
 	if (e->cfg->policy_static)
 		for (uint32_t i = 0; i < s->n_slots; i++)
@@ -238,6 +228,42 @@ void shard_forget_prefill(struct engine *e, const struct shard *s)
 {
 	memset(e->slot_prefilled + s->first_slot, 0,
 	       s->n_slots * sizeof(e->slot_prefilled[0]));
+}
+
+/* A new worker starts on the shard (its channel has started over): a
+ * first dispatch with every ACTIVE slot, nothing draining (the old worker
+ * writes nothing any more), no reset or lockstep pending. */
+void shard_new_epoch(struct engine *e, struct shard *s)
+{
+	s->redispatch = true;
+	s->reset = false;
+	s->reset_id = 0;
+	s->resets_unanswered = 0;
+	shard_forget_prefill(e, s);
+	s->lockstep = 0;
+	s->sent_lockstep = false;
+	s->n_draining = 0;
+	s->adopted_seen = s->chan.dispatch_pos;
+	for (uint32_t i = 0; i < s->n_slots; i++)
+		e->slot_drain[s->first_slot + i] = 0;
+}
+
+/* The rows of a step its worker died in, to run alone one by one. */
+void shard_isolate(struct shard *s, const struct shm_dispatch_row *rows, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		s->suspect_slot[i] = rows[i].slot;
+		s->suspect_gen[i] = rows[i].generation;
+	}
+	s->n_suspects = n;
+	LOG(LOG_WARN, "shard %u: isolating the %u requests of the failed step",
+	    s->index, n);
+}
+
+/* Its requests moved away: nobody is under suspicion any more. */
+void shard_clear_suspects(struct shard *s)
+{
+	s->n_suspects = 0;
 }
 
 /* Drop the first suspect (it ran alone cleanly, finished, or was failed). */
@@ -299,7 +325,7 @@ void shard_dispatch(struct engine *e, struct shard *s)
 	struct shm_dispatch_row *rows;
 	uint32_t n;
 
-	if (!s->redispatch || s->pid <= 0 || e->in_process)
+	if (!s->redispatch || !worker_sup_running(&e->sup, s->index) || e->in_process)
 		return;
 	ch = shm_channel_at(&e->seg, s->index);
 	if (!shard_channel_room(&s->chan, ch))
@@ -309,7 +335,7 @@ void shard_dispatch(struct engine *e, struct shard *s)
 	shard_channel_record(&s->chan, n);
 	s->redispatch = false;
 	if (n)	/* the worker owes results from now on */
-		s->progress_ns = clock_now_ns();
+		worker_sup_note_dispatch(&e->sup, s->index, clock_now_ns());
 	s->sent_lockstep = s->lockstep > 0;
 	if (s->lockstep)
 		s->lockstep--;
@@ -326,7 +352,8 @@ void shard_dispatch(struct engine *e, struct shard *s)
 		 * (slot_prefilled): a worker that garbles a result, claims
 		 * prefill progress, and again, would never end otherwise. */
 		if (s->resets_unanswered > SHARD_MAX_RESETS)
-			shard_kill_misbehaving(s, " for resets that commit nothing");
+			worker_sup_kill_misbehaving(&e->sup, s->index,
+						    " for resets that commit nothing");
 	}
 	shard_channel_publish(&s->chan, e->seg.hdr, ch,
 			      s->reset ? SHM_DISPATCH_RESET : 0);
@@ -565,13 +592,6 @@ void shard_note_adopted(struct engine *e, struct shard *s)
  * Reading results
  * ---------------------------------------------------------------------- */
 
-/* Kill the shard's worker; its exit is handled on the pidfd. */
-void shard_kill(struct shard *s)
-{
-	if (s->pid > 0)
-		kill(s->pid, SIGKILL);
-}
-
 /* Track how long the shard takes per result, to know when to expect the
  * next one (engine_wait() spins only around that moment). */
 static void shard_note_step_time(struct shard *s, uint64_t ns)
@@ -586,34 +606,6 @@ static void shard_note_step_time(struct shard *s, uint64_t ns)
 static void shard_release_results(const struct shard *s, struct shm_channel *ch)
 {
 	shard_channel_release(&s->chan, ch);
-}
-
-/*
- * Kill the shard's worker for what it did, not for what its requests did:
- * nobody is blamed, and its rows move to other shards (shard_on_exit()).
- */
-void shard_kill_misbehaving(struct shard *s, const char *why)
-{
-	s->killed_for = why;
-	s->kill_blames = false;
-	s->misbehaved = true;
-	shard_kill(s);
-}
-
-/*
- * A result committed nothing.  True when that was one too many in a row
- * (SHARD_MAX_FRUITLESS) and the worker is being killed for it.
- */
-static bool shard_note_fruitless(struct engine *e, struct shard *s, uint64_t now)
-{
-	s->fruitless_ns = now;
-	if (++s->n_fruitless < SHARD_MAX_FRUITLESS)
-		return false;
-	LOG(LOG_WARN, "worker %u (pid %d): %u results in a row committed nothing; "
-	    "killing it (no request is blamed)", s->index, (int)s->pid, s->n_fruitless);
-	e->stats.n_fruitless_kills++;
-	shard_kill_misbehaving(s, " for results that commit nothing");
-	return true;
 }
 
 /*
@@ -635,7 +627,8 @@ static void shard_reject_result(struct engine *e, struct shard *s)
 bool shard_poll_begin(struct engine *e, struct shard *s, struct shard_poll *p)
 {
 	*p = (struct shard_poll){ .released = s->chan.result_pos };
-	return !(e->in_process || s->pid <= 0 || s->misbehaved);
+	return !(e->in_process || !worker_sup_running(&e->sup, s->index) ||
+		 worker_sup_misbehaved(&e->sup, s->index));
 }
 
 /* The next result entry whose rows are to be applied, or false. */
@@ -662,7 +655,7 @@ bool shard_poll_next(struct engine *e, struct shard *s, struct shard_poll *p,
 				   "number %llu: rejected",
 				   (unsigned long long)c.pos, (unsigned long long)c.seq);
 			shard_reject_result(e, s);
-			if (shard_note_fruitless(e, s, p->now))
+			if (worker_sup_note_fruitless(&e->sup, s->index, p->now))
 				p->done = true;
 			continue;
 		case SHARD_RESULT_BAD_ID:
@@ -673,15 +666,13 @@ bool shard_poll_next(struct engine *e, struct shard *s, struct shard_poll *p,
 				   (unsigned long long)s->chan.first_id,
 				   (unsigned long long)s->chan.issued_id);
 			shard_reject_result(e, s);
-			if (shard_note_fruitless(e, s, p->now))
+			if (worker_sup_note_fruitless(&e->sup, s->index, p->now))
 				p->done = true;
 			continue;
 		case SHARD_RESULT_FAILED:
 			shard_warn(s, "model failed a step (%s); restarting the "
 				   "worker", strerror(-c.status));
-			s->failed_step = true;
-			s->failed_status = c.status;
-			shard_kill(s);
+			worker_sup_kill_failed_step(&e->sup, s->index, c.status);
 			p->done = true;
 			return false;
 		}
@@ -704,7 +695,8 @@ void shard_poll_after(struct engine *e, struct shard *s, struct shard_poll *p,
 
 	p->n_read++;	/* shard_channel_read() moved result_pos on */
 	r->timed = false;
-	if (!n_ok && !r->n_prefill && shard_note_fruitless(e, s, now)) {
+	if (!n_ok && !r->n_prefill &&
+	    worker_sup_note_fruitless(&e->sup, s->index, now)) {
 		p->done = true;
 		return;
 	}
@@ -712,22 +704,14 @@ void shard_poll_after(struct engine *e, struct shard *s, struct shard_poll *p,
 		/* a prefill chunk that got further is progress: each
 		 * slot can claim it only up to its prefix length per
 		 * worker life or reset (slot_prefilled) */
-		s->progress_ns = now;
-		s->n_fruitless = 0;
+		worker_sup_note_progress(&e->sup, s->index, now, false);
 	}
 	if (n_ok) {
 		/* Progress is a committed row: only that restarts
 		 * the step timeout's clock. */
-		r->took_ns = now - s->progress_ns;
+		r->took_ns = now - worker_sup_progress_ns(&e->sup, s->index);
 		r->timed = true;
-		s->progress_ns = now;
-		s->n_fruitless = 0;
-		/* a worker that does real work clears its shard's
-		 * record; one honest result per life does not (a
-		 * flood that starts with one would run for ever) */
-		if (s->n_life_commits < SHARD_MAX_FRUITLESS &&
-		    ++s->n_life_commits == SHARD_MAX_FRUITLESS)
-			s->n_bad_lives = 0;
+		worker_sup_note_progress(&e->sup, s->index, now, true);
 		shard_note_step_time(s, r->took_ns);
 		e->stats.step_ns += r->took_ns;
 	}

@@ -130,7 +130,7 @@ void shard_dispatch(struct engine *e, struct shard *s);
  *
  * Rejects what does not match what we sent (counted stale or discarded,
  * a reset when the worker's rows drifted), kills a worker whose results
- * keep committing nothing (SHARD_MAX_FRUITLESS, no blame) or whose model
+ * keep committing nothing (WORKER_MAX_FRUITLESS, no blame) or whose model
  * reported a failed step, and hands read entries back every half ring.
  */
 bool shard_poll_begin(struct engine *e, struct shard *s, struct shard_poll *p);
@@ -175,15 +175,19 @@ void shard_write_sampling(struct engine *e, uint32_t slot,
  * the next suspect runs. */
 void shard_clear_suspect(struct shard *s, uint32_t slot);
 
+/* A new worker starts on the shard, its channel renewed
+ * (shard_channel_new_epoch()): the scheduler's part starts over. */
+void shard_new_epoch(struct engine *e, struct shard *s);
+
+/* The n rows of the step a worker died in (n > 1) run alone one by one,
+ * each for one step (suspects), so that a poison request shows itself. */
+void shard_isolate(struct shard *s, const struct shm_dispatch_row *rows, uint32_t n);
+
+/* The shard's requests moved away: no suspects. */
+void shard_clear_suspects(struct shard *s);
+
 /* The shard's worker is new or was reset: the prefill progress its rows
  * may claim starts over (engine->slot_prefilled). */
 void shard_forget_prefill(struct engine *e, const struct shard *s);
-
-/* SIGKILL the shard's worker, if any; its exit arrives on the pidfd. */
-void shard_kill(struct shard *s);
-
-/* SIGKILL it for what it did, not for its requests: nobody is blamed and
- * its rows move to other shards when it exits. */
-void shard_kill_misbehaving(struct shard *s, const char *why);
 
 #endif

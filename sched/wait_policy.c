@@ -49,7 +49,7 @@ static bool engine_any_result_ready(const struct engine *e)
 	for (uint32_t i = 0; i < e->n_shards; i++) {
 		const struct shard *s = &e->shards[i];
 
-		if (s->pid > 0 && (shard_channel_result_ready(&s->chan, e->seg.hdr,
+		if (worker_sup_running(&e->sup, i) && (shard_channel_result_ready(&s->chan, e->seg.hdr,
 				shm_channel_at(&e->seg, i)) || shard_adoption_news(e, s)))
 			return true;
 	}
@@ -73,10 +73,11 @@ static uint64_t engine_next_result_due(const struct engine *e)
 
 	for (uint32_t i = 0; i < e->n_shards; i++) {
 		const struct shard *s = &e->shards[i];
+		uint64_t progress_ns = worker_sup_progress_ns(&e->sup, i);
 
-		if (shard_owes_results(s) && s->step_ewma_ns &&
-		    s->progress_ns + s->step_ewma_ns < due)
-			due = s->progress_ns + s->step_ewma_ns;
+		if (shard_owes_results(e, s) && s->step_ewma_ns &&
+		    progress_ns + s->step_ewma_ns < due)
+			due = progress_ns + s->step_ewma_ns;
 	}
 	return due;
 }
@@ -132,7 +133,7 @@ static uint64_t engine_doze_ns(const struct engine *e)
 	for (uint32_t i = 0; i < e->n_shards; i++) {
 		const struct shard *s = &e->shards[i];
 
-		if (!shard_owes_results(s))
+		if (!shard_owes_results(e, s))
 			continue;
 		if (s->step_ewma_ns < ENGINE_DOZE_STEP_NS ||	/* 0: not known yet */
 		    shard_runs_dry_next(e, s))
@@ -152,7 +153,7 @@ static uint64_t engine_doze_ns(const struct engine *e)
  * sleeps in io_uring until a worker's pipe write, an I/O event or the
  * deadline.
  */
-void engine_wait(struct engine *e, uint64_t deadline_ns)
+int engine_wait(struct engine *e, uint64_t deadline_ns)
 {
 	uint64_t now = clock_now_ns();
 	uint64_t doze_ns = e->in_process ? 0 : engine_doze_ns(e);
@@ -169,9 +170,9 @@ void engine_wait(struct engine *e, uint64_t deadline_ns)
 
 		if (due != UINT64_MAX && due < now + ENGINE_SPIN_AHEAD_NS) {
 			if (engine_spin_until(e, due + ENGINE_SPIN_AHEAD_NS))
-				return;
+				return 0;
 		} else if (engine_spin_until(e, now + (uint64_t)e->cfg->spin_us * 1000)) {
-			return;
+			return 0;
 		}
 		if (due != UINT64_MAX && due > now + ENGINE_SPIN_AHEAD_NS &&
 		    due - ENGINE_SPIN_AHEAD_NS < deadline_ns)
@@ -184,7 +185,7 @@ void engine_wait(struct engine *e, uint64_t deadline_ns)
 					     doze_ns ? SHM_COORD_DOZING : SHM_COORD_SLEEPING,
 					     engine_recheck_rings, e)) {
 			sleep_handshake_done(shm_coordinator_sleeping(&e->seg));
-			return;
+			return 0;
 		}
 	}
 	/* The front end's work off the loop (the parser thread) wakes us
@@ -194,7 +195,7 @@ void engine_wait(struct engine *e, uint64_t deadline_ns)
 		e->fe.ops->after_sleep(e->fe.ctx);
 		if (!e->in_process)
 			sleep_handshake_done(shm_coordinator_sleeping(&e->seg));
-		return;
+		return 0;
 	}
 	now = clock_now_ns();
 	timeout = deadline_ns <= now ? 1 : deadline_ns - now;
@@ -206,7 +207,6 @@ void engine_wait(struct engine *e, uint64_t deadline_ns)
 		sleep_handshake_done(shm_coordinator_sleeping(&e->seg));
 	if (ret > 0)
 		io_ring_dispatch(&e->io);
-	else if (ret < 0)
-		engine_fail(e, "io_uring wait: %s", strerror(-ret));
+	return ret < 0 ? ret : 0;
 }
 

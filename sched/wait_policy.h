@@ -23,9 +23,9 @@ struct engine;
  * time): a result or an adoption in a channel, an io_uring completion (a
  * worker's notification pipe, a pidfd, the front end's I/O, a signal),
  * the front end's before_sleep() saying it has work, or the deadline.
- * Dispatches the completions it woke for; an io_uring failure fails the
- * engine (engine_fail()).
+ * Dispatches the completions it woke for.  0, or io_uring's negative
+ * errno (the engine fails).
  */
-void engine_wait(struct engine *e, uint64_t deadline_ns);
+int engine_wait(struct engine *e, uint64_t deadline_ns);
 
 #endif
