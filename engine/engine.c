@@ -4,14 +4,17 @@
  * NOTES ON THE DESIGN
  *
  * The engine is these files: this one (a request's place and its
- * answer, signals, the loop, setup), engine_admit.c (admission, choices,
- * cancel, pause, resume), engine_commit.c (what a committed token does to
- * its request), engine_model.c (the model and tokenizer at start),
- * worker_supervisor.c (the workers' lives: start, readiness, timeouts,
- * death, blame, restarts, lost shards, giving up), shard_sched.c (the
- * shard scheduler: refill, dispatch, commit, run-ahead) and
- * wait_policy.c (spin, doze or sleep when a round made no progress).
- * They share struct engine and struct shard through engine_internal.h.
+ * answer, signals, the loop, setup, and applying what the layers below
+ * return), engine_admit.c (admission, choices, cancel, pause, resume),
+ * engine_commit.c (what a committed token does to its request) and
+ * engine_model.c (the model and tokenizer at start), sharing struct
+ * engine through engine_internal.h.  Data flows one way: the engine calls
+ * the scheduler (sched/shard_sched.c: refill slots, dispatch, checked
+ * rows as actions; sched/wait_policy.c: spin, doze or sleep), the shard
+ * channel (shard/shard_channel.c: the rings and the result check) and
+ * the supervisor (shard/worker_supervisor.c: the workers' lives, whose
+ * deaths come back as a struct worker_event), and applies what they
+ * return; none of them calls back up.
  *
  * Trust.  Everything the coordinator must trust lives in its private
  * memory: the slot table's private copy, the request pool with every
@@ -19,14 +22,14 @@
  * sent, by dispatch id.  A result record is read field by field, once,
  * into locals and accepted only if its sequence number and dispatch id
  * (one sent to this worker), row count, each row's slot, generation and
- * position and the token's range all match (shard_poll(), shard_commit()
- * in shard_sched.c); anything else is dropped and
+ * position and the token's range all match (shard_channel_check(), then
+ * shard_result_next() in shard_sched.c); anything else is dropped and
  * the affected rows are extended again.  A row the run-ahead made obsolete
  * (its request ended, a reset sent the worker back) is counted as
  * discarded, anything else as stale: a fault-free run has no stale
  * result.  A sequence number or a dispatch id we did not send makes the
  * whole result garbled (a reset).  Progress is a committed row: a worker
- * whose results commit nothing SHARD_MAX_FRUITLESS times in a row is
+ * whose results commit nothing WORKER_MAX_FRUITLESS times in a row is
  * killed without blame and its requests move to other shards.
  *
  * Faults (worker_supervisor.c).  A worker's exit shows up as its pidfd
@@ -162,7 +165,7 @@ void engine_unplace(struct engine *e, uint32_t handle,
 		engine_unlist(e->at_once, &e->n_at_once, handle);
 		break;
 	case LIVE_ACTIVE:
-		shard_drop_slot(e, lr->slot);
+		shard_drop_slot(&e->sched, lr->slot);
 		slot_table_release(&e->slots, lr->slot);
 		e->slot_freed_ns[lr->slot] = now;
 		lr->slot = REQUEST_NONE;
@@ -377,7 +380,7 @@ static int engine_place(struct engine *e, uint32_t slot, uint32_t handle,
 			return -ENOMEM;
 	}
 	engine_sched_request(lr, &rq);
-	return shard_place(e, slot, handle, &rq);
+	return shard_place(&e->sched, slot, handle, &rq);
 }
 
 /* Fill the shard's free slots from the resume line and the waiting
@@ -388,9 +391,9 @@ static void engine_refill(struct engine *e, struct shard *s)
 	uint64_t now = 0;
 	int ret;
 
-	if (!shard_refill_begin(e, s))
+	if (!shard_refill_begin(&e->sched, s))
 		return;
-	while (shard_refill_next(e, s, &cursor, &slot)) {
+	while (shard_refill_next(&e->sched, s, &cursor, &slot)) {
 		struct live_request *lr;
 
 		if (engine_next_waiting(e, &handle))
@@ -427,9 +430,9 @@ static void engine_refill(struct engine *e, struct shard *s)
  * refill its reusable free slots and publish its rows if they changed. */
 static void engine_advance(struct engine *e, struct shard *s)
 {
-	shard_note_adopted(e, s);
+	shard_note_adopted(&e->sched, s);
 	engine_refill(e, s);
-	shard_dispatch(e, s);
+	shard_dispatch(&e->sched, s);
 }
 
 /* Apply each checked row of a result, one at a time: the scheduler checks
@@ -440,13 +443,13 @@ static void engine_apply_result(struct engine *e, struct shard *s,
 {
 	struct shard_action a;
 
-	while (shard_result_next(e, s, r, &a)) {
+	while (shard_result_next(&e->sched, s, r, &a)) {
 		if (a.kind == SHARD_ACT_REFUSE)
 			engine_refuse(e, a.slot, a.why);
 		else
 			engine_commit_token(e, a.slot, a.token, a.lp);
 	}
-	shard_result_end(e, s, r);
+	shard_result_end(&e->sched, s, r);
 }
 
 /* Read and apply the shard's results.  True when any was read. */
@@ -455,15 +458,15 @@ static bool engine_poll_shard(struct engine *e, struct shard *s)
 	struct shard_result r;
 	struct shard_poll p;
 
-	if (!shard_poll_begin(e, s, &p))
+	if (!shard_poll_begin(&e->sched, s, &p))
 		return false;
-	while (shard_poll_next(e, s, &p, &r)) {
+	while (shard_poll_next(&e->sched, s, &p, &r)) {
 		engine_apply_result(e, s, &r);
-		shard_poll_after(e, s, &p, &r);
+		shard_poll_after(&e->sched, s, &p, &r);
 		if (r.timed)
 			histogram_record(&e->step_hist, r.took_ns);
 	}
-	return shard_poll_end(e, s, &p);
+	return shard_poll_end(&e->sched, s, &p);
 }
 
 /* --workers 0: refill the shard, run one step on its rows right here
@@ -474,7 +477,7 @@ static bool engine_step_in_process(struct engine *e, struct shard *s)
 	int ret;
 
 	engine_refill(e, s);
-	ret = shard_step_in_process(e, s, &r);
+	ret = shard_step_in_process(&e->sched, s, &r);
 	if (r.timed)
 		histogram_record(&e->step_hist, r.took_ns);
 	if (ret < 0) {	/* no worker to isolate the request in: give up */
@@ -593,7 +596,7 @@ static void engine_blame(struct engine *e, struct shard *s,
 static void engine_apply_worker_event(struct engine *e, struct shard *s,
 				      const struct worker_event *ev)
 {
-	e->stats.n_discarded += ev->n_discarded;
+	e->sched.counts.n_discarded += ev->n_discarded;
 	if (ev->n_blame)
 		engine_blame(e, s, ev->blame_rows, ev->n_blame, ev->blame);
 	if (ev->move)
@@ -638,7 +641,7 @@ static void engine_apply_worker_event(struct engine *e, struct shard *s,
 static void engine_new_epoch(struct engine *e, struct shard *s)
 {
 	shard_channel_new_epoch(&s->chan);
-	shard_new_epoch(e, s);
+	shard_new_epoch(&e->sched, s);
 	for (uint32_t i = 0; i < s->n_slots; i++) {
 		uint32_t slot = s->first_slot + i;
 		const struct slot_state *st = &e->slots.slots[slot];
@@ -662,7 +665,7 @@ static void engine_new_epoch(struct engine *e, struct shard *s)
 		memcpy(e->slots.tokens[slot] + st->n_prompt, lr->generated,
 		       lr->n_generated * sizeof(int32_t));
 		engine_sched_request(lr, &rq);
-		shard_write_sampling(e, slot, &rq);
+		shard_write_sampling(&e->sched, slot, &rq);
 	}
 }
 
@@ -697,8 +700,8 @@ static void engine_on_exit_poll(struct io_op *op, int32_t res)
 
 	if (w->index >= e->n_shards)
 		return;
-	s = &e->shards[w->index];
-	if (worker_sup_reap(&e->sup, w->index, shard_owes_results(e, s), &ev))
+	s = &e->sched.shards[w->index];
+	if (worker_sup_reap(&e->sup, w->index, shard_owes_results(&e->sched, s), &ev))
 		engine_apply_worker_event(e, s, &ev);
 }
 
@@ -709,7 +712,7 @@ static uint64_t engine_check_workers(struct engine *e, uint64_t now)
 	uint64_t next = UINT64_MAX;
 
 	for (uint32_t i = 0; i < e->n_shards && !e->in_process; i++) {
-		struct shard *s = &e->shards[i];
+		struct shard *s = &e->sched.shards[i];
 		struct worker_check wc;
 		bool ready;
 
@@ -718,7 +721,7 @@ static uint64_t engine_check_workers(struct engine *e, uint64_t now)
 			worker_sup_retry_later(&e->sup, i, now);
 		wc = (struct worker_check){
 			.may_plan = !e->failed && !e->gave_up,
-			.owes = shard_owes_results(e, s),
+			.owes = shard_owes_results(&e->sched, s),
 			.n_active = s->n_active, .n_draining = s->n_draining,
 			.redispatch = s->redispatch, .reset = s->reset };
 		worker_sup_check(&e->sup, i, now, &wc, &ready, &next);
@@ -739,6 +742,14 @@ static void engine_sync_stats(struct engine *e)
 	e->stats.n_worker_deaths = e->sup.n_worker_deaths;
 	e->stats.n_hang_kills = e->sup.n_hang_kills;
 	e->stats.n_fruitless_kills = e->sup.n_fruitless_kills;
+	e->stats.n_stale = e->sched.counts.n_stale;
+	e->stats.n_discarded = e->sched.counts.n_discarded;
+	e->stats.n_steps = e->sched.counts.n_steps;
+	e->stats.n_step_rows = e->sched.counts.n_step_rows;
+	e->stats.n_step_capacity = e->sched.counts.n_step_capacity;
+	e->stats.model_ns = e->sched.counts.model_ns;
+	e->stats.step_ns = e->sched.counts.step_ns;
+	e->stats.n_dozes = e->sched.counts.n_dozes;
 }
 
 /* Done: nothing live, and the front end has no more input or output. */
@@ -750,6 +761,11 @@ static bool engine_done(const struct engine *e)
 
 static void engine_loop(struct engine *e)
 {
+	struct sched_waiter waiter = { .io = &e->io, .spin_us = e->cfg->spin_us,
+				       .before_sleep = e->fe.ops->before_sleep,
+				       .after_sleep = e->fe.ops->after_sleep,
+				       .ctx = e->fe.ctx };
+
 	while (!engine_done(e)) {
 		bool progress = false;
 		uint64_t now, deadline;
@@ -764,7 +780,7 @@ static void engine_loop(struct engine *e)
 		progress |= e->fe.ops->pump(e->fe.ctx);
 		progress |= engine_finish_at_once(e);
 		for (uint32_t i = 0; i < e->n_shards; i++) {
-			struct shard *s = &e->shards[i];
+			struct shard *s = &e->sched.shards[i];
 
 			if (e->in_process) {
 				progress |= engine_step_in_process(e, s);
@@ -800,7 +816,8 @@ static void engine_loop(struct engine *e)
 		progress |= e->fe.ops->pump(e->fe.ctx);
 		if (io_ring_submit(&e->io))
 			engine_fail(e, "io_uring submit failed");
-		if (!progress && !engine_done(e) && (ret = engine_wait(e, deadline)))
+		if (!progress && !engine_done(e) &&
+		    (ret = sched_wait(&e->sched, &waiter, deadline)))
 			engine_fail(e, "io_uring wait: %s", strerror(-ret));
 	}
 }
@@ -811,7 +828,6 @@ static void engine_loop(struct engine *e)
 
 static int engine_setup_shards(struct engine *e)
 {
-	uint32_t n = e->n_shards, b = e->cfg->n_slots;
 	struct worker_sup_config wc = {
 		.worker_path = e->worker_path,
 		.model_spec = e->worker_spec,
@@ -823,22 +839,16 @@ static int engine_setup_shards(struct engine *e)
 		.start_timeout_ms = e->cfg->start_timeout_ms,
 	};
 
-	e->shards = calloc(n, sizeof(*e->shards));
-	if (!e->shards || worker_sup_init(&e->sup, &wc, &e->io, &e->seg, n))
+	if (worker_sup_init(&e->sup, &wc, &e->io, &e->seg, e->n_shards) ||
+	    sched_init(&e->sched, &e->seg, &e->slots, &e->sup, e->n_shards,
+		       e->cfg->n_slots))
 		return -ENOMEM;
-	for (uint32_t i = 0; i < n; i++) {
-		struct shard *s = &e->shards[i];
-
-		s->index = i;
-		s->first_slot = (uint32_t)((uint64_t)b * i / n);
-		s->n_slots = (uint32_t)((uint64_t)b * (i + 1) / n) - s->first_slot;
-		s->suspect_slot = calloc(s->n_slots, sizeof(uint32_t));
-		s->suspect_gen = calloc(s->n_slots, sizeof(uint32_t));
-		if (shard_channel_init(&s->chan, i, s->first_slot, s->n_slots,
-				       e->seg.hdr->ring_depth) ||
-		    !s->suspect_slot || !s->suspect_gen)
-			return -ENOMEM;
-		e->sup.w[i].chan = &s->chan;
+	e->sched.vocab = e->vocab;
+	e->sched.in_process = e->in_process;
+	e->sched.policy_static = e->cfg->policy_static;
+	e->sched.step_timeout_ms = e->cfg->step_timeout_ms;
+	for (uint32_t i = 0; i < e->n_shards; i++) {
+		e->sup.w[i].chan = &e->sched.shards[i].chan;
 		e->sup.w[i].exit_op = (struct io_op){ engine_on_exit_poll, e };
 	}
 	return 0;
@@ -846,14 +856,7 @@ static int engine_setup_shards(struct engine *e)
 
 static void engine_teardown(struct engine *e)
 {
-	for (uint32_t i = 0; e->shards && i < e->n_shards; i++) {
-		struct shard *s = &e->shards[i];
-
-		shard_channel_destroy(&s->chan);
-		free(s->suspect_slot);
-		free(s->suspect_gen);
-	}
-	free(e->shards);
+	sched_destroy(&e->sched);
 	worker_sup_destroy(&e->sup);
 	free(e->at_once);
 	free(e->resume);
@@ -865,18 +868,7 @@ static void engine_teardown(struct engine *e)
 	slot_table_release_all(&e->slots);
 	shm_segment_destroy(&e->seg);
 	free(e->slot_freed_ns);
-	free(e->slot_limit);
-	free(e->slot_drain);
-	free(e->slot_prefilled);
-	free(e->slot_logprobs);
-	free(e->slot_top_logprobs);
-	free(e->slot_rq);
 	free(e->worker_spec);
-	free(e->inproc_step);
-	free(e->inproc_outcomes);
-	free(e->inproc_rows);
-	free(e->inproc_sampled);
-	free(e->inproc_logprobs);
 	model_runner_destroy(e->runner);
 	model_close(e->model);
 	tokenizer_free(e->tok);
@@ -935,9 +927,9 @@ static void engine_check_invariants(struct engine *e)
 			    "busy slots, %u waiting, %u paused", e->pool.n_live,
 			    e->slots.n_busy, wait_queue_len(&e->queue), e->n_paused);
 	for (uint32_t i = 0; i < e->n_shards && !e->failed; i++)
-		if (e->shards[i].n_active)	/* run-ahead's count of ACTIVE rows */
+		if (e->sched.shards[i].n_active)	/* run-ahead's count of ACTIVE rows */
 			engine_fail(e, "internal check failed at exit: shard %u still "
-				    "counts %u active slots", i, e->shards[i].n_active);
+				    "counts %u active slots", i, e->sched.shards[i].n_active);
 }
 
 /* Everything up to the first worker start.  Returns an exit status. */
@@ -984,25 +976,9 @@ static int engine_setup(struct engine *e)
 	    engine_setup_shards(e))
 		goto nomem;
 	e->slot_freed_ns = calloc(cfg->n_slots, sizeof(uint64_t));
-	e->slot_limit = calloc(cfg->n_slots, sizeof(uint32_t));
-	e->slot_drain = calloc(cfg->n_slots, sizeof(uint64_t));
-	e->slot_prefilled = calloc(cfg->n_slots, sizeof(uint32_t));
-	e->slot_logprobs = calloc(cfg->n_slots, sizeof(bool));
-	e->slot_top_logprobs = calloc(cfg->n_slots, sizeof(uint32_t));
-	e->slot_rq = calloc(cfg->n_slots, sizeof(*e->slot_rq));
-	e->inproc_step = calloc(cfg->n_slots, sizeof(*e->inproc_step));
-	e->inproc_outcomes = calloc(cfg->n_slots, sizeof(*e->inproc_outcomes));
-	e->inproc_rows = calloc(cfg->n_slots, sizeof(*e->inproc_rows));
-	e->inproc_sampled = calloc(cfg->n_slots, sizeof(*e->inproc_sampled));
-	e->inproc_logprobs = calloc(cfg->n_slots, sizeof(*e->inproc_logprobs));
 	e->resume = calloc(e->pool.capacity, sizeof(uint32_t));
 	e->at_once = calloc(e->pool.capacity, sizeof(uint32_t));
-	if (!e->resume || !e->at_once || !e->slot_freed_ns || !e->slot_drain ||
-	    !e->slot_limit || !e->slot_prefilled || !e->slot_logprobs ||
-	    !e->slot_top_logprobs || !e->slot_rq ||
-	    !e->inproc_step ||
-	    !e->inproc_outcomes || !e->inproc_sampled || !e->inproc_logprobs ||
-	    !e->inproc_rows)
+	if (!e->resume || !e->at_once || !e->slot_freed_ns)
 		goto nomem;
 	/* seeds the engine picks: a new sequence every run */
 	if (getrandom(&e->seed_state, sizeof(e->seed_state), 0) !=
@@ -1013,6 +989,7 @@ static int engine_setup(struct engine *e)
 
 		e->runner = model_runner_create(e->model, cfg->n_slots, e->max_context,
 						cfg->step_tokens, err, sizeof(err));
+		e->sched.runner = e->runner;
 		if (!e->runner) {
 			fprintf(stderr, "dynbatch: --model: %s\n", err);
 			return ENGINE_EXIT_USAGE;
@@ -1079,7 +1056,7 @@ int engine_run(struct engine *e)
 	int status = ENGINE_EXIT_OK;
 
 	for (uint32_t i = 0; i < e->n_shards && !e->in_process; i++)
-		engine_start_worker(e, &e->shards[i]);
+		engine_start_worker(e, &e->sched.shards[i]);
 	engine_loop(e);
 	if (!e->failed)
 		engine_check_invariants(e);
@@ -1219,10 +1196,10 @@ int engine_metrics(const struct engine *e, struct strbuf *out)
 			"Requests parked while their client reads slowly.", e->n_paused);
 	ret = ret ? ret : metrics_counter(out, "dynbatch_stale_results_rejected_total",
 			"Worker results rejected as invalid (garbled, out of range).",
-			NULL, st->n_stale);
+			NULL, e->sched.counts.n_stale);
 	ret = ret ? ret : metrics_counter(out, "dynbatch_runahead_rows_discarded_total",
 			"Result rows run ahead and made obsolete (request ended, reset).",
-			NULL, st->n_discarded);
+			NULL, e->sched.counts.n_discarded);
 	ret = ret ? ret : metrics_counter(out, "dynbatch_worker_fruitless_kills_total",
 			"Workers killed for results that kept committing nothing.",
 			NULL, e->sup.n_fruitless_kills);
@@ -1233,7 +1210,7 @@ int engine_metrics(const struct engine *e, struct strbuf *out)
 	ret = ret ? ret : metrics_counter(out, "dynbatch_worker_deaths_total",
 			"Worker processes that exited.", NULL, e->sup.n_worker_deaths);
 	ret = ret ? ret : metrics_counter(out, "dynbatch_model_steps_total",
-			"Model steps completed.", NULL, st->n_steps);
+			"Model steps completed.", NULL, e->sched.counts.n_steps);
 	ret = ret ? ret : metrics_histogram(out, "dynbatch_step_seconds",
 			"Model step latency, dispatch to result.", &e->step_hist);
 	ret = ret ? ret : metrics_histogram(out, "dynbatch_request_seconds",

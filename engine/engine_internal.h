@@ -1,19 +1,18 @@
 /*
- * engine_internal.h - the engine's private state: struct engine and
- * struct shard, shared by the seven files that make up the engine,
- * engine.c (a request's place and answer, the loop), engine_admit.c
- * (admission, choices, cancel, pause, resume), engine_commit.c (committed
- * tokens), engine_model.c (the model at start), worker_supervisor.c
- * (workers' lives), shard_sched.c (the shard scheduler) and
- * wait_policy.c (spin, doze, sleep).  Only those seven may include it;
- * every other file, tests included, goes through engine.h.
+ * engine_internal.h - the engine's private state, struct engine, shared
+ * by the four files that make up the engine: engine.c (a request's place
+ * and answer, applying what the scheduler and the supervisor return, the
+ * loop), engine_admit.c (admission, choices, cancel, pause, resume),
+ * engine_commit.c (committed tokens) and engine_model.c (the model at
+ * start).  Only those four include it; every other file, tests included,
+ * goes through engine.h.  The layers below own their state: the
+ * scheduler (sched/shard_sched.h, struct sched), the shards' channels
+ * (shard/shard_channel.h) and the workers (shard/worker_supervisor.h);
+ * none of them includes this file or calls back up.
  *
- * Besides the structs it declares the functions the engine's files call
+ * Besides the struct it declares the functions the engine's files call
  * of each other (engine_fail(), engine_finish(), engine_commit_token(),
- * engine_refuse(); engine_unplace() and engine_finish_all() for
- * worker_supervisor.c), engine_give_up() (worker_supervisor.c, also called
- * by shard_sched.c) and two one-line questions about a shard that all
- * ask.
+ * engine_refuse(), engine_unresume(), engine_unplace()).
  */
 #ifndef DYNBATCH_ENGINE_INTERNAL_H
 #define DYNBATCH_ENGINE_INTERNAL_H
@@ -22,49 +21,19 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/signalfd.h>
-#include <sys/types.h>
 
 #include "engine/engine.h"
 #include "engine/frontend.h"
 #include "io/io_ring.h"
-#include "util/log_limit.h"
 #include "engine/metrics.h"
 #include "model/model_runner.h"
 #include "engine/request_pool.h"
 #include "ipc/shm_segment.h"
 #include "sched/shard_sched.h"
 #include "sched/slot_table.h"
-#include "shard/shard_channel.h"
 #include "shard/worker_supervisor.h"
 #include "engine/stats.h"
 #include "engine/wait_queue.h"
-
-struct shard {
-	uint32_t index;
-	uint32_t first_slot;		/* slots [first_slot, first_slot+n_slots) */
-	uint32_t n_slots;
-	uint32_t n_active;		/* of which ACTIVE */
-	uint64_t committing_id;		/* dispatch id of the result being
-					 * committed now (0: none) */
-	struct shard_channel chan;	/* the rings: what we sent, what we read */
-	bool redispatch;		/* the worker's rows are out of date */
-	uint32_t n_draining;		/* slots waiting in slot_drain */
-	uint64_t adopted_seen;		/* dispatch_adopted when last looked at */
-	bool reset;			/* next dispatch: take our lengths */
-	uint64_t reset_id;		/* the last dispatch sent with reset */
-	uint32_t resets_unanswered;	/* resets sent since a row of a result
-					 * run after a reset was committed */
-	uint32_t lockstep;		/* dispatches left in which each row
-					 * gets one step only (SHARD_LOCKSTEP) */
-	bool sent_lockstep;		/* the newest dispatch was one of them */
-	uint64_t suspect_id;		/* dispatch running a suspect alone */
-	uint64_t step_ewma_ns;		/* typical time between results */
-	struct log_limit warn_limit;	/* this shard's per-result warnings */
-	/* isolation after a fault: slots (and generations) to run alone */
-	uint32_t *suspect_slot;
-	uint32_t *suspect_gen;
-	uint32_t n_suspects;
-};
 
 struct engine {
 	const struct engine_config *cfg;
@@ -81,7 +50,8 @@ struct engine {
 	struct slot_table slots;
 	struct wait_queue queue;
 	struct request_pool pool;
-	struct shard *shards;
+	struct sched sched;		/* placement, refill, step plan; its
+					 * shards (sched.shards) */
 	uint32_t n_shards;
 	struct worker_sup sup;		/* the shards' worker processes */
 	bool in_process;
@@ -98,29 +68,6 @@ struct engine {
 	bool progress_on;
 	uint64_t last_progress_ns;
 	uint64_t *slot_freed_ns;	/* per slot: when it last became free */
-	uint32_t *slot_limit;		/* per slot: prefix length at which its
-					 * request is done (prompt + max_tokens) */
-	bool *slot_logprobs;		/* per slot: its request asked for
-					 * logprobs (shard_write_sampling()) */
-	uint32_t *slot_top_logprobs;	/* per slot: the alternatives it asked
-					 * for (a result's checked bound) */
-	struct sched_request *slot_rq;	/* per slot, in-process: what the
-					 * runner reads of its request (the
-					 * sampling fields when it samples) */
-	uint32_t *slot_prefilled;	/* per slot: the most prefix tokens its
-					 * worker said its model holds (prefill
-					 * rows), since the request came, the
-					 * worker started or the last reset:
-					 * only more counts as progress */
-	uint64_t *slot_drain;		/* per slot: the worker may still write
-					 * it until dispatch_adopted reaches
-					 * this (0: free to reuse) */
-	/* in-process stepping buffers, n_slots each */
-	struct runner_row *inproc_step;
-	struct runner_result *inproc_outcomes;
-	struct shm_result_row *inproc_rows;
-	struct sampler_result *inproc_sampled;	/* rows that report logprobs */
-	struct shm_logprobs *inproc_logprobs;	/* and those, as a worker's */
 	uint64_t seed_state;		/* seeds for requests that sample
 					 * without one (engine_submit) */
 	struct engine_stats stats;
@@ -178,12 +125,5 @@ void engine_unresume(struct engine *e, uint32_t handle);
  * freeing its slot; it stays live (engine_admit.c: pause). */
 void engine_unplace(struct engine *e, uint32_t handle,
 		    struct live_request *lr, uint64_t now);
-
-/* Does the shard's worker owe us results (rows it has been sent)? */
-static inline bool shard_owes_results(const struct engine *e, const struct shard *s)
-{
-	return worker_sup_running(&e->sup, s->index) && s->n_active &&
-	       shard_channel_sent_any(&s->chan);
-}
 
 #endif

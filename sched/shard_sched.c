@@ -44,7 +44,8 @@
 #include <string.h>
 
 #include "util/clock.h"
-#include "engine/engine_internal.h"
+#include "model/model_runner.h"
+#include "sampling/sampler.h"
 #include "shard/shard_channel.h"
 #include "shard/worker_supervisor.h"
 #include "util/log.h"
@@ -71,20 +72,92 @@ static void shard_warn(struct shard *s, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
 /* ------------------------------------------------------------------------
+ * Setup
+ * ---------------------------------------------------------------------- */
+
+int sched_init(struct sched *sc, struct shm_segment *seg, struct slot_table *slots,
+	       struct worker_sup *sup, uint32_t n_shards, uint32_t n_slots)
+{
+	uint32_t n = n_shards, b = n_slots;
+
+	sc->seg = seg;
+	sc->slots = slots;
+	sc->sup = sup;
+	sc->shards = calloc(n, sizeof(*sc->shards));
+	if (!sc->shards)
+		return -ENOMEM;
+	sc->n_shards = n;
+	for (uint32_t i = 0; i < n; i++) {
+		struct shard *s = &sc->shards[i];
+
+		s->index = i;
+		s->first_slot = (uint32_t)((uint64_t)b * i / n);
+		s->n_slots = (uint32_t)((uint64_t)b * (i + 1) / n) - s->first_slot;
+		s->suspect_slot = calloc(s->n_slots, sizeof(uint32_t));
+		s->suspect_gen = calloc(s->n_slots, sizeof(uint32_t));
+		if (shard_channel_init(&s->chan, i, s->first_slot, s->n_slots,
+				       seg->hdr->ring_depth) ||
+		    !s->suspect_slot || !s->suspect_gen)
+			return -ENOMEM;
+	}
+	sc->slot_limit = calloc(b, sizeof(uint32_t));
+	sc->slot_drain = calloc(b, sizeof(uint64_t));
+	sc->slot_prefilled = calloc(b, sizeof(uint32_t));
+	sc->slot_logprobs = calloc(b, sizeof(bool));
+	sc->slot_top_logprobs = calloc(b, sizeof(uint32_t));
+	sc->slot_rq = calloc(b, sizeof(*sc->slot_rq));
+	sc->inproc_step = calloc(b, sizeof(*sc->inproc_step));
+	sc->inproc_outcomes = calloc(b, sizeof(*sc->inproc_outcomes));
+	sc->inproc_rows = calloc(b, sizeof(*sc->inproc_rows));
+	sc->inproc_sampled = calloc(b, sizeof(*sc->inproc_sampled));
+	sc->inproc_logprobs = calloc(b, sizeof(*sc->inproc_logprobs));
+	if (!sc->slot_limit || !sc->slot_drain || !sc->slot_prefilled ||
+	    !sc->slot_logprobs || !sc->slot_top_logprobs || !sc->slot_rq ||
+	    !sc->inproc_step || !sc->inproc_outcomes || !sc->inproc_rows ||
+	    !sc->inproc_sampled || !sc->inproc_logprobs)
+		return -ENOMEM;
+	return 0;
+}
+
+void sched_destroy(struct sched *sc)
+{
+	for (uint32_t i = 0; sc->shards && i < sc->n_shards; i++) {
+		struct shard *s = &sc->shards[i];
+
+		shard_channel_destroy(&s->chan);
+		free(s->suspect_slot);
+		free(s->suspect_gen);
+	}
+	free(sc->shards);
+	free(sc->slot_limit);
+	free(sc->slot_drain);
+	free(sc->slot_prefilled);
+	free(sc->slot_logprobs);
+	free(sc->slot_top_logprobs);
+	free(sc->slot_rq);
+	free(sc->inproc_step);
+	free(sc->inproc_outcomes);
+	free(sc->inproc_rows);
+	free(sc->inproc_sampled);
+	free(sc->inproc_logprobs);
+	sc->shards = NULL;
+}
+
+/* ------------------------------------------------------------------------
  * Slots and refill
  * ---------------------------------------------------------------------- */
 
-static struct shard *shard_of_slot(struct engine *e, uint32_t slot)
+static struct shard *shard_of_slot(struct sched *sc, uint32_t slot)
 {
-	return &e->shards[shm_slot_shard(e->seg.hdr, slot)];
+	return &sc->shards[shm_slot_shard(sc->seg->hdr, slot)];
 }
 
 /* What a result's rows are held to (shard_channel_check()). */
-static void shard_row_rules(const struct engine *e, struct shard_row_rules *rules)
+static void shard_row_rules(const struct sched *sc, struct shard_row_rules *rules)
 {
-	*rules = (struct shard_row_rules){ .vocab = e->vocab,
-					   .logprobs = e->slot_logprobs,
-					   .top_logprobs = e->slot_top_logprobs };
+	*rules = (struct shard_row_rules){ .vocab = sc->vocab,
+					   .logprobs = sc->slot_logprobs,
+					   .top_logprobs = sc->slot_top_logprobs };
 }
 
 /*
@@ -97,38 +170,38 @@ static void shard_row_rules(const struct engine *e, struct shard_row_rules *rule
  * (a reset, or the rows after an isolation) would send it back to an
  * earlier position, to extend the row again over the slot's next request.
  */
-void shard_drop_slot(struct engine *e, uint32_t slot)
+void shard_drop_slot(struct sched *sc, uint32_t slot)
 {
-	struct shard *s = shard_of_slot(e, slot);
+	struct shard *s = shard_of_slot(sc, slot);
 
 	s->n_active--;
-	if (e->in_process)
+	if (sc->in_process)
 		return;
 	s->redispatch = true;
-	if (e->slots.slots[slot].n_tokens < e->slot_limit[slot] ||
+	if (sc->slots->slots[slot].n_tokens < sc->slot_limit[slot] ||
 	    s->committing_id != s->chan.issued_id) {
-		e->slot_drain[slot] = s->chan.dispatch_pos + 1;
+		sc->slot_drain[slot] = s->chan.dispatch_pos + 1;
 		s->n_draining++;
 	}
 }
 
-void shard_write_sampling(struct engine *e, uint32_t slot,
+void shard_write_sampling(struct sched *sc, uint32_t slot,
 			  const struct sched_request *rq)
 {
 	struct shm_slot_sampling *t;
 	const struct sampling_params *p = rq->sampling;
 
-	e->slot_logprobs[slot] = p->logprobs;
-	e->slot_top_logprobs[slot] = p->top_logprobs;
-	if (e->in_process) {	/* the runner reads the fields itself */
-		e->slot_rq[slot] = *rq;
+	sc->slot_logprobs[slot] = p->logprobs;
+	sc->slot_top_logprobs[slot] = p->top_logprobs;
+	if (sc->in_process) {	/* the runner reads the fields itself */
+		sc->slot_rq[slot] = *rq;
 		return;
 	}
-	t = shm_sampling_at(&e->seg, slot);
+	t = shm_sampling_at(sc->seg, slot);
 	/* field by field, and only the bias entries there are: a struct
 	 * assignment would write all 300 for every request (and the worker's
 	 * core would pull them over) */
-	t->generation = e->slots.slots[slot].generation;
+	t->generation = sc->slots->slots[slot].generation;
 	t->needs_logits = rq->needs_logits;
 	t->n_prompt = rq->n_prompt;
 	t->choice = rq->choice;
@@ -146,24 +219,24 @@ void shard_write_sampling(struct engine *e, uint32_t slot,
 
 /* Put the request rq describes into slot: its prompt, and the tokens it
  * had when it paused.  0, or -EINVAL when it does not fit. */
-int shard_place(struct engine *e, uint32_t slot, uint32_t handle,
+int shard_place(struct sched *sc, uint32_t slot, uint32_t handle,
 		const struct sched_request *rq)
 {
 	uint32_t limit = rq->n_prompt + rq->max_tokens;
-	struct shard *s = shard_of_slot(e, slot);
+	struct shard *s = shard_of_slot(sc, slot);
 
-	if (slot_table_assign(&e->slots, slot, handle, rq->prompt, rq->n_prompt))
+	if (slot_table_assign(sc->slots, slot, handle, rq->prompt, rq->n_prompt))
 		return -EINVAL;
 	for (uint32_t i = 0; i < rq->n_generated; i++) {
-		if (slot_table_append(&e->slots, slot, rq->generated[i])) {
-			slot_table_release(&e->slots, slot);
+		if (slot_table_append(sc->slots, slot, rq->generated[i])) {
+			slot_table_release(sc->slots, slot);
 			return -EINVAL;
 		}
 	}
 	/* admission checked that the request fits the context */
-	e->slot_limit[slot] = limit < e->slots.max_context ? limit : e->slots.max_context;
-	e->slot_prefilled[slot] = 0;
-	shard_write_sampling(e, slot, rq);
+	sc->slot_limit[slot] = limit < sc->slots->max_context ? limit : sc->slots->max_context;
+	sc->slot_prefilled[slot] = 0;
+	shard_write_sampling(sc, slot, rq);
 	s->n_active++;
 	s->redispatch = true;
 	return 0;
@@ -171,46 +244,46 @@ int shard_place(struct engine *e, uint32_t slot, uint32_t handle,
 
 /* May slot be given a new request?  Not while the worker can still write
  * it (shard_drop_slot). */
-static bool shard_slot_reusable(struct engine *e, struct shard *s, uint32_t slot)
+static bool shard_slot_reusable(struct sched *sc, struct shard *s, uint32_t slot)
 {
-	if (e->slots.slots[slot].state != SHM_SLOT_FREE)
+	if (sc->slots->slots[slot].state != SHM_SLOT_FREE)
 		return false;
-	if (!e->slot_drain[slot])
+	if (!sc->slot_drain[slot])
 		return true;
 	/* acquire: pairs with the worker's release in worker_adopt() */
-	if (atomic_load_explicit(&shm_channel_at(&e->seg, s->index)->dispatch_adopted,
-				 memory_order_acquire) < e->slot_drain[slot])
+	if (atomic_load_explicit(&shm_channel_at(sc->seg, s->index)->dispatch_adopted,
+				 memory_order_acquire) < sc->slot_drain[slot])
 		return false;
-	e->slot_drain[slot] = 0;
+	sc->slot_drain[slot] = 0;
 	s->n_draining--;
 	return true;
 }
 
 /* Does the shard take requests now?  (FIFO refill: shard_refill_next().) */
-bool shard_refill_begin(struct engine *e, struct shard *s)
+bool shard_refill_begin(struct sched *sc, struct shard *s)
 {
 	/* A worker not yet ready gets no request: one that never says it
 	 * is (a slow model load, or a worker that scribbled its own flag)
 	 * holds nobody's request until the start timeout ends it. */
-	if (s->n_active == s->n_slots || worker_sup_lost(&e->sup, s->index) ||
-	    (!e->in_process && !worker_sup_ready(&e->sup, s->index)))
+	if (s->n_active == s->n_slots || worker_sup_lost(sc->sup, s->index) ||
+	    (!sc->in_process && !worker_sup_ready(sc->sup, s->index)))
 		return false;
-	if (e->cfg->policy_static)
+	if (sc->policy_static)
 		for (uint32_t i = 0; i < s->n_slots; i++)
-			if (!shard_slot_reusable(e, s, s->first_slot + i))
+			if (!shard_slot_reusable(sc, s, s->first_slot + i))
 				return false;
 	return true;
 }
 
 /* The next reusable slot at or after *cursor (a shard slot index, 0 to
  * begin), or false when there is none. */
-bool shard_refill_next(struct engine *e, struct shard *s, uint32_t *cursor,
+bool shard_refill_next(struct sched *sc, struct shard *s, uint32_t *cursor,
 		       uint32_t *slot)
 {
 	while (*cursor < s->n_slots) {
 		uint32_t i = (*cursor)++;
 
-		if (shard_slot_reusable(e, s, s->first_slot + i)) {
+		if (shard_slot_reusable(sc, s, s->first_slot + i)) {
 			*slot = s->first_slot + i;
 			return true;
 		}
@@ -224,28 +297,28 @@ bool shard_refill_next(struct engine *e, struct shard *s, uint32_t *cursor,
 
 /* The shard's worker holds no model state that we count on any more (it
  * is new, or was sent back by a reset): its prefill starts over. */
-void shard_forget_prefill(struct engine *e, const struct shard *s)
+void shard_forget_prefill(struct sched *sc, const struct shard *s)
 {
-	memset(e->slot_prefilled + s->first_slot, 0,
-	       s->n_slots * sizeof(e->slot_prefilled[0]));
+	memset(sc->slot_prefilled + s->first_slot, 0,
+	       s->n_slots * sizeof(sc->slot_prefilled[0]));
 }
 
 /* A new worker starts on the shard (its channel has started over): a
  * first dispatch with every ACTIVE slot, nothing draining (the old worker
  * writes nothing any more), no reset or lockstep pending. */
-void shard_new_epoch(struct engine *e, struct shard *s)
+void shard_new_epoch(struct sched *sc, struct shard *s)
 {
 	s->redispatch = true;
 	s->reset = false;
 	s->reset_id = 0;
 	s->resets_unanswered = 0;
-	shard_forget_prefill(e, s);
+	shard_forget_prefill(sc, s);
 	s->lockstep = 0;
 	s->sent_lockstep = false;
 	s->n_draining = 0;
 	s->adopted_seen = s->chan.dispatch_pos;
 	for (uint32_t i = 0; i < s->n_slots; i++)
-		e->slot_drain[s->first_slot + i] = 0;
+		sc->slot_drain[s->first_slot + i] = 0;
 }
 
 /* The rows of a step its worker died in, to run alone one by one. */
@@ -280,7 +353,7 @@ static void shard_pop_suspect(struct shard *s)
  * under suspicion after a worker died, the first suspect alone for one
  * step (limit one past its prefix).  Sets s->suspect_id accordingly.
  */
-static uint32_t shard_collect_rows(struct engine *e, struct shard *s,
+static uint32_t shard_collect_rows(struct sched *sc, struct shard *s,
 				   struct shm_dispatch_row *rows)
 {
 	uint32_t n = 0;
@@ -288,7 +361,7 @@ static uint32_t shard_collect_rows(struct engine *e, struct shard *s,
 	s->suspect_id = 0;
 	while (s->n_suspects) {
 		uint32_t slot = s->suspect_slot[0];
-		const struct slot_state *st = &e->slots.slots[slot];
+		const struct slot_state *st = &sc->slots->slots[slot];
 
 		if (st->state == SHM_SLOT_ACTIVE && st->generation == s->suspect_gen[0]) {
 			rows[0] = (struct shm_dispatch_row){
@@ -301,14 +374,14 @@ static uint32_t shard_collect_rows(struct engine *e, struct shard *s,
 	}
 	for (uint32_t i = 0; i < s->n_slots; i++) {
 		uint32_t slot = s->first_slot + i;
-		const struct slot_state *st = &e->slots.slots[slot];
+		const struct slot_state *st = &sc->slots->slots[slot];
 
 		if (st->state != SHM_SLOT_ACTIVE)
 			continue;
 		rows[n++] = (struct shm_dispatch_row){
 			.slot = slot, .generation = st->generation,
 			.n_tokens = st->n_tokens,
-			.limit = s->lockstep ? st->n_tokens + 1 : e->slot_limit[slot] };
+			.limit = s->lockstep ? st->n_tokens + 1 : sc->slot_limit[slot] };
 	}
 	return n;
 }
@@ -319,30 +392,30 @@ static uint32_t shard_collect_rows(struct engine *e, struct shard *s,
  * so no entry is overwritten while the worker may be reading it, and
  * s->chan.sent still holds the adopted one's rows (for blame).
  */
-void shard_dispatch(struct engine *e, struct shard *s)
+void shard_dispatch(struct sched *sc, struct shard *s)
 {
 	struct shm_channel *ch;
 	struct shm_dispatch_row *rows;
 	uint32_t n;
 
-	if (!s->redispatch || !worker_sup_running(&e->sup, s->index) || e->in_process)
+	if (!s->redispatch || !worker_sup_running(sc->sup, s->index) || sc->in_process)
 		return;
-	ch = shm_channel_at(&e->seg, s->index);
+	ch = shm_channel_at(sc->seg, s->index);
 	if (!shard_channel_room(&s->chan, ch))
 		return;	/* the worker is behind: send the latest rows later */
 	rows = shard_channel_next_rows(&s->chan);
-	n = shard_collect_rows(e, s, rows);
+	n = shard_collect_rows(sc, s, rows);
 	shard_channel_record(&s->chan, n);
 	s->redispatch = false;
 	if (n)	/* the worker owes results from now on */
-		worker_sup_note_dispatch(&e->sup, s->index, clock_now_ns());
+		worker_sup_note_dispatch(sc->sup, s->index, clock_now_ns());
 	s->sent_lockstep = s->lockstep > 0;
 	if (s->lockstep)
 		s->lockstep--;
 	if (s->reset) {
 		s->reset_id = s->chan.issued_id;
 		/* the worker re-prefills every row from nothing now */
-		shard_forget_prefill(e, s);
+		shard_forget_prefill(sc, s);
 		if (++s->resets_unanswered >= 2 && !s->lockstep) {
 			shard_warn(s, "the worker's results keep being rejected; "
 				   "one step per dispatch for a while");
@@ -352,10 +425,10 @@ void shard_dispatch(struct engine *e, struct shard *s)
 		 * (slot_prefilled): a worker that garbles a result, claims
 		 * prefill progress, and again, would never end otherwise. */
 		if (s->resets_unanswered > SHARD_MAX_RESETS)
-			worker_sup_kill_misbehaving(&e->sup, s->index,
+			worker_sup_kill_misbehaving(sc->sup, s->index,
 						    " for resets that commit nothing");
 	}
-	shard_channel_publish(&s->chan, e->seg.hdr, ch,
+	shard_channel_publish(&s->chan, sc->seg->hdr, ch,
 			      s->reset ? SHM_DISPATCH_RESET : 0);
 	s->reset = false;
 }
@@ -394,7 +467,7 @@ static void shard_reset_after_garble(struct shard *s, uint64_t id)
  * kept a longer prefix of its own): without a reset it would never be
  * extended again.  False when the dispatch's rows are no longer kept.
  */
-static bool shard_result_lacks_rows(struct engine *e, struct shard *s, uint64_t id)
+static bool shard_result_lacks_rows(struct sched *sc, struct shard *s, uint64_t id)
 {
 	const struct shm_dispatch_row *want;
 	uint32_t n;
@@ -403,7 +476,7 @@ static bool shard_result_lacks_rows(struct engine *e, struct shard *s, uint64_t 
 	if (!want)
 		return false;
 	for (uint32_t i = 0; i < n; i++) {
-		const struct slot_state *st = &e->slots.slots[want[i].slot];
+		const struct slot_state *st = &sc->slots->slots[want[i].slot];
 
 		if (st->state == SHM_SLOT_ACTIVE && st->generation == want[i].generation &&
 		    s->chan.seen[want[i].slot - s->first_slot] != s->chan.result_stamp)
@@ -441,7 +514,7 @@ static void shard_warn(struct shard *s, const char *fmt, ...)
  * (a generation or a position no dispatch of ours can have produced).
  * st is the slot's private state.
  */
-static void shard_count_rejected_row(struct engine *e, const struct shard *s,
+static void shard_count_rejected_row(struct sched *sc, const struct shard *s,
 				     uint64_t id, const struct shm_result_row *row,
 				     const struct slot_state *st)
 {
@@ -456,9 +529,9 @@ static void shard_count_rejected_row(struct engine *e, const struct shard *s,
 	else	/* ahead: fine only while a reset is on its way */
 		obsolete = s->reset || id < s->reset_id;
 	if (obsolete)
-		e->stats.n_discarded++;
+		sc->counts.n_discarded++;
 	else
-		e->stats.n_stale++;
+		sc->counts.n_stale++;
 }
 
 /*
@@ -478,7 +551,7 @@ static void shard_count_rejected_row(struct engine *e, const struct shard *s,
  * got further than before.
  */
 /* Begin applying the rows of one result of dispatch id (0: in-process). */
-static void shard_result_start(struct engine *e, struct shard *s,
+static void shard_result_start(struct sched *sc, struct shard *s,
 			       struct shard_result *r, uint64_t id,
 			       const struct shard_checked_row *rows, uint32_t n_rows,
 			       bool too_many)
@@ -487,7 +560,7 @@ static void shard_result_start(struct engine *e, struct shard *s,
 	shard_channel_new_stamp(&s->chan);
 
 	if (too_many) {
-		e->stats.n_stale++;
+		sc->counts.n_stale++;
 		shard_warn(s, "result with %u rows for a shard of %u: rejected",
 			   n_rows, s->n_slots);
 		shard_reset_after_garble(s, id);
@@ -495,7 +568,7 @@ static void shard_result_start(struct engine *e, struct shard *s,
 	}
 }
 
-bool shard_result_next(struct engine *e, struct shard *s, struct shard_result *r,
+bool shard_result_next(struct sched *sc, struct shard *s, struct shard_result *r,
 		       struct shard_action *a)
 {
 	s->committing_id = 0;	/* the row before is applied */
@@ -507,18 +580,18 @@ bool shard_result_next(struct engine *e, struct shard *s, struct shard_result *r
 		const struct slot_state *st;
 
 		if (!cr->ok) {	/* a slot not of the shard, or no token */
-			e->stats.n_stale++;
+			sc->counts.n_stale++;
 			r->garbled = true;
 			continue;
 		}
-		st = &e->slots.slots[row->slot];
+		st = &sc->slots->slots[row->slot];
 		if (st->state != SHM_SLOT_ACTIVE || st->generation != row->generation) {
-			shard_count_rejected_row(e, s, r->id, row, st);
+			shard_count_rejected_row(sc, s, r->id, row, st);
 			continue;
 		}
 		s->chan.seen[row->slot - s->first_slot] = s->chan.result_stamp;
 		if (row->n_tokens != st->n_tokens) {
-			shard_count_rejected_row(e, s, r->id, row, st);
+			shard_count_rejected_row(sc, s, r->id, row, st);
 			/* Ahead of what we committed: we rejected one of its
 			 * earlier rows. */
 			if (row->n_tokens > st->n_tokens)
@@ -529,10 +602,10 @@ bool shard_result_next(struct engine *e, struct shard *s, struct shard_result *r
 			/* A model that holds the whole prefix has a token
 			 * for it: this one cannot be. */
 			if (row->detail >= row->n_tokens) {
-				e->stats.n_stale++;
+				sc->counts.n_stale++;
 				r->garbled = true;
-			} else if (row->detail > e->slot_prefilled[row->slot]) {
-				e->slot_prefilled[row->slot] = row->detail;
+			} else if (row->detail > sc->slot_prefilled[row->slot]) {
+				sc->slot_prefilled[row->slot] = row->detail;
 				r->n_prefill++;
 			}
 			continue;
@@ -546,7 +619,7 @@ bool shard_result_next(struct engine *e, struct shard *s, struct shard_result *r
 		}
 		if (!cr->lp_ok) {	/* garbage logprobs: rejected like a
 					 * garbled row */
-			e->stats.n_stale++;
+			sc->counts.n_stale++;
 			r->garbled = true;
 			continue;
 		}
@@ -560,11 +633,11 @@ bool shard_result_next(struct engine *e, struct shard *s, struct shard_result *r
 	return false;
 }
 
-void shard_result_end(struct engine *e, struct shard *s, struct shard_result *r)
+void shard_result_end(struct sched *sc, struct shard *s, struct shard_result *r)
 {
 	if (r->too_many)
 		return;
-	if (r->garbled || shard_result_lacks_rows(e, s, r->id))
+	if (r->garbled || shard_result_lacks_rows(sc, s, r->id))
 		shard_reset_after_garble(s, r->id);
 	else if (r->n_ok && r->id >= s->reset_id)
 		s->resets_unanswered = 0;
@@ -574,17 +647,17 @@ void shard_result_end(struct engine *e, struct shard *s, struct shard_result *r)
 		shard_clear_suspect(s, r->last_slot);
 		s->redispatch = true;
 	}
-	e->stats.n_steps++;
-	e->stats.n_step_rows += r->n_rows;
-	e->stats.n_step_capacity += s->n_slots;
+	sc->counts.n_steps++;
+	sc->counts.n_step_rows += r->n_rows;
+	sc->counts.n_step_capacity += s->n_slots;
 }
 
 /* Before a refill: what the worker has adopted (wait_policy.c compares). */
-void shard_note_adopted(struct engine *e, struct shard *s)
+void shard_note_adopted(struct sched *sc, struct shard *s)
 {
-	if (!e->in_process)
+	if (!sc->in_process)
 		s->adopted_seen = atomic_load_explicit(
-			&shm_channel_at(&e->seg, s->index)->dispatch_adopted,
+			&shm_channel_at(sc->seg, s->index)->dispatch_adopted,
 			memory_order_acquire);
 }
 
@@ -593,7 +666,7 @@ void shard_note_adopted(struct engine *e, struct shard *s)
  * ---------------------------------------------------------------------- */
 
 /* Track how long the shard takes per result, to know when to expect the
- * next one (engine_wait() spins only around that moment). */
+ * next one (sched_wait() spins only around that moment). */
 static void shard_note_step_time(struct shard *s, uint64_t ns)
 {
 	s->step_ewma_ns = s->step_ewma_ns ? s->step_ewma_ns - s->step_ewma_ns / 8 + ns / 8 : ns;
@@ -613,9 +686,9 @@ static void shard_release_results(const struct shard *s, struct shm_channel *ch)
  * dispatch id we did not send): the worker's rows are no longer ours, so
  * the next dispatch is a reset, whatever dispatch it ran.
  */
-static void shard_reject_result(struct engine *e, struct shard *s)
+static void shard_reject_result(struct sched *sc, struct shard *s)
 {
-	e->stats.n_stale++;
+	sc->counts.n_stale++;
 	s->reset = s->redispatch = true;
 }
 
@@ -624,26 +697,26 @@ static void shard_reject_result(struct engine *e, struct shard *s)
  * that floods the ring must not keep us from the other shards and the
  * input): shard_sched.h shows the calls in order.
  */
-bool shard_poll_begin(struct engine *e, struct shard *s, struct shard_poll *p)
+bool shard_poll_begin(struct sched *sc, struct shard *s, struct shard_poll *p)
 {
 	*p = (struct shard_poll){ .released = s->chan.result_pos };
-	return !(e->in_process || !worker_sup_running(&e->sup, s->index) ||
-		 worker_sup_misbehaved(&e->sup, s->index));
+	return !(sc->in_process || !worker_sup_running(sc->sup, s->index) ||
+		 worker_sup_misbehaved(sc->sup, s->index));
 }
 
 /* The next result entry whose rows are to be applied, or false. */
-bool shard_poll_next(struct engine *e, struct shard *s, struct shard_poll *p,
+bool shard_poll_next(struct sched *sc, struct shard *s, struct shard_poll *p,
 		     struct shard_result *r)
 {
-	struct shm_channel *ch = shm_channel_at(&e->seg, s->index);
-	uint64_t step_cap = e->cfg->step_timeout_ms * 1000000ull;
-	uint32_t depth = e->seg.hdr->ring_depth;
+	struct shm_channel *ch = shm_channel_at(sc->seg, s->index);
+	uint64_t step_cap = sc->step_timeout_ms * 1000000ull;
+	uint32_t depth = sc->seg->hdr->ring_depth;
 	struct shard_row_rules rules;
 	struct shard_checked c;
 
-	shard_row_rules(e, &rules);
+	shard_row_rules(sc, &rules);
 	for (; !p->done && p->n_read < depth; p->n_read++) {
-		uint32_t verdict = shard_channel_read(&s->chan, e->seg.hdr, ch, &rules, &c);
+		uint32_t verdict = shard_channel_read(&s->chan, sc->seg->hdr, ch, &rules, &c);
 
 		if (verdict == SHARD_RESULT_NONE)
 			break;		/* not written since we last read it */
@@ -654,8 +727,8 @@ bool shard_poll_next(struct engine *e, struct shard *s, struct shard_poll *p,
 			shard_warn(s, "result at ring position %llu has sequence "
 				   "number %llu: rejected",
 				   (unsigned long long)c.pos, (unsigned long long)c.seq);
-			shard_reject_result(e, s);
-			if (worker_sup_note_fruitless(&e->sup, s->index, p->now))
+			shard_reject_result(sc, s);
+			if (worker_sup_note_fruitless(sc->sup, s->index, p->now))
 				p->done = true;
 			continue;
 		case SHARD_RESULT_BAD_ID:
@@ -665,19 +738,19 @@ bool shard_poll_next(struct engine *e, struct shard *s, struct shard_poll *p,
 				   (unsigned long long)c.id,
 				   (unsigned long long)s->chan.first_id,
 				   (unsigned long long)s->chan.issued_id);
-			shard_reject_result(e, s);
-			if (worker_sup_note_fruitless(&e->sup, s->index, p->now))
+			shard_reject_result(sc, s);
+			if (worker_sup_note_fruitless(sc->sup, s->index, p->now))
 				p->done = true;
 			continue;
 		case SHARD_RESULT_FAILED:
 			shard_warn(s, "model failed a step (%s); restarting the "
 				   "worker", strerror(-c.status));
-			worker_sup_kill_failed_step(&e->sup, s->index, c.status);
+			worker_sup_kill_failed_step(sc->sup, s->index, c.status);
 			p->done = true;
 			return false;
 		}
-		e->stats.model_ns += c.model_ns < step_cap ? c.model_ns : step_cap;
-		shard_result_start(e, s, r, c.id, c.rows, c.n_rows,
+		sc->counts.model_ns += c.model_ns < step_cap ? c.model_ns : step_cap;
+		shard_result_start(sc, s, r, c.id, c.rows, c.n_rows,
 				   verdict == SHARD_RESULT_TOO_MANY_ROWS);
 		return true;	/* shard_poll_after() ends the entry */
 	}
@@ -686,17 +759,17 @@ bool shard_poll_next(struct engine *e, struct shard *s, struct shard_poll *p,
 }
 
 /* The entry's rows are applied: count progress, hand entries back. */
-void shard_poll_after(struct engine *e, struct shard *s, struct shard_poll *p,
+void shard_poll_after(struct sched *sc, struct shard *s, struct shard_poll *p,
 		      struct shard_result *r)
 {
-	uint32_t depth = e->seg.hdr->ring_depth;
+	uint32_t depth = sc->seg->hdr->ring_depth;
 	uint32_t n_ok = r->too_many ? 0 : r->n_ok;
 	uint64_t now = p->now;
 
 	p->n_read++;	/* shard_channel_read() moved result_pos on */
 	r->timed = false;
 	if (!n_ok && !r->n_prefill &&
-	    worker_sup_note_fruitless(&e->sup, s->index, now)) {
+	    worker_sup_note_fruitless(sc->sup, s->index, now)) {
 		p->done = true;
 		return;
 	}
@@ -704,72 +777,72 @@ void shard_poll_after(struct engine *e, struct shard *s, struct shard_poll *p,
 		/* a prefill chunk that got further is progress: each
 		 * slot can claim it only up to its prefix length per
 		 * worker life or reset (slot_prefilled) */
-		worker_sup_note_progress(&e->sup, s->index, now, false);
+		worker_sup_note_progress(sc->sup, s->index, now, false);
 	}
 	if (n_ok) {
 		/* Progress is a committed row: only that restarts
 		 * the step timeout's clock. */
-		r->took_ns = now - worker_sup_progress_ns(&e->sup, s->index);
+		r->took_ns = now - worker_sup_progress_ns(sc->sup, s->index);
 		r->timed = true;
-		worker_sup_note_progress(&e->sup, s->index, now, true);
+		worker_sup_note_progress(sc->sup, s->index, now, true);
 		shard_note_step_time(s, r->took_ns);
-		e->stats.step_ns += r->took_ns;
+		sc->counts.step_ns += r->took_ns;
 	}
 	/* A worker that got a whole ring ahead sleeps until we make
 	 * room: give back half a ring at a time, so that it runs
 	 * (its wake-up included) while we commit the other half,
 	 * instead of after. */
 	if (s->chan.result_pos - p->released >= depth / 2) {
-		shard_release_results(s, shm_channel_at(&e->seg, s->index));
+		shard_release_results(s, shm_channel_at(sc->seg, s->index));
 		p->released = s->chan.result_pos;
 	}
 }
 
 /* Hand back what is left; true when any result was read. */
-bool shard_poll_end(struct engine *e, struct shard *s, struct shard_poll *p)
+bool shard_poll_end(struct sched *sc, struct shard *s, struct shard_poll *p)
 {
 	if (!p->progress)
 		return false;
 	if (s->chan.result_pos != p->released)	/* else just handed back */
-		shard_release_results(s, shm_channel_at(&e->seg, s->index));
+		shard_release_results(s, shm_channel_at(sc->seg, s->index));
 	return true;	/* engine_loop() refills and dispatches next */
 }
 
 /* --workers 0: run the shard's step right here, as a worker would. */
-int shard_step_in_process(struct engine *e, struct shard *s, struct shard_result *r)
+int shard_step_in_process(struct sched *sc, struct shard *s, struct shard_result *r)
 {
-	struct shm_result_row *rows = e->inproc_rows;
+	struct shm_result_row *rows = sc->inproc_rows;
 	struct shm_dispatch_row *step = s->chan.sent;
 	struct shard_row_rules rules;
 	uint32_t n;
 	uint64_t t0;
 	int ret;
 
-	n = shard_collect_rows(e, s, step);
+	n = shard_collect_rows(sc, s, step);
 	if (!n)
 		return 0;
 	for (uint32_t i = 0; i < n; i++) {
 		/* set when the slot was given its request */
-		const struct sched_request *rq = &e->slot_rq[step[i].slot];
+		const struct sched_request *rq = &sc->slot_rq[step[i].slot];
 
-		e->inproc_step[i] = (struct runner_row){
+		sc->inproc_step[i] = (struct runner_row){
 			.slot = step[i].slot, .generation = step[i].generation,
-			.tokens = e->slots.tokens[step[i].slot],
+			.tokens = sc->slots->tokens[step[i].slot],
 			.n_tokens = step[i].n_tokens };
 		if (rq->needs_logits) {	/* greedy: the step never reads it */
-			e->inproc_step[i].sampling = rq->sampling;
-			e->inproc_step[i].k = step[i].n_tokens - rq->n_prompt;
-			e->inproc_step[i].choice = rq->choice;
-			e->inproc_step[i].sampled = &e->inproc_sampled[i];
+			sc->inproc_step[i].sampling = rq->sampling;
+			sc->inproc_step[i].k = step[i].n_tokens - rq->n_prompt;
+			sc->inproc_step[i].choice = rq->choice;
+			sc->inproc_step[i].sampled = &sc->inproc_sampled[i];
 		}
 	}
 	/* slots that left since the last step: their state goes */
-	model_runner_keep(e->runner, n, e->inproc_step);
+	model_runner_keep(sc->runner, n, sc->inproc_step);
 	t0 = clock_now_ns();
-	ret = model_runner_step(e->runner, n, e->inproc_step, e->inproc_outcomes);
+	ret = model_runner_step(sc->runner, n, sc->inproc_step, sc->inproc_outcomes);
 	t0 = clock_now_ns() - t0;
-	e->stats.model_ns += t0;	/* in-process, the step is the model call */
-	e->stats.step_ns += t0;
+	sc->counts.model_ns += t0;	/* in-process, the step is the model call */
+	sc->counts.step_ns += t0;
 	if (ret) {	/* no worker to isolate the request in: the engine
 			 * gives up */
 		r->took_ns = t0;
@@ -777,7 +850,7 @@ int shard_step_in_process(struct engine *e, struct shard *s, struct shard_result
 		return ret;
 	}
 	for (uint32_t i = 0; i < n; i++) {
-		const struct runner_result *o = &e->inproc_outcomes[i];
+		const struct runner_result *o = &sc->inproc_outcomes[i];
 
 		rows[i] = (struct shm_result_row){
 			.slot = step[i].slot, .generation = step[i].generation,
@@ -787,16 +860,16 @@ int shard_step_in_process(struct engine *e, struct shard *s, struct shard_result
 				 SHM_TOKEN_REFUSED };
 		/* the worker's part: the token goes right after its prefix */
 		if (o->outcome == RUNNER_TOKEN)
-			e->slots.tokens[step[i].slot][step[i].n_tokens] = o->token;
-		if (o->outcome == RUNNER_TOKEN && e->inproc_step[i].sampled)
-			shm_logprobs_set(&e->inproc_logprobs[i],
-					 &e->inproc_sampled[i]);
+			sc->slots->tokens[step[i].slot][step[i].n_tokens] = o->token;
+		if (o->outcome == RUNNER_TOKEN && sc->inproc_step[i].sampled)
+			shm_logprobs_set(&sc->inproc_logprobs[i],
+					 &sc->inproc_sampled[i]);
 	}
 	/* the same checked rows a worker's result gives */
-	shard_row_rules(e, &rules);
-	shard_channel_check_rows(&s->chan, rows, e->inproc_logprobs, n, &rules,
+	shard_row_rules(sc, &rules);
+	shard_channel_check_rows(&s->chan, rows, sc->inproc_logprobs, n, &rules,
 				 s->chan.checked);
-	shard_result_start(e, s, r, 0, s->chan.checked, n, false);
+	shard_result_start(sc, s, r, 0, s->chan.checked, n, false);
 	r->took_ns = t0;
 	r->timed = true;
 	return 1;

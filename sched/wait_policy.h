@@ -14,9 +14,22 @@
 #ifndef DYNBATCH_WAIT_POLICY_H
 #define DYNBATCH_WAIT_POLICY_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
-struct engine;
+struct io_ring;
+struct sched;
+
+/* What a wait needs besides the scheduler: the loop's ring, how long to
+ * spin, and the front end's own wake-up (frontend.h's before_sleep and
+ * after_sleep, or NULL), handed down by the engine. */
+struct sched_waiter {
+	struct io_ring *io;
+	uint32_t spin_us;		/* --spin-us */
+	bool (*before_sleep)(void *ctx);
+	void (*after_sleep)(void *ctx);
+	void *ctx;
+};
 
 /*
  * Wait for something to do, at most until deadline_ns (clock_now_ns()
@@ -26,6 +39,6 @@ struct engine;
  * Dispatches the completions it woke for.  0, or io_uring's negative
  * errno (the engine fails).
  */
-int engine_wait(struct engine *e, uint64_t deadline_ns);
+int sched_wait(struct sched *sc, const struct sched_waiter *w, uint64_t deadline_ns);
 
 #endif
