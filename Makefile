@@ -69,11 +69,6 @@ $(call lib_of,$(1)): $(patsubst %.c,$(BUILD)/%.o,$(call layer_src,$(1)))
 endef
 $(foreach l,$(LAYERS),$(eval $(call layer_rule,$(l))))
 libs = $(foreach l,$(1),$(call lib_of,$(l)))
-# engine, sched and shard still call each other (issue 23 point 2 removes
-# it): until then the three link as one group.
-CIRCLE := $(call libs,engine sched shard)
-libs_linked = $(patsubst $(firstword $(CIRCLE)),-Wl$(comma)--start-group $(firstword $(CIRCLE)),$(patsubst $(lastword $(CIRCLE)),$(lastword $(CIRCLE)) -Wl$(comma)--end-group,$(1)))
-comma := ,
 
 LIBS_BASE := lib/model lib/kernels lib/sampling lib/ipc lib/util
 LIBS_COORD := $(call libs,server server/http server/jsonl server/request engine sched shard lib/io lib/text $(LIBS_BASE))
@@ -136,7 +131,7 @@ $(BUILD)/%.o: %.c
 
 $(BIN)/dynbatch: $(BUILD)/server/main.o $(LIBS_COORD)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $(call libs_linked,$^) $(LDFLAGS) $(LDLIBS_COORD)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS_COORD)
 
 $(BIN)/dynbatch-worker: $(BUILD)/worker/main.o $(LIBS_WORKER)
 	@mkdir -p $(dir $@)
@@ -177,7 +172,7 @@ $(PROBE_PLUGIN): tests/plugins/probe_plugin.c include/dynbatch/model.h
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIBS_TEST)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $(call libs_linked,$^) $(LDFLAGS) -lcmocka -lseccomp $(LDLIBS_COORD)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) -lcmocka -lseccomp $(LDLIBS_COORD)
 
 # Decode the default workload (a few thousand mixed requests) with 4
 # workers and an accelerator-like sim model (2 ms per call), then a few

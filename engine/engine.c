@@ -4,14 +4,17 @@
  * NOTES ON THE DESIGN
  *
  * The engine is these files: this one (a request's place and its
- * answer, signals, the loop, setup), engine_admit.c (admission, choices,
- * cancel, pause, resume), engine_commit.c (what a committed token does to
- * its request), engine_model.c (the model and tokenizer at start),
- * worker_supervisor.c (the workers' lives: start, readiness, timeouts,
- * death, blame, restarts, lost shards, giving up), shard_sched.c (the
- * shard scheduler: refill, dispatch, commit, run-ahead) and
- * wait_policy.c (spin, doze or sleep when a round made no progress).
- * They share struct engine and struct shard through engine_internal.h.
+ * answer, signals, the loop, setup, and applying what the layers below
+ * return), engine_admit.c (admission, choices, cancel, pause, resume),
+ * engine_commit.c (what a committed token does to its request) and
+ * engine_model.c (the model and tokenizer at start), sharing struct
+ * engine through engine_internal.h.  Data flows one way: the engine calls
+ * the scheduler (sched/shard_sched.c: refill slots, dispatch, checked
+ * rows as actions; sched/wait_policy.c: spin, doze or sleep), the shard
+ * channel (shard/shard_channel.c: the rings and the result check) and
+ * the supervisor (shard/worker_supervisor.c: the workers' lives, whose
+ * deaths come back as a struct worker_event), and applies what they
+ * return; none of them calls back up.
  *
  * Trust.  Everything the coordinator must trust lives in its private
  * memory: the slot table's private copy, the request pool with every
@@ -19,14 +22,14 @@
  * sent, by dispatch id.  A result record is read field by field, once,
  * into locals and accepted only if its sequence number and dispatch id
  * (one sent to this worker), row count, each row's slot, generation and
- * position and the token's range all match (shard_poll(), shard_commit()
- * in shard_sched.c); anything else is dropped and
+ * position and the token's range all match (shard_channel_check(), then
+ * shard_result_next() in shard_sched.c); anything else is dropped and
  * the affected rows are extended again.  A row the run-ahead made obsolete
  * (its request ended, a reset sent the worker back) is counted as
  * discarded, anything else as stale: a fault-free run has no stale
  * result.  A sequence number or a dispatch id we did not send makes the
  * whole result garbled (a reset).  Progress is a committed row: a worker
- * whose results commit nothing SHARD_MAX_FRUITLESS times in a row is
+ * whose results commit nothing WORKER_MAX_FRUITLESS times in a row is
  * killed without blame and its requests move to other shards.
  *
  * Faults (worker_supervisor.c).  A worker's exit shows up as its pidfd
@@ -94,11 +97,15 @@
 #include "text/tokenizer.h"
 #include "sched/wait_policy.h"
 #include "engine/wait_queue.h"
+#include "text/stop_matcher.h"
 #include "shard/worker_pool.h"
 #include "shard/worker_supervisor.h"
 
 #define ENGINE_PROGRESS_NS (250ull * 1000 * 1000)
 #define ENGINE_ABANDON_NS (1000ull * 1000 * 1000)	/* after a 2nd signal */
+
+static void engine_give_up(struct engine *e, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 
 
 
@@ -158,7 +165,7 @@ void engine_unplace(struct engine *e, uint32_t handle,
 		engine_unlist(e->at_once, &e->n_at_once, handle);
 		break;
 	case LIVE_ACTIVE:
-		shard_drop_slot(e, lr->slot);
+		shard_drop_slot(&e->sched, lr->slot);
 		slot_table_release(&e->slots, lr->slot);
 		e->slot_freed_ns[lr->slot] = now;
 		lr->slot = REQUEST_NONE;
@@ -289,7 +296,7 @@ static void engine_finish_waiting(struct engine *e, enum finish_reason reason,
 }
 
 /* Finish every live request (waiting, active or paused) with reason. */
-void engine_finish_all(struct engine *e, enum finish_reason reason,
+static void engine_finish_all(struct engine *e, enum finish_reason reason,
 		       const char *error)
 {
 	engine_finish_waiting(e, reason, error);
@@ -306,6 +313,7 @@ void engine_finish_all(struct engine *e, enum finish_reason reason,
 static void engine_on_signal(struct engine *e, int signo)
 {
 	e->n_signals++;
+	e->sup.stopping = true;		/* workers' exits are expected now */
 	if (e->n_signals == 1) {
 		if (!e->fe.ops->on_signal(e->fe.ctx, signo))
 			engine_finish_waiting(e, FINISH_CANCELLED, NULL);
@@ -328,17 +336,421 @@ static void engine_on_signalfd(struct io_op *op, int32_t res)
 	io_ring_read(&e->io, e->sig_fd, &e->sig_buf, sizeof(e->sig_buf), &e->sig_op);
 }
 
-/* A worker's pidfd became readable (or the poll failed). */
+/* ------------------------------------------------------------------------
+ * Placing requests and applying results (the scheduler returns data)
+ * ---------------------------------------------------------------------- */
+
+/* The next request for a free slot: a resumed one first (it held a slot
+ * before), then the waiting queue.  -ENOENT when there is none. */
+static int engine_next_waiting(struct engine *e, uint32_t *handle)
+{
+	if (e->n_resume) {
+		*handle = e->resume[0];
+		e->n_resume--;
+		memmove(e->resume, e->resume + 1, e->n_resume * sizeof(uint32_t));
+		e->n_paused--;
+		return 0;
+	}
+	return wait_queue_pop(&e->queue, handle);
+}
+
+static void engine_sched_request(const struct live_request *lr,
+				 struct sched_request *rq)
+{
+	*rq = (struct sched_request){
+		.prompt = lr->req.prompt, .n_prompt = lr->req.n_prompt,
+		.generated = lr->generated, .n_generated = lr->n_generated,
+		.max_tokens = lr->req.max_tokens, .choice = lr->req.choice,
+		.needs_logits = request_needs_logits(&lr->req),
+		.sampling = &lr->req.sampling };
+}
+
+/* Put lr into slot (shard_place()).  0, -EINVAL when it does not fit,
+ * -ENOMEM. */
+static int engine_place(struct engine *e, uint32_t slot, uint32_t handle,
+			struct live_request *lr)
+{
+	struct sched_request rq;
+
+	/* with workers, run allocates the private token copy here, when it
+	 * is needed; serve has one from submission */
+	if (!lr->generated && !e->in_process) {
+		lr->generated = malloc((size_t)lr->req.max_tokens * sizeof(int32_t));
+		if (!lr->generated)
+			return -ENOMEM;
+	}
+	engine_sched_request(lr, &rq);
+	return shard_place(&e->sched, slot, handle, &rq);
+}
+
+/* Fill the shard's free slots from the resume line and the waiting
+ * queue (FIFO), in the slots the scheduler names. */
+static void engine_refill(struct engine *e, struct shard *s)
+{
+	uint32_t cursor = 0, slot, handle;
+	uint64_t now = 0;
+	int ret;
+
+	if (!shard_refill_begin(&e->sched, s))
+		return;
+	while (shard_refill_next(&e->sched, s, &cursor, &slot)) {
+		struct live_request *lr;
+
+		if (engine_next_waiting(e, &handle))
+			return;
+		lr = request_pool_get(&e->pool, handle);
+		if (!lr) {
+			engine_fail(e, "waiting queue held a bad handle %u", handle);
+			return;
+		}
+		lr->place = LIVE_UNPLACED;	/* off the queue, not yet in a slot */
+		ret = engine_place(e, slot, handle, lr);
+		if (ret) {
+			engine_finish(e, handle, FINISH_ERROR, ret == -ENOMEM ?
+				      "out of memory placing the request" :
+				      "prompt does not fit a slot");
+			continue;
+		}
+		if (!now)
+			now = clock_now_ns();
+		lr->slot = slot;
+		lr->place = LIVE_ACTIVE;
+		if (e->slot_freed_ns[slot]) {
+			e->stats.refill_ns_sum += now - e->slot_freed_ns[slot];
+			e->stats.n_refills++;
+		}
+		if (lr->started_ns)	/* resumed: its stop cursor carries on */
+			continue;
+		lr->started_ns = now;
+		lr->matcher_state = STOP_MATCHER_ROOT;
+	}
+}
+
+/* One round for a shard with a worker, after its results were read:
+ * refill its reusable free slots and publish its rows if they changed. */
+static void engine_advance(struct engine *e, struct shard *s)
+{
+	shard_note_adopted(&e->sched, s);
+	engine_refill(e, s);
+	shard_dispatch(&e->sched, s);
+}
+
+/* Apply each checked row of a result, one at a time: the scheduler checks
+ * the next row against the slot as this one left it.  The one commit path
+ * of worker results and in-process steps. */
+static void engine_apply_result(struct engine *e, struct shard *s,
+				struct shard_result *r)
+{
+	struct shard_action a;
+
+	while (shard_result_next(&e->sched, s, r, &a)) {
+		if (a.kind == SHARD_ACT_REFUSE)
+			engine_refuse(e, a.slot, a.why);
+		else
+			engine_commit_token(e, a.slot, a.token, a.lp);
+	}
+	shard_result_end(&e->sched, s, r);
+}
+
+/* Read and apply the shard's results.  True when any was read. */
+static bool engine_poll_shard(struct engine *e, struct shard *s)
+{
+	struct shard_result r;
+	struct shard_poll p;
+
+	if (!shard_poll_begin(&e->sched, s, &p))
+		return false;
+	while (shard_poll_next(&e->sched, s, &p, &r)) {
+		engine_apply_result(e, s, &r);
+		shard_poll_after(&e->sched, s, &p, &r);
+		if (r.timed)
+			histogram_record(&e->step_hist, r.took_ns);
+	}
+	return shard_poll_end(&e->sched, s, &p);
+}
+
+/* --workers 0: refill the shard, run one step on its rows right here
+ * and apply it.  True when a step ran. */
+static bool engine_step_in_process(struct engine *e, struct shard *s)
+{
+	struct shard_result r = { 0 };
+	int ret;
+
+	engine_refill(e, s);
+	ret = shard_step_in_process(&e->sched, s, &r);
+	if (r.timed)
+		histogram_record(&e->step_hist, r.took_ns);
+	if (ret < 0) {	/* no worker to isolate the request in: give up */
+		engine_give_up(e, "model failed: %s", strerror(-ret));
+		return false;
+	}
+	if (!ret)
+		return false;
+	engine_apply_result(e, s, &r);
+	return true;
+}
+
+/* ------------------------------------------------------------------------
+ * Workers (the supervisor reports, the engine applies)
+ * ---------------------------------------------------------------------- */
+
+/*
+ * A run that can no longer step stops trying but goes on answering:
+ * every request, live or still to be read, gets its error line (the front
+ * end's -EIO from engine_submit()), and the run exits 1.
+ */
+static void engine_give_up(struct engine *e, const char *fmt, ...)
+{
+	char msg[sizeof(e->fail_msg) + 32];
+	va_list ap;
+
+	if (e->gave_up)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(e->fail_msg, sizeof(e->fail_msg), fmt, ap);
+	va_end(ap);
+	LOG(LOG_ERROR, "%s", e->fail_msg);
+	snprintf(msg, sizeof(msg), "engine failed: %s", e->fail_msg);
+	e->gave_up = e->workers_lost = true;
+	engine_finish_all(e, FINISH_ERROR, msg);
+}
+
+/*
+ * Move the shard's active requests to other shards: back to the head of
+ * the line (the resume line, ahead of the waiting queue), with the tokens
+ * they have, for any live shard to take (the model is a pure function of
+ * the prefix, so they go on exactly).  For a shard that cannot keep a
+ * worker alive (waiting for it would leave them waiting forever), and
+ * after a worker was killed for its own misbehaviour (the next one may be
+ * no better).  While draining they are cancelled instead, so that a shard
+ * whose workers keep failing cannot hold the drain up.
+ */
+static void engine_move_requests(struct engine *e, struct shard *s, const char *why)
+{
+	uint64_t now = clock_now_ns();
+	uint32_t moved = 0;
+
+	for (uint32_t i = 0; i < s->n_slots; i++) {
+		const struct slot_state *st = &e->slots.slots[s->first_slot + i];
+		uint32_t handle = st->request_handle;
+		struct live_request *lr;
+
+		if (st->state != SHM_SLOT_ACTIVE ||
+		    !(lr = request_pool_get(&e->pool, handle)))
+			continue;
+		if (e->n_signals) {
+			engine_finish(e, handle, FINISH_CANCELLED, e->cfg->keep_running ?
+				      "the server is shutting down" : NULL);
+			continue;
+		}
+		engine_unplace(e, handle, lr, now);
+		lr->place = LIVE_RESUMING;
+		e->resume[e->n_resume++] = handle;	/* room: one per live request */
+		e->n_paused++;
+		moved++;
+	}
+	shard_clear_suspects(s);
+	if (moved)
+		LOG(LOG_WARN, "shard %u: %s; its %u requests move to the other "
+		    "shards", s->index, why, moved);
+}
+
+/*
+ * Blame the rows of the dispatch the dead worker was running (the last
+ * one it adopted): several are isolated (run alone, one by one); one that
+ * failed alone too often is failed as poison.
+ */
+static void engine_blame(struct engine *e, struct shard *s,
+			 const struct shm_dispatch_row *rows, uint32_t n,
+			 const char *why)
+{
+	if (n > 1) {
+		shard_isolate(s, rows, n);
+		return;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		const struct slot_state *st = &e->slots.slots[rows[i].slot];
+		uint32_t handle = st->request_handle;
+		struct live_request *lr = request_pool_get(&e->pool, handle);
+		char msg[256];
+
+		if (!lr || st->state != SHM_SLOT_ACTIVE ||
+		    st->generation != rows[i].generation)
+			continue;
+		lr->n_failed_alone++;
+		if (lr->n_failed_alone < e->cfg->poison_attempts)
+			continue;
+		snprintf(msg, sizeof(msg), "line %llu: request failed %u model steps "
+			 "on its own (last: worker %s); giving up on it",
+			 (unsigned long long)lr->req.line_no, lr->n_failed_alone, why);
+		LOG(LOG_WARN, "poison request '%s': %s", LOG_STR(lr->req.id), msg);
+		e->stats.n_poisoned++;
+		shard_clear_suspect(s, rows[i].slot);
+		engine_finish(e, handle, FINISH_ERROR, msg);
+	}
+}
+
+/* What a worker's start or death means for the shard's requests, in the
+ * supervisor's order: blame, move, lost (and when every shard is lost,
+ * give up, or a server keeps trying). */
+static void engine_apply_worker_event(struct engine *e, struct shard *s,
+				      const struct worker_event *ev)
+{
+	e->sched.counts.n_discarded += ev->n_discarded;
+	if (ev->n_blame)
+		engine_blame(e, s, ev->blame_rows, ev->n_blame, ev->blame);
+	if (ev->move)
+		engine_move_requests(e, s, "killed for its results, or stalled "
+				     "outside the model");
+	if (!ev->lost)
+		return;
+	engine_move_requests(e, s, ev->lost_why);
+	if (!ev->all_lost)
+		return;
+	if (!e->cfg->keep_running && !e->gave_up) {
+		engine_give_up(e, "no worker can be kept alive: %u starts in a row "
+			       "failed on every shard (last: %s); check --model and "
+			       "the worker's messages above", ev->n_failed_starts, ev->why);
+		return;
+	}
+	if (e->gave_up)
+		return;
+	/* A server stays up (GET /health says 503) and keeps trying, but
+	 * nobody should wait on it meanwhile. */
+	if (!e->workers_lost) {
+		char msg[256];
+
+		LOG(LOG_ERROR, "no worker can be kept alive (last: %s); failing "
+		    "requests until one starts", ev->why);
+		snprintf(msg, sizeof(msg), "no worker can be kept alive (last: %s)",
+			 ev->why);
+		e->workers_lost = true;
+		engine_finish_all(e, FINISH_ERROR, msg);
+	}
+}
+
+/*
+ * Before a new worker starts on the shard (none runs now), once the shard
+ * has a fresh object (shm_shard_renew: an empty channel, zeroed buffers):
+ * the channel and the scheduler start over (nothing draining, a first
+ * dispatch with every ACTIVE slot), and the shard's token buffers are
+ * rewritten from our own copies of every active request's prompt and
+ * committed tokens (the old worker could write them, so they are not
+ * trusted).
+ */
+static void engine_new_epoch(struct engine *e, struct shard *s)
+{
+	shard_channel_new_epoch(&s->chan);
+	shard_new_epoch(&e->sched, s);
+	for (uint32_t i = 0; i < s->n_slots; i++) {
+		uint32_t slot = s->first_slot + i;
+		const struct slot_state *st = &e->slots.slots[slot];
+		const struct live_request *lr;
+		struct sched_request rq;
+
+		if (st->state != SHM_SLOT_ACTIVE)
+			continue;
+		lr = request_pool_get(&e->pool, st->request_handle);
+		if (!lr || !lr->generated || st->n_prompt != lr->req.n_prompt ||
+		    st->n_tokens != st->n_prompt + lr->n_generated) {
+			engine_fail(e, "slot %u does not match its request", slot);
+			continue;
+		}
+		/* the whole prefix: only a buggy worker writes below the
+		 * committed length, but then the shard's next worker must
+		 * not inherit it */
+		if (st->n_prompt)
+			memcpy(e->slots.tokens[slot], lr->req.prompt,
+			       st->n_prompt * sizeof(int32_t));
+		memcpy(e->slots.tokens[slot] + st->n_prompt, lr->generated,
+		       lr->n_generated * sizeof(int32_t));
+		engine_sched_request(lr, &rq);
+		shard_write_sampling(&e->sched, slot, &rq);
+	}
+}
+
+/* Start a worker for the shard (none runs now) on a fresh shard object,
+ * and send it what waits.  0 or a negative errno. */
+static int engine_start_worker(struct engine *e, struct shard *s)
+{
+	struct worker_event ev;
+	int shard_fd, ret;
+
+	ret = worker_sup_renew(&e->sup, s->index, &shard_fd);
+	if (!ret)
+		engine_new_epoch(e, s);
+	ret = worker_sup_spawn(&e->sup, s->index, ret, shard_fd, &ev);
+	if (ret) {
+		engine_apply_worker_event(e, s, &ev);
+		return ret;
+	}
+	/* Anything already waiting for this shard goes out now. */
+	engine_advance(e, s);
+	return 0;
+}
+
+/* A worker's pidfd became readable (or the poll failed): if it exited,
+ * apply what its death means. */
 static void engine_on_exit_poll(struct io_op *op, int32_t res)
 {
-	struct shard *s = io_op_owner(op, struct shard, exit_op);
+	struct shard_worker *w = io_op_owner(op, struct shard_worker, exit_op);
+	struct engine *e = op->arg;
+	struct worker_event ev;
+	struct shard *s;
 
-	engine_handle_pidfd(op->arg, s->index);
+	if (w->index >= e->n_shards)
+		return;
+	s = &e->sched.shards[w->index];
+	if (worker_sup_reap(&e->sup, w->index, shard_owes_results(&e->sched, s), &ev))
+		engine_apply_worker_event(e, s, &ev);
+}
+
+/* Start due replacements; kill workers past the start or step timeout.
+ * Returns the time of the next such deadline (UINT64_MAX: none). */
+static uint64_t engine_check_workers(struct engine *e, uint64_t now)
+{
+	uint64_t next = UINT64_MAX;
+
+	for (uint32_t i = 0; i < e->n_shards && !e->in_process; i++) {
+		struct shard *s = &e->sched.shards[i];
+		struct worker_check wc;
+		bool ready;
+
+		if (!e->failed && !e->gave_up && !(e->n_signals && !e->pool.n_live) &&
+		    worker_sup_start_due(&e->sup, i, now) && engine_start_worker(e, s))
+			worker_sup_retry_later(&e->sup, i, now);
+		wc = (struct worker_check){
+			.may_plan = !e->failed && !e->gave_up,
+			.owes = shard_owes_results(&e->sched, s),
+			.n_active = s->n_active, .n_draining = s->n_draining,
+			.redispatch = s->redispatch, .reset = s->reset };
+		worker_sup_check(&e->sup, i, now, &wc, &ready, &next);
+		if (ready)
+			e->workers_lost = false;
+	}
+	return next;
 }
 
 /* ------------------------------------------------------------------------
  * The loop
  * ---------------------------------------------------------------------- */
+
+/* The counts the supervisor keeps, into the stats the engine prints. */
+static void engine_sync_stats(struct engine *e)
+{
+	e->stats.n_worker_starts = e->sup.n_worker_starts;
+	e->stats.n_worker_deaths = e->sup.n_worker_deaths;
+	e->stats.n_hang_kills = e->sup.n_hang_kills;
+	e->stats.n_fruitless_kills = e->sup.n_fruitless_kills;
+	e->stats.n_stale = e->sched.counts.n_stale;
+	e->stats.n_discarded = e->sched.counts.n_discarded;
+	e->stats.n_steps = e->sched.counts.n_steps;
+	e->stats.n_step_rows = e->sched.counts.n_step_rows;
+	e->stats.n_step_capacity = e->sched.counts.n_step_capacity;
+	e->stats.model_ns = e->sched.counts.model_ns;
+	e->stats.step_ns = e->sched.counts.step_ns;
+	e->stats.n_dozes = e->sched.counts.n_dozes;
+}
 
 /* Done: nothing live, and the front end has no more input or output. */
 static bool engine_done(const struct engine *e)
@@ -349,6 +761,11 @@ static bool engine_done(const struct engine *e)
 
 static void engine_loop(struct engine *e)
 {
+	struct sched_waiter waiter = { .io = &e->io, .spin_us = e->cfg->spin_us,
+				       .before_sleep = e->fe.ops->before_sleep,
+				       .after_sleep = e->fe.ops->after_sleep,
+				       .ctx = e->fe.ctx };
+
 	while (!engine_done(e)) {
 		bool progress = false;
 		uint64_t now, deadline;
@@ -363,18 +780,19 @@ static void engine_loop(struct engine *e)
 		progress |= e->fe.ops->pump(e->fe.ctx);
 		progress |= engine_finish_at_once(e);
 		for (uint32_t i = 0; i < e->n_shards; i++) {
-			struct shard *s = &e->shards[i];
+			struct shard *s = &e->sched.shards[i];
 
 			if (e->in_process) {
-				progress |= shard_step_in_process(e, s);
+				progress |= engine_step_in_process(e, s);
 				continue;
 			}
-			progress |= shard_poll(e, s);
-			if (s->pid > 0 && (s->redispatch || s->n_active < s->n_slots)) {
-				uint64_t sent = s->issued_id;
+			progress |= engine_poll_shard(e, s);
+			if (worker_sup_running(&e->sup, i) &&
+			    (s->redispatch || s->n_active < s->n_slots)) {
+				uint64_t sent = s->chan.issued_id;
 
-				shard_advance(e, s);
-				progress |= s->issued_id != sent;
+				engine_advance(e, s);
+				progress |= s->chan.issued_id != sent;
 			}
 		}
 		now = clock_now_ns();
@@ -386,6 +804,7 @@ static void engine_loop(struct engine *e)
 				deadline = t;
 		}
 		if (e->progress_on && now - e->last_progress_ns >= ENGINE_PROGRESS_NS) {
+			engine_sync_stats(e);
 			stats_print_progress(&e->stats, now, wait_queue_len(&e->queue),
 					     e->slots.n_busy, stderr);
 			e->last_progress_ns = now;
@@ -397,8 +816,9 @@ static void engine_loop(struct engine *e)
 		progress |= e->fe.ops->pump(e->fe.ctx);
 		if (io_ring_submit(&e->io))
 			engine_fail(e, "io_uring submit failed");
-		if (!progress && !engine_done(e))
-			engine_wait(e, deadline);
+		if (!progress && !engine_done(e) &&
+		    (ret = sched_wait(&e->sched, &waiter, deadline)))
+			engine_fail(e, "io_uring wait: %s", strerror(-ret));
 	}
 }
 
@@ -408,48 +828,36 @@ static void engine_loop(struct engine *e)
 
 static int engine_setup_shards(struct engine *e)
 {
-	uint32_t n = e->n_shards, b = e->cfg->n_slots;
+	struct worker_sup_config wc = {
+		.worker_path = e->worker_path,
+		.model_spec = e->worker_spec,
+		.spin_us = e->cfg->spin_us,
+		.garbage_every = e->cfg->garbage_every,
+		.step_tokens = e->cfg->step_tokens,
+		.nice = e->cfg->worker_nice,
+		.step_timeout_ms = e->cfg->step_timeout_ms,
+		.start_timeout_ms = e->cfg->start_timeout_ms,
+	};
 
-	e->shards = calloc(n, sizeof(*e->shards));
-	if (!e->shards)
+	if (worker_sup_init(&e->sup, &wc, &e->io, &e->seg, e->n_shards) ||
+	    sched_init(&e->sched, &e->seg, &e->slots, &e->sup, e->n_shards,
+		       e->cfg->n_slots))
 		return -ENOMEM;
-	for (uint32_t i = 0; i < n; i++) {
-		struct shard *s = &e->shards[i];
-
-		s->index = i;
-		s->first_slot = (uint32_t)((uint64_t)b * i / n);
-		s->n_slots = (uint32_t)((uint64_t)b * (i + 1) / n) - s->first_slot;
-		s->next_dispatch_id = 1;
-		s->pidfd = -1;
-		s->exit_op = (struct io_op){ engine_on_exit_poll, e };
-		s->notify_rd = -1;
-		s->sent = calloc((size_t)SHM_RING_DEPTH * s->n_slots, sizeof(*s->sent));
-		s->seen = calloc(s->n_slots, sizeof(uint32_t));
-		s->suspect_slot = calloc(s->n_slots, sizeof(uint32_t));
-		s->suspect_gen = calloc(s->n_slots, sizeof(uint32_t));
-		if (!s->sent || !s->seen || !s->suspect_slot || !s->suspect_gen)
-			return -ENOMEM;
+	e->sched.vocab = e->vocab;
+	e->sched.in_process = e->in_process;
+	e->sched.policy_static = e->cfg->policy_static;
+	e->sched.step_timeout_ms = e->cfg->step_timeout_ms;
+	for (uint32_t i = 0; i < e->n_shards; i++) {
+		e->sup.w[i].chan = &e->sched.shards[i].chan;
+		e->sup.w[i].exit_op = (struct io_op){ engine_on_exit_poll, e };
 	}
 	return 0;
 }
 
 static void engine_teardown(struct engine *e)
 {
-	for (uint32_t i = 0; e->shards && i < e->n_shards; i++) {
-		struct shard *s = &e->shards[i];
-
-		if (s->pid > 0)
-			worker_kill_wait(s->pid);
-		if (s->pidfd >= 0)
-			close(s->pidfd);
-		if (s->notify_rd >= 0)
-			close(s->notify_rd);
-		free(s->sent);
-		free(s->seen);
-		free(s->suspect_slot);
-		free(s->suspect_gen);
-	}
-	free(e->shards);
+	sched_destroy(&e->sched);
+	worker_sup_destroy(&e->sup);
 	free(e->at_once);
 	free(e->resume);
 	io_ring_exit(&e->io);
@@ -460,17 +868,7 @@ static void engine_teardown(struct engine *e)
 	slot_table_release_all(&e->slots);
 	shm_segment_destroy(&e->seg);
 	free(e->slot_freed_ns);
-	free(e->slot_limit);
-	free(e->slot_drain);
-	free(e->slot_prefilled);
-	free(e->slot_logprobs);
-	free(e->slot_sampled);
 	free(e->worker_spec);
-	free(e->inproc_step);
-	free(e->inproc_outcomes);
-	free(e->inproc_rows);
-	free(e->inproc_sampled);
-	free(e->inproc_logprobs);
 	model_runner_destroy(e->runner);
 	model_close(e->model);
 	tokenizer_free(e->tok);
@@ -494,6 +892,7 @@ static int engine_finish_stats(struct engine *e)
 	int ret;
 
 	e->stats.end_ns = clock_now_ns();
+	engine_sync_stats(e);
 	if (!getrusage(RUSAGE_SELF, &ru)) {
 		e->stats.cpu_user_us = (uint64_t)ru.ru_utime.tv_sec * 1000000 +
 				       (uint64_t)ru.ru_utime.tv_usec;
@@ -528,9 +927,9 @@ static void engine_check_invariants(struct engine *e)
 			    "busy slots, %u waiting, %u paused", e->pool.n_live,
 			    e->slots.n_busy, wait_queue_len(&e->queue), e->n_paused);
 	for (uint32_t i = 0; i < e->n_shards && !e->failed; i++)
-		if (e->shards[i].n_active)	/* run-ahead's count of ACTIVE rows */
+		if (e->sched.shards[i].n_active)	/* run-ahead's count of ACTIVE rows */
 			engine_fail(e, "internal check failed at exit: shard %u still "
-				    "counts %u active slots", i, e->shards[i].n_active);
+				    "counts %u active slots", i, e->sched.shards[i].n_active);
 }
 
 /* Everything up to the first worker start.  Returns an exit status. */
@@ -577,24 +976,9 @@ static int engine_setup(struct engine *e)
 	    engine_setup_shards(e))
 		goto nomem;
 	e->slot_freed_ns = calloc(cfg->n_slots, sizeof(uint64_t));
-	e->slot_limit = calloc(cfg->n_slots, sizeof(uint32_t));
-	e->slot_drain = calloc(cfg->n_slots, sizeof(uint64_t));
-	e->slot_prefilled = calloc(cfg->n_slots, sizeof(uint32_t));
-	e->slot_logprobs = calloc(cfg->n_slots, sizeof(bool));
-	e->slot_sampled = calloc(cfg->n_slots, sizeof(*e->slot_sampled));
-	e->inproc_step = calloc(cfg->n_slots, sizeof(*e->inproc_step));
-	e->inproc_outcomes = calloc(cfg->n_slots, sizeof(*e->inproc_outcomes));
-	e->inproc_rows = calloc(cfg->n_slots, sizeof(*e->inproc_rows));
-	e->inproc_sampled = calloc(cfg->n_slots, sizeof(*e->inproc_sampled));
-	e->inproc_logprobs = calloc(cfg->n_slots, sizeof(*e->inproc_logprobs));
 	e->resume = calloc(e->pool.capacity, sizeof(uint32_t));
 	e->at_once = calloc(e->pool.capacity, sizeof(uint32_t));
-	if (!e->resume || !e->at_once || !e->slot_freed_ns || !e->slot_drain ||
-	    !e->slot_limit || !e->slot_prefilled || !e->slot_logprobs ||
-	    !e->slot_sampled ||
-	    !e->inproc_step ||
-	    !e->inproc_outcomes || !e->inproc_sampled || !e->inproc_logprobs ||
-	    !e->inproc_rows)
+	if (!e->resume || !e->at_once || !e->slot_freed_ns)
 		goto nomem;
 	/* seeds the engine picks: a new sequence every run */
 	if (getrandom(&e->seed_state, sizeof(e->seed_state), 0) !=
@@ -605,6 +989,7 @@ static int engine_setup(struct engine *e)
 
 		e->runner = model_runner_create(e->model, cfg->n_slots, e->max_context,
 						cfg->step_tokens, err, sizeof(err));
+		e->sched.runner = e->runner;
 		if (!e->runner) {
 			fprintf(stderr, "dynbatch: --model: %s\n", err);
 			return ENGINE_EXIT_USAGE;
@@ -671,7 +1056,7 @@ int engine_run(struct engine *e)
 	int status = ENGINE_EXIT_OK;
 
 	for (uint32_t i = 0; i < e->n_shards && !e->in_process; i++)
-		shard_start_worker(e, &e->shards[i]);
+		engine_start_worker(e, &e->sched.shards[i]);
 	engine_loop(e);
 	if (!e->failed)
 		engine_check_invariants(e);
@@ -698,7 +1083,7 @@ void engine_destroy(struct engine *e)
 
 void engine_quiet_workers(struct engine *e)
 {
-	e->worker_stderr_null = true;
+	e->sup.stderr_null = true;
 }
 
 bool engine_has_room(const struct engine *e)
@@ -762,9 +1147,9 @@ bool engine_healthy(const struct engine *e)
 	if (e->in_process)
 		return true;
 	for (uint32_t i = 0; i < e->n_shards; i++) {
-		if (shard_lost(&e->shards[i]))
+		if (worker_sup_lost(&e->sup, i))
 			return false;
-		ready |= e->shards[i].pid > 0 && e->shards[i].ready_seen;
+		ready |= worker_sup_running(&e->sup, i) && worker_sup_ready(&e->sup, i);
 	}
 	return ready;
 }
@@ -811,21 +1196,21 @@ int engine_metrics(const struct engine *e, struct strbuf *out)
 			"Requests parked while their client reads slowly.", e->n_paused);
 	ret = ret ? ret : metrics_counter(out, "dynbatch_stale_results_rejected_total",
 			"Worker results rejected as invalid (garbled, out of range).",
-			NULL, st->n_stale);
+			NULL, e->sched.counts.n_stale);
 	ret = ret ? ret : metrics_counter(out, "dynbatch_runahead_rows_discarded_total",
 			"Result rows run ahead and made obsolete (request ended, reset).",
-			NULL, st->n_discarded);
+			NULL, e->sched.counts.n_discarded);
 	ret = ret ? ret : metrics_counter(out, "dynbatch_worker_fruitless_kills_total",
 			"Workers killed for results that kept committing nothing.",
-			NULL, st->n_fruitless_kills);
+			NULL, e->sup.n_fruitless_kills);
 	ret = ret ? ret : metrics_counter(out, "dynbatch_worker_restarts_total",
 			"Worker processes started to replace one that exited.", NULL,
-			st->n_worker_starts > e->n_shards && !e->in_process ?
-			st->n_worker_starts - e->n_shards : 0);
+			e->sup.n_worker_starts > e->n_shards && !e->in_process ?
+			e->sup.n_worker_starts - e->n_shards : 0);
 	ret = ret ? ret : metrics_counter(out, "dynbatch_worker_deaths_total",
-			"Worker processes that exited.", NULL, st->n_worker_deaths);
+			"Worker processes that exited.", NULL, e->sup.n_worker_deaths);
 	ret = ret ? ret : metrics_counter(out, "dynbatch_model_steps_total",
-			"Model steps completed.", NULL, st->n_steps);
+			"Model steps completed.", NULL, e->sched.counts.n_steps);
 	ret = ret ? ret : metrics_histogram(out, "dynbatch_step_seconds",
 			"Model step latency, dispatch to result.", &e->step_hist);
 	ret = ret ? ret : metrics_histogram(out, "dynbatch_request_seconds",

@@ -3,9 +3,9 @@
  * with its logprobs, fed to the stop matchers and, with a tokenizer, to
  * the request's text; the tokens and text that became final handed to
  * the front end; the request finished when a stop, an end token or
- * max_tokens ends it (docs/DESIGN.md 3.3, 3.6, 7.2).  The scheduler
- * (shard_sched.c) calls engine_commit_token() and engine_refuse() for
- * the rows it has checked.
+ * max_tokens ends it (docs/DESIGN.md 3.3, 3.6, 7.2).  engine.c applies
+ * the rows the scheduler has checked (engine_apply_result()) with
+ * engine_commit_token() and engine_refuse().
  */
 #include "engine/engine.h"
 #include "engine/engine_internal.h"
@@ -22,7 +22,7 @@
 #include "text/tokenizer.h"
 
 /* ------------------------------------------------------------------------
- * Committed tokens (the scheduler, shard_sched.c, calls these)
+ * Committed tokens (engine_apply_result() calls these)
  * ---------------------------------------------------------------------- */
 
 /*

@@ -1,19 +1,18 @@
 /*
- * engine_internal.h - the engine's private state: struct engine and
- * struct shard, shared by the seven files that make up the engine,
- * engine.c (a request's place and answer, the loop), engine_admit.c
- * (admission, choices, cancel, pause, resume), engine_commit.c (committed
- * tokens), engine_model.c (the model at start), worker_supervisor.c
- * (workers' lives), shard_sched.c (the shard scheduler) and
- * wait_policy.c (spin, doze, sleep).  Only those seven may include it;
- * every other file, tests included, goes through engine.h.
+ * engine_internal.h - the engine's private state, struct engine, shared
+ * by the four files that make up the engine: engine.c (a request's place
+ * and answer, applying what the scheduler and the supervisor return, the
+ * loop), engine_admit.c (admission, choices, cancel, pause, resume),
+ * engine_commit.c (committed tokens) and engine_model.c (the model at
+ * start).  Only those four include it; every other file, tests included,
+ * goes through engine.h.  The layers below own their state: the
+ * scheduler (sched/shard_sched.h, struct sched), the shards' channels
+ * (shard/shard_channel.h) and the workers (shard/worker_supervisor.h);
+ * none of them includes this file or calls back up.
  *
- * Besides the structs it declares the functions the engine's files call
+ * Besides the struct it declares the functions the engine's files call
  * of each other (engine_fail(), engine_finish(), engine_commit_token(),
- * engine_refuse(); engine_unplace() and engine_finish_all() for
- * worker_supervisor.c), engine_give_up() (worker_supervisor.c, also called
- * by shard_sched.c) and two one-line questions about a shard that all
- * ask.
+ * engine_refuse(), engine_unresume(), engine_unplace()).
  */
 #ifndef DYNBATCH_ENGINE_INTERNAL_H
 #define DYNBATCH_ENGINE_INTERNAL_H
@@ -22,118 +21,19 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/signalfd.h>
-#include <sys/types.h>
 
 #include "engine/engine.h"
 #include "engine/frontend.h"
 #include "io/io_ring.h"
-#include "util/log_limit.h"
 #include "engine/metrics.h"
 #include "model/model_runner.h"
 #include "engine/request_pool.h"
 #include "ipc/shm_segment.h"
+#include "sched/shard_sched.h"
 #include "sched/slot_table.h"
+#include "shard/worker_supervisor.h"
 #include "engine/stats.h"
 #include "engine/wait_queue.h"
-
-#define ENGINE_MAX_FAILED_STARTS 8	/* per shard, then give up on it */
-
-/* Most reads of a shard's notification pipes in flight at once: the
- * current pipe's, and older pipes' that something still holds open. */
-#define SHARD_NOTIFY_READS 4u
-
-struct shard;
-
-/* One queued read of a notification pipe (shard_arm_notify()). */
-struct notify_read {
-	struct io_op op;		/* arg: the engine */
-	struct shard *shard;
-	uint32_t epoch;			/* the pipe it reads (shard's epoch then) */
-	bool inflight;			/* queued, completion not yet seen */
-};
-struct shard {
-	uint32_t index;
-	uint32_t first_slot;		/* slots [first_slot, first_slot+n_slots) */
-	uint32_t n_slots;
-	uint32_t n_active;		/* of which ACTIVE */
-	uint64_t committing_id;		/* dispatch id of the result being
-					 * committed now (0: none) */
-	/* dispatches to the current worker: private, trusted copies */
-	uint64_t next_dispatch_id;	/* starts at 1, never reused */
-	uint64_t first_id;		/* first id sent to the current worker */
-	uint64_t issued_id;		/* the newest dispatch sent (0: none) */
-	uint64_t first_pos;		/* first dispatch position of the worker */
-	/* the rows of the last SHM_RING_DEPTH dispatches, by ring index: the
-	 * one the worker runs is among them (for blame when it dies) */
-	struct shm_dispatch_row *sent;	/* SHM_RING_DEPTH * n_slots */
-	uint32_t n_sent[SHM_RING_DEPTH];
-	uint64_t sent_id[SHM_RING_DEPTH]; /* the dispatch id of each */
-	/* per shard slot: the result (result_stamp) that last carried a row of
-	 * the slot's current generation */
-	uint32_t *seen;
-	uint32_t result_stamp;
-	bool redispatch;		/* the worker's rows are out of date */
-	uint32_t n_draining;		/* slots waiting in slot_drain */
-	uint64_t adopted_seen;		/* dispatch_adopted when last looked at */
-	bool reset;			/* next dispatch: take our lengths */
-	uint64_t reset_id;		/* the last dispatch sent with reset */
-	uint32_t resets_unanswered;	/* resets sent since a row of a result
-					 * run after a reset was committed */
-	uint32_t lockstep;		/* dispatches left in which each row
-					 * gets one step only (SHARD_LOCKSTEP) */
-	bool sent_lockstep;		/* the newest dispatch was one of them */
-	uint64_t suspect_id;		/* dispatch running a suspect alone */
-	uint64_t progress_ns;		/* last result, or last dispatch sent */
-	uint64_t step_ewma_ns;		/* typical time between results */
-	uint64_t dispatch_pos;		/* next dispatch ring position */
-	uint64_t result_pos;		/* next result ring position */
-	/* the worker process */
-	pid_t pid;			/* 0 when none runs */
-	int pidfd;
-	/* read end of the current worker's notification pipe (-1: none);
-	 * the worker writes a byte to wake us */
-	int notify_rd;
-	uint32_t notify_epoch;		/* which pipe is the current one */
-	uint8_t notify_buf[64];		/* what is read is never looked at */
-	/* the reads queued on the pipes; one of an older pipe ends when
-	 * every copy of that pipe's write end is closed */
-	struct notify_read notify_reads[SHARD_NOTIFY_READS];
-	const char *killed_for;		/* why we SIGKILLed it, or NULL */
-	bool ready_seen;		/* it announced worker_ready_pid */
-	bool failed_step;		/* its model returned an error */
-	int32_t failed_status;		/* that error, as the worker said */
-	uint64_t started_ns;
-	uint64_t restart_at_ns;		/* when dead: start a new one then */
-	uint32_t n_failed_starts;	/* consecutive deaths before ready */
-	uint32_t n_quick_deaths;	/* consecutive deaths soon after start */
-	struct io_op exit_op;		/* poll of pidfd; arg: the engine */
-	/* misbehaviour of the current worker (cleared when it exits) */
-	uint32_t n_fruitless;		/* results in a row that committed no
-					 * row (SHARD_MAX_FRUITLESS) */
-	uint64_t fruitless_ns;		/* when the last of them was read */
-	uint32_t n_bad_lives;		/* workers in a row killed for their
-					 * results or a stall outside the model,
-					 * none with SHARD_MAX_FRUITLESS results
-					 * that committed rows: at
-					 * ENGINE_MAX_FAILED_STARTS the shard
-					 * is lost (shard_lost()) */
-	uint32_t n_life_commits;	/* results of the current worker that
-					 * committed rows (up to the bound) */
-	bool kill_blames;		/* killed_for: blame the rows it ran */
-	bool misbehaved;		/* killed for its results, or stalled
-					 * outside the model: no blame, its
-					 * rows move to other shards */
-	/* per result ring entry: the seq we found there when we last
-	 * consumed it (0 after a channel reset), which is what it holds
-	 * until the worker writes it again; any other value but the
-	 * position we expect is garbage */
-	uint64_t ring_seq[SHM_RING_DEPTH];
-	struct log_limit warn_limit;	/* this shard's per-result warnings */
-	/* isolation after a fault: slots (and generations) to run alone */
-	uint32_t *suspect_slot;
-	uint32_t *suspect_gen;
-	uint32_t n_suspects;
-};
 
 struct engine {
 	const struct engine_config *cfg;
@@ -150,11 +50,11 @@ struct engine {
 	struct slot_table slots;
 	struct wait_queue queue;
 	struct request_pool pool;
-	struct shard *shards;
+	struct sched sched;		/* placement, refill, step plan; its
+					 * shards (sched.shards) */
 	uint32_t n_shards;
+	struct worker_sup sup;		/* the shards' worker processes */
 	bool in_process;
-	bool worker_stderr_null;	/* our stderr is our output: workers
-					 * get /dev/null instead */
 	char worker_path[PATH_MAX];
 	struct io_ring io;
 	int sig_fd;
@@ -168,28 +68,6 @@ struct engine {
 	bool progress_on;
 	uint64_t last_progress_ns;
 	uint64_t *slot_freed_ns;	/* per slot: when it last became free */
-	uint32_t *slot_limit;		/* per slot: prefix length at which its
-					 * request is done (prompt + max_tokens) */
-	bool *slot_logprobs;		/* per slot: its request asked for
-					 * logprobs (shard_write_sampling()) */
-	const struct live_request **slot_sampled; /* per slot, in-process: its
-					 * request when it samples (needs
-					 * logits), else NULL: a greedy row's
-					 * step never touches the request */
-	uint32_t *slot_prefilled;	/* per slot: the most prefix tokens its
-					 * worker said its model holds (prefill
-					 * rows), since the request came, the
-					 * worker started or the last reset:
-					 * only more counts as progress */
-	uint64_t *slot_drain;		/* per slot: the worker may still write
-					 * it until dispatch_adopted reaches
-					 * this (0: free to reuse) */
-	/* in-process stepping buffers, n_slots each */
-	struct runner_row *inproc_step;
-	struct runner_result *inproc_outcomes;
-	struct shm_result_row *inproc_rows;
-	struct sampler_result *inproc_sampled;	/* rows that report logprobs */
-	struct shm_logprobs *inproc_logprobs;	/* and those, as a worker's */
 	uint64_t seed_state;		/* seeds for requests that sample
 					 * without one (engine_submit) */
 	struct engine_stats stats;
@@ -241,38 +119,11 @@ void engine_refuse(struct engine *e, uint32_t slot, uint32_t why);
  * (pause) and engine_unplace(). */
 void engine_unresume(struct engine *e, uint32_t handle);
 
-/* ---- engine.c, for worker_supervisor.c only ---- */
+/* ---- engine.c, for the engine's other files ---- */
 
 /* Take the live request out of wherever it is (queue, slot, lists),
- * freeing its slot; it stays live.  worker_supervisor.c calls it to move
- * a lost shard's requests to the resume line. */
+ * freeing its slot; it stays live (engine_admit.c: pause). */
 void engine_unplace(struct engine *e, uint32_t handle,
 		    struct live_request *lr, uint64_t now);
-/* Finish every live request (waiting, active or paused) with reason;
- * worker_supervisor.c calls it when giving up or when no worker can be
- * kept alive. */
-void engine_finish_all(struct engine *e, enum finish_reason reason,
-		       const char *error);
-
-/* ---- worker_supervisor.c, for shard_sched.c ---- */
-
-/* Stop stepping but go on answering: every request gets an error line
- * and the run exits 1 (worker_supervisor.c explains). */
-void engine_give_up(struct engine *e, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
-/* Does the shard's worker owe us results (rows it has been sent)? */
-static inline bool shard_owes_results(const struct shard *s)
-{
-	return s->pid > 0 && s->n_active && s->issued_id >= s->first_id &&
-	       s->issued_id;
-}
-
-/* Has the shard failed so many starts in a row that it takes no work
- * until a worker of it is ready again (which resets the count)? */
-static inline bool shard_lost(const struct shard *s)
-{
-	return s->n_failed_starts >= ENGINE_MAX_FAILED_STARTS;
-}
 
 #endif

@@ -13,10 +13,19 @@
  * (shard_drop_slot, shard_slot_reusable); a rejected row makes the next
  * dispatch a reset to our committed lengths (shard_reset_after_garble).
  *
- * Each field of a result is read from shared memory once, into a local,
- * before it is checked: the worker may change it meanwhile.  A shard that
+ * Each field of a result is read from shared memory once, into private
+ * memory, before it is checked: the worker may change it meanwhile.  The
+ * channel (shard/shard_channel.c) does that and checks what can be ours
+ * (sequence number, dispatch id, row count, slot and token ranges,
+ * logprobs); here each checked row is held to its slot.  A shard that
  * keeps rejecting results right after resets runs in lockstep for a
  * while (SHARD_LOCKSTEP).
+ *
+ * Data flows one way.  The engine calls in here and applies what comes
+ * back: the slots a refill may fill (shard_refill_next(); the engine picks
+ * the requests and hands them over as plain data, shard_place()), and a
+ * result's rows as actions (shard_result_next()).  Nothing here calls
+ * engine/.
  *
  * Waking the worker.  After publishing a dispatch (shard_dispatch()) or
  * handing result entries back (shard_release_results()) the coordinator
@@ -28,7 +37,6 @@
 #include "sched/shard_sched.h"
 
 #include <errno.h>
-#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -36,12 +44,13 @@
 #include <string.h>
 
 #include "util/clock.h"
-#include "engine/engine_internal.h"
+#include "model/model_runner.h"
+#include "sampling/sampler.h"
+#include "shard/shard_channel.h"
+#include "shard/worker_supervisor.h"
 #include "util/log.h"
 #include "model/model_loader.h"
-#include "engine/request.h"
 #include "util/sleep_handshake.h"
-#include "text/stop_matcher.h"
 
 /*
  * A worker whose results are rejected again right after a reset (a worker
@@ -51,19 +60,8 @@
  */
 #define SHARD_LOCKSTEP 64u
 
-/*
- * Progress is a committed row, not a result.  A worker whose results keep
- * committing nothing (wrong generations, no rows, ids or sequence numbers
- * we never sent, a flood of copies) is killed after this many in a row,
- * and no request is blamed: its rows go to other shards.  An honest
- * worker's longest such run is what it ran ahead when every row it held
- * ended or was reset: a ring it had posted, plus the steps it ran until
- * it adopted the next dispatch (under another ring), so four rings leave
- * a wide margin and still end a misbehaving worker within milliseconds
- * of fast steps.  A slow one that posts such results is ended by the step
- * timeout instead, also without blame (engine_check_workers()).
- */
-#define SHARD_MAX_FRUITLESS (4u * SHM_RING_DEPTH)
+/* (A worker whose results keep committing nothing is killed after
+ * WORKER_MAX_FRUITLESS of them: worker_supervisor.h.) */
 
 /* Resets in a row with no committed row between them before the worker
  * is killed (no blame).  Lockstep (SHARD_LOCKSTEP) makes an honest but
@@ -74,12 +72,92 @@ static void shard_warn(struct shard *s, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
 /* ------------------------------------------------------------------------
+ * Setup
+ * ---------------------------------------------------------------------- */
+
+int sched_init(struct sched *sc, struct shm_segment *seg, struct slot_table *slots,
+	       struct worker_sup *sup, uint32_t n_shards, uint32_t n_slots)
+{
+	uint32_t n = n_shards, b = n_slots;
+
+	sc->seg = seg;
+	sc->slots = slots;
+	sc->sup = sup;
+	sc->shards = calloc(n, sizeof(*sc->shards));
+	if (!sc->shards)
+		return -ENOMEM;
+	sc->n_shards = n;
+	for (uint32_t i = 0; i < n; i++) {
+		struct shard *s = &sc->shards[i];
+
+		s->index = i;
+		s->first_slot = (uint32_t)((uint64_t)b * i / n);
+		s->n_slots = (uint32_t)((uint64_t)b * (i + 1) / n) - s->first_slot;
+		s->suspect_slot = calloc(s->n_slots, sizeof(uint32_t));
+		s->suspect_gen = calloc(s->n_slots, sizeof(uint32_t));
+		if (shard_channel_init(&s->chan, i, s->first_slot, s->n_slots,
+				       seg->hdr->ring_depth) ||
+		    !s->suspect_slot || !s->suspect_gen)
+			return -ENOMEM;
+	}
+	sc->slot_limit = calloc(b, sizeof(uint32_t));
+	sc->slot_drain = calloc(b, sizeof(uint64_t));
+	sc->slot_prefilled = calloc(b, sizeof(uint32_t));
+	sc->slot_logprobs = calloc(b, sizeof(bool));
+	sc->slot_top_logprobs = calloc(b, sizeof(uint32_t));
+	sc->slot_rq = calloc(b, sizeof(*sc->slot_rq));
+	sc->inproc_step = calloc(b, sizeof(*sc->inproc_step));
+	sc->inproc_outcomes = calloc(b, sizeof(*sc->inproc_outcomes));
+	sc->inproc_rows = calloc(b, sizeof(*sc->inproc_rows));
+	sc->inproc_sampled = calloc(b, sizeof(*sc->inproc_sampled));
+	sc->inproc_logprobs = calloc(b, sizeof(*sc->inproc_logprobs));
+	if (!sc->slot_limit || !sc->slot_drain || !sc->slot_prefilled ||
+	    !sc->slot_logprobs || !sc->slot_top_logprobs || !sc->slot_rq ||
+	    !sc->inproc_step || !sc->inproc_outcomes || !sc->inproc_rows ||
+	    !sc->inproc_sampled || !sc->inproc_logprobs)
+		return -ENOMEM;
+	return 0;
+}
+
+void sched_destroy(struct sched *sc)
+{
+	for (uint32_t i = 0; sc->shards && i < sc->n_shards; i++) {
+		struct shard *s = &sc->shards[i];
+
+		shard_channel_destroy(&s->chan);
+		free(s->suspect_slot);
+		free(s->suspect_gen);
+	}
+	free(sc->shards);
+	free(sc->slot_limit);
+	free(sc->slot_drain);
+	free(sc->slot_prefilled);
+	free(sc->slot_logprobs);
+	free(sc->slot_top_logprobs);
+	free(sc->slot_rq);
+	free(sc->inproc_step);
+	free(sc->inproc_outcomes);
+	free(sc->inproc_rows);
+	free(sc->inproc_sampled);
+	free(sc->inproc_logprobs);
+	sc->shards = NULL;
+}
+
+/* ------------------------------------------------------------------------
  * Slots and refill
  * ---------------------------------------------------------------------- */
 
-static struct shard *shard_of_slot(struct engine *e, uint32_t slot)
+static struct shard *shard_of_slot(struct sched *sc, uint32_t slot)
 {
-	return &e->shards[shm_slot_shard(e->seg.hdr, slot)];
+	return &sc->shards[shm_slot_shard(sc->seg->hdr, slot)];
+}
+
+/* What a result's rows are held to (shard_channel_check()). */
+static void shard_row_rules(const struct sched *sc, struct shard_row_rules *rules)
+{
+	*rules = (struct shard_row_rules){ .vocab = sc->vocab,
+					   .logprobs = sc->slot_logprobs,
+					   .top_logprobs = sc->slot_top_logprobs };
 }
 
 /*
@@ -92,54 +170,41 @@ static struct shard *shard_of_slot(struct engine *e, uint32_t slot)
  * (a reset, or the rows after an isolation) would send it back to an
  * earlier position, to extend the row again over the slot's next request.
  */
-void shard_drop_slot(struct engine *e, uint32_t slot)
+void shard_drop_slot(struct sched *sc, uint32_t slot)
 {
-	struct shard *s = shard_of_slot(e, slot);
+	struct shard *s = shard_of_slot(sc, slot);
 
 	s->n_active--;
-	if (e->in_process)
+	if (sc->in_process)
 		return;
 	s->redispatch = true;
-	if (e->slots.slots[slot].n_tokens < e->slot_limit[slot] ||
-	    s->committing_id != s->issued_id) {
-		e->slot_drain[slot] = s->dispatch_pos + 1;
+	if (sc->slots->slots[slot].n_tokens < sc->slot_limit[slot] ||
+	    s->committing_id != s->chan.issued_id) {
+		sc->slot_drain[slot] = s->chan.dispatch_pos + 1;
 		s->n_draining++;
 	}
 }
 
-/* The next request for a free slot: a resumed one first (it held a slot
- * before), then the waiting queue.  -ENOENT when there is none. */
-static int shard_next_waiting(struct engine *e, uint32_t *handle)
-{
-	if (e->n_resume) {
-		*handle = e->resume[0];
-		e->n_resume--;
-		memmove(e->resume, e->resume + 1, e->n_resume * sizeof(uint32_t));
-		e->n_paused--;
-		return 0;
-	}
-	return wait_queue_pop(&e->queue, handle);
-}
-
-void shard_write_sampling(struct engine *e, uint32_t slot,
-			  const struct live_request *lr)
+void shard_write_sampling(struct sched *sc, uint32_t slot,
+			  const struct sched_request *rq)
 {
 	struct shm_slot_sampling *t;
-	const struct sampling_params *p = &lr->req.sampling;
+	const struct sampling_params *p = rq->sampling;
 
-	e->slot_logprobs[slot] = p->logprobs;
-	if (e->in_process) {	/* the runner reads lr itself */
-		e->slot_sampled[slot] = request_needs_logits(&lr->req) ? lr : NULL;
+	sc->slot_logprobs[slot] = p->logprobs;
+	sc->slot_top_logprobs[slot] = p->top_logprobs;
+	if (sc->in_process) {	/* the runner reads the fields itself */
+		sc->slot_rq[slot] = *rq;
 		return;
 	}
-	t = shm_sampling_at(&e->seg, slot);
+	t = shm_sampling_at(sc->seg, slot);
 	/* field by field, and only the bias entries there are: a struct
 	 * assignment would write all 300 for every request (and the worker's
 	 * core would pull them over) */
-	t->generation = e->slots.slots[slot].generation;
-	t->needs_logits = request_needs_logits(&lr->req);
-	t->n_prompt = lr->req.n_prompt;
-	t->choice = lr->req.choice;
+	t->generation = sc->slots->slots[slot].generation;
+	t->needs_logits = rq->needs_logits;
+	t->n_prompt = rq->n_prompt;
+	t->choice = rq->choice;
 	t->seed = p->seed;
 	t->temperature = p->temperature;
 	t->top_p = p->top_p;
@@ -152,106 +217,78 @@ void shard_write_sampling(struct engine *e, uint32_t slot,
 		memcpy(t->bias, p->bias, p->n_bias * sizeof(t->bias[0]));
 }
 
-/* Put lr into slot: its prompt, and the tokens it had when it paused.
- * 0, -EINVAL when it does not fit, -ENOMEM. */
-static int shard_place(struct engine *e, uint32_t slot, uint32_t handle,
-		       struct live_request *lr)
+/* Put the request rq describes into slot: its prompt, and the tokens it
+ * had when it paused.  0, or -EINVAL when it does not fit. */
+int shard_place(struct sched *sc, uint32_t slot, uint32_t handle,
+		const struct sched_request *rq)
 {
-	uint32_t limit = lr->req.n_prompt + lr->req.max_tokens;
+	uint32_t limit = rq->n_prompt + rq->max_tokens;
+	struct shard *s = shard_of_slot(sc, slot);
 
-	/* with workers, run allocates the private token copy here, when it
-	 * is needed; serve has one from submission */
-	if (!lr->generated && !e->in_process) {
-		lr->generated = malloc((size_t)lr->req.max_tokens * sizeof(int32_t));
-		if (!lr->generated)
-			return -ENOMEM;
-	}
-	if (slot_table_assign(&e->slots, slot, handle, lr->req.prompt,
-			      lr->req.n_prompt))
+	if (slot_table_assign(sc->slots, slot, handle, rq->prompt, rq->n_prompt))
 		return -EINVAL;
-	for (uint32_t i = 0; i < lr->n_generated; i++) {
-		if (slot_table_append(&e->slots, slot, lr->generated[i])) {
-			slot_table_release(&e->slots, slot);
+	for (uint32_t i = 0; i < rq->n_generated; i++) {
+		if (slot_table_append(sc->slots, slot, rq->generated[i])) {
+			slot_table_release(sc->slots, slot);
 			return -EINVAL;
 		}
 	}
 	/* admission checked that the request fits the context */
-	e->slot_limit[slot] = limit < e->slots.max_context ? limit : e->slots.max_context;
-	e->slot_prefilled[slot] = 0;
-	shard_write_sampling(e, slot, lr);
-	shard_of_slot(e, slot)->n_active++;
+	sc->slot_limit[slot] = limit < sc->slots->max_context ? limit : sc->slots->max_context;
+	sc->slot_prefilled[slot] = 0;
+	shard_write_sampling(sc, slot, rq);
+	s->n_active++;
+	s->redispatch = true;
 	return 0;
 }
 
 /* May slot be given a new request?  Not while the worker can still write
  * it (shard_drop_slot). */
-static bool shard_slot_reusable(struct engine *e, struct shard *s, uint32_t slot)
+static bool shard_slot_reusable(struct sched *sc, struct shard *s, uint32_t slot)
 {
-	if (e->slots.slots[slot].state != SHM_SLOT_FREE)
+	if (sc->slots->slots[slot].state != SHM_SLOT_FREE)
 		return false;
-	if (!e->slot_drain[slot])
+	if (!sc->slot_drain[slot])
 		return true;
 	/* acquire: pairs with the worker's release in worker_adopt() */
-	if (atomic_load_explicit(&shm_channel_at(&e->seg, s->index)->dispatch_adopted,
-				 memory_order_acquire) < e->slot_drain[slot])
+	if (atomic_load_explicit(&shm_channel_at(sc->seg, s->index)->dispatch_adopted,
+				 memory_order_acquire) < sc->slot_drain[slot])
 		return false;
-	e->slot_drain[slot] = 0;
+	sc->slot_drain[slot] = 0;
 	s->n_draining--;
 	return true;
 }
 
-/* Fill the shard's free slots from the waiting queue (FIFO). */
-static void shard_refill(struct engine *e, struct shard *s)
+/* Does the shard take requests now?  (FIFO refill: shard_refill_next().) */
+bool shard_refill_begin(struct sched *sc, struct shard *s)
 {
-	uint64_t now = 0;
-	int ret;
-
 	/* A worker not yet ready gets no request: one that never says it
 	 * is (a slow model load, or a worker that scribbled its own flag)
 	 * holds nobody's request until the start timeout ends it. */
-	if (s->n_active == s->n_slots || shard_lost(s) ||
-	    (!e->in_process && !s->ready_seen))
-		return;
-	if (e->cfg->policy_static)
+	if (s->n_active == s->n_slots || worker_sup_lost(sc->sup, s->index) ||
+	    (!sc->in_process && !worker_sup_ready(sc->sup, s->index)))
+		return false;
+	if (sc->policy_static)
 		for (uint32_t i = 0; i < s->n_slots; i++)
-			if (!shard_slot_reusable(e, s, s->first_slot + i))
-				return;
-	for (uint32_t i = 0; i < s->n_slots; i++) {
-		uint32_t slot = s->first_slot + i;
-		struct live_request *lr;
-		uint32_t handle;
+			if (!shard_slot_reusable(sc, s, s->first_slot + i))
+				return false;
+	return true;
+}
 
-		if (!shard_slot_reusable(e, s, slot))
-			continue;
-		if (shard_next_waiting(e, &handle))
-			return;
-		lr = request_pool_get(&e->pool, handle);
-		if (!lr) {
-			engine_fail(e, "waiting queue held a bad handle %u", handle);
-			return;
+/* The next reusable slot at or after *cursor (a shard slot index, 0 to
+ * begin), or false when there is none. */
+bool shard_refill_next(struct sched *sc, struct shard *s, uint32_t *cursor,
+		       uint32_t *slot)
+{
+	while (*cursor < s->n_slots) {
+		uint32_t i = (*cursor)++;
+
+		if (shard_slot_reusable(sc, s, s->first_slot + i)) {
+			*slot = s->first_slot + i;
+			return true;
 		}
-		lr->place = LIVE_UNPLACED;	/* off the queue, not yet in a slot */
-		ret = shard_place(e, slot, handle, lr);
-		if (ret) {
-			engine_finish(e, handle, FINISH_ERROR, ret == -ENOMEM ?
-				      "out of memory placing the request" :
-				      "prompt does not fit a slot");
-			continue;
-		}
-		s->redispatch = true;
-		if (!now)
-			now = clock_now_ns();
-		lr->slot = slot;
-		lr->place = LIVE_ACTIVE;
-		if (e->slot_freed_ns[slot]) {
-			e->stats.refill_ns_sum += now - e->slot_freed_ns[slot];
-			e->stats.n_refills++;
-		}
-		if (lr->started_ns)	/* resumed: its stop cursor carries on */
-			continue;
-		lr->started_ns = now;
-		lr->matcher_state = STOP_MATCHER_ROOT;
 	}
+	return false;
 }
 
 /* ------------------------------------------------------------------------
@@ -260,10 +297,46 @@ static void shard_refill(struct engine *e, struct shard *s)
 
 /* The shard's worker holds no model state that we count on any more (it
  * is new, or was sent back by a reset): its prefill starts over. */
-void shard_forget_prefill(struct engine *e, const struct shard *s)
+void shard_forget_prefill(struct sched *sc, const struct shard *s)
 {
-	memset(e->slot_prefilled + s->first_slot, 0,
-	       s->n_slots * sizeof(e->slot_prefilled[0]));
+	memset(sc->slot_prefilled + s->first_slot, 0,
+	       s->n_slots * sizeof(sc->slot_prefilled[0]));
+}
+
+/* A new worker starts on the shard (its channel has started over): a
+ * first dispatch with every ACTIVE slot, nothing draining (the old worker
+ * writes nothing any more), no reset or lockstep pending. */
+void shard_new_epoch(struct sched *sc, struct shard *s)
+{
+	s->redispatch = true;
+	s->reset = false;
+	s->reset_id = 0;
+	s->resets_unanswered = 0;
+	shard_forget_prefill(sc, s);
+	s->lockstep = 0;
+	s->sent_lockstep = false;
+	s->n_draining = 0;
+	s->adopted_seen = s->chan.dispatch_pos;
+	for (uint32_t i = 0; i < s->n_slots; i++)
+		sc->slot_drain[s->first_slot + i] = 0;
+}
+
+/* The rows of a step its worker died in, to run alone one by one. */
+void shard_isolate(struct shard *s, const struct shm_dispatch_row *rows, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		s->suspect_slot[i] = rows[i].slot;
+		s->suspect_gen[i] = rows[i].generation;
+	}
+	s->n_suspects = n;
+	LOG(LOG_WARN, "shard %u: isolating the %u requests of the failed step",
+	    s->index, n);
+}
+
+/* Its requests moved away: nobody is under suspicion any more. */
+void shard_clear_suspects(struct shard *s)
+{
+	s->n_suspects = 0;
 }
 
 /* Drop the first suspect (it ran alone cleanly, finished, or was failed). */
@@ -280,7 +353,7 @@ static void shard_pop_suspect(struct shard *s)
  * under suspicion after a worker died, the first suspect alone for one
  * step (limit one past its prefix).  Sets s->suspect_id accordingly.
  */
-static uint32_t shard_collect_rows(struct engine *e, struct shard *s,
+static uint32_t shard_collect_rows(struct sched *sc, struct shard *s,
 				   struct shm_dispatch_row *rows)
 {
 	uint32_t n = 0;
@@ -288,27 +361,27 @@ static uint32_t shard_collect_rows(struct engine *e, struct shard *s,
 	s->suspect_id = 0;
 	while (s->n_suspects) {
 		uint32_t slot = s->suspect_slot[0];
-		const struct slot_state *st = &e->slots.slots[slot];
+		const struct slot_state *st = &sc->slots->slots[slot];
 
 		if (st->state == SHM_SLOT_ACTIVE && st->generation == s->suspect_gen[0]) {
 			rows[0] = (struct shm_dispatch_row){
 				.slot = slot, .generation = st->generation,
 				.n_tokens = st->n_tokens, .limit = st->n_tokens + 1 };
-			s->suspect_id = s->next_dispatch_id;
+			s->suspect_id = s->chan.next_dispatch_id;
 			return 1;
 		}
 		shard_pop_suspect(s);
 	}
 	for (uint32_t i = 0; i < s->n_slots; i++) {
 		uint32_t slot = s->first_slot + i;
-		const struct slot_state *st = &e->slots.slots[slot];
+		const struct slot_state *st = &sc->slots->slots[slot];
 
 		if (st->state != SHM_SLOT_ACTIVE)
 			continue;
 		rows[n++] = (struct shm_dispatch_row){
 			.slot = slot, .generation = st->generation,
 			.n_tokens = st->n_tokens,
-			.limit = s->lockstep ? st->n_tokens + 1 : e->slot_limit[slot] };
+			.limit = s->lockstep ? st->n_tokens + 1 : sc->slot_limit[slot] };
 	}
 	return n;
 }
@@ -317,41 +390,32 @@ static uint32_t shard_collect_rows(struct engine *e, struct shard *s,
  * Publish the shard's rows to its worker when they changed.  At most
  * ring_depth - 1 dispatches are ahead of the one the worker has adopted,
  * so no entry is overwritten while the worker may be reading it, and
- * s->sent still holds the adopted one's rows (for blame).
+ * s->chan.sent still holds the adopted one's rows (for blame).
  */
-static void shard_dispatch(struct engine *e, struct shard *s)
+void shard_dispatch(struct sched *sc, struct shard *s)
 {
 	struct shm_channel *ch;
-	struct shm_dispatch *d;
 	struct shm_dispatch_row *rows;
-	uint32_t depth = e->seg.hdr->ring_depth, n;
+	uint32_t n;
 
-	if (!s->redispatch || s->pid <= 0 || e->in_process)
+	if (!s->redispatch || !worker_sup_running(sc->sup, s->index) || sc->in_process)
 		return;
-	ch = shm_channel_at(&e->seg, s->index);
-	/* acquire: pairs with the worker's release in worker_adopt() */
-	if (s->dispatch_pos - atomic_load_explicit(&ch->dispatch_adopted,
-						   memory_order_acquire) >= depth - 1)
+	ch = shm_channel_at(sc->seg, s->index);
+	if (!shard_channel_room(&s->chan, ch))
 		return;	/* the worker is behind: send the latest rows later */
-	rows = s->sent + (s->dispatch_pos & (depth - 1)) * s->n_slots;
-	n = shard_collect_rows(e, s, rows);
-	s->n_sent[s->dispatch_pos & (depth - 1)] = n;
-	s->sent_id[s->dispatch_pos & (depth - 1)] = s->next_dispatch_id;
-	s->issued_id = s->next_dispatch_id++;
+	rows = shard_channel_next_rows(&s->chan);
+	n = shard_collect_rows(sc, s, rows);
+	shard_channel_record(&s->chan, n);
 	s->redispatch = false;
 	if (n)	/* the worker owes results from now on */
-		s->progress_ns = clock_now_ns();
-	d = shm_dispatch_at(e->seg.hdr, ch, s->dispatch_pos);
-	d->dispatch_id = s->issued_id;
-	d->n_rows = n;
-	d->flags = s->reset ? SHM_DISPATCH_RESET : 0;
+		worker_sup_note_dispatch(sc->sup, s->index, clock_now_ns());
 	s->sent_lockstep = s->lockstep > 0;
 	if (s->lockstep)
 		s->lockstep--;
 	if (s->reset) {
-		s->reset_id = s->issued_id;
+		s->reset_id = s->chan.issued_id;
 		/* the worker re-prefills every row from nothing now */
-		shard_forget_prefill(e, s);
+		shard_forget_prefill(sc, s);
 		if (++s->resets_unanswered >= 2 && !s->lockstep) {
 			shard_warn(s, "the worker's results keep being rejected; "
 				   "one step per dispatch for a while");
@@ -361,15 +425,12 @@ static void shard_dispatch(struct engine *e, struct shard *s)
 		 * (slot_prefilled): a worker that garbles a result, claims
 		 * prefill progress, and again, would never end otherwise. */
 		if (s->resets_unanswered > SHARD_MAX_RESETS)
-			shard_kill_misbehaving(s, " for resets that commit nothing");
+			worker_sup_kill_misbehaving(sc->sup, s->index,
+						    " for resets that commit nothing");
 	}
+	shard_channel_publish(&s->chan, sc->seg->hdr, ch,
+			      s->reset ? SHM_DISPATCH_RESET : 0);
 	s->reset = false;
-	memcpy(d->rows, rows, n * sizeof(d->rows[0]));
-	shm_entry_publish(&d->seq, s->dispatch_pos);
-	s->dispatch_pos++;
-	/* pairs with the worker's announcement in worker_wait() */
-	if (sleep_handshake_check(&ch->worker_sleeping))
-		shm_wake_worker(ch);
 }
 
 /* Remove slot from the head of the suspects after it ran alone cleanly. */
@@ -406,23 +467,19 @@ static void shard_reset_after_garble(struct shard *s, uint64_t id)
  * kept a longer prefix of its own): without a reset it would never be
  * extended again.  False when the dispatch's rows are no longer kept.
  */
-static bool shard_result_lacks_rows(struct engine *e, struct shard *s, uint64_t id)
+static bool shard_result_lacks_rows(struct sched *sc, struct shard *s, uint64_t id)
 {
-	uint32_t depth = e->seg.hdr->ring_depth, idx;
 	const struct shm_dispatch_row *want;
+	uint32_t n;
 
-	if (!id || id < s->first_id)
+	want = shard_channel_sent_rows(&s->chan, id, &n);
+	if (!want)
 		return false;
-	/* ids and positions advance together within one worker's life */
-	idx = (uint32_t)((s->first_pos + (id - s->first_id)) & (depth - 1));
-	if (s->sent_id[idx] != id)
-		return false;
-	want = s->sent + (size_t)idx * s->n_slots;
-	for (uint32_t i = 0; i < s->n_sent[idx]; i++) {
-		const struct slot_state *st = &e->slots.slots[want[i].slot];
+	for (uint32_t i = 0; i < n; i++) {
+		const struct slot_state *st = &sc->slots->slots[want[i].slot];
 
 		if (st->state == SHM_SLOT_ACTIVE && st->generation == want[i].generation &&
-		    s->seen[want[i].slot - s->first_slot] != s->result_stamp)
+		    s->chan.seen[want[i].slot - s->first_slot] != s->chan.result_stamp)
 			return true;
 	}
 	return false;
@@ -457,7 +514,7 @@ static void shard_warn(struct shard *s, const char *fmt, ...)
  * (a generation or a position no dispatch of ours can have produced).
  * st is the slot's private state.
  */
-static void shard_count_rejected_row(struct engine *e, const struct shard *s,
+static void shard_count_rejected_row(struct sched *sc, const struct shard *s,
 				     uint64_t id, const struct shm_result_row *row,
 				     const struct slot_state *st)
 {
@@ -472,13 +529,14 @@ static void shard_count_rejected_row(struct engine *e, const struct shard *s,
 	else	/* ahead: fine only while a reset is on its way */
 		obsolete = s->reset || id < s->reset_id;
 	if (obsolete)
-		e->stats.n_discarded++;
+		sc->counts.n_discarded++;
 	else
-		e->stats.n_stale++;
+		sc->counts.n_stale++;
 }
 
 /*
- * Apply the rows of one result of dispatch id.  rows/n_rows come from
+ * The rows of one result of dispatch id, one by one (shard_result_next()):
+ * rows/n_rows come from
  * shared memory: each row is copied once and checked against the private
  * slot table.  A row is committed only when its slot is ACTIVE with the
  * row's generation and its position is the slot's committed length (the
@@ -486,156 +544,129 @@ static void shard_count_rejected_row(struct engine *e, const struct shard *s,
  * means we rejected one of the worker's earlier rows: the next dispatch
  * tells the worker to go back (reset).  A stateful model's row may carry
  * no token yet (a prefill chunk) or a refusal instead (docs/DESIGN.md
- * 7.2).  Returns the rows committed (refusals included), and in
- * *n_prefill the prefill rows that got further than before.
+ * 7.2).  Each row that commits is returned to the engine as a struct
+ * shard_action and applied before the next row is checked, so a second
+ * row for the same slot sees what the first did.  r->n_ok counts the
+ * rows committed (refusals included), r->n_prefill the prefill rows that
+ * got further than before.
  */
-/*
- * Copy the logprobs of a token row for the request in slot out of shared
- * memory into *lp and check them: every logprob finite and <= 0, at most
- * the alternatives the request asked for, each a token of the vocabulary.
- * False when the block is garbage (the row is then rejected like any
- * garbled row).  NULL block: in-process, trusted.
- */
-static bool shard_take_logprobs(struct engine *e, uint32_t slot,
-				const struct shm_logprobs *block,
-				struct shm_logprobs *lp)
+/* Begin applying the rows of one result of dispatch id (0: in-process). */
+static void shard_result_start(struct sched *sc, struct shard *s,
+			       struct shard_result *r, uint64_t id,
+			       const struct shard_checked_row *rows, uint32_t n_rows,
+			       bool too_many)
 {
-	const struct live_request *lr;
+	*r = (struct shard_result){ .id = id, .rows = rows, .n_rows = n_rows };
+	shard_channel_new_stamp(&s->chan);
 
-	if (!e->slot_logprobs[slot])
-		return true;	/* nothing asked: nothing read */
-	lr = request_pool_get(&e->pool, e->slots.slots[slot].request_handle);
-	if (!lr)
-		return true;
-	lp->logprob = block->logprob;
-	lp->n_top = block->n_top;
-	if (!(lp->logprob <= 0.0f) || lp->n_top > lr->req.sampling.top_logprobs)
-		return false;	/* NaN fails <= too */
-	memcpy(lp->top, block->top, lp->n_top * sizeof(lp->top[0]));
-	for (uint32_t j = 0; j < lp->n_top; j++)
-		if (!(lp->top[j].logprob <= 0.0f) || isinf(lp->top[j].logprob) ||
-		    lp->top[j].token < 0 || (uint32_t)lp->top[j].token >= e->vocab)
-			return false;
-	return !isinf(lp->logprob);
-}
-
-static uint32_t shard_commit(struct engine *e, struct shard *s, uint64_t id,
-			     const struct shm_result_row *rows,
-			     const struct shm_logprobs *blocks, uint32_t n_rows,
-			     uint32_t *n_prefill)
-{
-	struct shm_logprobs lp;
-
-	uint32_t n_ok = 0, last_slot = 0;
-	bool garbled = false;
-
-	*n_prefill = 0;
-	if (++s->result_stamp == 0)	/* 0 means never seen */
-		s->result_stamp = 1;
-
-	if (n_rows > s->n_slots) {
-		e->stats.n_stale++;
+	if (too_many) {
+		sc->counts.n_stale++;
 		shard_warn(s, "result with %u rows for a shard of %u: rejected",
 			   n_rows, s->n_slots);
 		shard_reset_after_garble(s, id);
-		return 0;
+		r->too_many = true;
 	}
-	for (uint32_t i = 0; i < n_rows; i++) {
-		struct shm_result_row row = rows[i];	/* one read of shared memory */
-		bool no_token = row.token == SHM_TOKEN_PREFILL ||
-				row.token == SHM_TOKEN_REFUSED;
+}
+
+bool shard_result_next(struct sched *sc, struct shard *s, struct shard_result *r,
+		       struct shard_action *a)
+{
+	s->committing_id = 0;	/* the row before is applied */
+	if (r->too_many)
+		return false;
+	while (r->i < r->n_rows) {
+		const struct shard_checked_row *cr = &r->rows[r->i++];
+		const struct shm_result_row *row = &cr->row;	/* the copy */
 		const struct slot_state *st;
 
-		if (row.slot < s->first_slot || row.slot - s->first_slot >= s->n_slots ||
-		    (!no_token && (row.token < 0 || (uint32_t)row.token >= e->vocab))) {
-			e->stats.n_stale++;
-			garbled = true;
+		if (!cr->ok) {	/* a slot not of the shard, or no token */
+			sc->counts.n_stale++;
+			r->garbled = true;
 			continue;
 		}
-		st = &e->slots.slots[row.slot];
-		if (st->state != SHM_SLOT_ACTIVE || st->generation != row.generation) {
-			shard_count_rejected_row(e, s, id, &row, st);
+		st = &sc->slots->slots[row->slot];
+		if (st->state != SHM_SLOT_ACTIVE || st->generation != row->generation) {
+			shard_count_rejected_row(sc, s, r->id, row, st);
 			continue;
 		}
-		s->seen[row.slot - s->first_slot] = s->result_stamp;
-		if (row.n_tokens != st->n_tokens) {
-			shard_count_rejected_row(e, s, id, &row, st);
+		s->chan.seen[row->slot - s->first_slot] = s->chan.result_stamp;
+		if (row->n_tokens != st->n_tokens) {
+			shard_count_rejected_row(sc, s, r->id, row, st);
 			/* Ahead of what we committed: we rejected one of its
 			 * earlier rows. */
-			if (row.n_tokens > st->n_tokens)
-				garbled = true;
+			if (row->n_tokens > st->n_tokens)
+				r->garbled = true;
 			continue;
 		}
-		if (row.token == SHM_TOKEN_PREFILL) {
+		if (row->token == SHM_TOKEN_PREFILL) {
 			/* A model that holds the whole prefix has a token
 			 * for it: this one cannot be. */
-			if (row.detail >= row.n_tokens) {
-				e->stats.n_stale++;
-				garbled = true;
-			} else if (row.detail > e->slot_prefilled[row.slot]) {
-				e->slot_prefilled[row.slot] = row.detail;
-				(*n_prefill)++;
+			if (row->detail >= row->n_tokens) {
+				sc->counts.n_stale++;
+				r->garbled = true;
+			} else if (row->detail > sc->slot_prefilled[row->slot]) {
+				sc->slot_prefilled[row->slot] = row->detail;
+				r->n_prefill++;
 			}
 			continue;
 		}
-		if (row.token == SHM_TOKEN_REFUSED) {
-			s->committing_id = id;
-			engine_refuse(e, row.slot, row.detail);
-			s->committing_id = 0;
-			n_ok++;
+		if (row->token == SHM_TOKEN_REFUSED) {
+			s->committing_id = r->id;
+			*a = (struct shard_action){ .kind = SHARD_ACT_REFUSE,
+						    .slot = row->slot, .why = row->detail };
+			r->n_ok++;
+			return true;
+		}
+		if (!cr->lp_ok) {	/* garbage logprobs: rejected like a
+					 * garbled row */
+			sc->counts.n_stale++;
+			r->garbled = true;
 			continue;
 		}
-		if (!shard_take_logprobs(e, row.slot, &blocks[i], &lp)) {
-			e->stats.n_stale++;
-			garbled = true;
-			continue;
-		}
-		s->committing_id = id;
-		engine_commit_token(e, row.slot, row.token, &lp);
-		s->committing_id = 0;
-		last_slot = row.slot;
-		n_ok++;
+		s->committing_id = r->id;
+		*a = (struct shard_action){ .kind = SHARD_ACT_TOKEN, .slot = row->slot,
+					    .token = row->token, .lp = &cr->lp };
+		r->last_slot = row->slot;
+		r->n_ok++;
+		return true;
 	}
-	if (garbled || shard_result_lacks_rows(e, s, id))
-		shard_reset_after_garble(s, id);
-	else if (n_ok && id >= s->reset_id)
+	return false;
+}
+
+void shard_result_end(struct sched *sc, struct shard *s, struct shard_result *r)
+{
+	if (r->too_many)
+		return;
+	if (r->garbled || shard_result_lacks_rows(sc, s, r->id))
+		shard_reset_after_garble(s, r->id);
+	else if (r->n_ok && r->id >= s->reset_id)
 		s->resets_unanswered = 0;
 	if (s->sent_lockstep)	/* every row waits for its next step */
 		s->redispatch = true;
-	if (id && id == s->suspect_id && n_ok == 1) {
-		shard_clear_suspect(s, last_slot);
+	if (r->id && r->id == s->suspect_id && r->n_ok == 1) {
+		shard_clear_suspect(s, r->last_slot);
 		s->redispatch = true;
 	}
-	e->stats.n_steps++;
-	e->stats.n_step_rows += n_rows;
-	e->stats.n_step_capacity += s->n_slots;
-	return n_ok;
+	sc->counts.n_steps++;
+	sc->counts.n_step_rows += r->n_rows;
+	sc->counts.n_step_capacity += s->n_slots;
 }
 
-/* After results: refill freed slots and tell the worker what changed. */
-void shard_advance(struct engine *e, struct shard *s)
+/* Before a refill: what the worker has adopted (wait_policy.c compares). */
+void shard_note_adopted(struct sched *sc, struct shard *s)
 {
-	if (!e->in_process)
+	if (!sc->in_process)
 		s->adopted_seen = atomic_load_explicit(
-			&shm_channel_at(&e->seg, s->index)->dispatch_adopted,
+			&shm_channel_at(sc->seg, s->index)->dispatch_adopted,
 			memory_order_acquire);
-	shard_refill(e, s);
-	shard_dispatch(e, s);
 }
 
 /* ------------------------------------------------------------------------
  * Reading results
  * ---------------------------------------------------------------------- */
 
-/* Kill the shard's worker; its exit is handled on the pidfd. */
-void shard_kill(struct shard *s)
-{
-	if (s->pid > 0)
-		kill(s->pid, SIGKILL);
-}
-
 /* Track how long the shard takes per result, to know when to expect the
- * next one (engine_wait() spins only around that moment). */
+ * next one (sched_wait() spins only around that moment). */
 static void shard_note_step_time(struct shard *s, uint64_t ns)
 {
 	s->step_ewma_ns = s->step_ewma_ns ? s->step_ewma_ns - s->step_ewma_ns / 8 + ns / 8 : ns;
@@ -647,41 +678,7 @@ static void shard_note_step_time(struct shard *s, uint64_t ns)
  */
 static void shard_release_results(const struct shard *s, struct shm_channel *ch)
 {
-	/* release: every entry before result_pos has been read */
-	atomic_store_explicit(&ch->results_consumed, s->result_pos,
-			      memory_order_release);
-	/* pairs with the announcement in worker_wait(): a worker waiting
-	 * for room either sees it or is seen asleep */
-	if (sleep_handshake_check(&ch->worker_sleeping))
-		shm_wake_worker(ch);
-}
-
-/*
- * Kill the shard's worker for what it did, not for what its requests did:
- * nobody is blamed, and its rows move to other shards (shard_on_exit()).
- */
-void shard_kill_misbehaving(struct shard *s, const char *why)
-{
-	s->killed_for = why;
-	s->kill_blames = false;
-	s->misbehaved = true;
-	shard_kill(s);
-}
-
-/*
- * A result committed nothing.  True when that was one too many in a row
- * (SHARD_MAX_FRUITLESS) and the worker is being killed for it.
- */
-static bool shard_note_fruitless(struct engine *e, struct shard *s, uint64_t now)
-{
-	s->fruitless_ns = now;
-	if (++s->n_fruitless < SHARD_MAX_FRUITLESS)
-		return false;
-	LOG(LOG_WARN, "worker %u (pid %d): %u results in a row committed nothing; "
-	    "killing it (no request is blamed)", s->index, (int)s->pid, s->n_fruitless);
-	e->stats.n_fruitless_kills++;
-	shard_kill_misbehaving(s, " for results that commit nothing");
-	return true;
+	shard_channel_release(&s->chan, ch);
 }
 
 /*
@@ -689,170 +686,171 @@ static bool shard_note_fruitless(struct engine *e, struct shard *s, uint64_t now
  * dispatch id we did not send): the worker's rows are no longer ours, so
  * the next dispatch is a reset, whatever dispatch it ran.
  */
-static void shard_reject_result(struct engine *e, struct shard *s)
+static void shard_reject_result(struct sched *sc, struct shard *s)
 {
-	e->stats.n_stale++;
+	sc->counts.n_stale++;
 	s->reset = s->redispatch = true;
 }
 
 /*
  * Read the shard's published results, at most a ring of them (a worker
  * that floods the ring must not keep us from the other shards and the
- * input).  Returns true when any was read.
+ * input): shard_sched.h shows the calls in order.
  */
-bool shard_poll(struct engine *e, struct shard *s)
+bool shard_poll_begin(struct sched *sc, struct shard *s, struct shard_poll *p)
 {
-	struct shm_channel *ch;
-	bool progress = false;
-	uint64_t step_cap = e->cfg->step_timeout_ms * 1000000ull;
-	uint64_t released = s->result_pos;
-	uint32_t depth;
+	*p = (struct shard_poll){ .released = s->chan.result_pos };
+	return !(sc->in_process || !worker_sup_running(sc->sup, s->index) ||
+		 worker_sup_misbehaved(sc->sup, s->index));
+}
 
-	if (e->in_process || s->pid <= 0 || s->misbehaved)
-		return false;
-	ch = shm_channel_at(&e->seg, s->index);
-	depth = e->seg.hdr->ring_depth;
-	for (uint32_t n_read = 0; n_read < depth; n_read++) {
-		struct shm_result *r = shm_result_at(e->seg.hdr, ch, s->result_pos);
-		uint64_t *last_seq = &s->ring_seq[s->result_pos & (depth - 1)];
-		uint64_t id, now, took, model_ns, seq;
-		uint32_t n_rows, n_ok, n_prefill;
-		int32_t status;
+/* The next result entry whose rows are to be applied, or false. */
+bool shard_poll_next(struct sched *sc, struct shard *s, struct shard_poll *p,
+		     struct shard_result *r)
+{
+	struct shm_channel *ch = shm_channel_at(sc->seg, s->index);
+	uint64_t step_cap = sc->step_timeout_ms * 1000000ull;
+	uint32_t depth = sc->seg->hdr->ring_depth;
+	struct shard_row_rules rules;
+	struct shard_checked c;
 
-		/* acquire: pairs with the release in the worker's
-		 * shm_entry_publish() */
-		seq = atomic_load_explicit(&r->seq, memory_order_acquire);
-		if (seq == *last_seq)
+	shard_row_rules(sc, &rules);
+	for (; !p->done && p->n_read < depth; p->n_read++) {
+		uint32_t verdict = shard_channel_read(&s->chan, sc->seg->hdr, ch, &rules, &c);
+
+		if (verdict == SHARD_RESULT_NONE)
 			break;		/* not written since we last read it */
-		*last_seq = seq;
-		progress = true;
-		now = clock_now_ns();
-		if (seq != s->result_pos + 1) {
+		p->progress = true;
+		p->now = clock_now_ns();
+		switch (verdict) {
+		case SHARD_RESULT_BAD_SEQ:
 			shard_warn(s, "result at ring position %llu has sequence "
 				   "number %llu: rejected",
-				   (unsigned long long)s->result_pos,
-				   (unsigned long long)seq);
-			shard_reject_result(e, s);
-			s->result_pos++;
-			if (shard_note_fruitless(e, s, now))
-				break;
+				   (unsigned long long)c.pos, (unsigned long long)c.seq);
+			shard_reject_result(sc, s);
+			if (worker_sup_note_fruitless(sc->sup, s->index, p->now))
+				p->done = true;
 			continue;
-		}
-		id = r->dispatch_id;
-		n_rows = r->n_rows;
-		status = r->status;
-		model_ns = r->model_ns;		/* untrusted: stats only */
-		if (id < s->first_id || id > s->issued_id) {
+		case SHARD_RESULT_BAD_ID:
 			/* garbled: the rows it carries may be anyone's */
 			shard_warn(s, "result with dispatch id %llu, not one of "
 				   "ours (%llu..%llu): rejected",
-				   (unsigned long long)id, (unsigned long long)s->first_id,
-				   (unsigned long long)s->issued_id);
-			shard_reject_result(e, s);
-			s->result_pos++;
-			if (shard_note_fruitless(e, s, now))
-				break;
+				   (unsigned long long)c.id,
+				   (unsigned long long)s->chan.first_id,
+				   (unsigned long long)s->chan.issued_id);
+			shard_reject_result(sc, s);
+			if (worker_sup_note_fruitless(sc->sup, s->index, p->now))
+				p->done = true;
 			continue;
-		}
-		if (status) {
+		case SHARD_RESULT_FAILED:
 			shard_warn(s, "model failed a step (%s); restarting the "
-				   "worker", strerror(-status));
-			s->failed_step = true;
-			s->failed_status = status;
-			s->result_pos++;
-			shard_kill(s);
-			break;
+				   "worker", strerror(-c.status));
+			worker_sup_kill_failed_step(sc->sup, s->index, c.status);
+			p->done = true;
+			return false;
 		}
-		e->stats.model_ns += model_ns < step_cap ? model_ns : step_cap;
-		/* a wrong n_rows is rejected before any row is read */
-		n_ok = shard_commit(e, s, id, r->rows,
-				    shm_result_logprobs(e->seg.hdr, ch,
-							s->result_pos, 0), n_rows,
-				    &n_prefill);
-		s->result_pos++;
-		if (!n_ok && !n_prefill && shard_note_fruitless(e, s, now))
-			break;
-		if (!n_ok && n_prefill) {
-			/* a prefill chunk that got further is progress: each
-			 * slot can claim it only up to its prefix length per
-			 * worker life or reset (slot_prefilled) */
-			s->progress_ns = now;
-			s->n_fruitless = 0;
-		}
-		if (n_ok) {
-			/* Progress is a committed row: only that restarts
-			 * the step timeout's clock. */
-			took = now - s->progress_ns;
-			s->progress_ns = now;
-			s->n_fruitless = 0;
-			/* a worker that does real work clears its shard's
-			 * record; one honest result per life does not (a
-			 * flood that starts with one would run for ever) */
-			if (s->n_life_commits < SHARD_MAX_FRUITLESS &&
-			    ++s->n_life_commits == SHARD_MAX_FRUITLESS)
-				s->n_bad_lives = 0;
-			shard_note_step_time(s, took);
-			histogram_record(&e->step_hist, took);
-			e->stats.step_ns += took;
-		}
-		/* A worker that got a whole ring ahead sleeps until we make
-		 * room: give back half a ring at a time, so that it runs
-		 * (its wake-up included) while we commit the other half,
-		 * instead of after. */
-		if (s->result_pos - released >= depth / 2) {
-			shard_release_results(s, ch);
-			released = s->result_pos;
-		}
+		sc->counts.model_ns += c.model_ns < step_cap ? c.model_ns : step_cap;
+		shard_result_start(sc, s, r, c.id, c.rows, c.n_rows,
+				   verdict == SHARD_RESULT_TOO_MANY_ROWS);
+		return true;	/* shard_poll_after() ends the entry */
 	}
-	if (!progress)
+	p->done = true;
+	return false;
+}
+
+/* The entry's rows are applied: count progress, hand entries back. */
+void shard_poll_after(struct sched *sc, struct shard *s, struct shard_poll *p,
+		      struct shard_result *r)
+{
+	uint32_t depth = sc->seg->hdr->ring_depth;
+	uint32_t n_ok = r->too_many ? 0 : r->n_ok;
+	uint64_t now = p->now;
+
+	p->n_read++;	/* shard_channel_read() moved result_pos on */
+	r->timed = false;
+	if (!n_ok && !r->n_prefill &&
+	    worker_sup_note_fruitless(sc->sup, s->index, now)) {
+		p->done = true;
+		return;
+	}
+	if (!n_ok && r->n_prefill) {
+		/* a prefill chunk that got further is progress: each
+		 * slot can claim it only up to its prefix length per
+		 * worker life or reset (slot_prefilled) */
+		worker_sup_note_progress(sc->sup, s->index, now, false);
+	}
+	if (n_ok) {
+		/* Progress is a committed row: only that restarts
+		 * the step timeout's clock. */
+		r->took_ns = now - worker_sup_progress_ns(sc->sup, s->index);
+		r->timed = true;
+		worker_sup_note_progress(sc->sup, s->index, now, true);
+		shard_note_step_time(s, r->took_ns);
+		sc->counts.step_ns += r->took_ns;
+	}
+	/* A worker that got a whole ring ahead sleeps until we make
+	 * room: give back half a ring at a time, so that it runs
+	 * (its wake-up included) while we commit the other half,
+	 * instead of after. */
+	if (s->chan.result_pos - p->released >= depth / 2) {
+		shard_release_results(s, shm_channel_at(sc->seg, s->index));
+		p->released = s->chan.result_pos;
+	}
+}
+
+/* Hand back what is left; true when any result was read. */
+bool shard_poll_end(struct sched *sc, struct shard *s, struct shard_poll *p)
+{
+	if (!p->progress)
 		return false;
-	if (s->result_pos != released)	/* else just handed back above */
-		shard_release_results(s, ch);
+	if (s->chan.result_pos != p->released)	/* else just handed back */
+		shard_release_results(s, shm_channel_at(sc->seg, s->index));
 	return true;	/* engine_loop() refills and dispatches next */
 }
 
 /* --workers 0: run the shard's step right here, as a worker would. */
-bool shard_step_in_process(struct engine *e, struct shard *s)
+int shard_step_in_process(struct sched *sc, struct shard *s, struct shard_result *r)
 {
-	struct shm_result_row *rows = e->inproc_rows;
-	struct shm_dispatch_row *step = s->sent;
-	uint32_t n, n_prefill;
+	struct shm_result_row *rows = sc->inproc_rows;
+	struct shm_dispatch_row *step = s->chan.sent;
+	struct shard_row_rules rules;
+	uint32_t n;
 	uint64_t t0;
 	int ret;
 
-	shard_refill(e, s);
-	n = shard_collect_rows(e, s, step);
+	n = shard_collect_rows(sc, s, step);
 	if (!n)
-		return false;
+		return 0;
 	for (uint32_t i = 0; i < n; i++) {
-		/* set when the slot was given its request (greedy: NULL) */
-		const struct live_request *lr = e->slot_sampled[step[i].slot];
+		/* set when the slot was given its request */
+		const struct sched_request *rq = &sc->slot_rq[step[i].slot];
 
-		e->inproc_step[i] = (struct runner_row){
+		sc->inproc_step[i] = (struct runner_row){
 			.slot = step[i].slot, .generation = step[i].generation,
-			.tokens = e->slots.tokens[step[i].slot],
+			.tokens = sc->slots->tokens[step[i].slot],
 			.n_tokens = step[i].n_tokens };
-		if (lr) {
-			e->inproc_step[i].sampling = &lr->req.sampling;
-			e->inproc_step[i].k = step[i].n_tokens - lr->req.n_prompt;
-			e->inproc_step[i].choice = lr->req.choice;
-			e->inproc_step[i].sampled = &e->inproc_sampled[i];
+		if (rq->needs_logits) {	/* greedy: the step never reads it */
+			sc->inproc_step[i].sampling = rq->sampling;
+			sc->inproc_step[i].k = step[i].n_tokens - rq->n_prompt;
+			sc->inproc_step[i].choice = rq->choice;
+			sc->inproc_step[i].sampled = &sc->inproc_sampled[i];
 		}
 	}
 	/* slots that left since the last step: their state goes */
-	model_runner_keep(e->runner, n, e->inproc_step);
+	model_runner_keep(sc->runner, n, sc->inproc_step);
 	t0 = clock_now_ns();
-	ret = model_runner_step(e->runner, n, e->inproc_step, e->inproc_outcomes);
+	ret = model_runner_step(sc->runner, n, sc->inproc_step, sc->inproc_outcomes);
 	t0 = clock_now_ns() - t0;
-	histogram_record(&e->step_hist, t0);
-	e->stats.model_ns += t0;	/* in-process, the step is the model call */
-	e->stats.step_ns += t0;
-	if (ret) {	/* no worker to isolate the request in: give up */
-		engine_give_up(e, "model failed: %s", strerror(-ret));
-		return false;
+	sc->counts.model_ns += t0;	/* in-process, the step is the model call */
+	sc->counts.step_ns += t0;
+	if (ret) {	/* no worker to isolate the request in: the engine
+			 * gives up */
+		r->took_ns = t0;
+		r->timed = true;
+		return ret;
 	}
 	for (uint32_t i = 0; i < n; i++) {
-		const struct runner_result *o = &e->inproc_outcomes[i];
+		const struct runner_result *o = &sc->inproc_outcomes[i];
 
 		rows[i] = (struct shm_result_row){
 			.slot = step[i].slot, .generation = step[i].generation,
@@ -862,11 +860,17 @@ bool shard_step_in_process(struct engine *e, struct shard *s)
 				 SHM_TOKEN_REFUSED };
 		/* the worker's part: the token goes right after its prefix */
 		if (o->outcome == RUNNER_TOKEN)
-			e->slots.tokens[step[i].slot][step[i].n_tokens] = o->token;
-		if (o->outcome == RUNNER_TOKEN && e->inproc_step[i].sampled)
-			shm_logprobs_set(&e->inproc_logprobs[i],
-					 &e->inproc_sampled[i]);
+			sc->slots->tokens[step[i].slot][step[i].n_tokens] = o->token;
+		if (o->outcome == RUNNER_TOKEN && sc->inproc_step[i].sampled)
+			shm_logprobs_set(&sc->inproc_logprobs[i],
+					 &sc->inproc_sampled[i]);
 	}
-	shard_commit(e, s, 0, rows, e->inproc_logprobs, n, &n_prefill);
-	return true;
+	/* the same checked rows a worker's result gives */
+	shard_row_rules(sc, &rules);
+	shard_channel_check_rows(&s->chan, rows, sc->inproc_logprobs, n, &rules,
+				 s->chan.checked);
+	shard_result_start(sc, s, r, 0, s->chan.checked, n, false);
+	r->took_ns = t0;
+	r->timed = true;
+	return 1;
 }

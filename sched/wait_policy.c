@@ -15,7 +15,8 @@
  * millisecond or more it dozes instead: no spinning, a timer of a quarter
  * step, and only urgent results wake it (engine_doze_ns()).
  *
- * Only engine_wait() is called from outside; the rest reads the shards'
+ * Only sched_wait() is called from outside (by the engine, with the front
+ * end's before_sleep/after_sleep as a struct sched_waiter); the rest reads the shards'
  * rings and timings and changes nothing but the coordinator_sleeping
  * flag and the doze count.
  */
@@ -25,7 +26,7 @@
 #include <string.h>
 
 #include "util/clock.h"
-#include "engine/engine_internal.h"
+#include "sched/shard_sched.h"
 #include "util/sleep_handshake.h"
 
 #define ENGINE_SPIN_AHEAD_NS (250ull * 1000)	/* spin this early for a due result */
@@ -35,32 +36,31 @@
  * Has the worker adopted a dispatch we have not acted on, while we wait
  * for exactly that: a slot to drain, or room to send newer rows?
  */
-static bool shard_adoption_news(const struct engine *e, const struct shard *s)
+static bool shard_adoption_news(const struct sched *sc, const struct shard *s)
 {
 	return (s->n_draining || s->redispatch) &&
-	       atomic_load_explicit(&shm_channel_at(&e->seg, s->index)->dispatch_adopted,
+	       atomic_load_explicit(&shm_channel_at(sc->seg, s->index)->dispatch_adopted,
 				    memory_order_acquire) != s->adopted_seen;
 }
 
 /* Is there anything for the coordinator in a channel: a result, or an
  * adoption it waits for? */
-static bool engine_any_result_ready(const struct engine *e)
+static bool engine_any_result_ready(const struct sched *sc)
 {
-	for (uint32_t i = 0; i < e->n_shards; i++) {
-		const struct shard *s = &e->shards[i];
+	for (uint32_t i = 0; i < sc->n_shards; i++) {
+		const struct shard *s = &sc->shards[i];
 
-		if (s->pid > 0 && (shm_entry_ready(&shm_result_at(e->seg.hdr,
-				shm_channel_at(&e->seg, i), s->result_pos)->seq,
-				s->result_pos) || shard_adoption_news(e, s)))
+		if (worker_sup_running(sc->sup, i) && (shard_channel_result_ready(&s->chan, sc->seg->hdr,
+				shm_channel_at(sc->seg, i)) || shard_adoption_news(sc, s)))
 			return true;
 	}
 	return false;
 }
 
 /* engine_any_result_ready() in the form the handshake re-checks. */
-static bool engine_recheck_rings(const void *e)
+static bool engine_recheck_rings(const void *sc)
 {
-	return engine_any_result_ready(e);
+	return engine_any_result_ready(sc);
 }
 
 /*
@@ -68,27 +68,28 @@ static bool engine_recheck_rings(const void *e)
  * owes results (last result or dispatch + typical time between results),
  * or UINT64_MAX when none does or nothing is known yet.
  */
-static uint64_t engine_next_result_due(const struct engine *e)
+static uint64_t engine_next_result_due(const struct sched *sc)
 {
 	uint64_t due = UINT64_MAX;
 
-	for (uint32_t i = 0; i < e->n_shards; i++) {
-		const struct shard *s = &e->shards[i];
+	for (uint32_t i = 0; i < sc->n_shards; i++) {
+		const struct shard *s = &sc->shards[i];
+		uint64_t progress_ns = worker_sup_progress_ns(sc->sup, i);
 
-		if (shard_owes_results(s) && s->step_ewma_ns &&
-		    s->progress_ns + s->step_ewma_ns < due)
-			due = s->progress_ns + s->step_ewma_ns;
+		if (shard_owes_results(sc, s) && s->step_ewma_ns &&
+		    progress_ns + s->step_ewma_ns < due)
+			due = progress_ns + s->step_ewma_ns;
 	}
 	return due;
 }
 
 /* Spin on the result rings until one is ready, an event waits, or until. */
-static bool engine_spin_until(struct engine *e, uint64_t until)
+static bool engine_spin_until(struct sched *sc, struct io_ring *io, uint64_t until)
 {
 	unsigned n = 0;
 
 	while (clock_now_ns() < until) {
-		if (engine_any_result_ready(e) || io_ring_has_event(&e->io))
+		if (engine_any_result_ready(sc) || io_ring_has_event(io))
 			return true;
 		/* Yield now and then: on a small machine a worker may need
 		 * this CPU to finish the very step we are waiting for. */
@@ -105,13 +106,13 @@ static bool engine_spin_until(struct engine *e, uint64_t until)
  * worker then waits for our next dispatch?  That result we want at once
  * (spinning for it as for short steps); it is the one a refill waits on.
  */
-static bool shard_runs_dry_next(const struct engine *e, const struct shard *s)
+static bool shard_runs_dry_next(const struct sched *sc, const struct shard *s)
 {
 	for (uint32_t i = 0; i < s->n_slots; i++) {
 		uint32_t slot = s->first_slot + i;
-		const struct slot_state *st = &e->slots.slots[slot];
+		const struct slot_state *st = &sc->slots->slots[slot];
 
-		if (st->state == SHM_SLOT_ACTIVE && st->n_tokens + 1 < e->slot_limit[slot])
+		if (st->state == SHM_SLOT_ACTIVE && st->n_tokens + 1 < sc->slot_limit[slot])
 			return false;
 	}
 	return true;
@@ -126,17 +127,17 @@ static bool shard_runs_dry_next(const struct engine *e, const struct shard *s)
  * takes the CPU that a worker needs the moment its own model call ends.
  * Results that need an answer at once still wake it (SHM_COORD_DOZING).
  */
-static uint64_t engine_doze_ns(const struct engine *e)
+static uint64_t engine_doze_ns(const struct sched *sc)
 {
 	uint64_t shortest = UINT64_MAX;
 
-	for (uint32_t i = 0; i < e->n_shards; i++) {
-		const struct shard *s = &e->shards[i];
+	for (uint32_t i = 0; i < sc->n_shards; i++) {
+		const struct shard *s = &sc->shards[i];
 
-		if (!shard_owes_results(s))
+		if (!shard_owes_results(sc, s))
 			continue;
 		if (s->step_ewma_ns < ENGINE_DOZE_STEP_NS ||	/* 0: not known yet */
-		    shard_runs_dry_next(e, s))
+		    shard_runs_dry_next(sc, s))
 			return 0;
 		if (s->step_ewma_ns < shortest)
 			shortest = s->step_ewma_ns;
@@ -153,10 +154,10 @@ static uint64_t engine_doze_ns(const struct engine *e)
  * sleeps in io_uring until a worker's pipe write, an I/O event or the
  * deadline.
  */
-void engine_wait(struct engine *e, uint64_t deadline_ns)
+int sched_wait(struct sched *sc, const struct sched_waiter *w, uint64_t deadline_ns)
 {
 	uint64_t now = clock_now_ns();
-	uint64_t doze_ns = e->in_process ? 0 : engine_doze_ns(e);
+	uint64_t doze_ns = sc->in_process ? 0 : engine_doze_ns(sc);
 	bool want_fe;
 	uint64_t timeout;
 	int ret;
@@ -165,49 +166,48 @@ void engine_wait(struct engine *e, uint64_t deadline_ns)
 		/* no spinning: the rings are read when the timer fires */
 		if (now + doze_ns < deadline_ns)
 			deadline_ns = now + doze_ns;
-	} else if (!e->in_process) {
-		uint64_t due = engine_next_result_due(e);
+	} else if (!sc->in_process) {
+		uint64_t due = engine_next_result_due(sc);
 
 		if (due != UINT64_MAX && due < now + ENGINE_SPIN_AHEAD_NS) {
-			if (engine_spin_until(e, due + ENGINE_SPIN_AHEAD_NS))
-				return;
-		} else if (engine_spin_until(e, now + (uint64_t)e->cfg->spin_us * 1000)) {
-			return;
+			if (engine_spin_until(sc, w->io, due + ENGINE_SPIN_AHEAD_NS))
+				return 0;
+		} else if (engine_spin_until(sc, w->io, now + (uint64_t)w->spin_us * 1000)) {
+			return 0;
 		}
 		if (due != UINT64_MAX && due > now + ENGINE_SPIN_AHEAD_NS &&
 		    due - ENGINE_SPIN_AHEAD_NS < deadline_ns)
 			deadline_ns = due - ENGINE_SPIN_AHEAD_NS;
 	}
-	if (!e->in_process) {
+	if (!sc->in_process) {
 		/* pairs with sleep_handshake_check() in the worker's
 		 * worker_wake_coordinator(), after a result or an adoption */
-		if (sleep_handshake_announce(shm_coordinator_sleeping(&e->seg),
+		if (sleep_handshake_announce(shm_coordinator_sleeping(sc->seg),
 					     doze_ns ? SHM_COORD_DOZING : SHM_COORD_SLEEPING,
-					     engine_recheck_rings, e)) {
-			sleep_handshake_done(shm_coordinator_sleeping(&e->seg));
-			return;
+					     engine_recheck_rings, sc)) {
+			sleep_handshake_done(shm_coordinator_sleeping(sc->seg));
+			return 0;
 		}
 	}
 	/* The front end's work off the loop (the parser thread) wakes us
 	 * through the ring, or is ready now. */
-	want_fe = e->fe.ops->before_sleep != NULL;
-	if (want_fe && e->fe.ops->before_sleep(e->fe.ctx)) {
-		e->fe.ops->after_sleep(e->fe.ctx);
-		if (!e->in_process)
-			sleep_handshake_done(shm_coordinator_sleeping(&e->seg));
-		return;
+	want_fe = w->before_sleep != NULL;
+	if (want_fe && w->before_sleep(w->ctx)) {
+		w->after_sleep(w->ctx);
+		if (!sc->in_process)
+			sleep_handshake_done(shm_coordinator_sleeping(sc->seg));
+		return 0;
 	}
 	now = clock_now_ns();
 	timeout = deadline_ns <= now ? 1 : deadline_ns - now;
-	e->stats.n_dozes += doze_ns != 0;
-	ret = io_ring_wait(&e->io, timeout);
+	sc->counts.n_dozes += doze_ns != 0;
+	ret = io_ring_wait(w->io, timeout);
 	if (want_fe)
-		e->fe.ops->after_sleep(e->fe.ctx);
-	if (!e->in_process)
-		sleep_handshake_done(shm_coordinator_sleeping(&e->seg));
+		w->after_sleep(w->ctx);
+	if (!sc->in_process)
+		sleep_handshake_done(shm_coordinator_sleeping(sc->seg));
 	if (ret > 0)
-		io_ring_dispatch(&e->io);
-	else if (ret < 0)
-		engine_fail(e, "io_uring wait: %s", strerror(-ret));
+		io_ring_dispatch(w->io);
+	return ret < 0 ? ret : 0;
 }
 

@@ -1,197 +1,97 @@
 /*
  * worker_supervisor.c - the workers' lives (docs/DESIGN.md 9); see
- * worker_supervisor.h.  Part of the engine, with engine.c, shard_sched.c
- * and wait_policy.c (struct engine and struct shard in engine_internal.h):
- * a shard's worker is started on a fresh shard object and notification
+ * worker_supervisor.h.
+ *
+ * A shard's worker is started on a fresh shard object and notification
  * pipe, gets the start timeout until it is ready and then the step
  * timeout; its death shows up on its pidfd, and what it left behind is
- * dropped; the rows of the step it died in are blamed when the death can
- * be theirs (suspects run alone, a poison request is failed); a
- * replacement starts with back-off when starts keep failing; a shard that
- * cannot keep a worker alive, or whose workers keep misbehaving, is lost
- * and its requests move to the other shards; and when every shard is lost
- * the run gives up (engine_give_up()), or a server keeps trying.  The
- * requests themselves, and the loop that calls in here, stay in engine.c.
+ * dropped; the rows of the step it died in are reported for blame when
+ * the death can be theirs; a replacement starts with back-off when starts
+ * keep failing; a shard that cannot keep a worker alive, or whose workers
+ * keep misbehaving, is reported lost.  What that means for the requests
+ * (isolating suspects, failing a poison request, moving requests to other
+ * shards, giving up) the engine decides from the struct worker_event it
+ * gets back: nothing here calls sched/ or engine/.
  */
 #include "shard/worker_supervisor.h"
-#include "engine/engine_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "util/clock.h"
-#include "io/io_ring.h"
 #include "util/log.h"
-#include "util/log_escape.h"
-#include "engine/request_pool.h"
-#include "sched/shard_sched.h"
-#include "ipc/shm_segment.h"
-#include "sched/slot_table.h"
 #include "shard/worker_pool.h"
 
-#define ENGINE_RESTART_MAX_NS (1000ull * 1000 * 1000)
-#define ENGINE_READY_POLL_NS (10ull * 1000 * 1000)
+#define WORKER_RESTART_MAX_NS (1000ull * 1000 * 1000)
+#define WORKER_READY_POLL_NS (10ull * 1000 * 1000)
 
 /* Back-off before the n-th restart in a row (n >= 1): 5 ms doubling to 1 s. */
 static uint64_t restart_backoff_ns(uint32_t n)
 {
 	uint64_t ns = 5000000ull << (n - 1 < 8 ? n - 1 : 8);
 
-	return ns < ENGINE_RESTART_MAX_NS ? ns : ENGINE_RESTART_MAX_NS;
+	return ns < WORKER_RESTART_MAX_NS ? ns : WORKER_RESTART_MAX_NS;
 }
 
-/*
- * Move the shard's active requests to other shards: back to the head of
- * the line (the resume line, ahead of the waiting queue), with the tokens
- * they have, for any live shard to take (the model is a pure function of
- * the prefix, so they go on exactly).  For a shard that cannot keep a
- * worker alive (waiting for it would leave them waiting forever), and
- * after a worker was killed for its own misbehaviour (the next one may be
- * no better).  While draining they are cancelled instead, so that a shard
- * whose workers keep failing cannot hold the drain up.
- */
-static void shard_move_requests(struct engine *e, struct shard *s, const char *why)
+int worker_sup_init(struct worker_sup *sup, const struct worker_sup_config *cfg,
+		    struct io_ring *io, struct shm_segment *seg, uint32_t n_shards)
 {
-	uint64_t now = clock_now_ns();
-	uint32_t moved = 0;
-
-	for (uint32_t i = 0; i < s->n_slots; i++) {
-		const struct slot_state *st = &e->slots.slots[s->first_slot + i];
-		uint32_t handle = st->request_handle;
-		struct live_request *lr;
-
-		if (st->state != SHM_SLOT_ACTIVE ||
-		    !(lr = request_pool_get(&e->pool, handle)))
-			continue;
-		if (e->n_signals) {
-			engine_finish(e, handle, FINISH_CANCELLED, e->cfg->keep_running ?
-				      "the server is shutting down" : NULL);
-			continue;
-		}
-		engine_unplace(e, handle, lr, now);
-		lr->place = LIVE_RESUMING;
-		e->resume[e->n_resume++] = handle;	/* room: one per live request */
-		e->n_paused++;
-		moved++;
+	*sup = (struct worker_sup){ .cfg = *cfg, .io = io, .seg = seg,
+				    .n_shards = n_shards };
+	sup->w = calloc(n_shards, sizeof(*sup->w));
+	if (!sup->w)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n_shards; i++) {
+		sup->w[i].index = i;
+		sup->w[i].pidfd = -1;
+		sup->w[i].notify_rd = -1;
 	}
-	s->n_suspects = 0;
-	if (moved)
-		LOG(LOG_WARN, "shard %u: %s; its %u requests move to the other "
-		    "shards", s->index, why, moved);
+	return 0;
 }
 
-/*
- * A run that can no longer step stops trying but goes on answering:
- * every request, live or still to be read, gets its error line (the front
- * end's -EIO from engine_submit()), and the run exits 1.
- */
-void engine_give_up(struct engine *e, const char *fmt, ...)
+void worker_sup_destroy(struct worker_sup *sup)
 {
-	char msg[sizeof(e->fail_msg) + 32];
-	va_list ap;
+	for (uint32_t i = 0; sup->w && i < sup->n_shards; i++) {
+		struct shard_worker *w = &sup->w[i];
 
-	if (e->gave_up)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(e->fail_msg, sizeof(e->fail_msg), fmt, ap);
-	va_end(ap);
-	LOG(LOG_ERROR, "%s", e->fail_msg);
-	snprintf(msg, sizeof(msg), "engine failed: %s", e->fail_msg);
-	e->gave_up = e->workers_lost = true;
-	engine_finish_all(e, FINISH_ERROR, msg);
+		if (w->pid > 0)
+			worker_kill_wait(w->pid);
+		if (w->pidfd >= 0)
+			close(w->pidfd);
+		if (w->notify_rd >= 0)
+			close(w->notify_rd);
+	}
+	free(sup->w);
+	sup->w = NULL;
 }
+
+/* ------------------------------------------------------------------------
+ * Starting a worker
+ * ---------------------------------------------------------------------- */
 
 /* A worker of this shard died before it was ready, or could not be
- * started at all.  When that keeps happening on every shard, give up. */
-static void shard_note_failed_start(struct engine *e, struct shard *s,
-				    const char *why)
+ * started at all.  When that keeps happening, the shard is lost; when
+ * every shard is, ev says so too. */
+static void worker_note_failed_start(struct worker_sup *sup, struct shard_worker *w,
+				     const char *why, struct worker_event *ev)
 {
-	s->n_failed_starts++;
-	if (s->n_failed_starts < ENGINE_MAX_FAILED_STARTS)
+	w->n_failed_starts++;
+	if (w->n_failed_starts < WORKER_MAX_FAILED_STARTS)
 		return;
-	{
-		char lost[160];
-
-		snprintf(lost, sizeof(lost), "no worker can be kept alive (last: %s)", why);
-		shard_move_requests(e, s, lost);
-	}
-	for (uint32_t i = 0; i < e->n_shards; i++)
-		if (e->shards[i].n_failed_starts < ENGINE_MAX_FAILED_STARTS)
-			return;
-	if (!e->cfg->keep_running && !e->gave_up) {
-		engine_give_up(e, "no worker can be kept alive: %u starts in a row "
-			       "failed on every shard (last: %s); check --model and "
-			       "the worker's messages above", s->n_failed_starts, why);
-		return;
-	}
-	if (e->gave_up)
-		return;
-	/* A server stays up (GET /health says 503) and keeps trying, but
-	 * nobody should wait on it meanwhile. */
-	if (!e->workers_lost) {
-		char msg[256];
-
-		LOG(LOG_ERROR, "no worker can be kept alive (last: %s); failing "
-		    "requests until one starts", why);
-		snprintf(msg, sizeof(msg), "no worker can be kept alive (last: %s)", why);
-		e->workers_lost = true;
-		engine_finish_all(e, FINISH_ERROR, msg);
-	}
-}
-
-/*
- * Before a new worker starts on the shard (none runs now), once the shard
- * has a fresh object (shm_shard_renew: an empty channel, zeroed buffers):
- * nothing draining (the old worker writes nothing any more), the shard's
- * token buffers rewritten from our own copies of every active request's
- * prompt and committed tokens (the old worker could write them, so they
- * are not trusted), and a first dispatch with every ACTIVE slot.
- */
-static void shard_new_epoch(struct engine *e, struct shard *s)
-{
-	s->first_pos = s->dispatch_pos;
-	s->first_id = s->next_dispatch_id;
-	s->issued_id = 0;
-	memset(s->n_sent, 0, sizeof(s->n_sent));
-	memset(s->sent_id, 0, sizeof(s->sent_id));
-	s->redispatch = true;
-	s->reset = false;
-	s->reset_id = 0;
-	s->resets_unanswered = 0;
-	shard_forget_prefill(e, s);
-	s->lockstep = 0;
-	s->sent_lockstep = false;
-	s->n_draining = 0;
-	s->adopted_seen = s->dispatch_pos;
-	for (uint32_t i = 0; i < s->n_slots; i++) {
-		uint32_t slot = s->first_slot + i;
-		const struct slot_state *st = &e->slots.slots[slot];
-		const struct live_request *lr;
-
-		e->slot_drain[slot] = 0;
-		if (st->state != SHM_SLOT_ACTIVE)
-			continue;
-		lr = request_pool_get(&e->pool, st->request_handle);
-		if (!lr || !lr->generated || st->n_prompt != lr->req.n_prompt ||
-		    st->n_tokens != st->n_prompt + lr->n_generated) {
-			engine_fail(e, "slot %u does not match its request", slot);
-			continue;
-		}
-		/* the whole prefix: only a buggy worker writes below the
-		 * committed length, but then the shard's next worker must
-		 * not inherit it */
-		if (st->n_prompt)
-			memcpy(e->slots.tokens[slot], lr->req.prompt,
-			       st->n_prompt * sizeof(int32_t));
-		memcpy(e->slots.tokens[slot] + st->n_prompt, lr->generated,
-		       lr->n_generated * sizeof(int32_t));
-		shard_write_sampling(e, slot, lr);
-	}
+	ev->lost = true;
+	snprintf(ev->lost_why, sizeof(ev->lost_why),
+		 "no worker can be kept alive (last: %s)", why);
+	snprintf(ev->why, sizeof(ev->why), "%s", why);
+	ev->n_failed_starts = w->n_failed_starts;
+	ev->all_lost = true;
+	for (uint32_t i = 0; i < sup->n_shards; i++)
+		if (sup->w[i].n_failed_starts < WORKER_MAX_FAILED_STARTS)
+			ev->all_lost = false;
 }
 
 /*
@@ -201,7 +101,7 @@ static void shard_new_epoch(struct engine *e, struct shard *s)
  * pipe per worker: whatever an old worker left behind holding its write
  * end writes into a pipe nobody reads.  0 or a negative errno.
  */
-static int shard_open_notify(struct shard *s, int *write_end)
+static int worker_open_notify(struct shard_worker *w, int *write_end)
 {
 	int fds[2];
 
@@ -214,71 +114,100 @@ static int shard_open_notify(struct shard *s, int *write_end)
 		close(fds[1]);
 		return ret;
 	}
-	if (s->notify_rd >= 0)	/* a read still queued on it ends stale */
-		close(s->notify_rd);
-	s->notify_rd = fds[0];
-	s->notify_epoch++;
+	if (w->notify_rd >= 0)	/* a read still queued on it ends stale */
+		close(w->notify_rd);
+	w->notify_rd = fds[0];
+	w->notify_epoch++;
 	*write_end = fds[1];
 	return 0;
 }
 
-static void engine_on_worker_notify(struct io_op *op, int32_t res);
+static void worker_on_notify(struct io_op *op, int32_t res);
 
 /*
  * Read the shard's notification pipe (again).  Each read has an op of its
  * own that remembers the pipe's epoch, so a completion for an older pipe
  * (its worker gone) is told apart.  Such a read ends once every copy of
  * the old write end is closed; a process the old worker left behind may
- * keep one open, so after SHARD_NOTIFY_READS such reads the shard goes
+ * keep one open, so after WORKER_NOTIFY_READS such reads the shard goes
  * without wake-ups (its results are still read on the loop's deadlines).
  */
-static void shard_arm_notify(struct engine *e, struct shard *s)
+static void worker_arm_notify(struct worker_sup *sup, struct shard_worker *w)
 {
 	struct notify_read *r = NULL;
 
-	for (uint32_t i = 0; i < SHARD_NOTIFY_READS && !r; i++)
-		if (!s->notify_reads[i].inflight)
-			r = &s->notify_reads[i];
+	for (uint32_t i = 0; i < WORKER_NOTIFY_READS && !r; i++)
+		if (!w->notify_reads[i].inflight)
+			r = &w->notify_reads[i];
 	if (!r) {
 		LOG(LOG_WARN, "shard %u: %u old notification pipes are still held "
-		    "open; its worker's wake-ups are not read", s->index,
-		    SHARD_NOTIFY_READS);
+		    "open; its worker's wake-ups are not read", w->index,
+		    WORKER_NOTIFY_READS);
 		return;
 	}
-	*r = (struct notify_read){ .op = { engine_on_worker_notify, e }, .shard = s,
-				   .epoch = s->notify_epoch };
-	if (!io_ring_read(&e->io, s->notify_rd, s->notify_buf, sizeof(s->notify_buf),
+	*r = (struct notify_read){ .op = { worker_on_notify, sup }, .w = w,
+				   .epoch = w->notify_epoch };
+	if (!io_ring_read(sup->io, w->notify_rd, w->notify_buf, sizeof(w->notify_buf),
 			  &r->op))
 		r->inflight = true;
 }
 
-int shard_start_worker(struct engine *e, struct shard *s)
+/*
+ * A worker's notification pipe was readable: the wake-up itself is all it
+ * says.  Read it again unless the completion is for an older pipe of the
+ * shard, or the worker closed its end (it exited: the pidfd tells).
+ */
+static void worker_on_notify(struct io_op *op, int32_t res)
 {
-	struct worker_spawn_args a = {
-		.worker_path = e->worker_path,
-		.shared_fd = e->seg.ro_fd,
-		.shard_fd = -1,
-		.notify_fd = -1,
-		.shard = s->index,
-		.model_spec = e->worker_spec,
-		.spin_us = e->cfg->spin_us,
-		.garbage_every = e->cfg->garbage_every,
-		.step_tokens = e->cfg->step_tokens,
-		.nice = e->cfg->worker_nice,
-		.stderr_null = e->worker_stderr_null,
-	};
-	int ret;
+	struct notify_read *r = io_op_owner(op, struct notify_read, op);
+	struct worker_sup *sup = op->arg;
+	struct shard_worker *w = r->w;
 
-	/* The old worker is gone: a fresh object, so that nothing it (or a
-	 * process it left behind) still maps is the new worker's. */
-	ret = shm_shard_renew(&e->seg, s->index, s->dispatch_pos, s->result_pos,
-			      &a.shard_fd);
+	r->inflight = false;
+	if (r->epoch != w->notify_epoch || w->notify_rd < 0)
+		return;
+	if (res > 0 || res == -EINTR || res == -EAGAIN)
+		worker_arm_notify(sup, w);
+	else if (res < 0)
+		LOG(LOG_WARN, "shard %u: reading the notification pipe: %s",
+		    w->index, strerror(-res));
+}
+
+/* The old worker is gone: a fresh object, so that nothing it (or a
+ * process it left behind) still maps is the new worker's. */
+int worker_sup_renew(struct worker_sup *sup, uint32_t index, int *shard_fd)
+{
+	const struct shard_channel *c = sup->w[index].chan;
+
+	*shard_fd = -1;
+	return shm_shard_renew(sup->seg, index, c->dispatch_pos, c->result_pos,
+			       shard_fd);
+}
+
+int worker_sup_spawn(struct worker_sup *sup, uint32_t index, int renewed,
+		     int shard_fd, struct worker_event *ev)
+{
+	struct shard_worker *w = &sup->w[index];
+	struct worker_spawn_args a = {
+		.worker_path = sup->cfg.worker_path,
+		.shared_fd = sup->seg->ro_fd,
+		.shard_fd = shard_fd,
+		.notify_fd = -1,
+		.shard = index,
+		.model_spec = sup->cfg.model_spec,
+		.spin_us = sup->cfg.spin_us,
+		.garbage_every = sup->cfg.garbage_every,
+		.step_tokens = sup->cfg.step_tokens,
+		.nice = sup->cfg.nice,
+		.stderr_null = sup->stderr_null,
+	};
+	int ret = renewed;
+
+	*ev = (struct worker_event){ 0 };
 	if (!ret)
-		shard_new_epoch(e, s);
+		ret = worker_open_notify(w, &a.notify_fd);
 	if (!ret)
-		ret = shard_open_notify(s, &a.notify_fd);
-	if (!ret)
-		ret = worker_spawn(&a, &s->pid, &s->pidfd);
+		ret = worker_spawn(&a, &w->pid, &w->pidfd);
 	/* the worker has its own copies now */
 	if (a.shard_fd >= 0)
 		close(a.shard_fd);
@@ -288,71 +217,25 @@ int shard_start_worker(struct engine *e, struct shard *s)
 		char why[96];
 
 		snprintf(why, sizeof(why), "cannot start a worker: %s", strerror(-ret));
-		LOG(LOG_ERROR, "shard %u: %s", s->index, why);
-		s->pid = 0;
-		shard_note_failed_start(e, s, why);
+		LOG(LOG_ERROR, "shard %u: %s", index, why);
+		w->pid = 0;
+		worker_note_failed_start(sup, w, why, ev);
 		return ret;
 	}
-	s->started_ns = clock_now_ns();
-	s->restart_at_ns = 0;
-	s->killed_for = NULL;
-	s->ready_seen = false;
-	s->failed_step = false;
-	e->stats.n_worker_starts++;
-	io_ring_poll_in(&e->io, s->pidfd, &s->exit_op);
-	shard_arm_notify(e, s);
-	/* Anything already waiting for this shard goes out now. */
-	shard_advance(e, s);
+	w->started_ns = clock_now_ns();
+	w->restart_at_ns = 0;
+	w->killed_for = NULL;
+	w->ready_seen = false;
+	w->failed_step = false;
+	sup->n_worker_starts++;
+	io_ring_poll_in(sup->io, w->pidfd, &w->exit_op);
+	worker_arm_notify(sup, w);
 	return 0;
 }
 
-/*
- * Blame the rows of the dispatch the dead worker was running (the last
- * one it adopted); fail the ones that failed alone too often.
- */
-static void shard_blame_step(struct engine *e, struct shard *s, const char *why)
-{
-	struct shm_channel *ch = shm_channel_at(&e->seg, s->index);
-	uint64_t adopted = atomic_load(&ch->dispatch_adopted);
-	uint32_t depth = e->seg.hdr->ring_depth, n;
-	const struct shm_dispatch_row *rows;
-
-	/* untrusted: only a position we sent counts */
-	if (adopted <= s->first_pos || adopted > s->dispatch_pos)
-		return;
-	rows = s->sent + ((adopted - 1) & (depth - 1)) * s->n_slots;
-	n = s->n_sent[(adopted - 1) & (depth - 1)];
-	if (n > 1) {
-		for (uint32_t i = 0; i < n; i++) {
-			s->suspect_slot[i] = rows[i].slot;
-			s->suspect_gen[i] = rows[i].generation;
-		}
-		s->n_suspects = n;
-		LOG(LOG_WARN, "shard %u: isolating the %u requests of the failed step",
-		    s->index, n);
-		return;
-	}
-	for (uint32_t i = 0; i < n; i++) {
-		const struct slot_state *st = &e->slots.slots[rows[i].slot];
-		uint32_t handle = st->request_handle;
-		struct live_request *lr = request_pool_get(&e->pool, handle);
-		char msg[256];
-
-		if (!lr || st->state != SHM_SLOT_ACTIVE ||
-		    st->generation != rows[i].generation)
-			continue;
-		lr->n_failed_alone++;
-		if (lr->n_failed_alone < e->cfg->poison_attempts)
-			continue;
-		snprintf(msg, sizeof(msg), "line %llu: request failed %u model steps "
-			 "on its own (last: worker %s); giving up on it",
-			 (unsigned long long)lr->req.line_no, lr->n_failed_alone, why);
-		LOG(LOG_WARN, "poison request '%s': %s", LOG_STR(lr->req.id), msg);
-		e->stats.n_poisoned++;
-		shard_clear_suspect(s, rows[i].slot);
-		engine_finish(e, handle, FINISH_ERROR, msg);
-	}
-}
+/* ------------------------------------------------------------------------
+ * Death
+ * ---------------------------------------------------------------------- */
 
 /*
  * May the rows the dead worker ran be blamed for its death?  Only for a
@@ -362,127 +245,165 @@ static void shard_blame_step(struct engine *e, struct shard *s, const char *why)
  * anywhere else, was killed for its results, or was ended from outside,
  * says nothing about its requests.
  */
-static bool shard_exit_blames(const struct shard *s, const struct shm_channel *ch,
-			      int signo)
+static bool worker_exit_blames(const struct shard_worker *w,
+			       const struct shm_channel *ch, int signo)
 {
 	bool outside = (signo == SIGKILL || signo == SIGTERM || signo == SIGINT) &&
-		       !s->killed_for;
+		       !w->killed_for;
 
-	if (s->failed_step)
+	if (w->failed_step)
 		return true;
-	if (s->killed_for)
-		return s->kill_blames;
+	if (w->killed_for)
+		return w->kill_blames;
 	/* untrusted, but a worker can always crash inside the model call */
 	return !outside && atomic_load(&ch->in_model_call) != 0;
 }
 
 /* The shard's worker exited: forget its step, blame, schedule a restart. */
-static void shard_on_exit(struct engine *e, struct shard *s, const char *why,
-			  int signo)
+static void worker_on_exit(struct worker_sup *sup, struct shard_worker *w,
+			   bool owed, const char *why, int signo,
+			   struct worker_event *ev)
 {
-	struct shm_channel *ch = shm_channel_at(&e->seg, s->index);
-	bool was_ready = atomic_load(&ch->worker_ready_pid) == s->pid;
-	bool blames = shard_exit_blames(s, ch, signo);
-	bool owed = shard_owes_results(s);
+	struct shm_channel *ch = shm_channel_at(sup->seg, w->index);
+	bool was_ready = atomic_load(&ch->worker_ready_pid) == w->pid;
+	bool blames = worker_exit_blames(w, ch, signo);
 	uint64_t now = clock_now_ns();
 
-	LOG(e->n_signals ? LOG_INFO : LOG_WARN, "worker %u (pid %d) %s%s", s->index,
-	    (int)s->pid, why, s->killed_for ? s->killed_for : "");
-	close(s->pidfd);
-	s->pid = 0;
-	s->pidfd = -1;
-	e->stats.n_worker_deaths++;
+	LOG(sup->stopping ? LOG_INFO : LOG_WARN, "worker %u (pid %d) %s%s",
+	    w->index, (int)w->pid, why,
+	    w->killed_for ? w->killed_for : "");
+	close(w->pidfd);
+	w->pid = 0;
+	w->pidfd = -1;
+	sup->n_worker_deaths++;
 	/* Whatever it left in the ring we drop: the replacement starts from
 	 * the committed prefixes. */
-	while (shm_entry_ready(&shm_result_at(e->seg.hdr, ch, s->result_pos)->seq,
-			       s->result_pos)) {
-		s->result_pos++;
-		e->stats.n_discarded++;
-	}
-	/* the replacement's channel starts zeroed (shard_new_epoch()) */
-	memset(s->ring_seq, 0, sizeof(s->ring_seq));
+	ev->n_discarded = shard_channel_drain(w->chan, sup->seg->hdr, ch);
 	/* A worker that never got as far as the model cannot blame a request. */
 	if (owed && was_ready && blames) {
-		char blame[160];
-
 		/* the worker said why, and that is what the request
 		 * wants to know, not how we then ended the worker */
-		if (s->failed_step)
-			snprintf(blame, sizeof(blame), "failed the step: %s",
-				 s->failed_status == -EDOM ?
+		if (w->failed_step)
+			snprintf(ev->blame, sizeof(ev->blame), "failed the step: %s",
+				 w->failed_status == -EDOM ?
 				 "the model's logits were NaN" :
-				 strerror(-s->failed_status));
+				 strerror(-w->failed_status));
 		else
-			snprintf(blame, sizeof(blame), "%s%s", why,
-				 s->killed_for ? s->killed_for : "");
-		shard_blame_step(e, s, blame);
+			snprintf(ev->blame, sizeof(ev->blame), "%s%s", why,
+				 w->killed_for ? w->killed_for : "");
+		ev->blame_rows = shard_channel_adopted_rows(w->chan, ch, &ev->n_blame);
+		if (!ev->blame_rows)
+			ev->n_blame = 0;
 	}
-	if (was_ready && s->misbehaved) {	/* the next may be no better */
-		shard_move_requests(e, s, "killed for its results, or stalled "
-				    "outside the model");
-		s->n_bad_lives++;
+	if (was_ready && w->misbehaved) {	/* the next may be no better */
+		ev->move = true;
+		w->n_bad_lives++;
 	}
-	s->n_fruitless = 0;
-	s->n_life_commits = 0;
-	s->kill_blames = false;
+	w->n_fruitless = 0;
+	w->n_life_commits = 0;
+	w->kill_blames = false;
 
 	if (!was_ready) {
-		shard_note_failed_start(e, s, why);
-	} else if (s->misbehaved && s->n_bad_lives >= ENGINE_MAX_FAILED_STARTS) {
+		worker_note_failed_start(sup, w, why, ev);
+	} else if (w->misbehaved && w->n_bad_lives >= WORKER_MAX_FAILED_STARTS) {
 		/* Workers that start but never commit a row are as useless as
 		 * workers that cannot start: the shard is lost (with one
 		 * worker, the run would otherwise go on for ever). */
-		s->n_failed_starts = ENGINE_MAX_FAILED_STARTS - 1;
-		shard_note_failed_start(e, s, "its workers keep misbehaving");
+		w->n_failed_starts = WORKER_MAX_FAILED_STARTS - 1;
+		worker_note_failed_start(sup, w, "its workers keep misbehaving", ev);
 	} else {
-		s->n_failed_starts = 0;
+		w->n_failed_starts = 0;
 	}
-	s->misbehaved = false;
-	if (now - s->started_ns < ENGINE_RESTART_MAX_NS)
-		s->n_quick_deaths++;
+	w->misbehaved = false;
+	if (now - w->started_ns < WORKER_RESTART_MAX_NS)
+		w->n_quick_deaths++;
 	else
-		s->n_quick_deaths = 0;
-	s->restart_at_ns = now + (s->n_quick_deaths ? restart_backoff_ns(s->n_quick_deaths) : 0);
+		w->n_quick_deaths = 0;
+	w->restart_at_ns = now + (w->n_quick_deaths ? restart_backoff_ns(w->n_quick_deaths) : 0);
 }
 
-void engine_handle_pidfd(struct engine *e, uint32_t index)
+bool worker_sup_reap(struct worker_sup *sup, uint32_t index, bool owed,
+		     struct worker_event *ev)
 {
-	struct shard *s;
+	struct shard_worker *w;
 	char why[96];
 	int signo;
 
-	if (index >= e->n_shards)
-		return;
-	s = &e->shards[index];
-	if (s->pid <= 0)
-		return;
-	if (!worker_reap(s->pid, why, sizeof(why), &signo)) {
-		io_ring_poll_in(&e->io, s->pidfd, &s->exit_op);
-		return;
+	*ev = (struct worker_event){ 0 };
+	if (index >= sup->n_shards)
+		return false;
+	w = &sup->w[index];
+	if (w->pid <= 0)
+		return false;
+	if (!worker_reap(w->pid, why, sizeof(why), &signo)) {
+		io_ring_poll_in(sup->io, w->pidfd, &w->exit_op);
+		return false;
 	}
-	shard_on_exit(e, s, why, signo);
+	worker_on_exit(sup, w, owed, why, signo, ev);
+	return true;
 }
 
-/*
- * A worker's notification pipe was readable: the wake-up itself is all it
- * says.  Read it again unless the completion is for an older pipe of the
- * shard, or the worker closed its end (it exited: the pidfd tells).
- */
-static void engine_on_worker_notify(struct io_op *op, int32_t res)
+/* ------------------------------------------------------------------------
+ * Kills, for the scheduler
+ * ---------------------------------------------------------------------- */
+
+void worker_sup_kill(struct worker_sup *sup, uint32_t index)
 {
-	struct notify_read *r = io_op_owner(op, struct notify_read, op);
-	struct engine *e = op->arg;
-	struct shard *s = r->shard;
-
-	r->inflight = false;
-	if (r->epoch != s->notify_epoch || s->notify_rd < 0)
-		return;
-	if (res > 0 || res == -EINTR || res == -EAGAIN)
-		shard_arm_notify(e, s);
-	else if (res < 0)
-		LOG(LOG_WARN, "shard %u: reading the notification pipe: %s",
-		    s->index, strerror(-res));
+	if (sup->w[index].pid > 0)
+		kill(sup->w[index].pid, SIGKILL);
 }
+
+void worker_sup_kill_misbehaving(struct worker_sup *sup, uint32_t index,
+				 const char *why)
+{
+	struct shard_worker *w = &sup->w[index];
+
+	w->killed_for = why;
+	w->kill_blames = false;
+	w->misbehaved = true;
+	worker_sup_kill(sup, index);
+}
+
+void worker_sup_kill_failed_step(struct worker_sup *sup, uint32_t index,
+				 int32_t status)
+{
+	sup->w[index].failed_step = true;
+	sup->w[index].failed_status = status;
+	worker_sup_kill(sup, index);
+}
+
+bool worker_sup_note_fruitless(struct worker_sup *sup, uint32_t index, uint64_t now)
+{
+	struct shard_worker *w = &sup->w[index];
+
+	w->fruitless_ns = now;
+	if (++w->n_fruitless < WORKER_MAX_FRUITLESS)
+		return false;
+	LOG(LOG_WARN, "worker %u (pid %d): %u results in a row committed nothing; "
+	    "killing it (no request is blamed)", w->index, (int)w->pid, w->n_fruitless);
+	sup->n_fruitless_kills++;
+	worker_sup_kill_misbehaving(sup, index, " for results that commit nothing");
+	return true;
+}
+
+void worker_sup_note_progress(struct worker_sup *sup, uint32_t index,
+			      uint64_t now, bool commits)
+{
+	struct shard_worker *w = &sup->w[index];
+
+	w->progress_ns = now;
+	w->n_fruitless = 0;
+	/* a worker that does real work clears its shard's record; one
+	 * honest result per life does not (a flood that starts with one
+	 * would run for ever) */
+	if (commits && w->n_life_commits < WORKER_MAX_FRUITLESS &&
+	    ++w->n_life_commits == WORKER_MAX_FRUITLESS)
+		w->n_bad_lives = 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Deadlines
+ * ---------------------------------------------------------------------- */
 
 /* Time from then to now; 0 when then is later (set during this round). */
 static uint64_t since(uint64_t now, uint64_t then)
@@ -498,96 +419,102 @@ static uint64_t since(uint64_t now, uint64_t then)
  * out); a worker stuck anywhere else (waiting on a dispatch or for room
  * that it has, after garbling what it sent) says nothing about them.
  */
-static void shard_kill_stalled(struct engine *e, struct shard *s)
+static void worker_kill_stalled(struct worker_sup *sup, struct shard_worker *w,
+				const struct worker_check *wc)
 {
-	struct shm_channel *ch = shm_channel_at(&e->seg, s->index);
+	struct shm_channel *ch = shm_channel_at(sup->seg, w->index);
 	bool in_model = atomic_load(&ch->in_model_call) != 0;
 
-	if (s->n_fruitless && s->fruitless_ns > s->progress_ns) {
+	if (w->n_fruitless && w->fruitless_ns > w->progress_ns) {
 		LOG(LOG_WARN, "worker %u (pid %d): no result committed a row for "
 		    "longer than %llu ms; killing it (no request is blamed)",
-		    s->index, (int)s->pid, (unsigned long long)e->cfg->step_timeout_ms);
-		e->stats.n_fruitless_kills++;
-		shard_kill_misbehaving(s, " for results that commit nothing");
+		    w->index, (int)w->pid, (unsigned long long)sup->cfg.step_timeout_ms);
+		sup->n_fruitless_kills++;
+		worker_sup_kill_misbehaving(sup, w->index, " for results that commit nothing");
 		return;
 	}
 	LOG(LOG_WARN, "worker %u (pid %d): no result for longer than %llu ms; "
 	    "killing it (%u active rows, dispatch %llu of %llu adopted, %u "
-	    "draining%s%s, %s)", s->index, (int)s->pid,
-	    (unsigned long long)e->cfg->step_timeout_ms, s->n_active,
+	    "draining%s%s, %s)", w->index, (int)w->pid,
+	    (unsigned long long)sup->cfg.step_timeout_ms, wc->n_active,
 	    (unsigned long long)atomic_load(&ch->dispatch_adopted),
-	    (unsigned long long)s->dispatch_pos, s->n_draining,
-	    s->redispatch ? ", rows to send" : "", s->reset ? ", reset to send" : "",
+	    (unsigned long long)w->chan->dispatch_pos, wc->n_draining,
+	    wc->redispatch ? ", rows to send" : "", wc->reset ? ", reset to send" : "",
 	    in_model ? "inside the model call" : "outside the model call: no blame");
-	e->stats.n_hang_kills++;
+	sup->n_hang_kills++;
 	if (in_model) {
-		s->killed_for = " after the step timeout";
-		s->kill_blames = true;
-		shard_kill(s);
+		w->killed_for = " after the step timeout";
+		w->kill_blames = true;
+		worker_sup_kill(sup, w->index);
 	} else {
-		shard_kill_misbehaving(s, " after the step timeout, outside the model call");
+		worker_sup_kill_misbehaving(sup, w->index,
+					    " after the step timeout, outside the model call");
 	}
 }
 
-/* Start due replacements; kill workers past the start or step timeout.
- * Returns the time of the next such deadline (UINT64_MAX: none). */
-uint64_t engine_check_workers(struct engine *e, uint64_t now)
+bool worker_sup_start_due(const struct worker_sup *sup, uint32_t index,
+			  uint64_t now)
 {
-	uint64_t next = UINT64_MAX;
-	uint64_t timeout = e->cfg->step_timeout_ms * 1000000ull;
-	uint64_t start_timeout = e->cfg->start_timeout_ms * 1000000ull;
+	const struct shard_worker *w = &sup->w[index];
 
-	for (uint32_t i = 0; i < e->n_shards && !e->in_process; i++) {
-		struct shard *s = &e->shards[i];
-		uint64_t due;
+	return w->pid <= 0 && now >= w->restart_at_ns;
+}
 
-		if (s->pid <= 0 && !e->failed && !e->gave_up &&
-		    !(e->n_signals && !e->pool.n_live) &&
-		    now >= s->restart_at_ns && shard_start_worker(e, s))
-			s->restart_at_ns = now + restart_backoff_ns(s->n_failed_starts);
-		if (s->pid <= 0) {
-			if (!e->failed && !e->gave_up && s->restart_at_ns < next)
-				next = s->restart_at_ns;
-			continue;
-		}
-		if (s->killed_for)
-			continue;
-		if (!s->ready_seen) {
-			/* Until it has loaded its model, a worker gets the
-			 * start timeout; its step's clock starts when it is
-			 * ready. */
-			if (atomic_load(&shm_channel_at(&e->seg, i)->worker_ready_pid) ==
-			    s->pid) {
-				s->ready_seen = true;
-				s->progress_ns = now;
-				s->n_failed_starts = 0;
-				e->workers_lost = false;
-				next = now;	/* refill it on the next round */
-			} else if (since(now, s->started_ns) >= start_timeout) {
-				LOG(LOG_WARN, "worker %u (pid %d) not ready after %llu ms; "
-				    "killing it", s->index, (int)s->pid,
-				    (unsigned long long)e->cfg->start_timeout_ms);
-				s->killed_for = " (not ready by the start timeout)";
-				s->kill_blames = false;
-				shard_kill(s);
-				continue;
-			} else {
-				due = s->started_ns + start_timeout;
-				/* poll for readiness now and then */
-				if (due > now + ENGINE_READY_POLL_NS)
-					due = now + ENGINE_READY_POLL_NS;
-				if (due < next)
-					next = due;
-				continue;
-			}
-		}
-		if (!shard_owes_results(s))
-			continue;
-		if (since(now, s->progress_ns) >= timeout) {
-			shard_kill_stalled(e, s);
-		} else if (s->progress_ns + timeout < next) {
-			next = s->progress_ns + timeout;
+void worker_sup_retry_later(struct worker_sup *sup, uint32_t index, uint64_t now)
+{
+	sup->w[index].restart_at_ns = now + restart_backoff_ns(sup->w[index].n_failed_starts);
+}
+
+void worker_sup_check(struct worker_sup *sup, uint32_t index, uint64_t now,
+		      const struct worker_check *wc, bool *became_ready,
+		      uint64_t *next)
+{
+	struct shard_worker *w = &sup->w[index];
+	uint64_t timeout = sup->cfg.step_timeout_ms * 1000000ull;
+	uint64_t start_timeout = sup->cfg.start_timeout_ms * 1000000ull;
+	uint64_t due;
+
+	*became_ready = false;
+	if (w->pid <= 0) {
+		if (wc->may_plan && w->restart_at_ns < *next)
+			*next = w->restart_at_ns;
+		return;
+	}
+	if (w->killed_for)
+		return;
+	if (!w->ready_seen) {
+		/* Until it has loaded its model, a worker gets the start
+		 * timeout; its step's clock starts when it is ready. */
+		if (atomic_load(&shm_channel_at(sup->seg, index)->worker_ready_pid) ==
+		    w->pid) {
+			w->ready_seen = true;
+			w->progress_ns = now;
+			w->n_failed_starts = 0;
+			*became_ready = true;
+			*next = now;	/* refill it on the next round */
+		} else if (since(now, w->started_ns) >= start_timeout) {
+			LOG(LOG_WARN, "worker %u (pid %d) not ready after %llu ms; "
+			    "killing it", w->index, (int)w->pid,
+			    (unsigned long long)sup->cfg.start_timeout_ms);
+			w->killed_for = " (not ready by the start timeout)";
+			w->kill_blames = false;
+			worker_sup_kill(sup, index);
+			return;
+		} else {
+			due = w->started_ns + start_timeout;
+			/* poll for readiness now and then */
+			if (due > now + WORKER_READY_POLL_NS)
+				due = now + WORKER_READY_POLL_NS;
+			if (due < *next)
+				*next = due;
+			return;
 		}
 	}
-	return next;
+	if (!wc->owes)
+		return;
+	if (since(now, w->progress_ns) >= timeout) {
+		worker_kill_stalled(sup, w, wc);
+	} else if (w->progress_ns + timeout < *next) {
+		*next = w->progress_ns + timeout;
+	}
 }
