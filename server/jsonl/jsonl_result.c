@@ -60,19 +60,23 @@ static char *put_logprobs(char *p, const struct result *r)
 	return JSON_PUT_LIT(p, "]");
 }
 
-int result_format(const struct result *r, struct strbuf *out)
+/* The literal bytes around one logprob entry: {"token":  ,"logprob":  }
+ * and the comma before it; and around a token's alternatives:
+ * ,"top_logprobs":[  ]}  and the comma before the next token. */
+#define LOGPROB_ENTRY_LIT (sizeof("{\"token\":,\"logprob\":},") - 1)
+#define LOGPROB_TOKEN_LIT (sizeof(",\"top_logprobs\":[]},") - 1)
+
+size_t result_format_bound(const struct result *r)
 {
 	size_t b_id = json_str_bound(r->id);
 	size_t b_fr = json_str_bound(r->finish_reason);
 	size_t b_err = r->error ? json_str_bound(r->error) : 0;
 	size_t need;
-	uint32_t i;
-	char *p;
 
 	_Static_assert(SIZE_MAX / 4 / JSON_TOKEN_MAX >= UINT32_MAX,
 		       "n_tokens * JSON_TOKEN_MAX must not wrap");
 	if (b_id == SIZE_MAX || b_fr == SIZE_MAX || b_err == SIZE_MAX)
-		return -ENOMEM;
+		return SIZE_MAX;
 	/* 256 covers the field names and the five numbers. */
 	need = 256 + b_id + b_fr + b_err + (size_t)r->n_tokens * JSON_TOKEN_MAX;
 	if (r->has_text) {
@@ -80,12 +84,27 @@ int result_format(const struct result *r, struct strbuf *out)
 		size_t bd = json_strn_bound(r->delta_len);
 
 		if (bt == SIZE_MAX || bd == SIZE_MAX)
-			return -ENOMEM;
+			return SIZE_MAX;
 		need += bt + bd;
 	}
-	if (r->logprobs)	/* per entry: {"token":..,"logprob":..} */
+	/* Per entry its token, its logprob and the literal around them
+	 * (which the bound once left out: an answer of many tokens with 20
+	 * alternatives each, with long logprobs, overran it). */
+	if (r->logprobs)
 		need += (size_t)r->n_tokens * r->logprob_stride *
-			(JSON_TOKEN_MAX + LOGPROB_JSON_MAX) + 32 * (size_t)r->n_tokens;
+			(JSON_TOKEN_MAX + LOGPROB_JSON_MAX + LOGPROB_ENTRY_LIT) +
+			(size_t)r->n_tokens * LOGPROB_TOKEN_LIT;
+	return need;
+}
+
+int result_format(const struct result *r, struct strbuf *out)
+{
+	size_t need = result_format_bound(r);
+	uint32_t i;
+	char *p;
+
+	if (need == SIZE_MAX)
+		return -ENOMEM;
 	if (strbuf_reserve(out, need))
 		return -ENOMEM;
 

@@ -70,6 +70,10 @@ struct result_delta {
  */
 int result_format(const struct result *r, struct strbuf *out);
 
+/* The most bytes result_format() may write for r (its NUL included);
+ * SIZE_MAX when that does not fit a size_t. */
+size_t result_format_bound(const struct result *r);
+
 /*
  * Append d as one line {"id":"a","index":1,"tokens":[..],"delta":"..."}
  * (no finish_reason: that tells it from a result line).  0 or -ENOMEM.

@@ -1000,6 +1000,65 @@ static void check_against_model(const struct request *req,
 	assert_int_equal(got, ml);
 }
 
+/*
+ * result_format() writes no more than result_format_bound() says, on the
+ * longest logprob lines there are: up to 20 alternatives a token, the
+ * longest token ids and the longest "%.9g" logprobs (denormals such as
+ * -1.40129846e-45), mixed with random ones.  The bound once left out the
+ * literal around each entry, and a worker's long logprobs overran the
+ * buffer (found under ASan in e2e_hostile's logprobs mode).
+ */
+static void test_format_logprob_bound(void **state)
+{
+	static const float longest[] = { -1.40129846e-45f, -1.17549435e-38f,
+					 -3.40282347e38f, -1.23456791e-05f };
+	struct sampler_logprob *lp;
+	int32_t *tokens;
+	uint32_t iter;
+
+	test_rng = rng_for(40);
+	for (iter = 0; iter < 300; iter++) {
+		uint32_t n = 1 + rnd_below(iter < 10 ? 64 : 300);
+		uint32_t stride = 1 + rnd_below(SAMPLER_MAX_LOGPROBS + 1);
+		struct result r = { .id = "id", .finish_reason = "length",
+				    .n_prompt = 1, .n_generated = n };
+		struct strbuf sb = STRBUF_INIT;
+		size_t bound;
+
+		if (iter < 10)
+			stride = SAMPLER_MAX_LOGPROBS + 1;
+		tokens = malloc(n * sizeof(*tokens));
+		lp = malloc((size_t)n * stride * sizeof(*lp));
+		assert_non_null(tokens);
+		assert_non_null(lp);
+		for (uint32_t i = 0; i < n; i++) {
+			tokens[i] = iter < 10 ? INT32_MAX : (int32_t)rnd_below(INT32_MAX);
+			for (uint32_t j = 0; j < stride; j++) {
+				struct sampler_logprob *e = &lp[(size_t)i * stride + j];
+
+				e->token = iter < 10 || rnd_below(2) ? INT32_MAX :
+					   (int32_t)rnd_below(100000);
+				e->logprob = iter < 10 || rnd_below(2) ?
+					longest[rnd_below(4)] :
+					-(float)rnd_below(1000000) / 997.0f;
+			}
+		}
+		r.tokens = tokens;
+		r.n_tokens = n;
+		r.logprobs = lp;
+		r.logprob_stride = stride;
+		bound = result_format_bound(&r);
+		assert_int_equal(result_format(&r, &sb), 0);
+		if (sb.len + 1 > bound)
+			fail_msg("seed %llu: %u tokens x %u entries: %zu bytes written, "
+				 "bound %zu", (unsigned long long)test_seed, n, stride,
+				 sb.len + 1, bound);
+		strbuf_release(&sb);
+		free(tokens);
+		free(lp);
+	}
+}
+
 static void test_random_requests(void **state)
 {
 	struct strbuf sb = STRBUF_INIT;
@@ -1100,6 +1159,7 @@ int main(void)
 		cmocka_unit_test(test_format_escapes),
 		cmocka_unit_test(test_format_bad_utf8),
 		cmocka_unit_test(test_format_error_of_parse),
+		cmocka_unit_test(test_format_logprob_bound),
 		cmocka_unit_test(test_random_requests),
 		cmocka_unit_test(test_random_bad_token),
 	};
