@@ -4,11 +4,24 @@
  * probes stay short.
  */
 #include "engine/request_pool.h"
-#include "engine/request_text.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Free a live request's text state (request_text.h fills it); idempotent.
+ * The pool frees every member of a live request it gave out, its text
+ * too, so that request_text.c is above the pool and the pool calls
+ * nothing of it. */
+static void live_text_release(struct live_request *lr)
+{
+	if (!lr->has_text)
+		return;
+	text_stream_release(&lr->text);
+	free(lr->text_ends);
+	lr->text_ends = NULL;
+	lr->has_text = false;
+}
 
 static uint64_t id_hash(const char *s)
 {
@@ -48,7 +61,7 @@ void request_pool_release(struct request_pool *pool)
 			request_release(&pool->items[i].req);
 			free(pool->items[i].generated);
 			free(pool->items[i].logprobs);
-			request_text_release(&pool->items[i]);
+			live_text_release(&pool->items[i]);
 		}
 	free(pool->items);
 	free(pool->free_handles);
@@ -137,7 +150,7 @@ void request_pool_free(struct request_pool *pool, uint32_t handle)
 	lr->generated = NULL;
 	free(lr->logprobs);
 	lr->logprobs = NULL;
-	request_text_release(lr);
+	live_text_release(lr);
 	lr->in_use = false;
 	pool->free_handles[pool->n_free++] = handle;
 	pool->n_live--;

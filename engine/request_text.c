@@ -92,13 +92,3 @@ const char *request_text_get(const struct live_request *lr, size_t *len)
 {
 	return text_stream_text(&lr->text, len);
 }
-
-void request_text_release(struct live_request *lr)
-{
-	if (!lr->has_text)
-		return;
-	text_stream_release(&lr->text);
-	free(lr->text_ends);
-	lr->text_ends = NULL;
-	lr->has_text = false;
-}

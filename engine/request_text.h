@@ -60,7 +60,7 @@ int request_text_finish(struct live_request *lr, uint32_t drop_tokens,
 /* The whole final text (keep_text) and its length. */
 const char *request_text_get(const struct live_request *lr, size_t *len);
 
-/* Free it; idempotent. */
-void request_text_release(struct live_request *lr);
+/* The pool frees the text state with the live request
+ * (request_pool_free()). */
 
 #endif /* DYNBATCH_REQUEST_TEXT_H */
