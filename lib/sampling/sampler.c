@@ -10,7 +10,7 @@
  * and finds the kept set).  The draw walks the gathered tokens when they
  * hold the kept set, else skips whole blocks by their sums and walks one.
  * The passes over the vocabulary are one table per instruction set
- * (sampler_kernels.h), chosen once by sampler_create() and called
+ * (sampler_internal.h), chosen once by sampler_create() and called
  * through s->k: AVX2 (sampler_avx2.c: 8 lanes, intrinsics under
  * target("avx2") without FMA) where the CPU has it, else GCC vector
  * extensions (sampler_portable.c: 4 lanes, the x86-64 baseline) and
@@ -32,7 +32,6 @@
 #include "sampling/philox.h"
 #include "sampling/sampler.h"
 #include "sampling/sampler_internal.h"
-#include "sampling/sampler_kernels.h"
 
 /* ------------------------------------------------------------------ */
 /* Parameters                                                          */

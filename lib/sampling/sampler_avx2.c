@@ -1,7 +1,7 @@
 /*
  * sampler_avx2.c - the sampler's passes over the vocabulary, 8 lanes at a
  * time, for a CPU with AVX2: the table sampler_kernels_avx2
- * (sampler_kernels.h), which sampler_create() picks once where the CPU
+ * (sampler_internal.h), which sampler_create() picks once where the CPU
  * has it.  sampler_portable.c stays for the others and is what this
  * code must agree with, bit for bit: tests/unit/test_sampler.c holds the
  * two together on random rows.  The target is "avx2" without "fma", so
@@ -13,7 +13,6 @@
 #include <math.h>
 
 #include "sampling/sampler_internal.h"
-#include "sampling/sampler_kernels.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

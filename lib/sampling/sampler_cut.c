@@ -2,7 +2,7 @@
  * sampler_cut.c - cuts among weights already gathered: the value where
  * the mass (top_p) or the count (top_k) from the top reaches a target,
  * found by selection, never a sort; and top_k's compaction of its
- * buffer, which the weights' pass (either table of sampler_kernels.h)
+ * buffer, which the weights' pass (either table of sampler_internal.h)
  * runs as the buffer fills.  The bottom layer of the sampler: it calls
  * nothing of the files above it (sampler_internal.h).
  */

@@ -2,7 +2,7 @@
  * sampler_portable.c - the sampler's passes over the vocabulary in GCC
  * vector extensions (4 lanes: one SSE register, the x86-64 baseline)
  * and scalar code, for any CPU: the table sampler_kernels_portable
- * (sampler_kernels.h).  sampler_avx2.c is its 8-lane twin and must give
+ * (sampler_internal.h).  sampler_avx2.c is its 8-lane twin and must give
  * the same bits; sampler.c's NOTES ON THE DESIGN say what each pass is
  * for.
  */
@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "sampling/sampler_internal.h"
-#include "sampling/sampler_kernels.h"
 
 /* ------------------------------------------------------------------ */
 /* Max and find                                                        */

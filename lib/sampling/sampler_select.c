@@ -11,7 +11,7 @@
  * for min_p alone its threshold.  Cuts are selections, never sorts:
  * sampler_cut() (sampler_cut.c) finds the value where the mass (top_p)
  * or the count (top_k) from the top reaches a target.  The passes over
- * the vocabulary go through s->k (sampler_kernels.h).  A flat row, where top_p keeps
+ * the vocabulary go through s->k (sampler_internal.h).  A flat row, where top_p keeps
  * thousands, brackets its cut from a sample and checks the bracket with
  * one exact pass (sampler_top_p_bracket()); a miss, and top_k over 1024,
  * use the histogram: W bucketed by the float bits of (float)W >> 20
@@ -25,7 +25,6 @@
 
 #include "sampling/sampler.h"
 #include "sampling/sampler_internal.h"
-#include "sampling/sampler_kernels.h"
 
 /*
  * Gather the tokens of W >= min_w and W > 0 into s->by_id in id order;

@@ -5,7 +5,7 @@
  * engine's libraries), a chi-square goodness-of-fit test that tells a
  * biased sampler from a correct one, the logprobs and the error paths,
  * and the sampler's AVX2 kernels against its portable ones, bit for bit
- * (the two tables of lib/sampling/sampler_kernels.h, each asked for by
+ * (the two tables of lib/sampling/sampler_internal.h, each asked for by
  * sampler_set_isa(), with the steps sampler_internal.h declares: the
  * library linked as the engine links it).
  *
@@ -32,7 +32,6 @@
 #include "tests/unit/test_rng.h"
 
 #include "sampling/sampler_internal.h"
-#include "sampling/sampler_kernels.h"
 
 /* The naive sampler itself, statics and all (see the file comment). */
 #include "tools/refdecode/ref_sampler.c"
