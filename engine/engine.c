@@ -1,5 +1,7 @@
 /*
- * engine.c - the coordinator's scheduler and event loop; see engine.h.
+ * engine.c - the coordinator's engine: requests' places and answers and the
+ * event loop that applies what the scheduler and the supervisor return;
+ * see engine.h.
  *
  * NOTES ON THE DESIGN
  *

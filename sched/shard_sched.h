@@ -218,14 +218,14 @@ void shard_dispatch(struct sched *sc, struct shard *s);
 /*
  * Read the shard's published results, at most a ring of them per pass:
  *
- *	if (shard_poll_begin(e, s, &p))
- *		while (shard_poll_next(e, s, &p, &r)) {
- *			while (shard_result_next(e, s, &r, &a))
+ *	if (shard_poll_begin(sc, s, &p))
+ *		while (shard_poll_next(sc, s, &p, &r)) {
+ *			while (shard_result_next(sc, s, &r, &a))
  *				apply a;
- *			shard_result_end(e, s, &r);
- *			shard_poll_after(e, s, &p, &r);
+ *			shard_result_end(sc, s, &r);
+ *			shard_poll_after(sc, s, &p, &r);
  *		}
- *	progress = shard_poll_end(e, s, &p);
+ *	progress = shard_poll_end(sc, s, &p);
  *
  * Rejects what does not match what we sent (counted stale or discarded,
  * a reset when the worker's rows drifted), kills a worker whose results

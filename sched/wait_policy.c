@@ -45,7 +45,7 @@ static bool shard_adoption_news(const struct sched *sc, const struct shard *s)
 
 /* Is there anything for the coordinator in a channel: a result, or an
  * adoption it waits for? */
-static bool engine_any_result_ready(const struct sched *sc)
+static bool sched_any_result_ready(const struct sched *sc)
 {
 	for (uint32_t i = 0; i < sc->n_shards; i++) {
 		const struct shard *s = &sc->shards[i];
@@ -57,10 +57,10 @@ static bool engine_any_result_ready(const struct sched *sc)
 	return false;
 }
 
-/* engine_any_result_ready() in the form the handshake re-checks. */
-static bool engine_recheck_rings(const void *sc)
+/* sched_any_result_ready() in the form the handshake re-checks. */
+static bool sched_recheck_rings(const void *sc)
 {
-	return engine_any_result_ready(sc);
+	return sched_any_result_ready(sc);
 }
 
 /*
@@ -89,7 +89,7 @@ static bool engine_spin_until(struct sched *sc, struct io_ring *io, uint64_t unt
 	unsigned n = 0;
 
 	while (clock_now_ns() < until) {
-		if (engine_any_result_ready(sc) || io_ring_has_event(io))
+		if (sched_any_result_ready(sc) || io_ring_has_event(io))
 			return true;
 		/* Yield now and then: on a small machine a worker may need
 		 * this CPU to finish the very step we are waiting for. */
@@ -184,7 +184,7 @@ int sched_wait(struct sched *sc, const struct sched_waiter *w, uint64_t deadline
 		 * worker_wake_coordinator(), after a result or an adoption */
 		if (sleep_handshake_announce(shm_coordinator_sleeping(sc->seg),
 					     doze_ns ? SHM_COORD_DOZING : SHM_COORD_SLEEPING,
-					     engine_recheck_rings, sc)) {
+					     sched_recheck_rings, sc)) {
 			sleep_handshake_done(shm_coordinator_sleeping(sc->seg));
 			return 0;
 		}

@@ -106,7 +106,7 @@ FOLDER_NOTES = {
     "server/http": "serve: connections, HTTP reader, routes, bodies",
     "server/jsonl": "run: input lines, parser thread, result lines",
     "server/request": "the request JSON codec: jansson, fast path, stop fields",
-    "shard": "worker processes: start, watch, replace",
+    "shard": "worker processes: the result channel, start, watch, replace",
     "tests": "the test suites",
     "tests/e2e": "end-to-end tests of the real binaries",
     "tests/fuzz": "libFuzzer targets, dictionaries",

@@ -135,7 +135,8 @@ static bool worker_dispatch_ready(const struct worker *w)
 static bool worker_result_room(const struct worker *w)
 {
 	/* acquire: pairs with the release store in the coordinator's
-	 * shard_poll(): it has read the entry we are about to reuse */
+	 * shard_channel_release() (shard/shard_channel.c): it has read the
+	 * entry we are about to reuse */
 	return w->result_pos - atomic_load_explicit(&w->ch->results_consumed,
 						    memory_order_acquire) <
 	       w->seg.hdr->ring_depth;
@@ -259,7 +260,7 @@ static uint64_t worker_fill_garbage(struct worker *w, struct shm_result *r,
  * a dozing coordinator (long steps) reads the rings on its own timer and
  * is woken only when urgent.  Call after publishing what it is to see:
  * the handshake's fence pairs with the one after the coordinator sets
- * coordinator_sleeping in engine_wait(), so either it sees what we
+ * coordinator_sleeping in sched_wait(), so either it sees what we
  * published or we see it asleep.
  */
 static void worker_wake_coordinator(const struct worker *w, bool urgent)

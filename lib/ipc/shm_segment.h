@@ -170,7 +170,7 @@ struct shm_header {
 	/* SHM_COORD_*: whether the coordinator sleeps in io_uring and for
 	 * which results a worker that has just published one (or adopted a
 	 * dispatch) writes its notification pipe to wake it.  Set and read
-	 * through sleep_handshake.h (engine_wait(), worker_wake_coordinator()). */
+	 * through sleep_handshake.h (sched_wait(), worker_wake_coordinator()). */
 	_Atomic uint32_t coordinator_sleeping;
 	uint8_t pad1[SHM_CACHE_LINE - 4];
 };

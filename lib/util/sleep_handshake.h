@@ -2,7 +2,7 @@
  * sleep_handshake.h - "set the sleeping flag, fence, look again": the one
  * place that decides whether a sleeper may sleep and whether a publisher
  * must wake it.  Used by the worker (worker_wait(), sleeping on its
- * channel's futex word), the coordinator (engine_wait(), sleeping in
+ * channel's futex word), the coordinator (sched_wait(), sleeping in
  * io_uring) and the parser thread (sleeping on its semaphore) and by the
  * sides that wake them.  Each site keeps its own wake mechanism (futex,
  * pipe, eventfd, semaphore); only the flag and the fences live here.

@@ -158,7 +158,7 @@ else
 	fail "refuse: exit $RUN_RC, $n_lines lines, $n_ref refused of $n_err errors: $(tail -n 1 "$E2E_TMP/refuse.check" 2>/dev/null)"
 fi
 
-# The only worker attacks for ever: after ENGINE_MAX_FAILED_STARTS (8)
+# The only worker attacks for ever: after WORKER_MAX_FAILED_STARTS (8)
 # such workers in a row the shard is lost like one whose workers cannot
 # start, so the run ends (exit 1) with a line for every request, an error
 # for each that was not done (it ran until the timeout: its requests
