@@ -84,7 +84,7 @@ REFDECODE_PARTS := tools/refdecode/ref_llama.c tools/refdecode/ref_llama_check.c
 	tools/refdecode/ref_sampler.c tools/refdecode/ref_sim_logits.c tools/refdecode/ref_text.c
 # The user tools (tools/), the reference decoder and the benchmarks (bench/).
 # tools/refdecode/ref_tokenizer.c, the naive encoder, is part of
-# bin/bench_tokenizer (and #included by tests/unit/test_tokenizer.c).
+# bin/bench_tokenizer; the tests link every reference from $(LIBREF).
 TOOL_SRC := $(wildcard tools/*.c) tools/refdecode/refdecode.c $(wildcard bench/*.c)
 
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
@@ -155,8 +155,10 @@ $(foreach t,$(TOOL_SRC),$(eval $(call tool_rule,$(t))))
 # and its text rules with the naive encoder (refdecode --tokenizer).
 $(BIN)/refdecode: $(REFDECODE_PARTS:%.c=$(BUILD)/%.o) $(BUILD)/tools/refdecode/ref_tokenizer.o
 
-# The benchmark times the naive encoder against lib/text/tokenizer.c.
+# The benchmarks time the naive encoder and sampler against
+# lib/text/tokenizer.c and lib/sampling/.
 $(BIN)/bench_tokenizer: $(BUILD)/tools/refdecode/ref_tokenizer.o
+$(BIN)/bench_sampler: $(BUILD)/tools/refdecode/ref_sampler.o
 
 $(PLUGIN): examples/example_plugin.c include/dynbatch/model.h
 	@mkdir -p $(dir $@)
@@ -170,7 +172,14 @@ $(PROBE_PLUGIN): tests/plugins/probe_plugin.c include/dynbatch/model.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fPIC -shared -o $@ $<
 
-$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIBS_TEST)
+# The naive references (tools/refdecode/ref_*.c) that tests hold the
+# code to, as an archive: a test links what it uses.
+LIBREF := $(BUILD)/libref.a
+$(LIBREF): $(REFDECODE_PARTS:%.c=$(BUILD)/%.o) $(BUILD)/tools/refdecode/ref_tokenizer.o
+	@mkdir -p $(dir $@)
+	$(AR) rcs $@ $^
+
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIBREF) $(LIBS_TEST)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) -lcmocka -lseccomp $(LDLIBS_COORD)
 

@@ -47,7 +47,7 @@
 #include "model/sim_model.h"
 
 /* The naive sampler of the reference decoder, compiled in. */
-#include "tools/refdecode/ref_sampler.c"
+#include "tools/refdecode/ref_sampler.h"
 
 #define BENCH_ROWS 16
 

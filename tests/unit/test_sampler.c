@@ -34,7 +34,7 @@
 #include "sampling/sampler_internal.h"
 
 /* The naive sampler itself, statics and all (see the file comment). */
-#include "tools/refdecode/ref_sampler.c"
+#include "tools/refdecode/ref_sampler.h"
 
 /* ------------------------------------------------------------------ */
 /* Helpers                                                             */

@@ -37,7 +37,7 @@
 #include "tests/unit/test_rng.h"
 
 /* The naive encoder itself (see the file comment). */
-#include "tools/refdecode/ref_tokenizer.c"
+#include "tools/refdecode/ref_tokenizer.h"
 
 /* ------------------------------------------------------------------ */
 /* Helpers                                                             */

@@ -16,15 +16,6 @@
 #include "tools/refdecode/ref_sampler.h"
 
 /* The per-token arrays of one call. */
-struct ref_row {
-	uint32_t vocab;
-	float *y;	/* biased logits */
-	uint32_t *w;	/* weights */
-	bool *keep;
-	uint32_t *order;	/* ids by decreasing weight, ties by id */
-	uint32_t *tmp;
-};
-
 /* Stable merge sort of ids by decreasing w[id]: equal weights keep id order. */
 static void ref_sort_desc(uint32_t *ids, uint32_t *tmp, uint32_t n,
 			  const uint32_t *w)
@@ -45,7 +36,7 @@ static void ref_sort_desc(uint32_t *ids, uint32_t *tmp, uint32_t n,
 }
 
 /* Weights at temperature t and the order by them; returns Z. */
-static uint64_t ref_weigh(struct ref_row *r, float max_y, float temperature)
+uint64_t ref_weigh(struct ref_row *r, float max_y, float temperature)
 {
 	float scale = sampler_weight_scale(temperature);
 	uint64_t z_sum = 0;
@@ -77,7 +68,7 @@ static void ref_drop_below(struct ref_row *r, uint32_t t)
 }
 
 /* Apply top_k, top_p and min_p to r->keep, in that order. */
-static void ref_cut(struct ref_row *r, const struct sampling_params *p)
+void ref_cut(struct ref_row *r, const struct sampling_params *p)
 {
 	for (uint32_t i = 0; i < r->vocab; i++)
 		r->keep[i] = r->w[i] > 0;
@@ -102,7 +93,7 @@ static void ref_cut(struct ref_row *r, const struct sampling_params *p)
 	ref_drop_below(r, sampler_min_p_threshold(p->min_p));
 }
 
-static uint32_t ref_draw(const struct ref_row *r, uint64_t r53)
+uint32_t ref_draw(const struct ref_row *r, uint64_t r53)
 {
 	uint64_t target = sampler_draw_target(r53, ref_kept_sum(r)), acc = 0;
 

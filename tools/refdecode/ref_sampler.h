@@ -11,6 +11,7 @@
 #ifndef DYNBATCH_REF_SAMPLER_H
 #define DYNBATCH_REF_SAMPLER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "sampling/sampler.h"
@@ -23,5 +24,26 @@
 int ref_sample(const float *logits, uint32_t vocab,
 	       const struct sampling_params *p, uint32_t k, uint32_t choice,
 	       struct sampler_result *out);
+
+/*
+ * The reference's steps one at a time, for tests that hold the engine's
+ * draws to the definition (test_sampler's chi-square test): a row's
+ * buffers, each vocab long, owned by the caller.
+ */
+struct ref_row {
+	uint32_t vocab;
+	float *y;	/* biased logits */
+	uint32_t *w;	/* weights */
+	bool *keep;
+	uint32_t *order;	/* ids by decreasing weight, ties by id */
+	uint32_t *tmp;
+};
+
+/* Weights at temperature t and the order by them; returns Z. */
+uint64_t ref_weigh(struct ref_row *r, float max_y, float temperature);
+/* Apply top_k, top_p and min_p to r->keep, in that order. */
+void ref_cut(struct ref_row *r, const struct sampling_params *p);
+/* The kept token the 53-bit uniform r53 draws. */
+uint32_t ref_draw(const struct ref_row *r, uint64_t r53);
 
 #endif /* DYNBATCH_REF_SAMPLER_H */
