@@ -29,12 +29,24 @@
  * row over with n_cached = 0 and the model rebuilds the state from the
  * tokens ("re-prefill").
  *
+ * A paged model (version 4 with step_paged non-NULL) is a stateful model
+ * whose state is only KV in fixed-size blocks of a pool the engine maps
+ * and hands it (bind_paged()); the engine decides which blocks hold which
+ * positions of each row (docs/DESIGN.md 11), so rows can share blocks
+ * (a common prefix), and hands each step the rows' block tables.  A
+ * paged model keeps nothing per slot: what a row may read is exactly
+ * positions [0, n_cached) of its blocks, which the engine vouches hold
+ * that row's tokens' KV; it writes positions [n_cached, n_cached +
+ * n_consume) before any of them attends.  The engine copies whole blocks
+ * itself (copy-on-write), so a block's bytes must depend only on the
+ * positions written into it, never on where the block lies.
+ *
  * VERSIONING
  *
  * A plugin sets abi_version to the DYNBATCH_MODEL_ABI_VERSION it was
- * compiled against.  The loader accepts 1 to 3.  A version 1 table ends
- * at destroy, a version 2 table at release: the loader never reads the
- * fields after its version's last.  Only append fields at the end of the
+ * compiled against.  The loader accepts 1 to 4.  A version 1 table ends
+ * at destroy, a version 2 table at release, a version 3 at logits: the
+ * loader never reads the fields after its version's last.  Only append fields at the end of the
  * struct, and bump the version when you do.
  *
  * THREADS AND LIFETIME
@@ -64,7 +76,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DYNBATCH_MODEL_ABI_VERSION 3u
+#define DYNBATCH_MODEL_ABI_VERSION 4u
 #define DYNBATCH_MODEL_PLUGIN_SYMBOL "dynbatch_model_plugin"
 
 /* Why a stateful model refuses a row (refusals[] of step()). */
@@ -196,6 +208,57 @@ struct dynbatch_model_api {
 	 */
 	int (*logits)(void *model, uint32_t n_rows, const int32_t *const *prefixes,
 		      const uint32_t *lengths, float *logits);
+
+	/* ---- version 4: the loader reads these only when abi_version >= 4 */
+
+	/*
+	 * Paged models: the bytes of KV one position takes (every layer, K
+	 * and V).  The engine sizes the pool and its blocks from it.  NULL,
+	 * or 0: the model is not paged.
+	 */
+	uint64_t (*kv_bytes_per_token)(void *model);
+
+	/*
+	 * Paged models, instead of bind(): the pool is n_blocks blocks of
+	 * block_tokens positions at pool (mapped by the engine, zero at
+	 * first, never moved while the model lives); rows have prefixes of
+	 * at most max_context tokens, and a step has at most max_rows rows.
+	 * Reserve scratch here.  0, or a negative errno after writing a
+	 * one-line reason into err.
+	 */
+	int (*bind_paged)(void *model, void *pool, uint32_t n_blocks,
+			  uint32_t block_tokens, uint32_t max_context,
+			  uint32_t max_rows, char *err, size_t err_len);
+
+	/*
+	 * Paged models: one step, as step() (logits, refusals, errors and
+	 * the same promise: a row's logits depend only on its tokens, never
+	 * on its blocks, its batch, its chunking or its n_cached), over rows
+	 * whose state is in the pool.  A block id at or past n_blocks, or
+	 * too few blocks for a row, fails the step with -EINVAL.  A table
+	 * may also set step, bind and release (a model that can run either
+	 * way): the engine then runs it paged, and never mixes the two.
+	 */
+	int (*step_paged)(void *model, uint32_t n_rows,
+			  const struct dynbatch_paged_row *rows, float *logits,
+			  uint32_t *refusals);
+};
+
+/*
+ * One row of a paged step: the row as in step(), and where its KV lives.
+ * Position p of the row is at offset p % block_tokens of block
+ * blocks[p / block_tokens]; block b occupies bytes [b * block_bytes,
+ * (b + 1) * block_bytes) of the pool, block_bytes = block_tokens *
+ * kv_bytes_per_token().
+ */
+struct dynbatch_paged_row {
+	struct dynbatch_model_row row;	/* slot and generation: informational;
+					 * n_cached: positions already in the
+					 * blocks (the engine vouches) */
+	const uint32_t *blocks;		/* read-only, valid in the call; each
+					 * entry below bind_paged()'s n_blocks */
+	uint32_t n_blocks;		/* entries: cover at least n_cached +
+					 * n_consume positions */
 };
 
 typedef const struct dynbatch_model_api *(*dynbatch_model_plugin_fn)(void);
