@@ -119,6 +119,9 @@ struct dynbatch_model_row {
 	uint32_t want_output;
 };
 
+/* Declared below, beside the paged entry points; step_paged() names it. */
+struct dynbatch_paged_row;
+
 struct dynbatch_model_api {
 	uint32_t abi_version;	/* DYNBATCH_MODEL_ABI_VERSION */
 	const char *name;	/* short name for logs, e.g. "example" */
