@@ -50,6 +50,8 @@ TEST_DEB_PACKAGES := curl nginx-light strace python3
 #   engine                     requests, admission, commit (coordinator)
 #   sched                      placement, refill, waiting (coordinator)
 #   shard                      worker processes and their supervision (coordinator)
+#   kv                         the paged cache's block bookkeeping: block
+#                              pool, tables, prefix hashes (coordinator)
 #   worker                     the worker's loop and sandbox (worker)
 #   lib/io                     the io_uring event ring, output writer (coordinator)
 #   lib/text                   tokenizer, stop matching (coordinator, tools)
@@ -58,7 +60,7 @@ TEST_DEB_PACKAGES := curl nginx-light strace python3
 #   lib/sampling               the sampler (both)
 #   lib/ipc                    the shared-memory segment (both)
 #   lib/util                   logging, strings, numbers (both)
-LAYERS := server server/http server/jsonl server/request engine sched shard worker lib/io lib/text \
+LAYERS := server server/http server/jsonl server/request engine sched shard kv worker lib/io lib/text \
 	lib/model lib/kernels lib/sampling lib/ipc lib/util
 lib_of = $(BUILD)/lib$(subst /,_,$(1)).a
 layer_src = $(filter-out %/main.c,$(wildcard $(1)/*.c))
@@ -71,7 +73,7 @@ $(foreach l,$(LAYERS),$(eval $(call layer_rule,$(l))))
 libs = $(foreach l,$(1),$(call lib_of,$(l)))
 
 LIBS_BASE := lib/model lib/kernels lib/sampling lib/ipc lib/util
-LIBS_COORD := $(call libs,server server/http server/jsonl server/request engine sched shard lib/io lib/text $(LIBS_BASE))
+LIBS_COORD := $(call libs,server server/http server/jsonl server/request engine sched shard kv lib/io lib/text $(LIBS_BASE))
 LIBS_WORKER := $(call libs,worker $(LIBS_BASE))
 # The tools link the lower layers, the request codec (server: workloads)
 # and the result-line format (server/jsonl: refdecode's lines).

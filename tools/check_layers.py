@@ -47,7 +47,7 @@ LAYERS = [
     ["engine"],                         # requests in flight, admission, commit
     ["sched"],                          # placement, refill, waiting
     ["shard"],                          # worker processes, supervision
-    ["kv"],                             # the paged cache's bookkeeping (empty)
+    ["kv"],                             # block pool, tables, prefix hashes
     ["lib/io", "lib/text"],             # io_uring loop, output; tokenizer, stops
     ["lib/model", "lib/ipc"],           # models and their runner; shared memory
     ["lib/kernels", "lib/sampling"],    # matmul kernels; the sampler
@@ -92,7 +92,8 @@ FOLDER_NOTES = {
     "examples": "a complete model plugin; nginx in front of replicas",
     "include": "public headers",
     "include/dynbatch": "the plugin ABI, the one public header",
-    "kv": "the paged cache's block bookkeeping (empty for now)",
+    "kv": "the paged cache's block bookkeeping: block pool, tables, "
+          "prefix hashes",
     "lib": "code the programs link by concern",
     "lib/io": "the io_uring loop, double-buffered output",
     "lib/ipc": "shared memory: objects, layout, rings, wake-ups",
