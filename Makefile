@@ -175,9 +175,11 @@ $(PROBE_PLUGIN): tests/plugins/probe_plugin.c include/dynbatch/model.h
 	$(CC) $(CFLAGS) -fPIC -shared -o $@ $<
 
 # The naive references (tools/refdecode/ref_*.c) that tests hold the
-# code to, as an archive: a test links what it uses.
+# code to, as an archive: a test links what it uses.  ref_kv.c, the
+# naive block bookkeeping, is for test_kv_manager only (not refdecode's).
 LIBREF := $(BUILD)/libref.a
-$(LIBREF): $(REFDECODE_PARTS:%.c=$(BUILD)/%.o) $(BUILD)/tools/refdecode/ref_tokenizer.o
+$(LIBREF): $(REFDECODE_PARTS:%.c=$(BUILD)/%.o) $(BUILD)/tools/refdecode/ref_tokenizer.o \
+	$(BUILD)/tools/refdecode/ref_kv.o
 	@mkdir -p $(dir $@)
 	$(AR) rcs $@ $^
 
