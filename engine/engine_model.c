@@ -92,7 +92,7 @@ static int engine_open_tokenizer(struct engine *e)
 
 /*
  * Learn the model's vocabulary.  A plugin's code never runs here when
- * workers run it (docs/DESIGN.md 11.1): its vocabulary comes from a
+ * workers run it (docs/DESIGN.md 12.1): its vocabulary comes from a
  * sandboxed probe (model_probe.h).  The sim model is our own code and
  * cheap to open; with --workers 0 the coordinator runs the model itself
  * by design, and keeps it open.  Returns an exit status.

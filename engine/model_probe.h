@@ -6,7 +6,7 @@
  * The coordinator needs the vocabulary before it starts a worker (it
  * sizes the shared segment's checks with it), but a plugin's
  * constructors, create(), vocab() and destroy() are untrusted code
- * (docs/DESIGN.md 11.1).  So with --workers N > 0 a plugin is opened only
+ * (docs/DESIGN.md 12.1).  So with --workers N > 0 a plugin is opened only
  * in a probe: dynbatch-worker --probe-fd 3 --model SPEC
  * (worker_spawn_probe()), which loads the model as a worker does, enters
  * the same sandbox, writes one line to its answer pipe and exits:

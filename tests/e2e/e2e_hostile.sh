@@ -14,7 +14,7 @@
 # write what the worker can reach in shared memory, read or write every
 # descriptor it holds, and try to make its read-only views writable; they
 # are harmless because the coordinator gives a worker nothing it may not
-# use (docs/DESIGN.md 11): each run also fails if the attack stole a byte,
+# use (docs/DESIGN.md 12): each run also fails if the attack stole a byte,
 # made a mapping writable or reopened shared memory for writing.
 set -u
 . "$(dirname "$0")/e2e_lib.sh"

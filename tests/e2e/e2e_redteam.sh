@@ -1,6 +1,6 @@
 #!/bin/bash
 # e2e_redteam.sh - hostile clients of the sampling, text and chat front
-# ends (docs/DESIGN.md 11: clients may send anything; nothing crashes,
+# ends (docs/DESIGN.md 12: clients may send anything; nothing crashes,
 # hangs or grows without bound, and every other request stays exact).
 #
 #   1. serve: a ~150-byte request must not make the server hold hundreds
