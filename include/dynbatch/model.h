@@ -119,6 +119,10 @@ struct dynbatch_model_row {
 	uint32_t want_output;
 };
 
+/* Declared here, defined below the table: step_paged() names it, and a
+ * struct first named in a parameter list would be a different type. */
+struct dynbatch_paged_row;
+
 struct dynbatch_model_api {
 	uint32_t abi_version;	/* DYNBATCH_MODEL_ABI_VERSION */
 	const char *name;	/* short name for logs, e.g. "example" */
