@@ -143,21 +143,31 @@ static void llama_layer_attention(struct llama_model *m, uint32_t l,
 	/* every K/V of the chunk goes in before anyone attends */
 	for (uint32_t t = 0; t < n; t++) {
 		const struct llama_chunk_token *ct = &m->ct[t];
+		float *kd, *vd;
 
 		llama_rope(m, m->q + t * dim, c->dim, t);
 		llama_rope(m, m->kb + t * kvd, c->kv_dim, t);
-		memcpy(llama_cache(m, ct->slot, l, 0) + (size_t)ct->pos * kvd,
-		       m->kb + t * kvd, kvd * sizeof(float));
-		memcpy(llama_cache(m, ct->slot, l, 1) + (size_t)ct->pos * kvd,
-		       m->vb + t * kvd, kvd * sizeof(float));
+		if (m->paged) {
+			kd = llama_paged_kv(m, ct->blocks, ct->pos, l, 0);
+			vd = llama_paged_kv(m, ct->blocks, ct->pos, l, 1);
+		} else {
+			kd = llama_cache(m, ct->slot, l, 0) + (size_t)ct->pos * kvd;
+			vd = llama_cache(m, ct->slot, l, 1) + (size_t)ct->pos * kvd;
+		}
+		memcpy(kd, m->kb + t * kvd, kvd * sizeof(float));
+		memcpy(vd, m->vb + t * kvd, kvd * sizeof(float));
 	}
 	/*
 	 * Head by head, so that a long prefix's keys and values of one head
 	 * stay in cache across the chunk's tokens; the order changes
 	 * nothing in the results.
 	 */
-	for (uint32_t h = 0; h < c->n_heads; h++)
-		llama_attention_head(m, l, n, h, m->xb2);
+	for (uint32_t h = 0; h < c->n_heads; h++) {
+		if (m->paged)
+			llama_paged_attention_head(m, l, n, h, m->xb2);
+		else
+			llama_attention_head(m, l, n, h, m->xb2);
+	}
 	llama_matmul_w(m, m->xb, m->xb2, n, &w->wo, l);
 	for (size_t i = 0; i < n * dim; i++)
 		m->x[i] += m->xb[i];

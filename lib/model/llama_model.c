@@ -1,7 +1,9 @@
 /*
  * llama_model.c - the llama2.c forward pass behind the stateful model ABI
- * (model.h): a KV cache per slot, steps over many rows at once; see
- * llama_model.h for the create args.
+ * (model.h): a KV cache per slot (version 2) or the engine's paged pool
+ * (version 4), steps over many rows at once; see llama_model.h for the
+ * create args.  The forward pass is in llama_forward.c, the paged mode's
+ * own parts in llama_paged.c, the run state they share in llama_run.h.
  *
  * NOTES ON THE DESIGN
  *
@@ -43,6 +45,25 @@
  * The model tracks how many tokens of each slot it consumed, so that a
  * caller claiming more cached tokens than there are fails the step
  * (-EINVAL) instead of reading a stale cache.
+ *
+ * Paged mode (bind_paged(), step_paged(); llama_paged.c).  K and V live
+ * in the engine's pool, in blocks of block_tokens positions laid out
+ * [layer][K or V][offset][kv_dim]: one layer's keys of a block are
+ * consecutive at stride kv_dim, as a slot's are in the contiguous cache,
+ * so the same kernels run over a block's span of positions.  A token at
+ * position pos attends over [0, pos] by walking its row's table span by
+ * span: the spans' scores fill the one score array (each score is its own
+ * dot product), softmax runs over all of it, and the values are summed
+ * span after span by attn_mix_acc(), whose per-element chains go on
+ * across a span's end exactly as attn_mix()'s do across a slot.  So a
+ * row's logits are the contiguous mode's bit for bit, for any block size
+ * and table (test_llama_paged.c), and the contiguous path itself did not
+ * change (make run's results are the same bytes).  The chunk rule is the
+ * same: every K/V of a chunk is written before any of its tokens attends.
+ * The model keeps nothing per row: it trusts n_cached (the engine vouches
+ * for those positions) and checks only what could take it outside the
+ * pool, every row's every block id and a table long enough for what the
+ * step writes, for all rows before it writes anything.
  */
 #include "model/llama_model.h"
 #include "model/llama_run.h"
@@ -131,7 +152,7 @@ out_free:
 	return NULL;
 }
 
-static void llama_unbind(struct llama_model *m)
+void llama_unbind(struct llama_model *m)
 {
 	if (m->kv)
 		munmap(m->kv, m->kv_bytes);
@@ -158,6 +179,9 @@ static void llama_unbind(struct llama_model *m)
 	m->ct = NULL;
 	m->x = m->xb = m->xb2 = m->q = m->kb = m->vb = NULL;
 	m->hb = m->hb2 = m->att = NULL;
+	/* the pool is the engine's: forget it, never unmap it */
+	m->pool = NULL;
+	m->paged = false;
 	m->bound = false;
 }
 
@@ -184,7 +208,7 @@ static uint32_t llama_max_context(void *model)
 
 /* -------------------------------------------------------------- bind */
 
-static float *llama_alloc_floats(size_t n)
+float *llama_alloc_floats(size_t n)
 {
 	void *p = NULL;
 
@@ -205,13 +229,11 @@ static void llama_rope_freqs(struct llama_model *m)
 }
 
 
-static int llama_bind_scratch(struct llama_model *m)
+int llama_bind_scratch(struct llama_model *m)
 {
 	const struct llama_config *c = &m->ck.cfg;
 	size_t ch = LLAMA_CHUNK;
 
-	m->consumed = calloc(m->n_slots, sizeof(*m->consumed));
-	m->seen = calloc(m->n_slots, sizeof(*m->seen));
 	m->rope = llama_alloc_floats(ch * c->head_size);
 	m->rope_freq = llama_alloc_floats(c->head_size / 2 + 1);
 	m->ct = calloc(ch, sizeof(*m->ct));
@@ -231,7 +253,7 @@ static int llama_bind_scratch(struct llama_model *m)
 		      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (m->att == MAP_FAILED)
 		m->att = NULL;
-	if (!m->consumed || !m->seen || !m->rope || !m->rope_freq || !m->ct || !m->x ||
+	if (!m->rope || !m->rope_freq || !m->ct || !m->x ||
 	    !m->xb || !m->xb2 || !m->q || !m->kb || !m->vb || !m->hb ||
 	    !m->hb2 || !m->att)
 		return -ENOMEM;
@@ -279,7 +301,10 @@ static int llama_bind(void *model, uint32_t n_slots, uint32_t max_context,
 	m->slot_floats = slot_bytes / sizeof(float);
 	m->n_slots = n_slots;
 	m->max_context = max_context;
-	if (llama_bind_scratch(m)) {
+	/* per slot: only the contiguous mode tracks what each holds */
+	m->consumed = calloc(n_slots, sizeof(*m->consumed));
+	m->seen = calloc(n_slots, sizeof(*m->seen));
+	if (!m->consumed || !m->seen || llama_bind_scratch(m)) {
 		llama_unbind(m);
 		snprintf(err, err_len, "llama: out of memory for scratch buffers");
 		return -ENOMEM;
@@ -292,7 +317,7 @@ static void llama_release(void *model, uint32_t slot)
 {
 	struct llama_model *m = model;
 
-	if (!m->bound || slot >= m->n_slots)
+	if (!m->bound || m->paged || slot >= m->n_slots)
 		return;
 	m->consumed[slot] = 0;
 	madvise(m->kv + (size_t)slot * m->slot_floats,
@@ -338,15 +363,42 @@ static int llama_row_check(struct llama_model *m,
 	return 0;
 }
 
+void llama_queue_row(struct llama_model *m, const struct dynbatch_model_row *r,
+		     const uint32_t *blocks, uint32_t refusal, int32_t *out_row)
+{
+	size_t vocab = m->ck.cfg.vocab;
+	uint32_t end = r->n_cached + r->n_consume;
+
+	if (refusal != DYNBATCH_REFUSE_NONE) {
+		if (r->want_output)
+			memset(m->logits + (size_t)(*out_row)++ * vocab, 0,
+			       vocab * sizeof(float));
+		return;
+	}
+	for (uint32_t p = r->n_cached; p < end; p++) {
+		struct llama_chunk_token *ct = &m->ct[m->n_ct++];
+
+		ct->slot = r->slot;
+		ct->blocks = blocks;
+		ct->pos = p;
+		ct->token = r->tokens[p];
+		ct->out_row = (r->want_output && p == end - 1) ? *out_row : -1;
+		if (m->n_ct == LLAMA_CHUNK)
+			llama_chunk_run(m);
+	}
+	if (r->want_output)
+		(*out_row)++;
+}
+
 static int llama_step(void *model, uint32_t n_rows,
 		      const struct dynbatch_model_row *rows, float *logits,
 		      uint32_t *refusals)
 {
 	struct llama_model *m = model;
-	size_t vocab = m->ck.cfg.vocab;
 	int32_t out_row = 0;
 
-	if (!m->bound || (n_rows && (!rows || !refusals)))
+	/* bound paged: the engine never mixes the two ways (model.h) */
+	if (!m->bound || m->paged || (n_rows && (!rows || !refusals)))
 		return -EINVAL;
 	m->step_id++;
 	for (uint32_t i = 0; i < n_rows; i++)
@@ -356,29 +408,10 @@ static int llama_step(void *model, uint32_t n_rows,
 	m->n_ct = 0;
 	for (uint32_t i = 0; i < n_rows; i++) {
 		const struct dynbatch_model_row *r = &rows[i];
-		uint32_t end = r->n_cached + r->n_consume;
 
-		if (refusals[i] != DYNBATCH_REFUSE_NONE) {
-			m->consumed[r->slot] = 0;
-			if (r->want_output)
-				memset(logits + (size_t)out_row++ * vocab, 0,
-				       vocab * sizeof(float));
-			continue;
-		}
-		m->consumed[r->slot] = end;
-		for (uint32_t p = r->n_cached; p < end; p++) {
-			struct llama_chunk_token *ct = &m->ct[m->n_ct++];
-
-			ct->slot = r->slot;
-			ct->pos = p;
-			ct->token = r->tokens[p];
-			ct->out_row = (r->want_output && p == end - 1) ?
-					      out_row : -1;
-			if (m->n_ct == LLAMA_CHUNK)
-				llama_chunk_run(m);
-		}
-		if (r->want_output)
-			out_row++;
+		m->consumed[r->slot] = refusals[i] != DYNBATCH_REFUSE_NONE ? 0 :
+				       r->n_cached + r->n_consume;
+		llama_queue_row(m, r, NULL, refusals[i], &out_row);
 	}
 	if (m->n_ct)
 		llama_chunk_run(m);
@@ -399,6 +432,10 @@ static const struct dynbatch_model_api llama_api = {
 	.bind = llama_bind,
 	.step = llama_step,
 	.release = llama_release,
+	/* version 4: the same model over the engine's paged pool */
+	.kv_bytes_per_token = llama_kv_bytes_per_token,
+	.bind_paged = llama_bind_paged,
+	.step_paged = llama_step_paged,
 };
 
 const struct dynbatch_model_api *llama_model_api(void)
