@@ -119,7 +119,8 @@ struct dynbatch_model_row {
 	uint32_t want_output;
 };
 
-/* Declared below, beside the paged entry points; step_paged() names it. */
+/* Declared here, defined below the table: step_paged() names it, and a
+ * struct first named in a parameter list would be a different type. */
 struct dynbatch_paged_row;
 
 struct dynbatch_model_api {

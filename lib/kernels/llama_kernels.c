@@ -42,6 +42,11 @@
  * dot()'s and each output element exactly what axpy() position after
  * position gives, so the tiles' edges change nothing, and a token's
  * result depends only on its query, its cache and its position count.
+ * attn_mix_acc() is the same loop started from out's values instead of
+ * zeros: a paged cache runs attn_scores() and it once per block's span
+ * of positions, and since scores are independent per position and every
+ * output element's chain just goes on across a span's end, the spans
+ * give the single call's bits (test_llama_paged.c shows it).
  *
  * The functions carry __attribute__((target("avx2,fma"))) instead of the
  * Makefile passing -mavx2, so the rest of the program still runs on any
@@ -124,13 +129,20 @@ static void llama_softmax_portable(float *x, size_t n)
 		x[i] /= sum;
 }
 
+static void llama_attn_mix_acc_portable(float *out, const float *att,
+					const float *vals, size_t stride,
+					size_t n_pos, size_t hs)
+{
+	for (size_t p = 0; p < n_pos; p++)
+		llama_axpy_portable(out, att[p], vals + p * stride, hs);
+}
+
 static void llama_attn_mix_portable(float *out, const float *att,
 				    const float *vals, size_t stride,
 				    size_t n_pos, size_t hs)
 {
 	memset(out, 0, hs * sizeof(float));
-	for (size_t p = 0; p < n_pos; p++)
-		llama_axpy_portable(out, att[p], vals + p * stride, hs);
+	llama_attn_mix_acc_portable(out, att, vals, stride, n_pos, hs);
 }
 
 /* -------------------------------------------------------------- AVX2 + FMA */
@@ -390,16 +402,19 @@ static LLAMA_AVX2 void llama_attn_scores_avx2(float *att, const float *q,
  * out[i0 .. i0 + 8 V) over all positions, the V vectors held in registers
  * (V <= 8): per position one broadcast weight and V FMAs, each element's
  * chain fed in order of p from 0, as axpy() into a zeroed out would.
+ * ACC (a constant once inlined): the chains start from out's values
+ * instead of 0 (attn_mix_acc()); a float stored and loaded back is
+ * exact, so a chain split at a span's end goes on unchanged.
  */
 static inline __attribute__((always_inline)) LLAMA_AVX2 void
-llama_mix_block(int V, float *out, const float *att, const float *vals,
-		size_t stride, size_t n_pos)
+llama_mix_block(int V, bool ACC, float *out, const float *att,
+		const float *vals, size_t stride, size_t n_pos)
 {
 	__m256 acc[8];
 
 #pragma GCC unroll 8
 	for (int v = 0; v < V; v++)
-		acc[v] = _mm256_setzero_ps();
+		acc[v] = ACC ? _mm256_loadu_ps(out + 8 * v) : _mm256_setzero_ps();
 	for (size_t p = 0; p < n_pos; p++) {
 		__m256 a = _mm256_broadcast_ss(att + p);
 		const float *row = vals + p * stride;
@@ -416,17 +431,19 @@ llama_mix_block(int V, float *out, const float *att, const float *vals,
 
 #define LLAMA_MIX_CASE(V)                                               \
 	case V:                                                         \
-		llama_mix_block(V, out + i, att, vals + i, stride, n_pos); \
+		llama_mix_block(V, ACC, out + i, att, vals + i, stride, n_pos); \
 		break
 
-static LLAMA_AVX2 void llama_attn_mix_avx2(float *out, const float *att,
-					   const float *vals, size_t stride,
-					   size_t n_pos, size_t hs)
+/* attn_mix() (ACC false) and attn_mix_acc() (ACC true), inlined into each
+ * with ACC constant: the same chains, started from 0 or from out. */
+static inline __attribute__((always_inline)) LLAMA_AVX2 void
+llama_attn_mix_body(bool ACC, float *out, const float *att, const float *vals,
+		    size_t stride, size_t n_pos, size_t hs)
 {
 	size_t i, n8 = hs & ~(size_t)7;
 
 	for (i = 0; i + 64 <= n8; i += 64)
-		llama_mix_block(8, out + i, att, vals + i, stride, n_pos);
+		llama_mix_block(8, ACC, out + i, att, vals + i, stride, n_pos);
 	switch ((n8 - i) / 8) {
 	LLAMA_MIX_CASE(1); LLAMA_MIX_CASE(2); LLAMA_MIX_CASE(3);
 	LLAMA_MIX_CASE(4); LLAMA_MIX_CASE(5); LLAMA_MIX_CASE(6);
@@ -435,12 +452,26 @@ static LLAMA_AVX2 void llama_attn_mix_avx2(float *out, const float *att,
 		break;
 	}
 	for (i = n8; i < hs; i++) {
-		float s = 0.0f;
+		float s = ACC ? out[i] : 0.0f;
 
 		for (size_t p = 0; p < n_pos; p++)
 			s = llama_fma1(att[p], vals[p * stride + i], s);
 		out[i] = s;
 	}
+}
+
+static LLAMA_AVX2 void llama_attn_mix_avx2(float *out, const float *att,
+					   const float *vals, size_t stride,
+					   size_t n_pos, size_t hs)
+{
+	llama_attn_mix_body(false, out, att, vals, stride, n_pos, hs);
+}
+
+static LLAMA_AVX2 void llama_attn_mix_acc_avx2(float *out, const float *att,
+					       const float *vals, size_t stride,
+					       size_t n_pos, size_t hs)
+{
+	llama_attn_mix_body(true, out, att, vals, stride, n_pos, hs);
 }
 
 /*
@@ -528,6 +559,7 @@ static const struct llama_kernels llama_kernels_avx2 = {
 	.axpy = llama_axpy_avx2,
 	.attn_scores = llama_attn_scores_avx2,
 	.attn_mix = llama_attn_mix_avx2,
+	.attn_mix_acc = llama_attn_mix_acc_avx2,
 	.softmax = llama_softmax_avx2,
 };
 
@@ -549,6 +581,7 @@ static const struct llama_kernels llama_kernels_portable = {
 	.axpy = llama_axpy_portable,
 	.attn_scores = llama_attn_scores_portable,
 	.attn_mix = llama_attn_mix_portable,
+	.attn_mix_acc = llama_attn_mix_acc_portable,
 	.softmax = llama_softmax_portable,
 };
 

@@ -45,6 +45,15 @@ struct llama_kernels {
 	void (*attn_mix)(float *out, const float *att, const float *vals,
 			 size_t stride, size_t n_pos, size_t hs);
 	/*
+	 * attn_mix() continued: out[i] += the same sum, each element's chain
+	 * picking up from out[i] and going on in order of p exactly as
+	 * attn_mix() would.  So positions split into spans (a paged KV
+	 * cache's blocks), a zeroed out and one call per span in order give
+	 * attn_mix()'s result over them all, bit for bit.
+	 */
+	void (*attn_mix_acc)(float *out, const float *att, const float *vals,
+			     size_t stride, size_t n_pos, size_t hs);
+	/*
 	 * x[i] = exp(x[i] - max) / sum of those, for i < n (n >= 1), in
 	 * place.  The AVX2 one uses its own vector exp (a polynomial, within
 	 * a few ulp of expf) and multiplies by 1 / sum.

@@ -1,7 +1,9 @@
 /*
  * llama_model.c - the llama2.c forward pass behind the stateful model ABI
- * (model.h): a KV cache per slot, steps over many rows at once; see
- * llama_model.h for the create args.
+ * (model.h): a KV cache per slot (version 2) or the engine's paged pool
+ * (version 4), steps over many rows at once; see llama_model.h for the
+ * create args.  The forward pass is in llama_forward.c, the paged mode's
+ * own parts in llama_paged.c, the run state they share in llama_run.h.
  *
  * NOTES ON THE DESIGN
  *
@@ -43,11 +45,28 @@
  * The model tracks how many tokens of each slot it consumed, so that a
  * caller claiming more cached tokens than there are fails the step
  * (-EINVAL) instead of reading a stale cache.
+ *
+ * Paged mode (bind_paged(), step_paged(); llama_paged.c).  K and V live
+ * in the engine's pool, in blocks of block_tokens positions laid out
+ * [layer][K or V][offset][kv_dim]: one layer's keys of a block are
+ * consecutive at stride kv_dim, as a slot's are in the contiguous cache,
+ * so the same kernels run over a block's span of positions.  A token at
+ * position pos attends over [0, pos] by walking its row's table span by
+ * span: the spans' scores fill the one score array (each score is its own
+ * dot product), softmax runs over all of it, and the values are summed
+ * span after span by attn_mix_acc(), whose per-element chains go on
+ * across a span's end exactly as attn_mix()'s do across a slot.  So a
+ * row's logits are the contiguous mode's bit for bit, for any block size
+ * and table (test_llama_paged.c), and the contiguous path itself did not
+ * change (make run's results are the same bytes).  The chunk rule is the
+ * same: every K/V of a chunk is written before any of its tokens attends.
+ * The model keeps nothing per row: it trusts n_cached (the engine vouches
+ * for those positions) and checks only what could take it outside the
+ * pool, every row's every block id and a table long enough for what the
+ * step writes, for all rows before it writes anything.
  */
 #include "model/llama_model.h"
-#include "model/llama_checkpoint.h"
-#include "kernels/llama_kernels.h"
-#include "kernels/tensor.h"
+#include "model/llama_run.h"
 
 #include <errno.h>
 #include <math.h>
@@ -57,59 +76,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-#define LLAMA_CHUNK 64		/* tokens per internal forward pass */
-#define LLAMA_RMS_EPS 1e-5f
-#define LLAMA_ROPE_THETA 10000.0f
-#define LLAMA_ALIGN 64
-
-/* One token of a chunk: where its K/V go and whether it makes logits. */
-struct llama_chunk_token {
-	uint32_t slot;
-	uint32_t pos;
-	int32_t token;
-	int32_t out_row;	/* index into the step's logits, or -1 */
-};
-
-struct llama_model {
-	struct llama_checkpoint ck;
-	const struct llama_kernels *k;	/* the activations' kernels */
-	/* each weight type's kernels, of the same kind as k: a tensor is
-	 * multiplied through ops[its type], whatever file it came from */
-	const struct tensor_ops *ops[DTYPE_COUNT];
-
-	/* ---- run state, made by bind() */
-	bool bound;
-	uint32_t n_slots;
-	uint32_t max_context;
-	float *kv;		/* (slot, layer, K|V, position, kv_dim) */
-	size_t kv_bytes;
-	size_t slot_floats;	/* floats per slot, page-aligned */
-	uint32_t *consumed;	/* (slot) tokens the cache holds */
-	uint64_t *seen;		/* (slot) last step that named it */
-	uint64_t step_id;
-	float *rope_freq;	/* (head_size / 2) RoPE frequency per pair */
-	float *rope;		/* (chunk, head_size / 2, cos|sin): the
-				 * chunk's tokens' rotations, made per
-				 * chunk: a table over every position would
-				 * cost seq_len x head_size floats up front,
-				 * and the header says what seq_len is */
-
-	/* scratch for one chunk */
-	struct llama_chunk_token *ct;	/* (LLAMA_CHUNK) */
-	uint32_t n_ct;
-	float *x;		/* (chunk, dim) residual stream */
-	float *xb;		/* (chunk, dim) */
-	float *xb2;		/* (chunk, dim) */
-	float *q;		/* (chunk, dim) */
-	float *kb;		/* (chunk, kv_dim) */
-	float *vb;		/* (chunk, kv_dim) */
-	float *hb;		/* (chunk, hidden_dim) */
-	float *hb2;		/* (chunk, hidden_dim) */
-	float *att;		/* (chunk, max_context) scores, then weights */
-	size_t att_bytes;	/* its mapping's size */
-	float *logits;		/* the step's output, during step() */
-};
 
 /* ------------------------------------------------------------ create */
 
@@ -186,7 +152,7 @@ out_free:
 	return NULL;
 }
 
-static void llama_unbind(struct llama_model *m)
+void llama_unbind(struct llama_model *m)
 {
 	if (m->kv)
 		munmap(m->kv, m->kv_bytes);
@@ -213,6 +179,9 @@ static void llama_unbind(struct llama_model *m)
 	m->ct = NULL;
 	m->x = m->xb = m->xb2 = m->q = m->kb = m->vb = NULL;
 	m->hb = m->hb2 = m->att = NULL;
+	/* the pool is the engine's: forget it, never unmap it */
+	m->pool = NULL;
+	m->paged = false;
 	m->bound = false;
 }
 
@@ -239,7 +208,7 @@ static uint32_t llama_max_context(void *model)
 
 /* -------------------------------------------------------------- bind */
 
-static float *llama_alloc_floats(size_t n)
+float *llama_alloc_floats(size_t n)
 {
 	void *p = NULL;
 
@@ -259,30 +228,12 @@ static void llama_rope_freqs(struct llama_model *m)
 					      (float)(2 * j) / (float)hs);
 }
 
-/* cos and sin of pos * freq for every pair, for each token of the chunk:
- * a function of the position alone, so the same however it is reached. */
-static void llama_rope_chunk(struct llama_model *m, uint32_t n)
-{
-	uint32_t hs = m->ck.cfg.head_size;
 
-	for (uint32_t t = 0; t < n; t++) {
-		for (uint32_t j = 0; j < hs / 2; j++) {
-			float val = (float)m->ct[t].pos * m->rope_freq[j];
-			float *e = m->rope + ((size_t)t * (hs / 2) + j) * 2;
-
-			e[0] = cosf(val);
-			e[1] = sinf(val);
-		}
-	}
-}
-
-static int llama_bind_scratch(struct llama_model *m)
+int llama_bind_scratch(struct llama_model *m)
 {
 	const struct llama_config *c = &m->ck.cfg;
 	size_t ch = LLAMA_CHUNK;
 
-	m->consumed = calloc(m->n_slots, sizeof(*m->consumed));
-	m->seen = calloc(m->n_slots, sizeof(*m->seen));
 	m->rope = llama_alloc_floats(ch * c->head_size);
 	m->rope_freq = llama_alloc_floats(c->head_size / 2 + 1);
 	m->ct = calloc(ch, sizeof(*m->ct));
@@ -302,7 +253,7 @@ static int llama_bind_scratch(struct llama_model *m)
 		      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (m->att == MAP_FAILED)
 		m->att = NULL;
-	if (!m->consumed || !m->seen || !m->rope || !m->rope_freq || !m->ct || !m->x ||
+	if (!m->rope || !m->rope_freq || !m->ct || !m->x ||
 	    !m->xb || !m->xb2 || !m->q || !m->kb || !m->vb || !m->hb ||
 	    !m->hb2 || !m->att)
 		return -ENOMEM;
@@ -350,7 +301,10 @@ static int llama_bind(void *model, uint32_t n_slots, uint32_t max_context,
 	m->slot_floats = slot_bytes / sizeof(float);
 	m->n_slots = n_slots;
 	m->max_context = max_context;
-	if (llama_bind_scratch(m)) {
+	/* per slot: only the contiguous mode tracks what each holds */
+	m->consumed = calloc(n_slots, sizeof(*m->consumed));
+	m->seen = calloc(n_slots, sizeof(*m->seen));
+	if (!m->consumed || !m->seen || llama_bind_scratch(m)) {
 		llama_unbind(m);
 		snprintf(err, err_len, "llama: out of memory for scratch buffers");
 		return -ENOMEM;
@@ -363,219 +317,13 @@ static void llama_release(void *model, uint32_t slot)
 {
 	struct llama_model *m = model;
 
-	if (!m->bound || slot >= m->n_slots)
+	if (!m->bound || m->paged || slot >= m->n_slots)
 		return;
 	m->consumed[slot] = 0;
 	madvise(m->kv + (size_t)slot * m->slot_floats,
 		m->slot_floats * sizeof(float), MADV_DONTNEED);
 }
 
-/* ----------------------------------------------------------- forward */
-
-/* K (which 0) or V (which 1) of slot, layer, at position 0. */
-static float *llama_cache(struct llama_model *m, uint32_t slot,
-			  uint32_t layer, int which)
-{
-	size_t per = (size_t)m->max_context * m->ck.cfg.kv_dim;
-
-	return m->kv + (size_t)slot * m->slot_floats +
-	       ((size_t)layer * 2 + (size_t)which) * per;
-}
-
-/* o = w * (x / sqrt(mean(x^2) + eps)), as llama2.c's rmsnorm. */
-static void llama_rmsnorm(const struct llama_kernels *k, float *o,
-			  const float *x, const float *w, uint32_t n)
-{
-	float ss = k->dot(x, x, n) / (float)n + LLAMA_RMS_EPS;
-
-	ss = 1.0f / sqrtf(ss);
-	for (uint32_t j = 0; j < n; j++)
-		o[j] = w[j] * (ss * x[j]);
-}
-
-/* Rotate adjacent pairs of each head of vec (n floats) for the chunk's
- * token t (llama_rope_chunk()). */
-static void llama_rope(const struct llama_model *m, float *vec, uint32_t n,
-		       uint32_t t)
-{
-	uint32_t hs = m->ck.cfg.head_size;
-	const float *tab = m->rope + (size_t)t * hs;
-
-	for (uint32_t i = 0; i < n; i += 2) {
-		const float *e = tab + (i % hs);	/* pair (i % hs) / 2 */
-		float v0 = vec[i], v1 = vec[i + 1];
-
-		vec[i] = v0 * e[0] - v1 * e[1];
-		vec[i + 1] = v0 * e[1] + v1 * e[0];
-	}
-}
-
-/*
- * Attention of query head h for the chunk's n tokens, each over its own
- * slot's cache, into out (chunk, dim).  Per token: all its scores in one
- * kernel pass over the cached keys, softmax, then the weighted sum of the
- * cached values in one pass; what a token gets depends only on its q, its
- * slot's cache and its position.  All the tokens' scores come before any
- * token's values, so that while one pass runs only the keys, or only the
- * values, of head h over a long prefix need to stay in cache.
- */
-static void llama_attention_head(struct llama_model *m, uint32_t layer,
-				 uint32_t n, uint32_t h, float *out)
-{
-	const struct llama_config *c = &m->ck.cfg;
-	uint32_t hs = c->head_size, group = c->n_heads / c->n_kv_heads;
-	size_t kv_off = (size_t)(h / group) * hs;
-	float scale = sqrtf((float)hs);
-
-	for (uint32_t t = 0; t < n; t++) {
-		const struct llama_chunk_token *ct = &m->ct[t];
-		float *att = m->att + (size_t)t * m->max_context;
-
-		m->k->attn_scores(att, m->q + (size_t)t * c->dim + (size_t)h * hs,
-				  llama_cache(m, ct->slot, layer, 0) + kv_off,
-				  c->kv_dim, ct->pos + 1, hs, scale);
-		m->k->softmax(att, ct->pos + 1);
-	}
-	for (uint32_t t = 0; t < n; t++) {
-		const struct llama_chunk_token *ct = &m->ct[t];
-
-		m->k->attn_mix(out + (size_t)t * c->dim + (size_t)h * hs,
-			       m->att + (size_t)t * m->max_context,
-			       llama_cache(m, ct->slot, layer, 1) + kv_off,
-			       c->kv_dim, ct->pos + 1, hs);
-	}
-}
-
-/*
- * out = x W^T for the chunk's n rows, W layer l of the weight w, through
- * w's type's kernels (tensor.h): one table lookup per call, none per
- * element.
- */
-static void llama_matmul_w(const struct llama_model *m, float *out,
-			   const float *x, uint32_t n, const struct tensor *w,
-			   uint32_t l)
-{
-	struct tensor mat = tensor_layer(w, l);
-
-	m->ops[w->type]->matmul(out, x, n, &mat);
-}
-
-/* Layer l of an F32 vector tensor (a norm's weights: always F32). */
-static const float *llama_f32_row(const struct tensor *t, uint32_t l)
-{
-	return (const float *)t->data + (size_t)l * t->cols;
-}
-
-/* The attention half of one layer for the chunk's n tokens. */
-static void llama_layer_attention(struct llama_model *m, uint32_t l,
-				  uint32_t n)
-{
-	const struct llama_config *c = &m->ck.cfg;
-	const struct llama_weights *w = &m->ck.w;
-	const struct llama_kernels *k = m->k;
-	size_t dim = c->dim, kvd = c->kv_dim;
-
-	const float *rms = llama_f32_row(&w->rms_att, l);
-
-	for (uint32_t t = 0; t < n; t++)
-		llama_rmsnorm(k, m->xb + t * dim, m->x + t * dim, rms, c->dim);
-	llama_matmul_w(m, m->q, m->xb, n, &w->wq, l);
-	llama_matmul_w(m, m->kb, m->xb, n, &w->wk, l);
-	llama_matmul_w(m, m->vb, m->xb, n, &w->wv, l);
-	/* every K/V of the chunk goes in before anyone attends */
-	for (uint32_t t = 0; t < n; t++) {
-		const struct llama_chunk_token *ct = &m->ct[t];
-
-		llama_rope(m, m->q + t * dim, c->dim, t);
-		llama_rope(m, m->kb + t * kvd, c->kv_dim, t);
-		memcpy(llama_cache(m, ct->slot, l, 0) + (size_t)ct->pos * kvd,
-		       m->kb + t * kvd, kvd * sizeof(float));
-		memcpy(llama_cache(m, ct->slot, l, 1) + (size_t)ct->pos * kvd,
-		       m->vb + t * kvd, kvd * sizeof(float));
-	}
-	/*
-	 * Head by head, so that a long prefix's keys and values of one head
-	 * stay in cache across the chunk's tokens; the order changes
-	 * nothing in the results.
-	 */
-	for (uint32_t h = 0; h < c->n_heads; h++)
-		llama_attention_head(m, l, n, h, m->xb2);
-	llama_matmul_w(m, m->xb, m->xb2, n, &w->wo, l);
-	for (size_t i = 0; i < n * dim; i++)
-		m->x[i] += m->xb[i];
-}
-
-/* The SwiGLU FFN half of one layer for the chunk's n tokens. */
-static void llama_layer_ffn(struct llama_model *m, uint32_t l, uint32_t n)
-{
-	const struct llama_config *c = &m->ck.cfg;
-	const struct llama_weights *w = &m->ck.w;
-	const struct llama_kernels *k = m->k;
-	size_t dim = c->dim, hid = c->hidden_dim;
-	const float *rms = llama_f32_row(&w->rms_ffn, l);
-
-	for (uint32_t t = 0; t < n; t++)
-		llama_rmsnorm(k, m->xb + t * dim, m->x + t * dim, rms, c->dim);
-	llama_matmul_w(m, m->hb, m->xb, n, &w->w1, l);
-	llama_matmul_w(m, m->hb2, m->xb, n, &w->w3, l);
-	for (size_t i = 0; i < n * hid; i++) {
-		float v = m->hb[i];
-
-		v *= 1.0f / (1.0f + expf(-v));
-		m->hb[i] = v * m->hb2[i];
-	}
-	llama_matmul_w(m, m->xb, m->hb, n, &w->w2, l);
-	for (size_t i = 0; i < n * dim; i++)
-		m->x[i] += m->xb[i];
-}
-
-/*
- * Logits of the chunk's tokens that want them: final norm into xb (packed),
- * then the classifier into each run of consecutive output rows.
- */
-static void llama_chunk_logits(struct llama_model *m, uint32_t n)
-{
-	const struct llama_config *c = &m->ck.cfg;
-	const struct llama_weights *w = &m->ck.w;
-	size_t dim = c->dim, vocab = c->vocab;
-	uint32_t n_out = 0, first = 0;
-	int32_t rows[LLAMA_CHUNK];
-
-	for (uint32_t t = 0; t < n; t++) {
-		if (m->ct[t].out_row < 0)
-			continue;
-		llama_rmsnorm(m->k, m->xb + n_out * dim, m->x + t * dim,
-			      llama_f32_row(&w->rms_final, 0), c->dim);
-		rows[n_out++] = m->ct[t].out_row;
-	}
-	for (uint32_t j = 1; j <= n_out; j++) {
-		if (j < n_out && rows[j] == rows[j - 1] + 1)
-			continue;
-		llama_matmul_w(m, m->logits + (size_t)rows[first] * vocab,
-			       m->xb + first * dim, j - first, &w->wcls, 0);
-		first = j;
-	}
-}
-
-/* Run the forward pass over the chunk's tokens and empty the chunk. */
-static void llama_chunk_run(struct llama_model *m)
-{
-	const struct llama_config *c = &m->ck.cfg;
-	const struct tensor *e = &m->ck.w.token_embedding;
-	uint32_t n = m->n_ct;
-
-	/* each token's embedding row as fp32 (a copy, or dequantized) */
-	for (uint32_t t = 0; t < n; t++)
-		m->ops[e->type]->get_row(m->x + (size_t)t * c->dim, e,
-					 (uint32_t)m->ct[t].token);
-	llama_rope_chunk(m, n);
-	for (uint32_t l = 0; l < c->n_layers; l++) {
-		llama_layer_attention(m, l, n);
-		llama_layer_ffn(m, l, n);
-	}
-	llama_chunk_logits(m, n);
-	m->n_ct = 0;
-}
 
 /* ------------------------------------------------------------- step */
 
@@ -615,15 +363,42 @@ static int llama_row_check(struct llama_model *m,
 	return 0;
 }
 
+void llama_queue_row(struct llama_model *m, const struct dynbatch_model_row *r,
+		     const uint32_t *blocks, uint32_t refusal, int32_t *out_row)
+{
+	size_t vocab = m->ck.cfg.vocab;
+	uint32_t end = r->n_cached + r->n_consume;
+
+	if (refusal != DYNBATCH_REFUSE_NONE) {
+		if (r->want_output)
+			memset(m->logits + (size_t)(*out_row)++ * vocab, 0,
+			       vocab * sizeof(float));
+		return;
+	}
+	for (uint32_t p = r->n_cached; p < end; p++) {
+		struct llama_chunk_token *ct = &m->ct[m->n_ct++];
+
+		ct->slot = r->slot;
+		ct->blocks = blocks;
+		ct->pos = p;
+		ct->token = r->tokens[p];
+		ct->out_row = (r->want_output && p == end - 1) ? *out_row : -1;
+		if (m->n_ct == LLAMA_CHUNK)
+			llama_chunk_run(m);
+	}
+	if (r->want_output)
+		(*out_row)++;
+}
+
 static int llama_step(void *model, uint32_t n_rows,
 		      const struct dynbatch_model_row *rows, float *logits,
 		      uint32_t *refusals)
 {
 	struct llama_model *m = model;
-	size_t vocab = m->ck.cfg.vocab;
 	int32_t out_row = 0;
 
-	if (!m->bound || (n_rows && (!rows || !refusals)))
+	/* bound paged: the engine never mixes the two ways (model.h) */
+	if (!m->bound || m->paged || (n_rows && (!rows || !refusals)))
 		return -EINVAL;
 	m->step_id++;
 	for (uint32_t i = 0; i < n_rows; i++)
@@ -633,29 +408,10 @@ static int llama_step(void *model, uint32_t n_rows,
 	m->n_ct = 0;
 	for (uint32_t i = 0; i < n_rows; i++) {
 		const struct dynbatch_model_row *r = &rows[i];
-		uint32_t end = r->n_cached + r->n_consume;
 
-		if (refusals[i] != DYNBATCH_REFUSE_NONE) {
-			m->consumed[r->slot] = 0;
-			if (r->want_output)
-				memset(logits + (size_t)out_row++ * vocab, 0,
-				       vocab * sizeof(float));
-			continue;
-		}
-		m->consumed[r->slot] = end;
-		for (uint32_t p = r->n_cached; p < end; p++) {
-			struct llama_chunk_token *ct = &m->ct[m->n_ct++];
-
-			ct->slot = r->slot;
-			ct->pos = p;
-			ct->token = r->tokens[p];
-			ct->out_row = (r->want_output && p == end - 1) ?
-					      out_row : -1;
-			if (m->n_ct == LLAMA_CHUNK)
-				llama_chunk_run(m);
-		}
-		if (r->want_output)
-			out_row++;
+		m->consumed[r->slot] = refusals[i] != DYNBATCH_REFUSE_NONE ? 0 :
+				       r->n_cached + r->n_consume;
+		llama_queue_row(m, r, NULL, refusals[i], &out_row);
 	}
 	if (m->n_ct)
 		llama_chunk_run(m);
@@ -676,6 +432,10 @@ static const struct dynbatch_model_api llama_api = {
 	.bind = llama_bind,
 	.step = llama_step,
 	.release = llama_release,
+	/* version 4: the same model over the engine's paged pool */
+	.kv_bytes_per_token = llama_kv_bytes_per_token,
+	.bind_paged = llama_bind_paged,
+	.step_paged = llama_step_paged,
 };
 
 const struct dynbatch_model_api *llama_model_api(void)

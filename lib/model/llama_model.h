@@ -1,6 +1,8 @@
 /*
  * llama_model.h - the built-in "llama" model: a llama2.c transformer with
- * a KV cache per slot, served through the stateful model ABI (model.h).
+ * a KV cache per slot, served through the stateful model ABI (model.h);
+ * or, bound with bind_paged() (ABI version 4), with its KV in the
+ * engine's paged pool, giving the same logits bit for bit.
  *
  * Create args: "PATH[,key=value...]" where PATH is a llama2.c checkpoint
  * (llama_checkpoint.h; a PATH cannot contain a comma) and the keys are
@@ -15,7 +17,8 @@
 
 #include "dynbatch/model.h"
 
-/* The ABI table of the llama model (DYNBATCH_MODEL_ABI_VERSION, step non-NULL). */
+/* The ABI table of the llama model (DYNBATCH_MODEL_ABI_VERSION; step and
+ * step_paged both set: it runs either way). */
 const struct dynbatch_model_api *llama_model_api(void);
 
 #endif /* DYNBATCH_LLAMA_MODEL_H */

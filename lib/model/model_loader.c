@@ -17,7 +17,12 @@
  * version defines is read: an older plugin's table is shorter than ours,
  * and what follows it in its memory is not ours to read.  A stateful
  * table that also sets logits() is refused rather than half-used: its
- * author expects the hook to be called, and it never would be.  After
+ * author expects the hook to be called, and it never would be.  A paged
+ * table (version 4, step_paged set) needs kv_bytes_per_token() and
+ * bind_paged(), and kv_bytes_per_token() must give more than 0 once the
+ * model is created (the engine sizes its pool from it); it may also set
+ * step(), bind() and release() (a model that runs either way), which are
+ * then checked as any stateful table's.  After
  * each step model_next() checks every token against that vocabulary, so
  * a buggy plugin fails the step instead of feeding out-of-range tokens
  * onward.
@@ -62,6 +67,7 @@ struct model {
 	void *dl;		/* dlopen() handle; NULL for the sim model */
 	uint32_t vocab;		/* api->vocab(handle), read once at open */
 	uint32_t max_context;	/* api->max_context(handle) or 0, read once */
+	uint64_t kv_bytes_per_token;	/* paged: read once at open; else 0 */
 	char pin[MODEL_PIN_MAX];	/* a file-backed model's file identity */
 };
 
@@ -173,6 +179,8 @@ static size_t model_table_size(uint32_t version)
 		return offsetof(struct dynbatch_model_api, max_context);
 	case 2:
 		return offsetof(struct dynbatch_model_api, logits);
+	case 3:
+		return offsetof(struct dynbatch_model_api, kv_bytes_per_token);
 	default:
 		return sizeof(struct dynbatch_model_api);
 	}
@@ -200,10 +208,11 @@ static int model_take_table(struct model *m, const struct dynbatch_model_api *a,
 	memset(&m->table, 0, sizeof(m->table));
 	memcpy(&m->table, a, model_table_size(a->abi_version));
 	m->api = &m->table;
-	if (m->table.step && m->table.logits) {
+	if ((m->table.step || m->table.step_paged) && m->table.logits) {
 		snprintf(err, err_len,
-			 "model '%.*s' sets both step() and logits() in its API table (logits() is for token models only: a stateful model's step() writes logits itself)",
-			 name_len, name);
+			 "model '%.*s' sets both %s and logits() in its API table (logits() is for token models only: a stateful model's %s writes logits itself)",
+			 name_len, name, m->table.step ? "step()" : "step_paged()",
+			 m->table.step ? "step()" : "step_paged()");
 		return -EINVAL;
 	}
 	if (!a->create)
@@ -214,13 +223,20 @@ static int model_take_table(struct model *m, const struct dynbatch_model_api *a,
 		missing = "bind";
 	else if (m->table.step && !m->table.release)
 		missing = "release";
-	else if (!m->table.step && !a->next)
+	else if (m->table.step_paged && !m->table.kv_bytes_per_token)
+		missing = "kv_bytes_per_token";
+	else if (m->table.step_paged && !m->table.bind_paged)
+		missing = "bind_paged";
+	else if (!m->table.step && !m->table.step_paged && !a->next)
 		missing = "next";
 	if (missing) {
 		snprintf(err, err_len,
 			 "model '%.*s' leaves %s() NULL in its API table%s",
 			 name_len, name, missing,
-			 !strcmp(missing, "next") ? " (and has no step())" : "");
+			 !strcmp(missing, "next") ? " (and has no step())" :
+			 !strcmp(missing, "kv_bytes_per_token") ||
+				 !strcmp(missing, "bind_paged") ?
+				 " (a paged model, one with step_paged(), needs it)" : "");
 		return -EINVAL;
 	}
 	return 0;
@@ -336,6 +352,18 @@ static int model_create(struct model *m, const char *name, int name_len,
 	}
 	if (m->api->max_context)
 		m->max_context = m->api->max_context(m->handle);
+	if (m->api->step_paged) {
+		/* the engine sizes the pool and its blocks from it */
+		m->kv_bytes_per_token = m->api->kv_bytes_per_token(m->handle);
+		if (m->kv_bytes_per_token == 0) {
+			snprintf(err, err_len,
+				 "model '%.*s' sets step_paged() but its kv_bytes_per_token() gives 0 (a paged model must say how many bytes of KV a position takes)",
+				 name_len, name);
+			if (m->api->destroy)
+				m->api->destroy(m->handle);
+			return -EINVAL;
+		}
+	}
 	return 0;
 }
 
@@ -442,7 +470,8 @@ int model_next(struct model *m, uint32_t n_rows, const int32_t *const *prefixes,
 
 bool model_has_logits(const struct model *m)
 {
-	return m->api->step != NULL || m->api->logits != NULL;
+	return m->api->step != NULL || m->api->step_paged != NULL ||
+	       m->api->logits != NULL;
 }
 
 int model_logits(struct model *m, uint32_t n_rows, const int32_t *const *prefixes,
@@ -455,7 +484,17 @@ int model_logits(struct model *m, uint32_t n_rows, const int32_t *const *prefixe
 
 bool model_is_stateful(const struct model *m)
 {
-	return m->api->step != NULL;
+	return m->api->step != NULL || m->api->step_paged != NULL;
+}
+
+bool model_is_paged(const struct model *m)
+{
+	return m->api->step_paged != NULL;
+}
+
+uint64_t model_kv_bytes_per_token(const struct model *m)
+{
+	return m->kv_bytes_per_token;
 }
 
 uint32_t model_max_context(const struct model *m)
@@ -468,6 +507,12 @@ int model_bind(struct model *m, uint32_t n_slots, uint32_t max_context,
 {
 	int ret;
 
+	/* a paged-only model (step_paged without step) has no bind() */
+	if (!m->api->bind) {
+		snprintf(err, err_len, "model '%s' runs only paged (no bind())",
+			 m->api->name ? m->api->name : "(unnamed)");
+		return -ENOTSUP;
+	}
 	snprintf(err, err_len, "bind() failed");
 	ret = m->api->bind(m->handle, n_slots, max_context, err, err_len);
 	return ret ? (ret < 0 ? ret : -EIO) : 0;
@@ -477,14 +522,47 @@ int model_step(struct model *m, uint32_t n_rows,
 	       const struct dynbatch_model_row *rows, float *logits,
 	       uint32_t *refusals)
 {
-	int ret = m->api->step(m->handle, n_rows, rows, logits, refusals);
+	int ret;
 
+	if (!m->api->step)
+		return -ENOTSUP;	/* paged only: model_step_paged() */
+	ret = m->api->step(m->handle, n_rows, rows, logits, refusals);
 	return ret ? (ret < 0 ? ret : -EIO) : 0;
 }
 
 void model_release(struct model *m, uint32_t slot)
 {
-	m->api->release(m->handle, slot);
+	if (m->api->release)	/* NULL in a paged-only table */
+		m->api->release(m->handle, slot);
+}
+
+int model_bind_paged(struct model *m, void *pool, uint32_t n_blocks,
+		     uint32_t block_tokens, uint32_t max_context,
+		     uint32_t max_rows, char *err, size_t err_len)
+{
+	int ret;
+
+	if (!m->api->step_paged) {
+		snprintf(err, err_len, "model '%s' is not paged (no step_paged())",
+			 m->api->name ? m->api->name : "(unnamed)");
+		return -ENOTSUP;
+	}
+	snprintf(err, err_len, "bind_paged() failed");
+	ret = m->api->bind_paged(m->handle, pool, n_blocks, block_tokens,
+				 max_context, max_rows, err, err_len);
+	return ret ? (ret < 0 ? ret : -EIO) : 0;
+}
+
+int model_step_paged(struct model *m, uint32_t n_rows,
+		     const struct dynbatch_paged_row *rows, float *logits,
+		     uint32_t *refusals)
+{
+	int ret;
+
+	if (!m->api->step_paged)
+		return -ENOTSUP;
+	ret = m->api->step_paged(m->handle, n_rows, rows, logits, refusals);
+	return ret ? (ret < 0 ? ret : -EIO) : 0;
 }
 
 void model_close(struct model *m)

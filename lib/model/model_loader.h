@@ -21,6 +21,7 @@
 struct model;
 struct dynbatch_model_row;
 struct dynbatch_model_api;
+struct dynbatch_paged_row;
 
 /*
  * Open the model SPEC names.  Returns NULL after writing a one-line
@@ -49,7 +50,7 @@ int model_next(struct model *m, uint32_t n_rows, const int32_t *const *prefixes,
 
 /*
  * Can the model give logits, so serve requests that sample?  A stateful
- * model always can (step() writes them); a token model when its table
+ * model always can (step() or step_paged() writes them); a token model when its table
  * (ABI version 3) has logits().
  */
 bool model_has_logits(const struct model *m);
@@ -65,8 +66,10 @@ int model_logits(struct model *m, uint32_t n_rows, const int32_t *const *prefixe
 
 /*
  * The version 2 part of the ABI (model.h); model_runner.h is the one
- * caller.  A stateful model has step(): it needs model_bind() once before
- * its first model_step().
+ * caller.  A stateful model has step() or step_paged() (a paged model is
+ * stateful too): step() needs model_bind() once before its first
+ * model_step().  model_bind() and model_step() give -ENOTSUP, and
+ * model_release() does nothing, for a paged-only model (no step()).
  */
 bool model_is_stateful(const struct model *m);
 
@@ -84,6 +87,30 @@ int model_step(struct model *m, uint32_t n_rows,
 
 /* See dynbatch_model_api.release. */
 void model_release(struct model *m, uint32_t slot);
+
+/*
+ * The version 4 part of the ABI (model.h): a paged model has step_paged()
+ * (and may have step() too: it can run either way; the engine then runs
+ * it paged).  It needs model_bind_paged() once before its first
+ * model_step_paged().
+ */
+bool model_is_paged(const struct model *m);
+
+/* A paged model's bytes of KV per position (> 0, read once at open);
+ * 0 for any other model. */
+uint64_t model_kv_bytes_per_token(const struct model *m);
+
+/* See dynbatch_model_api.bind_paged.  0 or a negative errno (err
+ * written); -ENOTSUP when the model is not paged. */
+int model_bind_paged(struct model *m, void *pool, uint32_t n_blocks,
+		     uint32_t block_tokens, uint32_t max_context,
+		     uint32_t max_rows, char *err, size_t err_len);
+
+/* See dynbatch_model_api.step_paged.  0 or a negative errno (-ENOTSUP
+ * when the model is not paged). */
+int model_step_paged(struct model *m, uint32_t n_rows,
+		     const struct dynbatch_paged_row *rows, float *logits,
+		     uint32_t *refusals);
 
 /*
  * The spec the workers of an engine that opened m with spec get: for a

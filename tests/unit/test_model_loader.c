@@ -466,16 +466,198 @@ static void test_table_versions(void **state)
 	t = *sim_model_api();
 	t.abi_version = 0;
 	assert_null(open_table(&t, "", err, sizeof(err)));
-	assert_non_null(strstr(err, "has ABI version 0, this dynbatch reads versions 1 to 3"));
+	assert_non_null(strstr(err, "has ABI version 0, this dynbatch reads versions 1 to 4"));
 	t.abi_version = DYNBATCH_MODEL_ABI_VERSION + 1;
 	assert_null(open_table(&t, "", err, sizeof(err)));
-	assert_non_null(strstr(err, "has ABI version 4"));
+	assert_non_null(strstr(err, "has ABI version 5"));
 	assert_null(open_table(NULL, "", err, sizeof(err)));
 	assert_true(err[0] != '\0');
 	/* what create() says reaches err */
 	t.abi_version = 3;
 	assert_null(open_table(&t, "vocab=0", err, sizeof(err)));
 	assert_non_null(strstr(err, "'vocab'"));
+}
+
+/* ------------------------------------------------ version 4: paged */
+
+/* Paged hooks of the test's own: they record what reaches them. */
+static uint64_t fake_kv_bytes;
+static int fake_ret;
+static struct {
+	void *pool;
+	uint32_t n_blocks, block_tokens, max_context, max_rows, n_rows;
+	const struct dynbatch_paged_row *rows;
+	int binds, steps;
+} seen;
+
+static uint64_t fake_kv_bytes_per_token(void *model)
+{
+	return fake_kv_bytes;
+}
+
+static int fake_bind_paged(void *model, void *pool, uint32_t n_blocks,
+			   uint32_t block_tokens, uint32_t max_context,
+			   uint32_t max_rows, char *err, size_t err_len)
+{
+	seen.pool = pool;
+	seen.n_blocks = n_blocks;
+	seen.block_tokens = block_tokens;
+	seen.max_context = max_context;
+	seen.max_rows = max_rows;
+	seen.binds++;
+	if (fake_ret)
+		snprintf(err, err_len, "fake: no pool today");
+	return fake_ret;
+}
+
+static int fake_step_paged(void *model, uint32_t n_rows,
+			   const struct dynbatch_paged_row *rows, float *logits,
+			   uint32_t *refusals)
+{
+	seen.n_rows = n_rows;
+	seen.rows = rows;
+	seen.steps++;
+	return fake_ret;
+}
+
+/* simkv's table as version 4, with the fake paged hooks. */
+static struct dynbatch_model_api paged_table(void)
+{
+	struct dynbatch_model_api t = *simkv_model_api();
+
+	t.abi_version = 4;
+	t.kv_bytes_per_token = fake_kv_bytes_per_token;
+	t.bind_paged = fake_bind_paged;
+	t.step_paged = fake_step_paged;
+	return t;
+}
+
+/*
+ * Version 4 tables: a paged one is accepted (paged and stateful, with or
+ * without step()), its calls reach the hooks with the loader's errno
+ * rules; one without bind_paged() or kv_bytes_per_token(), or whose
+ * kv_bytes_per_token() gives 0, or with logits(), is refused with a
+ * reason naming the model; and a version 3 table is never read past
+ * logits, whatever lies there.
+ */
+static void test_table_paged(void **state)
+{
+	struct dynbatch_model_api t = paged_table();
+	struct dynbatch_paged_row row = { .n_blocks = 0 };
+	uint32_t refusal, pool[4];
+	char err[512];
+	struct model *m;
+
+	fake_kv_bytes = 24;
+	fake_ret = 0;
+	memset(&seen, 0, sizeof(seen));
+	m = open_table(&t, "", err, sizeof(err));
+	if (!m)
+		fail_msg("version 4: %s", err);
+	assert_true(model_is_paged(m));
+	assert_true(model_is_stateful(m));
+	assert_true(model_has_logits(m));
+	assert_int_equal(model_kv_bytes_per_token(m), 24);
+	assert_int_equal(model_bind_paged(m, pool, 7, 16, 300, 5, err, sizeof(err)), 0);
+	assert_int_equal(seen.binds, 1);
+	assert_ptr_equal(seen.pool, pool);
+	assert_int_equal(seen.n_blocks, 7);
+	assert_int_equal(seen.block_tokens, 16);
+	assert_int_equal(seen.max_context, 300);
+	assert_int_equal(seen.max_rows, 5);
+	assert_int_equal(model_step_paged(m, 1, &row, NULL, &refusal), 0);
+	assert_int_equal(seen.steps, 1);
+	assert_int_equal(seen.n_rows, 1);
+	assert_ptr_equal(seen.rows, &row);
+	fake_ret = -EINVAL;
+	assert_int_equal(model_step_paged(m, 1, &row, NULL, &refusal), -EINVAL);
+	assert_int_equal(model_bind_paged(m, pool, 7, 16, 300, 5, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "fake: no pool today"));
+	fake_ret = 2;	/* not an errno: -EIO, as for step() */
+	assert_int_equal(model_step_paged(m, 1, &row, NULL, &refusal), -EIO);
+	assert_int_equal(model_bind_paged(m, pool, 7, 16, 300, 5, err, sizeof(err)), -EIO);
+	fake_ret = 0;
+	model_close(m);
+
+	/* paged only: no step(), bind(), release() or next() */
+	t.step = NULL;
+	t.bind = NULL;
+	t.release = NULL;
+	t.next = NULL;
+	m = open_table(&t, "", err, sizeof(err));
+	if (!m)
+		fail_msg("paged only: %s", err);
+	assert_true(model_is_paged(m));
+	assert_true(model_is_stateful(m));
+	assert_true(model_has_logits(m));
+	/* the contiguous calls say so instead of calling NULL */
+	assert_int_equal(model_bind(m, 4, 100, err, sizeof(err)), -ENOTSUP);
+	assert_non_null(strstr(err, "runs only paged"));
+	assert_int_equal(model_step(m, 0, NULL, NULL, NULL), -ENOTSUP);
+	model_release(m, 0);
+	model_close(m);
+
+	/* what a paged table cannot leave out */
+	t = paged_table();
+	t.bind_paged = NULL;
+	assert_null(open_table(&t, "", err, sizeof(err)));
+	assert_non_null(strstr(err, "model 'simkv' leaves bind_paged() NULL"));
+	assert_non_null(strstr(err, "step_paged()"));
+	t = paged_table();
+	t.kv_bytes_per_token = NULL;
+	assert_null(open_table(&t, "", err, sizeof(err)));
+	assert_non_null(strstr(err, "model 'simkv' leaves kv_bytes_per_token() NULL"));
+	t = paged_table();
+	fake_kv_bytes = 0;
+	assert_null(open_table(&t, "", err, sizeof(err)));
+	assert_non_null(strstr(err, "model 'simkv' sets step_paged() but its kv_bytes_per_token() gives 0"));
+	assert_null(strchr(err, '\n'));
+	fake_kv_bytes = 24;
+	t.step = NULL;
+	t.logits = sim_model_api()->logits;
+	assert_null(open_table(&t, "", err, sizeof(err)));
+	assert_non_null(strstr(err, "model 'simkv' sets both step_paged() and logits()"));
+	/* a stateful table still needs bind() beside step_paged() */
+	t = paged_table();
+	t.bind = NULL;
+	assert_null(open_table(&t, "", err, sizeof(err)));
+	assert_non_null(strstr(err, "leaves bind() NULL"));
+
+	/* kv_bytes_per_token() without step_paged(): not paged */
+	t = paged_table();
+	t.step_paged = NULL;
+	m = open_table(&t, "", err, sizeof(err));
+	if (!m)
+		fail_msg("version 4, not paged: %s", err);
+	assert_false(model_is_paged(m));
+	assert_true(model_is_stateful(m));
+	assert_int_equal(model_kv_bytes_per_token(m), 0);
+	seen.binds = 0;
+	assert_int_equal(model_bind_paged(m, pool, 7, 16, 300, 5, err, sizeof(err)), -ENOTSUP);
+	assert_int_equal(model_step_paged(m, 1, &row, NULL, &refusal), -ENOTSUP);
+	assert_int_equal(seen.binds, 0);
+	model_close(m);
+
+	/* version 3 ends at logits: the paged fields are never read, not
+	 * even a kv_bytes_per_token() that would refuse the table */
+	t = paged_table();
+	t.abi_version = 3;
+	fake_kv_bytes = 0;
+	m = open_table(&t, "", err, sizeof(err));
+	if (!m)
+		fail_msg("version 3 with paged fields: %s", err);
+	assert_false(model_is_paged(m));
+	assert_int_equal(model_kv_bytes_per_token(m), 0);
+	assert_int_equal(model_step_paged(m, 1, &row, NULL, &refusal), -ENOTSUP);
+	model_close(m);
+	t.step = NULL;		/* ... so without step() it is a token model */
+	t.next = sim_model_api()->next;
+	m = open_table(&t, "", err, sizeof(err));
+	if (!m)
+		fail_msg("version 3 token model with paged fields: %s", err);
+	assert_false(model_is_stateful(m));
+	model_close(m);
+	fake_kv_bytes = 24;
 }
 
 /* What model_logits() makes of a failing hook: its errno, or -EIO. */
@@ -518,6 +700,7 @@ int main(void)
 		cmocka_unit_test(test_has_logits),
 		cmocka_unit_test(test_table_versions),
 		cmocka_unit_test(test_logits_errors),
+		cmocka_unit_test(test_table_paged),
 	};
 
 	test_seed_init("test_model_loader");

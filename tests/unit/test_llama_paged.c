@@ -1,0 +1,590 @@
+/*
+ * test_llama_paged.c - unit tests of the llama model's paged mode (model.h
+ * ABI version 4: lib/model/llama_paged.c) and of the kernel it rests on
+ * (attn_mix_acc() in lib/kernels/llama_kernels.c).
+ *
+ * The promise under test: a row's logits in paged mode are bit for bit
+ * those of the contiguous mode (bind()/step()), whatever the block size
+ * (1 position up to more than the context), the block table (random,
+ * non-monotonic ids; leading blocks shared with another row that
+ * computed them, or copies of them elsewhere in the pool, as the engine's
+ * copy-on-write makes), the batch and the prefill chunking.  And a table
+ * that names a block outside the pool, or too few blocks, fails the step
+ * with -EINVAL before anything is written.
+ *
+ * The checkpoint is written here from random weights (legacy llama2.c
+ * layout, no RoPE tables).  Seeds: SEED= replays a run (test_rng.h).
+ */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "kernels/llama_kernels.h"
+#include "model/llama_model.h"
+#include "tests/unit/test_rng.h"
+
+static char tmp_dir[] = "/tmp/test_llama_paged.XXXXXX";
+static char ck_path[128];
+static const struct dynbatch_model_api *api;
+
+/* The checkpoint's shape: GQA (2 query heads a KV head), two layers. */
+enum { DIM = 64, HIDDEN = 96, LAYERS = 2, HEADS = 4, KV_HEADS = 2,
+       VOCAB = 97, SEQ = 256 };
+#define KV_DIM (KV_HEADS * (DIM / HEADS))
+
+/* ------------------------------------------------------------ helpers */
+
+static void put_rand(FILE *f, struct rng *r, size_t n, double mean, double std)
+{
+	for (size_t i = 0; i < n; i++) {
+		double u = (double)(rng_next(r) >> 11) / 9007199254740992.0;
+		float v = (float)(mean + (2 * u - 1) * std * sqrt(3.0));
+
+		assert_int_equal(fwrite(&v, sizeof(v), 1, f), 1);
+	}
+}
+
+/* A legacy checkpoint with a shared classifier, weights drawn from r. */
+static void write_checkpoint(const char *path, struct rng *r)
+{
+	int32_t hdr[7] = { DIM, HIDDEN, LAYERS, HEADS, KV_HEADS, VOCAB, SEQ };
+	size_t L = LAYERS, d = DIM, h = HIDDEN, kvd = KV_DIM;
+	double s = 3 / sqrt(d);
+	FILE *f = fopen(path, "wb");
+
+	assert_non_null(f);
+	assert_int_equal(fwrite(hdr, sizeof(hdr), 1, f), 1);
+	put_rand(f, r, VOCAB * d, 0, 2.5 / sqrt(d));	/* embedding */
+	put_rand(f, r, L * d, 1, 0.05);			/* rms_att */
+	put_rand(f, r, L * d * d, 0, s);		/* wq */
+	put_rand(f, r, L * kvd * d, 0, s);		/* wk */
+	put_rand(f, r, L * kvd * d, 0, 1 / sqrt(d));	/* wv */
+	put_rand(f, r, L * d * d, 0, 1 / sqrt(d));	/* wo */
+	put_rand(f, r, L * d, 1, 0.05);			/* rms_ffn */
+	put_rand(f, r, L * h * d, 0, 1 / sqrt(d));	/* w1 */
+	put_rand(f, r, L * d * h, 0, 1 / sqrt(h));	/* w2 */
+	put_rand(f, r, L * h * d, 0, 1 / sqrt(d));	/* w3 */
+	put_rand(f, r, d, 1, 0.05);			/* rms_final */
+	assert_int_equal(fclose(f), 0);
+}
+
+static void *must_create(const char *args)
+{
+	char err[512] = "";
+	void *m = api->create(args, err, sizeof(err));
+
+	if (!m)
+		fail_msg("create('%s'): %s", args, err);
+	return m;
+}
+
+/* A zeroed pool of the given bytes, as the engine maps it. */
+static float *pool_map(size_t bytes)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	assert_true(p != MAP_FAILED);
+	return p;
+}
+
+static void must_bind_paged(void *m, float *pool, uint32_t n_blocks,
+			    uint32_t bt, uint32_t max_context, uint32_t max_rows)
+{
+	char err[512] = "";
+
+	if (api->bind_paged(m, pool, n_blocks, bt, max_context, max_rows, err,
+			    sizeof(err)))
+		fail_msg("bind_paged(%u, %u, %u, %u): %s", n_blocks, bt,
+			 max_context, max_rows, err);
+}
+
+static int32_t argmax(const float *l, uint32_t n)
+{
+	uint32_t best = 0;
+
+	for (uint32_t i = 1; i < n; i++)
+		if (l[i] > l[best])
+			best = i;
+	return (int32_t)best;
+}
+
+static void shuffle(struct rng *r, uint32_t *a, uint32_t n)
+{
+	for (uint32_t i = n; i > 1; i--) {
+		uint32_t j = rng_below(r, i), t = a[i - 1];
+
+		a[i - 1] = a[j];
+		a[j] = t;
+	}
+}
+
+/* ------------------------------------------------------------ kernels */
+
+/*
+ * attn_scores() and attn_mix_acc() over positions split into random spans
+ * (a zeroed output, then one call per span, in order) give the single
+ * calls' bits: what the paged attention rests on.  Spans of 1 and spans
+ * that cross the AVX2 tiles' edges (8 scores, 64 outputs) included.
+ */
+static void test_mix_spans(void **state)
+{
+	struct rng r = rng_for(1);
+	enum llama_kernel_kind kinds[] = { LLAMA_KERNEL_PORTABLE,
+					   LLAMA_KERNEL_AVX2 };
+
+	(void)state;
+	for (size_t ki = 0; ki < 2; ki++) {
+		const struct llama_kernels *k = llama_kernels_get(kinds[ki]);
+
+		if (!k)
+			continue;
+		for (int iter = 0; iter < 400; iter++) {
+			size_t hs = 1 + rng_below(&r, 150), n_pos = 1 + rng_below(&r, 90);
+			size_t stride = hs + rng_below(&r, 9);
+			float scale = sqrtf((float)hs);
+			float *q = malloc(hs * sizeof(float));
+			float *keys = malloc(n_pos * stride * sizeof(float));
+			float *att = malloc(n_pos * sizeof(float));
+			float *want = malloc((n_pos + hs) * sizeof(float));
+			float *got = malloc((n_pos + hs) * sizeof(float));
+
+			assert_true(q && keys && att && want && got);
+			for (size_t i = 0; i < hs; i++)
+				q[i] = (float)rng_below(&r, 2001) / 1000.0f - 1.0f;
+			for (size_t i = 0; i < n_pos * stride; i++)
+				keys[i] = (float)rng_below(&r, 20001) / 7777.0f - 1.3f;
+			for (size_t i = 0; i < n_pos; i++)
+				att[i] = (float)rng_below(&r, 100001) / 100001.0f;
+			k->attn_scores(want, q, keys, stride, n_pos, hs, scale);
+			k->attn_mix(want + n_pos, att, keys, stride, n_pos, hs);
+			memset(got + n_pos, 0, hs * sizeof(float));
+			for (size_t p = 0, span; p < n_pos; p += span) {
+				size_t left = n_pos - p;
+
+				span = rng_below(&r, 3) ? 1 + rng_below(&r, left) :
+					1 + rng_below(&r, left < 3 ? left : 3);
+				k->attn_scores(got + p, q, keys + p * stride, stride,
+					       span, hs, scale);
+				k->attn_mix_acc(got + n_pos, att + p, keys + p * stride,
+						stride, span, hs);
+			}
+			if (memcmp(got, want, n_pos * sizeof(float)))
+				fail_msg("seed=%llu %s: scores over spans differ (hs %zu, %zu positions)",
+					 test_seed, k->name, hs, n_pos);
+			if (memcmp(got + n_pos, want + n_pos, hs * sizeof(float)))
+				fail_msg("seed=%llu %s: attn_mix_acc over spans is not attn_mix (hs %zu, %zu positions)",
+					 test_seed, k->name, hs, n_pos);
+			free(q);
+			free(keys);
+			free(att);
+			free(want);
+			free(got);
+		}
+	}
+}
+
+/* ------------------------------------------- paged against contiguous */
+
+#define N_REQ 8		/* requests a trial */
+#define N_OUT 8		/* outputs compared per request */
+#define MAX_PROMPT 70
+
+/* One request: its tokens (the prompt, then the contiguous run's
+ * outputs), the paged run's progress, its block table. */
+struct preq {
+	int32_t tokens[MAX_PROMPT + 40 + N_OUT];
+	uint32_t n_prompt;
+	int parent;		/* -1, or the request whose prefix it shares */
+	uint32_t shared;	/* positions taken from the parent's blocks */
+	bool copy;		/* copies of them (copy-on-write), not them */
+	uint32_t n_tokens, n_cached, n_out;
+	bool started, done;
+	uint32_t blocks[MAX_PROMPT + 40 + N_OUT];
+	uint32_t n_blocks;
+};
+
+static struct preq reqs[N_REQ];
+static float want[N_REQ][N_OUT][VOCAB];
+/* what the trials covered, printed: outputs compared, requests started on
+ * shared blocks and on copies of them */
+static uint32_t n_compared, n_shared, n_copied;
+
+/* The contiguous mode's logits of every output of q, into want[i], and its
+ * tokens appended (greedy); prefill in random chunks. */
+static void run_contiguous(void *m, uint32_t i, struct rng *r)
+{
+	struct preq *q = &reqs[i];
+	uint32_t n_tokens = q->n_prompt, n_cached = 0, k = 0, refusal;
+
+	api->release(m, 0);
+	while (k < N_OUT) {
+		uint32_t left = n_tokens - n_cached;
+		uint32_t n = rng_below(r, 2) ? left : 1 + rng_below(r, left);
+		struct dynbatch_model_row row = {
+			.slot = 0, .tokens = q->tokens, .n_tokens = n_tokens,
+			.n_cached = n_cached, .n_consume = n,
+			.want_output = n_cached + n == n_tokens,
+		};
+
+		assert_int_equal(api->step(m, 1, &row, want[i][k], &refusal), 0);
+		assert_int_equal(refusal, DYNBATCH_REFUSE_NONE);
+		n_cached += n;
+		if (row.want_output)
+			q->tokens[n_tokens++] = argmax(want[i][k++], VOCAB);
+	}
+}
+
+/* Make the trial's requests: random prompts, some sharing a prefix of an
+ * earlier one's prompt. */
+static void make_requests(struct rng *r)
+{
+	for (uint32_t i = 0; i < N_REQ; i++) {
+		struct preq *q = &reqs[i];
+		uint32_t from = 0;
+
+		memset(q, 0, sizeof(*q));
+		q->parent = -1;
+		q->n_prompt = 1 + rng_below(r, MAX_PROMPT);
+		if (i > 0 && rng_below(r, 2)) {
+			struct preq *p = &reqs[rng_below(r, i)];
+
+			q->parent = (int)(p - reqs);
+			/* at most MAX_PROMPT: a chain of sharers stays in tokens[] */
+			from = 1 + rng_below(r, p->n_prompt < MAX_PROMPT ?
+						p->n_prompt : MAX_PROMPT);
+			q->n_prompt = from + 1 + rng_below(r, 40);
+			memcpy(q->tokens, p->tokens, from * sizeof(int32_t));
+		}
+		for (uint32_t t = from; t < q->n_prompt; t++)
+			q->tokens[t] = (int32_t)rng_below(r, VOCAB);
+		q->shared = from;	/* tokens in common, for now */
+	}
+}
+
+/*
+ * The paged run of the trial's requests with blocks of bt positions:
+ * tables from a random permutation of the pool; a sharing request takes
+ * its parent's leading full blocks (or copies of them) once the parent
+ * computed them, and starts with n_cached there; random batches, orders
+ * and chunks.  Every output's logits memcmp'd against the contiguous
+ * run's.
+ */
+static void run_paged(void *m, uint32_t bt, struct rng *r, const char *what)
+{
+	uint32_t need = 0, n_pool, *perm, next = 0, left = N_REQ;
+	size_t bytes, block_bytes = bt * api->kv_bytes_per_token(m);
+	static float got[N_REQ * VOCAB];
+	float *pool;
+
+	for (uint32_t i = 0; i < N_REQ; i++) {
+		struct preq *q = &reqs[i];
+		uint32_t len = q->n_prompt + N_OUT - 1;
+
+		q->n_blocks = (len + bt - 1) / bt + rng_below(r, 2);
+		need += q->n_blocks;
+		/* whole blocks of the common prefix, fewer than the prompt */
+		q->shared = q->parent < 0 ? 0 : q->shared / bt * bt;
+		q->copy = rng_below(r, 2);
+	}
+	n_pool = need + rng_below(r, 5);
+	perm = malloc(n_pool * sizeof(*perm));
+	assert_non_null(perm);
+	for (uint32_t b = 0; b < n_pool; b++)
+		perm[b] = b;
+	shuffle(r, perm, n_pool);
+	for (uint32_t i = 0; i < N_REQ; i++) {
+		struct preq *q = &reqs[i];
+
+		for (uint32_t b = 0; b < q->n_blocks; b++)
+			q->blocks[b] = perm[next++];
+		if (q->shared && !q->copy)
+			memcpy(q->blocks, reqs[q->parent].blocks,
+			       q->shared / bt * sizeof(uint32_t));
+	}
+	bytes = n_pool * block_bytes;
+	pool = pool_map(bytes);
+	must_bind_paged(m, pool, n_pool, bt, SEQ, N_REQ);
+	while (left) {
+		struct dynbatch_paged_row rows[N_REQ];
+		uint32_t cand[N_REQ], n_cand = 0, n_rows, out = 0, ref[N_REQ];
+
+		for (uint32_t i = 0; i < N_REQ; i++) {
+			const struct preq *q = &reqs[i];
+
+			if (!q->done && (q->started || q->parent < 0 ||
+					 reqs[q->parent].n_cached >= q->shared))
+				cand[n_cand++] = i;
+		}
+		assert_true(n_cand > 0);
+		shuffle(r, cand, n_cand);
+		n_rows = 1 + rng_below(r, n_cand);
+		for (uint32_t j = 0; j < n_rows; j++) {
+			struct preq *q = &reqs[cand[j]];
+			uint32_t rest, n;
+
+			if (!q->started) {
+				q->started = true;
+				q->n_tokens = q->n_prompt;
+				q->n_cached = q->shared;
+				if (q->shared)
+					*(q->copy ? &n_copied : &n_shared) += 1;
+				/* the engine's copy-on-write: whole blocks */
+				for (uint32_t b = 0; q->copy && b < q->shared / bt; b++)
+					memcpy((char *)pool + q->blocks[b] * block_bytes,
+					       (char *)pool + reqs[q->parent].blocks[b] * block_bytes,
+					       block_bytes);
+			}
+			rest = q->n_tokens - q->n_cached;
+			n = rng_below(r, 2) ? rest : 1 + rng_below(r, rest);
+			rows[j] = (struct dynbatch_paged_row){
+				.row = { .slot = cand[j], .tokens = q->tokens,
+					 .n_tokens = q->n_tokens,
+					 .n_cached = q->n_cached, .n_consume = n,
+					 .want_output = q->n_cached + n == q->n_tokens },
+				.blocks = q->blocks, .n_blocks = q->n_blocks,
+			};
+		}
+		assert_int_equal(api->step_paged(m, n_rows, rows, got, ref), 0);
+		for (uint32_t j = 0; j < n_rows; j++) {
+			struct preq *q = &reqs[cand[j]];
+
+			assert_int_equal(ref[j], DYNBATCH_REFUSE_NONE);
+			q->n_cached += rows[j].row.n_consume;
+			if (!rows[j].row.want_output)
+				continue;
+			if (memcmp(got + (size_t)out++ * VOCAB, want[cand[j]][q->n_out],
+				   VOCAB * sizeof(float)))
+				fail_msg("seed=%llu %s, blocks of %u: request %u (prompt %u, shared %u%s) output %u differs from the contiguous mode's (batch of %u, row %u, chunk %u)",
+					 test_seed, what, bt, cand[j], q->n_prompt,
+					 q->shared, q->copy ? " copied" : "",
+					 q->n_out, n_rows, j, rows[j].row.n_consume);
+			n_compared++;
+			if (++q->n_out == N_OUT) {
+				q->done = true;
+				left--;
+			} else {
+				q->n_tokens++;
+			}
+		}
+	}
+	munmap(pool, bytes);
+	free(perm);
+}
+
+static void test_paged_matches_contiguous(void **state)
+{
+	static const uint32_t sizes[] = { 1, 2, 3, 7, 16, 64, 300 };
+	struct rng r = rng_for(2);
+
+	(void)state;
+	for (uint32_t trial = 0; trial < 4 * 7; trial++) {
+		uint32_t bt = sizes[trial % 7];
+		bool portable = trial % 2 || !llama_kernels_have_avx2();
+		char args[200];
+		void *v2, *pg;
+
+		snprintf(args, sizeof(args), "%s,kernel=%s", ck_path,
+			 portable ? "portable" : "avx2");
+		v2 = must_create(args);
+		pg = must_create(args);
+		assert_int_equal(api->bind(v2, 1, SEQ, args, sizeof(args)), 0);
+		make_requests(&r);
+		for (uint32_t i = 0; i < N_REQ; i++)
+			run_contiguous(v2, i, &r);
+		run_paged(pg, bt, &r, portable ? "portable" : "avx2");
+		api->destroy(v2);
+		api->destroy(pg);
+	}
+	printf("paged against contiguous: %u outputs memcmp-equal; %u requests started on shared blocks, %u on copies\n",
+	       n_compared, n_shared, n_copied);
+	assert_true(n_shared > 0 && n_copied > 0);
+}
+
+/* ------------------------------------------------- the step's checks */
+
+static bool all_zero(const void *p, size_t n)
+{
+	const unsigned char *c = p;
+
+	for (size_t i = 0; i < n; i++)
+		if (c[i])
+			return false;
+	return true;
+}
+
+/*
+ * Bad tables fail the step with -EINVAL and nothing written; refusals
+ * as in the contiguous mode; the two modes are never mixed; and a step
+ * writes exactly the positions it consumes, where model.h's block rule
+ * and the [layer][K|V][offset][kv_dim] layout put them.
+ */
+static void test_paged_checks(void **state)
+{
+	enum { BT = 3, NB = 8 };
+	static int32_t toks[10] = { 5, 9, 1, 0, 96, 33, 2, 7, 7, 60 };
+	static float logits[3 * VOCAB];
+	uint64_t kvb;
+	size_t block_bytes, bytes, kvf = KV_DIM;
+	uint32_t blocks[4] = { 5, 2, 7, 0 }, bad[4] = { 5, 2, 7, 0 }, ref[3];
+	struct dynbatch_paged_row rows[3];
+	struct dynbatch_model_row v2row = { .tokens = toks, .n_tokens = 1,
+					    .n_consume = 1, .want_output = 1 };
+	char err[512];
+	float *pool;
+	void *m;
+
+	(void)state;
+	m = must_create(ck_path);
+	kvb = api->kv_bytes_per_token(m);
+	assert_int_equal(kvb, (uint64_t)LAYERS * 2 * KV_DIM * sizeof(float));
+	block_bytes = BT * kvb;
+	bytes = NB * block_bytes;
+	pool = pool_map(bytes);
+
+	/* bind_paged's arguments */
+	assert_int_equal(api->bind_paged(m, NULL, NB, BT, SEQ, 3, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "llama: bind_paged"));
+	assert_int_equal(api->bind_paged(m, pool, 0, BT, SEQ, 3, err, sizeof(err)), -EINVAL);
+	assert_int_equal(api->bind_paged(m, pool, NB, 0, SEQ, 3, err, sizeof(err)), -EINVAL);
+	assert_int_equal(api->bind_paged(m, pool, NB, BT, SEQ + 1, 3, err, sizeof(err)), -EINVAL);
+	assert_int_equal(api->bind_paged(m, pool, NB, BT, SEQ, 0, err, sizeof(err)), -EINVAL);
+	assert_int_equal(api->step_paged(m, 0, NULL, NULL, NULL), -EINVAL);	/* unbound */
+	must_bind_paged(m, pool, NB, BT, 9, 3);
+	/* bound paged: step() is refused, release() harmless */
+	assert_int_equal(api->step(m, 1, &v2row, logits, ref), -EINVAL);
+	api->release(m, 0);
+
+	rows[0] = (struct dynbatch_paged_row){
+		.row = { .tokens = toks, .n_tokens = 5, .n_consume = 5,
+			 .want_output = 1 },
+		.blocks = blocks, .n_blocks = 2,
+	};
+	rows[1] = rows[0];
+	rows[1].blocks = bad;
+	rows[1].row.slot = 1;
+	/* an id at n_blocks, or far past it, in any entry: -EINVAL, nothing
+	 * written (row 0 of the step is fine and comes first) */
+	for (uint32_t e = 0; e < 2; e++) {
+		bad[e] = NB;
+		assert_int_equal(api->step_paged(m, 2, rows, logits, ref), -EINVAL);
+		bad[e] = UINT32_MAX;
+		assert_int_equal(api->step_paged(m, 2, rows, logits, ref), -EINVAL);
+		bad[e] = blocks[e];
+	}
+	/* an entry past what the step uses is checked too */
+	rows[1].n_blocks = 3;
+	bad[2] = NB + 5;
+	assert_int_equal(api->step_paged(m, 2, rows, logits, ref), -EINVAL);
+	bad[2] = blocks[2];
+	/* too few blocks: 5 positions need 2 blocks of 3 */
+	rows[1].n_blocks = 1;
+	assert_int_equal(api->step_paged(m, 2, rows, logits, ref), -EINVAL);
+	rows[1].n_blocks = 2;
+	rows[1].blocks = NULL;
+	assert_int_equal(api->step_paged(m, 2, rows, logits, ref), -EINVAL);
+	rows[1].blocks = bad;
+	/* n_cached + n_consume one past the table: 7 positions, 2 blocks */
+	rows[1].row.n_tokens = 7;
+	rows[1].row.n_cached = 1;
+	rows[1].row.n_consume = 6;
+	assert_int_equal(api->step_paged(m, 2, rows, logits, ref), -EINVAL);
+	/* more rows than bind_paged's max_rows */
+	rows[2] = rows[0];
+	rows[1] = rows[0];
+	assert_int_equal(api->step_paged(m, 4, rows, logits, ref), -EINVAL);
+	if (!all_zero(pool, bytes))
+		fail_msg("a failed step wrote into the pool");
+
+	/* refusals: an empty prompt (no blocks at all), a row past
+	 * max_context (9), a token outside the vocabulary */
+	rows[0].row = (struct dynbatch_model_row){ .tokens = toks, .want_output = 1 };
+	rows[0].n_blocks = 0;
+	rows[1].row = (struct dynbatch_model_row){ .tokens = toks, .n_tokens = 10,
+						   .n_consume = 10, .want_output = 1 };
+	rows[2].row = (struct dynbatch_model_row){ .tokens = toks + 4, .n_tokens = 1,
+						   .n_consume = 1, .want_output = 1 };
+	memset(logits, 0xff, sizeof(logits));
+	toks[4] = VOCAB;	/* a bad token, for this step */
+	assert_int_equal(api->step_paged(m, 3, rows, logits, ref), 0);
+	toks[4] = 96;
+	assert_int_equal(ref[0], DYNBATCH_REFUSE_EMPTY_PROMPT);
+	assert_int_equal(ref[1], DYNBATCH_REFUSE_CONTEXT);
+	assert_int_equal(ref[2], DYNBATCH_REFUSE_TOKEN);
+	assert_true(all_zero(logits, sizeof(logits)));
+	if (!all_zero(pool, bytes))
+		fail_msg("a refused row wrote into the pool");
+
+	/* 5 positions through blocks {5, 2} of 3: block 5 full, offsets 0
+	 * and 1 of block 2, nothing else */
+	rows[0] = (struct dynbatch_paged_row){
+		.row = { .tokens = toks, .n_tokens = 5, .n_consume = 5,
+			 .want_output = 1 },
+		.blocks = blocks, .n_blocks = 2,
+	};
+	assert_int_equal(api->step_paged(m, 1, rows, logits, ref), 0);
+	assert_int_equal(ref[0], DYNBATCH_REFUSE_NONE);
+	for (uint32_t b = 0; b < NB; b++) {
+		uint32_t filled = b == 5 ? 3 : b == 2 ? 2 : 0;
+		const float *blk = pool + b * (block_bytes / sizeof(float));
+
+		for (uint32_t lw = 0; lw < LAYERS * 2; lw++)	/* layer, K|V */
+			for (uint32_t o = 0; o < BT; o++) {
+				const float *v = blk + ((size_t)lw * BT + o) * kvf;
+				bool z = all_zero(v, kvf * sizeof(float));
+
+				if (z != (o >= filled))
+					fail_msg("block %u, layer %u %s, offset %u: %s",
+						 b, lw / 2, lw % 2 ? "V" : "K", o,
+						 z ? "not written" : "written");
+			}
+	}
+	/* bound with bind(): step_paged() is refused */
+	assert_int_equal(api->bind(m, 1, SEQ, err, sizeof(err)), 0);
+	assert_int_equal(api->step_paged(m, 1, rows, logits, ref), -EINVAL);
+	api->destroy(m);
+	munmap(pool, bytes);
+}
+
+static int remove_tmp(void)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp_dir);
+	return system(cmd);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_mix_spans),
+		cmocka_unit_test(test_paged_matches_contiguous),
+		cmocka_unit_test(test_paged_checks),
+	};
+	struct rng r;
+	int rc;
+
+	test_seed_init("test_llama_paged");
+	api = llama_model_api();
+	if (!mkdtemp(tmp_dir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	r = rng_for(0);
+	snprintf(ck_path, sizeof(ck_path), "%s/m.bin", tmp_dir);
+	write_checkpoint(ck_path, &r);
+	rc = cmocka_run_group_tests(tests, NULL, NULL);
+	if (remove_tmp() != 0)
+		fprintf(stderr, "test_llama_paged: could not remove %s\n", tmp_dir);
+	return rc;
+}
