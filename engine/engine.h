@@ -49,6 +49,11 @@ struct engine_config {
 					 * the model's own limit, else 4096 */
 	uint32_t step_tokens;		/* --step-tokens: a stateful model's
 					 * token budget per step; 0: none */
+	uint32_t block_tokens;		/* --block-tokens: positions per KV
+					 * block of a paged model */
+	uint64_t kv_memory;		/* --kv-memory: KV bytes of all shards;
+					 * 0: engine_size_kv() chooses */
+	bool prefix_cache;		/* --prefix-cache on */
 	const char *stats_path;		/* --stats FILE, or NULL */
 	uint32_t queue_capacity;	/* waiting queue bound */
 	uint64_t step_timeout_ms;	/* a step past this kills its worker */
@@ -74,6 +79,9 @@ struct engine_config {
  * in one step takes about 10 s on one core, the default step timeout,
  * and stalls the shard's decoding rows all that time. */
 #define ENGINE_DEFAULT_STEP_TOKENS 512u
+
+/* --block-tokens by default (vLLM's and SGLang's page size). */
+#define ENGINE_DEFAULT_BLOCK_TOKENS 16u
 
 /* --max-context when neither the user nor the model sets one. */
 #define ENGINE_DEFAULT_MAX_CONTEXT 4096u
@@ -103,6 +111,20 @@ void engine_destroy(struct engine *e);
  * ---------------------------------------------------------------------- */
 
 /*
+ * The KV blocks a sequence of n_tokens positions (prompt + max_tokens)
+ * needs in a shard's pool, and in *pool (when not NULL) the blocks a pool
+ * has and in *block_tokens their size; 0 needed (and 0 in both) when the
+ * model is not paged.  engine_submit() refuses a request that needs more
+ * than a pool has with -ENOSPC; front ends name both numbers.
+ */
+struct engine_kv_pool {
+	uint32_t blocks;
+	uint32_t block_tokens;
+};
+uint32_t engine_kv_need(const struct engine *e, uint32_t n_tokens,
+			struct engine_kv_pool *pool);
+
+/*
  * Admit req (req->id set) for the front end's cookie.  On 0 the engine
  * owns req (it is left zeroed) and handles[0 .. req->n_choices) name the
  * live requests, one per choice (choice i is a copy of req with choice
@@ -112,7 +134,8 @@ void engine_destroy(struct engine *e);
  * waiting queue has no room for every choice, -EEXIST a live request
  * has this id, -ESHUTDOWN the engine is draining or has failed, -EIO no
  * worker can be kept alive, -E2BIG more choices than the queue holds,
- * -ENOMEM.
+ * -ENOSPC prompt + max_tokens needs more KV blocks than a shard's pool
+ * has (engine_kv_need()), -ENOMEM.
  */
 int engine_submit(struct engine *e, struct request *req, uint64_t cookie,
 		  uint32_t *handles);

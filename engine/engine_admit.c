@@ -99,6 +99,10 @@ int engine_submit(struct engine *e, struct request *req, uint64_t cookie,
 	}
 	if (n > REQUEST_MAX_CHOICES)
 		return -E2BIG;
+	/* one that can never fit its shard's KV pool fails now, not by
+	 * preempting everything else first (engine_kv_need() says more) */
+	if (engine_kv_need(e, req->n_prompt + req->max_tokens, NULL) > e->kv_blocks)
+		return -ENOSPC;
 	req->n_choices = n;
 	/* every allocation first: the choices are admitted all or none */
 	memset(lps, 0, n * sizeof(lps[0]));

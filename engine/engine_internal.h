@@ -34,6 +34,7 @@
 #include "shard/worker_supervisor.h"
 #include "engine/stats.h"
 #include "engine/wait_queue.h"
+#include "model/kv_pool.h"
 
 struct engine {
 	const struct engine_config *cfg;
@@ -46,6 +47,9 @@ struct engine {
 	char *worker_spec;		/* --model for workers: pinned to the
 					 * file we opened (model_worker_spec()) */
 	struct model_runner *runner;	/* --workers 0: the model's steps */
+	uint32_t kv_bytes_per_token;	/* a paged model's; 0: not paged */
+	uint32_t kv_blocks;		/* per shard pool (engine_size_kv()) */
+	struct kv_pool kv_pool;		/* --workers 0: the pool itself */
 	struct shm_segment seg;
 	struct slot_table slots;
 	struct wait_queue queue;
@@ -96,6 +100,11 @@ struct engine {
 /* Open the model (or probe a plugin), set vocab, worker_spec and
  * max_context.  Returns an exit status, the reason printed on stderr. */
 int engine_open_model(struct engine *e);
+
+/* A paged model: size each shard's KV pool (kv_blocks) from --kv-memory,
+ * or the batch at full context capped at half the machine's memory, and
+ * log what was chosen.  An exit status, the reason printed on stderr. */
+int engine_size_kv(struct engine *e);
 
 /* ---- engine.c and engine_commit.c, for the engine's other files ---- */
 

@@ -120,6 +120,7 @@ static int engine_open_model_only(struct engine *e)
 		if (!ret) {
 			e->vocab = probe.vocab;
 			e->has_logits = probe.logits;
+			e->kv_bytes_per_token = probe.kv_bytes_per_token;
 			e->worker_spec = strdup(spec);
 			if (!e->worker_spec) {
 				fprintf(stderr, "dynbatch: out of memory\n");
@@ -139,6 +140,19 @@ static int engine_open_model_only(struct engine *e)
 	}
 	e->vocab = model_vocab(e->model);
 	e->has_logits = model_has_logits(e->model);
+	if (model_is_paged(e->model)) {
+		uint64_t b = model_kv_bytes_per_token(e->model);
+
+		if (b > PROBE_KV_BYTES_MAX) {
+			fprintf(stderr, "dynbatch: --model: %llu KV bytes per "
+				"position is more than %u\n",
+				(unsigned long long)b, PROBE_KV_BYTES_MAX);
+			model_close(e->model);
+			e->model = NULL;
+			return ENGINE_EXIT_USAGE;
+		}
+		e->kv_bytes_per_token = (uint32_t)b;
+	}
 	e->worker_spec = model_worker_spec(e->model, spec);
 	ret = e->worker_spec ? engine_set_max_context(e, model_max_context(e->model)) :
 			       ENGINE_EXIT_FAILED;
@@ -147,4 +161,63 @@ static int engine_open_model_only(struct engine *e)
 		e->model = NULL;
 	}
 	return ret;
+}
+
+/* Bytes in human units for the line engine_size_kv() prints. */
+static const char *engine_bytes_str(uint64_t b, char *buf, size_t len)
+{
+	if (b >= (1ull << 30))
+		snprintf(buf, len, "%.1f GiB", (double)b / (1ull << 30));
+	else
+		snprintf(buf, len, "%.1f MiB", (double)b / (1ull << 20));
+	return buf;
+}
+
+int engine_size_kv(struct engine *e)
+{
+	const struct engine_config *cfg = e->cfg;
+	uint32_t bt = cfg->block_tokens ? cfg->block_tokens : ENGINE_DEFAULT_BLOCK_TOKENS;
+	uint32_t per_shard = (cfg->n_slots + e->n_shards - 1) / e->n_shards;
+	uint64_t block_bytes = (uint64_t)bt * e->kv_bytes_per_token;
+	uint64_t full = (uint64_t)per_shard * ((e->max_context + bt - 1) / bt);
+	uint64_t blocks, budget;
+	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+	char a[32], b[32];
+
+	if (!e->kv_bytes_per_token)
+		return ENGINE_EXIT_OK;
+	if (cfg->kv_memory) {
+		blocks = cfg->kv_memory / e->n_shards / block_bytes;
+		if (!blocks) {
+			fprintf(stderr, "dynbatch: --kv-memory %s holds no KV block "
+				"of %llu bytes (%u tokens) per shard (%u shards)\n",
+				engine_bytes_str(cfg->kv_memory, a, sizeof(a)),
+				(unsigned long long)block_bytes, bt, e->n_shards);
+			return ENGINE_EXIT_USAGE;
+		}
+	} else {
+		/* the batch at full context, or half the machine */
+		budget = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 2 :
+			 (1ull << 30);
+		blocks = budget / e->n_shards / block_bytes;
+		if (blocks > full)
+			blocks = full;
+		if (!blocks)
+			blocks = 1;
+	}
+	if (blocks > UINT32_MAX / 2)
+		blocks = UINT32_MAX / 2;
+	e->kv_blocks = (uint32_t)blocks;
+	/* on stderr whatever the log level: the user should know what the
+	 * default chose */
+	fprintf(stderr, "dynbatch: kv: %u shard pool%s of %llu blocks of %u "
+		"tokens (%s each); the batch at full context needs %llu a shard "
+		"(%s)%s\n", e->n_shards, e->n_shards > 1 ? "s" : "",
+		(unsigned long long)blocks, bt,
+		engine_bytes_str(blocks * block_bytes, a, sizeof(a)),
+		(unsigned long long)full,
+		engine_bytes_str(full * block_bytes, b, sizeof(b)),
+		cfg->kv_memory ? ", from --kv-memory" :
+		blocks < full ? ", capped at half the machine's memory" : "");
+	return ENGINE_EXIT_OK;
 }

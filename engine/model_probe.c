@@ -193,15 +193,17 @@ static int probe_parse_num(const char *s, size_t len, uint64_t lo, uint64_t hi,
 }
 
 /*
- * "N context M logits L" of "vocab N context M logits L": the
+ * "N context M logits L kv K" of "vocab N context M logits L kv K": the
  * vocabulary, 1 .. PROBE_VOCAB_MAX, the model's longest prefix (0: no
- * limit) and whether it gives logits (0 or 1).  0 or -1.
+ * limit), whether it gives logits (0 or 1) and a paged model's KV bytes
+ * per position (0: not paged).  0 or -1.
  */
 static int probe_parse_vocab(const char *s, size_t len, struct model_probe *out)
 {
-	static const char sep_context[] = " context ", sep_logits[] = " logits ";
+	static const char sep_context[] = " context ", sep_logits[] = " logits ",
+			  sep_kv[] = " kv ";
 	const char *at_context = memmem(s, len, sep_context, sizeof(sep_context) - 1);
-	const char *end = s + len, *m, *at_logits;
+	const char *end = s + len, *m, *at_logits, *l, *at_kv;
 	uint32_t logits;
 
 	if (!at_context)
@@ -210,13 +212,18 @@ static int probe_parse_vocab(const char *s, size_t len, struct model_probe *out)
 	at_logits = memmem(m, (size_t)(end - m), sep_logits, sizeof(sep_logits) - 1);
 	if (!at_logits)
 		return -1;
+	l = at_logits + sizeof(sep_logits) - 1;
+	at_kv = memmem(l, (size_t)(end - l), sep_kv, sizeof(sep_kv) - 1);
+	if (!at_kv)
+		return -1;
 	if (probe_parse_num(s, (size_t)(at_context - s), 1, PROBE_VOCAB_MAX,
 			    &out->vocab) ||
 	    probe_parse_num(m, (size_t)(at_logits - m), 0, UINT32_MAX,
 			    &out->max_context) ||
-	    probe_parse_num(at_logits + sizeof(sep_logits) - 1,
-			    (size_t)(end - at_logits) - (sizeof(sep_logits) - 1),
-			    0, 1, &logits))
+	    probe_parse_num(l, (size_t)(at_kv - l), 0, 1, &logits) ||
+	    probe_parse_num(at_kv + sizeof(sep_kv) - 1,
+			    (size_t)(end - at_kv) - (sizeof(sep_kv) - 1), 0,
+			    PROBE_KV_BYTES_MAX, &out->kv_bytes_per_token))
 		return -1;
 	out->logits = logits == 1;
 	return 0;
@@ -252,7 +259,7 @@ static int probe_judge(struct probe_run *r, const char *how, uint64_t timeout_ms
 			 r->n_answer ? log_escape(r->answer, esc, sizeof(esc)) : "",
 			 r->n_answer ? "' and no newline)" : "");
 	else if (r->n_answer)
-		snprintf(why, why_len, "the probe answered '%s', not 'vocab N context M logits L' "
+		snprintf(why, why_len, "the probe answered '%s', not 'vocab N context M logits L kv K' "
 			 "(N in 1..%llu, L 0 or 1) or 'error TEXT' and a newline",
 			 log_escape(r->answer, esc, sizeof(esc)),
 			 (unsigned long long)PROBE_VOCAB_MAX);

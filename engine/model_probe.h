@@ -44,7 +44,12 @@ struct model_probe {
 	uint32_t max_context;	/* its longest prefix; 0: no limit */
 	bool logits;		/* it gives logits: can serve requests that
 				 * sample (model_has_logits()) */
+	uint32_t kv_bytes_per_token; /* a paged model's (model_is_paged());
+				 * 0: not paged */
 };
+
+/* The most KV bytes per position a probe may report (1 GiB). */
+#define PROBE_KV_BYTES_MAX (1u << 30)
 
 /*
  * Run a probe of worker_path on spec, for at most timeout_ms.  Returns 0

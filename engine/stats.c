@@ -101,6 +101,33 @@ void stats_print_summary(const struct engine_stats *s, FILE *f)
 		(unsigned long long)s->n_poisoned,
 		(double)stats_latency_quantile(s, 0.5) / 1e6,
 		(double)stats_latency_quantile(s, 0.99) / 1e6);
+	if (s->kv.block_tokens)
+		fprintf(f, "dynbatch: kv: %u blocks of %u tokens per shard, peak %u "
+			"used; %llu of %llu prompt tokens from the prefix cache, "
+			"%llu copies on write, %llu preemptions, %llu evictions\n",
+			s->kv.blocks, s->kv.block_tokens, s->kv.peak_used_blocks,
+			(unsigned long long)s->kv.prefix_hit_tokens,
+			(unsigned long long)s->kv.prompt_tokens,
+			(unsigned long long)s->kv.cow_copies,
+			(unsigned long long)s->kv.preemptions,
+			(unsigned long long)s->kv.evictions);
+}
+
+/* The "kv" object of --stats (nothing when the model is not paged). */
+static void stats_write_kv_json(const struct stats_kv *kv, FILE *f)
+{
+	if (!kv->block_tokens)
+		return;
+	fprintf(f, ",\"kv\":{\"block_tokens\":%u,\"blocks\":%u,"
+		"\"peak_used_blocks\":%u,\"prompt_tokens\":%llu,"
+		"\"prefix_hit_tokens\":%llu,\"cow_copies\":%llu,"
+		"\"preemptions\":%llu,\"evictions\":%llu}",
+		kv->block_tokens, kv->blocks, kv->peak_used_blocks,
+		(unsigned long long)kv->prompt_tokens,
+		(unsigned long long)kv->prefix_hit_tokens,
+		(unsigned long long)kv->cow_copies,
+		(unsigned long long)kv->preemptions,
+		(unsigned long long)kv->evictions);
 }
 
 int stats_write_json(const struct engine_stats *s, const char *path)
@@ -124,7 +151,7 @@ int stats_write_json(const struct engine_stats *s, const char *path)
 		"\"latency_p50_ms\":%.3f,\"latency_p99_ms\":%.3f,"
 		"\"mean_refill_us\":%.3f,\"model_s\":%.6f,\"step_s\":%.6f,"
 		"\"coordinator_dozes\":%llu,\"runahead_rows_discarded\":%llu,"
-		"\"fruitless_kills\":%llu}\n",
+		"\"fruitless_kills\":%llu",
 		(unsigned long long)s->n_tokens, wall,
 		wall > 0 ? (double)s->n_tokens / wall : 0,
 		(unsigned long long)s->n_steps, stats_occupancy(s),
@@ -142,6 +169,8 @@ int stats_write_json(const struct engine_stats *s, const char *path)
 		(unsigned long long)s->n_dozes,
 		(unsigned long long)s->n_discarded,
 		(unsigned long long)s->n_fruitless_kills);
+	stats_write_kv_json(&s->kv, f);
+	fprintf(f, "}\n");
 	if (ferror(f))
 		ret = -EIO;
 	if (fclose(f) && !ret)

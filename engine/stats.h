@@ -24,6 +24,18 @@ extern const char *const finish_reason_names[FINISH_N];
 #define LATENCY_SUB_BITS 6
 #define LATENCY_BUCKETS ((40u - LATENCY_SUB_BITS + 1) << LATENCY_SUB_BITS)
 
+/* The paged KV cache's counts (docs/usage.md, "kv" in --stats). */
+struct stats_kv {
+	uint32_t block_tokens;		/* 0: the model is not paged */
+	uint32_t blocks;		/* per shard pool */
+	uint32_t peak_used_blocks;	/* the most one shard used at once */
+	uint64_t prompt_tokens;		/* of placed requests (resumes too) */
+	uint64_t prefix_hit_tokens;	/* of which taken from the cache */
+	uint64_t cow_copies;		/* blocks copied on write (forks) */
+	uint64_t preemptions;
+	uint64_t evictions;		/* cached blocks reused for others */
+};
+
 struct engine_stats {
 	uint64_t n_finished[FINISH_N];	/* result lines by finish reason */
 	uint64_t n_tokens;		/* tokens committed (generated) */
@@ -53,6 +65,7 @@ struct engine_stats {
 	uint64_t n_refills;
 	uint64_t latency_hist[LATENCY_BUCKETS]; /* admission -> last token */
 	uint64_t n_latency;
+	struct stats_kv kv;
 };
 
 void stats_record_latency(struct engine_stats *s, uint64_t ns);

@@ -140,6 +140,7 @@ void sched_destroy(struct sched *sc)
 	free(sc->inproc_rows);
 	free(sc->inproc_sampled);
 	free(sc->inproc_logprobs);
+	sched_kv_destroy(sc);
 	sc->shards = NULL;
 }
 
@@ -175,13 +176,18 @@ void shard_drop_slot(struct sched *sc, uint32_t slot)
 	struct shard *s = shard_of_slot(sc, slot);
 
 	s->n_active--;
-	if (sc->in_process)
+	if (sc->in_process) {
+		sched_kv_close(sc, slot);
 		return;
+	}
 	s->redispatch = true;
 	if (sc->slots->slots[slot].n_tokens < sc->slot_limit[slot] ||
 	    s->committing_id != s->chan.issued_id) {
+		/* its blocks too go back once the worker is past it */
 		sc->slot_drain[slot] = s->chan.dispatch_pos + 1;
 		s->n_draining++;
+	} else {
+		sched_kv_close(sc, slot);
 	}
 }
 
@@ -224,17 +230,31 @@ int shard_place(struct sched *sc, uint32_t slot, uint32_t handle,
 {
 	uint32_t limit = rq->n_prompt + rq->max_tokens;
 	struct shard *s = shard_of_slot(sc, slot);
+	int ret;
 
-	if (slot_table_assign(sc->slots, slot, handle, rq->prompt, rq->n_prompt))
+	/* admission checked that the request fits the context */
+	if (limit > sc->slots->max_context)
+		limit = sc->slots->max_context;
+	if (rq->fork_slot != UINT32_MAX && !rq->n_generated)
+		ret = sched_kv_fork(sc, s, slot, rq->fork_slot, rq->prompt,
+				    rq->n_prompt, limit);
+	else
+		ret = sched_kv_place(sc, s, slot, rq->prompt, rq->n_prompt,
+				     rq->generated, rq->n_generated, limit);
+	if (ret)
+		return ret;
+	if (slot_table_assign(sc->slots, slot, handle, rq->prompt, rq->n_prompt)) {
+		sched_kv_close(sc, slot);
 		return -EINVAL;
+	}
 	for (uint32_t i = 0; i < rq->n_generated; i++) {
 		if (slot_table_append(sc->slots, slot, rq->generated[i])) {
 			slot_table_release(sc->slots, slot);
+			sched_kv_close(sc, slot);
 			return -EINVAL;
 		}
 	}
-	/* admission checked that the request fits the context */
-	sc->slot_limit[slot] = limit < sc->slots->max_context ? limit : sc->slots->max_context;
+	sc->slot_limit[slot] = limit;
 	sc->slot_prefilled[slot] = 0;
 	shard_write_sampling(sc, slot, rq);
 	s->n_active++;
@@ -248,15 +268,36 @@ static bool shard_slot_reusable(struct sched *sc, struct shard *s, uint32_t slot
 {
 	if (sc->slots->slots[slot].state != SHM_SLOT_FREE)
 		return false;
-	if (!sc->slot_drain[slot])
-		return true;
-	/* acquire: pairs with the worker's release in worker_adopt() */
-	if (atomic_load_explicit(&shm_channel_at(sc->seg, s->index)->dispatch_adopted,
-				 memory_order_acquire) < sc->slot_drain[slot])
-		return false;
-	sc->slot_drain[slot] = 0;
-	s->n_draining--;
+	if (sc->slot_drain[slot]) {
+		/* acquire: pairs with the worker's release in worker_adopt() */
+		if (atomic_load_explicit(&shm_channel_at(sc->seg, s->index)->dispatch_adopted,
+					 memory_order_acquire) < sc->slot_drain[slot])
+			return false;
+		sc->slot_drain[slot] = 0;
+		s->n_draining--;
+	}
+	/* the worker is past the slot's last request: so are its blocks */
+	sched_kv_close(sc, slot);
 	return true;
+}
+
+/* Close the block tables of the shard's slots that have drained, so that
+ * a starved shard gets their blocks back without waiting for a refill. */
+static void shard_kv_reclaim(struct sched *sc, struct shard *s)
+{
+	for (uint32_t i = 0; i < s->n_slots; i++)
+		if (sched_kv_is_open(sc, s->first_slot + i))
+			(void)shard_slot_reusable(sc, s, s->first_slot + i);
+}
+
+bool shard_kv_starved(struct sched *sc, struct shard *s)
+{
+	if (!sched_kv_on(sc) || !sc->kv.starved[s->index])
+		return false;
+	shard_kv_reclaim(sc, s);
+	if (sched_kv_grow(sc, s))
+		s->redispatch = true;
+	return sc->kv.starved[s->index];
 }
 
 /* Does the shard take requests now?  (FIFO refill: shard_refill_next().) */
@@ -268,11 +309,23 @@ bool shard_refill_begin(struct sched *sc, struct shard *s)
 	if (s->n_active == s->n_slots || worker_sup_lost(sc->sup, s->index) ||
 	    (!sc->in_process && !worker_sup_ready(sc->sup, s->index)))
 		return false;
+	/* no admission while a running request waits for blocks (a step
+	 * that preempts admits nobody: docs/DESIGN.md 11) */
+	if (shard_kv_starved(sc, s))
+		return false;
 	if (sc->policy_static)
 		for (uint32_t i = 0; i < s->n_slots; i++)
 			if (!shard_slot_reusable(sc, s, s->first_slot + i))
 				return false;
 	return true;
+}
+
+bool shard_has_room(const struct sched *sc, const struct shard *s)
+{
+	return s->n_active + s->n_draining < s->n_slots &&
+	       !worker_sup_lost(sc->sup, s->index) &&
+	       (sc->in_process || worker_sup_ready(sc->sup, s->index)) &&
+	       !sched_kv_starved(sc, s);
 }
 
 /* The next reusable slot at or after *cursor (a shard slot index, 0 to
@@ -319,6 +372,7 @@ void shard_new_epoch(struct sched *sc, struct shard *s)
 	s->adopted_seen = s->chan.dispatch_pos;
 	for (uint32_t i = 0; i < s->n_slots; i++)
 		sc->slot_drain[s->first_slot + i] = 0;
+	sched_kv_new_epoch(sc, s);
 }
 
 /* The rows of a step its worker died in, to run alone one by one. */
@@ -367,6 +421,7 @@ static uint32_t shard_collect_rows(struct sched *sc, struct shard *s,
 			rows[0] = (struct shm_dispatch_row){
 				.slot = slot, .generation = st->generation,
 				.n_tokens = st->n_tokens, .limit = st->n_tokens + 1 };
+			sched_kv_row(sc, slot, &rows[0]);
 			s->suspect_id = s->chan.next_dispatch_id;
 			return 1;
 		}
@@ -378,10 +433,11 @@ static uint32_t shard_collect_rows(struct sched *sc, struct shard *s,
 
 		if (st->state != SHM_SLOT_ACTIVE)
 			continue;
-		rows[n++] = (struct shm_dispatch_row){
+		rows[n] = (struct shm_dispatch_row){
 			.slot = slot, .generation = st->generation,
 			.n_tokens = st->n_tokens,
 			.limit = s->lockstep ? st->n_tokens + 1 : sc->slot_limit[slot] };
+		sched_kv_row(sc, slot, &rows[n++]);
 	}
 	return n;
 }
@@ -478,7 +534,10 @@ static bool shard_result_lacks_rows(struct sched *sc, struct shard *s, uint64_t 
 	for (uint32_t i = 0; i < n; i++) {
 		const struct slot_state *st = &sc->slots->slots[want[i].slot];
 
+		/* below the dispatch's limit: a paged row at the end of its
+		 * table waits for it to grow, and is rightly missing */
 		if (st->state == SHM_SLOT_ACTIVE && st->generation == want[i].generation &&
+		    st->n_tokens < want[i].limit &&
 		    s->chan.seen[want[i].slot - s->first_slot] != s->chan.result_stamp)
 			return true;
 	}
@@ -626,6 +685,7 @@ bool shard_result_next(struct sched *sc, struct shard *s, struct shard_result *r
 		s->committing_id = r->id;
 		*a = (struct shard_action){ .kind = SHARD_ACT_TOKEN, .slot = row->slot,
 					    .token = row->token, .lp = &cr->lp };
+		sched_kv_commit(sc, s, row->slot, row->token);
 		r->last_slot = row->slot;
 		r->n_ok++;
 		return true;
@@ -647,6 +707,9 @@ void shard_result_end(struct sched *sc, struct shard *s, struct shard_result *r)
 		shard_clear_suspect(s, r->last_slot);
 		s->redispatch = true;
 	}
+	/* tables near their end grow before the worker reaches it */
+	if (sched_kv_grow(sc, s))
+		s->redispatch = true;
 	sc->counts.n_steps++;
 	sc->counts.n_step_rows += r->n_rows;
 	sc->counts.n_step_capacity += s->n_slots;
@@ -814,11 +877,18 @@ int shard_step_in_process(struct sched *sc, struct shard *s, struct shard_result
 	struct shm_result_row *rows = sc->inproc_rows;
 	struct shm_dispatch_row *step = s->chan.sent;
 	struct shard_row_rules rules;
-	uint32_t n;
+	uint32_t n, k;
 	uint64_t t0;
 	int ret;
 
 	n = shard_collect_rows(sc, s, step);
+	/* like a worker, only the rows below their limit (a paged row at
+	 * the end of its table waits for it to grow) */
+	k = 0;
+	for (uint32_t i = 0; i < n; i++)
+		if (step[i].n_tokens < step[i].limit)
+			step[k++] = step[i];
+	n = k;
 	if (!n)
 		return 0;
 	for (uint32_t i = 0; i < n; i++) {
@@ -829,6 +899,11 @@ int shard_step_in_process(struct sched *sc, struct shard *s, struct shard_result
 			.slot = step[i].slot, .generation = step[i].generation,
 			.tokens = sc->slots->tokens[step[i].slot],
 			.n_tokens = step[i].n_tokens };
+		if (sched_kv_on(sc)) {
+			sc->inproc_step[i].blocks = shm_kv_table_at(sc->seg, step[i].slot);
+			sc->inproc_step[i].n_blocks = step[i].kv_blocks;
+			sc->inproc_step[i].kv_cached = step[i].kv_cached;
+		}
 		if (rq->needs_logits) {	/* greedy: the step never reads it */
 			sc->inproc_step[i].sampling = rq->sampling;
 			sc->inproc_step[i].k = step[i].n_tokens - rq->n_prompt;

@@ -26,6 +26,7 @@
 #include "ipc/shm_segment.h"
 #include "shard/shard_channel.h"
 #include "shard/worker_supervisor.h"
+#include "sched/sched_kv.h"
 #include "sched/slot_table.h"
 #include "util/log_limit.h"
 
@@ -53,6 +54,11 @@ struct sched_request {
 	bool needs_logits;		/* it samples, biases or reports
 					 * logprobs (request_needs_logits()) */
 	const struct sampling_params *sampling;
+	uint32_t fork_slot;		/* paged: an ACTIVE slot of the same
+					 * shard whose request has the same
+					 * prompt and has computed it, whose
+					 * blocks this one shares (another
+					 * choice of it); UINT32_MAX: none */
 };
 
 struct shard {
@@ -133,6 +139,8 @@ struct sched {
 	struct sampler_result *inproc_sampled;	/* rows that report logprobs */
 	struct shm_logprobs *inproc_logprobs;	/* and those, as a worker's */
 	struct sched_counts counts;
+	struct sched_kv kv;		/* paged models: the block tables
+					 * (sched_kv_init() after sched_init()) */
 };
 
 /* 0 or -ENOMEM: the shards (n_shards over n_slots), their channels and
@@ -200,11 +208,25 @@ struct shard_poll {
  * (free, and no longer written by the worker), in slot order.
  */
 bool shard_refill_begin(struct sched *sc, struct shard *s);
+
+/*
+ * Is a running request of the shard waiting for KV blocks the pool does
+ * not have?  Gives back the blocks of drained slots and retries first.
+ * While true the shard admits nobody, and the engine preempts
+ * (sched_kv_victim()).
+ */
+bool shard_kv_starved(struct sched *sc, struct shard *s);
+
+/* Could the shard take a request now (a free slot its worker no longer
+ * touches, a ready worker, KV not starved)?  Changes nothing: for
+ * routing. */
+bool shard_has_room(const struct sched *sc, const struct shard *s);
 bool shard_refill_next(struct sched *sc, struct shard *s, uint32_t *cursor,
 		       uint32_t *slot);
 
-/* Put the request handle, described by rq, into free slot.  0, or
- * -EINVAL when it does not fit. */
+/* Put the request handle, described by rq, into free slot.  0, -EINVAL
+ * when it does not fit, or -ENOSPC when the shard's KV pool has no room
+ * for it now (nothing changed: it is to wait). */
 int shard_place(struct sched *sc, uint32_t slot, uint32_t handle,
 		const struct sched_request *rq);
 

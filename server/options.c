@@ -17,6 +17,7 @@
 #define FIELD(f) offsetof(struct server_options, f)
 
 static const char *const policy_choices[] = { "dynamic", "static", NULL };
+static const char *const on_off_choices[] = { "on", "off", NULL };
 /* chat_api.c's template names (test_options.c holds them equal) */
 static const char *const chat_template_choices[] = { "llama2", "chatml", NULL };
 
@@ -54,6 +55,23 @@ const struct option_spec options_table[] = {
 	  .help = "stateful models (llama): at most N tokens per step; long "
 		  "prompts are prefilled in chunks between decode steps (0: no "
 		  "budget, a prompt in one step)" },
+	{ .name = "block-tokens", .arg = "N", .kind = OPTION_U32, .modes = OPTION_BOTH,
+	  .min = 1, .max = 1u << 16,
+	  .def = "16",		/* ENGINE_DEFAULT_BLOCK_TOKENS (test_options.c) */
+	  .offset = FIELD(block_tokens),
+	  .help = "paged models (llama, simkv): positions per KV block" },
+	{ .name = "kv-memory", .arg = "SIZE", .kind = OPTION_SIZE, .modes = OPTION_BOTH,
+	  .min = 1, .max = 1ull << 50,
+	  .def_doc = "the batch at full context, at most half the machine's memory",
+	  .offset = FIELD(kv_memory),
+	  .help = "paged models: KV cache bytes of all shards together (K, M, G "
+		  "suffixes), split evenly into one block pool per shard; the run "
+		  "prints what it chose" },
+	{ .name = "prefix-cache", .arg = "on|off", .kind = OPTION_ENUM,
+	  .modes = OPTION_BOTH, .choices = on_off_choices, .def = "on",
+	  .offset = FIELD(prefix_cache),
+	  .help = "paged models: reuse the KV blocks of earlier requests' "
+		  "prompts (output is the same either way, bit for bit)" },
 	{ .name = "tokenizer", .arg = "PATH", .kind = OPTION_STRING,
 	  .modes = OPTION_BOTH, .def_doc = "the tokenizer.bin beside a llama checkpoint",
 	  .offset = FIELD(tokenizer),
@@ -251,6 +269,11 @@ static int option_set(const struct option_spec *s, const char *arg, bool off,
 		break;
 	case OPTION_U64:
 		bad = parse_u64(arg, s->min, s->max, &v);
+		if (!bad)
+			*(uint64_t *)field = v;
+		break;
+	case OPTION_SIZE:
+		bad = parse_size(arg, s->min, s->max, &v);
 		if (!bad)
 			*(uint64_t *)field = v;
 		break;
@@ -514,6 +537,9 @@ static void md_accepts(FILE *f, const struct option_spec *s)
 		break;
 	case OPTION_FLOAT:
 		fprintf(f, "0..%llu", (unsigned long long)s->max);
+		break;
+	case OPTION_SIZE:
+		fprintf(f, "bytes, K/M/G/T suffix");
 		break;
 	case OPTION_ENUM:
 		for (size_t i = 0; s->choices[i]; i++)

@@ -30,6 +30,8 @@ enum option_kind {
 	OPTION_TOGGLE,	/* --NAME / --no-NAME: the int becomes 1 / 0 */
 	OPTION_U32,	/* a decimal in [min, max] into a uint32_t */
 	OPTION_U64,	/* a decimal in [min, max] into a uint64_t */
+	OPTION_SIZE,	/* bytes, K/M/G/T suffix allowed (parse_size()),
+			 * in [min, max] or 0 when zero_ok, into a uint64_t */
 	OPTION_FLOAT,	/* a finite decimal in [0, max] into a float */
 	OPTION_STRING,	/* the argument itself, a const char * */
 	OPTION_ENUM,	/* one of choices; the table's own string is kept */
@@ -44,6 +46,9 @@ struct server_options {
 	const char *model;		/* --model SPEC */
 	uint32_t max_context;		/* --max-context; 0: the model's */
 	uint32_t step_tokens;		/* --step-tokens; 0: no budget */
+	uint32_t block_tokens;		/* --block-tokens */
+	uint64_t kv_memory;		/* --kv-memory; 0: the default */
+	const char *prefix_cache;	/* --prefix-cache on|off */
 	const char *tokenizer;		/* --tokenizer; NULL: beside llama */
 	float default_temperature;	/* --default-temperature */
 	const char *stats;		/* --stats FILE; NULL: none */

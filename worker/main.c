@@ -138,9 +138,11 @@ static int worker_probe(int answer_fd, const char *spec)
 	if (ret) {
 		ret = probe_answer(answer_fd, "error", err) ? 2 : 1;
 	} else {
-		snprintf(num, sizeof(num), "%u context %u logits %d",
+		snprintf(num, sizeof(num), "%u context %u logits %d kv %llu",
 			 model_vocab(m), model_max_context(m),
-			 model_has_logits(m) ? 1 : 0);
+			 model_has_logits(m) ? 1 : 0,
+			 model_is_paged(m) ? (unsigned long long)
+			 model_kv_bytes_per_token(m) : 0ull);
 		ret = probe_answer(answer_fd, "vocab", num) ? 2 : 0;
 	}
 	model_close(m);

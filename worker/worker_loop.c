@@ -46,6 +46,7 @@
 #include "util/log.h"
 #include "util/log_escape.h"
 #include "dynbatch/model.h"
+#include "model/kv_pool.h"
 #include "model/model_loader.h"
 #include "model/model_runner.h"
 #include "ipc/shm_segment.h"
@@ -58,6 +59,9 @@ struct worker {
 	struct shm_channel *ch;
 	struct model *model;
 	struct model_runner *runner;	/* the model's steps, and its state */
+	struct kv_pool pool;		/* a paged model's KV (our memory) */
+	uint32_t *kv_gen;		/* per shard slot: the generation whose
+					 * block copy is done (0: none) */
 	uint32_t first_slot;		/* our shard: [first_slot, end_slot) */
 	uint32_t end_slot;
 	uint64_t dispatch_pos;		/* next dispatch position to look at */
@@ -278,6 +282,43 @@ static void worker_wake_coordinator(const struct worker *w, bool urgent)
 }
 
 /*
+ * The paged part of adopting dispatch id (its rows in w->incoming): each
+ * row's table within bounds, and the block copy of a request we see for
+ * the first time done now, before any step writes its blocks (it is the
+ * copy-on-write of a block the request shares).  0, or -EPROTO.
+ */
+static int worker_adopt_kv(struct worker *w, uint64_t id, uint32_t n_rows)
+{
+	const struct shm_header *hdr = w->seg.hdr;
+
+	for (uint32_t i = 0; i < n_rows; i++) {
+		const struct shm_dispatch_row *r = &w->incoming[i];
+		uint32_t local = r->slot - w->first_slot;
+
+		if (!hdr->kv_block_tokens)
+			continue;
+		if (r->slot < w->first_slot || r->slot >= w->end_slot ||
+		    r->kv_blocks > hdr->kv_max_blocks || r->kv_cached > r->n_tokens ||
+		    r->limit > (uint64_t)r->kv_blocks * hdr->kv_block_tokens + 1) {
+			LOG(LOG_ERROR, "dispatch %llu row %u: block table out of range",
+			    (unsigned long long)id, i);
+			return -EPROTO;
+		}
+		if (w->kv_gen[local] == r->generation)
+			continue;
+		w->kv_gen[local] = r->generation;
+		if (r->copy_dst != UINT32_MAX &&
+		    kv_pool_copy(&w->pool, r->copy_src, r->copy_dst)) {
+			LOG(LOG_ERROR, "dispatch %llu row %u: copy of block %u to %u "
+			    "outside the pool", (unsigned long long)id, i,
+			    r->copy_src, r->copy_dst);
+			return -EPROTO;
+		}
+	}
+	return 0;
+}
+
+/*
  * Adopt the newest published dispatch, if there is one: its rows replace
  * ours.  A row we already run (same slot and generation) keeps our own,
  * longer prefix unless the dispatch says reset: the coordinator has not
@@ -310,6 +351,8 @@ static int worker_adopt(struct worker *w)
 		return -EPROTO;
 	}
 	memcpy(w->incoming, d->rows, n_rows * sizeof(w->incoming[0]));
+	if (worker_adopt_kv(w, id, n_rows))
+		return -EPROTO;
 	for (uint32_t i = 0; i < w->n_rows; i++) {
 		w->ahead[w->rows[i].slot - w->first_slot] = w->rows[i].n_tokens;
 		w->ahead_gen[w->rows[i].slot - w->first_slot] = w->rows[i].generation;
@@ -422,6 +465,12 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 		w->step_rows[i] = (struct runner_row){
 			.slot = local, .generation = w->step[i].generation,
 			.tokens = w->views[local], .n_tokens = w->step[i].n_tokens };
+		if (hdr->kv_block_tokens) {
+			w->step_rows[i].blocks = shm_kv_table_at(&w->seg,
+								  w->step[i].slot);
+			w->step_rows[i].n_blocks = w->step[i].kv_blocks;
+			w->step_rows[i].kv_cached = w->step[i].kv_cached;
+		}
 		if (ws->valid && ws->needs_logits) {
 			w->step_rows[i].sampling = &ws->params;
 			w->step_rows[i].k = w->step[i].n_tokens > ws->n_prompt ?
@@ -493,6 +542,45 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 	worker_wake_coordinator(w, urgent);
 }
 
+/*
+ * The runner for our shard: a paged model gets the pool the coordinator
+ * sized (shm_header.kv_blocks), mapped here in our own memory.  0, or -1
+ * after logging why.
+ */
+static int worker_make_runner(struct worker *w, char *err, size_t err_len)
+{
+	const struct shm_header *hdr = w->seg.hdr;
+	int ret;
+
+	if (model_is_paged(w->model) != (hdr->kv_block_tokens > 0)) {
+		LOG(LOG_ERROR, "the model is %spaged but the coordinator %s",
+		    model_is_paged(w->model) ? "" : "not ",
+		    hdr->kv_block_tokens ? "made block tables" : "made no KV pool");
+		return -1;
+	}
+	if (hdr->kv_block_tokens) {
+		ret = kv_pool_map(&w->pool, hdr->kv_blocks, hdr->kv_block_tokens,
+				  model_kv_bytes_per_token(w->model), err, err_len);
+		if (ret) {
+			LOG(LOG_ERROR, "%s", err);
+			return -1;
+		}
+		w->runner = model_runner_create_paged(w->model, hdr->shard_capacity,
+						      hdr->max_context,
+						      w->opt->step_tokens, &w->pool,
+						      err, err_len);
+	} else {
+		w->runner = model_runner_create(w->model, hdr->shard_capacity,
+						hdr->max_context, w->opt->step_tokens,
+						err, err_len);
+	}
+	if (!w->runner) {
+		LOG(LOG_ERROR, "model: %s", LOG_STR(err));	/* a plugin's words */
+		return -1;
+	}
+	return 0;
+}
+
 static void worker_free(struct worker *w)
 {
 	free(w->step_rows);
@@ -508,7 +596,9 @@ static void worker_free(struct worker *w)
 	free(w->incoming);
 	free(w->ahead);
 	free(w->ahead_gen);
+	free(w->kv_gen);
 	model_runner_destroy(w->runner);
+	kv_pool_unmap(&w->pool);
 	model_close(w->model);
 	shm_segment_detach(&w->seg);
 }
@@ -558,7 +648,8 @@ int worker_run(const struct worker_options *opt)
 	w.incoming = calloc(cap, sizeof(*w.incoming));
 	w.ahead = calloc(cap, sizeof(*w.ahead));
 	w.ahead_gen = calloc(cap, sizeof(*w.ahead_gen));
-	if (!w.step_rows || !w.outcomes || !w.step_index || !w.sampled ||
+	w.kv_gen = calloc(cap, sizeof(*w.kv_gen));
+	if (!w.kv_gen ||!w.step_rows || !w.outcomes || !w.step_index || !w.sampled ||
 	    worker_sampling_init(&w.sampling, cap) || !w.step_sampling ||
 	    !w.buffers || !w.views || !w.rows || !w.step ||
 	    !w.incoming || !w.ahead || !w.ahead_gen) {
@@ -566,12 +657,8 @@ int worker_run(const struct worker_options *opt)
 		goto out;
 	}
 	/* before the sandbox: binding a stateful model reserves its state */
-	w.runner = model_runner_create(w.model, cap, w.seg.hdr->max_context,
-				       opt->step_tokens, err, sizeof(err));
-	if (!w.runner) {
-		LOG(LOG_ERROR, "model: %s", LOG_STR(err));	/* a plugin's words */
+	if (worker_make_runner(&w, err, sizeof(err)))
 		goto out;
-	}
 	w.ch = shm_channel_at(&w.seg, opt->shard);
 	w.first_slot = shm_shard_first_slot(w.seg.hdr, opt->shard);
 	w.end_slot = opt->shard + 1 < w.seg.hdr->n_shards ?

@@ -30,7 +30,8 @@ static_assert(offsetof(struct shm_header, shard_size) == 80, "header");
 static_assert(offsetof(struct shm_header, coordinator_sleeping) == 128,
 	      "coordinator_sleeping on its own cache line");
 static_assert(sizeof(struct shm_slot) == 32, "slot table entry");
-static_assert(sizeof(struct shm_dispatch_row) == 16, "dispatch row");
+static_assert(sizeof(struct shm_dispatch_row) == 32, "dispatch row");
+static_assert(offsetof(struct shm_header, shard_kv_size) == 112, "header");
 static_assert(sizeof(struct shm_result_row) == 20, "result row");
 static_assert(sizeof(struct shm_dispatch) == 24, "dispatch head");
 static_assert(sizeof(struct shm_result) == 32, "result head");
@@ -95,7 +96,9 @@ static int layout_compute(struct shm_header *hdr, const struct shm_params *p)
 {
 	if (!p->n_slots || p->n_slots > SHM_MAX_SLOTS || !p->n_shards ||
 	    p->n_shards > p->n_slots || !p->max_context ||
-	    p->max_context > SHM_MAX_CONTEXT)
+	    p->max_context > SHM_MAX_CONTEXT ||
+	    (p->kv_block_tokens && (!p->kv_blocks ||
+				    p->kv_block_tokens > SHM_MAX_CONTEXT)))
 		return -EINVAL;
 	memset(hdr, 0, sizeof(*hdr));
 	hdr->magic = SHM_MAGIC;
@@ -116,8 +119,17 @@ static int layout_compute(struct shm_header *hdr, const struct shm_params *p)
 					  p->max_context * sizeof(int32_t), SHM_PAGE);
 	hdr->shard_sampling_size = round_up((uint64_t)hdr->shard_capacity *
 					    sizeof(struct shm_slot_sampling), SHM_PAGE);
+	if (p->kv_block_tokens) {
+		hdr->kv_block_tokens = p->kv_block_tokens;
+		hdr->kv_blocks = p->kv_blocks;
+		hdr->kv_max_blocks = (p->max_context + p->kv_block_tokens - 1) /
+				     p->kv_block_tokens;
+		hdr->shard_kv_size = round_up((uint64_t)hdr->shard_capacity *
+					      hdr->kv_max_blocks * sizeof(uint32_t),
+					      SHM_PAGE);
+	}
 	hdr->shard_size = hdr->channel_size + hdr->shard_tokens_size +
-			  hdr->shard_sampling_size;
+			  hdr->shard_sampling_size + hdr->shard_kv_size;
 	return 0;
 }
 
@@ -146,7 +158,11 @@ int shm_header_validate(const struct shm_header *hdr, size_t size, char *err,
 	p.n_shards = hdr->n_shards;
 	p.max_context = hdr->max_context;
 	p.vocab = hdr->vocab;
+	p.kv_block_tokens = hdr->kv_block_tokens;
+	p.kv_blocks = hdr->kv_blocks;
 	if (layout_compute(&want, &p) || want.off_slots != hdr->off_slots ||
+	    want.kv_max_blocks != hdr->kv_max_blocks ||
+	    want.shard_kv_size != hdr->shard_kv_size ||
 	    want.channel_size != hdr->channel_size ||
 	    want.shard_tokens_size != hdr->shard_tokens_size ||
 	    want.shard_sampling_size != hdr->shard_sampling_size ||

@@ -95,6 +95,17 @@
  *   channel_size  shard_tokens_size  token buffers  see above
  *   + tokens      shard_sampling_size sampling table coordinator
  *                                    (struct shm_slot_sampling per slot)
+ *   + sampling    shard_kv_size      block tables   coordinator
+ *                                    (kv_max_blocks uint32 per slot)
+ *
+ * A slot's block table says which block of the shard's KV pool (in the
+ * worker's private memory, model/kv_pool.h) holds each run of
+ * kv_block_tokens positions of its sequence (docs/DESIGN.md 11).  The
+ * coordinator writes entry k before it publishes a dispatch whose row
+ * may use it (kv_blocks > k), and never changes an entry a dispatch the
+ * worker may still run lets it use, while the slot keeps its request:
+ * a table only grows.  A worker that rewrites its own tables reaches
+ * only its own pool.
  *
  * A channel holds the two single-producer single-consumer rings of the
  * shard: dispatches (coordinator -> worker) and results (worker ->
@@ -124,7 +135,7 @@
 #include "sampling/sampler.h"
 
 #define SHM_MAGIC 0x48435441424e5944ull	/* "DYNBATCH" little-endian */
-#define SHM_LAYOUT_VERSION 6u	/* 6: sampling table, logprob blocks */
+#define SHM_LAYOUT_VERSION 7u	/* 7: block tables (paged KV) */
 #define SHM_CACHE_LINE 64
 #define SHM_PAGE 4096u
 #define SHM_RING_DEPTH 64u		/* positions per ring, power of two */
@@ -166,7 +177,17 @@ struct shm_header {
 	uint64_t shard_sampling_size;	/* bytes of a shard object's sampling
 					 * table (after its token buffers),
 					 * page multiple */
-	uint8_t pad0[128 - 96];
+	uint32_t kv_block_tokens;	/* positions per KV block; 0: the
+					 * model is not paged (no tables) */
+	uint32_t kv_blocks;		/* blocks in each shard's pool (the
+					 * worker maps the pool itself) */
+	uint32_t kv_max_blocks;		/* entries of a slot's block table:
+					 * max_context in blocks, rounded up */
+	uint32_t pad2;
+	uint64_t shard_kv_size;		/* bytes of a shard object's block
+					 * tables (after its sampling table),
+					 * page multiple; 0 when not paged */
+	uint8_t pad0[128 - 120];
 	/* SHM_COORD_*: whether the coordinator sleeps in io_uring and for
 	 * which results a worker that has just published one (or adopted a
 	 * dispatch) writes its notification pipe to wake it.  Set and read
@@ -205,7 +226,19 @@ struct shm_dispatch_row {
 	uint32_t generation;		/* slot generation when dispatched */
 	uint32_t n_tokens;		/* committed prefix length (see reset) */
 	uint32_t limit;			/* stop extending at this length
-					 * (prompt + max_tokens, <= max_context) */
+					 * (prompt + max_tokens, <= max_context;
+					 * paged: also <= kv_blocks *
+					 * kv_block_tokens + 1) */
+	/* paged models only (shm_header.kv_block_tokens > 0), else 0 */
+	uint32_t kv_blocks;		/* entries of the slot's block table
+					 * the row may use */
+	uint32_t kv_cached;		/* positions [0, kv_cached) are in the
+					 * blocks already (a prefix-cache hit
+					 * or a fork), once copy_src is copied */
+	uint32_t copy_src;		/* before the request's first step
+					 * here: copy block copy_src over */
+	uint32_t copy_dst;		/* copy_dst (copy-on-write of a shared
+					 * tail); UINT32_MAX: no copy */
 };
 
 /*
@@ -347,6 +380,8 @@ struct shm_params {
 	uint32_t n_shards;
 	uint32_t max_context;
 	uint32_t vocab;
+	uint32_t kv_block_tokens;	/* 0: no block tables */
+	uint32_t kv_blocks;		/* per shard pool */
 };
 
 /*
@@ -489,6 +524,19 @@ shm_sampling_at(const struct shm_segment *seg, uint32_t slot)
 	return (struct shm_slot_sampling *)((char *)seg->shard_base[shard] +
 		hdr->channel_size + hdr->shard_tokens_size) +
 		(slot - shm_shard_first_slot(hdr, shard));
+}
+
+/* The block table of slot (kv_max_blocks entries, in the shard's
+ * object; the slot bounds-checked, the table present). */
+static inline uint32_t *shm_kv_table_at(const struct shm_segment *seg,
+					uint32_t slot)
+{
+	const struct shm_header *hdr = seg->hdr;
+	uint32_t shard = shm_slot_shard(hdr, slot);
+
+	return (uint32_t *)((char *)seg->shard_base[shard] + hdr->channel_size +
+			    hdr->shard_tokens_size + hdr->shard_sampling_size) +
+	       (size_t)(slot - shm_shard_first_slot(hdr, shard)) * hdr->kv_max_blocks;
 }
 
 static inline struct shm_dispatch *

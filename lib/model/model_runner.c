@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "dynbatch/model.h"
+#include "model/kv_pool.h"
 #include "model/model_loader.h"
 
 struct runner_slot {
@@ -58,6 +59,8 @@ struct model_runner {
 	struct runner_plan *plan;
 	uint32_t *order;	/* prefill rows, oldest first */
 	struct dynbatch_model_row *mrows;
+	struct dynbatch_paged_row *prows;	/* paged: the same with tables */
+	bool paged;
 	uint32_t *mrow_of;	/* row -> its model row, or UINT32_MAX */
 	uint32_t *refusals;
 	float *logits;		/* n_slots x vocab */
@@ -69,10 +72,11 @@ struct model_runner {
 	bool has_logits;	/* token models: logits() for sampled rows */
 };
 
-struct model_runner *model_runner_create(struct model *m, uint32_t n_slots,
-					 uint32_t max_context,
-					 uint32_t step_tokens, char *err,
-					 size_t err_len)
+static struct model_runner *runner_create(struct model *m, uint32_t n_slots,
+					  uint32_t max_context,
+					  uint32_t step_tokens,
+					  const struct kv_pool *pool,
+					  char *err, size_t err_len)
 {
 	struct model_runner *r = calloc(1, sizeof(*r));
 	int ret;
@@ -113,7 +117,17 @@ struct model_runner *model_runner_create(struct model *m, uint32_t n_slots,
 	if (!r->plan || !r->order || !r->mrows || !r->mrow_of || !r->refusals ||
 	    !r->logits)
 		goto oom;
-	ret = model_bind(m, n_slots, max_context, err, err_len);
+	if (pool) {
+		r->paged = true;
+		r->prows = calloc(n_slots, sizeof(*r->prows));
+		if (!r->prows)
+			goto oom;
+		ret = model_bind_paged(m, pool->base, pool->n_blocks,
+				       pool->block_tokens, max_context, n_slots,
+				       err, err_len);
+	} else {
+		ret = model_bind(m, n_slots, max_context, err, err_len);
+	}
 	if (ret) {
 		model_runner_destroy(r);
 		return NULL;
@@ -126,6 +140,29 @@ oom:
 	return NULL;
 }
 
+struct model_runner *model_runner_create(struct model *m, uint32_t n_slots,
+					 uint32_t max_context,
+					 uint32_t step_tokens, char *err,
+					 size_t err_len)
+{
+	return runner_create(m, n_slots, max_context, step_tokens, NULL, err,
+			     err_len);
+}
+
+struct model_runner *model_runner_create_paged(struct model *m, uint32_t n_slots,
+					       uint32_t max_context,
+					       uint32_t step_tokens,
+					       const struct kv_pool *pool,
+					       char *err, size_t err_len)
+{
+	if (!model_is_paged(m) || !pool || !pool->base) {
+		snprintf(err, err_len, "the model is not paged, or no KV pool");
+		return NULL;
+	}
+	return runner_create(m, n_slots, max_context, step_tokens, pool, err,
+			     err_len);
+}
+
 void model_runner_destroy(struct model_runner *r)
 {
 	if (!r)
@@ -134,6 +171,7 @@ void model_runner_destroy(struct model_runner *r)
 	free(r->plan);
 	free(r->order);
 	free(r->mrows);
+	free(r->prows);
 	free(r->mrow_of);
 	free(r->refusals);
 	free(r->logits);
@@ -147,7 +185,18 @@ void model_runner_destroy(struct model_runner *r)
 
 static void runner_drop(struct model_runner *r, uint32_t slot)
 {
-	if (r->slots[slot].consumed)
+	/* a paged model keeps nothing per slot: its blocks are the
+	 * coordinator's to reuse */
+	if (r->slots[slot].consumed && !r->paged)
+		model_release(r->model, slot);
+	r->slots[slot].consumed = 0;
+}
+
+/* A refused row's request ends: whatever the model built for it in the
+ * step goes too (a paged model's blocks are the coordinator's). */
+static void runner_refused(struct model_runner *r, uint32_t slot)
+{
+	if (!r->paged)
 		model_release(r->model, slot);
 	r->slots[slot].consumed = 0;
 }
@@ -291,6 +340,12 @@ static int runner_plan_rows(struct model_runner *r, uint32_t n_rows,
 			runner_drop(r, row->slot);
 			st->generation = row->generation;
 			st->stamp = ++r->clock;
+			/* paged: what the coordinator vouches its blocks hold
+			 * (a prefix hit, a fork), never all of the prefix: the
+			 * last token's logits are computed */
+			if (r->paged)
+				st->consumed = row->kv_cached < row->n_tokens ?
+					       row->kv_cached : 0;
 		}
 		if (st->consumed > row->n_tokens)
 			runner_drop(r, row->slot);
@@ -336,6 +391,26 @@ static void runner_spend_budget(struct model_runner *r, uint32_t n_rows,
 	}
 }
 
+/* The model's step over r->mrows[0 .. n_model): paged, each with its
+ * row's block table. */
+static int runner_call_model(struct model_runner *r, uint32_t n_model,
+			     const struct runner_row *rows)
+{
+	if (!r->paged)
+		return model_step(r->model, n_model, r->mrows, r->logits,
+				  r->refusals);
+	for (uint32_t i = 0, k = 0; k < n_model; i++) {
+		if (r->mrow_of[i] == UINT32_MAX)
+			continue;
+		r->prows[k] = (struct dynbatch_paged_row){
+			.row = r->mrows[k], .blocks = rows[i].blocks,
+			.n_blocks = rows[i].n_blocks };
+		k++;
+	}
+	return model_step_paged(r->model, n_model, r->prows, r->logits,
+				r->refusals);
+}
+
 static int runner_step_stateful(struct model_runner *r, uint32_t n_rows,
 				const struct runner_row *rows,
 				struct runner_result *results)
@@ -362,8 +437,7 @@ static int runner_step_stateful(struct model_runner *r, uint32_t n_rows,
 			.want_output = done };
 	}
 	memset(r->refusals, 0, n_model * sizeof(*r->refusals));
-	ret = n_model ? model_step(r->model, n_model, r->mrows, r->logits,
-				   r->refusals) : 0;
+	ret = n_model ? runner_call_model(r, n_model, rows) : 0;
 	if (ret) {	/* the model's state of these rows is unknown now */
 		model_runner_forget_all(r);
 		return ret;
@@ -385,8 +459,7 @@ static int runner_step_stateful(struct model_runner *r, uint32_t n_rows,
 			results[i] = (struct runner_result){
 				.token = -1, .outcome = RUNNER_REFUSED,
 				.detail = r->refusals[k] };
-			model_release(r->model, rows[i].slot);
-			st->consumed = 0;
+			runner_refused(r, rows[i].slot);
 			if (mr->want_output)
 				n_out++;
 			continue;
@@ -400,10 +473,8 @@ static int runner_step_stateful(struct model_runner *r, uint32_t n_rows,
 		}
 		ret = runner_pick(r, &rows[i], r->logits + (size_t)n_out++ * r->vocab,
 				  &results[i]);
-		if (!ret && results[i].outcome == RUNNER_REFUSED) {
-			model_release(r->model, rows[i].slot);
-			st->consumed = 0;
-		}
+		if (!ret && results[i].outcome == RUNNER_REFUSED)
+			runner_refused(r, rows[i].slot);
 		if (ret) {
 			model_runner_forget_all(r);
 			return ret;

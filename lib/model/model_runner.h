@@ -49,6 +49,12 @@ struct runner_row {
 	uint32_t choice;	/* of its n choices */
 	/* sampling->logprobs: the token's logprob and alternatives go here */
 	struct sampler_result *sampled;
+	/* paged runners only: the row's block table (n_blocks entries,
+	 * read-only, valid in the call) and the positions [0, kv_cached)
+	 * its blocks hold for the request's first step in this runner */
+	const uint32_t *blocks;
+	uint32_t n_blocks;
+	uint32_t kv_cached;
 };
 
 /* Refusals the runner itself makes (runner_result.detail), beside the
@@ -80,6 +86,18 @@ struct model_runner *model_runner_create(struct model *m, uint32_t n_slots,
 					 uint32_t max_context,
 					 uint32_t step_tokens, char *err,
 					 size_t err_len);
+
+/*
+ * The same for a paged model (model_is_paged()), whose KV lives in pool
+ * (which the runner does not own, mapped for this model's bytes per
+ * token): binds the model to it.  NULL after writing err.
+ */
+struct kv_pool;
+struct model_runner *model_runner_create_paged(struct model *m, uint32_t n_slots,
+					       uint32_t max_context,
+					       uint32_t step_tokens,
+					       const struct kv_pool *pool,
+					       char *err, size_t err_len);
 
 /*
  * Run one step over rows[0 .. n_rows) (at most one per slot), writing

@@ -42,3 +42,24 @@ int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
 		*out = (uint32_t)v;
 	return ret;
 }
+
+int parse_size(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	static const char units[] = "KMGT";
+	size_t len = s ? strlen(s) : 0;
+	unsigned shift = 0;
+	uint64_t v;
+	const char *u;
+
+	if (len > 1 && (u = strchr(units, s[len - 1] & ~0x20)) && *u) {
+		shift = 10 * (unsigned)(u - units + 1);
+		len--;
+	}
+	if (!s || parse_u64_n(s, len, 0, UINT64_MAX >> shift, &v))
+		return -EINVAL;
+	v <<= shift;
+	if (v < min || v > max)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}

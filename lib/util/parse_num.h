@@ -21,4 +21,10 @@ int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 /* The same into a uint32_t (max must fit). */
 int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out);
 
+/*
+ * A byte count: a decimal with an optional K, M, G or T suffix (either
+ * case; powers of 1024), in [min, max] once scaled.  0 or -EINVAL.
+ */
+int parse_size(const char *s, uint64_t min, uint64_t max, uint64_t *out);
+
 #endif /* DYNBATCH_PARSE_NUM_H */

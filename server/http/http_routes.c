@@ -280,6 +280,19 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 		respond_error(srv, c, 400, "n is more than the server's waiting "
 			      "queue holds", "invalid_request_error", "n", NULL);
 		goto out;
+	case -ENOSPC: {
+		struct engine_kv_pool pool;
+		uint32_t need = engine_kv_need(srv->e, cr.req.n_prompt +
+					       cr.req.max_tokens, &pool);
+
+		snprintf(err, sizeof(err), "%u prompt tokens + max_tokens %u need "
+			 "%u KV blocks of %u tokens, more than a shard's pool of %u "
+			 "blocks", cr.req.n_prompt, cr.req.max_tokens, need,
+			 pool.block_tokens, pool.blocks);
+		respond_error(srv, c, 400, err, "invalid_request_error",
+			      "max_tokens", NULL);
+		goto out;
+	}
 	default:
 		respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);
 		goto out;

@@ -180,6 +180,17 @@ static void jsonl_admit(struct jsonl_frontend *j, struct parsed_line *pl)
 			 "than the waiting queue holds (raise --queue)",
 			 (unsigned long long)pl->line_no, req->n_choices);
 		jsonl_answer_line(j, req, FINISH_ERROR, err);
+	} else if (ret == -ENOSPC) {
+		struct engine_kv_pool pool;
+		uint32_t need = engine_kv_need(j->e, req->n_prompt + req->max_tokens,
+					       &pool);
+
+		snprintf(err, sizeof(err), "line %llu: %u prompt tokens + max_tokens "
+			 "%u need %u KV blocks of %u tokens, more than a shard's "
+			 "pool of %u blocks (raise --kv-memory)",
+			 (unsigned long long)pl->line_no, req->n_prompt,
+			 req->max_tokens, need, pool.block_tokens, pool.blocks);
+		jsonl_answer_line(j, req, FINISH_ERROR, err);
 	} else if (ret == -EEXIST) {
 		snprintf(err, sizeof(err), "line %llu: duplicate id '%.200s': a "
 			 "request with this id is still live",

@@ -95,17 +95,18 @@ same_results "example plugin: 2 workers give what --workers 0 gives" \
 # The coordinator's probe is this build's worker, so its answer is
 # checked here word for word: "logits 1" for a model that gives logits
 # (the sim's logits() hook; a stateful model's step()), "logits 0" for a
-# token model without the hook (the example plugin).
+# token model without the hook (the example plugin), and "kv K" a paged
+# model's KV bytes per position (0: not paged).
 probe_answer() {
 	timeout -k 5 30 "$BIN/dynbatch-worker" --probe-fd 3 --model "$1" \
 		3>&1 > /dev/null 2> "$E2E_TMP/probe.err"
 }
 expect_eq "probe answer: sim" "$(probe_answer sim:vocab=77)" \
-	"vocab 77 context 0 logits 1"
+	"vocab 77 context 0 logits 1 kv 0"
 expect_eq "probe answer: simkv" "$(probe_answer simkv:context=64)" \
 	"vocab 32000 context 64 logits 1"
 expect_eq "probe answer: the example plugin (no logits hook)" \
-	"$(probe_answer "$PLUGIN")" "vocab 1000 context 0 logits 0"
+	"$(probe_answer "$PLUGIN")" "vocab 1000 context 0 logits 0 kv 0"
 
 # --- 4. plugins that misbehave while they are probed -----------------------
 # bad_plugin ARGS WANT [TIMEOUT_MS]: the run with the plugin's create()
@@ -172,7 +173,9 @@ for answer in "vocab 0" "vocab 2147483649" "vocab 99999999999" "vocab 0010" \
 	"vocab 10 context 0" "vocab 10 context 0 logits 2" \
 	"vocab 10 context 0 logits 01" "vocab 10 context 0 logits " \
 	"vocab 10 context 0 logits 1 " "vocab 10 logits 1 context 0" \
-	"vocab 10 context 0 logits 0 logits 1"; do
+	"vocab 10 context 0 logits 0 logits 1" "vocab 10 context 0 logits 1" \
+	"vocab 10 context 0 logits 1 kv" "vocab 10 context 0 logits 1 kv -4" \
+	"vocab 10 context 0 logits 1 kv 1073741825" "vocab 10 context 0 logits 1 kv 4 kv 4"; do
 	want=$(printf '%s\n' "$answer" | head -c 1024 | tr -d '\r')
 	[ ${#answer} -gt 1000 ] && want=$(printf 'x%.0s' {1..100})
 	bad_plugin say="$answer" "the probe answered '$want"

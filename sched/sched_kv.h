@@ -1,0 +1,160 @@
+/*
+ * sched_kv.h - the scheduler's use of each shard's paged KV cache
+ * (docs/DESIGN.md 11): a block table per slot, opened on the request's
+ * cached prefix when it is placed, grown ahead of its committed tokens as
+ * they come, its full blocks registered for later requests, and closed
+ * once the worker can no longer touch it; and which request a shard
+ * whose pool ran dry preempts.
+ *
+ * The bookkeeping is kv/kv_manager.h's, one manager per shard; this file
+ * decides when to ask it what, and writes the tables into the shard's
+ * object for its worker (shm_kv_table_at()).  It reads only trusted data:
+ * its own copy of each slot's tokens (the prompt, the tokens a resumed
+ * request had, and each token the scheduler commits), never a buffer a
+ * worker can write.
+ *
+ * Everything here runs on the coordinator's loop thread.  Off (no field
+ * touched, every call a no-op) when the model is not paged.
+ */
+#ifndef DYNBATCH_SCHED_KV_H
+#define DYNBATCH_SCHED_KV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kv/kv_manager.h"
+
+struct sched;
+struct shard;
+struct shm_dispatch_row;
+struct kv_pool;
+
+struct sched_kv_config {
+	uint32_t block_tokens;		/* 0: the model is not paged */
+	uint32_t blocks;		/* per shard pool */
+	bool prefix_cache;		/* --prefix-cache */
+	uint64_t model_id;		/* goes into every block hash */
+	uint64_t hash_mask;		/* UINT64_MAX; tests force collisions */
+	struct kv_pool *inproc_pool;	/* --workers 0: the engine's pool, for
+					 * the block copies; else NULL */
+};
+
+/* The run's KV counts (stats, /metrics; docs/usage.md). */
+struct sched_kv_counts {
+	uint32_t block_tokens;
+	uint32_t blocks;		/* per shard pool */
+	uint32_t used_blocks;		/* now, all shards */
+	uint32_t peak_used_blocks;	/* the most any one shard used at once */
+	uint64_t prompt_tokens;		/* prompt tokens of placed requests */
+	uint64_t prefix_hit_tokens;	/* of which taken from the cache, or
+					 * shared by a fork */
+	uint64_t cow_copies;
+	uint64_t preemptions;
+	uint64_t evictions;
+};
+
+struct sched_kv {
+	uint32_t block_tokens;		/* 0: off */
+	uint32_t blocks;		/* per shard */
+	uint32_t max_blocks;		/* entries per table (max_context) */
+	uint32_t lookahead;		/* positions a table covers past the
+					 * committed prefix, for run-ahead */
+	bool prefix_cache;
+	struct kv_pool *inproc_pool;
+	struct kv_manager **mgr;	/* per shard */
+	/* per slot */
+	int32_t **seq;			/* its request's tokens, our copy
+					 * (max_context each) */
+	uint32_t *n_seq;
+	uint32_t *cached;		/* kv_cached of its dispatch rows */
+	struct kv_copy *copy;		/* its block copy (src KV_NO_BLOCK:
+					 * none) */
+	uint64_t *admitted;		/* placement stamp: preemption takes
+					 * the newest */
+	uint32_t *written;		/* table entries written to shm */
+	/* per shard */
+	bool *starved;			/* a table could not grow: preempt, and
+					 * admit nothing until it can */
+	uint64_t clock;
+	uint64_t prompt_tokens;
+	uint64_t fork_tokens;		/* positions forks shared */
+	uint64_t preemptions;
+};
+
+/* 0, or -ENOMEM (sched_kv_destroy() frees what was made). */
+int sched_kv_init(struct sched *sc, const struct sched_kv_config *cfg);
+void sched_kv_destroy(struct sched *sc);
+
+/* Is the model paged (block tables in use)? */
+bool sched_kv_on(const struct sched *sc);
+
+/* Did shard s's last grow leave a running request without blocks? */
+bool sched_kv_starved(const struct sched *sc, const struct shard *s);
+
+/*
+ * Open slot's table for its new request, whose tokens are tokens[0 .. n)
+ * (the prompt, then what a resumed request had) and which ends at limit:
+ * the cached prefix (at most n - 1 positions: the last token's logits
+ * are computed), and blocks for what it is to compute next.  0, or
+ * -ENOSPC when the shard's pool has no room for it now (nothing changed).
+ */
+int sched_kv_place(struct sched *sc, struct shard *s, uint32_t slot,
+		   const int32_t *prompt, uint32_t n_prompt,
+		   const int32_t *generated, uint32_t n_generated, uint32_t limit);
+
+/*
+ * Open slot's table as a fork of src's (an ACTIVE slot of shard s whose
+ * request has the same n_prompt prompt tokens and has computed them):
+ * it shares src's blocks for positions [0, n_prompt - 1) and gets its
+ * own copy of the block it writes first (copy-on-write: the copy goes
+ * in its dispatch rows, or is done at once in-process).  Nothing is
+ * computed twice but the last prompt token, whose logits the choice
+ * draws from.  0, or -ENOSPC (nothing changed).
+ */
+int sched_kv_fork(struct sched *sc, struct shard *s, uint32_t slot, uint32_t src,
+		  const int32_t *prompt, uint32_t n_prompt, uint32_t limit);
+
+/* The slot's request committed token: our copy grows, and the blocks it
+ * fills are registered for later requests. */
+void sched_kv_commit(struct sched *sc, struct shard *s, uint32_t slot,
+		     int32_t token);
+
+/*
+ * After a result of shard s: grow every active table that is within a
+ * lookahead of its capacity.  When the pool has no block left for one,
+ * the shard is starved (sched_kv_victim()).  True when a table grew (the
+ * worker's rows are to be redispatched).
+ */
+bool sched_kv_grow(struct sched *sc, struct shard *s);
+
+/* The kv fields of the dispatch row of slot, and its limit capped at
+ * what its table holds. */
+void sched_kv_row(const struct sched *sc, uint32_t slot,
+		  struct shm_dispatch_row *row);
+
+/* The worker can no longer touch slot's blocks: close its table. */
+void sched_kv_close(struct sched *sc, uint32_t slot);
+bool sched_kv_is_open(const struct sched *sc, uint32_t slot);
+
+/*
+ * Shard s is starved: the slot of the request to preempt (the one placed
+ * last), or false when none is to be (not starved, nothing active, or a
+ * table is still waiting to be closed: its blocks are on their way back).
+ */
+bool sched_kv_victim(struct sched *sc, struct shard *s, uint32_t *slot);
+
+/* Shard s's worker is new: its pool is empty, so nothing registered is
+ * hittable, no slot's blocks hold anything, and every table goes to the
+ * new shard object. */
+void sched_kv_new_epoch(struct sched *sc, struct shard *s);
+
+/* Positions of tokens[0 .. n) shard s holds in its cache (routing). */
+uint32_t sched_kv_lookup(const struct sched *sc, const struct shard *s,
+			 const int32_t *tokens, uint32_t n);
+
+/* Blocks a request of n_tokens positions (prompt + max_tokens) needs. */
+uint32_t sched_kv_blocks_for(const struct sched *sc, uint32_t n_tokens);
+
+void sched_kv_counts(const struct sched *sc, struct sched_kv_counts *out);
+
+#endif /* DYNBATCH_SCHED_KV_H */

@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""gen_prefix.py - JSON Lines workloads made of shared prefixes, for the
+paged KV cache's tests and benchmark (docs/DESIGN.md 11).
+
+Kinds, mixed at random (seeded, so a run can be replayed):
+  system  one of --systems system prompts, then a short user suffix
+  turns   a multi-turn conversation: each turn's prompt is the previous
+          turn's prompt plus new tokens (earlier turns are a prefix)
+  choices n > 1 choices of one prompt (seeded sampling when --sampling)
+  unique  a prompt shared with nothing
+
+usage: gen_prefix.py --n N --seed S --vocab V [--systems K]
+       [--system-len L] [--suffix-len L] [--max-tokens M] [--max-n N]
+       [--sampling] [--kinds system,turns,choices,unique] [--ids PREFIX]
+"""
+import argparse
+import json
+import random
+import sys
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--vocab", type=int, default=500)
+    ap.add_argument("--systems", type=int, default=4)
+    ap.add_argument("--system-len", type=int, default=100)
+    ap.add_argument("--suffix-len", type=int, default=20)
+    ap.add_argument("--max-tokens", type=int, default=24)
+    ap.add_argument("--max-n", type=int, default=16)
+    ap.add_argument("--sampling", action="store_true")
+    ap.add_argument("--kinds", default="system,turns,choices,unique")
+    ap.add_argument("--ids", default="p")
+    a = ap.parse_args()
+    rng = random.Random(a.seed)
+    kinds = a.kinds.split(",")
+
+    def toks(n):
+        return [rng.randrange(a.vocab) for _ in range(n)]
+
+    systems = [toks(a.system_len) for _ in range(a.systems)]
+    convs = []
+    out = sys.stdout
+    for i in range(a.n):
+        kind = rng.choice(kinds)
+        req = {"id": "%s%d" % (a.ids, i)}
+        if kind == "system":
+            prompt = rng.choice(systems) + toks(rng.randint(1, a.suffix_len))
+        elif kind == "turns":
+            if convs and rng.random() < 0.7:
+                c = rng.randrange(len(convs))
+                convs[c] = convs[c] + toks(rng.randint(1, a.suffix_len))
+                prompt = convs[c]
+            else:
+                convs.append(rng.choice(systems) + toks(rng.randint(1, a.suffix_len)))
+                prompt = convs[-1]
+        elif kind == "choices":
+            prompt = rng.choice(systems) + toks(rng.randint(1, a.suffix_len))
+            req["n"] = rng.randint(2, a.max_n)
+        else:
+            prompt = toks(rng.randint(1, a.system_len + a.suffix_len))
+        req["prompt"] = prompt
+        req["max_tokens"] = rng.randint(1, a.max_tokens)
+        if a.sampling and (kind == "choices" or rng.random() < 0.5):
+            req["temperature"] = round(rng.uniform(0.3, 1.5), 3)
+            req["seed"] = rng.randrange(1 << 31)
+            if rng.random() < 0.5:
+                req["top_p"] = round(rng.uniform(0.5, 1.0), 3)
+        out.write(json.dumps(req, separators=(",", ":")) + "\n")
+
+
+if __name__ == "__main__":
+    main()
