@@ -876,7 +876,7 @@ static void engine_sync_kv_stats(struct engine *e)
 		.peak_used_blocks = c.peak_used_blocks,
 		.prompt_tokens = c.prompt_tokens,
 		.prefix_hit_tokens = c.prefix_hit_tokens,
-		.cow_copies = c.cow_copies, .preemptions = c.preemptions,
+		.fork_tokens = c.fork_tokens, .cow_copies = c.cow_copies, .preemptions = c.preemptions,
 		.evictions = c.evictions };
 }
 
@@ -1391,6 +1391,9 @@ static int engine_kv_metrics(const struct engine *e, struct strbuf *out)
 	ret = ret ? ret : metrics_counter(out, "dynbatch_kv_prefix_hit_tokens_total",
 			"Positions taken from the prefix cache.", NULL,
 			c.prefix_hit_tokens);
+	ret = ret ? ret : metrics_counter(out, "dynbatch_kv_fork_tokens_total",
+			"Prompt positions n > 1 choices shared by forking.", NULL,
+			c.fork_tokens);
 	ret = ret ? ret : metrics_counter(out, "dynbatch_kv_cow_copies_total",
 			"KV blocks copied on write.", NULL, c.cow_copies);
 	ret = ret ? ret : metrics_counter(out, "dynbatch_kv_preemptions_total",

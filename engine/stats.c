@@ -104,10 +104,11 @@ void stats_print_summary(const struct engine_stats *s, FILE *f)
 	if (s->kv.block_tokens)
 		fprintf(f, "dynbatch: kv: %u blocks of %u tokens per shard, peak %u "
 			"used; %llu of %llu prompt tokens from the prefix cache, "
-			"%llu copies on write, %llu preemptions, %llu evictions\n",
+			"%llu shared by forks, %llu copies on write, %llu preemptions, %llu evictions\n",
 			s->kv.blocks, s->kv.block_tokens, s->kv.peak_used_blocks,
 			(unsigned long long)s->kv.prefix_hit_tokens,
 			(unsigned long long)s->kv.prompt_tokens,
+			(unsigned long long)s->kv.fork_tokens,
 			(unsigned long long)s->kv.cow_copies,
 			(unsigned long long)s->kv.preemptions,
 			(unsigned long long)s->kv.evictions);
@@ -120,11 +121,12 @@ static void stats_write_kv_json(const struct stats_kv *kv, FILE *f)
 		return;
 	fprintf(f, ",\"kv\":{\"block_tokens\":%u,\"blocks\":%u,"
 		"\"peak_used_blocks\":%u,\"prompt_tokens\":%llu,"
-		"\"prefix_hit_tokens\":%llu,\"cow_copies\":%llu,"
+		"\"prefix_hit_tokens\":%llu,\"fork_tokens\":%llu,\"cow_copies\":%llu,"
 		"\"preemptions\":%llu,\"evictions\":%llu}",
 		kv->block_tokens, kv->blocks, kv->peak_used_blocks,
 		(unsigned long long)kv->prompt_tokens,
 		(unsigned long long)kv->prefix_hit_tokens,
+		(unsigned long long)kv->fork_tokens,
 		(unsigned long long)kv->cow_copies,
 		(unsigned long long)kv->preemptions,
 		(unsigned long long)kv->evictions);

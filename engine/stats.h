@@ -31,6 +31,7 @@ struct stats_kv {
 	uint32_t peak_used_blocks;	/* the most one shard used at once */
 	uint64_t prompt_tokens;		/* of placed requests (resumes too) */
 	uint64_t prefix_hit_tokens;	/* of which taken from the cache */
+	uint64_t fork_tokens;		/* of which shared by forks (n > 1) */
 	uint64_t cow_copies;		/* blocks copied on write (forks) */
 	uint64_t preemptions;
 	uint64_t evictions;		/* cached blocks reused for others */

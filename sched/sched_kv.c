@@ -395,7 +395,7 @@ void sched_kv_counts(const struct sched *sc, struct sched_kv_counts *out)
 	out->block_tokens = kv->block_tokens;
 	out->blocks = kv->blocks;
 	out->prompt_tokens = kv->prompt_tokens;
-	out->prefix_hit_tokens = kv->fork_tokens;	/* shared, not computed */
+	out->fork_tokens = kv->fork_tokens;
 	out->preemptions = kv->preemptions;
 	for (uint32_t i = 0; i < sc->n_shards; i++) {
 		struct kv_counts c;

@@ -46,8 +46,8 @@ struct sched_kv_counts {
 	uint32_t used_blocks;		/* now, all shards */
 	uint32_t peak_used_blocks;	/* the most any one shard used at once */
 	uint64_t prompt_tokens;		/* prompt tokens of placed requests */
-	uint64_t prefix_hit_tokens;	/* of which taken from the cache, or
-					 * shared by a fork */
+	uint64_t prefix_hit_tokens;	/* of which taken from the cache */
+	uint64_t fork_tokens;		/* of which shared by a fork (n > 1) */
 	uint64_t cow_copies;
 	uint64_t preemptions;
 	uint64_t evictions;
