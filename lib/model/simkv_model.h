@@ -1,6 +1,7 @@
 /*
  * simkv_model.h - "simkv": the sim model's tokens from a stateful model
- * (model.h ABI version 2), for tests of the engine's stateful path.  Keys:
+ * (model.h ABI version 2, or paged: version 4), for tests of the engine's
+ * stateful and paged paths.  Keys:
  * the sim's (sim_model.h) and context=N.  See simkv_model.c.
  */
 #ifndef DYNBATCH_SIMKV_MODEL_H
