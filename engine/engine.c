@@ -415,7 +415,7 @@ static bool engine_preempt(struct engine *e, struct shard *s)
 	struct live_request *lr;
 	uint32_t slot, handle;
 
-	if (!shard_kv_starved(&e->sched, s) || !sched_kv_victim(&e->sched, s, &slot))
+	if (!shard_kv_starved(&e->sched, s) || !sched_kv_victim(&e->sched.kv, s->index, &slot))
 		return false;
 	handle = e->slots.slots[slot].request_handle;
 	lr = request_pool_get(&e->pool, handle);
@@ -423,6 +423,9 @@ static bool engine_preempt(struct engine *e, struct shard *s)
 		engine_fail(e, "slot %u holds a bad handle %u", slot, handle);
 		return false;
 	}
+	/* in-process its tokens are only in the slot it gives up */
+	if (!lr->generated && engine_copy_generated(e, lr))
+		return false;	/* no memory: it keeps its slot for now */
 	engine_unplace(e, handle, lr, clock_now_ns());
 	engine_requeue_front(e, handle, lr);
 	LOG(LOG_DEBUG, "shard %u: preempted the request in slot %u", s->index, slot);
@@ -472,7 +475,7 @@ static enum engine_route engine_route(struct engine *e, struct shard *s,
 	uint32_t here, n = lr->req.n_prompt;
 
 	*fork_slot = UINT32_MAX;
-	if (!sched_kv_on(&e->sched))
+	if (!sched_kv_on(&e->sched.kv))
 		return ROUTE_HERE;
 	first = lr->req.choice && !lr->n_generated ?
 		engine_first_choice(e, handle, lr) : NULL;
@@ -487,14 +490,14 @@ static enum engine_route engine_route(struct engine *e, struct shard *s,
 	}
 	if (e->n_shards == 1 || !e->cfg->prefix_cache)
 		return ROUTE_HERE;
-	here = sched_kv_lookup(&e->sched, s, lr->req.prompt, n);
+	here = sched_kv_lookup(&e->sched.kv, s->index, lr->req.prompt, n);
 	for (uint32_t i = 0; i < e->n_shards; i++) {
 		const struct shard *t = &e->sched.shards[i];
 
 		if (t == s || !shard_has_room(&e->sched, t) ||
 		    t->n_active > s->n_active + ROUTE_IMBALANCE(s))
 			continue;
-		if (sched_kv_lookup(&e->sched, t, lr->req.prompt, n) > here)
+		if (sched_kv_lookup(&e->sched.kv, t->index, lr->req.prompt, n) > here)
 			return ROUTE_ELSEWHERE;
 	}
 	return ROUTE_HERE;
@@ -870,7 +873,7 @@ static void engine_sync_kv_stats(struct engine *e)
 {
 	struct sched_kv_counts c;
 
-	sched_kv_counts(&e->sched, &c);
+	sched_kv_counts(&e->sched.kv, &c);
 	e->stats.kv = (struct stats_kv){
 		.block_tokens = c.block_tokens, .blocks = c.blocks,
 		.peak_used_blocks = c.peak_used_blocks,
@@ -935,7 +938,7 @@ static void engine_loop(struct engine *e)
 			progress |= engine_poll_shard(e, s);
 			if (worker_sup_running(&e->sup, i) &&
 			    (s->redispatch || s->n_active < s->n_slots ||
-			     sched_kv_starved(&e->sched, s))) {
+			     sched_kv_starved(&e->sched.kv, s->index))) {
 				uint64_t sent = s->chan.issued_id;
 
 				engine_advance(e, s);
@@ -1019,6 +1022,7 @@ static int engine_setup_kv(struct engine *e)
 {
 	const char *bits = getenv("DYNBATCH_KV_HASH_BITS");
 	struct sched_kv_config kc = {
+		.seg = &e->seg, .slots = &e->slots,
 		.block_tokens = engine_block_tokens(e), .blocks = e->kv_blocks,
 		.prefix_cache = e->cfg->prefix_cache, .hash_mask = UINT64_MAX,
 		.inproc_pool = e->in_process ? &e->kv_pool : NULL,
@@ -1029,7 +1033,7 @@ static int engine_setup_kv(struct engine *e)
 		kc.model_id = (kc.model_id ^ (uint8_t)*c) * 1099511628211ull;
 	if (bits && !parse_u32(bits, 1, 63, &n))
 		kc.hash_mask = (1ull << n) - 1;
-	return sched_kv_init(&e->sched, &kc);
+	return sched_kv_init(&e->sched.kv, &kc);
 }
 
 static void engine_teardown(struct engine *e)
@@ -1314,7 +1318,7 @@ uint32_t engine_kv_need(const struct engine *e, uint32_t n_tokens,
 {
 	if (pool)
 		*pool = (struct engine_kv_pool){ e->kv_blocks, engine_block_tokens(e) };
-	return sched_kv_blocks_for(&e->sched, n_tokens);
+	return sched_kv_blocks_for(&e->sched.kv, n_tokens);
 }
 
 uint32_t engine_vocab(const struct engine *e)
@@ -1375,7 +1379,7 @@ static int engine_kv_metrics(const struct engine *e, struct strbuf *out)
 	struct sched_kv_counts c;
 	int ret = 0;
 
-	sched_kv_counts(&e->sched, &c);
+	sched_kv_counts(&e->sched.kv, &c);
 	if (!c.block_tokens)
 		return 0;
 	ret = ret ? ret : metrics_gauge(out, "dynbatch_kv_block_tokens",

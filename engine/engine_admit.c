@@ -180,9 +180,7 @@ void engine_cancel(struct engine *e, uint32_t handle)
 	engine_each_choice(e, handle, engine_cancel_one);
 }
 
-/* Keep a copy of the tokens the request has in its slot (in-process,
- * where the slot's copy is the only one).  0 or -ENOMEM. */
-static int engine_copy_generated(struct engine *e, struct live_request *lr)
+int engine_copy_generated(struct engine *e, struct live_request *lr)
 {
 	lr->generated = malloc((size_t)lr->req.max_tokens * sizeof(int32_t));
 	if (!lr->generated)

@@ -106,6 +106,13 @@ int engine_open_model(struct engine *e);
  * log what was chosen.  An exit status, the reason printed on stderr. */
 int engine_size_kv(struct engine *e);
 
+/* ---- engine_admit.c, for engine.c ---- */
+
+/* Keep a copy of the tokens ACTIVE lr has in its slot (in-process, where
+ * the slot's copy is the only one), before it gives the slot up (a pause,
+ * a preemption).  0 or -ENOMEM. */
+int engine_copy_generated(struct engine *e, struct live_request *lr);
+
 /* ---- engine.c and engine_commit.c, for the engine's other files ---- */
 
 /* Fail the whole engine (once: the first message is kept and logged). */

@@ -32,51 +32,62 @@
 
 #include "ipc/shm_segment.h"
 #include "model/kv_pool.h"
-#include "sched/shard_sched.h"
+#include "sched/slot_table.h"
 #include "util/log.h"
 
 /* Blocks a table covers past the committed prefix: one, so that a fork
  * or a short request holds at most one block it may not need. */
 #define SCHED_KV_LOOKAHEAD_BLOCKS 1u
 
-bool sched_kv_on(const struct sched *sc)
+bool sched_kv_on(const struct sched_kv *kv)
 {
-	return sc->kv.block_tokens > 0;
+	return kv->block_tokens > 0;
 }
 
-bool sched_kv_starved(const struct sched *sc, const struct shard *s)
+bool sched_kv_starved(const struct sched_kv *kv, uint32_t shard)
 {
-	return sched_kv_on(sc) && sc->kv.starved[s->index];
+	return sched_kv_on(kv) && kv->starved[shard];
 }
 
-int sched_kv_init(struct sched *sc, const struct sched_kv_config *cfg)
+int sched_kv_init(struct sched_kv *kv, const struct sched_kv_config *cfg)
 {
-	struct sched_kv *kv = &sc->kv;
-	uint32_t n_slots = sc->slots->n_slots, max_context = sc->slots->max_context;
+	const struct shm_header *hdr = cfg->seg->hdr;
+	uint32_t n_slots = cfg->slots->n_slots, max_context = cfg->slots->max_context;
 
 	memset(kv, 0, sizeof(*kv));
 	if (!cfg->block_tokens)
 		return 0;
+	kv->seg = cfg->seg;
+	kv->slots = cfg->slots;
+	kv->n_shards = hdr->n_shards;
 	kv->block_tokens = cfg->block_tokens;
 	kv->blocks = cfg->blocks;
 	kv->max_blocks = (max_context + cfg->block_tokens - 1) / cfg->block_tokens;
 	kv->lookahead = SCHED_KV_LOOKAHEAD_BLOCKS * cfg->block_tokens;
 	kv->prefix_cache = cfg->prefix_cache;
 	kv->inproc_pool = cfg->inproc_pool;
-	kv->mgr = calloc(sc->n_shards, sizeof(*kv->mgr));
-	kv->starved = calloc(sc->n_shards, sizeof(*kv->starved));
+	kv->mgr = calloc(kv->n_shards, sizeof(*kv->mgr));
+	kv->starved = calloc(kv->n_shards, sizeof(*kv->starved));
+	kv->first_slot = calloc(kv->n_shards, sizeof(*kv->first_slot));
+	kv->n_slots = calloc(kv->n_shards, sizeof(*kv->n_slots));
 	kv->seq = calloc(n_slots, sizeof(*kv->seq));
 	kv->n_seq = calloc(n_slots, sizeof(*kv->n_seq));
+	kv->limit = calloc(n_slots, sizeof(*kv->limit));
 	kv->cached = calloc(n_slots, sizeof(*kv->cached));
 	kv->copy = calloc(n_slots, sizeof(*kv->copy));
 	kv->admitted = calloc(n_slots, sizeof(*kv->admitted));
 	kv->written = calloc(n_slots, sizeof(*kv->written));
-	if (!kv->mgr || !kv->starved || !kv->seq || !kv->n_seq || !kv->cached ||
-	    !kv->copy || !kv->admitted || !kv->written)
+	if (!kv->mgr || !kv->starved || !kv->first_slot || !kv->n_slots ||
+	    !kv->seq || !kv->n_seq || !kv->limit || !kv->cached || !kv->copy ||
+	    !kv->admitted || !kv->written)
 		return -ENOMEM;
-	for (uint32_t i = 0; i < sc->n_shards; i++) {
+	for (uint32_t i = 0; i < kv->n_shards; i++) {
+		/* the shards' split of the slots (shm_segment.h) */
+		kv->first_slot[i] = shm_shard_first_slot(hdr, i);
+		kv->n_slots[i] = (i + 1 < kv->n_shards ? shm_shard_first_slot(hdr, i + 1) :
+				  n_slots) - kv->first_slot[i];
 		kv->mgr[i] = kv_manager_create(cfg->blocks, cfg->block_tokens,
-					       sc->shards[i].n_slots, kv->max_blocks,
+					       kv->n_slots[i], kv->max_blocks,
 					       cfg->model_id, cfg->hash_mask);
 		if (!kv->mgr[i])
 			return -ENOMEM;
@@ -90,14 +101,15 @@ int sched_kv_init(struct sched *sc, const struct sched_kv_config *cfg)
 	return 0;
 }
 
-void sched_kv_destroy(struct sched *sc)
+void sched_kv_destroy(struct sched_kv *kv)
 {
-	struct sched_kv *kv = &sc->kv;
-
-	for (uint32_t i = 0; kv->mgr && i < sc->n_shards; i++)
+	for (uint32_t i = 0; kv->mgr && i < kv->n_shards; i++)
 		kv_manager_destroy(kv->mgr[i]);
-	for (uint32_t i = 0; kv->seq && i < sc->slots->n_slots; i++)
+	for (uint32_t i = 0; kv->seq && i < kv->slots->n_slots; i++)
 		free(kv->seq[i]);
+	free(kv->first_slot);
+	free(kv->n_slots);
+	free(kv->limit);
 	free(kv->mgr);
 	free(kv->starved);
 	free(kv->seq);
@@ -109,31 +121,26 @@ void sched_kv_destroy(struct sched *sc)
 	memset(kv, 0, sizeof(*kv));
 }
 
-static struct kv_manager *kv_of(const struct sched *sc, const struct shard *s)
-{
-	return sc->kv.mgr[s->index];
-}
 
 /* Write the entries of slot's table that its shard's worker has not got
  * yet into the shard's object (before the dispatch that lets it use
  * them is published). */
-static void kv_publish_table(struct sched *sc, const struct shard *s, uint32_t slot)
+static void kv_publish_table(struct sched_kv *kv, uint32_t shard, uint32_t slot)
 {
 	uint32_t n;
-	const uint32_t *b = kv_table_blocks(kv_of(sc, s), slot - s->first_slot, &n);
-	uint32_t *dst = shm_kv_table_at(sc->seg, slot);
+	const uint32_t *b = kv_table_blocks(kv->mgr[shard], slot - kv->first_slot[shard], &n);
+	uint32_t *dst = shm_kv_table_at(kv->seg, slot);
 
-	for (uint32_t i = sc->kv.written[slot]; b && i < n; i++)
+	for (uint32_t i = kv->written[slot]; b && i < n; i++)
 		dst[i] = b[i];
-	sc->kv.written[slot] = n;
+	kv->written[slot] = n;
 }
 
 /* The state every new table starts with, hit positions cached. */
-static void kv_start(struct sched *sc, struct shard *s, uint32_t slot,
-		     uint32_t n, uint32_t n_prompt, uint32_t hit)
+static void kv_start(struct sched_kv *kv, uint32_t slot, uint32_t n,
+		     uint32_t n_prompt, uint32_t hit, uint32_t limit)
 {
-	struct sched_kv *kv = &sc->kv;
-
+	kv->limit[slot] = limit;
 	kv->n_seq[slot] = n;
 	kv->cached[slot] = hit;
 	kv->copy[slot] = (struct kv_copy){ KV_NO_BLOCK, KV_NO_BLOCK };
@@ -146,22 +153,21 @@ static void kv_start(struct sched *sc, struct shard *s, uint32_t slot,
  * covers: [0, n) to compute the next token, then the lookahead. */
 static uint32_t kv_reserve(const struct sched_kv *kv, uint32_t n, uint32_t limit)
 {
-	uint32_t reserve = (n ? n - 1 : 0) + kv->lookahead;
+	uint32_t reserve = n + kv->lookahead;
 
 	if (reserve > limit - 1)
 		reserve = limit - 1;
 	return reserve < n ? n : reserve;
 }
 
-int sched_kv_place(struct sched *sc, struct shard *s, uint32_t slot,
+int sched_kv_place(struct sched_kv *kv, uint32_t shard, uint32_t slot,
 		   const int32_t *prompt, uint32_t n_prompt,
 		   const int32_t *generated, uint32_t n_generated, uint32_t limit)
 {
-	struct sched_kv *kv = &sc->kv;
 	uint32_t n = n_prompt + n_generated, hit = 0, reserve;
 	int ret;
 
-	if (!sched_kv_on(sc))
+	if (!sched_kv_on(kv))
 		return 0;
 	if (n)
 		memcpy(kv->seq[slot], prompt, (size_t)n_prompt * sizeof(int32_t));
@@ -169,29 +175,28 @@ int sched_kv_place(struct sched *sc, struct shard *s, uint32_t slot,
 		memcpy(kv->seq[slot] + n_prompt, generated,
 		       (size_t)n_generated * sizeof(int32_t));
 	reserve = kv_reserve(kv, n, limit);
-	ret = kv_table_open(kv_of(sc, s), slot - s->first_slot, kv->seq[slot], n,
+	ret = kv_table_open(kv->mgr[shard], slot - kv->first_slot[shard], kv->seq[slot], n,
 			    kv->prefix_cache && n ? n - 1 : 0, reserve, &hit);
 	if (ret)
 		return ret;
-	kv_start(sc, s, slot, n, n_prompt, hit);
-	kv_publish_table(sc, s, slot);
+	kv_start(kv, slot, n, n_prompt, hit, limit);
+	kv_publish_table(kv, shard, slot);
 	return 0;
 }
 
-int sched_kv_fork(struct sched *sc, struct shard *s, uint32_t slot, uint32_t src,
+int sched_kv_fork(struct sched_kv *kv, uint32_t shard, uint32_t slot, uint32_t src,
 		  const int32_t *prompt, uint32_t n_prompt, uint32_t limit)
 {
-	struct sched_kv *kv = &sc->kv;
-	struct kv_manager *m = kv_of(sc, s);
-	uint32_t t = slot - s->first_slot, reserve = kv_reserve(kv, n_prompt, limit);
+	struct kv_manager *m = kv->mgr[shard];
+	uint32_t t = slot - kv->first_slot[shard], reserve = kv_reserve(kv, n_prompt, limit);
 	struct kv_copy copies[4];
 	uint32_t n_copies = 0;
 	int ret;
 
-	if (!sched_kv_on(sc) || n_prompt < 2)
-		return sched_kv_place(sc, s, slot, prompt, n_prompt, NULL, 0, limit);
+	if (!sched_kv_on(kv) || n_prompt < 2)
+		return sched_kv_place(kv, shard, slot, prompt, n_prompt, NULL, 0, limit);
 	memcpy(kv->seq[slot], prompt, (size_t)n_prompt * sizeof(int32_t));
-	ret = kv_table_fork(m, t, src - s->first_slot, n_prompt);
+	ret = kv_table_fork(m, t, src - kv->first_slot[shard], n_prompt);
 	if (!ret)
 		ret = kv_table_grow(m, t, reserve);
 	/* the one block it writes first that src still shares: position
@@ -204,7 +209,7 @@ int sched_kv_fork(struct sched *sc, struct shard *s, uint32_t slot, uint32_t src
 			kv_table_close(m, t);
 		return ret;
 	}
-	kv_start(sc, s, slot, n_prompt, n_prompt, n_prompt - 1);
+	kv_start(kv, slot, n_prompt, n_prompt, n_prompt - 1, limit);
 	kv->fork_tokens += n_prompt - 1;
 	if (n_copies) {
 		kv->copy[slot] = copies[0];
@@ -213,30 +218,28 @@ int sched_kv_fork(struct sched *sc, struct shard *s, uint32_t slot, uint32_t src
 		if (kv->inproc_pool)
 			(void)kv_pool_copy(kv->inproc_pool, copies[0].src, copies[0].dst);
 	}
-	kv_publish_table(sc, s, slot);
+	kv_publish_table(kv, shard, slot);
 	return 0;
 }
 
-void sched_kv_commit(struct sched *sc, struct shard *s, uint32_t slot,
+void sched_kv_commit(struct sched_kv *kv, uint32_t shard, uint32_t slot,
 		     int32_t token)
 {
-	struct sched_kv *kv = &sc->kv;
 
-	if (!sched_kv_on(sc) || kv->n_seq[slot] >= sc->slots->max_context)
+	if (!sched_kv_on(kv) || kv->n_seq[slot] >= kv->slots->max_context)
 		return;
 	kv->seq[slot][kv->n_seq[slot]++] = token;
-	kv_table_commit(kv_of(sc, s), slot - s->first_slot, kv->seq[slot],
+	kv_table_commit(kv->mgr[shard], slot - kv->first_slot[shard], kv->seq[slot],
 			kv->n_seq[slot] - 1);
 }
 
 /* Grow slot's table if its committed prefix is within half a lookahead
  * of its end.  0 (grown or no need: *grew says), or -ENOSPC. */
-static int kv_grow_slot(struct sched *sc, struct shard *s, uint32_t slot,
+static int kv_grow_slot(struct sched_kv *kv, uint32_t shard, uint32_t slot,
 			bool *grew)
 {
-	struct sched_kv *kv = &sc->kv;
-	struct kv_manager *m = kv_of(sc, s);
-	uint32_t t = slot - s->first_slot, n_blocks, last = sc->slot_limit[slot] - 1;
+	struct kv_manager *m = kv->mgr[shard];
+	uint32_t t = slot - kv->first_slot[shard], n_blocks, last = kv->limit[slot] - 1;
 	uint32_t computed = kv->n_seq[slot] - 1, want, need;
 	uint64_t cap;
 
@@ -244,47 +247,50 @@ static int kv_grow_slot(struct sched *sc, struct shard *s, uint32_t slot,
 		return 0;
 	kv_table_blocks(m, t, &n_blocks);
 	cap = (uint64_t)n_blocks * kv->block_tokens;
-	want = computed + kv->lookahead < last ? computed + kv->lookahead : last;
-	need = computed + kv->lookahead / 2 < last ? computed + kv->lookahead / 2 : last;
+	/* the next step writes position `computed`: the table covers it
+	 * and half a lookahead more, else it grows by a whole lookahead */
+	want = computed + 1 + kv->lookahead;
+	need = computed + 1 + kv->lookahead / 2;
+	want = want < last ? want : last;
+	need = need < last ? need : last;
 	if (cap >= need)
 		return 0;
 	/* the whole lookahead if there is room, else the next position */
 	if (kv_table_grow(m, t, want) && kv_table_grow(m, t, computed + 1))
 		return cap > computed ? 0 : -ENOSPC;
-	kv_publish_table(sc, s, slot);
+	kv_publish_table(kv, shard, slot);
 	*grew = true;
 	return 0;
 }
 
-bool sched_kv_grow(struct sched *sc, struct shard *s)
+bool sched_kv_grow(struct sched_kv *kv, uint32_t shard)
 {
 	bool grew = false, starved = false;
 
-	if (!sched_kv_on(sc))
+	if (!sched_kv_on(kv))
 		return false;
-	for (uint32_t i = 0; i < s->n_slots; i++) {
-		uint32_t slot = s->first_slot + i;
+	for (uint32_t i = 0; i < kv->n_slots[shard]; i++) {
+		uint32_t slot = kv->first_slot[shard] + i;
 
-		if (sc->slots->slots[slot].state == SHM_SLOT_ACTIVE &&
-		    kv_table_is_open(kv_of(sc, s), i) &&
-		    kv_grow_slot(sc, s, slot, &grew))
+		if (kv->slots->slots[slot].state == SHM_SLOT_ACTIVE &&
+		    kv_table_is_open(kv->mgr[shard], i) &&
+		    kv_grow_slot(kv, shard, slot, &grew))
 			starved = true;
 	}
-	sc->kv.starved[s->index] = starved;
+	kv->starved[shard] = starved;
 	return grew;
 }
 
-void sched_kv_row(const struct sched *sc, uint32_t slot, struct shm_dispatch_row *row)
+void sched_kv_row(const struct sched_kv *kv, uint32_t slot, struct shm_dispatch_row *row)
 {
-	const struct sched_kv *kv = &sc->kv;
-	const struct shard *s;
+	uint32_t shard;
 	uint64_t cap;
 	uint32_t n;
 
-	if (!sched_kv_on(sc))
+	if (!sched_kv_on(kv))
 		return;
-	s = &sc->shards[shm_slot_shard(sc->seg->hdr, slot)];
-	kv_table_blocks(kv_of(sc, s), slot - s->first_slot, &n);
+	shard = shm_slot_shard(kv->seg->hdr, slot);
+	kv_table_blocks(kv->mgr[shard], slot - kv->first_slot[shard], &n);
 	cap = (uint64_t)n * kv->block_tokens;
 	row->kv_blocks = n;
 	if (row->limit > cap + 1)
@@ -294,110 +300,107 @@ void sched_kv_row(const struct sched *sc, uint32_t slot, struct shm_dispatch_row
 	row->copy_dst = kv->copy[slot].dst;
 }
 
-bool sched_kv_is_open(const struct sched *sc, uint32_t slot)
+bool sched_kv_is_open(const struct sched_kv *kv, uint32_t slot)
 {
-	const struct shard *s;
+	uint32_t shard;
 
-	if (!sched_kv_on(sc))
+	if (!sched_kv_on(kv))
 		return false;
-	s = &sc->shards[shm_slot_shard(sc->seg->hdr, slot)];
-	return kv_table_is_open(kv_of(sc, s), slot - s->first_slot);
+	shard = shm_slot_shard(kv->seg->hdr, slot);
+	return kv_table_is_open(kv->mgr[shard], slot - kv->first_slot[shard]);
 }
 
-void sched_kv_close(struct sched *sc, uint32_t slot)
+void sched_kv_close(struct sched_kv *kv, uint32_t slot)
 {
-	struct sched_kv *kv = &sc->kv;
-	const struct shard *s;
+	uint32_t shard;
 
-	if (!sched_kv_is_open(sc, slot))
+	if (!sched_kv_is_open(kv, slot))
 		return;
-	s = &sc->shards[shm_slot_shard(sc->seg->hdr, slot)];
-	kv_table_close(kv_of(sc, s), slot - s->first_slot);
+	shard = shm_slot_shard(kv->seg->hdr, slot);
+	kv_table_close(kv->mgr[shard], slot - kv->first_slot[shard]);
 	kv->n_seq[slot] = 0;
 	kv->cached[slot] = 0;
 	kv->copy[slot] = (struct kv_copy){ KV_NO_BLOCK, KV_NO_BLOCK };
 	kv->written[slot] = 0;
 }
 
-bool sched_kv_victim(struct sched *sc, struct shard *s, uint32_t *slot)
+bool sched_kv_victim(struct sched_kv *kv, uint32_t shard, uint32_t *slot)
 {
 	uint64_t newest = 0;
 
-	if (!sched_kv_on(sc) || !sc->kv.starved[s->index])
+	if (!sched_kv_on(kv) || !kv->starved[shard])
 		return false;
-	for (uint32_t i = 0; i < s->n_slots; i++) {
-		uint32_t k = s->first_slot + i;
+	for (uint32_t i = 0; i < kv->n_slots[shard]; i++) {
+		uint32_t k = kv->first_slot[shard] + i;
 
-		if (sc->slots->slots[k].state != SHM_SLOT_ACTIVE) {
-			if (kv_table_is_open(kv_of(sc, s), i))
+		if (kv->slots->slots[k].state != SHM_SLOT_ACTIVE) {
+			if (kv_table_is_open(kv->mgr[shard], i))
 				return false;	/* blocks on their way back */
 			continue;
 		}
-		if (sc->kv.admitted[k] > newest) {
-			newest = sc->kv.admitted[k];
+		if (kv->admitted[k] > newest) {
+			newest = kv->admitted[k];
 			*slot = k;
 		}
 	}
 	if (!newest)
 		return false;
-	sc->kv.preemptions++;
-	sc->kv.starved[s->index] = false;	/* until the next grow says */
+	kv->preemptions++;
+	kv->starved[shard] = false;	/* until the next grow says */
 	return true;
 }
 
-void sched_kv_new_epoch(struct sched *sc, struct shard *s)
+void sched_kv_new_epoch(struct sched_kv *kv, uint32_t shard)
 {
-	struct sched_kv *kv = &sc->kv;
 
-	if (!sched_kv_on(sc))
+	if (!sched_kv_on(kv))
 		return;
 	/* the old worker's pool is gone with it */
-	kv_forget_cache(kv_of(sc, s));
-	for (uint32_t i = 0; i < s->n_slots; i++) {
-		uint32_t slot = s->first_slot + i;
+	kv_forget_cache(kv->mgr[shard]);
+	for (uint32_t i = 0; i < kv->n_slots[shard]; i++) {
+		uint32_t slot = kv->first_slot[shard] + i;
 
-		if (!kv_table_is_open(kv_of(sc, s), i))
+		if (!kv_table_is_open(kv->mgr[shard], i))
 			continue;
-		if (sc->slots->slots[slot].state != SHM_SLOT_ACTIVE) {
-			sched_kv_close(sc, slot);	/* nobody runs it now */
+		if (kv->slots->slots[slot].state != SHM_SLOT_ACTIVE) {
+			sched_kv_close(kv, slot);	/* nobody runs it now */
 			continue;
 		}
 		kv->cached[slot] = 0;
 		kv->copy[slot] = (struct kv_copy){ KV_NO_BLOCK, KV_NO_BLOCK };
 		kv->written[slot] = 0;		/* a new shard object */
-		kv_publish_table(sc, s, slot);
+		kv_publish_table(kv, shard, slot);
 	}
 }
 
-uint32_t sched_kv_lookup(const struct sched *sc, const struct shard *s,
+uint32_t sched_kv_lookup(const struct sched_kv *kv, uint32_t shard,
 			 const int32_t *tokens, uint32_t n)
 {
-	if (!sched_kv_on(sc) || !sc->kv.prefix_cache || !n)
+	if (!sched_kv_on(kv) || !kv->prefix_cache || !n)
 		return 0;
-	return kv_lookup(kv_of(sc, s), tokens, n, n - 1);
+	return kv_lookup(kv->mgr[shard], tokens, n, n - 1);
 }
 
-uint32_t sched_kv_blocks_for(const struct sched *sc, uint32_t n_tokens)
+uint32_t sched_kv_blocks_for(const struct sched_kv *kv, uint32_t n_tokens)
 {
-	uint32_t bt = sc->kv.block_tokens;
+	uint32_t bt = kv->block_tokens;
 
 	/* the last token is never consumed: n - 1 positions */
 	return bt && n_tokens ? (n_tokens - 1 + bt - 1) / bt : 0;
 }
 
-void sched_kv_counts(const struct sched *sc, struct sched_kv_counts *out)
+void sched_kv_counts(const struct sched_kv *kv, struct sched_kv_counts *out)
 {
-	const struct sched_kv *kv = &sc->kv;
 
 	memset(out, 0, sizeof(*out));
-	if (!sched_kv_on(sc))
+	if (!sched_kv_on(kv))
 		return;
 	out->block_tokens = kv->block_tokens;
 	out->blocks = kv->blocks;
 	out->prompt_tokens = kv->prompt_tokens;
 	out->fork_tokens = kv->fork_tokens;
 	out->preemptions = kv->preemptions;
-	for (uint32_t i = 0; i < sc->n_shards; i++) {
+	for (uint32_t i = 0; i < kv->n_shards; i++) {
 		struct kv_counts c;
 
 		kv_counts(kv->mgr[i], &c);

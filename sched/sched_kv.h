@@ -24,12 +24,15 @@
 
 #include "kv/kv_manager.h"
 
-struct sched;
-struct shard;
-struct shm_dispatch_row;
 struct kv_pool;
+struct shm_dispatch_row;
+struct shm_segment;
+struct slot_table;
 
 struct sched_kv_config {
+	const struct shm_segment *seg;	/* the shards' objects: the tables */
+	const struct slot_table *slots;	/* the scheduler's, trusted: which
+					 * slots are ACTIVE */
 	uint32_t block_tokens;		/* 0: the model is not paged */
 	uint32_t blocks;		/* per shard pool */
 	bool prefix_cache;		/* --prefix-cache */
@@ -54,6 +57,11 @@ struct sched_kv_counts {
 };
 
 struct sched_kv {
+	const struct shm_segment *seg;
+	const struct slot_table *slots;
+	uint32_t n_shards;
+	uint32_t *first_slot;		/* per shard: its first slot, and */
+	uint32_t *n_slots;		/* its count (the segment's split) */
 	uint32_t block_tokens;		/* 0: off */
 	uint32_t blocks;		/* per shard */
 	uint32_t max_blocks;		/* entries per table (max_context) */
@@ -66,6 +74,7 @@ struct sched_kv {
 	int32_t **seq;			/* its request's tokens, our copy
 					 * (max_context each) */
 	uint32_t *n_seq;
+	uint32_t *limit;		/* prefix length its request ends at */
 	uint32_t *cached;		/* kv_cached of its dispatch rows */
 	struct kv_copy *copy;		/* its block copy (src KV_NO_BLOCK:
 					 * none) */
@@ -82,14 +91,14 @@ struct sched_kv {
 };
 
 /* 0, or -ENOMEM (sched_kv_destroy() frees what was made). */
-int sched_kv_init(struct sched *sc, const struct sched_kv_config *cfg);
-void sched_kv_destroy(struct sched *sc);
+int sched_kv_init(struct sched_kv *kv, const struct sched_kv_config *cfg);
+void sched_kv_destroy(struct sched_kv *kv);
 
 /* Is the model paged (block tables in use)? */
-bool sched_kv_on(const struct sched *sc);
+bool sched_kv_on(const struct sched_kv *kv);
 
-/* Did shard s's last grow leave a running request without blocks? */
-bool sched_kv_starved(const struct sched *sc, const struct shard *s);
+/* Did shard's last grow leave a running request without blocks? */
+bool sched_kv_starved(const struct sched_kv *kv, uint32_t shard);
 
 /*
  * Open slot's table for its new request, whose tokens are tokens[0 .. n)
@@ -98,12 +107,12 @@ bool sched_kv_starved(const struct sched *sc, const struct shard *s);
  * are computed), and blocks for what it is to compute next.  0, or
  * -ENOSPC when the shard's pool has no room for it now (nothing changed).
  */
-int sched_kv_place(struct sched *sc, struct shard *s, uint32_t slot,
+int sched_kv_place(struct sched_kv *kv, uint32_t shard, uint32_t slot,
 		   const int32_t *prompt, uint32_t n_prompt,
 		   const int32_t *generated, uint32_t n_generated, uint32_t limit);
 
 /*
- * Open slot's table as a fork of src's (an ACTIVE slot of shard s whose
+ * Open slot's table as a fork of src's (an ACTIVE slot of shard whose
  * request has the same n_prompt prompt tokens and has computed them):
  * it shares src's blocks for positions [0, n_prompt - 1) and gets its
  * own copy of the block it writes first (copy-on-write: the copy goes
@@ -111,50 +120,50 @@ int sched_kv_place(struct sched *sc, struct shard *s, uint32_t slot,
  * computed twice but the last prompt token, whose logits the choice
  * draws from.  0, or -ENOSPC (nothing changed).
  */
-int sched_kv_fork(struct sched *sc, struct shard *s, uint32_t slot, uint32_t src,
+int sched_kv_fork(struct sched_kv *kv, uint32_t shard, uint32_t slot, uint32_t src,
 		  const int32_t *prompt, uint32_t n_prompt, uint32_t limit);
 
 /* The slot's request committed token: our copy grows, and the blocks it
  * fills are registered for later requests. */
-void sched_kv_commit(struct sched *sc, struct shard *s, uint32_t slot,
+void sched_kv_commit(struct sched_kv *kv, uint32_t shard, uint32_t slot,
 		     int32_t token);
 
 /*
- * After a result of shard s: grow every active table that is within a
+ * After a result of shard: grow every active table that is within a
  * lookahead of its capacity.  When the pool has no block left for one,
  * the shard is starved (sched_kv_victim()).  True when a table grew (the
  * worker's rows are to be redispatched).
  */
-bool sched_kv_grow(struct sched *sc, struct shard *s);
+bool sched_kv_grow(struct sched_kv *kv, uint32_t shard);
 
 /* The kv fields of the dispatch row of slot, and its limit capped at
  * what its table holds. */
-void sched_kv_row(const struct sched *sc, uint32_t slot,
+void sched_kv_row(const struct sched_kv *kv, uint32_t slot,
 		  struct shm_dispatch_row *row);
 
 /* The worker can no longer touch slot's blocks: close its table. */
-void sched_kv_close(struct sched *sc, uint32_t slot);
-bool sched_kv_is_open(const struct sched *sc, uint32_t slot);
+void sched_kv_close(struct sched_kv *kv, uint32_t slot);
+bool sched_kv_is_open(const struct sched_kv *kv, uint32_t slot);
 
 /*
  * Shard s is starved: the slot of the request to preempt (the one placed
  * last), or false when none is to be (not starved, nothing active, or a
  * table is still waiting to be closed: its blocks are on their way back).
  */
-bool sched_kv_victim(struct sched *sc, struct shard *s, uint32_t *slot);
+bool sched_kv_victim(struct sched_kv *kv, uint32_t shard, uint32_t *slot);
 
 /* Shard s's worker is new: its pool is empty, so nothing registered is
  * hittable, no slot's blocks hold anything, and every table goes to the
  * new shard object. */
-void sched_kv_new_epoch(struct sched *sc, struct shard *s);
+void sched_kv_new_epoch(struct sched_kv *kv, uint32_t shard);
 
-/* Positions of tokens[0 .. n) shard s holds in its cache (routing). */
-uint32_t sched_kv_lookup(const struct sched *sc, const struct shard *s,
+/* Positions of tokens[0 .. n) shard holds in its cache (routing). */
+uint32_t sched_kv_lookup(const struct sched_kv *kv, uint32_t shard,
 			 const int32_t *tokens, uint32_t n);
 
 /* Blocks a request of n_tokens positions (prompt + max_tokens) needs. */
-uint32_t sched_kv_blocks_for(const struct sched *sc, uint32_t n_tokens);
+uint32_t sched_kv_blocks_for(const struct sched_kv *kv, uint32_t n_tokens);
 
-void sched_kv_counts(const struct sched *sc, struct sched_kv_counts *out);
+void sched_kv_counts(const struct sched_kv *kv, struct sched_kv_counts *out);
 
 #endif /* DYNBATCH_SCHED_KV_H */

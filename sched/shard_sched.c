@@ -140,7 +140,7 @@ void sched_destroy(struct sched *sc)
 	free(sc->inproc_rows);
 	free(sc->inproc_sampled);
 	free(sc->inproc_logprobs);
-	sched_kv_destroy(sc);
+	sched_kv_destroy(&sc->kv);
 	sc->shards = NULL;
 }
 
@@ -177,7 +177,7 @@ void shard_drop_slot(struct sched *sc, uint32_t slot)
 
 	s->n_active--;
 	if (sc->in_process) {
-		sched_kv_close(sc, slot);
+		sched_kv_close(&sc->kv, slot);
 		return;
 	}
 	s->redispatch = true;
@@ -187,7 +187,7 @@ void shard_drop_slot(struct sched *sc, uint32_t slot)
 		sc->slot_drain[slot] = s->chan.dispatch_pos + 1;
 		s->n_draining++;
 	} else {
-		sched_kv_close(sc, slot);
+		sched_kv_close(&sc->kv, slot);
 	}
 }
 
@@ -236,21 +236,21 @@ int shard_place(struct sched *sc, uint32_t slot, uint32_t handle,
 	if (limit > sc->slots->max_context)
 		limit = sc->slots->max_context;
 	if (rq->fork_slot != UINT32_MAX && !rq->n_generated)
-		ret = sched_kv_fork(sc, s, slot, rq->fork_slot, rq->prompt,
+		ret = sched_kv_fork(&sc->kv, s->index, slot, rq->fork_slot, rq->prompt,
 				    rq->n_prompt, limit);
 	else
-		ret = sched_kv_place(sc, s, slot, rq->prompt, rq->n_prompt,
+		ret = sched_kv_place(&sc->kv, s->index, slot, rq->prompt, rq->n_prompt,
 				     rq->generated, rq->n_generated, limit);
 	if (ret)
 		return ret;
 	if (slot_table_assign(sc->slots, slot, handle, rq->prompt, rq->n_prompt)) {
-		sched_kv_close(sc, slot);
+		sched_kv_close(&sc->kv, slot);
 		return -EINVAL;
 	}
 	for (uint32_t i = 0; i < rq->n_generated; i++) {
 		if (slot_table_append(sc->slots, slot, rq->generated[i])) {
 			slot_table_release(sc->slots, slot);
-			sched_kv_close(sc, slot);
+			sched_kv_close(&sc->kv, slot);
 			return -EINVAL;
 		}
 	}
@@ -277,7 +277,7 @@ static bool shard_slot_reusable(struct sched *sc, struct shard *s, uint32_t slot
 		s->n_draining--;
 	}
 	/* the worker is past the slot's last request: so are its blocks */
-	sched_kv_close(sc, slot);
+	sched_kv_close(&sc->kv, slot);
 	return true;
 }
 
@@ -286,16 +286,16 @@ static bool shard_slot_reusable(struct sched *sc, struct shard *s, uint32_t slot
 static void shard_kv_reclaim(struct sched *sc, struct shard *s)
 {
 	for (uint32_t i = 0; i < s->n_slots; i++)
-		if (sched_kv_is_open(sc, s->first_slot + i))
+		if (sched_kv_is_open(&sc->kv, s->first_slot + i))
 			(void)shard_slot_reusable(sc, s, s->first_slot + i);
 }
 
 bool shard_kv_starved(struct sched *sc, struct shard *s)
 {
-	if (!sched_kv_on(sc) || !sc->kv.starved[s->index])
+	if (!sched_kv_on(&sc->kv) || !sc->kv.starved[s->index])
 		return false;
 	shard_kv_reclaim(sc, s);
-	if (sched_kv_grow(sc, s))
+	if (sched_kv_grow(&sc->kv, s->index))
 		s->redispatch = true;
 	return sc->kv.starved[s->index];
 }
@@ -325,7 +325,7 @@ bool shard_has_room(const struct sched *sc, const struct shard *s)
 	return s->n_active + s->n_draining < s->n_slots &&
 	       !worker_sup_lost(sc->sup, s->index) &&
 	       (sc->in_process || worker_sup_ready(sc->sup, s->index)) &&
-	       !sched_kv_starved(sc, s);
+	       !sched_kv_starved(&sc->kv, s->index);
 }
 
 /* The next reusable slot at or after *cursor (a shard slot index, 0 to
@@ -372,7 +372,7 @@ void shard_new_epoch(struct sched *sc, struct shard *s)
 	s->adopted_seen = s->chan.dispatch_pos;
 	for (uint32_t i = 0; i < s->n_slots; i++)
 		sc->slot_drain[s->first_slot + i] = 0;
-	sched_kv_new_epoch(sc, s);
+	sched_kv_new_epoch(&sc->kv, s->index);
 }
 
 /* The rows of a step its worker died in, to run alone one by one. */
@@ -421,7 +421,7 @@ static uint32_t shard_collect_rows(struct sched *sc, struct shard *s,
 			rows[0] = (struct shm_dispatch_row){
 				.slot = slot, .generation = st->generation,
 				.n_tokens = st->n_tokens, .limit = st->n_tokens + 1 };
-			sched_kv_row(sc, slot, &rows[0]);
+			sched_kv_row(&sc->kv, slot, &rows[0]);
 			s->suspect_id = s->chan.next_dispatch_id;
 			return 1;
 		}
@@ -437,7 +437,7 @@ static uint32_t shard_collect_rows(struct sched *sc, struct shard *s,
 			.slot = slot, .generation = st->generation,
 			.n_tokens = st->n_tokens,
 			.limit = s->lockstep ? st->n_tokens + 1 : sc->slot_limit[slot] };
-		sched_kv_row(sc, slot, &rows[n++]);
+		sched_kv_row(&sc->kv, slot, &rows[n++]);
 	}
 	return n;
 }
@@ -685,7 +685,7 @@ bool shard_result_next(struct sched *sc, struct shard *s, struct shard_result *r
 		s->committing_id = r->id;
 		*a = (struct shard_action){ .kind = SHARD_ACT_TOKEN, .slot = row->slot,
 					    .token = row->token, .lp = &cr->lp };
-		sched_kv_commit(sc, s, row->slot, row->token);
+		sched_kv_commit(&sc->kv, s->index, row->slot, row->token);
 		r->last_slot = row->slot;
 		r->n_ok++;
 		return true;
@@ -708,7 +708,7 @@ void shard_result_end(struct sched *sc, struct shard *s, struct shard_result *r)
 		s->redispatch = true;
 	}
 	/* tables near their end grow before the worker reaches it */
-	if (sched_kv_grow(sc, s))
+	if (sched_kv_grow(&sc->kv, s->index))
 		s->redispatch = true;
 	sc->counts.n_steps++;
 	sc->counts.n_step_rows += r->n_rows;
@@ -899,7 +899,7 @@ int shard_step_in_process(struct sched *sc, struct shard *s, struct shard_result
 			.slot = step[i].slot, .generation = step[i].generation,
 			.tokens = sc->slots->tokens[step[i].slot],
 			.n_tokens = step[i].n_tokens };
-		if (sched_kv_on(sc)) {
+		if (sched_kv_on(&sc->kv)) {
 			sc->inproc_step[i].blocks = shm_kv_table_at(sc->seg, step[i].slot);
 			sc->inproc_step[i].n_blocks = step[i].kv_blocks;
 			sc->inproc_step[i].kv_cached = step[i].kv_cached;

@@ -152,8 +152,11 @@ void sched_destroy(struct sched *sc);
 /* Does the shard's worker owe us results (rows it has been sent)? */
 static inline bool shard_owes_results(const struct sched *sc, const struct shard *s)
 {
+	/* a starved shard's rows may all wait at their tables' ends: the
+	 * worker then owes nothing until we give blocks (sched_kv.h) */
 	return worker_sup_running(sc->sup, s->index) && s->n_active &&
-	       shard_channel_sent_any(&s->chan);
+	       shard_channel_sent_any(&s->chan) &&
+	       !sched_kv_starved(&sc->kv, s->index);
 }
 
 /* What the engine is to do with one checked row of a result. */

@@ -63,8 +63,11 @@ on_off "2 workers, 7-token blocks" --workers 2 --batch 16 --block-tokens 7 --ste
 on_off "3 workers, 64-token blocks" --workers 3 --batch 24 --block-tokens 64
 
 echo "== forks: n choices share the prompt, each copies the tail once"
+# (max_tokens long enough that choice 0 is still running when its first
+# token is committed: a choice whose choice 0 has ended takes the prompt's
+# full blocks from the cache instead)
 python3 "$GEN" --n 40 --seed "$SEED" --vocab $VOCAB --sampling --kinds choices \
-	--system-len 100 --suffix-len 20 --max-tokens 8 --max-n 16 > "$E2E_TMP/n.jsonl"
+	--system-len 100 --suffix-len 20 --max-tokens 40 --max-n 16 > "$E2E_TMP/n.jsonl"
 cp "$E2E_TMP/in.jsonl" "$E2E_TMP/in.saved"
 cp "$E2E_TMP/n.jsonl" "$E2E_TMP/in.jsonl"
 on_off "n up to 16" --workers 2 --batch 32
@@ -72,12 +75,18 @@ expect_gt "n up to 16: copies on write" "$(kv_field n_up_to_16.on cow_copies)" 0
 cp "$E2E_TMP/in.saved" "$E2E_TMP/in.jsonl"
 
 echo "== a pool so small that requests are preempted"
-# 12 KiB of KV over 2 shards: a few dozen blocks a shard for 16 slots of
-# up to 9 blocks each; every request still fits a pool on its own
+# short prompts, long answers: tables grow while they run.  12 KiB of KV
+# over 2 shards is 48 blocks of simkv's 16 x 8 bytes a shard, for 16
+# slots of up to 11 blocks each; every request still fits a pool alone
+python3 "$GEN" --n 120 --seed "$SEED" --vocab $VOCAB --sampling --systems 4 \
+	--system-len 30 --suffix-len 10 --max-tokens 120 --max-n 4 > "$E2E_TMP/in.jsonl"
 on_off "tiny pool" --workers 2 --batch 32 --kv-memory 12K --step-tokens 16
 expect_gt "tiny pool: preemptions" "$(kv_field tiny_pool.on preemptions)" 0
 expect_gt "tiny pool: evictions" "$(kv_field tiny_pool.on evictions)" 0
 on_off "tiny pool, in-process" --workers 0 --batch 16 --kv-memory 4K
+expect_gt "tiny pool, in-process: preemptions" \
+	"$(kv_field tiny_pool__in_process.on preemptions)" 0
+cp "$E2E_TMP/in.saved" "$E2E_TMP/in.jsonl"
 
 echo "== colliding hashes: a hit is taken only when its tokens match"
 DYNBATCH_KV_HASH_BITS=2 run weak.on --workers 2 --batch 16 --prefix-cache on
