@@ -74,11 +74,12 @@ int sched_kv_init(struct sched_kv *kv, const struct sched_kv_config *cfg)
 	kv->n_seq = calloc(n_slots, sizeof(*kv->n_seq));
 	kv->limit = calloc(n_slots, sizeof(*kv->limit));
 	kv->cached = calloc(n_slots, sizeof(*kv->cached));
+	kv->computed = calloc(n_slots, sizeof(*kv->computed));
 	kv->copy = calloc(n_slots, sizeof(*kv->copy));
 	kv->admitted = calloc(n_slots, sizeof(*kv->admitted));
 	kv->written = calloc(n_slots, sizeof(*kv->written));
 	if (!kv->mgr || !kv->starved || !kv->first_slot || !kv->n_slots ||
-	    !kv->seq || !kv->n_seq || !kv->limit || !kv->cached || !kv->copy ||
+	    !kv->seq || !kv->n_seq || !kv->limit || !kv->cached || !kv->computed || !kv->copy ||
 	    !kv->admitted || !kv->written)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < kv->n_shards; i++) {
@@ -110,6 +111,7 @@ void sched_kv_destroy(struct sched_kv *kv)
 	free(kv->first_slot);
 	free(kv->n_slots);
 	free(kv->limit);
+	free(kv->computed);
 	free(kv->mgr);
 	free(kv->starved);
 	free(kv->seq);
@@ -143,6 +145,7 @@ static void kv_start(struct sched_kv *kv, uint32_t slot, uint32_t n,
 	kv->limit[slot] = limit;
 	kv->n_seq[slot] = n;
 	kv->cached[slot] = hit;
+	kv->computed[slot] = hit;
 	kv->copy[slot] = (struct kv_copy){ KV_NO_BLOCK, KV_NO_BLOCK };
 	kv->admitted[slot] = ++kv->clock;
 	kv->written[slot] = 0;
@@ -193,7 +196,8 @@ int sched_kv_fork(struct sched_kv *kv, uint32_t shard, uint32_t slot, uint32_t s
 	uint32_t n_copies = 0;
 	int ret;
 
-	if (!sched_kv_on(kv) || n_prompt < 2)
+	/* src's blocks must hold the prompt now, not only once did */
+	if (!sched_kv_on(kv) || n_prompt < 2 || kv->computed[src] < n_prompt - 1)
 		return sched_kv_place(kv, shard, slot, prompt, n_prompt, NULL, 0, limit);
 	memcpy(kv->seq[slot], prompt, (size_t)n_prompt * sizeof(int32_t));
 	ret = kv_table_fork(m, t, src - kv->first_slot[shard], n_prompt);
@@ -229,6 +233,10 @@ void sched_kv_commit(struct sched_kv *kv, uint32_t shard, uint32_t slot,
 	if (!sched_kv_on(kv) || kv->n_seq[slot] >= kv->slots->max_context)
 		return;
 	kv->seq[slot][kv->n_seq[slot]++] = token;
+	/* the step that made this token consumed every position before it */
+	kv->computed[slot] = kv->n_seq[slot] - 1;
+	if (!kv->prefix_cache)	/* nothing registered: nothing to hit */
+		return;
 	kv_table_commit(kv->mgr[shard], slot - kv->first_slot[shard], kv->seq[slot],
 			kv->n_seq[slot] - 1);
 }
@@ -320,6 +328,7 @@ void sched_kv_close(struct sched_kv *kv, uint32_t slot)
 	kv_table_close(kv->mgr[shard], slot - kv->first_slot[shard]);
 	kv->n_seq[slot] = 0;
 	kv->cached[slot] = 0;
+	kv->computed[slot] = 0;
 	kv->copy[slot] = (struct kv_copy){ KV_NO_BLOCK, KV_NO_BLOCK };
 	kv->written[slot] = 0;
 }
@@ -367,6 +376,7 @@ void sched_kv_new_epoch(struct sched_kv *kv, uint32_t shard)
 			continue;
 		}
 		kv->cached[slot] = 0;
+		kv->computed[slot] = 0;		/* the new worker recomputes */
 		kv->copy[slot] = (struct kv_copy){ KV_NO_BLOCK, KV_NO_BLOCK };
 		kv->written[slot] = 0;		/* a new shard object */
 		kv_publish_table(kv, shard, slot);

@@ -76,6 +76,9 @@ struct sched_kv {
 	uint32_t *n_seq;
 	uint32_t *limit;		/* prefix length its request ends at */
 	uint32_t *cached;		/* kv_cached of its dispatch rows */
+	uint32_t *computed;		/* positions its blocks are known to
+					 * hold: the hit, then what its commits
+					 * prove (a fork may share only these) */
 	struct kv_copy *copy;		/* its block copy (src KV_NO_BLOCK:
 					 * none) */
 	uint64_t *admitted;		/* placement stamp: preemption takes
@@ -113,7 +116,9 @@ int sched_kv_place(struct sched_kv *kv, uint32_t shard, uint32_t slot,
 
 /*
  * Open slot's table as a fork of src's (an ACTIVE slot of shard whose
- * request has the same n_prompt prompt tokens and has computed them):
+ * request has the same n_prompt prompt tokens): when src's blocks are
+ * known to hold them (a commit since src was placed proves it; a request
+ * that was preempted and placed again may not have recomputed them yet),
  * it shares src's blocks for positions [0, n_prompt - 1) and gets its
  * own copy of the block it writes first (copy-on-write: the copy goes
  * in its dispatch rows, or is done at once in-process).  Nothing is
