@@ -387,122 +387,6 @@ static int engine_place(struct engine *e, uint32_t slot, uint32_t handle,
 	return shard_place(&e->sched, slot, handle, &rq);
 }
 
-/* Put unplaced request handle at the head of the line (the resume line,
- * ahead of the waiting queue): one the KV pool had no room for, or one
- * preempted. */
-static void engine_requeue_front(struct engine *e, uint32_t handle,
-				 struct live_request *lr)
-{
-	/* room: the line holds one entry per live request at most */
-	memmove(e->resume + 1, e->resume, e->n_resume * sizeof(uint32_t));
-	e->resume[0] = handle;
-	e->n_resume++;
-	e->n_paused++;
-	lr->place = LIVE_RESUMING;
-}
-
-/*
- * A running request of the shard needs KV blocks its pool does not have:
- * preempt the one placed last (sched_kv_victim()).  It goes back to the
- * head of the line with the tokens it has and resumes by recompute (its
- * full blocks stay in the prefix cache), with the same output: the model
- * is a function of the prefix, and seeded draws of (seed, position,
- * choice).  True when one was preempted: the shard admits nobody in this
- * round (docs/DESIGN.md 11).
- */
-static bool engine_preempt(struct engine *e, struct shard *s)
-{
-	struct live_request *lr;
-	uint32_t slot, handle;
-
-	if (!shard_kv_starved(&e->sched, s) || !sched_kv_victim(&e->sched.kv, s->index, &slot))
-		return false;
-	handle = e->slots.slots[slot].request_handle;
-	lr = request_pool_get(&e->pool, handle);
-	if (!lr) {
-		engine_fail(e, "slot %u holds a bad handle %u", slot, handle);
-		return false;
-	}
-	/* in-process its tokens are only in the slot it gives up */
-	if (!lr->generated && engine_copy_generated(e, lr))
-		return false;	/* no memory: it keeps its slot for now */
-	engine_unplace(e, handle, lr, clock_now_ns());
-	engine_requeue_front(e, handle, lr);
-	LOG(LOG_DEBUG, "shard %u: preempted the request in slot %u", s->index, slot);
-	return true;
-}
-
-enum engine_route {
-	ROUTE_HERE,		/* place it in this shard */
-	ROUTE_ELSEWHERE,	/* leave it for a shard that holds more of it */
-	ROUTE_WAIT,		/* its choice 0 is computing the prompt */
-};
-
-/* Choice 0 of lr's request, if it is still live (NULL otherwise). */
-static const struct live_request *engine_first_choice(struct engine *e,
-						       uint32_t handle,
-						       const struct live_request *lr)
-{
-	for (uint32_t h = lr->next_choice; h != handle;) {
-		const struct live_request *c = request_pool_get(&e->pool, h);
-
-		if (!c)
-			return NULL;
-		if (c->req.choice == 0)
-			return c;
-		h = c->next_choice;
-	}
-	return NULL;
-}
-
-/*
- * Where the head request lr goes (docs/DESIGN.md 11), with a paged model:
- * - choice k > 0 of a request whose choice 0 is computing the prompt
- *   waits for it, then forks choice 0's blocks (*fork_slot) when it is
- *   placed in choice 0's shard;
- * - otherwise, cache-aware (SGLang's policy): to the shard that can take
- *   it now and whose cache holds the longest prefix of it, unless that
- *   shard is busier than this one by more than ROUTE_IMBALANCE slots
- *   (balance first).  A request left for another shard is placed in the
- *   same pass of the loop or the next: it never waits behind later ones.
- */
-#define ROUTE_IMBALANCE(s) ((s)->n_slots / 4 + 1)
-static enum engine_route engine_route(struct engine *e, struct shard *s,
-				      uint32_t handle, const struct live_request *lr,
-				      uint32_t *fork_slot)
-{
-	const struct live_request *first;
-	uint32_t here, n = lr->req.n_prompt;
-
-	*fork_slot = UINT32_MAX;
-	if (!sched_kv_on(&e->sched.kv))
-		return ROUTE_HERE;
-	first = lr->req.choice && !lr->n_generated ?
-		engine_first_choice(e, handle, lr) : NULL;
-	if (first && first->place == LIVE_ACTIVE) {
-		if (!first->n_generated)
-			return ROUTE_WAIT;
-		if (first->slot >= s->first_slot &&
-		    first->slot < s->first_slot + s->n_slots) {
-			*fork_slot = first->slot;
-			return ROUTE_HERE;
-		}
-	}
-	if (e->n_shards == 1 || !e->cfg->prefix_cache)
-		return ROUTE_HERE;
-	here = sched_kv_lookup(&e->sched.kv, s->index, lr->req.prompt, n);
-	for (uint32_t i = 0; i < e->n_shards; i++) {
-		const struct shard *t = &e->sched.shards[i];
-
-		if (t == s || !shard_has_room(&e->sched, t) ||
-		    t->n_active > s->n_active + ROUTE_IMBALANCE(s))
-			continue;
-		if (sched_kv_lookup(&e->sched.kv, t->index, lr->req.prompt, n) > here)
-			return ROUTE_ELSEWHERE;
-	}
-	return ROUTE_HERE;
-}
-
 /* Fill the shard's free slots from the resume line and the waiting
  * queue (FIFO), in the slots the scheduler names. */
 static void engine_refill(struct engine *e, struct shard *s)
@@ -868,21 +752,6 @@ static uint64_t engine_check_workers(struct engine *e, uint64_t now)
  * The loop
  * ---------------------------------------------------------------------- */
 
-/* The paged cache's counts (sched_kv.h), into the stats. */
-static void engine_sync_kv_stats(struct engine *e)
-{
-	struct sched_kv_counts c;
-
-	sched_kv_counts(&e->sched.kv, &c);
-	e->stats.kv = (struct stats_kv){
-		.block_tokens = c.block_tokens, .blocks = c.blocks,
-		.peak_used_blocks = c.peak_used_blocks,
-		.prompt_tokens = c.prompt_tokens,
-		.prefix_hit_tokens = c.prefix_hit_tokens,
-		.fork_tokens = c.fork_tokens, .cow_copies = c.cow_copies, .preemptions = c.preemptions,
-		.evictions = c.evictions };
-}
-
 /* The counts the supervisor keeps, into the stats the engine prints. */
 static void engine_sync_stats(struct engine *e)
 {
@@ -1002,38 +871,6 @@ static int engine_setup_shards(struct engine *e)
 		e->sup.w[i].exit_op = (struct io_op){ engine_on_exit_poll, e };
 	}
 	return 0;
-}
-
-/* Positions per KV block, or 0 when the model is not paged. */
-static uint32_t engine_block_tokens(const struct engine *e)
-{
-	if (!e->kv_bytes_per_token)
-		return 0;
-	return e->cfg->block_tokens ? e->cfg->block_tokens : ENGINE_DEFAULT_BLOCK_TOKENS;
-}
-
-/*
- * The scheduler's block tables (sched_kv.h).  The model's identity goes
- * into every block hash: the spec workers get, pinned to its file.
- * DYNBATCH_KV_HASH_BITS=N (tests) keeps N bits of each hash, so that
- * chains collide and the token check behind every hit is exercised.
- */
-static int engine_setup_kv(struct engine *e)
-{
-	const char *bits = getenv("DYNBATCH_KV_HASH_BITS");
-	struct sched_kv_config kc = {
-		.seg = &e->seg, .slots = &e->slots,
-		.block_tokens = engine_block_tokens(e), .blocks = e->kv_blocks,
-		.prefix_cache = e->cfg->prefix_cache, .hash_mask = UINT64_MAX,
-		.inproc_pool = e->in_process ? &e->kv_pool : NULL,
-		.model_id = 1469598103934665603ull };
-	uint32_t n;
-
-	for (const char *c = e->worker_spec; c && *c; c++)
-		kc.model_id = (kc.model_id ^ (uint8_t)*c) * 1099511628211ull;
-	if (bits && !parse_u32(bits, 1, 63, &n))
-		kc.hash_mask = (1ull << n) - 1;
-	return sched_kv_init(&e->sched.kv, &kc);
 }
 
 static void engine_teardown(struct engine *e)
@@ -1313,14 +1150,6 @@ bool engine_has_logits(const struct engine *e)
 	return e->has_logits;
 }
 
-uint32_t engine_kv_need(const struct engine *e, uint32_t n_tokens,
-			struct engine_kv_pool *pool)
-{
-	if (pool)
-		*pool = (struct engine_kv_pool){ e->kv_blocks, engine_block_tokens(e) };
-	return sched_kv_blocks_for(&e->sched.kv, n_tokens);
-}
-
 uint32_t engine_vocab(const struct engine *e)
 {
 	return e->vocab;
@@ -1371,41 +1200,6 @@ static uint32_t engine_count_free_slots(const struct engine *e)
 	for (uint32_t i = 0; i < e->slots.n_slots; i++)
 		n += e->slots.slots[i].state == SHM_SLOT_FREE;
 	return n;
-}
-
-/* The paged cache's counters and gauges (nothing when not paged). */
-static int engine_kv_metrics(const struct engine *e, struct strbuf *out)
-{
-	struct sched_kv_counts c;
-	int ret = 0;
-
-	sched_kv_counts(&e->sched.kv, &c);
-	if (!c.block_tokens)
-		return 0;
-	ret = ret ? ret : metrics_gauge(out, "dynbatch_kv_block_tokens",
-			"Positions per KV block (--block-tokens).", c.block_tokens);
-	ret = ret ? ret : metrics_gauge(out, "dynbatch_kv_blocks",
-			"KV blocks in each shard's pool.", c.blocks);
-	ret = ret ? ret : metrics_gauge(out, "dynbatch_kv_used_blocks",
-			"KV blocks held by requests now, all shards.", c.used_blocks);
-	ret = ret ? ret : metrics_gauge(out, "dynbatch_kv_peak_used_blocks",
-			"The most KV blocks one shard held at once.", c.peak_used_blocks);
-	ret = ret ? ret : metrics_counter(out, "dynbatch_kv_prompt_tokens_total",
-			"Prompt tokens of placed requests.", NULL, c.prompt_tokens);
-	ret = ret ? ret : metrics_counter(out, "dynbatch_kv_prefix_hit_tokens_total",
-			"Positions taken from the prefix cache.", NULL,
-			c.prefix_hit_tokens);
-	ret = ret ? ret : metrics_counter(out, "dynbatch_kv_fork_tokens_total",
-			"Prompt positions n > 1 choices shared by forking.", NULL,
-			c.fork_tokens);
-	ret = ret ? ret : metrics_counter(out, "dynbatch_kv_cow_copies_total",
-			"KV blocks copied on write.", NULL, c.cow_copies);
-	ret = ret ? ret : metrics_counter(out, "dynbatch_kv_preemptions_total",
-			"Requests preempted for KV blocks.", NULL, c.preemptions);
-	ret = ret ? ret : metrics_counter(out, "dynbatch_kv_evictions_total",
-			"Cached KV blocks reused for other requests.", NULL,
-			c.evictions);
-	return ret;
 }
 
 int engine_metrics(const struct engine *e, struct strbuf *out)

@@ -106,6 +106,35 @@ int engine_open_model(struct engine *e);
  * log what was chosen.  An exit status, the reason printed on stderr. */
 int engine_size_kv(struct engine *e);
 
+
+/* ---- engine_kv.c, for engine.c: the paged KV cache (DESIGN 11.2) ---- */
+
+/* Where engine_route() sends the request at the head of the line. */
+enum engine_route {
+	ROUTE_HERE,		/* place it in this shard */
+	ROUTE_ELSEWHERE,	/* leave it for a shard that holds more of it */
+	ROUTE_WAIT,		/* its choice 0 is computing the prompt */
+};
+
+/* Where the head request lr (handle) goes; *fork_slot: the slot of
+ * choice 0 to fork, or UINT32_MAX. */
+enum engine_route engine_route(struct engine *e, struct shard *s,
+			       uint32_t handle, const struct live_request *lr,
+			       uint32_t *fork_slot);
+/* Put unplaced handle at the head of the line (the resume line). */
+void engine_requeue_front(struct engine *e, uint32_t handle,
+			  struct live_request *lr);
+/* A starved shard preempts its newest request: true when one was. */
+bool engine_preempt(struct engine *e, struct shard *s);
+/* Positions per KV block, 0 when the model is not paged. */
+uint32_t engine_block_tokens(const struct engine *e);
+/* The scheduler's block tables.  0 or -ENOMEM. */
+int engine_setup_kv(struct engine *e);
+/* The kv counts into e->stats.kv. */
+void engine_sync_kv_stats(struct engine *e);
+/* The dynbatch_kv_* metrics (none when not paged).  0 or -ENOMEM. */
+int engine_kv_metrics(const struct engine *e, struct strbuf *out);
+
 /* ---- engine_admit.c, for engine.c ---- */
 
 /* Keep a copy of the tokens ACTIVE lr has in its slot (in-process, where

@@ -104,7 +104,7 @@ probe_answer() {
 expect_eq "probe answer: sim" "$(probe_answer sim:vocab=77)" \
 	"vocab 77 context 0 logits 1 kv 0"
 expect_eq "probe answer: simkv" "$(probe_answer simkv:context=64)" \
-	"vocab 32000 context 64 logits 1"
+	"vocab 32000 context 64 logits 1 kv 8"
 expect_eq "probe answer: the example plugin (no logits hook)" \
 	"$(probe_answer "$PLUGIN")" "vocab 1000 context 0 logits 0 kv 0"
 
