@@ -384,6 +384,8 @@ static int engine_place(struct engine *e, uint32_t slot, uint32_t handle,
 	}
 	engine_sched_request(lr, &rq);
 	rq.fork_slot = fork_slot;
+	/* its other choices wait to fork it (engine_route()) */
+	rq.hold_first = lr->req.choice == 0 && lr->req.n_choices > 1;
 	return shard_place(&e->sched, slot, handle, &rq);
 }
 

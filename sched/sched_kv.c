@@ -78,9 +78,10 @@ int sched_kv_init(struct sched_kv *kv, const struct sched_kv_config *cfg)
 	kv->copy = calloc(n_slots, sizeof(*kv->copy));
 	kv->admitted = calloc(n_slots, sizeof(*kv->admitted));
 	kv->written = calloc(n_slots, sizeof(*kv->written));
+	kv->hold = calloc(n_slots, sizeof(*kv->hold));
 	if (!kv->mgr || !kv->starved || !kv->first_slot || !kv->n_slots ||
 	    !kv->seq || !kv->n_seq || !kv->limit || !kv->cached || !kv->computed || !kv->copy ||
-	    !kv->admitted || !kv->written)
+	    !kv->admitted || !kv->written || !kv->hold)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < kv->n_shards; i++) {
 		/* the shards' split of the slots (shm_segment.h) */
@@ -120,6 +121,7 @@ void sched_kv_destroy(struct sched_kv *kv)
 	free(kv->copy);
 	free(kv->admitted);
 	free(kv->written);
+	free(kv->hold);
 	memset(kv, 0, sizeof(*kv));
 }
 
@@ -149,6 +151,7 @@ static void kv_start(struct sched_kv *kv, uint32_t slot, uint32_t n,
 	kv->copy[slot] = (struct kv_copy){ KV_NO_BLOCK, KV_NO_BLOCK };
 	kv->admitted[slot] = ++kv->clock;
 	kv->written[slot] = 0;
+	kv->hold[slot] = false;
 	kv->prompt_tokens += n_prompt;
 }
 
@@ -226,19 +229,28 @@ int sched_kv_fork(struct sched_kv *kv, uint32_t shard, uint32_t slot, uint32_t s
 	return 0;
 }
 
-void sched_kv_commit(struct sched_kv *kv, uint32_t shard, uint32_t slot,
+void sched_kv_hold_first(struct sched_kv *kv, uint32_t slot)
+{
+	if (sched_kv_on(kv))
+		kv->hold[slot] = true;
+}
+
+bool sched_kv_commit(struct sched_kv *kv, uint32_t shard, uint32_t slot,
 		     int32_t token)
 {
+	bool held;
 
 	if (!sched_kv_on(kv) || kv->n_seq[slot] >= kv->slots->max_context)
-		return;
+		return false;
+	held = kv->hold[slot];
+	kv->hold[slot] = false;
 	kv->seq[slot][kv->n_seq[slot]++] = token;
 	/* the step that made this token consumed every position before it */
 	kv->computed[slot] = kv->n_seq[slot] - 1;
-	if (!kv->prefix_cache)	/* nothing registered: nothing to hit */
-		return;
-	kv_table_commit(kv->mgr[shard], slot - kv->first_slot[shard], kv->seq[slot],
-			kv->n_seq[slot] - 1);
+	if (kv->prefix_cache)	/* else nothing registered: nothing to hit */
+		kv_table_commit(kv->mgr[shard], slot - kv->first_slot[shard],
+				kv->seq[slot], kv->n_seq[slot] - 1);
+	return held;
 }
 
 /* Grow slot's table if its committed prefix is within half a lookahead
@@ -303,6 +315,8 @@ void sched_kv_row(const struct sched_kv *kv, uint32_t slot, struct shm_dispatch_
 	row->kv_blocks = n;
 	if (row->limit > cap + 1)
 		row->limit = (uint32_t)cap + 1;
+	if (kv->hold[slot] && row->limit > kv->n_seq[slot] + 1)
+		row->limit = kv->n_seq[slot] + 1;	/* its first token only */
 	row->kv_cached = kv->cached[slot];
 	row->copy_src = kv->copy[slot].src;
 	row->copy_dst = kv->copy[slot].dst;
@@ -331,6 +345,7 @@ void sched_kv_close(struct sched_kv *kv, uint32_t slot)
 	kv->computed[slot] = 0;
 	kv->copy[slot] = (struct kv_copy){ KV_NO_BLOCK, KV_NO_BLOCK };
 	kv->written[slot] = 0;
+	kv->hold[slot] = false;
 }
 
 bool sched_kv_victim(struct sched_kv *kv, uint32_t shard, uint32_t *slot)

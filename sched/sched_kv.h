@@ -84,6 +84,8 @@ struct sched_kv {
 	uint64_t *admitted;		/* placement stamp: preemption takes
 					 * the newest */
 	uint32_t *written;		/* table entries written to shm */
+	bool *hold;			/* sched_kv_hold_first() until the
+					 * first token is committed */
 	/* per shard */
 	bool *starved;			/* a table could not grow: preempt, and
 					 * admit nothing until it can */
@@ -114,6 +116,12 @@ int sched_kv_place(struct sched_kv *kv, uint32_t shard, uint32_t slot,
 		   const int32_t *prompt, uint32_t n_prompt,
 		   const int32_t *generated, uint32_t n_generated, uint32_t limit);
 
+/* Slot's request (just placed) is choice 0 of several, whose others wait
+ * to fork it: its dispatch rows stop one token past the prompt until
+ * that token is committed (sched_kv_commit() then says so), so the
+ * others fork it before it writes past its prompt. */
+void sched_kv_hold_first(struct sched_kv *kv, uint32_t slot);
+
 /*
  * Open slot's table as a fork of src's (an ACTIVE slot of shard whose
  * request has the same n_prompt prompt tokens): when src's blocks are
@@ -129,8 +137,9 @@ int sched_kv_fork(struct sched_kv *kv, uint32_t shard, uint32_t slot, uint32_t s
 		  const int32_t *prompt, uint32_t n_prompt, uint32_t limit);
 
 /* The slot's request committed token: our copy grows, and the blocks it
- * fills are registered for later requests. */
-void sched_kv_commit(struct sched_kv *kv, uint32_t shard, uint32_t slot,
+ * fills are registered for later requests.  True when that ended a hold
+ * (sched_kv_hold_first()): the rows are to be dispatched again. */
+bool sched_kv_commit(struct sched_kv *kv, uint32_t shard, uint32_t slot,
 		     int32_t token);
 
 /*

@@ -243,6 +243,8 @@ int shard_place(struct sched *sc, uint32_t slot, uint32_t handle,
 				     rq->generated, rq->n_generated, limit);
 	if (ret)
 		return ret;
+	if (rq->hold_first && !rq->n_generated)
+		sched_kv_hold_first(&sc->kv, slot);
 	if (slot_table_assign(sc->slots, slot, handle, rq->prompt, rq->n_prompt)) {
 		sched_kv_close(&sc->kv, slot);
 		return -EINVAL;
@@ -685,7 +687,8 @@ bool shard_result_next(struct sched *sc, struct shard *s, struct shard_result *r
 		s->committing_id = r->id;
 		*a = (struct shard_action){ .kind = SHARD_ACT_TOKEN, .slot = row->slot,
 					    .token = row->token, .lp = &cr->lp };
-		sched_kv_commit(&sc->kv, s->index, row->slot, row->token);
+		if (sched_kv_commit(&sc->kv, s->index, row->slot, row->token))
+			s->redispatch = true;	/* its hold ended */
 		r->last_slot = row->slot;
 		r->n_ok++;
 		return true;

@@ -59,6 +59,10 @@ struct sched_request {
 					 * prompt and has computed it, whose
 					 * blocks this one shares (another
 					 * choice of it); UINT32_MAX: none */
+	bool hold_first;		/* paged: choice 0 of n > 1, whose
+					 * choices wait to fork it: its worker
+					 * stops after the first token until
+					 * that token is committed */
 };
 
 struct shard {

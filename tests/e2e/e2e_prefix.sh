@@ -63,11 +63,10 @@ on_off "2 workers, 7-token blocks" --workers 2 --batch 16 --block-tokens 7 --ste
 on_off "3 workers, 64-token blocks" --workers 3 --batch 24 --block-tokens 64
 
 echo "== forks: n choices share the prompt, each copies the tail once"
-# (max_tokens long enough that choice 0 is still running when its first
-# token is committed: a choice whose choice 0 has ended takes the prompt's
-# full blocks from the cache instead)
+# (short answers too: choice 0 waits after its first token until the
+# others have forked it)
 python3 "$GEN" --n 40 --seed "$SEED" --vocab $VOCAB --sampling --kinds choices \
-	--system-len 100 --suffix-len 20 --max-tokens 40 --max-n 16 > "$E2E_TMP/n.jsonl"
+	--system-len 100 --suffix-len 20 --max-tokens 12 --max-n 16 > "$E2E_TMP/n.jsonl"
 cp "$E2E_TMP/in.jsonl" "$E2E_TMP/in.saved"
 cp "$E2E_TMP/n.jsonl" "$E2E_TMP/in.jsonl"
 on_off "n up to 16" --workers 2 --batch 32
