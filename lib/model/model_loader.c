@@ -55,7 +55,7 @@
 #define MODEL_PIN_MAX 96
 
 #define MODEL_SPEC_HELP \
-	"(expected sim, sim:key=value,..., simkv:key=value,..., " \
+	"(expected sim, sim:key=value,..., simkv[2]:key=value,..., " \
 	"llama:CHECKPOINT[,key=value] or path/to/plugin.so[:args])"
 
 struct model {
@@ -145,6 +145,10 @@ static int model_resolve(const char *spec,
 	}
 	if (name_len == 5 && memcmp(spec, "simkv", 5) == 0) {
 		*api = simkv_model_api();
+		return 0;
+	}
+	if (name_len == 6 && memcmp(spec, "simkv2", 6) == 0) {
+		*api = simkv_v2_model_api();
 		return 0;
 	}
 	if (name_len == 5 && memcmp(spec, "llama", 5) == 0) {

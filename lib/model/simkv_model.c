@@ -455,7 +455,27 @@ static const struct dynbatch_model_api simkv_api = {
 	.step_paged = simkv_step_paged,
 };
 
+/* The same model as a plugin built against ABI version 2 sees it: no
+ * paged entry points, so the engine runs it on its own per-slot state
+ * (the path older stateful plugins keep). */
+static const struct dynbatch_model_api simkv_v2_api = {
+	.abi_version = 2,
+	.name = "simkv2",
+	.create = simkv_create,
+	.vocab = simkv_vocab,
+	.destroy = simkv_destroy,
+	.max_context = simkv_max_context,
+	.bind = simkv_bind,
+	.step = simkv_step,
+	.release = simkv_release,
+};
+
 const struct dynbatch_model_api *simkv_model_api(void)
 {
 	return &simkv_api;
+}
+
+const struct dynbatch_model_api *simkv_v2_model_api(void)
+{
+	return &simkv_v2_api;
 }

@@ -10,5 +10,7 @@
 #include "dynbatch/model.h"
 
 const struct dynbatch_model_api *simkv_model_api(void);
+/* "simkv2": the same, as an ABI version 2 table (not paged). */
+const struct dynbatch_model_api *simkv_v2_model_api(void);
 
 #endif /* DYNBATCH_SIMKV_MODEL_H */

@@ -38,6 +38,15 @@ run "3 workers, batch 7, 9 tokens a step" --workers 3 --batch 7 --step-tokens 9
 run "2 workers, batch 64, no budget" --workers 2 --batch 64 --step-tokens 0
 run "3 workers, batch 64, 64 tokens a step" --workers 3 --batch 64 --step-tokens 64
 
+echo "== simkv2: the same model through ABI version 2 (not paged), as older plugins"
+MODEL="simkv2:vocab=$VOCAB"
+run "v2, in-process" --workers 0 --step-tokens 16
+run "v2, 3 workers, batch 7, 9 tokens a step" --workers 3 --batch 7 --step-tokens 9
+run "v2, garbled results" --workers 2 --batch 16 --garbage-every 5
+grep -q "dynbatch: kv:" "$E2E_TMP/run.err" && fail "v2: a KV pool was made" ||
+	pass "v2: no KV pool, no block tables"
+MODEL="simkv:vocab=$VOCAB"
+
 echo "== a step budget keeps decoding rows going while long prompts prefill"
 # with 1 token a step a 300-token prompt takes 300 steps: decode steps of
 # the other rows happen in between, so the run has many more steps than
