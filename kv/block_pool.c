@@ -84,7 +84,7 @@ static void hash_remove(struct block_pool *p, uint32_t b)
 	if (x->hprev != POOL_NONE)
 		p->b[x->hprev].hnext = x->hnext;
 	else
-		p->bucket[bucket_of(p, x->hash)] = x->hnext;
+		p->bucket[bucket_of(p, x->hash)] = x->hnext + 1;
 	if (x->hnext != POOL_NONE)
 		p->b[x->hnext].hprev = x->hprev;
 	x->hprev = x->hnext = POOL_NONE;
@@ -106,7 +106,7 @@ uint32_t pool_find(const struct block_pool *p, uint64_t hash, uint32_t parent,
 	uint32_t pgen = parent == POOL_NONE ? 0 : p->b[parent].gen;
 	size_t bytes = (size_t)p->block_tokens * sizeof(*tokens);
 
-	for (uint32_t b = p->bucket[bucket_of(p, hash)]; b != POOL_NONE;
+	for (uint32_t b = p->bucket[bucket_of(p, hash)] - 1; b != POOL_NONE;
 	     b = p->b[b].hnext) {
 		const struct pool_block *x = &p->b[b];
 
@@ -136,10 +136,10 @@ void pool_register(struct block_pool *p, uint32_t b, uint64_t hash,
 	memcpy(&p->tokens[(size_t)b * p->block_tokens], tokens,
 	       (size_t)p->block_tokens * sizeof(*tokens));
 	x->hprev = POOL_NONE;
-	x->hnext = p->bucket[k];
+	x->hnext = p->bucket[k] - 1;
 	if (x->hnext != POOL_NONE)
 		p->b[x->hnext].hprev = b;
-	p->bucket[k] = b;
+	p->bucket[k] = b + 1;
 }
 
 /* ------------------------------------------------------------------------
@@ -163,19 +163,16 @@ int pool_init(struct block_pool *p, uint32_t n_blocks, uint32_t block_tokens,
 	p->bucket_mask = nb - 1;
 	p->b = calloc(n_blocks, sizeof(*p->b));
 	p->tokens = calloc((size_t)n_blocks * block_tokens, sizeof(*p->tokens));
-	p->bucket = malloc((size_t)nb * sizeof(*p->bucket));
+	/* zeroed: nothing here is touched before it is used, so a pool of
+	 * millions of blocks costs nothing up front */
+	p->bucket = calloc(nb, sizeof(*p->bucket));
 	if (!p->b || !p->tokens || !p->bucket) {
 		pool_fini(p);
 		return -ENOMEM;
 	}
-	for (uint32_t k = 0; k < nb; k++)
-		p->bucket[k] = POOL_NONE;
 	list_init(&p->free);
 	list_init(&p->lru);
-	for (uint32_t b = 0; b < n_blocks; b++) {
-		p->b[b].hprev = p->b[b].hnext = POOL_NONE;
-		list_push_tail(p, &p->free, b);
-	}
+	p->fresh = 0;
 	return 0;
 }
 
@@ -189,7 +186,7 @@ void pool_fini(struct block_pool *p)
 
 uint32_t pool_available(const struct block_pool *p)
 {
-	return p->free.n + p->lru.n;
+	return p->free.n + p->lru.n + (p->n_blocks - p->fresh);
 }
 
 uint32_t pool_alloc(struct block_pool *p)
@@ -198,6 +195,10 @@ uint32_t pool_alloc(struct block_pool *p)
 
 	if (b != POOL_NONE) {
 		list_remove(p, &p->free, b);
+	} else if (p->fresh < p->n_blocks) {
+		/* a block never used: free, in no list */
+		b = p->fresh++;
+		p->b[b].hprev = p->b[b].hnext = POOL_NONE;
 	} else {
 		/* Only a block nobody references is on the LRU, so an
 		 * eviction never takes a block from under a table. */
@@ -250,7 +251,7 @@ void pool_unregister(struct block_pool *p, uint32_t b)
 
 void pool_forget(struct block_pool *p)
 {
-	for (uint32_t b = 0; b < p->n_blocks; b++) {
+	for (uint32_t b = 0; b < p->fresh; b++) {
 		if (!p->b[b].registered)
 			continue;
 		unregister(p, b);

@@ -62,9 +62,12 @@ struct block_pool {
 	uint64_t hash_mask;
 	struct pool_block *b;
 	int32_t *tokens;	/* block_tokens per block, when registered */
-	uint32_t *bucket;	/* chain heads, POOL_NONE when empty */
+	uint32_t *bucket;	/* chain heads + 1, 0 when empty */
 	uint32_t bucket_mask;	/* buckets - 1 */
 	struct pool_list free;	/* order does not matter */
+	uint32_t fresh;		/* blocks [fresh, n_blocks) were never used:
+				 * free too, in no list (allocated first
+				 * after the free list) */
 	struct pool_list lru;	/* head: least recently released */
 	uint32_t used;
 	uint32_t peak_used;
