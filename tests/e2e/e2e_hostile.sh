@@ -6,6 +6,8 @@
 # the timeout), every request is answered exactly once, every answer is
 # exact against bin/refdecode, and no request is failed (no `error`
 # result: the hostile worker's faults are never blamed on a request).
+# A worker that scribbles its own KV block tables (mode kv-tables, paged
+# simkv, cache on) spoils at most the answers it computed itself (3).
 # Also: with a worker that attacks forever, SIGINT still drains, and the
 # log stays small; a fault-free run counts 0 stale results (the rows its
 # run-ahead discarded are counted apart).
@@ -204,7 +206,76 @@ for mode in wrong-generation empty; do
 		"$(grep -o '"id":"[^"]*"' "$E2E_TMP/int-$mode.out" | sort | uniq -d)" ""
 done
 
-# --- 3. a fault-free run rejects nothing ------------------------------------
+# --- 3. a worker that scribbles its KV block tables ---------------------------
+# Mode kv-tables on shard 1 of 2 (and of 3), paged model simkv (its tokens
+# come only from its KV blocks), cache on: its tables and the kv fields of
+# its dispatch rows rewritten before every result, otherwise honest.  Its
+# own shard's answers may be wrong (it commits what its wrong blocks
+# gave), but its pool is private memory: the coordinator survives and
+# exits 0, every request is answered once, and every request it never
+# ran (it names each one's prompt on stderr) is exact, errors included.
+# The attack must also bite: some answer it computed is wrong, else this
+# would test nothing.
+KV_VOCAB=500
+python3 "$(dirname "$0")/gen_prefix.py" --n 300 --seed "$SEED" --vocab $KV_VOCAB --sampling \
+	--systems 4 --system-len 60 --suffix-len 20 --max-tokens 24 --max-n 4 > "$E2E_TMP/kv.jsonl"
+want_keys "$E2E_TMP/kv.jsonl" > "$E2E_TMP/kv.want"
+# kv_split TAG: TAG.honest.jsonl / .out, the requests (and their results)
+# whose prompt the hostile worker never named; TAG.spoilt.jsonl / .out,
+# the others
+kv_split() {
+	python3 - "$E2E_TMP/kv.jsonl" "$E2E_TMP/$1.out" "$E2E_TMP/$1.err" "$E2E_TMP/$1" <<'PY'
+import json, re, sys
+reqs, out, err, base = sys.argv[1:]
+named = set(re.findall(r"hostile-kv: prompt ([0-9a-f]{16})", open(err).read()))
+def fnv(tokens):
+    h = 0xcbf29ce484222325
+    for t in tokens:
+        for b in range(4):
+            h = ((h ^ ((t >> (8 * b)) & 0xff)) * 0x100000001b3) & (2**64 - 1)
+    return "%016x" % h
+spoilt = set()
+files = {k: (open(base + "." + k + ".jsonl", "w"), open(base + "." + k + ".out", "w"))
+         for k in ("honest", "spoilt")}
+for line in open(reqs):
+    r = json.loads(line)
+    k = "spoilt" if fnv(r["prompt"]) in named else "honest"
+    if k == "spoilt":
+        spoilt.add(r["id"])
+    files[k][0].write(line)
+for line in open(out):
+    files["spoilt" if json.loads(line)["id"] in spoilt else "honest"][1].write(line)
+PY
+}
+# kv_case TAG WORKERS SPEC
+kv_case() {
+	local tag=$1 n_honest n_spoilt
+	WORKLOAD="$E2E_TMP/kv.jsonl" RUN_MODEL="simkv:vocab=$KV_VOCAB,mode=sleep,call_us=1000" \
+		hostile_run "$tag" "$3" "$2" --prefix-cache on
+	kv_split "$tag"
+	n_honest=$(wc -l < "$E2E_TMP/$tag.honest.jsonl")
+	n_spoilt=$(wc -l < "$E2E_TMP/$tag.spoilt.jsonl")
+	expect_eq "$tag ($3, $2 workers): exit 0 after $RUN_MS ms" "$RUN_RC" 0
+	grep -q attacking "$E2E_TMP/$tag.err" && pass "$tag: attacked $(grep -c attacking "$E2E_TMP/$tag.err") times" ||
+		fail "$tag: the worker never attacked"
+	result_keys "$E2E_TMP/$tag.out" > "$E2E_TMP/$tag.ids"
+	cmp -s "$E2E_TMP/$tag.ids" "$E2E_TMP/kv.want" && pass "$tag: every request answered once" ||
+		fail "$tag: $(diff "$E2E_TMP/kv.want" "$E2E_TMP/$tag.ids" | grep -c '^[<>]') answers missing or twice"
+	expect_gt "$tag: requests it ran" "$n_spoilt" 0
+	expect_gt "$tag: requests it never ran" "$n_honest" 0
+	check_results "$tag: the $n_honest requests it never ran exact" "sim:vocab=$KV_VOCAB" \
+		"$E2E_TMP/$tag.honest.jsonl" "$E2E_TMP/$tag.honest.out"
+	if "$BIN/refdecode" --model "sim:vocab=$KV_VOCAB" --input "$E2E_TMP/$tag.spoilt.jsonl" \
+		--check "$E2E_TMP/$tag.spoilt.out" > "$E2E_TMP/$tag.spoilt.check" 2>&1; then
+		fail "$tag: the attack bit nothing (all $n_spoilt requests it ran exact)"
+	else
+		pass "$tag: the attack bites its own shard: $(tail -n 1 "$E2E_TMP/$tag.spoilt.check")"
+	fi
+}
+kv_case kv-tables-2 2 "kv-tables,shard=1,lives=1"
+kv_case kv-tables-3 3 "kv-tables,shard=2,lives=2"
+
+# --- 4. a fault-free run rejects nothing ------------------------------------
 # The shape of `make run` (4 workers, 2 ms model calls): results of rows
 # whose request ended while the worker ran ahead are counted as discarded,
 # not as stale (it reported "744 stale results rejected").

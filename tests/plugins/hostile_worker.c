@@ -39,6 +39,21 @@
  *                     past the limit) and posts every result empty, so
  *                     it is killed; the workers after it must sample as
  *                     the coordinator wrote the table, not as scribbled
+ *   kv-tables         (a paged model) scribbles the KV block tables of its
+ *                     shard (the uint32 entries after the sampling table,
+ *                     shm_kv_table_at()) and the kv fields of every
+ *                     dispatch row in its ring (kv_blocks, kv_cached,
+ *                     copy_src, copy_dst), before every result: mostly
+ *                     block ids inside its pool (its rows read and write
+ *                     the wrong blocks: wrong tokens), now and then ids
+ *                     outside it (its step fails) or a table too short
+ *                     (its adoption fails); otherwise it is honest, so
+ *                     its wrong tokens are committed.  Its pool is its own
+ *                     private memory, so no other shard may change.  It
+ *                     writes "hostile-kv: prompt <hash>" to standard
+ *                     error for each request it runs (FNV-1a 64 of the
+ *                     prompt's token ids as 4-byte little-endian words),
+ *                     so the test knows which answers it may have spoilt
  * Channel-level modes attack whatever the process can reach, found the
  * generic way (/proc/self/maps, /proc/self/fd), from a thread beside the
  * honest loop, so they keep working whatever the segment's layout:
@@ -357,6 +372,91 @@ static void publish_sampling(void *arg, const struct shm_header *hdr,
 	(*pos)++;
 }
 
+/* FNV-1a 64 of n tokens as 4-byte little-endian words. */
+static uint64_t prompt_hash(const int32_t *t, uint32_t n)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (uint32_t i = 0; i < n; i++)
+		for (unsigned b = 0; b < 4; b++) {
+			h ^= ((uint32_t)t[i] >> (8 * b)) & 0xffu;
+			h *= 0x100000001b3ull;
+		}
+	return h;
+}
+
+/*
+ * kv-tables: name every request of the dispatches in the ring (the one
+ * the worker ran is among them: the coordinator overwrites none it has
+ * not adopted), then scribble the shard's block tables and the kv fields
+ * of every dispatch row, then post the result as computed.
+ */
+static void publish_kv_tables(void *arg, const struct shm_header *hdr,
+			      struct shm_channel *ch, uint64_t *pos)
+{
+	static uint32_t seen[4096];	/* generation + 1 named, per slot */
+	struct hostile *h = arg;
+	uint32_t *tables = (uint32_t *)((char *)ch + hdr->channel_size +
+		hdr->shard_tokens_size + hdr->shard_sampling_size);
+	size_t n_entries = hdr->shard_kv_size / sizeof(uint32_t);
+	uint32_t phase = (uint32_t)(h->n_results % 64);
+	uint32_t pool = hdr->kv_blocks ? hdr->kv_blocks : 1;
+
+	for (uint32_t d = 0; d < hdr->ring_depth; d++) {
+		struct shm_dispatch *disp = shm_dispatch_at(hdr, ch, d);
+		uint32_t n = disp->n_rows <= hdr->shard_capacity ? disp->n_rows : 0;
+
+		if (!atomic_load_explicit(&disp->seq, memory_order_acquire))
+			continue;
+		for (uint32_t i = 0; i < n; i++) {
+			struct shm_dispatch_row *r = &disp->rows[i];
+			uint32_t shard = shm_slot_shard(hdr, r->slot), local;
+			const struct shm_slot_sampling *t;
+
+			if (shard >= hdr->n_shards)
+				continue;
+			local = r->slot - shm_shard_first_slot(hdr, shard);
+			/* a slot's generations only grow: older dispatches in
+			 * the ring name requests named already */
+			if (local >= hdr->shard_capacity || local >= 4096 ||
+			    seen[local] >= r->generation + 1)
+				continue;
+			seen[local] = r->generation + 1;
+			t = own_sampling(hdr, ch, r->slot);
+			if (t->n_prompt > hdr->max_context)
+				continue;
+			fprintf(stderr, "hostile-kv: prompt %016llx\n", (unsigned long long)
+				prompt_hash((const int32_t *)((char *)ch + hdr->channel_size) +
+					    (size_t)local * hdr->max_context, t->n_prompt));
+		}
+		/* the kv fields of its rows: within the bounds the worker
+		 * checks, but for a table too short now and then */
+		for (uint32_t i = 0; i < hdr->shard_capacity; i++) {
+			struct shm_dispatch_row *r = &disp->rows[i];
+
+			r->kv_cached = (uint32_t)(sim_splitmix64(&h->rng) % (r->n_tokens + 1u));
+			r->copy_src = (uint32_t)(sim_splitmix64(&h->rng) % pool);
+			r->copy_dst = sim_splitmix64(&h->rng) % 2 ? UINT32_MAX :
+				      (uint32_t)(sim_splitmix64(&h->rng) % pool);
+			if (phase == 31)
+				r->kv_blocks = (uint32_t)(sim_splitmix64(&h->rng) %
+							  (hdr->kv_max_blocks + 2u));
+		}
+	}
+	/* the tables: blocks of its own pool, and out of it now and then */
+	for (size_t i = 0; i < n_entries; i++) {
+		uint64_t v = sim_splitmix64(&h->rng);
+
+		if (phase == 63 && v % 64 == 0)
+			tables[i] = v % 128 == 0 ? UINT32_MAX : pool + (uint32_t)(v >> 8) % 3;
+		else
+			tables[i] = (uint32_t)(v % pool);
+	}
+	h->n_results++;
+	publish_at(ch, hdr, *pos, *pos + 1);
+	(*pos)++;
+}
+
 /* scribble: the worker posts nothing; the attack thread does the rest. */
 static void publish_nothing(void *arg, const struct shm_header *hdr,
 			    struct shm_channel *ch, uint64_t *pos)
@@ -626,6 +726,7 @@ static const struct mode modes[] = {
 	{ "refuse", publish_refuse, NULL, 0 },
 	{ "logprobs", publish_logprobs, NULL, 0 },
 	{ "sampling", publish_sampling, NULL, 0 },
+	{ "kv-tables", publish_kv_tables, NULL, 0 },
 	{ "scribble", publish_nothing, attack_scribble, 100 },
 	{ "steal-wakeups", NULL, attack_steal_wakeups, 0 },
 	{ "write-fds", NULL, attack_write_fds, 20000 },
