@@ -10,6 +10,7 @@
 #   make bench    throughput scaling runs (table + plot)
 #   make soak     the fault injector for SOAK_SECONDS, checked end to end
 #   make fuzz     fuzz the request parser, HTTP reader and tokenizer (FUZZ_SECONDS)
+#   make bench-prefix  the paged KV cache: prefix cache on against off (figures)
 #   make bench-tokenizer  tokenizer encoding speed (MB/s) against the naive encoder
 #   make deps     install the Debian packages the build needs
 #
@@ -98,7 +99,7 @@ ESCAPE_PLUGIN := $(BUILD)/escape_plugin.so
 # the coordinator learns its vocabulary (e2e_probe.sh).
 PROBE_PLUGIN := $(BUILD)/probe_plugin.so
 
-.PHONY: all deps test-deps run serve load layers layers-doc test unit e2e asan tsan bench bench-llama bench-tokenizer bench-sampler soak clean
+.PHONY: all deps test-deps run serve load layers layers-doc test unit e2e asan tsan bench bench-llama bench-prefix bench-tokenizer bench-sampler soak clean
 all: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(BIN)/dynbatch-hostile-worker \
 	$(TOOL_BIN) $(PLUGIN) $(ESCAPE_PLUGIN) $(PROBE_PLUGIN) $(TEST_BIN)
 
@@ -267,6 +268,16 @@ bench: deps
 bench-llama: deps
 	$(MAKE) all
 	BIN=$(BIN) bash bench/bench_llama.sh $(BUILD)/bench
+
+# The paged KV cache (docs/DESIGN.md 11) on llama-shaped checkpoints with
+# seq_len 512 (random weights, made once in $(BUILD)/bench/prefix): shared
+# prefixes with the prefix cache on and off (throughput, TTFT, hits against
+# the ideal), n = 8 forks' blocks, preemption in a quarter-sized pool, and
+# unique prompts (OLD_BIN=dir: against an older build too), interleaved
+# rounds; writes $(BUILD)/bench/prefix/prefix.md.  About 6 minutes.
+bench-prefix: deps
+	$(MAKE) all
+	BIN=$(BIN) OLD_BIN=$(OLD_BIN) bash bench/bench_prefix.sh $(BUILD)/bench/prefix
 
 # Encoding speed of the tokenizer on a generated 4 MB text, and against
 # the naive llama2.c-style encoder on short prefixes (bench/bench_tokenizer.c).

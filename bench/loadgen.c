@@ -6,6 +6,7 @@
  *           [--max-prompt P] [--max-tokens M] [--stop-frac F] [--vocab V]
  *           [--api-key KEY] [--requests-out FILE] [--results-out FILE]
  *           [--duration-s S] [--timeout-s S] [--strict] [--quiet]
+ *           [--input FILE]
  *
  * C keep-alive connections, each sending POST /v1/completions one after
  * another until N requests were started (or --duration-s passed).  Every
@@ -25,7 +26,11 @@
  *
  * Request n comes from a splitmix64 stream seeded by --seed and n (the
  * seed is printed first, always), so a failing request can be replayed
- * whatever order the connections happened to start them in.  Random stop tokens
+ * whatever order the connections happened to start them in.  With --input
+ * FILE, request n is instead line n of a JSON Lines file (its prompt,
+ * max_tokens and other fields as written, the id replaced; no n > 1), so a
+ * benchmark can time its own workload (bench/bench_prefix.sh: shared
+ * prefixes); --requests is then at most the file's lines.  Random stop tokens
  * almost never fire, so most stops are taken from the request's real
  * future output under sim:vocab=V,seed=0 (as gen_workload does); against
  * another model they simply fire less, which changes no verdict.
@@ -107,6 +112,9 @@ struct lg_opts {
 					 * close each stall client (0: look once) */
 	bool quiet;
 	bool strict;			/* a 500 is an error too */
+	const char *input;		/* JSON Lines requests, or NULL */
+	json_t **lines;			/* --input's requests */
+	uint64_t n_lines;
 };
 
 struct tokvec {
@@ -381,6 +389,71 @@ static void gen_disc(struct lg *lg, struct lg_req *rq)
 	rq->disc_rst = rnd_below(lg, 2);
 }
 
+/* Request n from --input: line n as written, under the id "L<n>". */
+static int gen_from_input(struct lg *lg, struct lg_req *rq, uint64_t n)
+{
+	json_t *r = json_deep_copy(lg->o.lines[n]);
+	json_t *mt;
+
+	if (!r)
+		return -ENOMEM;
+	rq->n_prompt = (uint32_t)json_array_size(json_object_get(r, "prompt"));
+	mt = json_object_get(r, "max_tokens");
+	rq->max_tokens = json_is_integer(mt) ? (uint32_t)json_integer_value(mt) : 16;
+	json_object_set_new(r, "id", json_string(rq->id));
+	rq->stream = rnd_unit(lg) < lg->o.stream_frac;
+	gen_disc(lg, rq);
+	rq->json = r;
+	return 0;
+}
+
+/* --input FILE: every line a request object with a token-array prompt. */
+static int load_input(struct lg_opts *o)
+{
+	FILE *f = fopen(o->input, "r");
+	char *line = NULL;
+	size_t cap = 0, n_alloc = 0;
+	json_t **v;
+	json_t *r;
+	json_error_t err;
+
+	if (!f) {
+		fprintf(stderr, "loadgen: --input %s: %s\n", o->input, strerror(errno));
+		return -EINVAL;
+	}
+	while (getline(&line, &cap, f) > 0) {
+		if (line[0] == '\n')
+			continue;
+		r = json_loads(line, 0, &err);
+		if (!r || !json_is_array(json_object_get(r, "prompt")) ||
+		    json_integer_value(json_object_get(r, "n")) > 1) {
+			fprintf(stderr, "loadgen: --input %s line %" PRIu64 ": not a request with a token prompt and n <= 1\n",
+				o->input, o->n_lines + 1);
+			json_decref(r);
+			free(line);
+			fclose(f);
+			return -EINVAL;
+		}
+		if (o->n_lines == n_alloc) {
+			n_alloc = n_alloc ? 2 * n_alloc : 256;
+			v = realloc(o->lines, n_alloc * sizeof(*v));
+			if (!v) {
+				json_decref(r);
+				free(line);
+				fclose(f);
+				return -ENOMEM;
+			}
+			o->lines = v;
+		}
+		o->lines[o->n_lines++] = r;
+	}
+	free(line);
+	fclose(f);
+	if (o->n_requests > o->n_lines)
+		o->n_requests = o->n_lines;
+	return 0;
+}
+
 /* Fill rq with the next request ("L<n>"), or a stall client's ("S<n>"). */
 static int gen_request(struct lg *lg, struct lg_req *rq, bool stall,
 		       uint64_t n)
@@ -393,6 +466,8 @@ static int gen_request(struct lg *lg, struct lg_req *rq, bool stall,
 	/* Request n is a function of (seed, n) alone, whatever the timing. */
 	lg->rng = sim_mix(lg->o.seed ^ sim_mix(n ^ (stall ? 1ull << 63 : 0)));
 	snprintf(rq->id, sizeof(rq->id), "%c%" PRIu64, stall ? 'S' : 'L', n);
+	if (lg->o.lines && !stall)
+		return gen_from_input(lg, rq, n);
 	rq->n_prompt = rnd_below(lg, lg->o.max_prompt + 1);
 	prompt = malloc(((size_t)rq->n_prompt + 1) * sizeof(*prompt));
 	r = json_object();
@@ -1442,6 +1517,8 @@ static void usage(FILE *f)
 		"  --stall-wait-s S     wait up to S s for the server to close each\n"
 		"                       stall client after the run (0: look once)\n"
 		"  --strict             a 500 is an error too\n"
+		"  --input FILE         requests from a JSON Lines file (line n is\n"
+		"                       request n; --requests at most its lines)\n"
 		"  --quiet              no per-failure lines, no human summary\n"
 		"Exit: 0 ok, 1 protocol errors, 2 usage error.\n");
 }
@@ -1486,6 +1563,7 @@ static int parse_opts(int argc, char **argv, struct lg_opts *o)
 		{ "stall-wait-s", required_argument, NULL, 'W' },
 		{ "strict", no_argument, NULL, 'x' },
 		{ "quiet", no_argument, NULL, 'q' },
+		{ "input", required_argument, NULL, 'I' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -1509,6 +1587,7 @@ static int parse_opts(int argc, char **argv, struct lg_opts *o)
 		case 'O': o->results_out = optarg; break;
 		case 'x': o->strict = true; break;
 		case 'q': o->quiet = true; break;
+		case 'I': o->input = optarg; break;
 #define U64(ch, field, lo, hi, want)					\
 		case ch:						\
 			if (parse_u64(optarg, lo, hi, &o->field))	\
@@ -1614,6 +1693,9 @@ static void lg_destroy(struct lg *lg)
 		strbuf_release(&c->resp.body);
 	}
 	free(lg->conns);
+	for (uint64_t k = 0; k < lg->o.n_lines; k++)
+		json_decref(lg->o.lines[k]);
+	free(lg->o.lines);
 	free(lg->st.ttft_ms.v);
 	free(lg->st.tpot_ms.v);
 	free(lg->st.latency_ms.v);
@@ -1646,7 +1728,8 @@ int main(int argc, char **argv)
 	double elapsed_s;
 	int rc = 2;
 
-	if (parse_opts(argc, argv, &lg.o) || lg_resolve(&lg))
+	if (parse_opts(argc, argv, &lg.o) || lg_resolve(&lg) ||
+	    (lg.o.input && load_input(&lg.o)))
 		return 2;
 	printf("seed=%" PRIu64 "\n", lg.o.seed);
 	fflush(stdout);

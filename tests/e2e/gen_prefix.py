@@ -12,6 +12,13 @@ Kinds, mixed at random (seeded, so a run can be replayed):
 usage: gen_prefix.py --n N --seed S --vocab V [--systems K]
        [--system-len L] [--suffix-len L] [--max-tokens M] [--max-n N]
        [--sampling] [--kinds system,turns,choices,unique] [--ids PREFIX]
+       [--fixed] [--n-choices N] [--temperature T]
+
+--fixed: every suffix exactly --suffix-len tokens, every max_tokens exactly
+--max-tokens, every unique prompt --system-len + --suffix-len (a benchmark
+wants the same work per request); --n-choices N: choices requests ask for
+exactly N (else 2..--max-n); --temperature T: every request samples at T
+with its own seed (else greedy unless --sampling).
 """
 import argparse
 import json
@@ -32,12 +39,18 @@ def main():
     ap.add_argument("--sampling", action="store_true")
     ap.add_argument("--kinds", default="system,turns,choices,unique")
     ap.add_argument("--ids", default="p")
+    ap.add_argument("--fixed", action="store_true")
+    ap.add_argument("--n-choices", type=int, default=0)
+    ap.add_argument("--temperature", type=float, default=None)
     a = ap.parse_args()
     rng = random.Random(a.seed)
     kinds = a.kinds.split(",")
 
     def toks(n):
         return [rng.randrange(a.vocab) for _ in range(n)]
+
+    def suffix():
+        return a.suffix_len if a.fixed else rng.randint(1, a.suffix_len)
 
     systems = [toks(a.system_len) for _ in range(a.systems)]
     convs = []
@@ -46,23 +59,27 @@ def main():
         kind = rng.choice(kinds)
         req = {"id": "%s%d" % (a.ids, i)}
         if kind == "system":
-            prompt = rng.choice(systems) + toks(rng.randint(1, a.suffix_len))
+            prompt = rng.choice(systems) + toks(suffix())
         elif kind == "turns":
             if convs and rng.random() < 0.7:
                 c = rng.randrange(len(convs))
-                convs[c] = convs[c] + toks(rng.randint(1, a.suffix_len))
+                convs[c] = convs[c] + toks(suffix())
                 prompt = convs[c]
             else:
-                convs.append(rng.choice(systems) + toks(rng.randint(1, a.suffix_len)))
+                convs.append(rng.choice(systems) + toks(suffix()))
                 prompt = convs[-1]
         elif kind == "choices":
-            prompt = rng.choice(systems) + toks(rng.randint(1, a.suffix_len))
-            req["n"] = rng.randint(2, a.max_n)
+            prompt = rng.choice(systems) + toks(suffix())
+            req["n"] = a.n_choices or rng.randint(2, a.max_n)
         else:
-            prompt = toks(rng.randint(1, a.system_len + a.suffix_len))
+            prompt = toks(a.system_len + a.suffix_len if a.fixed else
+                          rng.randint(1, a.system_len + a.suffix_len))
         req["prompt"] = prompt
-        req["max_tokens"] = rng.randint(1, a.max_tokens)
-        if a.sampling and (kind == "choices" or rng.random() < 0.5):
+        req["max_tokens"] = a.max_tokens if a.fixed else rng.randint(1, a.max_tokens)
+        if a.temperature is not None:
+            req["temperature"] = a.temperature
+            req["seed"] = rng.randrange(1 << 31)
+        elif a.sampling and (kind == "choices" or rng.random() < 0.5):
             req["temperature"] = round(rng.uniform(0.3, 1.5), 3)
             req["seed"] = rng.randrange(1 << 31)
             if rng.random() < 0.5:
