@@ -107,6 +107,32 @@ int engine_open_model(struct engine *e);
 int engine_size_kv(struct engine *e);
 
 
+/* ---- engine.c, for engine_workers.c and engine_kv.c ---- */
+
+/* Finish every live request (waiting, active or paused) with reason. */
+void engine_finish_all(struct engine *e, enum finish_reason reason,
+			const char *error);
+/* What the scheduler needs of lr, as plain data. */
+struct sched_request;
+void engine_sched_request(const struct live_request *lr,
+			  struct sched_request *rq);
+/* One round for a shard with a worker: refill, then dispatch. */
+void engine_advance(struct engine *e, struct shard *s);
+
+/* ---- engine_workers.c, for engine.c ---- */
+
+/* Stop stepping but keep answering: every request gets its error line,
+ * and the run exits 1. */
+void engine_give_up(struct engine *e, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Start a worker for the shard on a fresh shard object.  0 or -errno. */
+int engine_start_worker(struct engine *e, struct shard *s);
+/* A worker's pidfd became readable: apply its exit. */
+void engine_on_exit_poll(struct io_op *op, int32_t res);
+/* Start due replacements, kill workers past their timeouts; the next
+ * deadline. */
+uint64_t engine_check_workers(struct engine *e, uint64_t now);
+
 /* ---- engine_kv.c, for engine.c: the paged KV cache (DESIGN 11.2) ---- */
 
 /* Where engine_route() sends the request at the head of the line. */

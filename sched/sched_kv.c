@@ -125,7 +125,6 @@ void sched_kv_destroy(struct sched_kv *kv)
 	memset(kv, 0, sizeof(*kv));
 }
 
-
 /* Write the entries of slot's table that its shard's worker has not got
  * yet into the shard's object (before the dispatch that lets it use
  * them is published). */

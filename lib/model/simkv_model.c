@@ -440,16 +440,16 @@ static int simkv_step_paged(void *model, uint32_t n_rows,
 	return 0;
 }
 
+/* The entry points of version 2, which both tables below share. */
+#define SIMKV_V2_FIELDS							\
+	.create = simkv_create, .vocab = simkv_vocab,			\
+	.destroy = simkv_destroy, .max_context = simkv_max_context,	\
+	.bind = simkv_bind, .step = simkv_step, .release = simkv_release
+
 static const struct dynbatch_model_api simkv_api = {
 	.abi_version = DYNBATCH_MODEL_ABI_VERSION,
 	.name = "simkv",
-	.create = simkv_create,
-	.vocab = simkv_vocab,
-	.destroy = simkv_destroy,
-	.max_context = simkv_max_context,
-	.bind = simkv_bind,
-	.step = simkv_step,
-	.release = simkv_release,
+	SIMKV_V2_FIELDS,
 	.kv_bytes_per_token = simkv_kv_bytes_per_token,
 	.bind_paged = simkv_bind_paged,
 	.step_paged = simkv_step_paged,
@@ -461,13 +461,7 @@ static const struct dynbatch_model_api simkv_api = {
 static const struct dynbatch_model_api simkv_v2_api = {
 	.abi_version = 2,
 	.name = "simkv2",
-	.create = simkv_create,
-	.vocab = simkv_vocab,
-	.destroy = simkv_destroy,
-	.max_context = simkv_max_context,
-	.bind = simkv_bind,
-	.step = simkv_step,
-	.release = simkv_release,
+	SIMKV_V2_FIELDS,
 };
 
 const struct dynbatch_model_api *simkv_model_api(void)
