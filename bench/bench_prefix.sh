@@ -192,27 +192,10 @@ PY
 # ideal INPUT B: "prompt_tokens ideal ideal_after_first_batch": the
 # positions each request could take from an earlier request's prompt
 # (whole blocks, at most prompt_len - 1), summed; the last over the
-# requests after the first B (which start together and cannot hit each
-# other).
+# requests after the first B (which start together: they hit each other
+# only because a request is held while another computes its prefix).
 ideal() {
-	python3 - "$1" "$2" "$BT" <<'PY'
-import json, sys
-path, first, bt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-seen = set()
-total = ideal = later = 0
-for i, line in enumerate(open(path)):
-    p = json.loads(line)["prompt"]
-    total += len(p)
-    k = (len(p) - 1) // bt
-    while k and tuple(p[:k * bt]) not in seen:
-        k -= 1
-    ideal += k * bt
-    if i >= first:
-        later += k * bt
-    for j in range(1, len(p) // bt + 1):
-        seen.add(tuple(p[:j * bt]))
-print(total, ideal, later)
-PY
+	python3 "$GEN" --ideal "$1" --first "$2" --block-tokens "$BT"
 }
 
 # --- 1. shared prefixes ----------------------------------------------------

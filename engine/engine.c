@@ -384,36 +384,84 @@ static int engine_place(struct engine *e, uint32_t slot, uint32_t handle,
 	return shard_place(&e->sched, slot, handle, &rq);
 }
 
-/* Fill the shard's free slots from the resume line and the waiting
- * queue (FIFO), in the slots the scheduler names. */
+/* Requests one refill may pass over while another request computes
+ * their prefix (ROUTE_HOLD): a bound on its work, whatever the queue. */
+#define ENGINE_HOLD_SCAN 64
+/* A request is held this long at most, whatever it waits for: past it,
+ * computing its prefix a second time is the lesser cost (and a bug in
+ * the wait can only cost time, never a hang). */
+#define ENGINE_HOLD_MAX_NS (5 * 1000000000ull)
+
+/* Slot is lr's now (engine_place() said yes). */
+static void engine_note_placed(struct engine *e, uint32_t slot,
+			       struct live_request *lr, uint64_t *now)
+{
+	if (!*now)
+		*now = clock_now_ns();
+	lr->slot = slot;
+	lr->place = LIVE_ACTIVE;
+	lr->held_ns = 0;	/* a new wait if it is preempted */
+	if (e->slot_freed_ns[slot]) {
+		e->stats.refill_ns_sum += *now - e->slot_freed_ns[slot];
+		e->stats.n_refills++;
+	}
+	if (lr->started_ns)	/* resumed: its stop cursor carries on */
+		return;
+	lr->started_ns = *now;
+	lr->matcher_state = STOP_MATCHER_ROOT;
+}
+
+/*
+ * Fill the shard's free slots from the resume line and the waiting
+ * queue, in the slots the scheduler names: FIFO, except that a request
+ * another one is computing the prefix of is passed over (ROUTE_HOLD,
+ * up to ENGINE_HOLD_SCAN a call) and goes back to the head of the line,
+ * in its order, ahead of everyone it was passed for: it waits only until
+ * that request's next commit (docs/DESIGN.md 11.2).
+ */
 static void engine_refill(struct engine *e, struct shard *s)
 {
+	uint32_t held[ENGINE_HOLD_SCAN], n_held = 0;
 	uint32_t cursor = 0, slot, handle, fork_slot;
 	enum engine_route way;
 	uint64_t now = 0;
+	bool have_slot;
 	int ret;
 
 	if (!shard_refill_begin(&e->sched, s))
 		return;
-	while (shard_refill_next(&e->sched, s, &cursor, &slot)) {
+	have_slot = shard_refill_next(&e->sched, s, &cursor, &slot);
+	while (have_slot) {
 		struct live_request *lr;
 
 		if (engine_next_waiting(e, &handle))
-			return;
+			break;
 		lr = request_pool_get(&e->pool, handle);
 		if (!lr) {
 			engine_fail(e, "waiting queue held a bad handle %u", handle);
-			return;
+			break;
 		}
 		lr->place = LIVE_UNPLACED;	/* off the queue, not yet in a slot */
 		way = engine_route(e, s, handle, lr, &fork_slot);
+		if (way == ROUTE_HOLD) {
+			if (!now)
+				now = clock_now_ns();
+			if (!lr->held_ns)
+				lr->held_ns = now;
+			if (now - lr->held_ns > ENGINE_HOLD_MAX_NS)
+				way = ROUTE_HERE;
+		}
+		if (way == ROUTE_HOLD && n_held < ENGINE_HOLD_SCAN) {
+			held[n_held++] = handle;	/* the slot goes to the next */
+			continue;
+		}
 		ret = way == ROUTE_HERE ? engine_place(e, slot, handle, lr, fork_slot) :
 		      -ENOSPC;
 		if (ret == -ENOSPC) {	/* no KV blocks for it now, or it is to
 					 * go elsewhere or wait: first in line
 					 * still (FIFO holds) */
 			engine_requeue_front(e, handle, lr);
-			return;
+			break;
 		}
 		if (ret) {
 			engine_finish(e, handle, FINISH_ERROR, ret == -ENOMEM ?
@@ -421,19 +469,13 @@ static void engine_refill(struct engine *e, struct shard *s)
 				      "prompt does not fit a slot");
 			continue;
 		}
-		if (!now)
-			now = clock_now_ns();
-		lr->slot = slot;
-		lr->place = LIVE_ACTIVE;
-		if (e->slot_freed_ns[slot]) {
-			e->stats.refill_ns_sum += now - e->slot_freed_ns[slot];
-			e->stats.n_refills++;
-		}
-		if (lr->started_ns)	/* resumed: its stop cursor carries on */
-			continue;
-		lr->started_ns = now;
-		lr->matcher_state = STOP_MATCHER_ROOT;
+		engine_note_placed(e, slot, lr, &now);
+		have_slot = shard_refill_next(&e->sched, s, &cursor, &slot);
 	}
+	/* the held are older than whoever is at the head now */
+	while (n_held--)
+		engine_requeue_front(e, held[n_held],
+				     request_pool_get(&e->pool, held[n_held]));
 }
 
 /* One round for a shard with a worker, after its results were read:

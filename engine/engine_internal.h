@@ -139,7 +139,9 @@ uint64_t engine_check_workers(struct engine *e, uint64_t now);
 enum engine_route {
 	ROUTE_HERE,		/* place it in this shard */
 	ROUTE_ELSEWHERE,	/* leave it for a shard that holds more of it */
-	ROUTE_WAIT,		/* its choice 0 is computing the prompt */
+	ROUTE_HOLD,		/* another request is computing its prefix
+				 * (its choice 0, or one with the same
+				 * first blocks): the line goes on past it */
 };
 
 /* Where the head request lr (handle) goes; *fork_slot: the slot of

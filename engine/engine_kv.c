@@ -81,51 +81,72 @@ static const struct live_request *engine_first_choice(struct engine *e,
 }
 
 /*
- * Where the head request lr goes (docs/DESIGN.md 11), with a paged model:
+ * Where the head request lr goes (docs/DESIGN.md 11.2), with a paged
+ * model:
  * - choice k > 0 of a request whose choice 0 is computing the prompt
- *   waits for it, then forks choice 0's blocks (*fork_slot) when it is
+ *   is held for it, then forks choice 0's blocks (*fork_slot) when it is
  *   placed in choice 0's shard;
- * - otherwise, cache-aware (SGLang's policy): to the shard that can take
- *   it now and whose cache holds the longest prefix of it, unless that
- *   shard is busier than this one by more than ROUTE_IMBALANCE slots
- *   (balance first).  A request left for another shard is placed in the
- *   same pass of the loop or the next: it never waits behind later ones.
+ * - otherwise, cache-aware (SGLang's policy), among the shards that are
+ *   up and not busier than this one by more than ROUTE_IMBALANCE slots
+ *   (balance first): to the one that will hold the longest prefix of
+ *   it, in its cache or being computed there now by another request.
+ *   This shard unless another holds a block more.  If the best prefix
+ *   is still being computed, or the best shard is full, the request is
+ *   held (passed over, first in line again: engine_refill()) until that
+ *   request commits (its blocks are registered then) or a slot frees,
+ *   rather than computing the same prefix twice: the first turns of
+ *   many chats with one system prompt arrive at once.  One whose shard
+ *   has room is placed by that shard in the same pass of the loop or the
+ *   next.
  */
 #define ROUTE_IMBALANCE(s) ((s)->n_slots / 4 + 1)
 enum engine_route engine_route(struct engine *e, struct shard *s,
 			       uint32_t handle, const struct live_request *lr,
 			       uint32_t *fork_slot)
 {
+	const struct sched_kv *kv = &e->sched.kv;
 	const struct live_request *first;
-	uint32_t here, n = lr->req.n_prompt;
+	const struct shard *best = s;
+	uint32_t here, best_len, best_cached, n = lr->req.n_prompt;
 
 	*fork_slot = UINT32_MAX;
-	if (!sched_kv_on(&e->sched.kv))
+	if (!sched_kv_on(kv))
 		return ROUTE_HERE;
 	first = lr->req.choice && !lr->n_generated ?
 		engine_first_choice(e, handle, lr) : NULL;
 	if (first && first->place == LIVE_ACTIVE) {
 		if (!first->n_generated)
-			return ROUTE_WAIT;
+			return ROUTE_HOLD;
 		if (first->slot >= s->first_slot &&
 		    first->slot < s->first_slot + s->n_slots) {
 			*fork_slot = first->slot;
 			return ROUTE_HERE;
 		}
 	}
-	if (e->n_shards == 1 || !e->cfg->prefix_cache)
+	if (!e->cfg->prefix_cache)
 		return ROUTE_HERE;
-	here = sched_kv_lookup(&e->sched.kv, s->index, lr->req.prompt, n);
+	here = best_cached = sched_kv_lookup(kv, s->index, lr->req.prompt, n);
+	best_len = here;	/* lengths are whole blocks: ">" is a block more */
 	for (uint32_t i = 0; i < e->n_shards; i++) {
 		const struct shard *t = &e->sched.shards[i];
+		uint32_t c, f;
 
-		if (t == s || !shard_has_room(&e->sched, t) ||
-		    t->n_active > s->n_active + ROUTE_IMBALANCE(s))
+		if (t != s && (!shard_is_up(&e->sched, t) ||
+			       t->n_active > s->n_active + ROUTE_IMBALANCE(s)))
 			continue;
-		if (sched_kv_lookup(&e->sched.kv, t->index, lr->req.prompt, n) > here)
-			return ROUTE_ELSEWHERE;
+		c = t == s ? here : sched_kv_lookup(kv, t->index, lr->req.prompt, n);
+		f = sched_kv_lookup_inflight(kv, t->index, lr->req.prompt, n);
+		if ((c > f ? c : f) > best_len) {
+			best = t;
+			best_len = c > f ? c : f;
+			best_cached = c;
+		}
 	}
-	return ROUTE_HERE;
+	if (best_len > best_cached)	/* still being computed */
+		return ROUTE_HOLD;
+	if (best == s)
+		return ROUTE_HERE;
+	return shard_has_room(&e->sched, best) ? ROUTE_ELSEWHERE : ROUTE_HOLD;
 }
 
 /* Positions per KV block, or 0 when the model is not paged. */

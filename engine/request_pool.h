@@ -57,6 +57,9 @@ struct live_request {
 					 * failed) with it as the only row */
 	uint64_t admitted_ns;		/* entered the waiting queue */
 	uint64_t started_ns;		/* got a slot */
+	uint64_t held_ns;		/* first passed over for a request
+					 * computing its prefix (ROUTE_HOLD),
+					 * 0 when never */
 	/* "n" > 1: the choices of one request are live requests of their
 	 * own, in a ring by next_choice (a request of one choice: itself).
 	 * Only one of them holds the id in the id table (id_held); it hands

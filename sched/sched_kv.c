@@ -405,6 +405,32 @@ uint32_t sched_kv_lookup(const struct sched_kv *kv, uint32_t shard,
 	return kv_lookup(kv->mgr[shard], tokens, n, n - 1);
 }
 
+uint32_t sched_kv_lookup_inflight(const struct sched_kv *kv, uint32_t shard,
+				  const int32_t *tokens, uint32_t n)
+{
+	uint32_t best = 0;
+
+	if (!sched_kv_on(kv) || !kv->prefix_cache || n < 2)
+		return 0;
+	for (uint32_t i = 0; i < kv->n_slots[shard]; i++) {
+		uint32_t k = kv->first_slot[shard] + i, cap, common = 0;
+
+		/* a live request still computing what it was placed with */
+		if (kv->slots->slots[k].state != SHM_SLOT_ACTIVE ||
+		    !kv->n_seq[k] || kv->computed[k] >= kv->n_seq[k] - 1)
+			continue;
+		cap = kv->n_seq[k] - 1 < n - 1 ? kv->n_seq[k] - 1 : n - 1;
+		while (common < cap && kv->seq[k][common] == tokens[common])
+			common++;
+		/* only whole blocks get registered; those it already had
+		 * (computed) are hittable now, not in flight */
+		common -= common % kv->block_tokens;
+		if (common > kv->computed[k] && common > best)
+			best = common;
+	}
+	return best;
+}
+
 uint32_t sched_kv_blocks_for(const struct sched_kv *kv, uint32_t n_tokens)
 {
 	uint32_t bt = kv->block_tokens;

@@ -175,6 +175,17 @@ void sched_kv_new_epoch(struct sched_kv *kv, uint32_t shard);
 uint32_t sched_kv_lookup(const struct sched_kv *kv, uint32_t shard,
 			 const int32_t *tokens, uint32_t n);
 
+/*
+ * Positions of tokens[0 .. n) (at most n - 1, whole blocks) that an
+ * ACTIVE request of shard is computing now and will register in the
+ * cache once its next token is committed: its common prefix with
+ * tokens, past what it already had when it was placed.  0 when none, or
+ * the prefix cache is off.  The engine holds a request back for it
+ * rather than compute the same prefix twice (docs/DESIGN.md 11.2).
+ */
+uint32_t sched_kv_lookup_inflight(const struct sched_kv *kv, uint32_t shard,
+				  const int32_t *tokens, uint32_t n);
+
 /* Blocks a request of n_tokens positions (prompt + max_tokens) needs. */
 uint32_t sched_kv_blocks_for(const struct sched_kv *kv, uint32_t n_tokens);
 

@@ -322,12 +322,16 @@ bool shard_refill_begin(struct sched *sc, struct shard *s)
 	return true;
 }
 
-bool shard_has_room(const struct sched *sc, const struct shard *s)
+bool shard_is_up(const struct sched *sc, const struct shard *s)
 {
-	return s->n_active + s->n_draining < s->n_slots &&
-	       !worker_sup_lost(sc->sup, s->index) &&
+	return !worker_sup_lost(sc->sup, s->index) &&
 	       (sc->in_process || worker_sup_ready(sc->sup, s->index)) &&
 	       !sched_kv_starved(&sc->kv, s->index);
+}
+
+bool shard_has_room(const struct sched *sc, const struct shard *s)
+{
+	return s->n_active + s->n_draining < s->n_slots && shard_is_up(sc, s);
 }
 
 /* The next reusable slot at or after *cursor (a shard slot index, 0 to

@@ -228,6 +228,8 @@ bool shard_kv_starved(struct sched *sc, struct shard *s);
  * touches, a ready worker, KV not starved)?  Changes nothing: for
  * routing. */
 bool shard_has_room(const struct sched *sc, const struct shard *s);
+/* The same but for the free slot: will it take one once a slot is free? */
+bool shard_is_up(const struct sched *sc, const struct shard *s);
 bool shard_refill_next(struct sched *sc, struct shard *s, uint32_t *cursor,
 		       uint32_t *slot);
 

@@ -87,6 +87,26 @@ expect_gt "tiny pool, in-process: preemptions" \
 	"$(kv_field tiny_pool__in_process.on preemptions)" 0
 cp "$E2E_TMP/in.saved" "$E2E_TMP/in.jsonl"
 
+echo "== requests that arrive together: each prefix computed once a shard"
+# 8 system prompts of 100 tokens (6 whole blocks) in front of 240
+# requests read at once: a request whose prefix another is computing is
+# held until that one commits (docs/DESIGN.md 11.2), so with one shard
+# the hits are the workload's ideal; with two, each shard computes each
+# system prompt at most once
+python3 "$GEN" --n 240 --seed "$SEED" --vocab $VOCAB --kinds system --fixed --systems 8 \
+	--system-len 100 --suffix-len 20 --max-tokens 16 > "$E2E_TMP/in.jsonl"
+read -r _ best _ <<< "$(python3 "$GEN" --ideal "$E2E_TMP/in.jsonl" --block-tokens 16)"
+on_off "together, 1 worker" --workers 1 --batch 64
+expect_eq "together, 1 worker: every hit the workload allows" \
+	"$(kv_field together__1_worker.on prefix_hit_tokens)" "$best"
+on_off "together, 2 workers" --workers 2 --batch 64
+expect_gt "together, 2 workers: each system prompt computed once a shard at most" \
+	"$(kv_field together__2_workers.on prefix_hit_tokens)" $((best - 8 * 96 - 1))
+on_off "together, in-process" --workers 0 --batch 64 --step-tokens 32
+expect_eq "together, in-process: every hit the workload allows" \
+	"$(kv_field together__in_process.on prefix_hit_tokens)" "$best"
+cp "$E2E_TMP/in.saved" "$E2E_TMP/in.jsonl"
+
 echo "== colliding hashes: a hit is taken only when its tokens match"
 DYNBATCH_KV_HASH_BITS=2 run weak.on --workers 2 --batch 16 --prefix-cache on
 expect_gt "2-bit hashes: still hits" "$(kv_field weak.on prefix_hit_tokens)" 0
