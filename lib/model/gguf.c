@@ -180,9 +180,9 @@ static int take_fixed(struct cursor *c, uint32_t type, uint64_t n,
 	uint32_t size = gguf_vtype_size(type);
 
 	if (n > left(c) / size)
-		return gguf_fail(c, c->pos, "value of '%s': %llu %s need %llu bytes, %zu left",
+		return gguf_fail(c, c->pos, "value of '%s': %llu %s run past the end (%zu bytes left)",
 				 key, (unsigned long long)n, gguf_vtype_name(type),
-				 (unsigned long long)n * size, left(c));
+				 left(c));
 	if (type == GGUF_VT_BOOL) {
 		for (uint64_t i = 0; i < n; i++) {
 			unsigned char b = c->p[c->pos + i];
@@ -206,9 +206,8 @@ static int take_strings(struct cursor *c, struct gguf_kv *kv, const char *key)
 
 	/* every string takes at least its 8-byte length */
 	if (kv->n > left(c) / 8)
-		return gguf_fail(c, c->pos, "value of '%s': %llu strings need at least %llu bytes, %zu left",
-				 key, (unsigned long long)kv->n,
-				 (unsigned long long)kv->n * 8, left(c));
+		return gguf_fail(c, c->pos, "value of '%s': %llu strings run past the end: each takes at least 8 bytes, %zu left",
+				 key, (unsigned long long)kv->n, left(c));
 	if (kv->type == GGUF_VT_ARRAY) {
 		kv->str_off = malloc((kv->n ? kv->n : 1) * sizeof(*kv->str_off));
 		if (!kv->str_off)
@@ -400,14 +399,12 @@ static int parse_header(struct cursor *c, struct gguf_file *f)
 		return rc;
 	/* fail early on counts no file of this size can hold */
 	if (f->n_tensors > left(c) / TENSOR_MIN_BYTES)
-		return gguf_fail(c, 8, "tensor count %llu needs at least %llu bytes, %zu left",
+		return gguf_fail(c, 8, "tensor count %llu: each info takes at least %u bytes, %zu left",
 				 (unsigned long long)f->n_tensors,
-				 (unsigned long long)f->n_tensors * TENSOR_MIN_BYTES,
-				 left(c));
+				 TENSOR_MIN_BYTES, left(c));
 	if (f->n_kv > left(c) / KV_MIN_BYTES)
-		return gguf_fail(c, 16, "kv count %llu needs at least %llu bytes, %zu left",
-				 (unsigned long long)f->n_kv,
-				 (unsigned long long)f->n_kv * KV_MIN_BYTES,
+		return gguf_fail(c, 16, "kv count %llu: each key takes at least %u bytes, %zu left",
+				 (unsigned long long)f->n_kv, KV_MIN_BYTES,
 				 left(c));
 	return 0;
 }
@@ -576,10 +573,9 @@ static int parse_tensors(struct cursor *c, struct gguf_file *f)
 	int rc;
 
 	if (f->n_tensors > left(c) / TENSOR_MIN_BYTES)
-		return gguf_fail(c, c->pos, "tensor count %llu needs at least %llu bytes, %zu left",
+		return gguf_fail(c, c->pos, "tensor count %llu: each info takes at least %u bytes, %zu left",
 				 (unsigned long long)f->n_tensors,
-				 (unsigned long long)f->n_tensors * TENSOR_MIN_BYTES,
-				 left(c));
+				 TENSOR_MIN_BYTES, left(c));
 	f->tensors = calloc(f->n_tensors ? f->n_tensors : 1,
 			    sizeof(*f->tensors));
 	if (!f->tensors)
