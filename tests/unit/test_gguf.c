@@ -1149,6 +1149,70 @@ static void test_getters(void **state)
 	gguf_writer_release(&w);
 }
 
+/*
+ * A file of every value type (scalar and array) and every tensor type
+ * read, built with the writer: it parses and holds them all.  With
+ * GGUF_SEED_OUT=FILE it is also written there (the fuzzer's seed
+ * tests/fuzz/gguf_corpus/kinds.gguf).
+ */
+static void test_kinds_file(void **state)
+{
+	static const uint64_t vals[2] = { 0x0123456789abcdefull, 1 };
+	struct gguf_writer w;
+	struct strbuf out = STRBUF_INIT;
+	struct gguf_file f;
+	char key[32], err[256];
+	const char *path = getenv("GGUF_SEED_OUT");
+	unsigned char *data = calloc(1, 256 * 4);
+
+	(void)state;
+	assert_non_null(data);
+	assert_int_equal(gguf_writer_init(&w, 16), 0);
+	for (uint32_t t = 0; t < GGUF_VT_COUNT; t++) {
+		const void *v = t == GGUF_VT_BOOL ? (const void *)&vals[1] : vals;
+
+		snprintf(key, sizeof(key), "scalar.%s", gguf_vtype_name(t));
+		if (t == GGUF_VT_STRING)
+			gguf_write_str(&w, key, "llama", 5);
+		else if (t != GGUF_VT_ARRAY)
+			gguf_write_kv(&w, key, t, v);
+		snprintf(key, sizeof(key), "array.%s", gguf_vtype_name(t));
+		if (t == GGUF_VT_STRING)
+			gguf_write_str_array(&w, key, 3, (const char *const[]){
+					     "<s>", "", "\xe2\x96\x81" "a" }, NULL);
+		else if (t == GGUF_VT_BOOL)
+			gguf_write_array(&w, key, t, 1, &vals[1]);
+		else if (t != GGUF_VT_ARRAY)
+			gguf_write_array(&w, key, t, 2, vals);
+	}
+	for (size_t k = 0; k < N_REF_TYPES; k++) {
+		uint64_t dims[2] = { ref_types[k].elems == 1 ? 4 : ref_types[k].elems, 1 };
+		uint64_t bytes = dims[0] / ref_types[k].elems * ref_types[k].bytes;
+
+		for (uint64_t b = 0; b < bytes; b++)
+			data[b] = (unsigned char)(b * 37 + k);
+		snprintf(key, sizeof(key), "t.%u.weight", ref_types[k].id);
+		gguf_write_tensor(&w, key, ref_types[k].id, 2, dims, data, NULL);
+	}
+	assert_int_equal(gguf_write_finish(&w, &out), 0);
+	assert_int_equal(gguf_parse(&f, out.data, out.len, "kinds", err,
+				    sizeof(err)), 0);
+	assert_int_equal(f.n_kv, 1 + 2 * (GGUF_VT_COUNT - 1));
+	assert_int_equal(f.n_tensors, N_REF_TYPES);
+	assert_int_equal(f.alignment, 16);
+	gguf_free(&f);
+	if (path) {
+		FILE *fp = fopen(path, "wb");
+
+		assert_non_null(fp);
+		assert_int_equal(fwrite(out.data, 1, out.len, fp), out.len);
+		assert_int_equal(fclose(fp), 0);
+	}
+	strbuf_release(&out);
+	gguf_writer_release(&w);
+	free(data);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1163,6 +1227,7 @@ int main(void)
 		cmocka_unit_test(test_refuse_tensors),
 		cmocka_unit_test(test_truncations),
 		cmocka_unit_test(test_mutations),
+		cmocka_unit_test(test_kinds_file),
 	};
 
 	test_seed_init("test_gguf");
