@@ -4,8 +4,9 @@
  * tests and benchmarks of the GGUF path (issue 25).
  *
  *   make_gguf --out FILE (--checkpoint CKPT |
- *             --dim D --hidden H --layers L --heads NH --kv-heads NKV
- *             --vocab V --seq-len S [--separate-classifier] [--seed N])
+ *             [--shape stories15M|stories110M]
+ *             [--dim D --hidden H --layers L --heads NH --kv-heads NKV
+ *              --vocab V --seq-len S] [--separate-classifier] [--seed N])
  *             [--type f32|f16] [--tokenizer tokenizer.bin]
  *             [--alignment A] [--rope-base F] [--rms-eps F] [--name NAME]
  *
@@ -72,6 +73,7 @@
 #include "model/llama_checkpoint.h"
 #include "model/sim_model.h"
 #include "text/tokenizer.h"
+#include "tools/llama_shape.h"
 #include "util/parse_num.h"
 
 /* ------------------------------------------------------------------------
@@ -120,10 +122,6 @@ static const struct row_codec norm_codec = { "f32", GGUF_TENSOR_F32, 0,
 enum which {
 	W_EMBED, W_RMS_ATT, W_WQ, W_WK, W_WV, W_WO, W_RMS_FFN, W_W1, W_W2,
 	W_W3, W_RMS_FINAL, W_WCLS,
-};
-
-struct shape {
-	uint32_t dim, hidden, layers, heads, kv_heads, vocab, seq_len;
 };
 
 struct source {
@@ -437,31 +435,11 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"usage: make_gguf --out FILE (--checkpoint CKPT |\n"
-		"       --dim D --hidden H --layers L --heads NH --kv-heads NKV\n"
-		"       --vocab V --seq-len S [--separate-classifier] [--seed N])\n"
+		"       [--shape stories15M|stories110M] [--dim D --hidden H --layers L\n"
+		"        --heads NH --kv-heads NKV --vocab V --seq-len S]\n"
+		"       [--separate-classifier] [--seed N])\n"
 		"       [--type f32|f16] [--tokenizer tokenizer.bin] [--alignment A]\n"
 		"       [--rope-base F] [--rms-eps F] [--name NAME]\n");
-}
-
-/* The same shape rules as the checkpoint reader; 0 or prints why. */
-static int shape_check(const struct shape *s)
-{
-	const uint32_t *v = &s->dim;
-	static const char *const names[] = { "--dim", "--hidden", "--layers",
-		"--heads", "--kv-heads", "--vocab", "--seq-len" };
-
-	for (int i = 0; i < 7; i++) {
-		if (v[i] == 0) {
-			fprintf(stderr, "make_gguf: %s is missing or 0\n", names[i]);
-			return -1;
-		}
-	}
-	if (s->dim % s->heads || (s->dim / s->heads) % 2 ||
-	    s->heads % s->kv_heads) {
-		fprintf(stderr, "make_gguf: need --heads dividing --dim with an even head size, and --kv-heads dividing --heads\n");
-		return -1;
-	}
-	return 0;
 }
 
 static int parse_float(const char *arg, const char *opt, float *out)
@@ -508,13 +486,7 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "out", required_argument, NULL, 'o' },
 		{ "checkpoint", required_argument, NULL, 'C' },
-		{ "dim", required_argument, NULL, 'd' },
-		{ "hidden", required_argument, NULL, 'h' },
-		{ "layers", required_argument, NULL, 'l' },
-		{ "heads", required_argument, NULL, 'n' },
-		{ "kv-heads", required_argument, NULL, 'k' },
-		{ "vocab", required_argument, NULL, 'v' },
-		{ "seq-len", required_argument, NULL, 's' },
+		SHAPE_OPTIONS,
 		{ "separate-classifier", no_argument, NULL, 'c' },
 		{ "seed", required_argument, NULL, 'r' },
 		{ "type", required_argument, NULL, 't' },
@@ -532,23 +504,15 @@ int main(int argc, char **argv)
 	struct llama_checkpoint ck = { 0 };
 	struct tokenizer *tok = NULL;
 	const char *out = NULL, *ckpt = NULL, *tok_path = NULL;
-	uint32_t alignment = GGUF_DEFAULT_ALIGNMENT, *field;
+	uint32_t alignment = GGUF_DEFAULT_ALIGNMENT;
 	bool shape_given = false;
 	char err[512];
 	int c, rc = 2;
 
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		field = NULL;
 		switch (c) {
 		case 'o': out = optarg; break;
 		case 'C': ckpt = optarg; break;
-		case 'd': field = &p.s.dim; break;
-		case 'h': field = &p.s.hidden; break;
-		case 'l': field = &p.s.layers; break;
-		case 'n': field = &p.s.heads; break;
-		case 'k': field = &p.s.kv_heads; break;
-		case 'v': field = &p.s.vocab; break;
-		case 's': field = &p.s.seq_len; break;
 		case 'c': p.separate = true; break;
 		case 'r':
 			if (parse_u64(optarg, 0, UINT64_MAX, &src.seed)) {
@@ -579,14 +543,11 @@ int main(int argc, char **argv)
 			break;
 		case 'N': p.name = optarg; break;
 		case 'H': usage(stdout); return 0;
-		default: usage(stderr); return 2;
-		}
-		if (field) {
-			shape_given = true;
-			if (parse_u32(optarg, 1, INT32_MAX, field)) {
-				fprintf(stderr, "make_gguf: bad %s '%s' (1 to %d)\n",
-					argv[optind - 1], optarg, INT32_MAX);
-				return 2;
+		default:
+			switch (shape_option(&p.s, c, optarg, "make_gguf")) {
+			case 1: shape_given = true; break;
+			case 0: usage(stderr); return 2;
+			default: return 2;
 			}
 		}
 	}
@@ -610,7 +571,7 @@ int main(int argc, char **argv)
 				      ck.cfg.seq_len };
 		p.separate = !ck.shared_classifier;
 	}
-	if (shape_check(&p.s) || rows_check(&p))
+	if (shape_check(&p.s, "make_gguf") || rows_check(&p))
 		goto out;
 	if (tok_path) {
 		if (tokenizer_load(tok_path, p.s.vocab, &tok, err, sizeof(err))) {

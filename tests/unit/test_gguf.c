@@ -90,6 +90,25 @@ static void nb_header(struct nb *b, uint32_t version, uint64_t n_tensors,
 	nb_u64(b, n_kv);
 }
 
+/* Start b again as a file of one key of that value type (the value
+ * follows). */
+static void nb_one_kv(struct nb *b, const char *key, uint32_t type)
+{
+	b->len = 0;
+	nb_header(b, 3, 0, 1);
+	nb_cstr(b, key);
+	nb_u32(b, type);
+}
+
+/* The same for an array's head: element type and count. */
+static void nb_one_array(struct nb *b, const char *key, uint32_t elem,
+			 uint64_t n)
+{
+	nb_one_kv(b, key, 9);
+	nb_u32(b, elem);
+	nb_u64(b, n);
+}
+
 /* A tensor info. */
 static void nb_tinfo(struct nb *b, const char *name, uint32_t n_dims,
 		     const uint64_t *dims, uint32_t type, uint64_t offset)
@@ -638,12 +657,14 @@ static void expect_refusal(const struct nb *b, const char *want, long at)
 	free(copy);
 }
 
-/* A file of n tensors given whole (infos then data) after one key. */
+/* Start b again as a file of n tensors given whole (infos then data)
+ * after one key. */
 static void tensor_file(struct nb *b, uint32_t n, const char *const *names,
 			const uint32_t *n_dims, const uint64_t (*dims)[4],
 			const uint32_t *types, const uint64_t *offsets,
 			uint64_t data_bytes)
 {
+	b->len = 0;
 	nb_header(b, 3, n, 1);
 	nb_cstr(b, "general.architecture");
 	nb_u32(b, 8);
@@ -714,79 +735,43 @@ static void test_refuse_kv(void **state)
 	expect_refusal(&b, "key of 0 bytes, expected 1 to 65535", 24);
 
 	/* a string value past the end */
-	b.len = 0;
-	nb_header(&b, 3, 0, 1);
-	nb_cstr(&b, "name");
-	nb_u32(&b, 8);
+	nb_one_kv(&b, "name", 8);
 	nb_u64(&b, 1ull << 62);
 	nb_bytes(&b, "x", 1);
 	expect_refusal(&b, "string: length 4611686018427387904 runs past the end", 40);
 
 	/* an unknown value type */
-	b.len = 0;
-	nb_header(&b, 3, 0, 1);
-	nb_cstr(&b, "k");
-	nb_u32(&b, 13);
+	nb_one_kv(&b, "k", 13);
 	nb_u64(&b, 0);
 	expect_refusal(&b, "key 'k': unknown value type 13 (0 to 12)", 33);
 
 	/* a nested array */
-	b.len = 0;
-	nb_header(&b, 3, 0, 1);
-	nb_cstr(&b, "nest");
-	nb_u32(&b, 9);
-	nb_u32(&b, 9);
-	nb_u64(&b, 1);
+	nb_one_array(&b, "nest", 9, 1);
 	nb_u32(&b, 0);
 	nb_u64(&b, 0);
 	expect_refusal(&b, "key 'nest': array of arrays, not read", 40);
 
 	/* an unknown element type */
-	b.len = 0;
-	nb_header(&b, 3, 0, 1);
-	nb_cstr(&b, "arr");
-	nb_u32(&b, 9);
-	nb_u32(&b, 77);
-	nb_u64(&b, 0);
+	nb_one_array(&b, "arr", 77, 0);
 	expect_refusal(&b, "unknown array element type 77", 39);
 
 	/* array counts past the end, fixed and string elements */
-	b.len = 0;
-	nb_header(&b, 3, 0, 1);
-	nb_cstr(&b, "arr");
-	nb_u32(&b, 9);
-	nb_u32(&b, 12);
-	nb_u64(&b, 1ull << 61);
+	nb_one_array(&b, "arr", 12, 1ull << 61);
 	nb_u64(&b, 0);
 	expect_refusal(&b, "value of 'arr': 2305843009213693952 f64 run past the end (8 bytes left)", 51);
-	b.len = 0;
-	nb_header(&b, 3, 0, 1);
-	nb_cstr(&b, "tokens");
-	nb_u32(&b, 9);
-	nb_u32(&b, 8);
-	nb_u64(&b, 3);
+	nb_one_array(&b, "tokens", 8, 3);
 	nb_cstr(&b, "a");
 	nb_u64(&b, 5);
 	expect_refusal(&b, "value of 'tokens': 3 strings run past the end: each takes at least 8 bytes, 17 left", 54);
 	/* ... and a string element past the end */
-	b.len = 0;
-	nb_header(&b, 3, 0, 1);
-	nb_cstr(&b, "tokens");
-	nb_u32(&b, 9);
-	nb_u32(&b, 8);
-	nb_u64(&b, 2);
+	nb_one_array(&b, "tokens", 8, 2);
 	nb_cstr(&b, "a");
 	nb_u64(&b, 500);
 	nb_bytes(&b, "0123456789", 10);
 	expect_refusal(&b, "string: length 500 runs past the end (10 bytes left)", 63);
 
 	/* a bool that is not 0 or 1 */
-	b.len = 0;
-	nb_header(&b, 3, 0, 1);
-	nb_cstr(&b, "flags");
-	nb_u32(&b, 9);
-	nb_u32(&b, 7);
-	nb_u64(&b, 3);
+	nb_one_array(&b, "flags", 7, 3);
 	nb_le(&b, 0x000201, 3);
 	expect_refusal(&b, "value of 'flags': bool byte 2, expected 0 or 1", 54);
 
@@ -825,19 +810,13 @@ static void test_refuse_alignment(void **state)
 
 		if (a && !(a & (a - 1)))
 			continue;
-		b.len = 0;
-		nb_header(&b, 3, 0, 1);
-		nb_cstr(&b, "general.alignment");
-		nb_u32(&b, 4);
+		nb_one_kv(&b, "general.alignment", 4);
 		nb_u32(&b, a);
 		snprintf(want, sizeof(want),
 			 "general.alignment %u is not a power of two", a);
 		expect_refusal(&b, want, 53);
 	}
-	b.len = 0;
-	nb_header(&b, 3, 0, 1);
-	nb_cstr(&b, "general.alignment");
-	nb_u32(&b, 8);
+	nb_one_kv(&b, "general.alignment", 8);
 	nb_cstr(&b, "32");
 	expect_refusal(&b, "general.alignment: expected a u32 power of two", 53);
 	free(b.p);
@@ -870,7 +849,6 @@ static void test_refuse_tensors(void **state)
 		gguf_free(&f);
 	}
 
-	b.len = 0;
 	tensor_file(&b, 3, names, nd1, (const uint64_t (*)[4])dims, types,
 		    offs, 384);
 	expect_refusal(&b, "duplicate tensor name 'a.weight' (first at byte 69)",
@@ -893,7 +871,6 @@ static void test_refuse_tensors(void **state)
 		nb_u64(&b, 0);
 		expect_refusal(&b, "tensor 'a.weight': n_dims 5, expected 1 to 4",
 			       info0 + 16);
-		b.len = 0;
 		tensor_file(&b, 1, names, nd, (const uint64_t (*)[4])d5, types,
 			    offs, 0);
 		expect_refusal(&b, "n_dims 0, expected 1 to 4", info0 + 16);
@@ -908,7 +885,6 @@ static void test_refuse_tensors(void **state)
 		tensor_file(&b, 1, names, nd, (const uint64_t (*)[4])d, types,
 			    offs, 128);
 		expect_refusal(&b, "tensor 'a.weight': dimension 1 is 0", info0 + 28);
-		b.len = 0;
 		d[0][1] = 1ull << 63;
 		tensor_file(&b, 1, names, nd, (const uint64_t (*)[4])d, types,
 			    offs, 128);
@@ -936,7 +912,6 @@ static void test_refuse_tensors(void **state)
 
 		if (gguf_type_info(ty))
 			continue;
-		b.len = 0;
 		types[0] = ty;
 		tensor_file(&b, 1, names, nd1, (const uint64_t (*)[4])dims,
 			    types, offs, 128);
@@ -944,7 +919,6 @@ static void test_refuse_tensors(void **state)
 			 "tensor 'a.weight': unknown or unsupported type %u", ty);
 		expect_refusal(&b, want, type0);
 	}
-	b.len = 0;
 	types[0] = GGUF_TENSOR_Q4_K;
 	tensor_file(&b, 1, names, nd1, (const uint64_t (*)[4])dims, types,
 		    offs, 128);
@@ -953,7 +927,6 @@ static void test_refuse_tensors(void **state)
 	types[0] = 0;
 
 	/* offsets: unaligned, out of order, overlapping, past the end */
-	b.len = 0;
 	offs[0] = 16;
 	tensor_file(&b, 1, names, nd1, (const uint64_t (*)[4])dims, types,
 		    offs, 256);
@@ -972,19 +945,16 @@ static void test_refuse_tensors(void **state)
 	tensor_file(&b, 2, names, nd1, (const uint64_t (*)[4])dims, types,
 		    offs, 256);
 	expect_refusal(&b, "tensor 'b.weight': offset 96 overlaps", off1);
-	b.len = 0;
 	offs[1] = 128;
 	tensor_file(&b, 2, names, nd1, (const uint64_t (*)[4])dims, types,
 		    offs, 255);
 	expect_refusal(&b, "tensor 'b.weight': 128 bytes at offset 128 run past the end of the data section (255 bytes)",
 		       off1);
-	b.len = 0;
 	offs[1] = UINT64_MAX - 31;	/* aligned, and near wrapping */
 	tensor_file(&b, 2, names, nd1, (const uint64_t (*)[4])dims, types,
 		    offs, 256);
 	expect_refusal(&b, "run past the end of the data section", off1);
 	/* the infos' count against the bytes left after the keys */
-	b.len = 0;
 	tensor_file(&b, 0, names, nd1, (const uint64_t (*)[4])dims, types,
 		    offs, 0);
 	b.p[8] = 2;
