@@ -1001,7 +1001,7 @@ static void test_truncations(void **state)
 	struct rng r = rng_for(3);
 
 	(void)state;
-	for (int iter = 0; iter < 12; iter++) {
+	for (int iter = 0; iter < 30; iter++) {
 		struct model m;
 		struct nb b = { 0 };
 		size_t min_len;
@@ -1028,7 +1028,7 @@ static void test_mutations(void **state)
 	int parsed = 0, refused = 0;
 
 	(void)state;
-	for (int iter = 0; iter < 40; iter++) {
+	for (int iter = 0; iter < 100; iter++) {
 		struct model m;
 		struct nb b = { 0 };
 		size_t min_len;
@@ -1119,6 +1119,59 @@ static void test_getters(void **state)
 	gguf_writer_release(&w);
 }
 
+/* A vocabulary-sized string array: every element found in O(1), in the
+ * mapping, equal to what was written. */
+static void test_big_vocab(void **state)
+{
+	enum { N = 60000 };
+	struct rng r = rng_for(5);
+	struct gguf_writer w;
+	struct strbuf out = STRBUF_INIT;
+	struct gguf_file f;
+	struct gguf_array a;
+	char err[256];
+	char **s = malloc(N * sizeof(*s));
+	size_t *len = malloc(N * sizeof(*len));
+	float *scores = malloc(N * sizeof(*scores));
+
+	(void)state;
+	assert_true(s && len && scores);
+	for (uint32_t i = 0; i < N; i++) {
+		random_str(&r, &s[i], &len[i]);
+		scores[i] = -(float)i;
+	}
+	assert_int_equal(gguf_writer_init(&w, 32), 0);
+	gguf_write_str_array(&w, "tokenizer.ggml.tokens", N,
+			     (const char *const *)s, len);
+	gguf_write_array(&w, "tokenizer.ggml.scores", GGUF_VT_F32, N, scores);
+	assert_int_equal(gguf_write_finish(&w, &out), 0);
+	assert_int_equal(gguf_parse(&f, out.data, out.len, "vocab", err,
+				    sizeof(err)), 0);
+	assert_int_equal(gguf_get_array(&f, "tokenizer.ggml.tokens", &a, err,
+					sizeof(err)), 0);
+	assert_int_equal(a.n, N);
+	for (uint32_t i = 0; i < N; i++) {
+		struct gguf_str p = gguf_array_str(&a, i);
+
+		assert_int_equal(p.len, len[i]);
+		if (p.len)
+			assert_memory_equal(p.ptr, s[i], p.len);
+		assert_true((const unsigned char *)p.ptr >= f.base &&
+			    (const unsigned char *)p.ptr + p.len <= f.base + f.size);
+	}
+	assert_int_equal(gguf_get_array(&f, "tokenizer.ggml.scores", &a, err,
+					sizeof(err)), 0);
+	assert_true(gguf_array_f32(&a, N - 1) == -(float)(N - 1));
+	gguf_free(&f);
+	for (uint32_t i = 0; i < N; i++)
+		free(s[i]);
+	free(s);
+	free(len);
+	free(scores);
+	strbuf_release(&out);
+	gguf_writer_release(&w);
+}
+
 /*
  * A file of every value type (scalar and array) and every tensor type
  * read, built with the writer: it parses and holds them all.  With
@@ -1198,6 +1251,7 @@ int main(void)
 		cmocka_unit_test(test_truncations),
 		cmocka_unit_test(test_mutations),
 		cmocka_unit_test(test_kinds_file),
+		cmocka_unit_test(test_big_vocab),
 	};
 
 	test_seed_init("test_gguf");
