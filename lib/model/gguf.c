@@ -197,11 +197,13 @@ static int take_fixed(struct cursor *c, uint32_t type, uint64_t n,
 	return 0;
 }
 
-/* n strings at the cursor; their offsets from the first into *off. */
+/* kv->n strings at the cursor; an array's offsets of each into
+ * kv->str_off. */
 static int take_strings(struct cursor *c, struct gguf_kv *kv, const char *key)
 {
 	size_t start = c->pos;
 	struct gguf_str s;
+	char what[QUOTE_BUF + 64];
 	int rc;
 
 	/* every string takes at least its 8-byte length */
@@ -216,7 +218,12 @@ static int take_strings(struct cursor *c, struct gguf_kv *kv, const char *key)
 	for (uint64_t i = 0; i < kv->n; i++) {
 		if (kv->str_off)
 			kv->str_off[i] = c->pos - start;
-		rc = take_str(c, "string", &s);
+		if (kv->str_off)
+			snprintf(what, sizeof(what), "string %llu of '%s'",
+				 (unsigned long long)i, key);
+		else
+			snprintf(what, sizeof(what), "value of '%s'", key);
+		rc = take_str(c, what, &s);
 		if (rc)
 			return rc;
 	}
@@ -226,13 +233,14 @@ static int take_strings(struct cursor *c, struct gguf_kv *kv, const char *key)
 /* The value of kv (its key read): type, then the value or the array. */
 static int take_value(struct cursor *c, struct gguf_kv *kv)
 {
-	char key[QUOTE_BUF];
+	char key[QUOTE_BUF], what[QUOTE_BUF + 64];
 	uint64_t at = c->pos;
 	uint32_t type;
 	int rc;
 
 	gguf_quote(kv->key, key, sizeof(key));
-	rc = take_u32(c, "value type", &type);
+	snprintf(what, sizeof(what), "value type of '%s'", key);
+	rc = take_u32(c, what, &type);
 	if (rc)
 		return rc;
 	if (type >= GGUF_VT_COUNT)
@@ -242,7 +250,8 @@ static int take_value(struct cursor *c, struct gguf_kv *kv)
 	kv->n = 1;
 	if (type == GGUF_VT_ARRAY) {
 		at = c->pos;
-		rc = take_u32(c, "array element type", &type);
+		snprintf(what, sizeof(what), "array element type of '%s'", key);
+		rc = take_u32(c, what, &type);
 		if (rc)
 			return rc;
 		if (type == GGUF_VT_ARRAY)
@@ -252,7 +261,8 @@ static int take_value(struct cursor *c, struct gguf_kv *kv)
 			return gguf_fail(c, at, "key '%s': unknown array element type %u (0 to %u)",
 					 key, type, GGUF_VT_COUNT - 1);
 		kv->elem_type = type;
-		rc = take(c, 8, "array count", &kv->n);
+		snprintf(what, sizeof(what), "array count of '%s'", key);
+		rc = take(c, 8, what, &kv->n);
 		if (rc)
 			return rc;
 	}
@@ -421,8 +431,10 @@ static int parse_kvs(struct cursor *c, struct gguf_file *f)
 	for (uint64_t i = 0; i < f->n_kv; i++) {
 		struct gguf_kv *kv = &f->kv[i];
 		uint64_t at = c->pos;
+		char what[32];
 
-		rc = take_str(c, "key", &kv->key);
+		snprintf(what, sizeof(what), "key %llu", (unsigned long long)i);
+		rc = take_str(c, what, &kv->key);
 		if (rc)
 			return rc;
 		if (kv->key.len == 0 || kv->key.len > GGUF_MAX_KEY_BYTES)
@@ -471,9 +483,12 @@ static int parse_alignment(struct cursor *c, struct gguf_file *f)
 
 static int parse_dims(struct cursor *c, struct gguf_tensor *t, const char *nm)
 {
+	char what[QUOTE_BUF + 64];
 	uint64_t at = c->pos;
-	int rc = take_u32(c, "n_dims", &t->n_dims);
+	int rc;
 
+	snprintf(what, sizeof(what), "n_dims of tensor '%s'", nm);
+	rc = take_u32(c, what, &t->n_dims);
 	if (rc)
 		return rc;
 	if (t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS)
@@ -484,7 +499,8 @@ static int parse_dims(struct cursor *c, struct gguf_tensor *t, const char *nm)
 		uint64_t v = 1;
 
 		at = c->pos;
-		if (d < t->n_dims && (rc = take(c, 8, "dimension", &v)))
+		snprintf(what, sizeof(what), "dimension %u of tensor '%s'", d, nm);
+		if (d < t->n_dims && (rc = take(c, 8, what, &v)))
 			return rc;
 		if (v == 0 || v > INT64_MAX)
 			return gguf_fail(c, at, "tensor '%s': dimension %u is %llu, expected 1 to 2^63-1",
@@ -498,15 +514,18 @@ static int parse_dims(struct cursor *c, struct gguf_tensor *t, const char *nm)
 	return 0;
 }
 
-static int parse_tensor_info(struct cursor *c, struct gguf_tensor *t)
+/* Tensor info i at the cursor into t. */
+static int parse_tensor_info(struct cursor *c, struct gguf_tensor *t,
+			     uint64_t i)
 {
 	const struct gguf_type_info *ti;
-	char nm[QUOTE_BUF];
+	char nm[QUOTE_BUF], what[QUOTE_BUF + 64];
 	uint64_t at;
 	int rc;
 
 	t->info_at = c->pos;
-	rc = take_str(c, "tensor name", &t->name);
+	snprintf(what, sizeof(what), "name of tensor %llu", (unsigned long long)i);
+	rc = take_str(c, what, &t->name);
 	if (rc)
 		return rc;
 	gguf_quote(t->name, nm, sizeof(nm));
@@ -514,7 +533,8 @@ static int parse_tensor_info(struct cursor *c, struct gguf_tensor *t)
 	if (rc)
 		return rc;
 	at = c->pos;
-	rc = take_u32(c, "tensor type", &t->type);
+	snprintf(what, sizeof(what), "type of tensor '%s'", nm);
+	rc = take_u32(c, what, &t->type);
 	if (rc)
 		return rc;
 	ti = gguf_type_info(t->type);
@@ -528,7 +548,8 @@ static int parse_tensor_info(struct cursor *c, struct gguf_tensor *t)
 	if (!gguf_type_bytes(t->type, t->n_elems, &t->n_bytes) ||
 	    t->n_bytes > INT64_MAX)
 		return gguf_fail(c, at, "tensor '%s': byte size overflows", nm);
-	return take(c, 8, "tensor offset", &t->offset);
+	snprintf(what, sizeof(what), "offset of tensor '%s'", nm);
+	return take(c, 8, what, &t->offset);
 }
 
 /* Place each tensor in the data section: aligned, in file order, not
@@ -581,7 +602,7 @@ static int parse_tensors(struct cursor *c, struct gguf_file *f)
 	if (!f->tensors)
 		return -ENOMEM;
 	for (uint64_t i = 0; i < f->n_tensors; i++) {
-		rc = parse_tensor_info(c, &f->tensors[i]);
+		rc = parse_tensor_info(c, &f->tensors[i], i);
 		if (rc)
 			return rc;
 	}

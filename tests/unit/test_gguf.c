@@ -724,7 +724,7 @@ static void test_refuse_kv(void **state)
 	nb_header(&b, 3, 0, 1);
 	nb_u64(&b, 1000);
 	nb_bytes(&b, "abcdefgh", 8);
-	expect_refusal(&b, "key: length 1000 runs past the end (8 bytes left)", 24);
+	expect_refusal(&b, "key 0: length 1000 runs past the end (8 bytes left)", 24);
 
 	/* an empty key */
 	b.len = 0;
@@ -738,7 +738,7 @@ static void test_refuse_kv(void **state)
 	nb_one_kv(&b, "name", 8);
 	nb_u64(&b, 1ull << 62);
 	nb_bytes(&b, "x", 1);
-	expect_refusal(&b, "string: length 4611686018427387904 runs past the end", 40);
+	expect_refusal(&b, "value of 'name': length 4611686018427387904 runs past the end (1 bytes left)", 40);
 
 	/* an unknown value type */
 	nb_one_kv(&b, "k", 13);
@@ -768,7 +768,7 @@ static void test_refuse_kv(void **state)
 	nb_cstr(&b, "a");
 	nb_u64(&b, 500);
 	nb_bytes(&b, "0123456789", 10);
-	expect_refusal(&b, "string: length 500 runs past the end (10 bytes left)", 63);
+	expect_refusal(&b, "string 1 of 'tokens': length 500 runs past the end (10 bytes left)", 63);
 
 	/* a bool that is not 0 or 1 */
 	nb_one_array(&b, "flags", 7, 3);
