@@ -203,7 +203,7 @@ static int take_strings(struct cursor *c, struct gguf_kv *kv, const char *key)
 {
 	size_t start = c->pos;
 	struct gguf_str s;
-	char what[QUOTE_BUF + 64];
+	char what[QUOTE_BUF + 64] = "";
 	int rc;
 
 	/* every string takes at least its 8-byte length */
@@ -218,11 +218,15 @@ static int take_strings(struct cursor *c, struct gguf_kv *kv, const char *key)
 	for (uint64_t i = 0; i < kv->n; i++) {
 		if (kv->str_off)
 			kv->str_off[i] = c->pos - start;
-		if (kv->str_off)
-			snprintf(what, sizeof(what), "string %llu of '%s'",
-				 (unsigned long long)i, key);
-		else
-			snprintf(what, sizeof(what), "value of '%s'", key);
+		/* the message only for a string that does not fit: a
+		 * vocabulary has a hundred thousand that do */
+		if (left(c) < 8 || get_le(c->p + c->pos, 8) > left(c) - 8) {
+			if (kv->str_off)
+				snprintf(what, sizeof(what), "string %llu of '%s'",
+					 (unsigned long long)i, key);
+			else
+				snprintf(what, sizeof(what), "value of '%s'", key);
+		}
 		rc = take_str(c, what, &s);
 		if (rc)
 			return rc;
