@@ -9,7 +9,7 @@
 #   make asan     the same tests under AddressSanitizer + UBSan
 #   make bench    throughput scaling runs (table + plot)
 #   make soak     the fault injector for SOAK_SECONDS, checked end to end
-#   make fuzz     fuzz the request parser, HTTP reader and tokenizer (FUZZ_SECONDS)
+#   make fuzz     fuzz the request parser, HTTP reader, tokenizer, sampler and GGUF reader (FUZZ_SECONDS)
 #   make bench-prefix  the paged KV cache: prefix cache on against off (figures)
 #   make bench-tokenizer  tokenizer encoding speed (MB/s) against the naive encoder
 #   make deps     install the Debian packages the build needs
@@ -328,23 +328,31 @@ clean:
 #   fuzz_http (tests/fuzz/fuzz_http.c): http_reader over a connection's bytes,
 #     completion_parse() on each body and the completion/error writers;
 #   fuzz_tokenizer (tests/fuzz/fuzz_tokenizer.c): the tokenizer.bin reader, and
-#     the encoder (against the naive one) and decoder on fuzzed vocabularies.
+#     the encoder (against the naive one) and decoder on fuzzed vocabularies;
+#   fuzz_gguf (tests/fuzz/fuzz_gguf.c): the GGUF reader on hostile bytes, and
+#     each file it accepts written again by the writer and read back the same.
 #
 # Run `make fuzz` (FUZZ_SECONDS per fuzzer, default 300) after changing
 # request_json.c, request_fast.c, jsonl_result.c, line_reader.c, strbuf.c, stop_matcher.c, json_writer.c,
-# http_reader.c, completion_api.c or tokenizer.c, and before a release; `make fuzz-short`
+# http_reader.c, completion_api.c, tokenizer.c or gguf*.c, and before a release; `make fuzz-short`
 # is the same for 15 seconds per fuzzer, the smoke run for `make test`.
 # The committed seeds (tests/fuzz/corpus, tests/fuzz/http_corpus,
-# tests/fuzz/tokenizer_corpus) are copied into build-fuzz/corpus,
-# build-fuzz/http_corpus and build-fuzz/tokenizer_corpus, where libFuzzer
+# tests/fuzz/tokenizer_corpus, tests/fuzz/gguf_corpus) are copied into
+# build-fuzz/corpus, build-fuzz/http_corpus, build-fuzz/tokenizer_corpus
+# and build-fuzz/gguf_corpus, where libFuzzer
 # keeps what it finds, so the repository holds only the small seed sets and
 # a later run resumes from the grown corpus.  A crash or leak fails the run
 # and leaves its input in build-fuzz/artifacts/ (http-* for fuzz_http,
-# tokenizer-* for fuzz_tokenizer); replay it with build-fuzz/fuzz_request
-# <file>, build-fuzz/fuzz_http <file> or build-fuzz/fuzz_tokenizer <file>.
+# tokenizer-* for fuzz_tokenizer, gguf-* for fuzz_gguf); replay it with
+# build-fuzz/fuzz_request <file>, build-fuzz/fuzz_http <file>,
+# build-fuzz/fuzz_tokenizer <file> or build-fuzz/fuzz_gguf <file>.
 # The tokenizer seeds are make_tokenizer files (--vocab 260 on the built-in corpus, 290 and 300 on a
 # two-line text)
 # with a line of text appended: see tests/fuzz/fuzz_tokenizer.c.
+# The GGUF seeds (tests/fuzz/gguf_corpus) are tiny bin/make_gguf files
+# (f32 and f16, one with a 260-token tokenizer, one 8-aligned) and
+# kinds.gguf, every value type and tensor type read, from test_gguf
+# (GGUF_SEED_OUT=FILE build/tests/test_gguf).
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 300
 FUZZ_BUILD := build-fuzz
@@ -361,6 +369,9 @@ FUZZ_HTTP_SRC := tests/fuzz/fuzz_http.c server/http/http_reader.c \
 	lib/text/stop_matcher.c lib/util/json_writer.c
 FUZZ_TOK_BIN := $(FUZZ_BUILD)/fuzz_tokenizer
 FUZZ_TOK_SRC := tests/fuzz/fuzz_tokenizer.c lib/text/tokenizer.c tools/refdecode/ref_tokenizer.c
+FUZZ_GGUF_BIN := $(FUZZ_BUILD)/fuzz_gguf
+FUZZ_GGUF_SRC := tests/fuzz/fuzz_gguf.c lib/model/gguf.c lib/model/gguf_types.c \
+	lib/model/gguf_write.c lib/util/strbuf.c
 FUZZ_SAMPLER_BIN := $(FUZZ_BUILD)/fuzz_sampler
 FUZZ_SAMPLER_SRC := tests/fuzz/fuzz_sampler.c $(SAMPLER_SRC) tools/refdecode/ref_sampler.c
 FUZZ_SANITIZE := -fsanitize=fuzzer,address,undefined
@@ -405,18 +416,23 @@ $(FUZZ_HTTP_BIN): $(FUZZ_HTTP_SRC) tests/fuzz/fuzz_rng.h $(wildcard include/*/*.
 $(FUZZ_TOK_BIN): $(FUZZ_TOK_SRC) tools/refdecode/ref_tokenizer.h tests/fuzz/fuzz_rng.h lib/text/tokenizer.h | fuzz-deps
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(FUZZ_TOK_SRC) -lm
 
+$(FUZZ_GGUF_BIN): $(FUZZ_GGUF_SRC) lib/model/gguf.h lib/model/gguf_types.h lib/model/gguf_write.h \
+		lib/util/strbuf.h | fuzz-deps
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(FUZZ_GGUF_SRC)
+
 # -ffp-contract=off: the weights must not fuse multiply-adds (sampler.h).
 $(FUZZ_SAMPLER_BIN): $(FUZZ_SAMPLER_SRC) tools/refdecode/ref_sampler.h tests/fuzz/fuzz_rng.h \
 		$(wildcard lib/sampling/*.h) lib/sampling/philox.h | fuzz-deps
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -ffp-contract=off -o $@ $(FUZZ_SAMPLER_SRC) -lm
 
-fuzz: $(FUZZ_BIN) $(FUZZ_HTTP_BIN) $(FUZZ_TOK_BIN) $(FUZZ_SAMPLER_BIN)
+fuzz: $(FUZZ_BIN) $(FUZZ_HTTP_BIN) $(FUZZ_TOK_BIN) $(FUZZ_SAMPLER_BIN) $(FUZZ_GGUF_BIN)
 	@mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/http_corpus $(FUZZ_BUILD)/tokenizer_corpus \
-		$(FUZZ_BUILD)/sampler_corpus $(FUZZ_BUILD)/artifacts
+		$(FUZZ_BUILD)/sampler_corpus $(FUZZ_BUILD)/gguf_corpus $(FUZZ_BUILD)/artifacts
 	cp tests/fuzz/corpus/* $(FUZZ_BUILD)/corpus/
 	cp tests/fuzz/http_corpus/* $(FUZZ_BUILD)/http_corpus/
 	cp tests/fuzz/tokenizer_corpus/* $(FUZZ_BUILD)/tokenizer_corpus/
 	cp tests/fuzz/sampler_corpus/* $(FUZZ_BUILD)/sampler_corpus/
+	cp tests/fuzz/gguf_corpus/* $(FUZZ_BUILD)/gguf_corpus/
 	UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_BIN) -max_len=4096 \
 		-max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
 		-dict=tests/fuzz/request.dict -artifact_prefix=$(FUZZ_BUILD)/artifacts/ \
@@ -433,6 +449,10 @@ fuzz: $(FUZZ_BIN) $(FUZZ_HTTP_BIN) $(FUZZ_TOK_BIN) $(FUZZ_SAMPLER_BIN)
 		-max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
 		-artifact_prefix=$(FUZZ_BUILD)/artifacts/sampler- \
 		$(FUZZ_BUILD)/sampler_corpus
+	UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_GGUF_BIN) -max_len=16384 \
+		-max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
+		-artifact_prefix=$(FUZZ_BUILD)/artifacts/gguf- \
+		$(FUZZ_BUILD)/gguf_corpus
 
 fuzz-short:
 	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=15

@@ -112,6 +112,7 @@ FOLDER_NOTES = {
     "tests/e2e": "end-to-end tests of the real binaries",
     "tests/fuzz": "libFuzzer targets, dictionaries",
     "tests/fuzz/corpus": "request-line seeds",
+    "tests/fuzz/gguf_corpus": "GGUF file seeds",
     "tests/fuzz/http_corpus": "HTTP request seeds",
     "tests/fuzz/sampler_corpus": "sampler seeds",
     "tests/fuzz/tokenizer_corpus": "tokenizer.bin seeds",

@@ -62,6 +62,7 @@
 #include "model/llama_checkpoint.h"
 #include "util/parse_num.h"
 #include "model/sim_model.h"
+#include "tools/llama_shape.h"
 
 #define LOGIT_STD 2.5
 #define QK_GAIN 3.0	/* sharper attention: see the file comment */
@@ -72,10 +73,6 @@
 enum tensor_id {
 	T_EMBED = 1, T_RMS_ATT, T_WQ, T_WK, T_WV, T_WO, T_RMS_FFN,
 	T_W1, T_W2, T_W3, T_RMS_FINAL, T_WCLS,
-};
-
-struct shape {
-	uint32_t dim, hidden, layers, heads, kv_heads, vocab, seq_len;
 };
 
 enum format { F_LEGACY, F_AK42, F_AK42V2 };
@@ -317,55 +314,11 @@ static void write_checkpoint(struct writer *w, const struct shape *s,
 			     LOGIT_STD / sqrt(s->dim));
 }
 
-/* The same rules as the reader; 0 or prints why and returns -1. */
-static int shape_check(const struct shape *s)
-{
-	const uint32_t *v = &s->dim;
-	static const char *const names[] = { "--dim", "--hidden", "--layers",
-		"--heads", "--kv-heads", "--vocab", "--seq-len" };
-
-	for (int i = 0; i < 7; i++) {
-		if (v[i] == 0) {
-			fprintf(stderr, "make_checkpoint: %s is missing or 0\n",
-				names[i]);
-			return -1;
-		}
-	}
-	if (s->dim % s->heads || (s->dim / s->heads) % 2 ||
-	    s->heads % s->kv_heads) {
-		fprintf(stderr,
-			"make_checkpoint: need --heads dividing --dim with an even head size, and --kv-heads dividing --heads\n");
-		return -1;
-	}
-	return 0;
-}
-
-static int set_preset(struct shape *s, const char *name)
-{
-	static const struct shape s15 = { 288, 768, 6, 6, 6, 32000, 256 };
-	static const struct shape s110 = { 768, 2048, 12, 12, 12, 32000, 1024 };
-
-	if (strcmp(name, "stories15M") == 0)
-		*s = s15;
-	else if (strcmp(name, "stories110M") == 0)
-		*s = s110;
-	else
-		return -1;
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "out", required_argument, NULL, 'o' },
-		{ "shape", required_argument, NULL, 'S' },
-		{ "dim", required_argument, NULL, 'd' },
-		{ "hidden", required_argument, NULL, 'h' },
-		{ "layers", required_argument, NULL, 'l' },
-		{ "heads", required_argument, NULL, 'n' },
-		{ "kv-heads", required_argument, NULL, 'k' },
-		{ "vocab", required_argument, NULL, 'v' },
-		{ "seq-len", required_argument, NULL, 's' },
+		SHAPE_OPTIONS,
 		{ "separate-classifier", no_argument, NULL, 'c' },
 		{ "format", required_argument, NULL, 'f' },
 		{ "seed", required_argument, NULL, 'r' },
@@ -378,28 +331,12 @@ int main(int argc, char **argv)
 	bool separate = false, group_given = false;
 	enum format fmt = F_LEGACY;
 	const char *out = NULL;
-	uint32_t *field;
 	int c;
 
 	w.seed = 1;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		field = NULL;
 		switch (c) {
 		case 'o': out = optarg; break;
-		case 'S':
-			if (set_preset(&s, optarg)) {
-				fprintf(stderr, "make_checkpoint: unknown --shape '%s' (stories15M or stories110M)\n",
-					optarg);
-				return 2;
-			}
-			break;
-		case 'd': field = &s.dim; break;
-		case 'h': field = &s.hidden; break;
-		case 'l': field = &s.layers; break;
-		case 'n': field = &s.heads; break;
-		case 'k': field = &s.kv_heads; break;
-		case 'v': field = &s.vocab; break;
-		case 's': field = &s.seq_len; break;
 		case 'c': separate = true; break;
 		case 'f':
 			if (strcmp(optarg, "ak42") == 0) {
@@ -429,12 +366,12 @@ int main(int argc, char **argv)
 			group_given = true;
 			break;
 		case 'H': usage(stdout); return 0;
-		default: usage(stderr); return 2;
-		}
-		if (field && parse_u32(optarg, 1, INT32_MAX, field)) {
-			fprintf(stderr, "make_checkpoint: bad %s '%s' (1 to %d)\n",
-				argv[optind - 1], optarg, INT32_MAX);
-			return 2;
+		default:
+			switch (shape_option(&s, c, optarg, "make_checkpoint")) {
+			case 1: break;
+			case 0: usage(stderr); return 2;
+			default: return 2;
+			}
 		}
 	}
 	if (optind < argc || !out) {
@@ -443,7 +380,7 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	if (shape_check(&s))
+	if (shape_check(&s, "make_checkpoint"))
 		return 2;
 	if (group_given && fmt != F_AK42V2) {
 		fprintf(stderr, "make_checkpoint: --group-size is for --format ak42v2 only\n");
