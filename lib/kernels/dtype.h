@@ -21,10 +21,17 @@ enum dtype {
 	DTYPE_COUNT
 };
 
+/* One layer of a tensor whose layers lie apart (tensor.layers). */
+struct tensor_part {
+	const void *data;
+	size_t bytes;		/* the matrix, its scales included */
+	enum dtype type;
+};
+
 /*
  * A weight tensor in place in the read-only mapping: n_layers matrices
- * of [rows][cols] back to back (n_layers 1 for one not stacked over
- * layers; a vector is one row).
+ * of [rows][cols] back to back, or apart (layers below; n_layers 1 for
+ * one not stacked over layers; a vector is one row).
  *
  * F32: rows * cols floats, 4-byte aligned.
  * Q8_0 (llama2.c export.py's version 2): rows * cols int8 values q, then
@@ -41,6 +48,11 @@ struct tensor {
 	uint32_t cols;		/* per row */
 	uint32_t group;		/* values per scale (quantized types), else 0 */
 	size_t layer_bytes;	/* one matrix, its scales included */
+	/* NULL: the layers are back to back from data, layer_bytes apart,
+	 * all of type (llama2.c's files); else layer l is layers[l],
+	 * anywhere in the mapping and of its own type (a GGUF file's blk.N
+	 * tensors: a Q4_K_M file mixes Q4_K and Q6_K layers) */
+	const struct tensor_part *layers;
 };
 
 /*
@@ -67,7 +79,14 @@ static inline struct tensor tensor_layer(const struct tensor *t, uint32_t l)
 {
 	struct tensor m = *t;
 
-	m.data = (const unsigned char *)t->data + (size_t)l * t->layer_bytes;
+	if (t->layers) {
+		m.data = t->layers[l].data;
+		m.layer_bytes = t->layers[l].bytes;
+		m.type = t->layers[l].type;
+	} else {
+		m.data = (const unsigned char *)t->data + (size_t)l * t->layer_bytes;
+	}
+	m.layers = NULL;
 	m.n_layers = 1;
 	return m;
 }

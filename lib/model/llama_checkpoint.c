@@ -24,6 +24,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -94,6 +95,10 @@ int llama_config_check(struct llama_config *cfg, const int32_t *h,
 	cfg->seq_len = (uint32_t)h[LLAMA_H_SEQ];
 	cfg->head_size = cfg->dim / cfg->n_heads;
 	cfg->kv_dim = cfg->n_kv_heads * cfg->head_size;
+	cfg->rms_eps = 1e-5f;
+	cfg->rope_theta = 10000.0f;
+	cfg->rope_dim = cfg->head_size;
+	cfg->rope_half = false;
 	return 0;
 }
 
@@ -224,5 +229,9 @@ void llama_checkpoint_close(struct llama_checkpoint *ck)
 	if (ck && ck->map) {
 		munmap(ck->map, ck->map_len);
 		ck->map = NULL;
+	}
+	if (ck) {
+		free(ck->reader_mem);
+		ck->reader_mem = NULL;
 	}
 }

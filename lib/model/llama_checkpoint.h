@@ -59,6 +59,15 @@ struct llama_config {
 	uint32_t seq_len;	/* longest prefix the model was built for */
 	uint32_t head_size;	/* dim / n_heads, even */
 	uint32_t kv_dim;	/* n_kv_heads * head_size */
+	/* What llama2.c fixes and a GGUF file states (llama_config_check()
+	 * sets llama2.c's values) */
+	float rms_eps;		/* RMSNorm's epsilon: 1e-5 */
+	float rope_theta;	/* RoPE's base: 10000 */
+	uint32_t rope_dim;	/* leading dims of a head RoPE rotates:
+				 * head_size; even, <= head_size */
+	bool rope_half;		/* pairs (i, i + rope_dim / 2) of a head
+				 * (GPT-NeoX's, qwen2's), not llama2.c's
+				 * adjacent (2i, 2i + 1) */
 };
 
 /*
@@ -81,6 +90,9 @@ struct llama_weights {
 	struct tensor w3;		/* (layer, hidden_dim, dim) */
 	struct tensor rms_final;	/* (1, dim) F32 */
 	struct tensor wcls;		/* (vocab, dim); token_embedding if shared */
+	/* qwen2's biases of the Q, K and V projections, F32 (layer, 1,
+	 * dim or kv_dim); data NULL when the model has none */
+	struct tensor bq, bk, bv;
 };
 
 struct llama_checkpoint {
@@ -91,6 +103,8 @@ struct llama_checkpoint {
 				 * messages and tests, never the forward */
 	void *map;		/* what llama_checkpoint_open() mapped, or NULL */
 	size_t map_len;
+	void *reader_mem;	/* what the reader allocated (a GGUF file's
+				 * per-layer pointers), freed at close */
 };
 
 /*

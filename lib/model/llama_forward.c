@@ -17,10 +17,10 @@
  * a function of the position alone, so the same however it is reached. */
 static void llama_rope_chunk(struct llama_model *m, uint32_t n)
 {
-	uint32_t hs = m->ck.cfg.head_size;
+	uint32_t hs = m->ck.cfg.head_size, pairs = m->ck.cfg.rope_dim / 2;
 
 	for (uint32_t t = 0; t < n; t++) {
-		for (uint32_t j = 0; j < hs / 2; j++) {
+		for (uint32_t j = 0; j < pairs; j++) {
 			float val = (float)m->ct[t].pos * m->rope_freq[j];
 			float *e = m->rope + ((size_t)t * (hs / 2) + j) * 2;
 
@@ -41,30 +41,37 @@ static float *llama_cache(struct llama_model *m, uint32_t slot,
 }
 
 /* o = w * (x / sqrt(mean(x^2) + eps)), as llama2.c's rmsnorm. */
-static void llama_rmsnorm(const struct llama_kernels *k, float *o,
+static void llama_rmsnorm(const struct llama_model *m, float *o,
 			  const float *x, const float *w, uint32_t n)
 {
-	float ss = k->dot(x, x, n) / (float)n + LLAMA_RMS_EPS;
+	float ss = m->k->dot(x, x, n) / (float)n + m->ck.cfg.rms_eps;
 
 	ss = 1.0f / sqrtf(ss);
 	for (uint32_t j = 0; j < n; j++)
 		o[j] = w[j] * (ss * x[j]);
 }
 
-/* Rotate adjacent pairs of each head of vec (n floats) for the chunk's
- * token t (llama_rope_chunk()). */
+/* Rotate the pairs of each head of vec (n floats) for the chunk's
+ * token t (llama_rope_chunk()): pair j of the rope_dim / 2 is the
+ * adjacent (2j, 2j + 1), or (j, j + rope_dim / 2) with rope_half; the
+ * dims past rope_dim stay as they are. */
 static void llama_rope(const struct llama_model *m, float *vec, uint32_t n,
 		       uint32_t t)
 {
-	uint32_t hs = m->ck.cfg.head_size;
+	const struct llama_config *c = &m->ck.cfg;
+	uint32_t hs = c->head_size, pairs = c->rope_dim / 2;
 	const float *tab = m->rope + (size_t)t * hs;
 
-	for (uint32_t i = 0; i < n; i += 2) {
-		const float *e = tab + (i % hs);	/* pair (i % hs) / 2 */
-		float v0 = vec[i], v1 = vec[i + 1];
+	for (uint32_t h = 0; h < n; h += hs) {
+		for (uint32_t j = 0; j < pairs; j++) {
+			uint32_t a = h + (c->rope_half ? j : 2 * j);
+			uint32_t b = c->rope_half ? a + pairs : a + 1;
+			const float *e = tab + 2 * j;
+			float v0 = vec[a], v1 = vec[b];
 
-		vec[i] = v0 * e[0] - v1 * e[1];
-		vec[i + 1] = v0 * e[1] + v1 * e[0];
+			vec[a] = v0 * e[0] - v1 * e[1];
+			vec[b] = v0 * e[1] + v1 * e[0];
+		}
 	}
 }
 
@@ -115,13 +122,30 @@ static void llama_matmul_w(const struct llama_model *m, float *out,
 {
 	struct tensor mat = tensor_layer(w, l);
 
-	m->ops[w->type]->matmul(out, x, n, &mat);
+	m->ops[mat.type]->matmul(out, x, n, &mat);
 }
 
 /* Layer l of an F32 vector tensor (a norm's weights: always F32). */
 static const float *llama_f32_row(const struct tensor *t, uint32_t l)
 {
+	if (t->layers)
+		return t->layers[l].data;
 	return (const float *)t->data + (size_t)l * t->cols;
+}
+
+/* out[t] += layer l of the bias b, for the chunk's n rows (nothing when
+ * the model has no such bias). */
+static void llama_add_bias(float *out, const struct tensor *b, uint32_t l,
+			   uint32_t n)
+{
+	const float *v;
+
+	if (!b->data)
+		return;
+	v = llama_f32_row(b, l);
+	for (uint32_t t = 0; t < n; t++)
+		for (uint32_t i = 0; i < b->cols; i++)
+			out[(size_t)t * b->cols + i] += v[i];
 }
 
 /* The attention half of one layer for the chunk's n tokens. */
@@ -130,16 +154,18 @@ static void llama_layer_attention(struct llama_model *m, uint32_t l,
 {
 	const struct llama_config *c = &m->ck.cfg;
 	const struct llama_weights *w = &m->ck.w;
-	const struct llama_kernels *k = m->k;
 	size_t dim = c->dim, kvd = c->kv_dim;
 
 	const float *rms = llama_f32_row(&w->rms_att, l);
 
 	for (uint32_t t = 0; t < n; t++)
-		llama_rmsnorm(k, m->xb + t * dim, m->x + t * dim, rms, c->dim);
+		llama_rmsnorm(m, m->xb + t * dim, m->x + t * dim, rms, c->dim);
 	llama_matmul_w(m, m->q, m->xb, n, &w->wq, l);
 	llama_matmul_w(m, m->kb, m->xb, n, &w->wk, l);
 	llama_matmul_w(m, m->vb, m->xb, n, &w->wv, l);
+	llama_add_bias(m->q, &w->bq, l, n);
+	llama_add_bias(m->kb, &w->bk, l, n);
+	llama_add_bias(m->vb, &w->bv, l, n);
 	/* every K/V of the chunk goes in before anyone attends */
 	for (uint32_t t = 0; t < n; t++) {
 		const struct llama_chunk_token *ct = &m->ct[t];
@@ -178,12 +204,11 @@ static void llama_layer_ffn(struct llama_model *m, uint32_t l, uint32_t n)
 {
 	const struct llama_config *c = &m->ck.cfg;
 	const struct llama_weights *w = &m->ck.w;
-	const struct llama_kernels *k = m->k;
 	size_t dim = c->dim, hid = c->hidden_dim;
 	const float *rms = llama_f32_row(&w->rms_ffn, l);
 
 	for (uint32_t t = 0; t < n; t++)
-		llama_rmsnorm(k, m->xb + t * dim, m->x + t * dim, rms, c->dim);
+		llama_rmsnorm(m, m->xb + t * dim, m->x + t * dim, rms, c->dim);
 	llama_matmul_w(m, m->hb, m->xb, n, &w->w1, l);
 	llama_matmul_w(m, m->hb2, m->xb, n, &w->w3, l);
 	for (size_t i = 0; i < n * hid; i++) {
@@ -212,7 +237,7 @@ static void llama_chunk_logits(struct llama_model *m, uint32_t n)
 	for (uint32_t t = 0; t < n; t++) {
 		if (m->ct[t].out_row < 0)
 			continue;
-		llama_rmsnorm(m->k, m->xb + n_out * dim, m->x + t * dim,
+		llama_rmsnorm(m, m->xb + n_out * dim, m->x + t * dim,
 			      llama_f32_row(&w->rms_final, 0), c->dim);
 		rows[n_out++] = m->ct[t].out_row;
 	}

@@ -218,14 +218,16 @@ float *llama_alloc_floats(size_t n)
 	return p;
 }
 
-/* The frequency of each pair within a head, as llama2.c computes it. */
+/* The frequency of each rotated pair within a head, as llama2.c
+ * computes it (base 10000, rope_dim the head size) and llama.cpp's
+ * freq_base and dimension_count generalise it. */
 static void llama_rope_freqs(struct llama_model *m)
 {
-	uint32_t hs = m->ck.cfg.head_size;
+	const struct llama_config *c = &m->ck.cfg;
 
-	for (uint32_t j = 0; j < hs / 2; j++)
-		m->rope_freq[j] = 1.0f / powf(LLAMA_ROPE_THETA,
-					      (float)(2 * j) / (float)hs);
+	for (uint32_t j = 0; j < c->rope_dim / 2; j++)
+		m->rope_freq[j] = 1.0f / powf(c->rope_theta,
+					      (float)(2 * j) / (float)c->rope_dim);
 }
 
 

@@ -17,8 +17,6 @@
 #include "kernels/tensor.h"
 
 #define LLAMA_CHUNK 64		/* tokens per internal forward pass */
-#define LLAMA_RMS_EPS 1e-5f
-#define LLAMA_ROPE_THETA 10000.0f
 #define LLAMA_ALIGN 64
 
 /* One token of a chunk: where its K/V go and whether it makes logits. */
