@@ -1,8 +1,8 @@
 /*
  * fp16.h - the 16-bit float formats of weights, in portable C: IEEE
  * binary16 ("half", ggml's scales and F16 tensors) and bfloat16 to fp32,
- * exactly, and fp32 to half rounded to nearest, ties to even (the
- * quantizers' scales).
+ * exactly, and fp32 to either rounded to nearest, ties to even (the
+ * quantizers' scales, a GGUF writer's F16/BF16 tensors).
  *
  * Every half is an fp32 exactly (11 significant bits, exponents within
  * fp32's), so fp16_to_fp32() is a re-encoding of bits, not arithmetic:
@@ -87,6 +87,18 @@ static inline uint16_t fp32_to_fp16(float f)
 			q++;	/* may carry into the smallest normal: right */
 		return (uint16_t)(sign | q);
 	}
+}
+
+/* f rounded to the nearest bfloat16, ties to even; a nan stays a quiet
+ * nan of its sign (an infinity stays one; overflow rounds to one). */
+static inline uint16_t fp32_to_bf16(float f)
+{
+	uint32_t x;
+
+	memcpy(&x, &f, sizeof(x));
+	if ((x & 0x7fffffff) > 0x7f800000)
+		return (uint16_t)(x >> 16 | 0x40);
+	return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
 }
 
 /* The little-endian half at p (any alignment), as an fp32. */

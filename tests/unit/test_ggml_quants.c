@@ -22,6 +22,11 @@
  *    equal to the portable kernel bit for bit; batch invariance.
  *  - F16/BF16 matmul equal, bit for bit, to the F32 kernel of the same
  *    kind on the converted weights.
+ *  - quantize -> dequantize: every value within half a step (d, or the
+ *    K types' d * sc; one step for Q4_0/Q5_0) of its original, plus
+ *    2^-20 of |x| and of the block's offset (ggml_quantize.h), on rows
+ *    of magnitudes from 1e-6 to 1e2 with outliers to 2e4, zeros and
+ *    constants.
  *
  * Randomized; prints its seed, SEED=<n> replays.
  */
@@ -38,6 +43,7 @@
 
 #include "kernels/fp16.h"
 #include "kernels/ggml_quants.h"
+#include "kernels/ggml_quantize.h"
 #include "kernels/tensor.h"
 #include "tests/unit/test_rng.h"
 
@@ -728,6 +734,84 @@ static void test_f16_is_f32(void **state)
 	}
 }
 
+static void test_quantize_roundtrip(void **state)
+{
+	struct rng r = rng_for(50);
+	float x[1024], y[1024];
+	uint8_t q[1024 / 32 * 34];
+
+	(void)state;
+	for (size_t t = 0; t < N_CASES; t++) {
+		const struct type_case *c = &cases[t];
+		double worst = 0;
+
+		assert_int_equal(ggml_quantize_bytes(c->type, 1024),
+				 1024 / c->qk * c->bytes);
+		assert_int_equal(ggml_quantize_row(c->type, q, x, c->qk + 16), 0);
+		assert_int_equal(ggml_quantize_row(DTYPE_F32, q, x, 1024), 0);
+		for (int round = 0; round < 200; round++) {
+			float mag = powf(10, (float)rng_below(&r, 9) - 6); /* to 1e2 */
+			int kind = (int)rng_below(&r, 6);
+
+			for (int i = 0; i < 1024; i++) {
+				x[i] = random_act(&r) * mag;
+				if (kind == 1)	/* one-sided */
+					x[i] = fabsf(x[i]) + mag;
+				else if (kind == 2 && rng_below(&r, 50) == 0)
+					x[i] *= 100;	/* outliers */
+				else if (kind == 3 && i % 64 < 40)
+					x[i] = 0;
+				else if (kind == 4)
+					x[i] = -mag * 0.37f;	/* constant */
+			}
+			assert_int_equal(ggml_quantize_row(c->type, q, x, 1024),
+					 1024 / c->qk * c->bytes);
+			ggml_dequant_row(c->type, y, q, 1024);
+			for (int i = 0; i < 1024; i++) {
+				float scale, add;
+				int has_add;
+				double step, bound, err = fabs((double)x[i] - y[i]);
+
+				naive_element(c, q + i / c->qk * c->bytes,
+					      (int)(i % c->qk), &scale, &add,
+					      &has_add);
+				step = fabs((double)scale);
+				bound = (c->type == DTYPE_GGML_Q4_0 ||
+					 c->type == DTYPE_GGML_Q5_0 ? 1.0 : 0.5) * step +
+					0x1p-20 * (fabs(x[i]) + fabs(add)) + 1e-35;
+				if (!(err <= bound))
+					fail_msg("%s round %d value %d: %a came back %a "
+						 "(step %a, bound %a)", dtype_name(c->type),
+						 round, i, x[i], y[i], step, bound);
+				if (step > 0 && err / step > worst)
+					worst = err / step;
+			}
+		}
+		printf("%s: worst error %.3f of a step\n", dtype_name(c->type), worst);
+	}
+}
+
+static void test_bf16_rounding(void **state)
+{
+	(void)state;
+	for (uint32_t b = 0; b < 0x7f80; b++) {	/* finite, positive */
+		float f = bf16_to_fp32((uint16_t)b);
+		float next = bf16_to_fp32((uint16_t)(b + 1));
+		float mid = (float)(((double)f + next) / 2);
+
+		assert_int_equal(fp32_to_bf16(f), b);
+		assert_int_equal(fp32_to_bf16(-f), b | 0x8000);
+		if (b + 1 < 0x7f80) {
+			assert_int_equal(fp32_to_bf16(mid), (b & 1) ? b + 1 : b);
+			assert_int_equal(fp32_to_bf16(nextafterf(mid, 0)), b);
+			assert_int_equal(fp32_to_bf16(nextafterf(mid, INFINITY)), b + 1);
+		}
+	}
+	assert_int_equal(fp32_to_bf16(INFINITY), 0x7f80);
+	assert_true((fp32_to_bf16(NAN) & 0x7fff) > 0x7f80);
+	assert_true((fp32_to_bf16(bits_float(0x7f800001)) & 0x7fff) > 0x7f80);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -740,6 +824,8 @@ int main(void)
 		cmocka_unit_test(test_matmul_against_naive),
 		cmocka_unit_test(test_batch_invariance),
 		cmocka_unit_test(test_f16_is_f32),
+		cmocka_unit_test(test_quantize_roundtrip),
+		cmocka_unit_test(test_bf16_rounding),
 	};
 
 	test_seed_init("ggml_quants");
