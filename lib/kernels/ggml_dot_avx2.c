@@ -9,15 +9,18 @@
  * Integer work, where the time goes, is vectorised; the float work per
  * block is the portable code's, operation for operation.
  *
- * 32-blocks: a weight block is unpacked once into 32 signed bytes in
+ * 32-blocks: a weight block is unpacked once into its 32 stored codes in
  * element order (nibbles split, Q5's fifth bits spread from their 32-bit
  * word with a byte shuffle and compare), then met by each of up to 4
- * activation rows with the sign trick: maddubs(|w|, sign(a, w)) then
- * madd with ones leaves in int32 lane l the exact sum over elements
- * 4l .. 4l + 3, the portable code's L[l].  No int16 overflow: |w| <= 128
- * and |a| <= 127 (the activation quantizer never gives -128), so a pair
- * is at most 32512.  Lanes become floats, times the block's d_w * d_a,
- * added to the row's 8-lane accumulator: mul then add, as portable.
+ * activation rows: maddubs(code, a) (the codes are unsigned but Q8_0's,
+ * which goes through the sign trick maddubs(|w|, sign(a, w))) then madd
+ * with ones leaves in int32 lane l the exact sum over elements 4l ..
+ * 4l + 3, the portable code's L[l].  No int16 overflow: codes are at
+ * most 31 (|w| <= 128 for Q8_0) and |a| <= 127 (the activation
+ * quantizer never gives -128), so a pair is at most 32512.  Lanes become
+ * floats and one FMA by the block's d_w * d_a adds them to the row's
+ * 8-lane accumulator: the portable code's fmaf().  Q4_0/Q5_0's -8/-16
+ * come back as an offset term, as Q4_1/Q5_1's minimum does.
  *
  * 256-blocks: per block and row, the exact int32 sumi summed in any order
  * (integers), reduced once per block, then the portable code's two
@@ -72,24 +75,28 @@ ALWAYS_INLINE __m256i fifth_bits(const uint8_t *qh)
 	return _mm256_and_si256(v, _mm256_set1_epi8(16));
 }
 
-/* Weight block b of type as 32 signed values, d and m (ggml_unpack32()). */
+/*
+ * Weight block b of type as its 32 stored codes (Q8_0 signed, the others
+ * unsigned), d and the offset term's factor m (ggml_quants.h: m_w, or
+ * -8 d / -16 d for Q4_0 / Q5_0; 0 for Q8_0).
+ */
 ALWAYS_INLINE __m256i unpack32(enum dtype type, const uint8_t *b, float *d,
 			       float *m)
 {
 	*d = fp16_load(b);
-	*m = 0;
 	switch (type) {
 	case DTYPE_GGML_Q8_0:
+		*m = 0;
 		return _mm256_loadu_si256((const __m256i *)(b + 2));
 	case DTYPE_GGML_Q4_0:
-		return _mm256_sub_epi8(nibbles32(b + 2), _mm256_set1_epi8(8));
+		*m = -8.0f * *d;
+		return nibbles32(b + 2);
 	case DTYPE_GGML_Q4_1:
 		*m = fp16_load(b + 2);
 		return nibbles32(b + 4);
 	case DTYPE_GGML_Q5_0:
-		return _mm256_sub_epi8(_mm256_or_si256(nibbles32(b + 6),
-						       fifth_bits(b + 2)),
-				       _mm256_set1_epi8(16));
+		*m = -16.0f * *d;
+		return _mm256_or_si256(nibbles32(b + 6), fifth_bits(b + 2));
 	default:	/* DTYPE_GGML_Q5_1 */
 		*m = fp16_load(b + 2);
 		return _mm256_or_si256(nibbles32(b + 8), fifth_bits(b + 4));
@@ -102,7 +109,7 @@ ALWAYS_INLINE void tile32(int R, enum dtype type, float *out, size_t n_out,
 			  size_t n_blocks)
 {
 	unsigned bytes = ggml_block_bytes(type);
-	int has_min = type == DTYPE_GGML_Q4_1 || type == DTYPE_GGML_Q5_1;
+	int is_q8 = type == DTYPE_GGML_Q8_0;
 	const __m256i ones = _mm256_set1_epi16(1);
 	__m256 acc[GGML_MR];
 	float macc[GGML_MR];
@@ -115,18 +122,19 @@ ALWAYS_INLINE void tile32(int R, enum dtype type, float *out, size_t n_out,
 	for (size_t k = 0; k < n_blocks; k++) {
 		float d, m;
 		__m256i wv = unpack32(type, w + k * bytes, &d, &m);
-		__m256i aw = _mm256_sign_epi8(wv, wv);	/* |w| as unsigned */
+		/* Q8_0: |w| as unsigned, its sign moved onto a */
+		__m256i aw = is_q8 ? _mm256_sign_epi8(wv, wv) : wv;
 
 #pragma GCC unroll 4
 		for (int r = 0; r < R; r++) {
 			const struct ggml_act32 *ab = a + r * n_blocks + k;
 			__m256i y = _mm256_loadu_si256((const __m256i *)ab->q);
-			__m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(y, wv));
+			__m256i p = _mm256_maddubs_epi16(
+				aw, is_q8 ? _mm256_sign_epi8(y, wv) : y);
 			__m256 L = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
 
-			acc[r] = _mm256_add_ps(acc[r],
-					       _mm256_mul_ps(L, _mm256_set1_ps(d * ab->d)));
-			if (has_min)
+			acc[r] = _mm256_fmadd_ps(L, _mm256_set1_ps(d * ab->d), acc[r]);
+			if (!is_q8)
 				macc[r] = macc[r] + m * ab->s;
 		}
 	}

@@ -20,9 +20,12 @@
  * on its activation row and weight row):
  *
  *   32-blocks: integer lanes L[l] = sum over i in 4l .. 4l + 3 of
- *	w_q[i] * a_q[i] (exact: what AVX2's maddubs + madd leave in the
- *	8 int32 lanes), then per block, in order, acc[l] += (float)L[l] *
- *	(d_w * d_a); for Q4_1 and Q5_1 also macc += m_w * s_a.  The row's
+ *	c[i] * a_q[i], c the weight's stored code (Q8_0's int8, the
+ *	others' unsigned 0..15 or 0..31; exact: what AVX2's maddubs + madd
+ *	leave in the 8 int32 lanes), then per block, in order, acc[l] =
+ *	fmaf((float)L[l], d_w * d_a, acc[l]) (one rounding: fmaf() in C,
+ *	an FMA in AVX2); the offset, m_w for Q4_1 and Q5_1, -8 d_w for
+ *	Q4_0 and -16 d_w for Q5_0, as macc += offset * s_a.  The row's
  *	result is ggml_hsum8(acc) (llama_hsum8()'s tree) + macc.
  *   256-blocks: per block the exact int32 sumi = sum over sub-blocks j of
  *	sc[j] * (integer dot of sub-block j), and for Q4_K/Q5_K summ = sum
@@ -30,8 +33,8 @@
  *	acc += (d_w * d_a) * (float)sumi, acc -= (dmin_w * d_a) *
  *	(float)summ.
  *
- * The build uses -ffp-contract=off, so none of those products and sums
- * is fused in either twin.  Integer sums are exact in any order, which
+ * The build uses -ffp-contract=off, so no product and sum is fused in
+ * either twin but the lanes' fmaf(), written out in both.  Integer sums are exact in any order, which
  * is what lets the AVX2 code sum them its own way.
  */
 #ifndef DYNBATCH_GGML_QUANTS_H

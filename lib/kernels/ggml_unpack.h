@@ -33,6 +33,7 @@ static inline void ggml_k_scale_min(const uint8_t *s, int j, uint8_t *sc,
 struct ggml_unpacked32 {
 	float d, m;
 	int has_min;	/* Q4_1, Q5_1 */
+	int bias;	/* Q4_0 8, Q5_0 16: v[i] + bias is the stored code */
 	int8_t v[32];	/* Q8_0 -128..127, Q4_0 -8..7, Q4_1 0..15,
 			 * Q5_0 -16..15, Q5_1 0..31 */
 };
@@ -73,6 +74,7 @@ static inline void ggml_unpack32(struct ggml_unpacked32 *u, enum dtype type,
 	u->d = fp16_load(b);
 	u->m = 0;
 	u->has_min = type == DTYPE_GGML_Q4_1 || type == DTYPE_GGML_Q5_1;
+	u->bias = type == DTYPE_GGML_Q4_0 ? 8 : type == DTYPE_GGML_Q5_0 ? 16 : 0;
 	if (u->has_min)
 		u->m = fp16_load(b + 2);
 	switch (type) {

@@ -471,8 +471,10 @@ static void test_matrix_bytes(void **state)
  * and the accumulation over n_blocks blocks (then 8 lanes' tree and the
  * min sum) at most n_blocks + 4 times; every rounding is within 2^-24
  * of its magnitude, and every magnitude within S = sum over i of
- * (|scale_i * q_i| + |add_i|) * |a_i|.  So (n_blocks + 16) * 2^-24 * S,
- * with room, plus the tiny absolute slack of subnormal products.
+ * (|scale_i * q_i| + 2 |add_i|) * |a_i| (Q4_0/Q5_0's add: the 8 d or
+ * 16 d the kernels take off the stored codes' sum; twice, as the code's
+ * part grows by as much).  So (n_blocks + 16) * 2^-24 * S, with room,
+ * plus the tiny absolute slack of subnormal products.
  */
 static double matmul_bound(const struct type_case *c, const uint8_t *w,
 			   const float *adq, size_t n)
@@ -485,7 +487,10 @@ static double matmul_bound(const struct type_case *c, const uint8_t *w,
 					       (int)(i % c->qk), &scale, &add,
 					       &has_add);
 
-		s += (fabs((double)scale * q) + fabs((double)add)) * fabs(adq[i]);
+		/* Q4_0/Q5_0 sum the stored codes and subtract 8 or 16 d */
+		if (c->type == DTYPE_GGML_Q4_0 || c->type == DTYPE_GGML_Q5_0)
+			add = scale * (c->type == DTYPE_GGML_Q4_0 ? 8 : 16);
+		s += (fabs((double)scale * q) + 2 * fabs((double)add)) * fabs(adq[i]);
 	}
 	return ((double)(n / c->qk) + 16) * 0x1p-24 * s + 1e-30;
 }
