@@ -12,6 +12,7 @@
 #   make fuzz     fuzz the request parser, HTTP reader, tokenizer, sampler and GGUF reader (FUZZ_SECONDS)
 #   make bench-prefix  the paged KV cache: prefix cache on against off (figures)
 #   make bench-tokenizer  tokenizer encoding speed (MB/s) against the naive encoder
+#   make test-ggml-ref  the GGUF weight types against llama.cpp's ggml (npm package)
 #   make deps     install the Debian packages the build needs
 #
 # Users may change optimisation (CFLAGS=-O0 ...), never drop the warnings.
@@ -99,7 +100,8 @@ ESCAPE_PLUGIN := $(BUILD)/escape_plugin.so
 # the coordinator learns its vocabulary (e2e_probe.sh).
 PROBE_PLUGIN := $(BUILD)/probe_plugin.so
 
-.PHONY: all deps test-deps run serve load layers layers-doc test unit e2e asan tsan bench bench-llama bench-prefix bench-tokenizer bench-sampler soak clean
+.PHONY: all deps test-deps run serve load layers layers-doc test unit e2e asan tsan bench bench-llama bench-prefix bench-tokenizer bench-sampler soak clean \
+	test-ggml-ref
 all: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(BIN)/dynbatch-hostile-worker \
 	$(TOOL_BIN) $(PLUGIN) $(ESCAPE_PLUGIN) $(PROBE_PLUGIN) $(TEST_BIN)
 
@@ -289,6 +291,21 @@ bench-tokenizer: $(BIN)/bench_tokenizer
 # batch-64 decode step timed in the same run; writes $(BUILD)/bench/sampler.txt.
 bench-sampler: $(BIN)/bench_sampler $(BIN)/make_checkpoint
 	BIN=$(BIN) bash bench/bench_sampler.sh $(BUILD)/bench
+
+# lib/kernels' GGUF weight types (fp16, bf16, every ggml block type)
+# against llama.cpp's own libggml-base.so, bit for bit: installs the npm
+# package that ships it (once, under $(BUILD)/node-llama), then runs
+# tests/ggml_ref/ggml_ref_check.c on it (a few seconds).
+GGML_REF_PKG := @node-llama-cpp/linux-x64@3.22.1
+GGML_REF_DIR := $(BUILD)/node-llama
+GGML_REF_LIB := $(GGML_REF_DIR)/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libggml-base.so
+$(GGML_REF_LIB):
+	npm install --prefix $(GGML_REF_DIR) --ignore-scripts --no-audit --no-fund $(GGML_REF_PKG)
+$(BUILD)/tests/ggml_ref_check: $(BUILD)/tests/ggml_ref/ggml_ref_check.o $(call libs,lib/model lib/kernels lib/util)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) -ldl -lm
+test-ggml-ref: $(BUILD)/tests/ggml_ref_check $(GGML_REF_LIB)
+	$(BUILD)/tests/ggml_ref_check $(GGML_REF_LIB)
 
 # The fault injector for SOAK_SECONDS (default 300) in rounds, each checked
 # against the reference decoder.

@@ -1,20 +1,27 @@
 /*
  * bench_matmul.c - bin/bench_matmul: the llama model's batched matmul
- * alone (the F32 type's AVX2 kernel, asked of tensor.h's table as the
- * model asks it; lib/kernels/llama_kernels.c), in GFLOP/s, for the
- * weight matrices of a model shape, so that bench/bench_llama.sh can set
- * it against the FMA peak bin/machine_limits measures in the same run.
+ * alone (one weight type's AVX2 kernel, asked of tensor.h's table as the
+ * model asks it; lib/kernels/), in GFLOP/s, for the weight matrices of a
+ * model shape, so that bench/bench_llama.sh can set it against the FMA
+ * peak bin/machine_limits measures in the same run.
  *
  *   bench_matmul --dim D --hidden H --vocab V [--rows N] [--seconds S]
+ *                [--type T]
  *
  * One pass is what a step of N token rows does with one layer's matrices
  * (wq, wk, wv, wo: D x D; w1, w3: H x D; w2: D x H) and the classifier
  * (V x D), each read from memory once for all N rows.  The weights are
  * random and larger than the caches together (the layer set is repeated
  * in distinct copies until it is), as in a real model; passes repeat for
- * about S seconds (default 2).  Prints one line:
- *   matmul_gflops=X rows=N
- * Run two at once to see both cores (bench_llama.sh does).
+ * about S seconds (default 2).  T is a type name of tensor.h's table
+ * (f32, the default; f16, bf16, ggml_q8_0, q4_0, q4_1, q5_0, q5_1, q4_k,
+ * q5_k, q6_k; the ggml types quantize random floats with
+ * ggml_quantize.h; D and H must be multiples of their block size).
+ * Prints one line:
+ *   matmul_gflops=X rows=N type=T rows_per_s=R weight_gb_s=G
+ * (R: activation rows through the whole pass a second; G: weight bytes
+ * read a second, each once a pass).  Run two at once to see both cores
+ * (bench_llama.sh does).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -22,6 +29,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "kernels/fp16.h"
+#include "kernels/ggml_quantize.h"
 #include "kernels/tensor.h"
 #include "util/parse_num.h"
 
@@ -46,26 +55,76 @@ static float *random_floats(size_t n, uint64_t *state)
 	return p;
 }
 
-/* out = x W^T for the [n_out][n_in] F32 matrix at w, as the model calls it. */
-static void bench_matmul(const struct tensor_ops *k, float *out, const float *x,
-			 uint32_t rows, const float *w, uint32_t n_in,
-			 uint32_t n_out)
+/* out = x W^T for the [n_out][n_in] matrix of type at w, as the model
+ * calls it. */
+static void bench_matmul(const struct tensor_ops *k, enum dtype type,
+			 float *out, const float *x, uint32_t rows,
+			 const unsigned char *w, uint32_t n_in, uint32_t n_out)
 {
 	struct tensor t = {
-		.type = DTYPE_F32, .data = w, .n_layers = 1, .rows = n_out,
-		.cols = n_in, .layer_bytes = (size_t)n_out * n_in * sizeof(float),
+		.type = type, .data = w, .n_layers = 1, .rows = n_out,
+		.cols = n_in,
+		.layer_bytes = (size_t)dtype_matrix_bytes(type, n_out, n_in, 0),
 	};
 
 	k->matmul(out, x, rows, &t);
 }
 
+/* The type named name, or DTYPE_COUNT; Q8_0 (llama2.c's layout, which
+ * needs a group) is not offered. */
+static enum dtype type_named(const char *name)
+{
+	for (int t = 0; t < DTYPE_COUNT; t++)
+		if (t != DTYPE_Q8_0 && !strcmp(dtype_name((enum dtype)t), name))
+			return (enum dtype)t;
+	return DTYPE_COUNT;
+}
+
+/* One [n_out][n_in] matrix of type at p from random floats: its bytes. */
+static size_t fill_matrix(unsigned char *p, enum dtype type, uint32_t n_out,
+			  uint32_t n_in, uint64_t *state)
+{
+	float *f = random_floats(n_in, state);
+	size_t at = 0;
+
+	if (!f)
+		return 0;
+	for (uint32_t o = 0; o < n_out; o++) {
+		if (o % 64 == 0) {	/* fresh values now and then: enough */
+			free(f);
+			f = random_floats(n_in, state);
+			if (!f)
+				return 0;
+		}
+		if (type == DTYPE_F32) {
+			memcpy(p + at, f, n_in * sizeof(float));
+			at += n_in * sizeof(float);
+		} else if (type == DTYPE_F16 || type == DTYPE_BF16) {
+			for (uint32_t i = 0; i < n_in; i++, at += 2) {
+				uint16_t h = type == DTYPE_F16 ? fp32_to_fp16(f[i]) :
+								 fp32_to_bf16(f[i]);
+
+				p[at] = (unsigned char)h;
+				p[at + 1] = (unsigned char)(h >> 8);
+			}
+		} else {
+			at += ggml_quantize_row(type, p + at, f, n_in);
+		}
+	}
+	free(f);
+	return at;
+}
+
 int main(int argc, char **argv)
 {
 	uint32_t dim = 0, hidden = 0, vocab = 0, rows = 64, seconds = 2;
-	const struct tensor_ops *k = tensor_ops_get(DTYPE_F32, LLAMA_KERNEL_AVX2);
+	const char *type_name = "f32";
+	enum dtype type;
+	const struct tensor_ops *k;
 	uint64_t state = 1;
-	size_t layer, copies, flops_pass;
-	float *w, *x, *out;
+	size_t layer, layer_bytes, copies, flops_pass;
+	unsigned char *w;
+	float *x, *out;
 	double t0, t, passes = 0;
 
 	for (int i = 1; i + 1 < argc; i += 2) {
@@ -75,6 +134,10 @@ int main(int argc, char **argv)
 				!strcmp(argv[i], "--rows") ? &rows :
 				!strcmp(argv[i], "--seconds") ? &seconds : NULL;
 
+		if (!strcmp(argv[i], "--type")) {
+			type_name = argv[i + 1];
+			continue;
+		}
 		if (!dst || parse_u32(argv[i + 1], 1, 1u << 20, dst)) {
 			fprintf(stderr, "bench_matmul: bad option %s %s\n", argv[i],
 				argv[i + 1]);
@@ -83,41 +146,75 @@ int main(int argc, char **argv)
 	}
 	if (!dim || !hidden || !vocab || argc % 2 == 0) {
 		fprintf(stderr, "usage: bench_matmul --dim D --hidden H --vocab V "
-			"[--rows N] [--seconds S]\n");
+			"[--rows N] [--seconds S] [--type T]\n");
 		return 2;
 	}
+	type = type_named(type_name);
+	if (type == DTYPE_COUNT) {
+		fprintf(stderr, "bench_matmul: no type %s\n", type_name);
+		return 2;
+	}
+	if (!dtype_matrix_bytes(type, 1, dim, 0) ||
+	    !dtype_matrix_bytes(type, 1, hidden, 0)) {
+		fprintf(stderr, "bench_matmul: %s needs --dim and --hidden a "
+			"multiple of its block size\n", type_name);
+		return 2;
+	}
+	k = tensor_ops_get(type, LLAMA_KERNEL_AVX2);
 	if (!k) {
 		fprintf(stderr, "bench_matmul: this CPU has no AVX2+FMA\n");
 		return 1;
 	}
 	/* one layer's matrices and the classifier, repeated past 64 MiB */
 	layer = (size_t)4 * dim * dim + (size_t)3 * hidden * dim + (size_t)vocab * dim;
-	copies = 1 + ((size_t)64 << 20) / (layer * sizeof(float));
-	w = random_floats(layer * copies, &state);
+	layer_bytes = 4 * dtype_matrix_bytes(type, dim, dim, 0) +
+		      2 * dtype_matrix_bytes(type, hidden, dim, 0) +
+		      dtype_matrix_bytes(type, dim, hidden, 0) +
+		      dtype_matrix_bytes(type, vocab, dim, 0);
+	copies = 1 + ((size_t)64 << 20) / layer_bytes;
+	w = malloc(layer_bytes * copies);
 	x = random_floats((size_t)rows * (hidden > dim ? hidden : dim), &state);
 	out = malloc((size_t)rows * (vocab > hidden ? vocab : hidden) * sizeof(float));
 	if (!w || !x || !out) {
 		fprintf(stderr, "bench_matmul: out of memory\n");
 		return 1;
 	}
+	{
+		size_t at = 0;
+
+		for (int m = 0; m < 4; m++)
+			at += fill_matrix(w + at, type, dim, dim, &state);
+		at += fill_matrix(w + at, type, hidden, dim, &state);
+		at += fill_matrix(w + at, type, hidden, dim, &state);
+		at += fill_matrix(w + at, type, dim, hidden, &state);
+		at += fill_matrix(w + at, type, vocab, dim, &state);
+		if (at != layer_bytes) {
+			fprintf(stderr, "bench_matmul: out of memory\n");
+			return 1;
+		}
+		for (size_t c = 1; c < copies; c++)	/* distinct memory */
+			memcpy(w + c * layer_bytes, w, layer_bytes);
+	}
 	flops_pass = 2 * (size_t)rows * layer;
 	t0 = now_s();
 	do {
-		const float *p = w + (size_t)((size_t)passes % copies) * layer;
+		const unsigned char *p = w + (size_t)((size_t)passes % copies) * layer_bytes;
 
-		for (int m = 0; m < 4; m++, p += (size_t)dim * dim)
-			bench_matmul(k, out, x, rows, p, dim, dim);
-		bench_matmul(k, out, x, rows, p, dim, hidden);	/* w1 */
-		p += (size_t)hidden * dim;
-		bench_matmul(k, out, x, rows, p, dim, hidden);	/* w3 */
-		p += (size_t)hidden * dim;
-		bench_matmul(k, out, x, rows, p, hidden, dim);	/* w2 */
-		p += (size_t)hidden * dim;
-		bench_matmul(k, out, x, rows, p, dim, vocab);	/* classifier */
+		for (int m = 0; m < 4; m++, p += dtype_matrix_bytes(type, dim, dim, 0))
+			bench_matmul(k, type, out, x, rows, p, dim, dim);
+		bench_matmul(k, type, out, x, rows, p, dim, hidden);	/* w1 */
+		p += dtype_matrix_bytes(type, hidden, dim, 0);
+		bench_matmul(k, type, out, x, rows, p, dim, hidden);	/* w3 */
+		p += dtype_matrix_bytes(type, hidden, dim, 0);
+		bench_matmul(k, type, out, x, rows, p, hidden, dim);	/* w2 */
+		p += dtype_matrix_bytes(type, dim, hidden, 0);
+		bench_matmul(k, type, out, x, rows, p, dim, vocab);	/* classifier */
 		passes++;
 		t = now_s() - t0;
 	} while (t < seconds);
-	printf("matmul_gflops=%.2f rows=%u\n", passes * (double)flops_pass / t / 1e9, rows);
+	printf("matmul_gflops=%.2f rows=%u type=%s rows_per_s=%.0f weight_gb_s=%.2f\n",
+	       passes * (double)flops_pass / t / 1e9, rows, type_name,
+	       passes * rows / t, passes * (double)layer_bytes / t / 1e9);
 	free(w);
 	free(x);
 	free(out);

@@ -154,14 +154,6 @@ static void llama_attn_mix_portable(float *out, const float *att,
 #define LLAMA_NR 3	/* outputs per tile */
 #define LLAMA_NR1 8	/* outputs per tile of a single row */
 
-/* s + a * b with one rounding, as the tail of every dot product. */
-static inline __attribute__((always_inline)) LLAMA_AVX2 float
-llama_fma1(float a, float b, float s)
-{
-	return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b),
-					  _mm_set_ss(s)));
-}
-
 /*
  * One tile: rows x[0..R) times weight rows w[0..O), R <= MR, O <= NR1,
  * written to out[r * n_out + o].  Inlined with constant R, O and PF.

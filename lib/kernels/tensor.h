@@ -18,7 +18,7 @@
 #include "kernels/dtype.h"
 #include "kernels/llama_kernels.h"
 
-/* "f32", "q8_0"; "?" for a value out of range. */
+/* "f32", "q8_0", "q4_k", ...; "?" for a value out of range. */
 const char *dtype_name(enum dtype type);
 
 /*

@@ -1,0 +1,114 @@
+/*
+ * ggml_quants.h - the ggml block types' kernels (DTYPE_GGML_*, dtype.h
+ * says the layouts): the dequantization of rows (ggml_dequant.c), the
+ * matmuls on quantized activations (ggml_dot.c, portable, and its AVX2
+ * twin ggml_dot_avx2.c) and what they share.  Private to lib/kernels;
+ * everything else goes through tensor_ops_get(), and the quantizers are
+ * in ggml_quantize.h.
+ *
+ * THE MATMUL.  Each activation row is quantized once per call to the
+ * type's companion, our own in-memory blocks (never in a file):
+ *
+ *	struct ggml_act32 for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1: 32 values,
+ *	  d = max |x| / 127, q = round(x / d) clamped to -127..127 (never
+ *	  -128, so the AVX2 sign trick cannot overflow), s = d * sum(q);
+ *	struct ggml_act256 for Q4_K, Q5_K, Q6_K: the same over 256 values,
+ *	  with bsums[k] the sum of q over values 16k .. 16k + 15.
+ *
+ * Both twins then compute the same numbers in the same order, so they
+ * agree BIT FOR BIT (and each is batch invariant: an output depends only
+ * on its activation row and weight row):
+ *
+ *   32-blocks: integer lanes L[l] = sum over i in 4l .. 4l + 3 of
+ *	c[i] * a_q[i], c the weight's stored code (Q8_0's int8, the
+ *	others' unsigned 0..15 or 0..31; exact: what AVX2's maddubs + madd
+ *	leave in the 8 int32 lanes), then per block, in order, acc[l] =
+ *	fmaf((float)L[l], d_w * d_a, acc[l]) (one rounding: fmaf() in C,
+ *	an FMA in AVX2); the offset, m_w for Q4_1 and Q5_1, -8 d_w for
+ *	Q4_0 and -16 d_w for Q5_0, as macc += offset * s_a.  The row's
+ *	result is ggml_hsum8(acc) (llama_hsum8()'s tree) + macc.
+ *   256-blocks: per block the exact int32 sumi = sum over sub-blocks j of
+ *	sc[j] * (integer dot of sub-block j), and for Q4_K/Q5_K summ = sum
+ *	of mn[j] * (sum of a_q over sub-block j); then, block after block,
+ *	acc += (d_w * d_a) * (float)sumi, acc -= (dmin_w * d_a) *
+ *	(float)summ.
+ *
+ * The build uses -ffp-contract=off, so no product and sum is fused in
+ * either twin but the lanes' fmaf(), written out in both.  Integer sums are exact in any order, which
+ * is what lets the AVX2 code sum them its own way.
+ */
+#ifndef DYNBATCH_GGML_QUANTS_H
+#define DYNBATCH_GGML_QUANTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/dtype.h"
+
+#define GGML_QK32 32	/* values per block, legacy types */
+#define GGML_QK256 256	/* values per block, K types */
+
+/* Is type one of ggml's block types (DTYPE_GGML_*)? */
+static inline int ggml_is_block_type(enum dtype type)
+{
+	return type >= DTYPE_GGML_Q8_0 && type <= DTYPE_GGML_Q6_K;
+}
+
+/* Values per block of a block type (32 or 256). */
+unsigned ggml_block_values(enum dtype type);
+
+/* Bytes per block of a block type (18 for Q4_0, ..., 210 for Q6_K). */
+unsigned ggml_block_bytes(enum dtype type);
+
+/* Bytes of one row of cols values of a block type; 0 unless cols is a
+ * multiple of its block size. */
+uint64_t ggml_row_bytes(enum dtype type, uint64_t cols);
+
+/* ------------------------------------------------------ dequantization */
+
+/* out[0 .. n) = the n values (a multiple of the block size) of the
+ * blocks at src, as the format defines them (dtype.h), bit for bit. */
+void ggml_dequant_row(enum dtype type, float *out, const uint8_t *src,
+		      size_t n);
+
+/* tensor_ops.get_row of every block type. */
+void ggml_get_row(float *out, const struct tensor *w, uint32_t row);
+
+/* ------------------------------------------------- quantized activations */
+
+struct ggml_act32 {
+	float d;		/* scale: value = d * q */
+	float s;		/* d * (sum of q) */
+	int8_t q[GGML_QK32];
+};
+
+struct ggml_act256 {
+	float d;
+	int16_t bsums[GGML_QK256 / 16];	/* sum of q[16k .. 16k + 15] */
+	int8_t q[GGML_QK256];
+};
+
+/* x[0 .. n) (n a multiple of 32) as n / 32 blocks at a. */
+void ggml_quantize_act32(struct ggml_act32 *a, const float *x, size_t n);
+
+/* x[0 .. n) (n a multiple of 256) as n / 256 blocks at a. */
+void ggml_quantize_act256(struct ggml_act256 *a, const float *x, size_t n);
+
+/* ggml_dot.c's portable matmul, the same arithmetic the AVX2 twin does
+ * (and its fallback when it cannot get memory for the activations). */
+void ggml_matmul_portable(float *out, const float *x, size_t n_rows,
+			  const struct tensor *w);
+
+/* The 8 lanes summed as llama_hsum8() sums them. */
+static inline float ggml_hsum8(const float a[8])
+{
+	return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+/* tensor_ops.matmul, AVX2 (only where llama_kernels_have_avx2()). */
+void ggml_matmul_avx2(float *out, const float *x, size_t n_rows,
+		      const struct tensor *w);
+#endif
+
+#endif /* DYNBATCH_GGML_QUANTS_H */
