@@ -157,6 +157,7 @@ struct llama_reader {
 
 static const struct llama_reader llama_readers[] = {
 	{ LLAMA_AK42_MAGIC, llama_read_ak42 },
+	{ LLAMA_GGUF_MAGIC, llama_read_gguf },
 	{ 0, llama_read_legacy },
 };
 

@@ -45,6 +45,8 @@
 #include "kernels/dtype.h"
 
 #define LLAMA_AK42_MAGIC 0x616b3432u
+#define LLAMA_GGUF_MAGIC 0x46554747u	/* "GGUF" read little-endian */
+#define LLAMA_FORMAT_GGUF 3		/* format_version of a GGUF file */
 #define LLAMA_AK42_HEADER_BYTES 256u
 #define LLAMA_LEGACY_HEADER_BYTES 28u
 
@@ -99,7 +101,7 @@ struct llama_checkpoint {
 	struct llama_config cfg;
 	struct llama_weights w;
 	bool shared_classifier;
-	int format_version;	/* 0: legacy, 1 or 2: ak42 version; for
+	int format_version;	/* 0: legacy, 1 or 2: ak42 version, 3: GGUF; for
 				 * messages and tests, never the forward */
 	void *map;		/* what llama_checkpoint_open() mapped, or NULL */
 	size_t map_len;

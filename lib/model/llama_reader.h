@@ -71,5 +71,9 @@ int llama_read_legacy(struct llama_checkpoint *ck, const unsigned char *data,
 		      size_t err_len);
 int llama_read_ak42(struct llama_checkpoint *ck, const unsigned char *data,
 		    size_t size, const char *name, char *err, size_t err_len);
+/* GGUF (llama_read_gguf.c): also -ENOMEM; its per-layer parts go in
+ * ck->reader_mem. */
+int llama_read_gguf(struct llama_checkpoint *ck, const unsigned char *data,
+		    size_t size, const char *name, char *err, size_t err_len);
 
 #endif /* DYNBATCH_LLAMA_READER_H */

@@ -56,7 +56,7 @@
 
 #define MODEL_SPEC_HELP \
 	"(expected sim, sim:key=value,..., simkv[2]:key=value,..., " \
-	"llama:CHECKPOINT[,key=value] or path/to/plugin.so[:args])"
+	"llama:CHECKPOINT[,key=value], gguf:FILE[,key=value] or path/to/plugin.so[:args])"
 
 struct model {
 	/* Our copy of the plugin's table: only as much of it as its version
@@ -151,7 +151,10 @@ static int model_resolve(const char *spec,
 		*api = simkv_v2_model_api();
 		return 0;
 	}
-	if (name_len == 5 && memcmp(spec, "llama", 5) == 0) {
+	/* gguf:FILE is llama:FILE: the file's first bytes pick its reader
+	 * (llama_checkpoint.c), a GGUF file's or a llama2.c one's */
+	if ((name_len == 5 && memcmp(spec, "llama", 5) == 0) ||
+	    (name_len == 4 && memcmp(spec, "gguf", 4) == 0)) {
 		*api = llama_model_api();
 		return 0;
 	}

@@ -1,0 +1,71 @@
+#!/bin/bash
+# e2e_gguf_model.sh - --model gguf:FILE end to end (lib/model/
+# llama_read_gguf.c): a llama2.c checkpoint written as a GGUF file by
+# bin/make_gguf (F32) decodes to the same bytes as the checkpoint itself,
+# at workers 0 and 2, and refdecode's naive forward (which reads only the
+# checkpoint) agrees; an F16 file loads and runs; a file that lacks a
+# tensor, names another architecture or is cut short is refused at start
+# with exit 2 and a message naming the file and what is wrong.
+set -u
+. "$(dirname "$0")/e2e_lib.sh"
+
+T=$E2E_TMP
+"$BIN/make_checkpoint" --out "$T/ck.bin" --dim 96 --hidden 192 --layers 3 \
+	--heads 6 --kv-heads 2 --vocab 512 --seq-len 256 --seed "$SEED" > /dev/null
+"$BIN/make_gguf" --out "$T/f32.gguf" --checkpoint "$T/ck.bin" > /dev/null
+"$BIN/make_gguf" --out "$T/f16.gguf" --checkpoint "$T/ck.bin" --type f16 > /dev/null
+"$BIN/gen_workload" --n 120 --seed "$SEED" --vocab 512 --max-prompt 64 > "$T/in.jsonl"
+
+decode() {	# TAG MODEL ARGS...
+	local tag=$1 model=$2
+	shift 2
+	timeout 300 "$BIN/dynbatch" run --model "$model" --input "$T/in.jsonl" \
+		--output "$T/out.$tag" "$@" 2> "$T/err.$tag"
+	expect_eq "$tag: exit 0" $? 0
+}
+
+echo "== a GGUF F32 file is its checkpoint, bit for bit"
+for w in 0 2; do
+	decode "ck.w$w" "llama:$T/ck.bin" --workers $w
+	decode "gguf.w$w" "gguf:$T/f32.gguf" --workers $w
+	if cmp -s <(sort "$T/out.ck.w$w") <(sort "$T/out.gguf.w$w"); then
+		pass "workers $w: gguf:f32.gguf == llama:ck.bin, byte for byte"
+	else
+		fail "workers $w: gguf:f32.gguf and llama:ck.bin differ"
+	fi
+done
+check_results "gguf.w2" "llama:$T/ck.bin" "$T/in.jsonl" "$T/out.gguf.w2"
+
+echo "== an F16 file loads and decodes every request"
+decode "f16" "gguf:$T/f16.gguf" --workers 2
+expect_eq "f16: a result for each request" "$(wc -l < "$T/out.f16")" 120
+
+echo "== bad files are refused at start, naming what is wrong"
+refused() {	# NAME FILE WANT
+	timeout 60 "$BIN/dynbatch" run --model "gguf:$2" --input "$T/in.jsonl" \
+		--output "$T/out.bad" --workers 1 2> "$T/err.bad"
+	local rc=$?
+	if [ $rc = 2 ] && grep -q -- "$3" "$T/err.bad"; then
+		pass "refused: $1"
+	else
+		fail "refused: $1: exit $rc, want 2 and '$3' in: $(head -c 400 "$T/err.bad")"
+	fi
+}
+python3 - "$T" <<'PY'
+import struct, sys
+t = sys.argv[1]
+b = open(t + "/f32.gguf", "rb").read()
+# a tensor renamed (same length: the layout stays valid)
+n = b.replace(b"blk.1.ffn_up.weight", b"blk.1.ffn_up.weighX", 1)
+assert n != b
+open(t + "/no_tensor.gguf", "wb").write(n)
+# general.architecture's value, a u64 length then the bytes
+v = struct.pack("<Q", 5) + b"llama"
+assert v in b
+open(t + "/arch.gguf", "wb").write(b.replace(v, struct.pack("<Q", 5) + b"mamba", 1))
+open(t + "/cut.gguf", "wb").write(b[: len(b) // 2])
+PY
+refused "a missing tensor" "$T/no_tensor.gguf" "tensor 'blk.1.ffn_up.weight' is missing"
+refused "another architecture" "$T/arch.gguf" "architecture 'mamba' is not supported"
+refused "a cut file" "$T/cut.gguf" "gguf '.*cut.gguf'"
+finish
