@@ -189,13 +189,12 @@ sys.exit(0 if a == b and a else 1)
 PY
 }
 
-# ideal INPUT B: "prompt_tokens ideal ideal_after_first_batch": the
-# positions each request could take from an earlier request's prompt
-# (whole blocks, at most prompt_len - 1), summed; the last over the
-# requests after the first B (which start together: they hit each other
-# only because a request is held while another computes its prefix).
+# ideal INPUT W: "prompt_tokens ideal ideal_W": the positions each
+# request could take from an earlier request's prompt (whole blocks, at
+# most prompt_len - 1), summed; the last when W shards, each with its own
+# cache, compute each block once (gen_prefix.py --ideal).
 ideal() {
-	python3 "$GEN" --ideal "$1" --first "$2" --block-tokens "$BT"
+	python3 "$GEN" --ideal "$1" --shards "$2" --block-tokens "$BT"
 }
 
 # --- 1. shared prefixes ----------------------------------------------------
@@ -214,7 +213,7 @@ for shape in $SHAPES; do
 	wl="$OUT/shared-$shape.jsonl"
 	gencmd="python3 $GEN --n $n --seed 1 --vocab 32000 --kinds system --systems 8 --system-len 400 --suffix-len 20 --max-tokens 16 --fixed --ids s"
 	$gencmd > "$wl"
-	read -r ptoks ideal_all ideal_later <<< "$(ideal "$wl" "$batch")"
+	read -r ptoks ideal_all _ <<< "$(ideal "$wl" 1)"
 	row "#### $shape, $n requests, batch $batch"
 	row ""
 	cmd "$gencmd > $wl"
@@ -223,9 +222,10 @@ for shape in $SHAPES; do
 	done
 	cmd "$BIN/loadgen --port PORT --input $wl --concurrency $batch --stream-frac 1 --stop-frac 0 --seed 1"
 	row ""
-	row "| workers | cache | tokens/s | requests/s | TTFT p50 ms | TTFT p99 ms | prefix_hit_tokens | of ideal $ideal_all | of ideal after the first $batch ($ideal_later) | peak blocks | evictions |"
+	row "| workers | cache | tokens/s | requests/s | TTFT p50 ms | TTFT p99 ms | prefix_hit_tokens | of ideal $ideal_all | of the ideal of W shards | peak blocks | evictions |"
 	row "| ---: | :--- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 	for W in $workers; do
+		read -r _ _ ideal_w <<< "$(ideal "$wl" "$W")"
 		for pc in on off; do RES[$shape-$W-$pc]=""; done
 		for r in $(seq "$REPS"); do
 			for pc in on off; do
@@ -253,18 +253,18 @@ for shape in $SHAPES; do
 			B[P50-$pc]=$(least <<< "$t50")
 			B[P99-$pc]=$(least <<< "$t99")
 			B[H-$pc]=$h
-			row "| $W | $pc | $(best <<< "$tps") | $(best <<< "$rps") | $(least <<< "$t50") | $(least <<< "$t99") | $h (least of$hits) | $(calc %.3f "$h / $ideal_all") | $(calc %.3f "$h / $ideal_later") | $(json "$OUT/$last.json" peak_used_blocks) | $(json "$OUT/$last.json" evictions) |"
+			row "| $W | $pc | $(best <<< "$tps") | $(best <<< "$rps") | $(least <<< "$t50") | $(least <<< "$t99") | $h (least of$hits) | $(calc %.3f "$h / $ideal_all") | $(calc %.3f "$h / $ideal_w") of $ideal_w | $(json "$OUT/$last.json" peak_used_blocks) | $(json "$OUT/$last.json" evictions) |"
 		done
 		thr=$(calc %.2f "${B[T-on]} / ${B[T-off]}")
 		ttft=$(calc %.2f "(${B[P50-on]} > 0) ? ${B[P50-off]} / ${B[P50-on]} : 0")
 		ttft99=$(calc %.2f "(${B[P99-on]} > 0) ? ${B[P99-off]} / ${B[P99-on]} : 0")
 		hr=$(calc %.3f "${B[H-on]} / $ideal_all")
-		SUMMARY="$SUMMARY$shape workers $W: throughput on/off $thr (target >= 4: $(yesno "$thr >= 4")), TTFT p50 off/on $ttft (target >= 10: $(yesno "$ttft >= 10")), p99 off/on $ttft99, hits / ideal $hr (target >= 0.95: $(yesno "$hr >= 0.95")), hits / ideal after the first batch $(calc %.3f "${B[H-on]} / $ideal_later")
+		SUMMARY="$SUMMARY$shape workers $W: throughput on/off $thr (target >= 4: $(yesno "$thr >= 4")), TTFT p50 off/on $ttft (target >= 10: $(yesno "$ttft >= 10")), p99 off/on $ttft99, hits / ideal $hr (target >= 0.95: $(yesno "$hr >= 0.95")), hits / the ideal of $W shards $(calc %.3f "${B[H-on]} / $ideal_w")
 "
 		RES[ratio-$shape-$W]="$thr $ttft $hr"
 	done
 	row ""
-	row "- prompt tokens $ptoks; ideal hits $ideal_all; the first $batch requests arrive together, before any prompt is in the cache, so $ideal_later is what the cache can take after them (with 2 workers each shard computes each system prompt once, which the ideal does not count)"
+	row "- prompt tokens $ptoks; ideal hits $ideal_all (one cache: each system prompt computed once, requests that arrive together held while it is); the ideal of W shards: each shard, with a cache of its own, computes each system prompt once"
 	row ""
 done
 row "Ratios (best of each):"

@@ -14,11 +14,13 @@ usage: gen_prefix.py --n N --seed S --vocab V [--systems K]
        [--sampling] [--kinds system,turns,choices,unique] [--ids PREFIX]
        [--fixed] [--n-choices N] [--temperature T]
 
-gen_prefix.py --ideal FILE --block-tokens B [--first N] prints
-"prompt_tokens ideal ideal_after_first_N": the prefix hit tokens a cache
-of B-token blocks would give FILE's requests at best, each the longest
-prefix, in whole blocks and at most its prompt's length - 1, of an
-earlier request's prompt (and the same over requests N onwards).
+gen_prefix.py --ideal FILE --block-tokens B [--shards W] prints
+"prompt_tokens ideal ideal_W": the prefix hit tokens a cache of B-token
+blocks would give FILE's requests at best, each the longest prefix, in
+whole blocks and at most its prompt's length - 1, of an earlier
+request's prompt; and the same when W shards with caches of their own
+share the load, each computing each block once (a block hit h times
+loses min(W - 1, h) of its hits).
 
 --fixed: every suffix exactly --suffix-len tokens, every max_tokens exactly
 --max-tokens, every unique prompt --system-len + --suffix-len (a benchmark
@@ -32,28 +34,31 @@ import random
 import sys
 
 
-def ideal(path, bt, first):
+def ideal(path, bt, shards):
     seen = set()
-    total = best = later = 0
-    for i, line in enumerate(open(path)):
+    hits = {}
+    total = best = 0
+    for line in open(path):
         p = json.loads(line)["prompt"]
         total += len(p)
         k = (len(p) - 1) // bt
         while k and tuple(p[:k * bt]) not in seen:
             k -= 1
         best += k * bt
-        if i >= first:
-            later += k * bt
+        for j in range(1, k + 1):
+            key = tuple(p[:j * bt])
+            hits[key] = hits.get(key, 0) + 1
         for j in range(1, len(p) // bt + 1):
             seen.add(tuple(p[:j * bt]))
-    print(total, best, later)
+    lost = sum(min(shards - 1, h) for h in hits.values()) * bt
+    print(total, best, best - lost)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ideal", default=None)
     ap.add_argument("--block-tokens", type=int, default=16)
-    ap.add_argument("--first", type=int, default=0)
+    ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--vocab", type=int, default=500)
@@ -70,7 +75,7 @@ def main():
     ap.add_argument("--temperature", type=float, default=None)
     a = ap.parse_args()
     if a.ideal:
-        ideal(a.ideal, a.block_tokens, a.first)
+        ideal(a.ideal, a.block_tokens, a.shards)
         return
     rng = random.Random(a.seed)
     kinds = a.kinds.split(",")
