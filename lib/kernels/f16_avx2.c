@@ -18,6 +18,8 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include "kernels/llama_avx2.h"
 
+#include <cpuid.h>
+
 #define F16_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define F16_MR 4	/* input rows per tile */
 #define F16_NR 3	/* outputs per tile */
@@ -25,7 +27,11 @@
 
 int f16_have_f16c(void)
 {
-	return __builtin_cpu_supports("f16c");
+	unsigned a, b, c, d;
+
+	/* CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports has no
+	 * "f16c") */
+	return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
 }
 
 /* 8 weights at p (16-bit each) as fp32. */

@@ -41,6 +41,7 @@
 
 #include <cmocka.h>
 
+#include "kernels/f16.h"
 #include "kernels/fp16.h"
 #include "kernels/ggml_quants.h"
 #include "kernels/ggml_quantize.h"
@@ -377,7 +378,7 @@ static void test_fp16_against_f16c(void **state)
 #if defined(__x86_64__) || defined(__i386__)
 	struct rng r = rng_for(3);
 
-	if (!__builtin_cpu_supports("f16c"))
+	if (!f16_have_f16c())
 		skip();
 	for (uint32_t h = 0; h < 65536; h++)
 		assert_int_equal(float_bits(fp16_to_fp32((uint16_t)h)),
