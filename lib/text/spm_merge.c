@@ -1,0 +1,107 @@
+/*
+ * spm_merge.c - SentencePiece BPE over one piece of text (gguf_tokenizer.h,
+ * "llama"), as llama.cpp's SPM tokenizer: the text's units (code points,
+ * an invalid byte alone) merge pairwise, always the adjacent pair whose
+ * concatenation is the token of highest score, leftmost on ties; a unit
+ * no merge reached that is no token becomes its bytes' <0xXX> tokens.
+ *
+ * Symbols are byte ranges of the text in a doubly linked list (a merged
+ * symbol keeps its left index); candidates sit in a min-heap keyed by
+ * the score's order code, complemented so the highest score is the top,
+ * then the left index.  A candidate records both symbols' sizes and is
+ * current iff they are unchanged and still neighbours (sizes only grow).
+ */
+#include "text/gguf_tokenizer_impl.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "text/unicode.h"
+
+/* An unsigned code that orders as the float does (finite floats). */
+static uint32_t float_order(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, sizeof(u));
+	return (u & 0x80000000u) ? ~u : u | 0x80000000u;
+}
+
+static int push_pair(const struct gguf_tokenizer *t, const char *text,
+		     struct gguf_scratch *s, int32_t a, int32_t b)
+{
+	struct merge_cand c;
+	int32_t id;
+
+	id = gguf_vocab_lookup2(t, text + s->id[a], (size_t)s->size[a],
+				text + s->id[b], (size_t)s->size[b]);
+	if (id < 0)
+		return 0;
+	c.key = (uint64_t)(~float_order(t->score[id])) << 32 | (uint32_t)a;
+	c.right = b;
+	c.check_left = s->size[a];
+	c.check_right = s->size[b];
+	c.result = id;
+	return merge_heap_push(&s->heap, c);
+}
+
+static void emit_symbol(const struct gguf_tokenizer *t, const char *p,
+			size_t n, struct gguf_emit *e)
+{
+	int32_t id = gguf_vocab_lookup2(t, p, n, "", 0);
+
+	if (id >= 0) {
+		gguf_emit_token(e, id);
+		return;
+	}
+	for (size_t k = 0; k < n; k++)
+		gguf_emit_token(e, t->byte_token[(unsigned char)p[k]]);
+}
+
+int gguf_spm_text(const struct gguf_tokenizer *t, const char *text,
+		  size_t len, struct gguf_scratch *s, struct gguf_emit *e)
+{
+	struct merge_cand c;
+	int32_t n = 0, i;
+	size_t pos = 0, step;
+
+	if (len == 0)
+		return 0;
+	if (gguf_scratch_reserve(s, len, 0))
+		return -ENOMEM;
+	while (pos < len) {
+		unicode_decode(text + pos, len - pos, &step);
+		s->id[n] = (int32_t)pos;
+		s->size[n] = (int32_t)step;
+		s->prev[n] = n - 1;
+		s->next[n] = n + 1;
+		pos += step;
+		n++;
+	}
+	s->next[n - 1] = -1;
+	s->heap.n = 0;
+	for (i = 0; i + 1 < n; i++)
+		if (push_pair(t, text, s, i, i + 1))
+			return -ENOMEM;
+	while (s->heap.n) {
+		int32_t l, r;
+
+		merge_heap_pop(&s->heap, &c);
+		l = (int32_t)(uint32_t)c.key;
+		r = c.right;
+		if (s->size[l] != c.check_left || s->next[l] != r ||
+		    s->size[r] != c.check_right)
+			continue;
+		s->size[l] += s->size[r];
+		s->size[r] = 0;
+		s->next[l] = s->next[r];
+		if (s->next[r] >= 0)
+			s->prev[s->next[r]] = l;
+		if ((s->prev[l] >= 0 && push_pair(t, text, s, s->prev[l], l)) ||
+		    (s->next[l] >= 0 && push_pair(t, text, s, l, s->next[l])))
+			return -ENOMEM;
+	}
+	for (i = 0; i >= 0; i = s->next[i])
+		emit_symbol(t, text + s->id[i], (size_t)s->size[i], e);
+	return 0;
+}
