@@ -178,10 +178,11 @@ $(PROBE_PLUGIN): tests/plugins/probe_plugin.c include/dynbatch/model.h
 
 # The naive references (tools/refdecode/ref_*.c) that tests hold the
 # code to, as an archive: a test links what it uses.  ref_kv.c, the
-# naive block bookkeeping, is for test_kv_manager only (not refdecode's).
+# naive block bookkeeping, is for test_kv_manager only (not refdecode's);
+# ref_bpe.c, the naive GGUF tokenizer merges, for test_gguf_tokenizer.
 LIBREF := $(BUILD)/libref.a
 $(LIBREF): $(REFDECODE_PARTS:%.c=$(BUILD)/%.o) $(BUILD)/tools/refdecode/ref_tokenizer.o \
-	$(BUILD)/tools/refdecode/ref_kv.o
+	$(BUILD)/tools/refdecode/ref_kv.o $(BUILD)/tools/refdecode/ref_bpe.o
 	@mkdir -p $(dir $@)
 	$(AR) rcs $@ $^
 
