@@ -118,9 +118,11 @@ static size_t other_run(const char *text, size_t len, size_t pos,
 /*
  * The white-space alternatives at pos (a space unit): with crlf,
  * \s*[\r\n]+ first (up to the run's last CR or LF), then \s+(?!\S)
- * (the run less its last unit when text follows it) and \s+.
+ * (the run less its last unit when text follows it) and \s+; with
+ * digit_cut a number after the run counts as the end of the text.
  */
-static size_t space_run(const char *text, size_t len, size_t pos, bool crlf)
+static size_t space_run(const char *text, size_t len, size_t pos, bool crlf,
+			bool digit_cut)
 {
 	size_t end = pos, last_unit = pos, after_crlf = pos;
 
@@ -136,7 +138,8 @@ static size_t space_run(const char *text, size_t len, size_t pos, bool crlf)
 	}
 	if (crlf && after_crlf > pos)
 		return after_crlf;
-	if (end == len || last_unit == pos)
+	if (end == len || last_unit == pos ||
+	    (digit_cut && unit_at(text, len, end).cls == UNICODE_NUMBER))
 		return end;
 	return last_unit;
 }
@@ -155,24 +158,32 @@ static size_t llama3_next(const char *text, size_t len, size_t pos,
 		return run_of(text, len, pos, UNICODE_NUMBER, max_digits);
 	if ((end = other_run(text, len, pos, true)) > pos)
 		return end;
-	return space_run(text, len, pos, true);
+	return space_run(text, len, pos, true, false);
 }
 
-static size_t gpt2_next(const char *text, size_t len, size_t pos)
+/*
+ * GPT-2's pattern; with digit_cut (SmolLM, StarCoder) every digit is cut
+ * out first as a piece of its own and the pattern runs on what lies
+ * between, so a number ends the text for the space rules.
+ */
+static size_t gpt2_next(const char *text, size_t len, size_t pos,
+			bool digit_cut)
 {
 	size_t end, q = pos;
-	struct unit u;
+	struct unit u = unit_at(text, len, pos);
 
+	if (digit_cut && u.cls == UNICODE_NUMBER)
+		return pos + u.n;
 	if ((end = contraction(text, len, pos, false)) > pos)
 		return end;
 	if (text[pos] == ' ' && pos + 1 < len)
 		q = pos + 1;
 	u = unit_at(text, len, q);
-	if (u.cls == UNICODE_LETTER || u.cls == UNICODE_NUMBER)
+	if (u.cls == UNICODE_LETTER || (u.cls == UNICODE_NUMBER && !digit_cut))
 		return run_of(text, len, q, u.cls, (size_t)-1);
 	if ((end = other_run(text, len, pos, false)) > pos)
 		return end;
-	return space_run(text, len, pos, false);
+	return space_run(text, len, pos, false, digit_cut);
 }
 
 size_t pretok_next(enum pretok_kind kind, const char *text, size_t len,
@@ -184,7 +195,9 @@ size_t pretok_next(enum pretok_kind kind, const char *text, size_t len,
 	case PRETOK_QWEN2:
 		return llama3_next(text, len, pos, 1);
 	case PRETOK_GPT2:
-		return gpt2_next(text, len, pos);
+		return gpt2_next(text, len, pos, false);
+	case PRETOK_SMOLLM:
+		return gpt2_next(text, len, pos, true);
 	}
 	return len;
 }
@@ -199,7 +212,8 @@ int pretok_from_name(const char *name, enum pretok_kind *out)
 		{ "llama3", PRETOK_LLAMA3 },
 		{ "qwen2", PRETOK_QWEN2 },
 		{ "gpt2", PRETOK_GPT2 },
-		{ "smollm", PRETOK_GPT2 },
+		{ "smollm", PRETOK_SMOLLM },
+		{ "starcoder", PRETOK_SMOLLM },
 	};
 	size_t i;
 

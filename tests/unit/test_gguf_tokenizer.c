@@ -343,6 +343,12 @@ static void test_pretok_qwen2_gpt2(void **state)
 	assert_split(PRETOK_GPT2, " !!\n\nx", " !!|\n|\n|x");
 	assert_split(PRETOK_GPT2, "x  ", "x|  ");
 	assert_split(PRETOK_GPT2, "a\tb", "a|\t|b");
+	/* SmolLM: every digit alone, \p{N} included, and a number ends the
+	 * text for the space rules. */
+	assert_split(PRETOK_SMOLLM, "a 123 b", "a| |1|2|3| b");
+	assert_split(PRETOK_SMOLLM, "x  4y", "x|  |4|y");
+	assert_split(PRETOK_SMOLLM, "\xD9\xA3" "4 \xC2\xB2", "\xD9\xA3|4| |\xC2\xB2");
+	assert_split(PRETOK_SMOLLM, "I'll 5's", "I|'ll| |5|'s");
 }
 
 static void test_pretok_names(void **state)
@@ -355,7 +361,7 @@ static void test_pretok_names(void **state)
 	assert_int_equal(pretok_from_name("qwen2", &k), 0);
 	assert_int_equal(k, PRETOK_QWEN2);
 	assert_int_equal(pretok_from_name("smollm", &k), 0);
-	assert_int_equal(k, PRETOK_GPT2);
+	assert_int_equal(k, PRETOK_SMOLLM);
 	assert_int_equal(pretok_from_name("gpt2", &k), 0);
 	assert_int_equal(pretok_from_name("deepseek-llm", &k), -EINVAL);
 	assert_int_equal(pretok_from_name("", &k), -EINVAL);
@@ -465,16 +471,16 @@ static void compare_bpe(const struct tokenizer_vocab_spec *spec,
 
 static void test_bpe_matches_naive(void **state)
 {
-	static const char *const pres[] = { "gpt2", "llama-bpe", "qwen2" };
+	static const char *const pres[] = { "gpt2", "llama-bpe", "qwen2", "smollm" };
 	static const enum pretok_kind kinds[] = { PRETOK_GPT2, PRETOK_LLAMA3,
-						  PRETOK_QWEN2 };
+						  PRETOK_QWEN2, PRETOK_SMOLLM };
 	struct rng r = rng_for(2);
 	char text[4096];
 
 	(void)state;
 	for (int round = 0; round < 12; round++) {
 		struct vb *v = random_bpe_vocab(&r);
-		int p = round % 3;
+		int p = round % 4;
 		struct tokenizer_vocab_spec *spec = vb_spec(v, "gpt2", pres[p]);
 		struct gguf_tokenizer *t = build_or_fail(spec);
 
