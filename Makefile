@@ -337,7 +337,10 @@ clean:
 #   fuzz_http (tests/fuzz/fuzz_http.c): http_reader over a connection's bytes,
 #     completion_parse() on each body and the completion/error writers;
 #   fuzz_tokenizer (tests/fuzz/fuzz_tokenizer.c): the tokenizer.bin reader, and
-#     the encoder (against the naive one) and decoder on fuzzed vocabularies.
+#     the encoder (against the naive one) and decoder on fuzzed vocabularies;
+#   fuzz_gguf_tokenizer (tests/fuzz/fuzz_gguf_tokenizer.c): the GGUF
+#     tokenizers' builder on hostile specs, encoder (against ref_bpe.c) and
+#     decoder; seeds in tests/fuzz/gguf_tokenizer_corpus, artifacts gguf-tokenizer-*.
 #
 # Run `make fuzz` (FUZZ_SECONDS per fuzzer, default 300) after changing
 # request_json.c, request_fast.c, jsonl_result.c, line_reader.c, strbuf.c, stop_matcher.c, json_writer.c,
@@ -370,6 +373,10 @@ FUZZ_HTTP_SRC := tests/fuzz/fuzz_http.c server/http/http_reader.c \
 	lib/text/stop_matcher.c lib/util/json_writer.c
 FUZZ_TOK_BIN := $(FUZZ_BUILD)/fuzz_tokenizer
 FUZZ_TOK_SRC := tests/fuzz/fuzz_tokenizer.c lib/text/tokenizer.c tools/refdecode/ref_tokenizer.c
+FUZZ_GTOK_BIN := $(FUZZ_BUILD)/fuzz_gguf_tokenizer
+FUZZ_GTOK_SRC := tests/fuzz/fuzz_gguf_tokenizer.c $(addprefix lib/text/,unicode.c unicode_tables.c \
+	pretok.c bytelevel.c gguf_vocab.c bpe_merge.c spm_merge.c gguf_tokenizer.c) \
+	lib/util/log_escape.c tools/refdecode/ref_bpe.c
 FUZZ_SAMPLER_BIN := $(FUZZ_BUILD)/fuzz_sampler
 FUZZ_SAMPLER_SRC := tests/fuzz/fuzz_sampler.c $(SAMPLER_SRC) tools/refdecode/ref_sampler.c
 FUZZ_SANITIZE := -fsanitize=fuzzer,address,undefined
@@ -414,17 +421,21 @@ $(FUZZ_HTTP_BIN): $(FUZZ_HTTP_SRC) tests/fuzz/fuzz_rng.h $(wildcard include/*/*.
 $(FUZZ_TOK_BIN): $(FUZZ_TOK_SRC) tools/refdecode/ref_tokenizer.h tests/fuzz/fuzz_rng.h lib/text/tokenizer.h | fuzz-deps
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(FUZZ_TOK_SRC) -lm
 
+$(FUZZ_GTOK_BIN): $(FUZZ_GTOK_SRC) tools/refdecode/ref_bpe.h tests/fuzz/fuzz_rng.h $(wildcard lib/text/*.h) | fuzz-deps
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(FUZZ_GTOK_SRC) -lm
+
 # -ffp-contract=off: the weights must not fuse multiply-adds (sampler.h).
 $(FUZZ_SAMPLER_BIN): $(FUZZ_SAMPLER_SRC) tools/refdecode/ref_sampler.h tests/fuzz/fuzz_rng.h \
 		$(wildcard lib/sampling/*.h) lib/sampling/philox.h | fuzz-deps
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -ffp-contract=off -o $@ $(FUZZ_SAMPLER_SRC) -lm
 
-fuzz: $(FUZZ_BIN) $(FUZZ_HTTP_BIN) $(FUZZ_TOK_BIN) $(FUZZ_SAMPLER_BIN)
+fuzz: $(FUZZ_BIN) $(FUZZ_HTTP_BIN) $(FUZZ_TOK_BIN) $(FUZZ_GTOK_BIN) $(FUZZ_SAMPLER_BIN)
 	@mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/http_corpus $(FUZZ_BUILD)/tokenizer_corpus \
-		$(FUZZ_BUILD)/sampler_corpus $(FUZZ_BUILD)/artifacts
+		$(FUZZ_BUILD)/gguf_tokenizer_corpus $(FUZZ_BUILD)/sampler_corpus $(FUZZ_BUILD)/artifacts
 	cp tests/fuzz/corpus/* $(FUZZ_BUILD)/corpus/
 	cp tests/fuzz/http_corpus/* $(FUZZ_BUILD)/http_corpus/
 	cp tests/fuzz/tokenizer_corpus/* $(FUZZ_BUILD)/tokenizer_corpus/
+	cp tests/fuzz/gguf_tokenizer_corpus/* $(FUZZ_BUILD)/gguf_tokenizer_corpus/
 	cp tests/fuzz/sampler_corpus/* $(FUZZ_BUILD)/sampler_corpus/
 	UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_BIN) -max_len=4096 \
 		-max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
@@ -438,6 +449,10 @@ fuzz: $(FUZZ_BIN) $(FUZZ_HTTP_BIN) $(FUZZ_TOK_BIN) $(FUZZ_SAMPLER_BIN)
 		-max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
 		-artifact_prefix=$(FUZZ_BUILD)/artifacts/tokenizer- \
 		$(FUZZ_BUILD)/tokenizer_corpus
+	UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_GTOK_BIN) -max_len=4096 \
+		-max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
+		-artifact_prefix=$(FUZZ_BUILD)/artifacts/gguf-tokenizer- \
+		$(FUZZ_BUILD)/gguf_tokenizer_corpus
 	UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_SAMPLER_BIN) -max_len=6100 \
 		-max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
 		-artifact_prefix=$(FUZZ_BUILD)/artifacts/sampler- \

@@ -23,7 +23,8 @@
  *     "llama": spaces become U+2581, one U+2581 is put in front when
  *       add_space_prefix; the units (code points, an invalid byte alone)
  *       merge pairwise, always the adjacent pair whose concatenation is
- *       the token of highest score (leftmost on ties); a unit left that
+ *       the token of highest score (leftmost on ties; normal,
+ *       user-defined and unused tokens only); a unit left that
  *       is no token becomes its bytes' <0xXX> tokens (byte fallback).
  *     "gpt2": the pre-tokenizer (pretok.h) cuts the text into words;
  *       each word's bytes become the GPT-2 byte-to-unicode characters'

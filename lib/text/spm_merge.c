@@ -2,7 +2,8 @@
  * spm_merge.c - SentencePiece BPE over one piece of text (gguf_tokenizer.h,
  * "llama"), as llama.cpp's SPM tokenizer: the text's units (code points,
  * an invalid byte alone) merge pairwise, always the adjacent pair whose
- * concatenation is the token of highest score, leftmost on ties; a unit
+ * concatenation is the token of highest score, leftmost on ties (normal,
+ * user-defined and unused tokens only, as SentencePiece); a unit
  * no merge reached that is no token becomes its bytes' <0xXX> tokens.
  *
  * Symbols are byte ranges of the text in a doubly linked list (a merged
@@ -27,6 +28,12 @@ static uint32_t float_order(float f)
 	return (u & 0x80000000u) ? ~u : u | 0x80000000u;
 }
 
+static bool spm_mergeable(uint8_t type)
+{
+	return type == GGUF_TOKEN_NORMAL || type == GGUF_TOKEN_USER_DEFINED ||
+	       type == GGUF_TOKEN_UNUSED;
+}
+
 static int push_pair(const struct gguf_tokenizer *t, const char *text,
 		     struct gguf_scratch *s, int32_t a, int32_t b)
 {
@@ -35,7 +42,9 @@ static int push_pair(const struct gguf_tokenizer *t, const char *text,
 
 	id = gguf_vocab_lookup2(t, text + s->id[a], (size_t)s->size[a],
 				text + s->id[b], (size_t)s->size[b]);
-	if (id < 0)
+	/* SentencePiece merges into text pieces only: never into a byte,
+	 * control or unknown token that happens to spell the same. */
+	if (id < 0 || !spm_mergeable(t->type[id]))
 		return 0;
 	c.key = (uint64_t)(~float_order(t->score[id])) << 32 | (uint32_t)a;
 	c.right = b;

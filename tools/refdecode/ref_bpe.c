@@ -189,7 +189,12 @@ long ref_spm_text(const struct tokenizer_vocab_spec *v, const char *text,
 		for (size_t i = 0; i + 1 < n; i++) {
 			int32_t id = find_token(v, str + s[i].off,
 						s[i].len + s[i + 1].len);
+			int32_t type = id >= 0 && v->token_types ? v->token_types[id] : 1;
 
+			/* Only text pieces are merge results. */
+			if (type == GGUF_TOKEN_CONTROL || type == GGUF_TOKEN_BYTE ||
+			    type == GGUF_TOKEN_UNKNOWN)
+				continue;
 			if (id >= 0 && (best < 0 || v->scores[id] > v->scores[best])) {
 				best = id;
 				best_i = i;

@@ -29,7 +29,8 @@ long ref_bpe_word(const struct tokenizer_vocab_spec *spec, const char *word,
  * SentencePiece BPE of one piece of text: spaces become U+2581, one is
  * put in front when prefix; the text's code points (an invalid byte
  * alone) merge, always the adjacent pair whose concatenation is the
- * token of highest score (leftmost on ties); a symbol that is no token
+ * token of highest score (leftmost on ties), a text token (not control,
+ * byte or unknown); a symbol that is no token
  * is its bytes' <0xXX> tokens.  out must hold 3 * len + 3 ids; returns
  * the count, -1 out of memory.
  */
