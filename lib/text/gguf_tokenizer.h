@@ -60,8 +60,8 @@ struct gguf_tokenizer;
  * writing to err what is wrong and where (the token or merge index):
  * an unknown model or pre-tokenizer name, a token type outside 0..6, a
  * non-finite score, a special id past the vocabulary, add_bos/add_eos
- * without the id, a llama vocabulary without scores or without the 256
- * byte tokens <0x00>..<0xFF>, a byte-type token that is not <0xXX>, a
+ * without the id, a llama vocabulary without scores, without the 256
+ * byte tokens <0x00>..<0xFF> or without U+2581 (the space), a byte-type token that is not <0xXX>, a
  * gpt2 vocabulary missing a byte-level character, a merge without a
  * space, naming a missing token or making a string that is no token;
  * or -ENOMEM.

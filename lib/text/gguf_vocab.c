@@ -264,6 +264,11 @@ static int byte_text_value(const char *p, size_t len)
 
 static int byte_tokens(struct gguf_tokenizer *t, char *err, size_t err_len)
 {
+	/* Without U+2581 each space would fall back to 3 byte tokens and
+	 * gguf_tokenizer_encode_max() would not hold. */
+	if (t->model == GGUF_MODEL_SPM &&
+	    gguf_vocab_lookup2(t, "\xE2\x96\x81", 3, "", 0) < 0)
+		return fail(err, err_len, "llama vocabulary lacks the space piece U+2581");
 	for (uint32_t i = 0; i < t->n_tokens; i++)
 		if (t->model == GGUF_MODEL_SPM && t->type[i] == GGUF_TOKEN_BYTE &&
 		    byte_text_value(t->blob + t->off[i], t->len[i]) < 0)

@@ -816,6 +816,9 @@ static void test_bad_specs(void **state)
 
 		gguf_tokenizer_free(t);
 	}
+	s->tok[259][0] = 'X';	/* U+2581 is the first character */
+	assert_refused(vb_spec(s, "llama", NULL), "lacks the space piece");
+	s->tok[259][0] = '\xE2';
 	spec = vb_spec(s, "llama", NULL);
 	spec->n_tokens = 0;
 	assert_refused(spec, "vocabulary of 0 tokens");
