@@ -12,16 +12,24 @@
  * recognised when popped: it is current iff both symbols still hold the
  * ids it recorded and the right one is still the left one's next (a
  * symbol's text only grows, so an id never comes back to it).
+ * The loop itself is merge_heap_run() (merge_heap.h).
  */
 #include "text/gguf_tokenizer_impl.h"
 
 #include <errno.h>
 #include <string.h>
 
-static int push_pair(const struct gguf_tokenizer *t, struct gguf_scratch *s,
-		     int32_t a, int32_t b)
+struct bpe_ctx {
+	const struct gguf_tokenizer *t;
+	struct gguf_scratch *s;
+};
+
+/* Offer the pair (a, b) as a candidate when it is a merge. */
+static int push_pair(void *ctx, int32_t a, int32_t b)
 {
-	const struct gguf_merge_slot *m = gguf_vocab_merge(t, s->id[a], s->id[b]);
+	struct bpe_ctx *x = ctx;
+	struct gguf_scratch *s = x->s;
+	const struct gguf_merge_slot *m = gguf_vocab_merge(x->t, s->id[a], s->id[b]);
 	struct merge_cand c;
 
 	if (!m)
@@ -56,7 +64,7 @@ static int32_t whole_word(const struct gguf_tokenizer *t, const char *word,
 int gguf_bpe_word(const struct gguf_tokenizer *t, const char *word,
 		  size_t len, struct gguf_scratch *s, struct gguf_emit *e)
 {
-	struct merge_cand c;
+	struct bpe_ctx ctx = { t, s };
 	int32_t i;
 
 	if (t->ignore_merges) {
@@ -78,26 +86,11 @@ int gguf_bpe_word(const struct gguf_tokenizer *t, const char *word,
 	}
 	s->heap.n = 0;
 	for (i = 0; i + 1 < (int32_t)len; i++)
-		if (push_pair(t, s, i, i + 1))
+		if (push_pair(&ctx, i, i + 1))
 			return -ENOMEM;
-	while (s->heap.n) {
-		int32_t l, r;
-
-		merge_heap_pop(&s->heap, &c);
-		l = (int32_t)(uint32_t)c.key;
-		r = c.right;
-		if (s->id[l] != c.check_left || s->next[l] != r ||
-		    s->id[r] != c.check_right)
-			continue;
-		s->id[l] = c.result;
-		s->id[r] = -1;
-		s->next[l] = s->next[r];
-		if (s->next[r] >= 0)
-			s->prev[s->next[r]] = l;
-		if ((s->prev[l] >= 0 && push_pair(t, s, s->prev[l], l)) ||
-		    (s->next[l] >= 0 && push_pair(t, s, l, s->next[l])))
-			return -ENOMEM;
-	}
+	if (merge_heap_run(&s->heap, s->id, s->prev, s->next, false, push_pair,
+			   &ctx))
+		return -ENOMEM;
 	for (i = 0; i >= 0 && len; i = s->next[i])
 		gguf_emit_token(e, s->id[i]);
 	return 0;

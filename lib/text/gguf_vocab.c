@@ -19,26 +19,9 @@
 #include <string.h>
 
 #include "text/bytelevel.h"
+#include "text/text_hash.h"
 #include "text/unicode.h"
 #include "util/log_escape.h"
-
-#define FNV_OFFSET 0xCBF29CE484222325ull
-#define FNV_PRIME 0x100000001B3ull
-
-static uint64_t fnv(uint64_t h, const char *s, size_t len)
-{
-	for (size_t i = 0; i < len; i++)
-		h = (h ^ (unsigned char)s[i]) * FNV_PRIME;
-	return h;
-}
-
-/* Mix before masking: FNV's low bits alone are weak. */
-static uint64_t mix(uint64_t h)
-{
-	h ^= h >> 29;
-	h *= 0xBF58476D1CE4E5B9ull;
-	return h ^ (h >> 32);
-}
 
 static int fail(char *err, size_t err_len, const char *fmt, ...)
 {
@@ -69,7 +52,8 @@ int32_t gguf_vocab_lookup2(const struct gguf_tokenizer *t, const char *a,
 
 	if (la + lb == 0 || la + lb > t->longest_token)
 		return -1;
-	i = mix(fnv(fnv(FNV_OFFSET, a, la), b, lb)) & t->tok_mask;
+	i = text_hash_continue(TEXT_HASH_OFFSET, a, la);
+	i = text_hash_mix(text_hash_continue(i, b, lb)) & t->tok_mask;
 	for (;; i = (i + 1) & t->tok_mask) {
 		int32_t id = t->tok_hash[i];
 		const char *p;
@@ -91,7 +75,8 @@ static void token_insert(struct gguf_tokenizer *t, int32_t id)
 
 	if (t->len[id] == 0)
 		return;		/* an empty text is never looked up */
-	i = mix(fnv(FNV_OFFSET, p, t->len[id])) & t->tok_mask;
+	i = text_hash_continue(TEXT_HASH_OFFSET, p, t->len[id]);
+	i = text_hash_mix(i) & t->tok_mask;
 	for (;; i = (i + 1) & t->tok_mask) {
 		int32_t other = t->tok_hash[i];
 
@@ -107,7 +92,7 @@ static void token_insert(struct gguf_tokenizer *t, int32_t id)
 
 static uint64_t pair_hash(int32_t left, int32_t right)
 {
-	return mix(((uint64_t)(uint32_t)left << 32 | (uint32_t)right) *
+	return text_hash_mix(((uint64_t)(uint32_t)left << 32 | (uint32_t)right) *
 		   0x9E3779B97F4A7C15ull);
 }
 

@@ -11,6 +11,7 @@
  * the score's order code, complemented so the highest score is the top,
  * then the left index.  A candidate records both symbols' sizes and is
  * current iff they are unchanged and still neighbours (sizes only grow).
+ * The loop itself is merge_heap_run() (merge_heap.h).
  */
 #include "text/gguf_tokenizer_impl.h"
 
@@ -34,19 +35,27 @@ static bool spm_mergeable(uint8_t type)
 	       type == GGUF_TOKEN_UNUSED;
 }
 
-static int push_pair(const struct gguf_tokenizer *t, const char *text,
-		     struct gguf_scratch *s, int32_t a, int32_t b)
+struct spm_ctx {
+	const struct gguf_tokenizer *t;
+	const char *text;
+	struct gguf_scratch *s;
+};
+
+/* Offer the pair (a, b) when their concatenation is a text token. */
+static int push_pair(void *ctx, int32_t a, int32_t b)
 {
+	struct spm_ctx *x = ctx;
+	struct gguf_scratch *s = x->s;
 	struct merge_cand c;
 	int32_t id;
 
-	id = gguf_vocab_lookup2(t, text + s->id[a], (size_t)s->size[a],
-				text + s->id[b], (size_t)s->size[b]);
+	id = gguf_vocab_lookup2(x->t, x->text + s->id[a], (size_t)s->size[a],
+				x->text + s->id[b], (size_t)s->size[b]);
 	/* SentencePiece merges into text pieces only: never into a byte,
 	 * control or unknown token that happens to spell the same. */
-	if (id < 0 || !spm_mergeable(t->type[id]))
+	if (id < 0 || !spm_mergeable(x->t->type[id]))
 		return 0;
-	c.key = (uint64_t)(~float_order(t->score[id])) << 32 | (uint32_t)a;
+	c.key = (uint64_t)(~float_order(x->t->score[id])) << 32 | (uint32_t)a;
 	c.right = b;
 	c.check_left = s->size[a];
 	c.check_right = s->size[b];
@@ -70,7 +79,7 @@ static void emit_symbol(const struct gguf_tokenizer *t, const char *p,
 int gguf_spm_text(const struct gguf_tokenizer *t, const char *text,
 		  size_t len, struct gguf_scratch *s, struct gguf_emit *e)
 {
-	struct merge_cand c;
+	struct spm_ctx ctx = { t, text, s };
 	int32_t n = 0, i;
 	size_t pos = 0, step;
 
@@ -90,26 +99,12 @@ int gguf_spm_text(const struct gguf_tokenizer *t, const char *text,
 	s->next[n - 1] = -1;
 	s->heap.n = 0;
 	for (i = 0; i + 1 < n; i++)
-		if (push_pair(t, text, s, i, i + 1))
+		if (push_pair(&ctx, i, i + 1))
 			return -ENOMEM;
-	while (s->heap.n) {
-		int32_t l, r;
-
-		merge_heap_pop(&s->heap, &c);
-		l = (int32_t)(uint32_t)c.key;
-		r = c.right;
-		if (s->size[l] != c.check_left || s->next[l] != r ||
-		    s->size[r] != c.check_right)
-			continue;
-		s->size[l] += s->size[r];
-		s->size[r] = 0;
-		s->next[l] = s->next[r];
-		if (s->next[r] >= 0)
-			s->prev[s->next[r]] = l;
-		if ((s->prev[l] >= 0 && push_pair(t, text, s, s->prev[l], l)) ||
-		    (s->next[l] >= 0 && push_pair(t, text, s, l, s->next[l])))
-			return -ENOMEM;
-	}
+	/* A symbol's size is what a candidate checks: it only grows. */
+	if (merge_heap_run(&s->heap, s->size, s->prev, s->next, true, push_pair,
+			   &ctx))
+		return -ENOMEM;
 	for (i = 0; i >= 0; i = s->next[i])
 		emit_symbol(t, text + s->id[i], (size_t)s->size[i], e);
 	return 0;
