@@ -27,8 +27,9 @@ enum gguf_token_type {
 #define GGUF_TOKENIZER_MAX_VOCAB (1u << 24)
 #define GGUF_TOKENIZER_MAX_MERGES (1u << 24)
 #define GGUF_TOKENIZER_MAX_TOKEN_LEN (1u << 16)
-/* The longest text encode() takes, in bytes. */
-#define GGUF_TOKENIZER_MAX_TEXT ((size_t)1 << 30)
+/* The longest text encode() takes, in bytes: SentencePiece's escaped
+ * text (3 bytes a space) must index with int32_t. */
+#define GGUF_TOKENIZER_MAX_TEXT ((size_t)1 << 29)
 
 /*
  * A vocabulary as a GGUF file holds it; nothing is kept after
