@@ -669,6 +669,9 @@ static void test_specials(void **state)
 						       sizeof(out), &len), -EINVAL);
 		assert_int_equal(len, 1);
 	}
+	/* Too long a text is refused before it is read. */
+	assert_int_equal(gguf_tokenizer_encode(t, "x", GGUF_TOKENIZER_MAX_TEXT + 1,
+					       false, false, ids, 64, &n), -E2BIG);
 	/* -ENOSPC on encode: the count needed. */
 	assert_int_equal(gguf_tokenizer_encode(t, "<u><u><u>", 9, true, false,
 					       ids, 2, &n), -ENOSPC);
