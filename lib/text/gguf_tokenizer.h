@@ -85,11 +85,13 @@ uint32_t gguf_tokenizer_longest_piece(const struct gguf_tokenizer *t);
 int32_t gguf_tokenizer_lookup(const struct gguf_tokenizer *t, const char *s,
 			      size_t len);
 
-/* A bound on encode()'s output for len bytes: every byte one token, the
- * space prefix, BOS, EOS. */
+/* A bound on encode()'s output for len bytes: every byte one token,
+ * plus (llama, add_space_prefix) one U+2581 before each piece of text
+ * between special tokens, at most one a byte (a special token is at
+ * least a byte), plus BOS and EOS. */
 static inline size_t gguf_tokenizer_encode_max(size_t len)
 {
-	return len + 3;
+	return 2 * len + 3;
 }
 
 /*
