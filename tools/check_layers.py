@@ -118,6 +118,7 @@ FOLDER_NOTES = {
     "tests/fuzz/tokenizer_corpus": "tokenizer.bin seeds",
     "tests/plugins": "hostile worker and plugins for attack tests",
     "tests/ggml_ref": "the GGUF weight types against llama.cpp's libggml (make test-ggml-ref)",
+    "tests/tokenizers": "GGUF tokenizers against the real ones (npm)",
     "tests/unit": "cmocka unit tests, one binary per module",
     "tools": "workloads, checkpoints, tokenizers, faults, soak",
     "tools/refdecode": "the reference decoder, apart from the engine",

@@ -40,6 +40,7 @@
  * same table rejects most pairs before hashing them.
  */
 #include "text/tokenizer.h"
+#include "text/text_hash.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -82,30 +83,13 @@ static const char byte_pieces[512] = {
 /* Lookup                                                              */
 /* ------------------------------------------------------------------ */
 
-#define FNV_OFFSET 0xCBF29CE484222325ull
-#define FNV_PRIME 0x100000001B3ull
-
-static uint64_t fnv_continue(uint64_t h, const char *s, size_t len)
-{
-	for (size_t i = 0; i < len; i++)
-		h = (h ^ (unsigned char)s[i]) * FNV_PRIME;
-	return h;
-}
-
-/* Mix the FNV state before masking: its low bits alone are weak. */
-static uint64_t hash_slot(uint64_t h)
-{
-	h ^= h >> 29;
-	h *= 0xBF58476D1CE4E5B9ull;
-	return h ^ (h >> 32);
-}
-
 /* The id whose piece is a[0..la) b[0..lb), or -1. */
 static int32_t lookup2(const struct tokenizer *t, const char *a, size_t la,
 		       const char *b, size_t lb)
 {
-	uint64_t h = hash_slot(fnv_continue(fnv_continue(FNV_OFFSET, a, la),
-					    b, lb));
+	uint64_t h = text_hash_continue(TEXT_HASH_OFFSET, a, la);
+
+	h = text_hash_mix(text_hash_continue(h, b, lb));
 
 	for (uint64_t i = h & t->table_mask;; i = (i + 1) & t->table_mask) {
 		int32_t id = t->table[i];
@@ -132,7 +116,7 @@ static void table_insert(struct tokenizer *t, int32_t id)
 {
 	const char *p = t->blob + t->offset[id];
 	size_t len = t->length[id];
-	uint64_t h = hash_slot(fnv_continue(FNV_OFFSET, p, len));
+	uint64_t h = text_hash_mix(text_hash_continue(TEXT_HASH_OFFSET, p, len));
 
 	for (uint64_t i = h & t->table_mask;; i = (i + 1) & t->table_mask) {
 		int32_t other = t->table[i];
