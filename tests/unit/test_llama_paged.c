@@ -198,19 +198,22 @@ static void test_mix_spans(void **state)
 
 #define N_REQ 8		/* requests a trial */
 #define N_OUT 8		/* outputs compared per request */
-#define MAX_PROMPT 70
+/* prompts up to max_prompt tokens: 70 for the exact mode's trials, up to
+ * PROMPT_CAP for the split mode's (several chunks of LLAMA_SPLIT_POS) */
+#define PROMPT_CAP 200
+static uint32_t max_prompt = 70;
 
 /* One request: its tokens (the prompt, then the contiguous run's
  * outputs), the paged run's progress, its block table. */
 struct preq {
-	int32_t tokens[MAX_PROMPT + 40 + N_OUT];
+	int32_t tokens[PROMPT_CAP + 40 + N_OUT];
 	uint32_t n_prompt;
 	int parent;		/* -1, or the request whose prefix it shares */
 	uint32_t shared;	/* positions taken from the parent's blocks */
 	bool copy;		/* copies of them (copy-on-write), not them */
 	uint32_t n_tokens, n_cached, n_out;
 	bool started, done;
-	uint32_t blocks[MAX_PROMPT + 40 + N_OUT];
+	uint32_t blocks[PROMPT_CAP + 40 + N_OUT];
 	uint32_t n_blocks;
 };
 
@@ -219,6 +222,13 @@ static float want[N_REQ][N_OUT][VOCAB];
 /* what the trials covered, printed: outputs compared, requests started on
  * shared blocks and on copies of them */
 static uint32_t n_compared, n_shared, n_copied;
+/* pairs of rows of one forward pass (LLAMA_CHUNK tokens) whose tables
+ * share a whole chunk of LLAMA_SPLIT_POS positions (a cascade group), and
+ * pairs that share the chunk's first block only (the check must part
+ * them) */
+static uint32_t n_cascade_pairs, n_near_pairs;
+#define SPLIT_POS 64	/* llama_run.h's LLAMA_SPLIT_POS */
+#define PASS_TOKENS 64	/* llama_run.h's LLAMA_CHUNK */
 
 /* The contiguous mode's logits of every output of q, into want[i], and its
  * tokens appended (greedy); prefill in random chunks. */
@@ -246,8 +256,10 @@ static void run_contiguous(void *m, uint32_t i, struct rng *r)
 }
 
 /* Make the trial's requests: random prompts, some sharing a prefix of an
- * earlier one's prompt. */
-static void make_requests(struct rng *r)
+ * earlier one's prompt.  fork: a long first prompt, and every later
+ * request shares a prefix of random length (often under a chunk), mostly
+ * of the first's: many rows on one prefix, as n > 1 choices make. */
+static void make_requests(struct rng *r, bool fork)
 {
 	for (uint32_t i = 0; i < N_REQ; i++) {
 		struct preq *q = &reqs[i];
@@ -255,14 +267,17 @@ static void make_requests(struct rng *r)
 
 		memset(q, 0, sizeof(*q));
 		q->parent = -1;
-		q->n_prompt = 1 + rng_below(r, MAX_PROMPT);
-		if (i > 0 && rng_below(r, 2)) {
-			struct preq *p = &reqs[rng_below(r, i)];
+		q->n_prompt = fork && i == 0 ?
+			max_prompt / 2 + 1 + rng_below(r, max_prompt / 2) :
+			1 + rng_below(r, max_prompt);
+		if (i > 0 && (fork || rng_below(r, 2))) {
+			struct preq *p = &reqs[fork && rng_below(r, 3) ? 0 :
+					       rng_below(r, i)];
 
 			q->parent = (int)(p - reqs);
-			/* at most MAX_PROMPT: a chain of sharers stays in tokens[] */
-			from = 1 + rng_below(r, p->n_prompt < MAX_PROMPT ?
-						p->n_prompt : MAX_PROMPT);
+			/* at most max_prompt: a chain of sharers stays in tokens[] */
+			from = 1 + rng_below(r, p->n_prompt < max_prompt ?
+						p->n_prompt : max_prompt);
 			q->n_prompt = from + 1 + rng_below(r, 40);
 			memcpy(q->tokens, p->tokens, from * sizeof(int32_t));
 		}
@@ -280,6 +295,49 @@ static void make_requests(struct rng *r)
  * and chunks.  Every output's logits memcmp'd against the contiguous
  * run's.
  */
+/*
+ * Count the step's cascade chances as the model's passes see them: its
+ * rows' tokens flattened in order, LLAMA_CHUNK at a time; in each pass,
+ * two tokens of different rows whose chunk at lo is whole for both and
+ * whose tables name the same blocks over it (or the same block at lo
+ * only).  Written from the definition, apart from llama_split.c.
+ */
+static void count_cascade(const struct dynbatch_paged_row *rows,
+			  uint32_t n_rows, uint32_t bt)
+{
+	uint32_t row_of[N_REQ * (PROMPT_CAP + 40 + N_OUT)], pos_of[N_REQ * (PROMPT_CAP + 40 + N_OUT)];
+	uint32_t n_flat = 0;
+
+	for (uint32_t j = 0; j < n_rows; j++)
+		for (uint32_t k = 0; k < rows[j].row.n_consume; k++) {
+			row_of[n_flat] = j;
+			pos_of[n_flat++] = rows[j].row.n_cached + k;
+		}
+	for (uint32_t s = 0; s < n_flat; s += PASS_TOKENS) {
+		uint32_t e = s + PASS_TOKENS < n_flat ? s + PASS_TOKENS : n_flat;
+
+		for (uint32_t a = s; a < e; a++)
+			for (uint32_t b = a + 1; b < e; b++) {
+				const uint32_t *ta = rows[row_of[a]].blocks;
+				const uint32_t *tb = rows[row_of[b]].blocks;
+
+				if (row_of[a] == row_of[b])
+					continue;
+				for (uint32_t lo = 0; lo + SPLIT_POS <= pos_of[a] + 1 &&
+						      lo + SPLIT_POS <= pos_of[b] + 1;
+				     lo += SPLIT_POS) {
+					bool all = true;
+
+					if (ta[lo / bt] != tb[lo / bt])
+						continue;
+					for (uint32_t p = lo; p < lo + SPLIT_POS; p++)
+						all = all && ta[p / bt] == tb[p / bt];
+					*(all ? &n_cascade_pairs : &n_near_pairs) += 1;
+				}
+			}
+	}
+}
+
 static void run_paged(void *m, uint32_t bt, struct rng *r, const char *what)
 {
 	uint32_t need = 0, n_pool, *perm, next = 0, left = N_REQ;
@@ -290,6 +348,10 @@ static void run_paged(void *m, uint32_t bt, struct rng *r, const char *what)
 	for (uint32_t i = 0; i < N_REQ; i++) {
 		struct preq *q = &reqs[i];
 		uint32_t len = q->n_prompt + N_OUT - 1;
+
+		/* a second run over the same requests starts afresh */
+		q->started = q->done = false;
+		q->n_tokens = q->n_cached = q->n_out = 0;
 
 		q->n_blocks = (len + bt - 1) / bt + rng_below(r, 2);
 		need += q->n_blocks;
@@ -355,6 +417,7 @@ static void run_paged(void *m, uint32_t bt, struct rng *r, const char *what)
 				.blocks = q->blocks, .n_blocks = q->n_blocks,
 			};
 		}
+		count_cascade(rows, n_rows, bt);
 		assert_int_equal(api->step_paged(m, n_rows, rows, got, ref), 0);
 		for (uint32_t j = 0; j < n_rows; j++) {
 			struct preq *q = &reqs[cand[j]];
@@ -382,33 +445,82 @@ static void run_paged(void *m, uint32_t bt, struct rng *r, const char *what)
 	free(perm);
 }
 
-static void test_paged_matches_contiguous(void **state)
+/*
+ * n_trials trials, block sizes in turn, the two kernel kinds in turn:
+ * the contiguous run of the requests with options mode, then for each of
+ * paged[0 .. n_paged) a paged run of the same requests with those
+ * options (a fresh model, its own random schedule), every output
+ * memcmp'd against the contiguous run's.
+ */
+static void run_trials(struct rng *r, uint32_t n_trials, bool fork,
+		       const char *mode, const char *const *paged,
+		       uint32_t n_paged)
 {
 	static const uint32_t sizes[] = { 1, 2, 3, 7, 16, 64, 300 };
+
+	for (uint32_t trial = 0; trial < n_trials; trial++) {
+		uint32_t bt = sizes[trial % 7];
+		bool portable = trial % 2 || !llama_kernels_have_avx2();
+		const char *kind = portable ? "portable" : "avx2";
+		char args[300], what[200];
+		void *v2, *pg;
+
+		snprintf(args, sizeof(args), "%s,kernel=%s%s", ck_path, kind, mode);
+		v2 = must_create(args);
+		assert_int_equal(api->bind(v2, 1, SEQ, args, sizeof(args)), 0);
+		make_requests(r, fork);
+		for (uint32_t i = 0; i < N_REQ; i++)
+			run_contiguous(v2, i, r);
+		api->destroy(v2);
+		for (uint32_t v = 0; v < n_paged; v++) {
+			snprintf(args, sizeof(args), "%s,kernel=%s%s", ck_path,
+				 kind, paged[v]);
+			snprintf(what, sizeof(what), "%s%s", kind, paged[v]);
+			pg = must_create(args);
+			run_paged(pg, bt, r, what);
+			api->destroy(pg);
+		}
+	}
+}
+
+static void test_paged_matches_contiguous(void **state)
+{
+	static const char *const exact[] = { "" };
 	struct rng r = rng_for(2);
 
 	(void)state;
-	for (uint32_t trial = 0; trial < 4 * 7; trial++) {
-		uint32_t bt = sizes[trial % 7];
-		bool portable = trial % 2 || !llama_kernels_have_avx2();
-		char args[200];
-		void *v2, *pg;
-
-		snprintf(args, sizeof(args), "%s,kernel=%s", ck_path,
-			 portable ? "portable" : "avx2");
-		v2 = must_create(args);
-		pg = must_create(args);
-		assert_int_equal(api->bind(v2, 1, SEQ, args, sizeof(args)), 0);
-		make_requests(&r);
-		for (uint32_t i = 0; i < N_REQ; i++)
-			run_contiguous(v2, i, &r);
-		run_paged(pg, bt, &r, portable ? "portable" : "avx2");
-		api->destroy(v2);
-		api->destroy(pg);
-	}
+	n_compared = n_shared = n_copied = 0;
+	max_prompt = 70;
+	run_trials(&r, 4 * 7, false, "", exact, 1);
 	printf("paged against contiguous: %u outputs memcmp-equal; %u requests started on shared blocks, %u on copies\n",
 	       n_compared, n_shared, n_copied);
 	assert_true(n_shared > 0 && n_copied > 0);
+}
+
+/*
+ * attention=split: the paged run, cascade on and off, bit for bit the
+ * contiguous run's, for every block size, table, batch, row order and
+ * prefill chunking, prompts over several chunks; half the trials fork
+ * one prefix at random lengths (cascade groups in the same pass, and
+ * rows that share a chunk's first block but not the rest).
+ */
+static void test_split_matches_contiguous(void **state)
+{
+	static const char *const split[] = { ",attention=split",
+					     ",attention=split,cascade=off" };
+	struct rng r = rng_for(3);
+
+	(void)state;
+	n_compared = n_shared = n_copied = 0;
+	n_cascade_pairs = n_near_pairs = 0;
+	max_prompt = PROMPT_CAP;
+	run_trials(&r, 2 * 7, false, ",attention=split", split, 2);
+	run_trials(&r, 2 * 7, true, ",attention=split", split, 2);
+	max_prompt = 70;
+	printf("split, paged (cascade on, off) against contiguous: %u outputs memcmp-equal; %u requests started on shared blocks, %u on copies; %u row pairs in one pass sharing a whole chunk, %u its first block only\n",
+	       n_compared, n_shared, n_copied, n_cascade_pairs, n_near_pairs);
+	assert_true(n_shared > 0 && n_copied > 0);
+	assert_true(n_cascade_pairs > 0 && n_near_pairs > 0);
 }
 
 /* ------------------------------------------------- the step's checks */
@@ -569,6 +681,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_mix_spans),
 		cmocka_unit_test(test_paged_matches_contiguous),
+		cmocka_unit_test(test_split_matches_contiguous),
 		cmocka_unit_test(test_paged_checks),
 	};
 	struct rng r;
