@@ -12,6 +12,12 @@
  * that names a block outside the pool, or too few blocks, fails the step
  * with -EINVAL before anything is written.
  *
+ * attention=split (lib/model/llama_split.c): the same promise between its
+ * paged runs, cascade on and off, and its contiguous run, prompts over
+ * several chunks of keys and forks of one prefix; its kernels against a
+ * naive double softmax (empty and fully masked chunks included) and the
+ * whole model against tools/refdecode's double-precision forward pass.
+ *
  * The checkpoint is written here from random weights (legacy llama2.c
  * layout, no RoPE tables).  Seeds: SEED= replays a run (test_rng.h).
  */
@@ -32,6 +38,7 @@
 #include "kernels/llama_kernels.h"
 #include "model/llama_model.h"
 #include "tests/unit/test_rng.h"
+#include "tools/refdecode/ref_llama.h"
 
 static char tmp_dir[] = "/tmp/test_llama_paged.XXXXXX";
 static char ck_path[128];
@@ -41,6 +48,8 @@ static const struct dynbatch_model_api *api;
 enum { DIM = 64, HIDDEN = 96, LAYERS = 2, HEADS = 4, KV_HEADS = 2,
        VOCAB = 97, SEQ = 256 };
 #define KV_DIM (KV_HEADS * (DIM / HEADS))
+#define SPLIT_POS 64	/* llama_run.h's LLAMA_SPLIT_POS */
+#define PASS_TOKENS 64	/* llama_run.h's LLAMA_CHUNK */
 
 /* ------------------------------------------------------------ helpers */
 
@@ -194,6 +203,118 @@ static void test_mix_spans(void **state)
 	}
 }
 
+/*
+ * The split kernels against a naive double-precision softmax attention
+ * over the same float scores: keys cut every SPLIT_POS positions, each
+ * chunk through attn_chunk_exp() (its max exactly the chunk's, its exps
+ * within 1e-6 of exp's and its sum within 1e-6 relative) and attn_mix(),
+ * merged in order by attn_merge(), divided by the sum at the end: every
+ * output element within 1e-5 x sum_p w_p |v_p[i]| (+ 1e-30) of the
+ * reference.  Between chunks, empty chunks (no keys) are merged at
+ * random and must leave the running state's bits as they were, without
+ * NaN; some chunks have only -inf scores (masked keys): the identity too.
+ */
+static void test_split_kernels(void **state)
+{
+	enum { MAXP = 300, MAXH = 150 };
+	struct rng r = rng_for(4);
+	enum llama_kernel_kind kinds[] = { LLAMA_KERNEL_PORTABLE,
+					   LLAMA_KERNEL_AVX2 };
+	static float keys[MAXP * (MAXH + 8)], vals[MAXP * (MAXH + 8)];
+	static float sc[MAXP], buf[SPLIT_POS], acc[MAXH], o[MAXH], o2[MAXH];
+	static double w[MAXP];
+	uint32_t n_empty = 0, n_masked = 0;
+
+	(void)state;
+	for (size_t ki = 0; ki < 2; ki++) {
+		const struct llama_kernels *k = llama_kernels_get(kinds[ki]);
+
+		if (!k)
+			continue;
+		for (int iter = 0; iter < 300; iter++) {
+			size_t hs = 1 + rng_below(&r, MAXH), n_pos = 1 + rng_below(&r, MAXP);
+			size_t stride = hs + rng_below(&r, 9);
+			float q[MAXH], mrun = -INFINITY, lrun = 0.0f, m2, l2, mx;
+			double dmax = -INFINITY, dsum = 0;
+
+			for (size_t i = 0; i < hs; i++)
+				q[i] = (float)rng_below(&r, 2001) / 500.0f - 2.0f;
+			for (size_t i = 0; i < n_pos * stride; i++) {
+				keys[i] = (float)rng_below(&r, 20001) / 7777.0f - 1.3f;
+				vals[i] = (float)rng_below(&r, 20001) / 9999.0f - 1.0f;
+			}
+			k->attn_scores(sc, q, keys, stride, n_pos, hs, sqrtf((float)hs));
+			/* mask a later chunk now and then (never all of them) */
+			for (size_t lo = SPLIT_POS; lo < n_pos; lo += SPLIT_POS)
+				if (!rng_below(&r, 4)) {
+					for (size_t p = lo; p < n_pos && p < lo + SPLIT_POS; p++)
+						sc[p] = -INFINITY;
+					n_masked++;
+				}
+			for (size_t p = 0; p < n_pos; p++)
+				dmax = sc[p] > dmax ? sc[p] : dmax;
+			for (size_t p = 0; p < n_pos; p++)
+				dsum += (w[p] = exp((double)sc[p] - dmax));
+			memset(o, 0, hs * sizeof(float));
+			for (size_t lo = 0; lo < n_pos; lo += SPLIT_POS) {
+				size_t n = n_pos - lo < SPLIT_POS ? n_pos - lo : SPLIT_POS;
+				float cmax = -INFINITY, l;
+				double csum = 0;
+
+				if (!rng_below(&r, 3)) {	/* an empty chunk */
+					memcpy(o2, o, hs * sizeof(float));
+					m2 = mrun;
+					l2 = lrun;
+					l = k->attn_chunk_exp(buf, 0, &mx);
+					assert_true(mx == -INFINITY && l == 0.0f);
+					k->attn_merge(o, &mrun, &lrun, acc, mx, l, hs);
+					if (memcmp(o, o2, hs * sizeof(float)) ||
+					    memcmp(&mrun, &m2, sizeof(m2)) ||
+					    memcmp(&lrun, &l2, sizeof(l2)))
+						fail_msg("seed=%llu %s: merging an empty chunk changed the running state",
+							 test_seed, k->name);
+					n_empty++;
+				}
+				memcpy(buf, sc + lo, n * sizeof(float));
+				l = k->attn_chunk_exp(buf, n, &mx);
+				for (size_t p = 0; p < n; p++)
+					cmax = sc[lo + p] > cmax ? sc[lo + p] : cmax;
+				if (mx != cmax)
+					fail_msg("seed=%llu %s: chunk max %g, want %g",
+						 test_seed, k->name, mx, cmax);
+				for (size_t p = 0; p < n; p++) {
+					double e = cmax == -INFINITY ? 0 :
+						   exp((double)sc[lo + p] - cmax);
+
+					csum += e;
+					if (fabs(buf[p] - e) > 1e-6 * e || isnan(buf[p]))
+						fail_msg("seed=%llu %s: exp %.9g, want %.9g",
+							 test_seed, k->name, buf[p], e);
+				}
+				if (fabs(l - csum) > 1e-6 * csum || isnan(l))
+					fail_msg("seed=%llu %s: chunk sum %.9g, want %.9g",
+						 test_seed, k->name, l, csum);
+				k->attn_mix(acc, buf, vals + lo * stride, stride, n, hs);
+				k->attn_merge(o, &mrun, &lrun, acc, mx, l, hs);
+			}
+			for (size_t i = 0; i < hs; i++) {
+				double want = 0, mag = 0, got = o[i] / lrun;
+
+				for (size_t p = 0; p < n_pos; p++) {
+					want += w[p] / dsum * vals[p * stride + i];
+					mag += w[p] / dsum * fabs(vals[p * stride + i]);
+				}
+				if (!(fabs(got - want) <= 1e-5 * mag + 1e-30))
+					fail_msg("seed=%llu %s: split output %zu = %.9g, naive softmax %.9g (hs %zu, %zu positions)",
+						 test_seed, k->name, i, got, want, hs, n_pos);
+			}
+		}
+	}
+	printf("split kernels against a double softmax: %u empty chunks merged, %u masked chunks\n",
+	       n_empty, n_masked);
+	assert_true(n_empty > 0 && n_masked > 0);
+}
+
 /* ------------------------------------------- paged against contiguous */
 
 #define N_REQ 8		/* requests a trial */
@@ -227,8 +348,6 @@ static uint32_t n_compared, n_shared, n_copied;
  * pairs that share the chunk's first block only (the check must part
  * them) */
 static uint32_t n_cascade_pairs, n_near_pairs;
-#define SPLIT_POS 64	/* llama_run.h's LLAMA_SPLIT_POS */
-#define PASS_TOKENS 64	/* llama_run.h's LLAMA_CHUNK */
 
 /* The contiguous mode's logits of every output of q, into want[i], and its
  * tokens appended (greedy); prefill in random chunks. */
@@ -523,6 +642,101 @@ static void test_split_matches_contiguous(void **state)
 	assert_true(n_cascade_pairs > 0 && n_near_pairs > 0);
 }
 
+/* Logits of the last of tokens[0 .. n) from a fresh contiguous model
+ * made with args, prefilled in one step. */
+static void last_logits(const char *args, const int32_t *tokens, uint32_t n,
+			float *out)
+{
+	void *m = must_create(args);
+	char err[256];
+	uint32_t refusal;
+	struct dynbatch_model_row row = { .tokens = tokens, .n_tokens = n,
+					  .n_consume = n, .want_output = 1 };
+
+	assert_int_equal(api->bind(m, 1, SEQ, err, sizeof(err)), 0);
+	assert_int_equal(api->step(m, 1, &row, out, &refusal), 0);
+	assert_int_equal(refusal, DYNBATCH_REFUSE_NONE);
+	api->destroy(m);
+}
+
+/*
+ * The whole model in split mode against the naive double-precision
+ * reference (tools/refdecode/ref_llama.c: plain softmax attention, double
+ * accumulators), prompts of 1 to SEQ tokens: every logit within 5e-5 x
+ * (1 + the largest |logit|) of the reference, as the exact mode is; and
+ * past one chunk of keys split's bits differ from exact's somewhere (the
+ * option really takes effect).
+ */
+static void test_split_against_reference(void **state)
+{
+	struct rng r = rng_for(5);
+	static int32_t toks[SEQ];
+	static float got[VOCAB], exact[VOCAB];
+	static double ref_logits[VOCAB];
+	double worst_split = 0, worst_exact = 0;
+	uint32_t n_differ = 0;
+	struct ref_llama *ref;
+	char err[256], path[160], cbuf[4096];
+	size_t got_n;
+	FILE *in, *outf;
+
+	(void)state;
+	/* the reference reads the layout with its RoPE tables (unread by
+	 * either model): the same weights, zero tables appended */
+	snprintf(path, sizeof(path), "%s/rope.bin", tmp_dir);
+	in = fopen(ck_path, "rb");
+	outf = fopen(path, "wb");
+	assert_true(in && outf);
+	while ((got_n = fread(cbuf, 1, sizeof(cbuf), in)) > 0)
+		assert_int_equal(fwrite(cbuf, 1, got_n, outf), got_n);
+	memset(cbuf, 0, sizeof(cbuf));
+	for (size_t left = (size_t)SEQ * (DIM / HEADS) * sizeof(float); left;
+	     left -= got_n) {
+		got_n = left < sizeof(cbuf) ? left : sizeof(cbuf);
+		assert_int_equal(fwrite(cbuf, 1, got_n, outf), got_n);
+	}
+	fclose(in);
+	assert_int_equal(fclose(outf), 0);
+	ref = ref_llama_load(path, err, sizeof(err));
+	if (!ref)
+		fail_msg("ref_llama_load: %s", err);
+	for (uint32_t trial = 0; trial < 16; trial++) {
+		uint32_t n = trial < 4 ? 1 + rng_below(&r, 64) :
+				 64 + rng_below(&r, SEQ - 63);
+		bool portable = trial % 2 || !llama_kernels_have_avx2();
+		char args[300];
+		double top = 0, e_split = 0, e_exact = 0;
+
+		for (uint32_t i = 0; i < n; i++)
+			toks[i] = (int32_t)rng_below(&r, VOCAB);
+		snprintf(args, sizeof(args), "%s,kernel=%s,attention=split",
+			 path, portable ? "portable" : "avx2");
+		last_logits(args, toks, n, got);
+		snprintf(args, sizeof(args), "%s,kernel=%s", path,
+			 portable ? "portable" : "avx2");
+		last_logits(args, toks, n, exact);
+		assert_int_equal(ref_llama_forward(ref, toks, n, n - 1, ref_logits), 0);
+		for (uint32_t v = 0; v < VOCAB; v++) {
+			double d = ref_logits[v];
+
+			top = fabs(d) > top ? fabs(d) : top;
+			e_split = fmax(e_split, fabs(got[v] - d));
+			e_exact = fmax(e_exact, fabs(exact[v] - d));
+		}
+		if (!(e_split <= 5e-5 * (1 + top)))
+			fail_msg("seed=%llu %s: split logits off the reference by %g (exact mode: %g; %u tokens, largest |logit| %g)",
+				 test_seed, portable ? "portable" : "avx2",
+				 e_split, e_exact, n, top);
+		worst_split = fmax(worst_split, e_split / (1 + top));
+		worst_exact = fmax(worst_exact, e_exact / (1 + top));
+		n_differ += n > SPLIT_POS && memcmp(got, exact, sizeof(got)) != 0;
+	}
+	ref_llama_free(ref);
+	printf("split against the double reference: worst error %.3g x (1 + max |logit|) (exact mode %.3g); %u of 12 long prompts differ from exact in bits\n",
+	       worst_split, worst_exact, n_differ);
+	assert_true(n_differ > 0);
+}
+
 /* ------------------------------------------------- the step's checks */
 
 static bool all_zero(const void *p, size_t n)
@@ -680,6 +894,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_mix_spans),
+		cmocka_unit_test(test_split_kernels),
+		cmocka_unit_test(test_split_against_reference),
 		cmocka_unit_test(test_paged_matches_contiguous),
 		cmocka_unit_test(test_split_matches_contiguous),
 		cmocka_unit_test(test_paged_checks),
