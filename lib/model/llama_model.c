@@ -64,6 +64,10 @@
  * for those positions) and checks only what could take it outside the
  * pool, every row's every block id and a table long enough for what the
  * step writes, for all rows before it writes anything.
+ *
+ * attention=split (opt-in; llama_split.c) replaces the one softmax by
+ * chunks of LLAMA_SPLIT_POS keys merged by log-sum-exp, in either mode,
+ * with cascade over blocks that rows share; the default stays exact.
  */
 #include "model/llama_model.h"
 #include "model/llama_run.h"
