@@ -114,19 +114,65 @@ static void llama_attn_scores_portable(float *att, const float *q,
 		att[p] = llama_dot_portable(q, keys + p * stride, hs) / scale;
 }
 
-static void llama_softmax_portable(float *x, size_t n)
+/* The largest of x[0 .. n), n >= 1. */
+static float llama_max_portable(const float *x, size_t n)
 {
-	float max = x[0], sum = 0.0f;
+	float max = x[0];
 
 	for (size_t i = 1; i < n; i++)
 		if (x[i] > max)
 			max = x[i];
+	return max;
+}
+
+/* x[i] = exp(x[i] - max) for i < n, in place; their sum, i ascending. */
+static float llama_exp_sum_portable(float *x, size_t n, float max)
+{
+	float sum = 0.0f;
+
 	for (size_t i = 0; i < n; i++) {
 		x[i] = expf(x[i] - max);
 		sum += x[i];
 	}
+	return sum;
+}
+
+static void llama_softmax_portable(float *x, size_t n)
+{
+	float sum = llama_exp_sum_portable(x, n, llama_max_portable(x, n));
+
 	for (size_t i = 0; i < n; i++)
 		x[i] /= sum;
+}
+
+static float llama_attn_chunk_exp_portable(float *x, size_t n, float *max)
+{
+	*max = n ? llama_max_portable(x, n) : -INFINITY;
+	if (*max == -INFINITY) {
+		memset(x, 0, n * sizeof(float));
+		return 0.0f;
+	}
+	return llama_exp_sum_portable(x, n, *max);
+}
+
+/*
+ * Both tables' merge: written once so that it cannot differ between them
+ * (-ffp-contract=off keeps o * a + acc * b two roundings and an add).
+ */
+static void llama_attn_merge(float *o, float *m_run, float *l_run,
+			     const float *acc, float m, float l, size_t hs)
+{
+	float mx, a, b;
+
+	if (m == -INFINITY)
+		return;		/* a chunk without keys: the identity */
+	mx = *m_run > m ? *m_run : m;
+	a = expf(*m_run - mx);	/* 0 while the running one is empty */
+	b = expf(m - mx);
+	*l_run = *l_run * a + l * b;
+	for (size_t i = 0; i < hs; i++)
+		o[i] = o[i] * a + acc[i] * b;
+	*m_run = mx;
 }
 
 static void llama_attn_mix_acc_portable(float *out, const float *att,
@@ -499,17 +545,13 @@ llama_exp8(__m256 x)
 				_mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
-/*
- * The max (exact in any order), the exps (element by element, the last
- * n % 8 through a padded vector so that every element gets the same
- * function), their sum in one 8-lane accumulator in order, llama_hsum8(),
- * then the tail's exps added in order; then one multiply by 1 / sum.
- */
-static LLAMA_AVX2 void llama_softmax_avx2(float *x, size_t n)
+/* The largest of x[0 .. n), n >= 1: exact in any order. */
+static inline __attribute__((always_inline)) LLAMA_AVX2 float
+llama_max_avx2(const float *x, size_t n)
 {
 	size_t i, n8 = n & ~(size_t)7;
-	__m256 vmax = _mm256_set1_ps(x[0]), acc = _mm256_setzero_ps(), vinv;
-	float max, sum, tail[8];
+	__m256 vmax = _mm256_set1_ps(x[0]);
+	float max;
 
 	for (i = 0; i < n8; i += 8)
 		vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(x + i));
@@ -519,7 +561,22 @@ static LLAMA_AVX2 void llama_softmax_avx2(float *x, size_t n)
 	max = _mm256_cvtss_f32(vmax);
 	for (; i < n; i++)
 		max = x[i] > max ? x[i] : max;
-	vmax = _mm256_set1_ps(max);
+	return max;
+}
+
+/*
+ * x[i] = exp(x[i] - max) in place (element by element, the last n % 8
+ * through a padded vector so that every element gets the same function)
+ * and their sum: one 8-lane accumulator in order, llama_hsum8(), then the
+ * tail's exps added in order.
+ */
+static inline __attribute__((always_inline)) LLAMA_AVX2 float
+llama_exp_sum_avx2(float *x, size_t n, float max)
+{
+	size_t i, n8 = n & ~(size_t)7;
+	__m256 vmax = _mm256_set1_ps(max), acc = _mm256_setzero_ps();
+	float sum, tail[8];
+
 	for (i = 0; i < n8; i += 8) {
 		__m256 v = llama_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i),
 						    vmax));
@@ -537,12 +594,32 @@ static LLAMA_AVX2 void llama_softmax_avx2(float *x, size_t n)
 			sum += x[i];
 		}
 	}
-	vinv = _mm256_set1_ps(1.0f / sum);
+	return sum;
+}
+
+/* The max, the exps and their sum as above, then one multiply by 1 / sum. */
+static LLAMA_AVX2 void llama_softmax_avx2(float *x, size_t n)
+{
+	size_t i, n8 = n & ~(size_t)7;
+	float sum = llama_exp_sum_avx2(x, n, llama_max_avx2(x, n));
+	__m256 vinv = _mm256_set1_ps(1.0f / sum);
+
 	for (i = 0; i < n8; i += 8)
 		_mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i),
 						      vinv));
 	for (; i < n; i++)
 		x[i] *= 1.0f / sum;
+}
+
+static LLAMA_AVX2 float llama_attn_chunk_exp_avx2(float *x, size_t n,
+						  float *max)
+{
+	*max = n ? llama_max_avx2(x, n) : -INFINITY;
+	if (*max == -INFINITY) {
+		memset(x, 0, n * sizeof(float));
+		return 0.0f;
+	}
+	return llama_exp_sum_avx2(x, n, *max);
 }
 
 static const struct llama_kernels llama_kernels_avx2 = {
@@ -553,6 +630,8 @@ static const struct llama_kernels llama_kernels_avx2 = {
 	.attn_mix = llama_attn_mix_avx2,
 	.attn_mix_acc = llama_attn_mix_acc_avx2,
 	.softmax = llama_softmax_avx2,
+	.attn_chunk_exp = llama_attn_chunk_exp_avx2,
+	.attn_merge = llama_attn_merge,
 };
 
 bool llama_kernels_have_avx2(void)
@@ -575,6 +654,8 @@ static const struct llama_kernels llama_kernels_portable = {
 	.attn_mix = llama_attn_mix_portable,
 	.attn_mix_acc = llama_attn_mix_acc_portable,
 	.softmax = llama_softmax_portable,
+	.attn_chunk_exp = llama_attn_chunk_exp_portable,
+	.attn_merge = llama_attn_merge,
 };
 
 const struct llama_kernels *llama_kernels_get(enum llama_kernel_kind kind)

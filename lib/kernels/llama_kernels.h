@@ -59,6 +59,29 @@ struct llama_kernels {
 	 * a few ulp of expf) and multiplies by 1 / sum.
 	 */
 	void (*softmax)(float *x, size_t n);
+	/*
+	 * Split attention (attention=split), one chunk of keys' partial:
+	 * *max = the largest x[i], x[i] = exp(x[i] - *max) in place, the
+	 * sum of those returned, for i < n.  With no keys (n == 0) or only
+	 * -inf scores: *max = -INFINITY, every x[i] = 0, sum 0 (the merge's
+	 * identity, and no NaN from -inf - -inf).  The exp is softmax()'s
+	 * (AVX2: its vector exp), the sum in a fixed order that depends on
+	 * n alone (portable: i ascending; AVX2: 8 lanes, llama_hsum8(),
+	 * then the tail in order).
+	 */
+	float (*attn_chunk_exp)(float *x, size_t n, float *max);
+	/*
+	 * Merge one chunk's partial (acc[hs], its max m, its sum l) into the
+	 * running one (o[hs], *m_run, *l_run) by the log-sum-exp rule: with
+	 * M = max(*m_run, m), each side scaled by exp(its max - M), then
+	 * added.  A chunk with m == -INFINITY leaves the running one as it
+	 * is; a running one that is still empty (-INFINITY, 0, o zeroed)
+	 * becomes the chunk's own bits.  The same scalar code in both tables
+	 * (expf, a multiply and an add per element, no FMA): its results do
+	 * not depend on the ISA, only its inputs do.
+	 */
+	void (*attn_merge)(float *o, float *m_run, float *l_run,
+			   const float *acc, float m, float l, size_t hs);
 };
 
 /* Does this CPU run the AVX2+FMA kernels? */

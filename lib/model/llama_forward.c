@@ -30,9 +30,8 @@ static void llama_rope_chunk(struct llama_model *m, uint32_t n)
 	}
 }
 
-/* K (which 0) or V (which 1) of slot, layer, at position 0. */
-static float *llama_cache(struct llama_model *m, uint32_t slot,
-			  uint32_t layer, int which)
+float *llama_cache(struct llama_model *m, uint32_t slot, uint32_t layer,
+		   int which)
 {
 	size_t per = (size_t)m->max_context * m->ck.cfg.kv_dim;
 
@@ -186,14 +185,16 @@ static void llama_layer_attention(struct llama_model *m, uint32_t l,
 	/*
 	 * Head by head, so that a long prefix's keys and values of one head
 	 * stay in cache across the chunk's tokens; the order changes
-	 * nothing in the results.
+	 * nothing in the results.  attention=split has its own order.
 	 */
-	for (uint32_t h = 0; h < c->n_heads; h++) {
+	for (uint32_t h = 0; h < c->n_heads && !m->split; h++) {
 		if (m->paged)
 			llama_paged_attention_head(m, l, n, h, m->xb2);
 		else
 			llama_attention_head(m, l, n, h, m->xb2);
 	}
+	if (m->split)
+		llama_split_attention(m, l, n, m->xb2);
 	llama_matmul_w(m, m->xb, m->xb2, n, &w->wo, l);
 	for (size_t i = 0; i < n * dim; i++)
 		m->x[i] += m->xb[i];

@@ -64,6 +64,10 @@
  * for those positions) and checks only what could take it outside the
  * pool, every row's every block id and a table long enough for what the
  * step writes, for all rows before it writes anything.
+ *
+ * attention=split (opt-in; llama_split.c) replaces the one softmax by
+ * chunks of LLAMA_SPLIT_POS keys merged by log-sum-exp, in either mode,
+ * with cascade over blocks that rows share; the default stays exact.
  */
 #include "model/llama_model.h"
 #include "model/llama_run.h"
@@ -79,10 +83,16 @@
 
 /* ------------------------------------------------------------ create */
 
+/* The create args' options after the path; the attention ones into m. */
 static int llama_parse_options(const char *opts, enum llama_kernel_kind *kind,
-			       bool *kind_auto, char *err, size_t err_len)
+			       bool *kind_auto, struct llama_model *m,
+			       char *err, size_t err_len)
 {
+	bool cascade_set = false;
+
 	*kind_auto = true;
+	m->split = false;
+	m->cascade = true;	/* what attention=split does unless told */
 	while (opts && *opts) {
 		const char *end = strchr(opts, ',');
 		size_t len = end ? (size_t)(end - opts) : strlen(opts);
@@ -95,13 +105,29 @@ static int llama_parse_options(const char *opts, enum llama_kernel_kind *kind,
 		} else if (len == 11 && memcmp(opts, "kernel=avx2", 11) == 0) {
 			*kind_auto = false;
 			*kind = LLAMA_KERNEL_AVX2;
+		} else if (len == 15 && memcmp(opts, "attention=exact", 15) == 0) {
+			m->split = false;
+		} else if (len == 15 && memcmp(opts, "attention=split", 15) == 0) {
+			m->split = true;
+		} else if (len == 10 && memcmp(opts, "cascade=on", 10) == 0) {
+			m->cascade = true;
+			cascade_set = true;
+		} else if (len == 11 && memcmp(opts, "cascade=off", 11) == 0) {
+			m->cascade = false;
+			cascade_set = true;
 		} else {
 			snprintf(err, err_len,
-				 "llama: unknown option '%.*s' (expected kernel=auto|portable|avx2)",
+				 "llama: unknown option '%.*s' (expected kernel=auto|portable|avx2, attention=exact|split or cascade=on|off)",
 				 (int)len, opts);
 			return -EINVAL;
 		}
 		opts = end ? end + 1 : NULL;
+	}
+	/* an option that would change nothing is a mistake worth naming */
+	if (cascade_set && !m->split) {
+		snprintf(err, err_len,
+			 "llama: cascade=on|off applies to attention=split only");
+		return -EINVAL;
 	}
 	return 0;
 }
@@ -118,21 +144,21 @@ static void *llama_create(const char *args, char *err, size_t err_len)
 
 	if (path_len == 0) {
 		snprintf(err, err_len,
-			 "llama: no checkpoint (expected llama:PATH[,kernel=auto|portable|avx2])");
+			 "llama: no checkpoint (expected llama:PATH[,kernel=auto|portable|avx2][,attention=exact|split][,cascade=on|off])");
 		return NULL;
 	}
-	if (llama_parse_options(comma ? comma + 1 : NULL, &kind, &kind_auto,
-				err, err_len))
-		return NULL;
-	if (kind_auto)
-		kind = llama_kernels_have_avx2() ? LLAMA_KERNEL_AVX2 :
-						   LLAMA_KERNEL_PORTABLE;
 	m = calloc(1, sizeof(*m));
 	path = strndup(args, path_len);
 	if (!m || !path) {
 		snprintf(err, err_len, "llama: out of memory");
 		goto out_free;
 	}
+	if (llama_parse_options(comma ? comma + 1 : NULL, &kind, &kind_auto,
+				m, err, err_len))
+		goto out_free;
+	if (kind_auto)
+		kind = llama_kernels_have_avx2() ? LLAMA_KERNEL_AVX2 :
+						   LLAMA_KERNEL_PORTABLE;
 	m->k = llama_kernels_get(kind);
 	for (int t = 0; t < DTYPE_COUNT; t++)
 		m->ops[t] = tensor_ops_get((enum dtype)t, kind);
@@ -170,6 +196,11 @@ void llama_unbind(struct llama_model *m)
 	free(m->vb);
 	free(m->hb);
 	free(m->hb2);
+	free(m->split_att);
+	free(m->split_acc);
+	free(m->split_max);
+	free(m->split_sum);
+	m->split_att = m->split_acc = m->split_max = m->split_sum = NULL;
 	if (m->att)
 		munmap(m->att, m->att_bytes);
 	m->consumed = NULL;
@@ -247,6 +278,10 @@ int llama_bind_scratch(struct llama_model *m)
 	m->vb = llama_alloc_floats(ch * c->kv_dim);
 	m->hb = llama_alloc_floats(ch * c->hidden_dim);
 	m->hb2 = llama_alloc_floats(ch * c->hidden_dim);
+	m->split_att = llama_alloc_floats(LLAMA_SPLIT_POS);
+	m->split_acc = llama_alloc_floats(c->head_size);
+	m->split_max = llama_alloc_floats(ch * c->n_heads);
+	m->split_sum = llama_alloc_floats(ch * c->n_heads);
 	/* chunk x max_context scores: address space, touched only as far
 	 * as positions go (llama_alloc_floats() would write all of it:
 	 * gigabytes at a seq_len of 2^24, which the header may claim) */
@@ -257,7 +292,8 @@ int llama_bind_scratch(struct llama_model *m)
 		m->att = NULL;
 	if (!m->rope || !m->rope_freq || !m->ct || !m->x ||
 	    !m->xb || !m->xb2 || !m->q || !m->kb || !m->vb || !m->hb ||
-	    !m->hb2 || !m->att)
+	    !m->hb2 || !m->att || !m->split_att || !m->split_acc ||
+	    !m->split_max || !m->split_sum)
 		return -ENOMEM;
 	llama_rope_freqs(m);
 	return 0;

@@ -8,6 +8,13 @@
  * (llama_checkpoint.h; a PATH cannot contain a comma) and the keys are
  *   kernel=auto|portable|avx2   (auto: avx2 when the CPU has AVX2+FMA;
  *                                avx2 on a CPU without it is an error)
+ *   attention=exact|split       (exact, the default: one softmax over a
+ *                                token's positions; split: chunks of 64
+ *                                positions merged by log-sum-exp, other
+ *                                bits, as invariant; llama_split.c)
+ *   cascade=on|off              (attention=split only; on, the default:
+ *                                rows sharing a chunk's blocks read them
+ *                                once; the same bits either way)
  *
  * Logits are batch invariant (model.h step()): bit-identical for a row
  * whatever the batch, the prefill chunking or a rebuild of the state.

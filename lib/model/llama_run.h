@@ -18,6 +18,9 @@
 
 #define LLAMA_CHUNK 64		/* tokens per internal forward pass */
 #define LLAMA_ALIGN 64
+/* attention=split: keys cut at absolute positions, multiples of this
+ * (a constant, so that results depend on no block size or layout) */
+#define LLAMA_SPLIT_POS 64
 
 /* One token of a chunk: where its K/V go and whether it makes logits. */
 struct llama_chunk_token {
@@ -35,6 +38,10 @@ struct llama_model {
 	/* each weight type's kernels, of the same kind as k: a tensor is
 	 * multiplied through ops[its type], whatever file it came from */
 	const struct tensor_ops *ops[DTYPE_COUNT];
+	/* attention=split (llama_split.c) instead of one softmax a token;
+	 * cascade: rows sharing a chunk's blocks compute it together */
+	bool split;
+	bool cascade;
 
 	/* ---- run state, made by bind() or bind_paged() */
 	bool bound;
@@ -74,6 +81,13 @@ struct llama_model {
 	float *att;		/* (chunk, max_context) scores, then weights */
 	size_t att_bytes;	/* its mapping's size */
 	float *logits;		/* the step's output, during step() */
+	/* attention=split: a chunk's scores, then exps (LLAMA_SPLIT_POS);
+	 * its value sum (head_size); each token's and head's running max
+	 * and sum (chunk, n_heads) */
+	float *split_att;
+	float *split_acc;
+	float *split_max;
+	float *split_sum;
 };
 
 /* ---- llama_model.c */
@@ -117,7 +131,20 @@ float *llama_paged_kv(const struct llama_model *m, const uint32_t *blocks,
 void llama_paged_attention_head(struct llama_model *m, uint32_t layer,
 				uint32_t n, uint32_t h, float *out);
 
+/* ---- llama_split.c (attention=split) */
+
+/* Attention of every query head for the chunk's n tokens, into out
+ * (chunk, dim): per token and head, chunks of LLAMA_SPLIT_POS keys merged
+ * by log-sum-exp; bind() or bind_paged(), cascade when m->cascade. */
+void llama_split_attention(struct llama_model *m, uint32_t layer, uint32_t n,
+			   float *out);
+
 /* ---- llama_forward.c */
+
+/* K (which 0) or V (which 1) of slot's contiguous cache (bind()) for
+ * layer, at position 0. */
+float *llama_cache(struct llama_model *m, uint32_t slot, uint32_t layer,
+		   int which);
 
 /* Run the forward pass over the chunk's m->n_ct tokens (K/V written,
  * logits of the tokens with an out_row) and empty the chunk. */

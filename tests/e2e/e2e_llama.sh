@@ -4,7 +4,8 @@
 # token, double accumulation, written apart from common/llama_*.c): the
 # same tokens at workers 0..3, batch 1..64, step budgets, garbled results
 # and kill -9, a separate classifier and GQA, the ak42 formats (version 1
-# fp32 and version 2 int8 Q8_0); bad
+# fp32 and version 2 int8 Q8_0); attention=split's bytes the same with the
+# prefix cache and cascade on or off, at workers 0 and 2; bad
 # checkpoints exit 2 with a message; weights are shared between workers.
 . "$(dirname "$0")/e2e_lib.sh"
 
@@ -32,6 +33,46 @@ run "3 workers, batch 7, 1 token a step" "$CK" --workers 3 --batch 7 --step-toke
 run "2 workers, batch 64, no budget" "$CK" --workers 2 --batch 64 --step-tokens 0
 run "3 workers, batch 64, 16 tokens a step" "$CK" --workers 3 --batch 64 --step-tokens 16
 run "portable kernels" "$CK,kernel=portable" --workers 2 --batch 16
+
+echo "== attention=split: prefix cache on == off, cascade on == off, exact by refdecode"
+# prompts of 150-170 tokens on 3 shared system prompts (several chunks of
+# 64 keys, rows of a step sharing them), logprobs so that bits show: the
+# split mode's own bytes, the same whatever the workers, the cache and
+# cascade, different from the exact mode's, and refdecode's tokens
+python3 "$(dirname "$0")/gen_prefix.py" --n 60 --seed "$SEED" --vocab 300 --sampling \
+	--systems 3 --system-len 150 --suffix-len 20 --max-tokens 24 --max-n 4 |
+	sed 's/^{/{"logprobs":2,/' > "$E2E_TMP/split.jsonl"
+split_run() {
+	local tag=$1 spec=$2
+	shift 2
+	timeout 120 "$BIN/dynbatch" run --model "llama:$CK$spec" --input "$E2E_TMP/split.jsonl" \
+		--output "$E2E_TMP/split.$tag" --batch 16 "$@" 2> "$E2E_TMP/split.err"
+	expect_eq "split $tag: exit 0" $? 0
+	sort "$E2E_TMP/split.$tag" > "$E2E_TMP/split.$tag.sorted"
+}
+split_run w0.on ",attention=split" --workers 0 --prefix-cache on
+check_results "split, in-process" "llama:$CK" "$E2E_TMP/split.jsonl" "$E2E_TMP/split.w0.on"
+for tag in w0.off w2.on w2.off w2.nocascade; do
+	case $tag in
+	w0.off) split_run $tag ",attention=split" --workers 0 --prefix-cache off ;;
+	w2.on) split_run $tag ",attention=split" --workers 2 --prefix-cache on ;;
+	w2.off) split_run $tag ",attention=split" --workers 2 --prefix-cache off ;;
+	w2.nocascade) split_run $tag ",attention=split,cascade=off" --workers 2 ;;
+	esac
+	cmp -s "$E2E_TMP/split.w0.on.sorted" "$E2E_TMP/split.$tag.sorted" &&
+		pass "split $tag: the same bytes as in-process with the cache on" ||
+		fail "split $tag: output differs from in-process with the cache on"
+done
+split_run exact "" --workers 2
+cmp -s "$E2E_TMP/split.w0.on.sorted" "$E2E_TMP/split.exact.sorted" &&
+	fail "split: the same bytes as attention=exact (is the option ignored?)" ||
+	pass "split: its own logprob bits, not attention=exact's"
+timeout 60 "$BIN/dynbatch" run --model "llama:$CK,attention=fast" --workers 0 \
+	--input "$E2E_TMP/split.jsonl" --output "$E2E_TMP/split.bad" 2> "$E2E_TMP/split.err"
+expect_eq "attention=fast: exit 2" $? 2
+grep -q "unknown option 'attention=fast'" "$E2E_TMP/split.err" &&
+	pass "attention=fast: the error names the option" ||
+	fail "attention=fast: $(head -2 "$E2E_TMP/split.err")"
 
 echo "== other shapes and the ak42 format"
 "$BIN/make_checkpoint" --out "$E2E_TMP/sep.bin" --dim 48 --hidden 80 --layers 3 \
