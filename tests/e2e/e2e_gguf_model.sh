@@ -63,6 +63,66 @@ with open(sys.argv[1]) as f, open(sys.argv[2], "w") as o:
 			r["max_tokens"] = min(r.get("max_tokens", 16), 40)
 		o.write(json.dumps(r) + "\n")
 PY
+# the Q4_K_M mix, restated from llama.cpp's quantizer: output (or the
+# tied token_embd) Q6_K; attn_v and ffn_down Q6_K in the layers
+# use_more_bits() picks, else Q4_K; a K type on a row 256 does not
+# divide falls back (Q4_K to Q5_0, Q6_K to Q8_0); norms F32
+python3 - "$T/q4_k_m_256.gguf" 8 1 "$T/q4_k_m.gguf" 3 0 <<'PY' > "$T/mix.txt"
+import struct, sys
+F32, Q5_0, Q8_0, Q4_K, Q6_K = 0, 6, 8, 12, 14
+def tensors(path):
+	b = open(path, "rb").read()
+	o = 4
+	def rd(fmt):
+		nonlocal o
+		v = struct.unpack_from("<" + fmt, b, o)
+		o += struct.calcsize("<" + fmt)
+		return v[0]
+	def rs():
+		nonlocal o
+		n = rd("Q"); o += n
+		return b[o - n:o].decode()
+	size = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "B",
+		10: "Q", 11: "q", 12: "d"}
+	def val(t):
+		if t == 8: rs()
+		elif t == 9:
+			et, n = rd("I"), rd("Q")
+			for _ in range(n): val(et)
+		else: rd(size[t])
+	rd("I"); nt, nk = rd("Q"), rd("Q")
+	for _ in range(nk):
+		rs(); val(rd("I"))
+	out = {}
+	for _ in range(nt):
+		name = rs(); nd = rd("I")
+		dims = [rd("Q") for _ in range(nd)]
+		out[name] = (rd("I"), dims[0]); rd("Q")
+	return out
+def more_bits(i, n):
+	return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+a = sys.argv[1:]
+bad = 0
+for path, n, sep in zip(a[0::3], map(int, a[1::3]), map(int, a[2::3])):
+	for name, (t, cols) in tensors(path).items():
+		parts = name.split(".")
+		if name.endswith("norm.weight"):
+			want = F32
+		elif name == "output.weight" or (name == "token_embd.weight" and not sep):
+			want = Q6_K
+		elif parts[-2] in ("attn_v", "ffn_down") and more_bits(int(parts[1]), n):
+			want = Q6_K
+		else:
+			want = Q4_K
+		if want != F32 and cols % 256:
+			want = Q5_0 if want == Q4_K else Q8_0
+		if t != want:
+			print("%s: %s is type %d, want %d" % (path, name, t, want))
+			bad += 1
+print("mix bad=%d" % bad)
+PY
+expect_eq "q4_k_m files hold llama.cpp's Q4_K_M mix and fallback" \
+	"$(tail -n 1 "$T/mix.txt")" "mix bad=0"
 same() {	# WHAT TAG_A TAG_B
 	if cmp -s <(sort "$T/out.$2") <(sort "$T/out.$3"); then
 		pass "$1"

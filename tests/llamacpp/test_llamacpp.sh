@@ -60,7 +60,7 @@ one() {	# TAG ARCH TYPE DIM HIDDEN HEADS
 
 start=$(date +%s)
 for arch in llama qwen2; do
-	for type in f32 f16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m; do
+	for type in ${TYPES:-f32 f16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m}; do
 		one "$type/$arch" "$arch" "$type" 256 512 4
 	done
 	one "q4_k_m@288/$arch" "$arch" q4_k_m 288 768 6
