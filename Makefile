@@ -102,7 +102,7 @@ ESCAPE_PLUGIN := $(BUILD)/escape_plugin.so
 PROBE_PLUGIN := $(BUILD)/probe_plugin.so
 
 .PHONY: all deps test-deps run serve load layers layers-doc test unit e2e asan tsan bench bench-llama bench-prefix bench-tokenizer bench-sampler soak clean \
-	test-ggml-ref test-tokenizers
+	test-ggml-ref test-tokenizers test-llamacpp bench-gguf
 all: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(BIN)/dynbatch-hostile-worker \
 	$(TOOL_BIN) $(PLUGIN) $(ESCAPE_PLUGIN) $(PROBE_PLUGIN) $(TEST_BIN)
 
@@ -315,6 +315,19 @@ $(BUILD)/tests/ggml_ref_check: $(BUILD)/tests/ggml_ref/ggml_ref_check.o $(call l
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) -ldl -lm
 test-ggml-ref: $(BUILD)/tests/ggml_ref_check $(GGML_REF_LIB)
 	$(BUILD)/tests/ggml_ref_check $(GGML_REF_LIB)
+
+# dynbatch against llama.cpp on the same make_gguf files, llama and qwen2,
+# F32, F16 and every block type (tests/llamacpp/test_llamacpp.sh): installs
+# node-llama-cpp 3.22.1 once under $(BUILD)/llamacpp (npm, about 10 s),
+# then about 45 s on 2 cores; prints the figures per type.
+test-llamacpp: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(BIN)/make_gguf
+	BIN=$(BIN) BUILD=$(BUILD) bash tests/llamacpp/test_llamacpp.sh
+
+# stories15M-shaped Q8_0 and Q4_K_M GGUF files: dynbatch at batch 1 and 16
+# (workers 1 and 2) against llama.cpp at 1 and 2 threads on the same file,
+# with bin/machine_limits (bench/bench_gguf.sh); writes $(BUILD)/bench/gguf.txt.
+bench-gguf: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(BIN)/make_gguf $(BIN)/machine_limits
+	BIN=$(BIN) BUILD=$(BUILD) bash bench/bench_gguf.sh $(BUILD)/bench
 
 # The fault injector for SOAK_SECONDS (default 300) in rounds, each checked
 # against the reference decoder.

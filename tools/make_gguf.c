@@ -7,7 +7,8 @@
  *             [--shape stories15M|stories110M]
  *             [--dim D --hidden H --layers L --heads NH --kv-heads NKV
  *              --vocab V --seq-len S] [--separate-classifier] [--seed N])
- *             [--type f32|f16] [--tokenizer tokenizer.bin]
+ *             [--type f32|f16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k|q4_k_m]
+ *             [--arch llama|qwen2] [--tokenizer tokenizer.bin]
  *             [--alignment A] [--rope-base F] [--rms-eps F] [--name NAME]
  *
  * Exit status: 0 written, 1 I/O error (the partial file is removed),
@@ -43,12 +44,25 @@
  * stream, seeded by --seed, the tensor and the row, uniform with
  * deviation 1/sqrt(fan_in) (norms 1 +- 0.1, the embedding 1/sqrt(dim)).
  *
- * Tensor types.  A --type is one row encoder of codecs[] below (F32,
- * F16).  The quantized types come from the quantizers of issue 25
- * section 2: each is one more entry (its ggml type, its llama.cpp
- * general.file_type and a function encoding a row of floats into its
- * blocks); the row length must then be a whole number of its blocks,
- * which main() checks for every matrix.
+ * Tensor types.  A --type is one entry of ftypes[] below: llama.cpp's
+ * general.file_type and the tensor type of the matrices and the
+ * embedding, each a row encoder of codecs[] (F32, F16, or a ggml block
+ * type through kernels/ggml_quantize.h's round-to-nearest quantizers).
+ * q4_k_m mixes as llama.cpp's quantizer does for LLAMA_FTYPE_MOSTLY_
+ * Q4_K_M: output.weight (or token_embd when it is the tied output)
+ * Q6_K, and attn_v and ffn_down of the layers use_more_bits() picks
+ * (the first and last eighth, and every third between) Q6_K, the rest
+ * Q4_K.  A K type (256-value blocks) on a row 256 does not divide
+ * (288- or 576-wide models) falls back as llama.cpp does: Q4_K to Q5_0,
+ * Q5_K to Q5_1, Q6_K to Q8_0.  Every row must then be a whole number
+ * of its tensor's blocks, which main() checks for every matrix.  Plain
+ * q4_k/q5_k/q6_k are uniform (file types Q4_K_S, Q5_K_S, Q6_K by name
+ * only: llama.cpp's _S mixes are not imitated).
+ *
+ * --arch qwen2 writes general.architecture "qwen2", the qwen2.* keys,
+ * and F32 biases blk.N.attn_{q,k,v}.bias (random, deviation 0.1), for
+ * random weights only: a qwen2 file's rope is rotate-half, so a
+ * llama2.c checkpoint (adjacent pairs, no biases) is not one.
  *
  * Tokenizer.  --tokenizer adds a llama2.c tokenizer.bin as
  * tokenizer.ggml.model "llama": tokens, scores, token_type (1 normal,
@@ -68,6 +82,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/ggml_quantize.h"
 #include "kernels/tensor.h"
 #include "model/gguf_write.h"
 #include "model/llama_checkpoint.h"
@@ -98,22 +113,55 @@ static void encode_f16(const float *x, uint32_t n, void *out)
 	}
 }
 
+/* One tensor type: floats through encode, or (encode NULL) through
+ * ggml_quantize_row() as dt. */
 struct row_codec {
-	const char *name;	/* --type */
 	uint32_t type;		/* enum gguf_tensor_type */
-	uint32_t file_type;	/* llama.cpp's general.file_type */
+	enum dtype dt;
 	void (*encode)(const float *x, uint32_t n, void *out);
 };
 
+enum codec_id { C_F32, C_F16, C_Q8_0, C_Q4_0, C_Q4_1, C_Q5_0, C_Q5_1,
+		C_Q4_K, C_Q5_K, C_Q6_K };
+
 static const struct row_codec codecs[] = {
-	{ "f32", GGUF_TENSOR_F32, 0, encode_f32 },
-	{ "f16", GGUF_TENSOR_F16, 1, encode_f16 },
-	/* quantizers of issue 25 section 2 go here, e.g.
-	 * { "q8_0", GGUF_TENSOR_Q8_0, 7, quantize_row_q8_0 } */
+	[C_F32] = { GGUF_TENSOR_F32, DTYPE_F32, encode_f32 },
+	[C_F16] = { GGUF_TENSOR_F16, DTYPE_F16, encode_f16 },
+	[C_Q8_0] = { GGUF_TENSOR_Q8_0, DTYPE_GGML_Q8_0, NULL },
+	[C_Q4_0] = { GGUF_TENSOR_Q4_0, DTYPE_GGML_Q4_0, NULL },
+	[C_Q4_1] = { GGUF_TENSOR_Q4_1, DTYPE_GGML_Q4_1, NULL },
+	[C_Q5_0] = { GGUF_TENSOR_Q5_0, DTYPE_GGML_Q5_0, NULL },
+	[C_Q5_1] = { GGUF_TENSOR_Q5_1, DTYPE_GGML_Q5_1, NULL },
+	[C_Q4_K] = { GGUF_TENSOR_Q4_K, DTYPE_GGML_Q4_K, NULL },
+	[C_Q5_K] = { GGUF_TENSOR_Q5_K, DTYPE_GGML_Q5_K, NULL },
+	[C_Q6_K] = { GGUF_TENSOR_Q6_K, DTYPE_GGML_Q6_K, NULL },
 };
 
-static const struct row_codec norm_codec = { "f32", GGUF_TENSOR_F32, 0,
-					     encode_f32 };
+/* A --type: llama.cpp's enum llama_ftype value and the matrices' type. */
+struct file_type {
+	const char *name;
+	uint32_t file_type;	/* general.file_type */
+	enum codec_id base;
+	bool k_m;		/* the Q4_K_M mix */
+};
+
+static const struct file_type ftypes[] = {
+	{ "f32", 0, C_F32, false }, { "f16", 1, C_F16, false },
+	{ "q4_0", 2, C_Q4_0, false }, { "q4_1", 3, C_Q4_1, false },
+	{ "q8_0", 7, C_Q8_0, false }, { "q5_0", 8, C_Q5_0, false },
+	{ "q5_1", 9, C_Q5_1, false }, { "q4_k", 14, C_Q4_K, false },
+	{ "q4_k_m", 15, C_Q4_K, true }, { "q5_k", 16, C_Q5_K, false },
+	{ "q6_k", 18, C_Q6_K, false },
+};
+
+static void encode_row(const struct row_codec *c, const float *x, uint32_t n,
+		       void *out)
+{
+	if (c->encode)
+		c->encode(x, n, out);
+	else
+		ggml_quantize_row(c->dt, out, x, n);
+}
 
 /* ------------------------------------------------------------------------
  * The tensors and where their rows come from
@@ -121,7 +169,7 @@ static const struct row_codec norm_codec = { "f32", GGUF_TENSOR_F32, 0,
 
 enum which {
 	W_EMBED, W_RMS_ATT, W_WQ, W_WK, W_WV, W_WO, W_RMS_FFN, W_W1, W_W2,
-	W_W3, W_RMS_FINAL, W_WCLS,
+	W_W3, W_BQ, W_BK, W_BV, W_RMS_FINAL, W_WCLS,
 };
 
 struct source {
@@ -138,7 +186,8 @@ static void tensor_name(char *buf, size_t len, enum which w, uint32_t l)
 		[W_WK] = "attn_k.weight", [W_WV] = "attn_v.weight",
 		[W_WO] = "attn_output.weight", [W_RMS_FFN] = "ffn_norm.weight",
 		[W_W1] = "ffn_gate.weight", [W_W2] = "ffn_down.weight",
-		[W_W3] = "ffn_up.weight",
+		[W_W3] = "ffn_up.weight", [W_BQ] = "attn_q.bias",
+		[W_BK] = "attn_k.bias", [W_BV] = "attn_v.bias",
 		[W_RMS_FINAL] = "output_norm.weight", [W_WCLS] = "output.weight",
 	};
 
@@ -161,7 +210,8 @@ static void tensor_shape(const struct shape *s, enum which w, uint32_t *rows,
 	case W_WK: case W_WV: *rows = kvd; break;
 	case W_W1: case W_W3: *rows = s->hidden; break;
 	case W_W2: *rows = s->dim; *cols = s->hidden; break;
-	default: *rows = 1; break;	/* the norms */
+	case W_BK: case W_BV: *rows = 1; *cols = kvd; break;
+	default: *rows = 1; break;	/* the norms, attn_q.bias */
 	}
 }
 
@@ -169,10 +219,12 @@ static const struct tensor *ck_tensor(const struct llama_weights *lw,
 				      enum which w)
 {
 	const struct tensor *t[] = {
-		&lw->token_embedding, &lw->rms_att, &lw->wq, &lw->wk, &lw->wv,
-		&lw->wo, &lw->rms_ffn, &lw->w1, &lw->w2, &lw->w3,
-		&lw->rms_final, &lw->wcls,
-	};
+		[W_EMBED] = &lw->token_embedding, [W_RMS_ATT] = &lw->rms_att,
+		[W_WQ] = &lw->wq, [W_WK] = &lw->wk, [W_WV] = &lw->wv,
+		[W_WO] = &lw->wo, [W_RMS_FFN] = &lw->rms_ffn, [W_W1] = &lw->w1,
+		[W_W2] = &lw->w2, [W_W3] = &lw->w3,
+		[W_RMS_FINAL] = &lw->rms_final, [W_WCLS] = &lw->wcls,
+	};	/* no biases: a checkpoint is llama only */
 
 	return t[w];
 }
@@ -190,7 +242,8 @@ static void get_row(const struct source *src, enum which w, uint32_t l,
 	}
 	{
 		bool norm = w == W_RMS_ATT || w == W_RMS_FFN || w == W_RMS_FINAL;
-		double half = (norm ? 0.1 : 1.0 / sqrt(cols)) * sqrt(3.0);
+		bool bias = w == W_BQ || w == W_BK || w == W_BV;
+		double half = (norm || bias ? 0.1 : 1.0 / sqrt(cols)) * sqrt(3.0);
 		uint64_t st = sim_mix(src->seed ^ (uint64_t)(w + 1) * 0xA24BAED4963EE407ull ^
 				      (uint64_t)l * 0x9FB21C651E98DF25ull ^
 				      (uint64_t)r * 0xC2B2AE3D27D4EB4Full);
@@ -210,7 +263,8 @@ static void get_row(const struct source *src, enum which w, uint32_t l,
 
 struct plan {
 	struct shape s;
-	const struct row_codec *codec;
+	const struct file_type *ft;
+	bool qwen2;		/* --arch qwen2: qwen2.* keys and Q/K/V biases */
 	bool separate;		/* output.weight written */
 	float rope_base, rms_eps;
 	const char *name;
@@ -223,7 +277,7 @@ struct item {
 	uint32_t l;
 };
 
-/* The tensors in file order into it (room for 3 + 9 * layers); the
+/* The tensors in file order into it (room for 3 + 12 * layers); the
  * count. */
 static size_t plan_items(const struct plan *p, struct item *it)
 {
@@ -231,7 +285,7 @@ static size_t plan_items(const struct plan *p, struct item *it)
 
 	it[n++] = (struct item){ W_EMBED, 0 };
 	for (uint32_t l = 0; l < p->s.layers; l++)
-		for (enum which w = W_RMS_ATT; w <= W_W3; w++)
+		for (enum which w = W_RMS_ATT; w <= (p->qwen2 ? W_BV : W_W3); w++)
 			it[n++] = (struct item){ w, l };
 	it[n++] = (struct item){ W_RMS_FINAL, 0 };
 	if (p->separate)
@@ -239,30 +293,54 @@ static size_t plan_items(const struct plan *p, struct item *it)
 	return n;
 }
 
-static const struct row_codec *codec_of(const struct plan *p, enum which w)
+/* llama.cpp's use_more_bits(): the layers of a Q4_K_M file whose attn_v
+ * and ffn_down get Q6_K. */
+static bool more_bits(uint32_t i, uint32_t n)
 {
-	return w == W_RMS_ATT || w == W_RMS_FFN || w == W_RMS_FINAL ?
-		&norm_codec : p->codec;
+	return i < n / 8 || i >= 7 * n / 8 || (i >= n / 8 && (i - n / 8) % 3 == 2);
+}
+
+/* The type of tensor w of layer l, whose rows are cols long. */
+static const struct row_codec *codec_of(const struct plan *p, enum which w,
+					uint32_t l, uint32_t cols)
+{
+	enum codec_id c = p->ft->base;
+
+	if (w == W_RMS_ATT || w == W_RMS_FFN || w == W_RMS_FINAL ||
+	    w == W_BQ || w == W_BK || w == W_BV)
+		return &codecs[C_F32];
+	if (p->ft->k_m && (w == W_WCLS || (w == W_EMBED && !p->separate) ||
+			   ((w == W_WV || w == W_W2) && more_bits(l, p->s.layers))))
+		c = C_Q6_K;
+	/* llama.cpp's fallback for a row 256 does not divide */
+	if (cols % 256 && (c == C_Q4_K || c == C_Q5_K || c == C_Q6_K))
+		c = c == C_Q4_K ? C_Q5_0 : c == C_Q5_K ? C_Q5_1 : C_Q8_0;
+	return &codecs[c];
 }
 
 static int add_keys(struct gguf_writer *g, const struct plan *p)
 {
 	const struct shape *s = &p->s;
 
-	gguf_write_str(g, "general.architecture", "llama", 5);
+	const char *a = p->qwen2 ? "qwen2" : "llama";
+	char k[64];
+
+	gguf_write_str(g, "general.architecture", a, strlen(a));
 	gguf_write_str(g, "general.name", p->name, strlen(p->name));
-	gguf_write_u32(g, "general.file_type", p->codec->file_type);
-	gguf_write_u32(g, "llama.vocab_size", s->vocab);
-	gguf_write_u32(g, "llama.context_length", s->seq_len);
-	gguf_write_u32(g, "llama.embedding_length", s->dim);
-	gguf_write_u32(g, "llama.block_count", s->layers);
-	gguf_write_u32(g, "llama.feed_forward_length", s->hidden);
-	gguf_write_u32(g, "llama.attention.head_count", s->heads);
-	gguf_write_u32(g, "llama.attention.head_count_kv", s->kv_heads);
-	gguf_write_f32(g, "llama.attention.layer_norm_rms_epsilon", p->rms_eps);
-	gguf_write_f32(g, "llama.rope.freq_base", p->rope_base);
-	return gguf_write_u32(g, "llama.rope.dimension_count",
+	gguf_write_u32(g, "general.file_type", p->ft->file_type);
+#define ARCH_KEY(key) (snprintf(k, sizeof(k), "%s." key, a), k)
+	gguf_write_u32(g, ARCH_KEY("vocab_size"), s->vocab);
+	gguf_write_u32(g, ARCH_KEY("context_length"), s->seq_len);
+	gguf_write_u32(g, ARCH_KEY("embedding_length"), s->dim);
+	gguf_write_u32(g, ARCH_KEY("block_count"), s->layers);
+	gguf_write_u32(g, ARCH_KEY("feed_forward_length"), s->hidden);
+	gguf_write_u32(g, ARCH_KEY("attention.head_count"), s->heads);
+	gguf_write_u32(g, ARCH_KEY("attention.head_count_kv"), s->kv_heads);
+	gguf_write_f32(g, ARCH_KEY("attention.layer_norm_rms_epsilon"), p->rms_eps);
+	gguf_write_f32(g, ARCH_KEY("rope.freq_base"), p->rope_base);
+	return gguf_write_u32(g, ARCH_KEY("rope.dimension_count"),
 			      s->dim / s->heads);
+#undef ARCH_KEY
 }
 
 /* The llama2.c vocabulary as a GGUF "llama" one (see the file comment). */
@@ -331,7 +409,7 @@ static int add_tensors(struct gguf_writer *g, const struct plan *p,
 		dims[0] = cols;
 		dims[1] = rows;
 		tensor_name(name, sizeof(name), it[i].w, it[i].l);
-		gguf_write_tensor(g, name, codec_of(p, it[i].w)->type,
+		gguf_write_tensor(g, name, codec_of(p, it[i].w, it[i].l, cols)->type,
 				  rows == 1 ? 1 : 2, dims, NULL, NULL);
 	}
 	return g->err;
@@ -343,15 +421,16 @@ static int write_tensor_data(FILE *f, const struct plan *p,
 			     uint32_t alignment, float *row, void *enc)
 {
 	static const unsigned char zeros[4096];
-	const struct row_codec *c = codec_of(p, it.w);
+	const struct row_codec *c;
 	uint32_t rows, cols;
 	uint64_t row_bytes, pad;
 
 	tensor_shape(&p->s, it.w, &rows, &cols);
+	c = codec_of(p, it.w, it.l, cols);
 	gguf_type_bytes(c->type, cols, &row_bytes);
 	for (uint32_t r = 0; r < rows; r++) {
 		get_row(src, it.w, it.l, r, cols, row);
-		c->encode(row, cols, enc);
+		encode_row(c, row, cols, enc);
 		if (fwrite(enc, 1, (size_t)row_bytes, f) != row_bytes)
 			return -EIO;
 	}
@@ -382,7 +461,7 @@ static int write_file(const char *path, const struct plan *p,
 {
 	struct gguf_writer g;
 	struct strbuf head = STRBUF_INIT;
-	struct item *it = malloc((3 + 9 * (size_t)p->s.layers) * sizeof(*it));
+	struct item *it = malloc((3 + 12 * (size_t)p->s.layers) * sizeof(*it));
 	size_t n = it ? plan_items(p, it) : 0;
 	FILE *f = NULL;
 	int rc = gguf_writer_init(&g, alignment);
@@ -438,7 +517,8 @@ static void usage(FILE *out)
 		"       [--shape stories15M|stories110M] [--dim D --hidden H --layers L\n"
 		"        --heads NH --kv-heads NKV --vocab V --seq-len S]\n"
 		"       [--separate-classifier] [--seed N])\n"
-		"       [--type f32|f16] [--tokenizer tokenizer.bin] [--alignment A]\n"
+		"       [--type f32|f16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k|q4_k_m]\n"
+		"       [--arch llama|qwen2] [--tokenizer tokenizer.bin] [--alignment A]\n"
 		"       [--rope-base F] [--rms-eps F] [--name NAME]\n");
 }
 
@@ -458,25 +538,36 @@ static int parse_float(const char *arg, const char *opt, float *out)
 	return 0;
 }
 
-/* The codec named arg, or NULL after saying which there are. */
-static const struct row_codec *find_codec(const char *arg)
+/* The --type named arg, or NULL after saying which there are. */
+static const struct file_type *find_ftype(const char *arg)
 {
-	for (size_t i = 0; i < sizeof(codecs) / sizeof(codecs[0]); i++)
-		if (strcmp(codecs[i].name, arg) == 0)
-			return &codecs[i];
-	fprintf(stderr, "make_gguf: unknown --type '%s' (f32 or f16)\n", arg);
+	for (size_t i = 0; i < sizeof(ftypes) / sizeof(ftypes[0]); i++)
+		if (strcmp(ftypes[i].name, arg) == 0)
+			return &ftypes[i];
+	fprintf(stderr, "make_gguf: unknown --type '%s' (f32 f16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m)\n",
+		arg);
 	return NULL;
 }
 
-/* Every matrix row a whole number of the codec's blocks. */
+/* Every matrix row a whole number of its tensor's blocks. */
 static int rows_check(const struct plan *p)
 {
-	const struct gguf_type_info *ti = gguf_type_info(p->codec->type);
+	for (enum which w = W_EMBED; w <= W_WCLS; w++) {
+		for (uint32_t l = 0; l < p->s.layers; l++) {
+			uint32_t rows, cols;
+			const struct row_codec *c;
+			const struct gguf_type_info *ti;
 
-	if (p->s.dim % ti->block_elems || p->s.hidden % ti->block_elems) {
-		fprintf(stderr, "make_gguf: --type %s needs --dim and --hidden multiples of %u\n",
-			p->codec->name, ti->block_elems);
-		return -1;
+			tensor_shape(&p->s, w, &rows, &cols);
+			c = codec_of(p, w, l, cols);
+			ti = gguf_type_info(c->type);
+			if (cols % ti->block_elems) {
+				fprintf(stderr, "make_gguf: --type %s: a %s row of %u values is not a whole number of %s blocks of %u\n",
+					p->ft->name, w == W_W2 ? "ffn_down" : "dim-wide",
+					cols, ti->name, ti->block_elems);
+				return -1;
+			}
+		}
 	}
 	return 0;
 }
@@ -490,6 +581,7 @@ int main(int argc, char **argv)
 		{ "separate-classifier", no_argument, NULL, 'c' },
 		{ "seed", required_argument, NULL, 'r' },
 		{ "type", required_argument, NULL, 't' },
+		{ "arch", required_argument, NULL, 'A' },
 		{ "tokenizer", required_argument, NULL, 'T' },
 		{ "alignment", required_argument, NULL, 'a' },
 		{ "rope-base", required_argument, NULL, 'b' },
@@ -498,7 +590,7 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'H' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct plan p = { .codec = &codecs[0], .rope_base = 10000.0f,
+	struct plan p = { .ft = &ftypes[0], .rope_base = 10000.0f,
 			  .rms_eps = 1e-5f, .name = "dynbatch-make_gguf" };
 	struct source src = { NULL, 1 };
 	struct llama_checkpoint ck = { 0 };
@@ -521,8 +613,16 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 't':
-			if (!(p.codec = find_codec(optarg)))
+			if (!(p.ft = find_ftype(optarg)))
 				return 2;
+			break;
+		case 'A':
+			if (strcmp(optarg, "qwen2") && strcmp(optarg, "llama")) {
+				fprintf(stderr, "make_gguf: unknown --arch '%s' (llama or qwen2)\n",
+					optarg);
+				return 2;
+			}
+			p.qwen2 = strcmp(optarg, "qwen2") == 0;
 			break;
 		case 'T': tok_path = optarg; break;
 		case 'a':
@@ -551,10 +651,11 @@ int main(int argc, char **argv)
 			}
 		}
 	}
-	if (optind < argc || !out || (ckpt && (shape_given || p.separate))) {
+	if (optind < argc || !out || (ckpt && (shape_given || p.separate || p.qwen2))) {
 		fprintf(stderr, "make_gguf: %s\n",
 			!out ? "--out FILE is required" :
 			optind < argc ? "unexpected argument" :
+			p.qwen2 ? "--arch qwen2 takes random weights, not --checkpoint" :
 			"--checkpoint takes its shape from the file: no shape options");
 		usage(stderr);
 		return 2;
@@ -582,8 +683,8 @@ int main(int argc, char **argv)
 	}
 	rc = write_file(out, &p, &src, alignment) ? 1 : 0;
 	if (rc == 0) {
-		printf("make_gguf: wrote %s (llama, %s, dim %u hidden %u layers %u heads %u kv_heads %u vocab %u seq_len %u, %s classifier%s) ",
-		       out, p.codec->name, p.s.dim, p.s.hidden, p.s.layers,
+		printf("make_gguf: wrote %s (%s, %s, dim %u hidden %u layers %u heads %u kv_heads %u vocab %u seq_len %u, %s classifier%s) ",
+		       out, p.qwen2 ? "qwen2" : "llama", p.ft->name, p.s.dim, p.s.hidden, p.s.layers,
 		       p.s.heads, p.s.kv_heads, p.s.vocab, p.s.seq_len,
 		       p.separate ? "separate" : "tied",
 		       tok ? ", tokenizer" : "");
