@@ -119,6 +119,11 @@ void engine_sched_request(const struct live_request *lr,
 /* One round for a shard with a worker: refill, then dispatch. */
 void engine_advance(struct engine *e, struct shard *s);
 
+/* ---- engine_refill.c, for engine.c ---- */
+
+/* Fill the shard's free slots from the line (FIFO, but for holds). */
+void engine_refill(struct engine *e, struct shard *s);
+
 /* ---- engine_workers.c, for engine.c ---- */
 
 /* Stop stepping but keep answering: every request gets its error line,
