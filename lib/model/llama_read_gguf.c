@@ -92,7 +92,25 @@ static int llama_gguf_fail(struct gguf_read *r, const char *fmt, ...)
 	return -EINVAL;
 }
 
-/* ARCH.suffix as a u32: required, or def when def_ok. */
+/*
+ * What a getter's rc for key means: 1 when the key is absent and may be
+ * (the caller takes its default), 0 when it was read, else -EINVAL with
+ * the message written.
+ */
+static int llama_gguf_got(struct gguf_read *r, const char *key, int rc,
+			  const char *why, bool def_ok)
+{
+	if (rc == -ENOENT && def_ok)
+		return 1;
+	if (rc == -ENOENT)
+		return llama_gguf_fail(r, "key '%s' is missing (a %s model needs it)",
+				       key, r->arch);
+	if (rc)
+		return llama_gguf_fail(r, "key '%s': %s", key, why);
+	return 0;
+}
+
+/* ARCH.suffix as a u32 in 1 .. INT32_MAX: required, or def when def_ok. */
 static int llama_gguf_u32(struct gguf_read *r, const char *suffix,
 			  bool def_ok, uint32_t def, uint32_t *out)
 {
@@ -100,16 +118,10 @@ static int llama_gguf_u32(struct gguf_read *r, const char *suffix,
 	int rc;
 
 	snprintf(key, sizeof(key), "%s.%s", r->arch, suffix);
-	rc = gguf_get_u32(&r->f, key, out, why, sizeof(why));
-	if (rc == -ENOENT && def_ok) {
-		*out = def;
-		return 0;
-	}
-	if (rc == -ENOENT)
-		return llama_gguf_fail(r, "key '%s' is missing (a %s model needs it)",
-				       key, r->arch);
+	rc = llama_gguf_got(r, key, gguf_get_u32(&r->f, key, out, why, sizeof(why)),
+			    why, def_ok);
 	if (rc)
-		return llama_gguf_fail(r, "key '%s': %s", key, why);
+		return rc < 0 ? rc : (*out = def, 0);
 	if (*out == 0 || *out > INT32_MAX)
 		return llama_gguf_fail(r, "key '%s' is %u (expected 1 .. %d)",
 				       key, *out, INT32_MAX);
@@ -124,16 +136,10 @@ static int llama_gguf_f32(struct gguf_read *r, const char *suffix,
 	int rc;
 
 	snprintf(key, sizeof(key), "%s.%s", r->arch, suffix);
-	rc = gguf_get_f32(&r->f, key, out, why, sizeof(why));
-	if (rc == -ENOENT && def_ok) {
-		*out = def;
-		return 0;
-	}
-	if (rc == -ENOENT)
-		return llama_gguf_fail(r, "key '%s' is missing (a %s model needs it)",
-				       key, r->arch);
+	rc = llama_gguf_got(r, key, gguf_get_f32(&r->f, key, out, why, sizeof(why)),
+			    why, def_ok);
 	if (rc)
-		return llama_gguf_fail(r, "key '%s': %s", key, why);
+		return rc < 0 ? rc : (*out = def, 0);
 	if (!(*out > 0.0f) || *out > 3.4e38f)
 		return llama_gguf_fail(r, "key '%s' is %g (expected a positive finite number)",
 				       key, (double)*out);

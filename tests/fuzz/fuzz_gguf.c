@@ -29,22 +29,10 @@
 #include "model/gguf.h"
 #include "model/gguf_write.h"
 
+#include "tests/fuzz/fuzz_check.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static void check_failed(const char *what, int src_line)
-	__attribute__((noreturn));
-
-static void check_failed(const char *what, int src_line)
-{
-	fprintf(stderr, "fuzz_gguf.c:%d: check failed: %s\n", src_line, what);
-	abort();
-}
-
-#define CHECK(cond) \
-	do { \
-		if (!(cond)) \
-			check_failed(#cond, __LINE__); \
-	} while (0)
 
 /* s as a C string (malloc'd), or NULL when it holds a NUL. */
 static char *cstr(struct gguf_str s)

@@ -37,6 +37,7 @@
 #include "text/pretok.h"
 #include "text/unicode.h"
 #include "tools/refdecode/ref_bpe.h"
+#include "tests/fuzz/fuzz_check.h"
 #include "tests/fuzz/fuzz_rng.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -45,22 +46,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define MAX_PIECE 32
 #define MAX_TOKENS (300 + MAX_PIECES * (MAX_PIECE + 1))
 #define NAIVE_MAX_TEXT 256
-
-static void check_failed(const char *what, int src_line)
-	__attribute__((noreturn));
-
-static void check_failed(const char *what, int src_line)
-{
-	fprintf(stderr, "fuzz_gguf_tokenizer.c:%d: check failed: %s\n",
-		src_line, what);
-	abort();
-}
-
-#define CHECK(cond) \
-	do { \
-		if (!(cond)) \
-			check_failed(#cond, __LINE__); \
-	} while (0)
 
 struct vocab {
 	char *tok[MAX_TOKENS];

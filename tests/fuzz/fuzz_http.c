@@ -56,27 +56,11 @@
 #include "util/strbuf.h"
 #include "text/tokenizer.h"
 #include "text/tokenizer_train.h"
+#include "tests/fuzz/fuzz_check.h"
 #include "tests/fuzz/fuzz_rng.h"
 #include "server/request/request_json.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static void check_failed(const char *what, int src_line)
-	__attribute__((noreturn));
-
-static void check_failed(const char *what, int src_line)
-{
-	fprintf(stderr, "fuzz_http.c:%d: check failed: %s\n", src_line, what);
-	abort();
-}
-
-/* assert() that NDEBUG cannot turn off. */
-#define CHECK(cond)                                          \
-	do {                                                 \
-		if (!(cond))                                 \
-			check_failed(#cond, __LINE__);       \
-	} while (0)
-
 
 /* ------------------------------------------------------------------------
  * Answers: every one must be JSON

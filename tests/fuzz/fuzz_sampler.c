@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/fuzz/fuzz_check.h"
 #include "tests/fuzz/fuzz_rng.h"
 #include "tools/refdecode/ref_sampler.h"
 #include "sampling/sampler.h"
@@ -125,17 +126,6 @@ static void make_params(struct sampling_params *p, struct sampling_bias *bias,
 	p->bias = p->n_bias ? bias : NULL;
 	p->seed = rng_next(r) >> 1;
 }
-
-static void check_failed(const char *what, int src_line)
-	__attribute__((noreturn));
-
-static void check_failed(const char *what, int src_line)
-{
-	fprintf(stderr, "fuzz_sampler.c:%d: check failed: %s\n", src_line, what);
-	abort();
-}
-
-#define CHECK(cond) do { if (!(cond)) check_failed(#cond, __LINE__); } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -34,27 +34,12 @@
 
 #include "tools/refdecode/ref_tokenizer.h"
 #include "text/tokenizer.h"
+#include "tests/fuzz/fuzz_check.h"
 #include "tests/fuzz/fuzz_rng.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define NAIVE_MAX_TEXT 128
-
-static void check_failed(const char *what, int src_line)
-	__attribute__((noreturn));
-
-static void check_failed(const char *what, int src_line)
-{
-	fprintf(stderr, "fuzz_tokenizer.c:%d: check failed: %s\n", src_line,
-		what);
-	abort();
-}
-
-#define CHECK(cond) \
-	do { \
-		if (!(cond)) \
-			check_failed(#cond, __LINE__); \
-	} while (0)
 
 static int32_t get_i32(const uint8_t *p)
 {
