@@ -14,8 +14,14 @@ import time
 
 port, prompt_len, max_tokens, wait_s = (int(sys.argv[1]), int(sys.argv[2]),
                                         int(sys.argv[3]), float(sys.argv[4]))
-s = socket.create_connection(("127.0.0.1", port))
+# The receive buffer is set before connect(): the window a socket offers
+# in its handshake comes from the buffer it has then, and TCP never takes
+# an offered window back, so a buffer made small only after connect()
+# still lets the server send up to the default window (64 KiB here), and
+# on some kernels that holds the whole answer and nothing ever pauses.
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+s.connect(("127.0.0.1", port))
 body = json.dumps({"id": "slow", "prompt": list(range(1, prompt_len + 1)),
                    "max_tokens": max_tokens, "stream": True})
 s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
