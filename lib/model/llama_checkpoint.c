@@ -30,6 +30,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/file_map.h"
+
 static const char *const llama_header_names[LLAMA_H_N] = {
 	"dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads",
 	"vocab_size", "seq_len",
@@ -178,51 +180,21 @@ int llama_checkpoint_parse(struct llama_checkpoint *ck, const void *data,
 int llama_checkpoint_open(struct llama_checkpoint *ck, const char *path,
 			  char *err, size_t err_len)
 {
-	struct stat st;
-	void *map;
-	int fd, rc;
+	struct file_map m;
+	int rc;
 
 	memset(ck, 0, sizeof(*ck));
-	/* O_NONBLOCK: a FIFO must not block us until a writer comes (the
-	 * check below refuses it); it means nothing for a regular file */
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-	if (fd < 0) {
-		rc = -errno;
-		snprintf(err, err_len, "cannot open checkpoint '%s': %s", path,
-			 strerror(-rc));
+	rc = file_map_open(&m, path, "checkpoint", err, err_len);
+	if (rc)
+		return rc;
+	rc = llama_checkpoint_parse(ck, m.data, m.size, path, err, err_len);
+	if (rc) {
+		file_map_close(&m);
 		return rc;
 	}
-	if (fstat(fd, &st) < 0) {
-		rc = -errno;
-		snprintf(err, err_len, "cannot stat checkpoint '%s': %s", path,
-			 strerror(-rc));
-		goto out_close;
-	}
-	if (!S_ISREG(st.st_mode) || st.st_size == 0) {
-		rc = -EINVAL;
-		snprintf(err, err_len, "checkpoint '%s': %s", path,
-			 S_ISREG(st.st_mode) ? "empty file (0 bytes)" :
-					       "not a regular file");
-		goto out_close;
-	}
-	map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-	if (map == MAP_FAILED) {
-		rc = -errno;
-		snprintf(err, err_len, "cannot map checkpoint '%s': %s", path,
-			 strerror(-rc));
-		goto out_close;
-	}
-	rc = llama_checkpoint_parse(ck, map, (size_t)st.st_size, path, err,
-				    err_len);
-	if (rc) {
-		munmap(map, (size_t)st.st_size);
-		goto out_close;
-	}
-	ck->map = map;
-	ck->map_len = (size_t)st.st_size;
-out_close:
-	close(fd);
-	return rc;
+	ck->map = m.data;
+	ck->map_len = m.size;
+	return 0;
 }
 
 void llama_checkpoint_close(struct llama_checkpoint *ck)
