@@ -166,6 +166,9 @@ $(BIN)/refdecode: $(REFDECODE_PARTS:%.c=$(BUILD)/%.o) $(BUILD)/tools/refdecode/r
 $(BIN)/bench_tokenizer: $(BUILD)/tools/refdecode/ref_tokenizer.o
 $(BIN)/bench_sampler: $(BUILD)/tools/refdecode/ref_sampler.o
 
+# Both read tests/tokenizers/export_vocab.js's vocabulary files.
+$(BIN)/tok_compare $(BIN)/make_gguf: $(BUILD)/tools/vocab/vocab_file.o
+
 $(PLUGIN): examples/example_plugin.c include/dynbatch/model.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fPIC -shared -o $@ $<
@@ -401,13 +404,17 @@ FUZZ_BUILD := build-fuzz
 FUZZ_BIN := $(FUZZ_BUILD)/fuzz_request
 # The sampler, every file of it, for each fuzzer that links it.
 SAMPLER_SRC := $(wildcard lib/sampling/*.c)
+# The GGUF tokenizer (text_tokenizer.c wraps it): every lib/text file it needs.
+GGUF_TOK_SRC := lib/text/gguf_tokenizer.c lib/text/gguf_vocab.c lib/text/bpe_merge.c \
+	lib/text/spm_merge.c lib/text/pretok.c lib/text/bytelevel.c lib/text/unicode.c \
+	lib/text/unicode_tables.c
 FUZZ_SRC := tests/fuzz/fuzz_request.c engine/request.c server/request/request_json.c server/request/request_fast.c server/request/request_build.c \
-	server/jsonl/jsonl_result.c $(SAMPLER_SRC) lib/text/tokenizer.c lib/text/text_stop.c lib/util/strbuf.c \
+	server/jsonl/jsonl_result.c $(SAMPLER_SRC) lib/text/tokenizer.c lib/text/text_tokenizer.c $(GGUF_TOK_SRC) lib/text/text_stop.c lib/util/strbuf.c \
 	lib/text/stop_matcher.c lib/util/json_writer.c server/jsonl/line_reader.c
 FUZZ_HTTP_BIN := $(FUZZ_BUILD)/fuzz_http
 FUZZ_HTTP_SRC := tests/fuzz/fuzz_http.c server/http/http_reader.c \
 	server/http/completion_api.c server/http/chat_api.c lib/text/tokenizer_train.c engine/request.c server/request/request_json.c server/request/request_fast.c server/request/request_build.c \
-	server/jsonl/jsonl_result.c $(SAMPLER_SRC) lib/text/tokenizer.c lib/text/text_stop.c lib/util/strbuf.c \
+	server/jsonl/jsonl_result.c $(SAMPLER_SRC) lib/text/tokenizer.c lib/text/text_tokenizer.c $(GGUF_TOK_SRC) lib/text/text_stop.c lib/util/strbuf.c \
 	lib/text/stop_matcher.c lib/util/json_writer.c
 FUZZ_TOK_BIN := $(FUZZ_BUILD)/fuzz_tokenizer
 FUZZ_TOK_SRC := tests/fuzz/fuzz_tokenizer.c lib/text/tokenizer.c tools/refdecode/ref_tokenizer.c

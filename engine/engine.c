@@ -98,7 +98,7 @@
 #include "sched/slot_table.h"
 #include "engine/stats.h"
 #include "engine/request_text.h"
-#include "text/tokenizer.h"
+#include "text/text_tokenizer.h"
 #include "sched/wait_policy.h"
 #include "engine/wait_queue.h"
 #include "text/stop_matcher.h"
@@ -550,7 +550,8 @@ static void engine_teardown(struct engine *e)
 	model_runner_destroy(e->runner);
 	kv_pool_unmap(&e->kv_pool);
 	model_close(e->model);
-	tokenizer_free(e->tok);
+	text_tokenizer_free(e->tok);
+	free(e->chat_template);
 }
 
 /* After a failure: every live request gets an error answer (the front
@@ -799,9 +800,14 @@ uint32_t engine_max_context(const struct engine *e)
 	return e->max_context;
 }
 
-const struct tokenizer *engine_tokenizer(const struct engine *e)
+const struct text_tokenizer *engine_tokenizer(const struct engine *e)
 {
 	return e->tok;
+}
+
+const char *engine_chat_template(const struct engine *e)
+{
+	return e->chat_template;
 }
 
 bool engine_has_logits(const struct engine *e)

@@ -155,12 +155,14 @@ void engine_quiet_workers(struct engine *e);
 bool engine_has_room(const struct engine *e);
 /* Requests waiting for a slot. */
 uint32_t engine_n_waiting(const struct engine *e);
-/* The model's vocabulary size (token ids are below it). */
-/* The tokenizer (--tokenizer, or a llama checkpoint's tokenizer.bin), or
- * NULL: requests then carry no text. */
-const struct tokenizer *engine_tokenizer(const struct engine *e);
+/* The tokenizer (--tokenizer, a llama checkpoint's tokenizer.bin beside
+ * it, or a GGUF file's own), or NULL: requests then carry no text. */
+const struct text_tokenizer *engine_tokenizer(const struct engine *e);
+/* A GGUF file's tokenizer.chat_template (Jinja source), or NULL. */
+const char *engine_chat_template(const struct engine *e);
 /* Does the model give logits (may requests sample, bias, get logprobs)? */
 bool engine_has_logits(const struct engine *e);
+/* The model's vocabulary size (token ids are below it). */
 uint32_t engine_vocab(const struct engine *e);
 
 /* The most tokens in one sequence (--max-context, or the model's). */

@@ -41,8 +41,9 @@ struct engine {
 	struct model *model;
 	uint32_t vocab;
 	bool has_logits;		/* requests may sample (model_has_logits) */
-	struct tokenizer *tok;		/* --tokenizer, or NULL: requests then
-					 * carry no text (engine_set_tokenizer) */
+	struct text_tokenizer *tok;	/* or NULL: requests then carry no
+					 * text (engine_open_tokenizer) */
+	char *chat_template;		/* a GGUF file's, or NULL */
 	uint32_t max_context;		/* resolved: engine_set_max_context() */
 	char *worker_spec;		/* --model for workers: pinned to the
 					 * file we opened (model_worker_spec()) */

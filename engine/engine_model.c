@@ -15,6 +15,9 @@
 #include "util/log_escape.h"
 #include "model/model_loader.h"
 #include "engine/model_probe.h"
+#include "text/gguf_vocab_read.h"
+#include "text/gguf_tokenizer.h"
+#include "text/text_tokenizer.h"
 #include "text/tokenizer.h"
 
 /*
@@ -67,22 +70,69 @@ static char *tokenizer_beside(const char *spec)
 	return out;
 }
 
+/* The path of a gguf:PATH[,options] spec (malloc'd), or NULL. */
+static char *gguf_spec_path(const char *spec)
+{
+	if (strncmp(spec, "gguf:", 5))
+		return NULL;
+	return strndup(spec + 5, strcspn(spec + 5, ","));
+}
+
+/* The GGUF file's own tokenizer and chat template, if it has them.
+ * Returns an exit status. */
+static int engine_open_gguf_tokenizer(struct engine *e, const char *path)
+{
+	struct gguf_tokenizer *g;
+	char err[512];
+	int ret = gguf_vocab_read_file(path, &g, &e->chat_template, err,
+				       sizeof(err));
+
+	if (ret) {
+		fprintf(stderr, "dynbatch: %s\n", err);
+		return ret == -ENOMEM ? ENGINE_EXIT_FAILED : ENGINE_EXIT_USAGE;
+	}
+	if (!g)
+		return ENGINE_EXIT_OK;	/* token ids only, as with no tokenizer */
+	if (gguf_tokenizer_vocab_size(g) != e->vocab) {
+		fprintf(stderr, "dynbatch: gguf '%s': the tokenizer has %u tokens "
+			"but the model's vocabulary is %u\n", path,
+			gguf_tokenizer_vocab_size(g), e->vocab);
+		gguf_tokenizer_free(g);
+		return ENGINE_EXIT_USAGE;
+	}
+	if (text_tokenizer_from_gguf(g, &e->tok))
+		return ENGINE_EXIT_FAILED;
+	LOG(LOG_INFO, "tokenizer: %s's own, %u tokens%s", path, e->vocab,
+	    e->chat_template ? ", with a chat template" : "");
+	return ENGINE_EXIT_OK;
+}
+
 /*
- * Load the tokenizer (--tokenizer, or the one beside a llama checkpoint)
- * for the model's vocabulary.  Returns an exit status; none is fine.
+ * Load the tokenizer: --tokenizer (a llama2.c tokenizer.bin), else the
+ * one beside a llama checkpoint, else a GGUF file's own.  Returns an
+ * exit status; none is fine.
  */
 static int engine_open_tokenizer(struct engine *e)
 {
 	char *path = e->cfg->tokenizer_path ? strdup(e->cfg->tokenizer_path) :
 		     tokenizer_beside(e->cfg->model_spec);
+	struct tokenizer *tok;
 	char err[512];
 	int ret;
 
+	if (!path && !e->cfg->tokenizer_path &&
+	    (path = gguf_spec_path(e->cfg->model_spec))) {
+		ret = engine_open_gguf_tokenizer(e, path);
+		free(path);
+		return ret;
+	}
 	if (!path)
 		return e->cfg->tokenizer_path ? ENGINE_EXIT_FAILED : ENGINE_EXIT_OK;
-	ret = tokenizer_load(path, e->vocab, &e->tok, err, sizeof(err));
+	ret = tokenizer_load(path, e->vocab, &tok, err, sizeof(err));
 	if (ret)
 		fprintf(stderr, "dynbatch: --tokenizer: %s\n", err);
+	else if (text_tokenizer_from_llama2c(tok, &e->tok))
+		ret = -ENOMEM;
 	else
 		LOG(LOG_INFO, "tokenizer %s: %u tokens", path, e->vocab);
 	free(path);

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 
 #include "engine/request_pool.h"
-#include "text/tokenizer.h"
+#include "text/text_tokenizer.h"
 
 void request_text_init(struct live_request *lr, bool keep_text)
 {
@@ -37,7 +37,7 @@ static uint64_t text_of_newest(const struct live_request *lr, uint32_t n,
 	return lr->text_pushed - (n > p ? lr->text_ends[n - p - 1] : 0);
 }
 
-int request_text_commit(const struct tokenizer *tok, struct live_request *lr,
+int request_text_commit(const struct text_tokenizer *tok, struct live_request *lr,
 			int32_t token, uint32_t pending,
 			enum request_text_event *event,
 			struct text_push_result *res)
@@ -54,13 +54,12 @@ int request_text_commit(const struct tokenizer *tok, struct live_request *lr,
 		if (!lr->text_ends)
 			return -ENOMEM;
 	}
-	if (!lr->req.ignore_eos &&
-	    (token == tokenizer_eos(tok) || token == tokenizer_bos(tok))) {
+	if (!lr->req.ignore_eos && text_tokenizer_ends(tok, token)) {
 		lr->text_ends[n - 1] = lr->text_pushed;
 		*event = REQUEST_TEXT_END;
 		return 0;
 	}
-	piece = tokenizer_piece(tok, lr->prev_token, token, &len);
+	piece = text_tokenizer_piece(tok, lr->prev_token, token, &len);
 	if (!piece) {	/* committed tokens are in the vocabulary */
 		piece = "";
 		len = 0;

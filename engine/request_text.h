@@ -21,7 +21,7 @@
 #include "text/text_stop.h"
 
 struct live_request;
-struct tokenizer;
+struct text_tokenizer;
 
 /* What a committed token did to the request's text. */
 enum request_text_event {
@@ -43,7 +43,7 @@ void request_text_init(struct live_request *lr, bool keep_text);
  * Fills *res with the text that became final.  0 with *event set, or
  * -ENOMEM.
  */
-int request_text_commit(const struct tokenizer *tok, struct live_request *lr,
+int request_text_commit(const struct text_tokenizer *tok, struct live_request *lr,
 			int32_t token, uint32_t pending,
 			enum request_text_event *event,
 			struct text_push_result *res);

@@ -8,7 +8,8 @@
  *             [--dim D --hidden H --layers L --heads NH --kv-heads NKV
  *              --vocab V --seq-len S] [--separate-classifier] [--seed N])
  *             [--type f32|f16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k|q4_k_m]
- *             [--arch llama|qwen2] [--tokenizer tokenizer.bin]
+ *             [--arch llama|qwen2] [--tokenizer tokenizer.bin | --vocab-file F.vocab]
+ *             [--chat-template FILE]
  *             [--alignment A] [--rope-base F] [--rms-eps F] [--name NAME]
  *
  * Exit status: 0 written, 1 I/O error (the partial file is removed),
@@ -90,7 +91,9 @@
 #include "model/sim_model.h"
 #include "text/tokenizer.h"
 #include "tools/llama_shape.h"
+#include "tools/vocab/vocab_file.h"
 #include "util/parse_num.h"
+#include "util/strbuf.h"
 
 /* ------------------------------------------------------------------------
  * Row encoders: the hook for more tensor types
@@ -267,7 +270,10 @@ struct plan {
 	bool separate;		/* output.weight written */
 	float rope_base, rms_eps;
 	const char *name;
-	const struct tokenizer *tok;
+	const struct tokenizer *tok;			/* --tokenizer, or */
+	const struct tokenizer_vocab_spec *vocab;	/* --vocab, or NULL */
+	const char *chat_template;			/* --chat-template's text */
+	size_t chat_template_len;
 };
 
 /* One tensor of the file: which, of which layer. */
@@ -342,12 +348,60 @@ static int add_keys(struct gguf_writer *g, const struct plan *p)
 #undef ARCH_KEY
 }
 
+/* An id key, left out for none (-1). */
+static int add_id(struct gguf_writer *g, const char *key, int32_t id)
+{
+	return id < 0 ? 0 : gguf_write_u32(g, key, (uint32_t)id);
+}
+
+/* A vocabulary (--vocab-file, or llama2.c's below) as the tokenizer.ggml.*
+ * keys llama.cpp's converter writes. */
+static int add_vocab(struct gguf_writer *g, const struct tokenizer_vocab_spec *v)
+{
+	size_t *lens = calloc(v->n_tokens, sizeof(*lens));
+	size_t *mlens = calloc(v->n_merges + 1, sizeof(*mlens));
+	int rc = -ENOMEM;
+
+	if (!lens || !mlens)
+		goto out;
+	for (uint32_t i = 0; i < v->n_tokens; i++)
+		lens[i] = v->token_lens[i];
+	for (uint32_t i = 0; i < v->n_merges; i++)
+		mlens[i] = v->merge_lens[i];
+	gguf_write_str(g, "tokenizer.ggml.model", v->model, strlen(v->model));
+	if (v->pre)
+		gguf_write_str(g, "tokenizer.ggml.pre", v->pre, strlen(v->pre));
+	gguf_write_str_array(g, "tokenizer.ggml.tokens", v->n_tokens, v->tokens, lens);
+	if (v->scores)
+		gguf_write_array(g, "tokenizer.ggml.scores", GGUF_VT_F32,
+				 v->n_tokens, v->scores);
+	if (v->token_types)
+		gguf_write_array(g, "tokenizer.ggml.token_type", GGUF_VT_I32,
+				 v->n_tokens, v->token_types);
+	if (v->n_merges)
+		gguf_write_str_array(g, "tokenizer.ggml.merges", v->n_merges,
+				     v->merges, mlens);
+	add_id(g, "tokenizer.ggml.bos_token_id", v->bos_id);
+	add_id(g, "tokenizer.ggml.eos_token_id", v->eos_id);
+	add_id(g, "tokenizer.ggml.eot_token_id", v->eot_id);
+	add_id(g, "tokenizer.ggml.unknown_token_id", v->unk_id);
+	add_id(g, "tokenizer.ggml.padding_token_id", v->pad_id);
+	gguf_write_bool(g, "tokenizer.ggml.add_bos_token", v->add_bos);
+	gguf_write_bool(g, "tokenizer.ggml.add_eos_token", v->add_eos);
+	rc = gguf_write_bool(g, "tokenizer.ggml.add_space_prefix",
+			     v->add_space_prefix);
+out:
+	free(lens);
+	free(mlens);
+	return rc;
+}
+
 /* The llama2.c vocabulary as a GGUF "llama" one (see the file comment). */
 static int add_tokenizer(struct gguf_writer *g, const struct tokenizer *t)
 {
 	uint32_t n = tokenizer_vocab_size(t);
 	char **pieces = calloc(n, sizeof(*pieces));
-	size_t *lens = calloc(n, sizeof(*lens));
+	uint32_t *lens = calloc(n, sizeof(*lens));
 	float *scores = calloc(n, sizeof(*scores));
 	int32_t *types = calloc(n, sizeof(*types));
 	static const char *const special[] = { "<unk>", "<s>", "</s>" };
@@ -374,18 +428,15 @@ static int add_tokenizer(struct gguf_writer *g, const struct tokenizer *t)
 				pieces[i][o++] = p[k];
 			}
 		}
-		lens[i] = o;
+		lens[i] = (uint32_t)o;
 		types[i] = i == 0 ? 2 : i < 3 ? 3 : i < TOKENIZER_MIN_VOCAB ? 6 : 1;
 	}
-	gguf_write_str(g, "tokenizer.ggml.model", "llama", 5);
-	gguf_write_str_array(g, "tokenizer.ggml.tokens", n,
-			     (const char *const *)pieces, lens);
-	gguf_write_array(g, "tokenizer.ggml.scores", GGUF_VT_F32, n, scores);
-	gguf_write_array(g, "tokenizer.ggml.token_type", GGUF_VT_I32, n, types);
-	gguf_write_u32(g, "tokenizer.ggml.bos_token_id", 1);
-	gguf_write_u32(g, "tokenizer.ggml.eos_token_id", 2);
-	gguf_write_u32(g, "tokenizer.ggml.unknown_token_id", 0);
-	rc = gguf_write_bool(g, "tokenizer.ggml.add_bos_token", true);
+	rc = add_vocab(g, &(struct tokenizer_vocab_spec){
+		.model = "llama", .n_tokens = n,
+		.tokens = (const char *const *)pieces, .token_lens = lens,
+		.scores = scores, .token_types = types,
+		.bos_id = 1, .eos_id = 2, .eot_id = -1, .unk_id = 0, .pad_id = -1,
+		.add_bos = true, .add_space_prefix = true });
 out:
 	for (uint32_t i = 0; pieces && i < n; i++)
 		free(pieces[i]);
@@ -394,6 +445,29 @@ out:
 	free(scores);
 	free(types);
 	return rc;
+}
+
+/* The whole of a text file (--chat-template) into *out (malloc'd). */
+static int read_text_file(const char *path, char **out, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	struct strbuf b = STRBUF_INIT;
+	char buf[4096];
+	size_t n;
+
+	*out = NULL;
+	if (!f)
+		return -errno;
+	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+		if (strbuf_append(&b, buf, n)) {
+			fclose(f);
+			strbuf_release(&b);
+			return -ENOMEM;
+		}
+	fclose(f);
+	*len = b.len;
+	*out = b.data ? b.data : strdup("");
+	return *out ? 0 : -ENOMEM;
 }
 
 static int add_tensors(struct gguf_writer *g, const struct plan *p,
@@ -471,6 +545,11 @@ static int write_file(const char *path, const struct plan *p,
 		rc = add_keys(&g, p);
 	if (!rc && p->tok)
 		rc = add_tokenizer(&g, p->tok);
+	if (!rc && p->vocab)
+		rc = add_vocab(&g, p->vocab);
+	if (!rc && p->chat_template)
+		rc = gguf_write_str(&g, "tokenizer.chat_template", p->chat_template,
+				    p->chat_template_len);
 	if (!rc)
 		rc = add_tensors(&g, p, it, n);
 	if (!rc)
@@ -517,7 +596,8 @@ static void usage(FILE *out)
 		"        --heads NH --kv-heads NKV --vocab V --seq-len S]\n"
 		"       [--separate-classifier] [--seed N])\n"
 		"       [--type f32|f16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k|q4_k_m]\n"
-		"       [--arch llama|qwen2] [--tokenizer tokenizer.bin] [--alignment A]\n"
+		"       [--arch llama|qwen2] [--tokenizer tokenizer.bin | --vocab-file F.vocab]\n"
+		"       [--chat-template FILE] [--alignment A]\n"
 		"       [--rope-base F] [--rms-eps F] [--name NAME]\n");
 }
 
@@ -582,6 +662,8 @@ int main(int argc, char **argv)
 		{ "type", required_argument, NULL, 't' },
 		{ "arch", required_argument, NULL, 'A' },
 		{ "tokenizer", required_argument, NULL, 'T' },
+		{ "vocab-file", required_argument, NULL, 'V' },
+		{ "chat-template", required_argument, NULL, 'J' },
 		{ "alignment", required_argument, NULL, 'a' },
 		{ "rope-base", required_argument, NULL, 'b' },
 		{ "rms-eps", required_argument, NULL, 'e' },
@@ -594,7 +676,11 @@ int main(int argc, char **argv)
 	struct source src = { NULL, 1 };
 	struct llama_checkpoint ck = { 0 };
 	struct tokenizer *tok = NULL;
-	const char *out = NULL, *ckpt = NULL, *tok_path = NULL;
+	const char *out = NULL, *ckpt = NULL, *tok_path = NULL, *vocab_path = NULL;
+	const char *tmpl_path = NULL;
+	struct vocab_file vf;
+	bool vf_loaded = false;
+	char *tmpl = NULL;
 	uint32_t alignment = GGUF_DEFAULT_ALIGNMENT;
 	bool shape_given = false;
 	char err[512];
@@ -624,6 +710,8 @@ int main(int argc, char **argv)
 			p.qwen2 = strcmp(optarg, "qwen2") == 0;
 			break;
 		case 'T': tok_path = optarg; break;
+		case 'V': vocab_path = optarg; break;
+		case 'J': tmpl_path = optarg; break;
 		case 'a':
 			if (parse_u32(optarg, 1, 1u << 20, &alignment) ||
 			    (alignment & (alignment - 1))) {
@@ -650,9 +738,11 @@ int main(int argc, char **argv)
 			}
 		}
 	}
-	if (optind < argc || !out || (ckpt && (shape_given || p.separate || p.qwen2))) {
+	if (optind < argc || !out || (ckpt && (shape_given || p.separate || p.qwen2)) ||
+	    (tok_path && vocab_path)) {
 		fprintf(stderr, "make_gguf: %s\n",
 			!out ? "--out FILE is required" :
+			tok_path && vocab_path ? "--tokenizer or --vocab-file, not both" :
 			optind < argc ? "unexpected argument" :
 			p.qwen2 ? "--arch qwen2 takes random weights, not --checkpoint" :
 			"--checkpoint takes its shape from the file: no shape options");
@@ -671,6 +761,32 @@ int main(int argc, char **argv)
 				      ck.cfg.seq_len };
 		p.separate = !ck.shared_classifier;
 	}
+	if (vocab_path) {	/* the vocabulary sets the model's size */
+		if (vocab_file_load(vocab_path, &vf)) {
+			fprintf(stderr, "make_gguf: --vocab-file '%s': not a vocabulary "
+				"file (tests/tokenizers/export_vocab.js's)\n", vocab_path);
+			goto out;
+		}
+		vf_loaded = true;
+		if (ckpt && ck.cfg.vocab != vf.spec.n_tokens) {
+			fprintf(stderr, "make_gguf: --vocab-file '%s' has %u tokens, the "
+				"checkpoint %u\n", vocab_path, vf.spec.n_tokens,
+				ck.cfg.vocab);
+			goto out;
+		}
+		p.s.vocab = vf.spec.n_tokens;
+		p.vocab = &vf.spec;
+	}
+	if (tmpl_path) {
+		int trc = read_text_file(tmpl_path, &tmpl, &p.chat_template_len);
+
+		if (trc) {
+			fprintf(stderr, "make_gguf: --chat-template '%s': %s\n",
+				tmpl_path, strerror(-trc));
+			goto out;
+		}
+		p.chat_template = tmpl;
+	}
 	if (shape_check(&p.s, "make_gguf") || rows_check(&p))
 		goto out;
 	if (tok_path) {
@@ -686,7 +802,7 @@ int main(int argc, char **argv)
 		       out, p.qwen2 ? "qwen2" : "llama", p.ft->name, p.s.dim, p.s.hidden, p.s.layers,
 		       p.s.heads, p.s.kv_heads, p.s.vocab, p.s.seq_len,
 		       p.separate ? "separate" : "tied",
-		       tok ? ", tokenizer" : "");
+		       tok || vocab_path ? ", tokenizer" : "");
 		if (ckpt)
 			printf("from %s\n", ckpt);
 		else
@@ -694,6 +810,9 @@ int main(int argc, char **argv)
 	}
 out:
 	tokenizer_free(tok);
+	if (vf_loaded)
+		vocab_file_free(&vf);
+	free(tmpl);
 	llama_checkpoint_close(&ck);
 	return rc;
 }

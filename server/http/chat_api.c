@@ -30,7 +30,7 @@
 
 #include "util/json_writer.h"
 #include "text/text_stop.h"
-#include "text/tokenizer.h"
+#include "text/text_tokenizer.h"
 #include "server/request/request_json.h"
 
 static const char *const role_names[] = {
@@ -239,11 +239,12 @@ int chat_prompt_text(const struct chat_prompt *p, struct strbuf *out)
 	return 0;
 }
 
-int chat_prompt_encode(const struct chat_prompt *p, const struct tokenizer *tok,
+int chat_prompt_encode(const struct chat_prompt *p,
+		       const struct text_tokenizer *tok,
 		       int32_t **tokens, size_t *n)
 {
-	/* each turn: BOS, dummy prefix, a token per byte at most; EOS */
-	size_t cap = p->text.len + 3 * (size_t)p->n_turns + 1, used = 0, got;
+	/* each turn: text_tokenizer_encode_max() of its bytes, then EOS */
+	size_t cap = 2 * p->text.len + 4 * (size_t)p->n_turns, used = 0, got;
 	int32_t *ids = malloc(cap * sizeof(*ids));
 	int rc;
 
@@ -254,15 +255,15 @@ int chat_prompt_encode(const struct chat_prompt *p, const struct tokenizer *tok,
 	for (uint32_t i = 0; i < p->n_turns; i++) {
 		size_t from = turn_start(p, i), len = p->turn_end[i] - from;
 
-		rc = tokenizer_encode(tok, p->text.data + from, len, true, false,
-				      ids + used, cap - used, &got);
+		rc = text_tokenizer_encode(tok, p->text.data + from, len, true,
+					   ids + used, cap - used, &got);
 		if (rc) {
 			free(ids);
 			return rc;
 		}
 		used += got;
 		if (i + 1 < p->n_turns)
-			ids[used++] = tokenizer_eos(tok);
+			ids[used++] = text_tokenizer_eos(tok);
 	}
 	*tokens = ids;
 	*n = used;
@@ -455,8 +456,9 @@ static int set_prompt(json_t *obj, enum chat_template t,
 		rc = chat_render(t, msgs, n, &p, err, err_len);
 	if (!rc) {
 		/* a prompt longer than the context is refused before the cost
-		 * of encoding it: no token is longer than max_token_length */
-		if (p.text.len / (size_t)tokenizer_max_token_length(lim->tok) >
+		 * of encoding it: no token stands for more text than the
+		 * longest piece (+1: a dummy-prefix space may join it) */
+		if (p.text.len / (text_tokenizer_longest_piece(lim->tok) + 1) >
 		    lim->max_context)
 			rc = fail(err, err_len, "messages: the prompt the chat "
 				  "template renders (%zu bytes) exceeds the context "

@@ -67,7 +67,7 @@
 #include "util/strbuf.h"
 #include "server/request/request_json.h"
 
-struct tokenizer;
+struct text_tokenizer;
 
 enum chat_template {
 	CHAT_TEMPLATE_NONE = 0,		/* serve has no --chat-template */
@@ -121,8 +121,9 @@ void chat_prompt_release(struct chat_prompt *p);
 int chat_prompt_text(const struct chat_prompt *p, struct strbuf *out);
 
 /* The prompt's tokens (see BOS AND EOS) into *tokens (malloc'd, *n of
- * them).  0, -ENOMEM, or tokenizer_encode()'s error. */
-int chat_prompt_encode(const struct chat_prompt *p, const struct tokenizer *tok,
+ * them).  0, -ENOMEM, or text_tokenizer_encode()'s error. */
+int chat_prompt_encode(const struct chat_prompt *p,
+		       const struct text_tokenizer *tok,
 		       int32_t **tokens, size_t *n);
 
 /*

@@ -27,7 +27,7 @@
 #include "server/http/completion_api.h"
 #include "engine/engine.h"
 #include "util/json_writer.h"
-#include "text/tokenizer.h"
+#include "text/text_tokenizer.h"
 #include "util/log.h"
 #include "engine/request.h"
 
@@ -167,9 +167,9 @@ static int chat_stream_start(struct http_server *srv, struct conn *c,
 static uint64_t answer_bound(const struct http_server *srv,
 			     const struct request *req)
 {
-	const struct tokenizer *tok = srv->lim.tok;
+	const struct text_tokenizer *tok = srv->lim.tok;
 	uint64_t per_token = JSON_TOKEN_MAX +
-		(tok ? 6ull * tokenizer_longest_piece(tok) : 0) +
+		(tok ? 6ull * text_tokenizer_longest_piece(tok) : 0) +
 		(req->sampling.logprobs ?
 		 (1ull + req->sampling.top_logprobs) * ANSWER_LOGPROB_BYTES : 0);
 

@@ -41,7 +41,7 @@
 #include "server/request/request_build.h"
 #include "text/stop_matcher.h"
 #include "text/text_stop.h"
-#include "text/tokenizer.h"
+#include "text/text_tokenizer.h"
 
 /* ------------------------------------------------------------------------
  * Parsing
@@ -315,15 +315,16 @@ static int parse_text_prompt(const struct parse_ctx *pc, const json_t *v,
 	/* no token holds more than the longest piece (+1: the dummy-prefix
 	 * space may join a piece): a longer text cannot fit, and is refused
 	 * before it costs an encode */
-	if (len / (tokenizer_longest_piece(pc->lim->tok) + 1) >
+	if (len / (text_tokenizer_longest_piece(pc->lim->tok) + 1) >
 	    pc->lim->max_context)
 		return parse_error(pc, -EINVAL, "prompt (%zu bytes) exceeds the "
 				   "context limit %u", len, pc->lim->max_context);
-	req->prompt = malloc(tokenizer_encode_max(len) * sizeof(*req->prompt));
+	req->prompt = malloc(text_tokenizer_encode_max(len) * sizeof(*req->prompt));
 	if (!req->prompt)
 		return parse_error(pc, -ENOMEM, "out of memory");
-	rc = tokenizer_encode(pc->lim->tok, json_string_value(v), len, true,
-			      false, req->prompt, tokenizer_encode_max(len), &n);
+	rc = text_tokenizer_encode(pc->lim->tok, json_string_value(v), len,
+				   true, req->prompt,
+				   text_tokenizer_encode_max(len), &n);
 	if (rc == -ENOMEM)
 		return parse_error(pc, -ENOMEM, "out of memory");
 	if (rc)

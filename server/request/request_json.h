@@ -23,7 +23,6 @@
 #include "engine/request.h"
 #include "server/request/request_limits.h"
 
-struct tokenizer;
 
 
 /*

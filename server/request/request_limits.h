@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-struct tokenizer;
+struct text_tokenizer;
 
 struct request_limits {
 	uint32_t vocab;		/* tokens must be in [0, vocab) */
@@ -23,7 +23,7 @@ struct request_limits {
 				 * logprobs are possible */
 	/* --tokenizer (NULL: none): string prompts and stop strings are
 	 * possible, and results carry text */
-	const struct tokenizer *tok;
+	const struct text_tokenizer *tok;
 };
 
 #endif /* DYNBATCH_REQUEST_LIMITS_H */

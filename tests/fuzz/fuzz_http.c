@@ -54,6 +54,7 @@
 #include "server/http/http_reader.h"
 #include "engine/request.h"
 #include "util/strbuf.h"
+#include "text/text_tokenizer.h"
 #include "text/tokenizer.h"
 #include "text/tokenizer_train.h"
 #include "tests/fuzz/fuzz_check.h"
@@ -189,21 +190,23 @@ static bool chat_param(const char *p)
 static enum chat_template chat_tmpl;	/* this input's: control bit 5 */
 
 /* The tokenizer chat bodies are encoded with, trained once. */
-static const struct tokenizer *chat_tokenizer(void)
+static const struct text_tokenizer *chat_tokenizer(void)
 {
-	static struct tokenizer *tok;
+	static struct text_tokenizer *tt;
+	struct tokenizer *tok;
 	struct strbuf file = STRBUF_INIT;
 	char err[256];
 
-	if (tok)
-		return tok;
+	if (tt)
+		return tt;
 	CHECK(tokenizer_train(tokenizer_builtin_corpus,
 			      strlen(tokenizer_builtin_corpus), 512, &file, NULL,
 			      err, sizeof(err)) == 0);
 	CHECK(tokenizer_load_mem(file.data, file.len, 512, "fuzz", &tok, err,
 				 sizeof(err)) == 0);
 	strbuf_release(&file);
-	return tok;
+	CHECK(text_tokenizer_from_llama2c(tok, &tt) == 0);
+	return tt;
 }
 
 /* An answer or chunk of chat: JSON, the id as the server writes it. */

@@ -32,13 +32,15 @@
 #include "engine/request.h"
 #include "util/strbuf.h"
 #include "tests/unit/test_rng.h"
+#include "text/text_tokenizer.h"
 #include "text/tokenizer.h"
 #include "text/tokenizer_train.h"
 #include "server/request/request_json.h"
 
 #define VOCAB 512
 
-static struct tokenizer *tok;
+static struct tokenizer *tok;		/* owned by ttok */
+static struct text_tokenizer *ttok;	/* what the chat API takes */
 
 static int setup_tokenizer(void **state)
 {
@@ -54,12 +56,12 @@ static int setup_tokenizer(void **state)
 		return -1;
 	}
 	strbuf_release(&file);
-	return 0;
+	return text_tokenizer_from_llama2c(tok, &ttok) ? -1 : 0;
 }
 
 static int teardown_tokenizer(void **state)
 {
-	tokenizer_free(tok);
+	text_tokenizer_free(ttok);
 	return 0;
 }
 
@@ -338,7 +340,7 @@ static void test_encode_turns(void **state)
 
 	assert_int_equal(chat_render(CHAT_TEMPLATE_LLAMA2, dialog, 4, &p, err,
 				     sizeof(err)), 0);
-	assert_int_equal(chat_prompt_encode(&p, tok, &ids, &n), 0);
+	assert_int_equal(chat_prompt_encode(&p, ttok, &ids, &n), 0);
 	assert_int_equal(n, at);
 	assert_memory_equal(ids, want, n * sizeof(*ids));
 	assert_int_equal(ids[0], TOKENIZER_BOS);
@@ -350,7 +352,7 @@ static void test_encode_turns(void **state)
 			 want, 0);
 	assert_int_equal(chat_render(CHAT_TEMPLATE_CHATML, dialog + 1, 1, &p, err,
 				     sizeof(err)), 0);
-	assert_int_equal(chat_prompt_encode(&p, tok, &ids, &n), 0);
+	assert_int_equal(chat_prompt_encode(&p, ttok, &ids, &n), 0);
 	assert_int_equal(n, at);
 	assert_memory_equal(ids, want, n * sizeof(*ids));
 	free(ids);
@@ -364,7 +366,7 @@ static void test_encode_turns(void **state)
 static struct request_limits limits(void)
 {
 	return (struct request_limits){ .vocab = VOCAB, .max_context = 2048,
-		.id_optional = true, .has_logits = true, .tok = tok };
+		.id_optional = true, .has_logits = true, .tok = ttok };
 }
 
 static int parse(enum chat_template t, const char *body,

@@ -18,10 +18,12 @@
 #include <string.h>
 
 #include "tools/refdecode/ref_tokenizer.h"
+#include "text/text_tokenizer.h"
 #include "text/tokenizer.h"
 
 struct ref_text {
-	struct tokenizer *tok;
+	struct tokenizer *tok;		/* owned by tt */
+	struct text_tokenizer *tt;	/* what the request parser takes */
 	struct ref_tokenizer *enc;
 };
 
@@ -40,6 +42,11 @@ struct ref_text *ref_text_load(const char *path, uint32_t vocab, char *err,
 		free(rt);
 		return NULL;
 	}
+	if (text_tokenizer_from_llama2c(rt->tok, &rt->tt)) {
+		snprintf(err, err_len, "out of memory");
+		free(rt);
+		return NULL;
+	}
 	rt->enc = ref_tokenizer_new(rt->tok);
 	if (!rt->enc) {
 		snprintf(err, err_len, "out of memory");
@@ -54,13 +61,13 @@ void ref_text_free(struct ref_text *rt)
 	if (!rt)
 		return;
 	ref_tokenizer_free(rt->enc);
-	tokenizer_free(rt->tok);
+	text_tokenizer_free(rt->tt);
 	free(rt);
 }
 
-const struct tokenizer *ref_text_tokenizer(const struct ref_text *rt)
+const struct text_tokenizer *ref_text_tokenizer(const struct ref_text *rt)
 {
-	return rt->tok;
+	return rt->tt;
 }
 
 int ref_text_encode(const struct ref_text *rt, const char *s, size_t len,

@@ -32,7 +32,7 @@
 #include "util/strbuf.h"
 #include "server/request/request_json.h"
 
-struct tokenizer;
+struct text_tokenizer;
 struct ref_text;
 
 /* Load tokenizer.bin of vocab tokens (lib/text/tokenizer.c's loader: it
@@ -44,7 +44,7 @@ void ref_text_free(struct ref_text *rt);
 
 /* The loaded tokenizer, for request_parse()'s limits (it accepts string
  * prompts and stop strings only with one). */
-const struct tokenizer *ref_text_tokenizer(const struct ref_text *rt);
+const struct text_tokenizer *ref_text_tokenizer(const struct ref_text *rt);
 
 /* Encode a string prompt with the naive encoder (tools/refdecode/ref_tokenizer.c),
  * BOS first.  *out is malloc'd.  0 or -ENOMEM. */
