@@ -404,10 +404,10 @@ FUZZ_BUILD := build-fuzz
 FUZZ_BIN := $(FUZZ_BUILD)/fuzz_request
 # The sampler, every file of it, for each fuzzer that links it.
 SAMPLER_SRC := $(wildcard lib/sampling/*.c)
-# The GGUF tokenizer (text_tokenizer.c wraps it): every lib/text file it needs.
+# The GGUF tokenizer (text_tokenizer.c wraps it): every file it needs.
 GGUF_TOK_SRC := lib/text/gguf_tokenizer.c lib/text/gguf_vocab.c lib/text/bpe_merge.c \
 	lib/text/spm_merge.c lib/text/pretok.c lib/text/bytelevel.c lib/text/unicode.c \
-	lib/text/unicode_tables.c
+	lib/text/unicode_tables.c lib/util/log_escape.c
 FUZZ_SRC := tests/fuzz/fuzz_request.c engine/request.c server/request/request_json.c server/request/request_fast.c server/request/request_build.c \
 	server/jsonl/jsonl_result.c $(SAMPLER_SRC) lib/text/tokenizer.c lib/text/text_tokenizer.c $(GGUF_TOK_SRC) lib/text/text_stop.c lib/util/strbuf.c \
 	lib/text/stop_matcher.c lib/util/json_writer.c server/jsonl/line_reader.c
