@@ -323,7 +323,7 @@ test-ggml-ref: $(BUILD)/tests/ggml_ref_check $(GGML_REF_LIB)
 # F32, F16 and every block type (tests/llamacpp/test_llamacpp.sh): installs
 # node-llama-cpp 3.22.1 once under $(BUILD)/llamacpp (npm, about 10 s),
 # then about 45 s on 2 cores; prints the figures per type.
-test-llamacpp: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(BIN)/make_gguf
+test-llamacpp: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(BIN)/make_gguf $(BIN)/tok_compare
 	BIN=$(BIN) BUILD=$(BUILD) bash tests/llamacpp/test_llamacpp.sh
 
 # stories15M-shaped Q8_0 and Q4_K_M GGUF files: dynbatch at batch 1 and 16

@@ -34,6 +34,9 @@ BOUND_QUANT = 2e-2
 def tokenizer(out, v):
 	pieces = [b"<unk>", b"\n<s>\n", b"\n</s>\n"]
 	pieces += [b"<0x%02X>" % i for i in range(256)]
+	# a space piece: a GGUF "llama" vocabulary needs U+2581, which
+	# make_gguf writes for it
+	pieces += [b" "]
 	pieces += [b"p%d" % i for i in range(len(pieces), v)]
 	with open(out, "wb") as f:
 		f.write(struct.pack("<i", max(len(p) for p in pieces)))

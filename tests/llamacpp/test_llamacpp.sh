@@ -9,7 +9,8 @@
 # llama.cpp evaluate the same prompts and continuations; prints per type
 # the largest logprob difference relative to llama.cpp's logit range
 # (first step and all) and where the greedy tokens differ, and fails
-# past the bounds llamacpp_compare.py states.  SEED=N replays.
+# past the bounds llamacpp_compare.py states; then tokenizes the same
+# texts as llama.cpp with real vocabularies (below).  SEED=N replays.
 set -u
 BIN=${BIN:-bin}
 BUILD=${BUILD:-build}
@@ -29,7 +30,7 @@ if [ ! -f "$NM/node_modules/@node-llama-cpp/linux-x64/package.json" ]; then
 		{ echo "npm install failed: see $NM/npm.log"; exit 1; }
 fi
 # an ES module finds node-llama-cpp from its own directory up
-cp "$D/llamacpp_logits.mjs" "$NM/"
+cp "$D/llamacpp_logits.mjs" "$D/llamacpp_tokenize.mjs" "$NM/"
 
 T=$(mktemp -d "${TMPDIR:-/tmp}/dynbatch-llamacpp.XXXXXX")
 trap 'rm -rf "$T"' EXIT
@@ -64,6 +65,45 @@ for arch in llama qwen2; do
 		one "$type/$arch" "$arch" "$type" 256 512 4
 	done
 	one "q4_k_m@288/$arch" "$arch" q4_k_m 288 768 6
+done
+# Tokenization on the same text: the real Llama 3, Qwen 3 and Llama 2
+# vocabularies in GGUF files (make_gguf --vocab-file, from make
+# test-tokenizers' exports), llama.cpp's ids for make test-tokenizers'
+# texts against lib/text's (bin/tok_compare).  One known divergence is
+# left out: llama.cpp turns a vocabulary's "</s>" into a control token
+# by its name (its end-of-generation list) and cuts it out of the text,
+# where Qwen 3's and Llama 3's own tokenizers (and ours) spell it with
+# ordinary pieces; texts holding "</s>" are compared for Llama 2 only.
+NODE_TOK=${NODE_TOK:-$BUILD/node-tok}
+if [ ! -f "$NODE_TOK/llama3.vocab" ]; then
+	BIN=$BIN NODE_TOK=$NODE_TOK bash "$D/../tokenizers/run.sh" > /dev/null 2>&1
+fi
+for m in llama3:llama qwen3:qwen2 llama2:llama; do
+	name=${m%%:*}
+	if [ ! -f "$NODE_TOK/$name.vocab" ]; then
+		echo "  FAIL tokenize/$name: no $NODE_TOK/$name.vocab (make test-tokenizers)"
+		failed=$((failed + 1))
+		continue
+	fi
+	python3 - "$NODE_TOK/$name.cases" "$name" > "$T/in.cases" <<'PY'
+import sys
+lines = open(sys.argv[1]).read().split("\n")
+for i in range(0, len(lines) - 1, 2):
+    text = bytes.fromhex(lines[i].split(" ")[1].replace("-", "")).decode()
+    if sys.argv[2] != "llama2" and "</s>" in text:
+        continue
+    print(lines[i]); print(lines[i + 1])
+PY
+	if "$BIN/make_gguf" --out "$T/v.gguf" --vocab-file "$NODE_TOK/$name.vocab" \
+		--arch "${m#*:}" --dim 64 --hidden 96 --layers 1 --heads 4 --kv-heads 2 \
+		--seq-len 64 --type q8_0 > /dev/null &&
+	   node "$NM/llamacpp_tokenize.mjs" "$T/v.gguf" "$T/in.cases" > "$T/ll.cases" 2> "$T/ll.err" &&
+	   "$BIN/tok_compare" "$NODE_TOK/$name.vocab" "$T/ll.cases" > "$T/tc.log"; then
+		echo "  ok   tokenize/$name: llama.cpp's ids: $(tail -n 1 "$T/tc.log")"
+	else
+		echo "  FAIL tokenize/$name: $(grep -m 3 -A 2 FAIL "$T/tc.log" 2>/dev/null; tail -c 300 "$T/ll.err")"
+		failed=$((failed + 1))
+	fi
 done
 echo "test_llamacpp.sh: $failed failed ($(( $(date +%s) - start )) s)"
 [ "$failed" = 0 ]
