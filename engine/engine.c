@@ -511,7 +511,6 @@ static int engine_setup_shards(struct engine *e)
 		.model_spec = e->worker_spec,
 		.spin_us = e->cfg->spin_us,
 		.garbage_every = e->cfg->garbage_every,
-		.step_tokens = e->cfg->step_tokens,
 		.nice = e->cfg->worker_nice,
 		.step_timeout_ms = e->cfg->step_timeout_ms,
 		.start_timeout_ms = e->cfg->start_timeout_ms,
@@ -522,6 +521,7 @@ static int engine_setup_shards(struct engine *e)
 		       e->cfg->n_slots))
 		return -ENOMEM;
 	e->sched.vocab = e->vocab;
+	e->sched.step_tokens = e->cfg->step_tokens;
 	e->sched.in_process = e->in_process;
 	e->sched.policy_static = e->cfg->policy_static;
 	e->sched.step_timeout_ms = e->cfg->step_timeout_ms;
@@ -673,8 +673,7 @@ static int engine_setup(struct engine *e)
 
 		if (!e->kv_bytes_per_token) {
 			e->runner = model_runner_create(e->model, cfg->n_slots,
-							e->max_context,
-							cfg->step_tokens, err,
+							e->max_context, err,
 							sizeof(err));
 		} else if (!(ret = kv_pool_map(&e->kv_pool, e->kv_blocks,
 					       engine_block_tokens(e),
@@ -682,7 +681,6 @@ static int engine_setup(struct engine *e)
 					       sizeof(err)))) {
 			e->runner = model_runner_create_paged(e->model, cfg->n_slots,
 							      e->max_context,
-							      cfg->step_tokens,
 							      &e->kv_pool, err,
 							      sizeof(err));
 		}

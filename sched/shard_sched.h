@@ -133,6 +133,17 @@ struct sched {
 					 * logprobs (shard_write_sampling()) */
 	uint32_t *slot_top_logprobs;	/* per slot: the alternatives it asked
 					 * for (a result's checked bound) */
+	/* the step plan (sched/step_plan.h, docs/DESIGN.md 11.2) */
+	uint32_t step_tokens;		/* --step-tokens: budget a step; 0 none */
+	uint64_t place_clock;		/* placements so far: ages */
+	uint64_t *slot_placed;		/* per slot: its request's placement
+					 * (place_clock then): its age */
+	bool *slot_decoding;		/* per slot: a token was committed since
+					 * it was placed or its prefill was
+					 * forgotten: it consumes one a step */
+	struct step_plan_row *plan_rows;	/* n_slots scratch each */
+	uint32_t *plan_order;
+	uint32_t *plan_allow;
 	struct sched_request *slot_rq;	/* per slot, in-process: what the
 					 * runner reads of its request */
 	/* in-process stepping, n_slots each */

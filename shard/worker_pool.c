@@ -174,13 +174,12 @@ out_lifted:
 int worker_spawn(const struct worker_spawn_args *a, pid_t *pid, int *pidfd)
 {
 	char shard[16], shared_arg[16], shard_arg[16], notify_arg[16];
-	char spin[16], garbage[16], nice[16], step_tokens[16];
+	char spin[16], garbage[16], nice[16];
 	char *const argv[] = {
 		"dynbatch-worker", "--shared-fd", shared_arg, "--shard-fd", shard_arg,
 		"--shard", shard, "--model", (char *)a->model_spec,
 		"--notify-fd", notify_arg, "--spin-us", spin,
-		"--garbage-every", garbage, "--nice", nice,
-		"--step-tokens", step_tokens, NULL,
+		"--garbage-every", garbage, "--nice", nice, NULL,
 	};
 	int src[] = { a->shared_fd, a->shard_fd, a->notify_fd };
 	const struct spawn_plan plan = {
@@ -196,7 +195,6 @@ int worker_spawn(const struct worker_spawn_args *a, pid_t *pid, int *pidfd)
 	snprintf(spin, sizeof(spin), "%u", a->spin_us);
 	snprintf(garbage, sizeof(garbage), "%u", a->garbage_every);
 	snprintf(nice, sizeof(nice), "%u", a->nice);
-	snprintf(step_tokens, sizeof(step_tokens), "%u", a->step_tokens);
 	if (fault_sim("spawn"))
 		return -EAGAIN;
 	return spawn_child(&plan, pid, pidfd);

@@ -38,7 +38,6 @@ struct worker_spawn_args {
 	const char *model_spec;
 	uint32_t spin_us;
 	uint32_t garbage_every;		/* test mode, 0 = off */
-	uint32_t step_tokens;		/* --step-tokens, 0 = no budget */
 	uint32_t nice;			/* worker's nice value (0..19) */
 	bool stderr_null;		/* /dev/null on stderr, not ours (our
 					 * stderr is our output) */

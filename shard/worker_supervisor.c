@@ -197,7 +197,6 @@ int worker_sup_spawn(struct worker_sup *sup, uint32_t index, int renewed,
 		.model_spec = sup->cfg.model_spec,
 		.spin_us = sup->cfg.spin_us,
 		.garbage_every = sup->cfg.garbage_every,
-		.step_tokens = sup->cfg.step_tokens,
 		.nice = sup->cfg.nice,
 		.stderr_null = sup->stderr_null,
 	};

@@ -105,7 +105,6 @@ struct worker_sup_config {
 	const char *model_spec;		/* --model for workers */
 	uint32_t spin_us;
 	uint32_t garbage_every;
-	uint32_t step_tokens;
 	uint32_t nice;
 	uint64_t step_timeout_ms;
 	uint64_t start_timeout_ms;

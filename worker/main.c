@@ -4,7 +4,6 @@
  * Started by the coordinator (posix_spawn), never by hand:
  *   dynbatch-worker --shared-fd FD --shard-fd FD --shard K --model SPEC
  *                   --notify-fd FD [--spin-us N] [--garbage-every N]
- *                   [--step-tokens N]
  *                   [--nice N]
  * The descriptors are the ones shard/worker_pool.c passes: the
  * shared object (read-only), the shard's object and the write end of the
@@ -61,7 +60,7 @@ static void worker_drop_capabilities(void)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: dynbatch-worker --shared-fd FD --shard-fd FD --shard K "
-		   "--model SPEC --notify-fd FD [--spin-us N] [--garbage-every N] [--step-tokens N] "
+		   "--model SPEC --notify-fd FD [--spin-us N] [--garbage-every N] "
 		   "[--nice N]\n"
 		   "       dynbatch-worker --probe-fd FD --model SPEC\n"
 		   "Started by 'dynbatch run'; not meant to be run by hand.\n");

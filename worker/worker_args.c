@@ -24,13 +24,12 @@ int worker_args_parse(int argc, char **argv, struct worker_args *a, char *err,
 		{ "garbage-every", required_argument, NULL, 'g' },
 		{ "nice", required_argument, NULL, 'i' },
 		{ "probe-fd", required_argument, NULL, 'P' },
-		{ "step-tokens", required_argument, NULL, 't' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	/* the most each option may say, in the order of longopts */
 	static const uint64_t max[] = { 1u << 20, 1u << 20, 1u << 16, 0, 1u << 20,
-					1000000, 1u << 30, 19, 1u << 20, 1u << 24 };
+					1000000, 1u << 30, 19, 1u << 20 };
 	int c, idx = 0;
 	uint64_t v;
 
@@ -67,7 +66,6 @@ int worker_args_parse(int argc, char **argv, struct worker_args *a, char *err,
 		case 'g': a->opt.garbage_every = (uint32_t)v; break;
 		case 'i': a->nice = (int)v; break;
 		case 'P': a->probe_fd = (int)v; break;
-		case 't': a->opt.step_tokens = (uint32_t)v; break;
 		}
 	}
 	if (!a->opt.model_spec) {

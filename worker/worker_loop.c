@@ -464,7 +464,8 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 		w->step_sampling[i] = ws;
 		w->step_rows[i] = (struct runner_row){
 			.slot = local, .generation = w->step[i].generation,
-			.tokens = w->views[local], .n_tokens = w->step[i].n_tokens };
+			.tokens = w->views[local], .n_tokens = w->step[i].n_tokens,
+			.step_consume = w->step[i].step_consume };
 		if (hdr->kv_block_tokens) {
 			w->step_rows[i].blocks = shm_kv_table_at(&w->seg,
 								  w->step[i].slot);
@@ -566,13 +567,11 @@ static int worker_make_runner(struct worker *w, char *err, size_t err_len)
 			return -1;
 		}
 		w->runner = model_runner_create_paged(w->model, hdr->shard_capacity,
-						      hdr->max_context,
-						      w->opt->step_tokens, &w->pool,
+						      hdr->max_context, &w->pool,
 						      err, err_len);
 	} else {
 		w->runner = model_runner_create(w->model, hdr->shard_capacity,
-						hdr->max_context, w->opt->step_tokens,
-						err, err_len);
+						hdr->max_context, err, err_len);
 	}
 	if (!w->runner) {
 		LOG(LOG_ERROR, "model: %s", LOG_STR(err));	/* a plugin's words */

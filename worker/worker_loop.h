@@ -33,7 +33,6 @@ struct worker_options {
 	int notify_fd;		/* pipe write end that wakes the coordinator */
 	uint64_t spin_ns;	/* how long to spin before sleeping */
 	uint32_t garbage_every;	/* test mode: every Nth result is garbage */
-	uint32_t step_tokens;	/* --step-tokens: budget per step, 0: none */
 	/* Called once the segment is attached and the model loaded, before
 	 * the worker says it is ready (main.c enters the sandbox here);
 	 * NULL: nothing.  Returns 0, or nonzero after writing err: the

@@ -30,7 +30,7 @@ static_assert(offsetof(struct shm_header, shard_size) == 80, "header");
 static_assert(offsetof(struct shm_header, coordinator_sleeping) == 128,
 	      "coordinator_sleeping on its own cache line");
 static_assert(sizeof(struct shm_slot) == 32, "slot table entry");
-static_assert(sizeof(struct shm_dispatch_row) == 32, "dispatch row");
+static_assert(sizeof(struct shm_dispatch_row) == 36, "dispatch row");
 static_assert(offsetof(struct shm_header, shard_kv_size) == 112, "header");
 static_assert(sizeof(struct shm_result_row) == 20, "result row");
 static_assert(sizeof(struct shm_dispatch) == 24, "dispatch head");

@@ -239,6 +239,10 @@ struct shm_dispatch_row {
 					 * here: copy block copy_src over */
 	uint32_t copy_dst;		/* copy_dst (copy-on-write of a shared
 					 * tail); UINT32_MAX: no copy */
+	/* the step plan (sched/step_plan.h): at most this many prefix
+	 * tokens per step while the row prefills, for every step run on
+	 * this dispatch; UINT32_MAX: no budget; 0: wait */
+	uint32_t step_consume;
 };
 
 /*

@@ -35,7 +35,6 @@
 struct runner_slot {
 	uint32_t generation;	/* the request whose state the model holds */
 	uint32_t consumed;	/* tokens of it the model holds (0: none) */
-	uint64_t stamp;		/* when that request was first seen: age */
 	bool kept;		/* scratch of model_runner_keep() */
 };
 
@@ -51,13 +50,10 @@ struct model_runner {
 	bool stateful;
 	uint32_t n_slots;
 	uint32_t max_context;
-	uint32_t step_tokens;	/* budget per step; 0: none */
 	uint32_t vocab;
-	uint64_t clock;		/* stamps */
 	struct runner_slot *slots;
 	/* per-step scratch, n_slots entries each */
 	struct runner_plan *plan;
-	uint32_t *order;	/* prefill rows, oldest first */
 	struct dynbatch_model_row *mrows;
 	struct dynbatch_paged_row *prows;	/* paged: the same with tables */
 	bool paged;
@@ -74,7 +70,6 @@ struct model_runner {
 
 static struct model_runner *runner_create(struct model *m, uint32_t n_slots,
 					  uint32_t max_context,
-					  uint32_t step_tokens,
 					  const struct kv_pool *pool,
 					  char *err, size_t err_len)
 {
@@ -87,7 +82,6 @@ static struct model_runner *runner_create(struct model *m, uint32_t n_slots,
 	r->stateful = model_is_stateful(m);
 	r->n_slots = n_slots;
 	r->max_context = max_context;
-	r->step_tokens = step_tokens;
 	r->vocab = model_vocab(m);
 	r->slots = calloc(n_slots, sizeof(*r->slots));
 	r->prefixes = calloc(n_slots, sizeof(*r->prefixes));
@@ -109,12 +103,11 @@ static struct model_runner *runner_create(struct model *m, uint32_t n_slots,
 		return r;
 	}
 	r->plan = calloc(n_slots, sizeof(*r->plan));
-	r->order = calloc(n_slots, sizeof(*r->order));
 	r->mrows = calloc(n_slots, sizeof(*r->mrows));
 	r->mrow_of = calloc(n_slots, sizeof(*r->mrow_of));
 	r->refusals = calloc(n_slots, sizeof(*r->refusals));
 	r->logits = calloc((size_t)n_slots * r->vocab, sizeof(*r->logits));
-	if (!r->plan || !r->order || !r->mrows || !r->mrow_of || !r->refusals ||
+	if (!r->plan || !r->mrows || !r->mrow_of || !r->refusals ||
 	    !r->logits)
 		goto oom;
 	if (pool) {
@@ -141,17 +134,14 @@ oom:
 }
 
 struct model_runner *model_runner_create(struct model *m, uint32_t n_slots,
-					 uint32_t max_context,
-					 uint32_t step_tokens, char *err,
+					 uint32_t max_context, char *err,
 					 size_t err_len)
 {
-	return runner_create(m, n_slots, max_context, step_tokens, NULL, err,
-			     err_len);
+	return runner_create(m, n_slots, max_context, NULL, err, err_len);
 }
 
 struct model_runner *model_runner_create_paged(struct model *m, uint32_t n_slots,
 					       uint32_t max_context,
-					       uint32_t step_tokens,
 					       const struct kv_pool *pool,
 					       char *err, size_t err_len)
 {
@@ -159,8 +149,7 @@ struct model_runner *model_runner_create_paged(struct model *m, uint32_t n_slots
 		snprintf(err, err_len, "the model is not paged, or no KV pool");
 		return NULL;
 	}
-	return runner_create(m, n_slots, max_context, step_tokens, pool, err,
-			     err_len);
+	return runner_create(m, n_slots, max_context, pool, err, err_len);
 }
 
 void model_runner_destroy(struct model_runner *r)
@@ -169,7 +158,6 @@ void model_runner_destroy(struct model_runner *r)
 		return;
 	free(r->slots);
 	free(r->plan);
-	free(r->order);
 	free(r->mrows);
 	free(r->prows);
 	free(r->mrow_of);
@@ -339,7 +327,6 @@ static int runner_plan_rows(struct model_runner *r, uint32_t n_rows,
 		if (st->generation != row->generation) {
 			runner_drop(r, row->slot);
 			st->generation = row->generation;
-			st->stamp = ++r->clock;
 			/* paged: what the coordinator vouches its blocks hold
 			 * (a prefix hit, a fork), never all of the prefix: the
 			 * last token's logits are computed */
@@ -358,36 +345,16 @@ static int runner_plan_rows(struct model_runner *r, uint32_t n_rows,
 	return 0;
 }
 
-/* Spend the budget: decoding rows first, then prefill oldest first. */
-static void runner_spend_budget(struct model_runner *r, uint32_t n_rows,
-				const struct runner_row *rows)
+/* Follow the scheduler's plan: each row consumes what it has left, at
+ * most its step_consume (sched/step_plan.h decides it). */
+static void runner_follow_plan(struct model_runner *r, uint32_t n_rows,
+			       const struct runner_row *rows)
 {
-	uint64_t left = r->step_tokens ? r->step_tokens : UINT64_MAX;
-	uint32_t n_prefill = 0;
-
 	for (uint32_t i = 0; i < n_rows; i++) {
 		struct runner_plan *p = &r->plan[i];
 
-		if (p->remaining <= 1) {	/* decoding, or an empty prefix */
-			p->consume = p->remaining;
-			left = left > p->consume ? left - p->consume : 0;
-		} else {
-			/* insertion by age: a handful of rows per step */
-			uint32_t j = n_prefill++;
-			uint64_t age = r->slots[rows[i].slot].stamp;
-
-			while (j && r->slots[rows[r->order[j - 1]].slot].stamp > age) {
-				r->order[j] = r->order[j - 1];
-				j--;
-			}
-			r->order[j] = i;
-		}
-	}
-	for (uint32_t k = 0; k < n_prefill && left; k++) {
-		struct runner_plan *p = &r->plan[r->order[k]];
-
-		p->consume = p->remaining < left ? p->remaining : (uint32_t)left;
-		left -= p->consume;
+		p->consume = p->remaining < rows[i].step_consume ? p->remaining :
+			     rows[i].step_consume;
 	}
 }
 
@@ -421,7 +388,7 @@ static int runner_step_stateful(struct model_runner *r, uint32_t n_rows,
 	ret = runner_plan_rows(r, n_rows, rows);
 	if (ret)
 		return ret;
-	runner_spend_budget(r, n_rows, rows);
+	runner_follow_plan(r, n_rows, rows);
 	for (uint32_t i = 0; i < n_rows; i++) {
 		const struct runner_plan *p = &r->plan[i];
 		bool done = p->consume == p->remaining;

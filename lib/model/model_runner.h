@@ -17,12 +17,12 @@
  * isolation run), or a prefix shorter than what was consumed.  A
  * replacement worker starts with a new runner, so with nothing.
  *
- * Step composition under --step-tokens N (docs/DESIGN.md 2.3): every
- * decoding row (one token left to consume) first, one token each, then
- * prefill chunks of the rows still consuming their prefix, the oldest
- * request first, until N tokens are spent.  A row gets a token only once
- * its whole prefix is consumed.  N = 0: no budget, every row consumes all
- * it has in one step.
+ * Step composition is not decided here: each row says how many of its
+ * prefix tokens it may consume this step (step_consume), the scheduler's
+ * plan under --step-tokens (sched/step_plan.h, docs/DESIGN.md 11.2), and
+ * the runner consumes what the row has left up to that.  A row gets a
+ * token only once its whole prefix is consumed; a row allowed 0 waits
+ * (its result says no token yet, with what the model holds).
  */
 #ifndef DYNBATCH_MODEL_RUNNER_H
 #define DYNBATCH_MODEL_RUNNER_H
@@ -45,6 +45,9 @@ struct runner_row {
 	 * NULL: greedy, the model's own token (a token model) or the argmax
 	 * of its logits, with no logprobs. */
 	const struct sampling_params *sampling;
+	/* the scheduler's plan: at most this many prefix tokens this step
+	 * (STEP_PLAN_ALL = UINT32_MAX: all of them; 0: none) */
+	uint32_t step_consume;
 	uint32_t k;		/* the request's k-th generated token */
 	uint32_t choice;	/* of its n choices */
 	/* sampling->logprobs: the token's logprob and alternatives go here */
@@ -79,12 +82,11 @@ struct runner_result {
 
 /*
  * A runner for model m (which it does not own) over slots [0, n_slots)
- * with prefixes of at most max_context tokens; step_tokens is the budget
- * (0: none).  Binds a stateful model.  NULL after writing err.
+ * with prefixes of at most max_context tokens.  Binds a stateful model.
+ * NULL after writing err.
  */
 struct model_runner *model_runner_create(struct model *m, uint32_t n_slots,
-					 uint32_t max_context,
-					 uint32_t step_tokens, char *err,
+					 uint32_t max_context, char *err,
 					 size_t err_len);
 
 /*
@@ -95,7 +97,6 @@ struct model_runner *model_runner_create(struct model *m, uint32_t n_slots,
 struct kv_pool;
 struct model_runner *model_runner_create_paged(struct model *m, uint32_t n_slots,
 					       uint32_t max_context,
-					       uint32_t step_tokens,
 					       const struct kv_pool *pool,
 					       char *err, size_t err_len);
 

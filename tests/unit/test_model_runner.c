@@ -1,9 +1,11 @@
 /*
- * test_model_runner.c - the model runner (lib/model/model_runner.c) against a
- * naive planner written here: which tokens each row consumes under a step
- * budget (decoding rows first, then prefill chunks oldest request first),
- * when a row gets its token, what the model may take from its state after
- * a new request, keep() and forget_all(); and the greedy choice.
+ * test_model_runner.c - the scheduler's step plan (sched/step_plan.c) and
+ * the model runner that follows it (lib/model/model_runner.c), together,
+ * against a naive planner written here: which tokens each row consumes
+ * under a step budget (decoding rows first, then prefill chunks oldest
+ * request first), when a row gets its token, what the model may take
+ * from its state after a new request, keep() and forget_all(); a row's
+ * own allowance obeyed; and the greedy choice.
  *
  * The model is simkv (lib/model/simkv_model.c): it fails a step whose
  * n_cached is above what it consumed and gives a wrong token when the
@@ -21,6 +23,7 @@
 
 #include "model/model_loader.h"
 #include "model/model_runner.h"
+#include "sched/step_plan.h"
 #include "tests/unit/test_rng.h"
 
 #define N_SLOTS 12
@@ -104,7 +107,7 @@ static void test_budget_against_naive_planner(void **state)
 	for (int round = 0; round < 40; round++) {
 		struct model *m = open_simkv();	/* bind() is once per model */
 		uint32_t budget = rng_below(&r, 3) ? 1 + rng_below(&r, 40) : 0;
-		struct model_runner *run = model_runner_create(m, N_SLOTS, MAX_CTX, budget,
+		struct model_runner *run = model_runner_create(m, N_SLOTS, MAX_CTX,
 							       err, sizeof(err));
 		struct ref_slot rs[N_SLOTS] = { { 0 } };
 		uint64_t clock = 0;
@@ -148,6 +151,26 @@ static void test_budget_against_naive_planner(void **state)
 					rs[s].consumed = 0;
 			}
 			ref_plan(rs, slots, n, budget, want, out);
+			/* the scheduler's plan, from what it knows: each row's
+			 * age and what its model still has to consume */
+			{
+				struct step_plan_row pr[N_SLOTS];
+				uint32_t order[N_SLOTS], allow[N_SLOTS];
+
+				for (uint32_t i = 0; i < n; i++) {
+					const struct ref_slot *s = &rs[slots[i]];
+					uint32_t held = s->consumed == s->n_tokens &&
+							s->n_tokens ? s->consumed - 1 :
+							s->consumed;
+
+					pr[i] = (struct step_plan_row){
+						.remaining = s->n_tokens - held,
+						.age = s->age };
+				}
+				step_plan(budget, pr, n, order, allow);
+				for (uint32_t i = 0; i < n; i++)
+					rows[i].step_consume = allow[i];
+			}
 			assert_int_equal(model_runner_step(run, n, rows, res), 0);
 			for (uint32_t i = 0; i < n; i++) {
 				struct ref_slot *s = &rs[slots[i]];
@@ -182,7 +205,9 @@ static void test_refusal_and_empty_prompt(void **state)
 	};
 	char err[256];
 
-	run = model_runner_create(m, 3, 16, 0, err, sizeof(err));
+	run = model_runner_create(m, 3, 16, err, sizeof(err));
+	for (int i = 0; i < 3; i++)
+		rows[i].step_consume = STEP_PLAN_ALL;
 	assert_non_null(run);
 	assert_int_equal(model_runner_step(run, 3, rows, res), 0);
 	assert_int_equal(res[0].outcome, RUNNER_REFUSED);
@@ -195,17 +220,54 @@ static void test_refusal_and_empty_prompt(void **state)
 	model_close(m);
 }
 
+/* A row consumes what it is allowed, never more: 3 a step of its 10,
+ * then its token; allowed 0, it waits with nothing consumed. */
+static void test_row_allowance_obeyed(void **state)
+{
+	struct model *m = open_simkv();
+	struct model_runner *run;
+	struct runner_result res[2];
+	int32_t p[10] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 };
+	struct runner_row rows[2] = {
+		{ .slot = 0, .generation = 1, .tokens = p, .n_tokens = 10,
+		  .step_consume = 3 },
+		{ .slot = 1, .generation = 2, .tokens = p, .n_tokens = 10,
+		  .step_consume = 0 },
+	};
+	static const uint32_t held[] = { 3, 6, 9 };
+	char err[256];
+
+	run = model_runner_create(m, 2, 16, err, sizeof(err));
+	assert_non_null(run);
+	for (int k = 0; k < 3; k++) {
+		assert_int_equal(model_runner_step(run, 2, rows, res), 0);
+		assert_int_equal(res[0].outcome, RUNNER_PREFILL);
+		assert_int_equal(res[0].detail, held[k]);
+		assert_int_equal(res[1].outcome, RUNNER_PREFILL);
+		assert_int_equal(res[1].detail, 0);
+	}
+	assert_int_equal(model_runner_step(run, 2, rows, res), 0);
+	assert_int_equal(res[0].outcome, RUNNER_TOKEN);
+	assert_int_equal(res[0].token, sim_next(p, 10, VOCAB, 5));
+	rows[1].step_consume = STEP_PLAN_ALL;
+	assert_int_equal(model_runner_step(run, 1, rows + 1, res), 0);
+	assert_int_equal(res[0].outcome, RUNNER_TOKEN);
+	model_runner_destroy(run);
+	model_close(m);
+}
+
 static void test_token_model_and_argmax(void **state)
 {
 	char err[256];
 	struct model *m = model_open("sim:vocab=97,seed=5", err, sizeof(err));
-	struct model_runner *run = model_runner_create(m, 2, 16, 3, err, sizeof(err));
+	struct model_runner *run = model_runner_create(m, 2, 16, err, sizeof(err));
 	int32_t p[] = { 9, 8, 7, 6, 5, 4 };
 	struct runner_row rows[1] = {
-		{ .slot = 0, .generation = 1, .tokens = p, .n_tokens = 6 } };
+		{ .slot = 0, .generation = 1, .tokens = p, .n_tokens = 6,
+		  .step_consume = 3 } };
 	struct runner_result res[1];
 
-	/* a token model: the whole prefix at once, whatever the budget */
+	/* a token model: the whole prefix at once, whatever the allowance */
 	assert_non_null(run);
 	assert_int_equal(model_runner_step(run, 1, rows, res), 0);
 	assert_int_equal(res[0].outcome, RUNNER_TOKEN);
@@ -219,6 +281,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_budget_against_naive_planner),
 		cmocka_unit_test(test_refusal_and_empty_prompt),
+		cmocka_unit_test(test_row_allowance_obeyed),
 		cmocka_unit_test(test_token_model_and_argmax),
 	};
 

@@ -979,7 +979,7 @@ static void write_dispatch(struct shm_dispatch *d, uint32_t cap, uint64_t pos)
 	for (uint32_t i = 0; i < cap; i++)	/* every row: overlap shows */
 		d->rows[i] = (struct shm_dispatch_row){
 			(uint32_t)(pos + i), (uint32_t)(pos ^ i) + 1,
-			(uint32_t)(pos * 3 + i), 0, 0, 0, 0, 0 };
+			(uint32_t)(pos * 3 + i), 0, 0, 0, 0, 0, 0 };
 }
 
 static void check_dispatch(const struct shm_dispatch *d, uint32_t cap,
