@@ -78,6 +78,11 @@ int gguf_tokenizer_token_type(const struct gguf_tokenizer *t, int32_t token)
 	return t->type[token];
 }
 
+bool gguf_tokenizer_adds_bos(const struct gguf_tokenizer *t)
+{
+	return t->add_bos;
+}
+
 uint32_t gguf_tokenizer_longest_piece(const struct gguf_tokenizer *t)
 {
 	return t->longest_piece;

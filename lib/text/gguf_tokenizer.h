@@ -78,6 +78,8 @@ int32_t gguf_tokenizer_eos(const struct gguf_tokenizer *t);
 int32_t gguf_tokenizer_eot(const struct gguf_tokenizer *t);
 /* The token's type (enum gguf_token_type), -1 for an id out of range. */
 int gguf_tokenizer_token_type(const struct gguf_tokenizer *t, int32_t token);
+/* Whether encode() with add_special puts BOS first (the file's add_bos). */
+bool gguf_tokenizer_adds_bos(const struct gguf_tokenizer *t);
 /* The longest decoded piece in bytes. */
 uint32_t gguf_tokenizer_longest_piece(const struct gguf_tokenizer *t);
 

@@ -110,6 +110,25 @@ bool text_tokenizer_parses_special(const struct text_tokenizer *t)
 	return t->gguf != NULL;
 }
 
+bool text_tokenizer_adds_bos(const struct text_tokenizer *t)
+{
+	return t->gguf ? gguf_tokenizer_adds_bos(t->gguf) : true;
+}
+
+const char *text_tokenizer_token_text(const struct text_tokenizer *t,
+				      int32_t id, size_t *len)
+{
+	const char *p = NULL;
+	float score;
+
+	*len = 0;
+	if (id < 0 || (uint32_t)id >= text_tokenizer_vocab_size(t))
+		return NULL;
+	p = t->gguf ? gguf_tokenizer_piece(t->gguf, -1, id, true, len) :
+		      tokenizer_raw_piece(t->llama2c, id, len, &score);
+	return p;
+}
+
 uint32_t text_tokenizer_longest_piece(const struct text_tokenizer *t)
 {
 	return t->gguf ? gguf_tokenizer_longest_piece(t->gguf) :

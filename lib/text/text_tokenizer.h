@@ -61,6 +61,13 @@ int32_t text_tokenizer_eos(const struct text_tokenizer *t);
 bool text_tokenizer_ends(const struct text_tokenizer *t, int32_t token);
 /* Whether encode() turns special tokens' text into the tokens. */
 bool text_tokenizer_parses_special(const struct text_tokenizer *t);
+/* Whether encode() with add_special puts BOS first. */
+bool text_tokenizer_adds_bos(const struct text_tokenizer *t);
+/* The text a chat template writes for token id (its bos_token and
+ * eos_token): a GGUF vocabulary's token text, control tokens included;
+ * NULL (and *len 0) for -1 or an id out of range. */
+const char *text_tokenizer_token_text(const struct text_tokenizer *t,
+				      int32_t id, size_t *len);
 /* The longest decoded piece in bytes: a token adds at most this to an
  * answer, and no token stands for more of a prompt's text. */
 uint32_t text_tokenizer_longest_piece(const struct text_tokenizer *t);
