@@ -15,8 +15,9 @@
  * in distinct copies until it is), as in a real model; passes repeat for
  * about S seconds (default 2).  T is a type name of tensor.h's table
  * (f32, the default; f16, bf16, ggml_q8_0, q4_0, q4_1, q5_0, q5_1, q4_k,
- * q5_k, q6_k; the ggml types quantize random floats with
- * ggml_quantize.h; D and H must be multiples of their block size).
+ * q5_k, q6_k, q4g; the ggml types quantize random floats with
+ * ggml_quantize.h, q4g with q4g.h in groups of 32 as quant=q4 does; D
+ * and H must be multiples of the ggml types' block size, any for q4g).
  * Prints one line:
  *   matmul_gflops=X rows=N type=T rows_per_s=R weight_gb_s=G
  * (R: activation rows through the whole pass a second; G: weight bytes
@@ -31,6 +32,7 @@
 
 #include "kernels/fp16.h"
 #include "kernels/ggml_quantize.h"
+#include "kernels/q4g.h"
 #include "kernels/tensor.h"
 #include "util/parse_num.h"
 
@@ -57,14 +59,26 @@ static float *random_floats(size_t n, uint64_t *state)
 
 /* out = x W^T for the [n_out][n_in] matrix of type at w, as the model
  * calls it. */
+/* The group a type's matrices are made with: quant=q4's for Q4G. */
+static uint32_t type_group(enum dtype type)
+{
+	return type == DTYPE_Q4G ? Q4G_GROUP : 0;
+}
+
+/* Bytes of one [rows][cols] matrix of type as the bench makes it. */
+static size_t matrix_bytes(enum dtype type, uint32_t rows, uint32_t cols)
+{
+	return (size_t)dtype_matrix_bytes(type, rows, cols, type_group(type));
+}
+
 static void bench_matmul(const struct tensor_ops *k, enum dtype type,
 			 float *out, const float *x, uint32_t rows,
 			 const unsigned char *w, uint32_t n_in, uint32_t n_out)
 {
 	struct tensor t = {
 		.type = type, .data = w, .n_layers = 1, .rows = n_out,
-		.cols = n_in,
-		.layer_bytes = (size_t)dtype_matrix_bytes(type, n_out, n_in, 0),
+		.cols = n_in, .group = type_group(type),
+		.layer_bytes = matrix_bytes(type, n_out, n_in),
 	};
 
 	k->matmul(out, x, rows, &t);
@@ -107,6 +121,9 @@ static size_t fill_matrix(unsigned char *p, enum dtype type, uint32_t n_out,
 				p[at] = (unsigned char)h;
 				p[at + 1] = (unsigned char)(h >> 8);
 			}
+		} else if (type == DTYPE_Q4G) {
+			q4g_quantize_row(p + at, f, n_in, Q4G_GROUP);
+			at += matrix_bytes(type, 1, n_in);
 		} else {
 			at += ggml_quantize_row(type, p + at, f, n_in);
 		}
@@ -154,8 +171,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_matmul: no type %s\n", type_name);
 		return 2;
 	}
-	if (!dtype_matrix_bytes(type, 1, dim, 0) ||
-	    !dtype_matrix_bytes(type, 1, hidden, 0)) {
+	if (!matrix_bytes(type, 1, dim) || !matrix_bytes(type, 1, hidden)) {
 		fprintf(stderr, "bench_matmul: %s needs --dim and --hidden a "
 			"multiple of its block size\n", type_name);
 		return 2;
@@ -167,10 +183,10 @@ int main(int argc, char **argv)
 	}
 	/* one layer's matrices and the classifier, repeated past 64 MiB */
 	layer = (size_t)4 * dim * dim + (size_t)3 * hidden * dim + (size_t)vocab * dim;
-	layer_bytes = 4 * dtype_matrix_bytes(type, dim, dim, 0) +
-		      2 * dtype_matrix_bytes(type, hidden, dim, 0) +
-		      dtype_matrix_bytes(type, dim, hidden, 0) +
-		      dtype_matrix_bytes(type, vocab, dim, 0);
+	layer_bytes = 4 * matrix_bytes(type, dim, dim) +
+		      2 * matrix_bytes(type, hidden, dim) +
+		      matrix_bytes(type, dim, hidden) +
+		      matrix_bytes(type, vocab, dim);
 	copies = 1 + ((size_t)64 << 20) / layer_bytes;
 	w = malloc(layer_bytes * copies);
 	x = random_floats((size_t)rows * (hidden > dim ? hidden : dim), &state);
@@ -200,14 +216,14 @@ int main(int argc, char **argv)
 	do {
 		const unsigned char *p = w + (size_t)((size_t)passes % copies) * layer_bytes;
 
-		for (int m = 0; m < 4; m++, p += dtype_matrix_bytes(type, dim, dim, 0))
+		for (int m = 0; m < 4; m++, p += matrix_bytes(type, dim, dim))
 			bench_matmul(k, type, out, x, rows, p, dim, dim);
 		bench_matmul(k, type, out, x, rows, p, dim, hidden);	/* w1 */
-		p += dtype_matrix_bytes(type, hidden, dim, 0);
+		p += matrix_bytes(type, hidden, dim);
 		bench_matmul(k, type, out, x, rows, p, dim, hidden);	/* w3 */
-		p += dtype_matrix_bytes(type, hidden, dim, 0);
+		p += matrix_bytes(type, hidden, dim);
 		bench_matmul(k, type, out, x, rows, p, hidden, dim);	/* w2 */
-		p += dtype_matrix_bytes(type, dim, hidden, 0);
+		p += matrix_bytes(type, dim, hidden);
 		bench_matmul(k, type, out, x, rows, p, dim, vocab);	/* classifier */
 		passes++;
 		t = now_s() - t0;

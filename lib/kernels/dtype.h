@@ -27,6 +27,8 @@ enum dtype {
 	DTYPE_GGML_Q4_K = 9,
 	DTYPE_GGML_Q5_K = 10,
 	DTYPE_GGML_Q6_K = 11,
+	DTYPE_Q4G = 12,		/* 4-bit codes, one fp32 scale a group;
+				 * made at load (quant=q4), never in a file */
 	DTYPE_COUNT
 };
 
@@ -99,6 +101,19 @@ struct tensor_part {
  * scales.
  * F16, BF16: rows * cols 16-bit values, 2-byte aligned.
  * GGML_*: rows of blocks as above (group unused, 0).
+ * Q4G (group G = 32, 64, 128 or 256; quant=q4 makes G = 32): each row
+ * is ceil(cols / G) groups back to back, cols any number (odd too): the
+ * last group may be partial.  A group is 4 + G / 2 bytes: its scale d,
+ * an fp32 in host order (little-endian; read with memcpy: a group of
+ * any G starts 4-byte aligned only if the row does) @0, then G / 2
+ * bytes of codes @4, byte j holding element j of the group in its low
+ * nibble and element j + G / 2 in its high nibble (so that 32 bytes
+ * widen to two runs of 32 consecutive elements).  A code is a 4-bit
+ * two's complement q in -8..7 and the weight is d * q.  The quantizer
+ * makes d = max |x| / 7 and q = round(x / d) in -7..7; the codes of the
+ * elements past the row's end in a partial group are 0.  Made in
+ * private memory at load from an F32 tensor (model/llama_quant.c);
+ * stacked, each layer is its rows, layer_bytes apart.
  */
 struct tensor {
 	enum dtype type;
@@ -106,7 +121,8 @@ struct tensor {
 	uint32_t n_layers;	/* matrices stacked, >= 1 */
 	uint32_t rows;		/* per matrix */
 	uint32_t cols;		/* per row */
-	uint32_t group;		/* values per scale (DTYPE_Q8_0), else 0 */
+	uint32_t group;		/* values per scale (DTYPE_Q8_0, DTYPE_Q4G),
+				 * else 0 */
 	size_t layer_bytes;	/* one matrix, its scales included */
 	/* NULL: the layers are back to back from data, layer_bytes apart,
 	 * all of type (llama2.c's files); else layer l is layers[l],

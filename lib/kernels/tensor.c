@@ -18,6 +18,7 @@
 #include "kernels/q8_0.h"
 #include "kernels/f16.h"
 #include "kernels/ggml_quants.h"
+#include "kernels/q4g.h"
 
 struct dtype_info {
 	const char *name;
@@ -48,6 +49,12 @@ static const struct tensor_ops q8_0_portable = {
 	.name = "q8_0/portable",
 	.matmul = q8_0_matmul_portable,
 	.get_row = q8_0_get_row,
+};
+
+static const struct tensor_ops q4g_portable = {
+	.name = "q4g/portable",
+	.matmul = q4g_matmul_portable,
+	.get_row = q4g_get_row,
 };
 
 static uint64_t ggml_matrix_bytes(enum dtype type, uint64_t rows,
@@ -110,6 +117,12 @@ static const struct tensor_ops q8_0_avx2 = {
 	.get_row = q8_0_get_row,	/* once per token: not worth a twin */
 };
 OPS_ALL(OPS_AVX2)
+
+static const struct tensor_ops q4g_avx2 = {
+	.name = "q4g/avx2",
+	.matmul = q4g_matmul_avx2,
+	.get_row = q4g_get_row,		/* the classifier's lookup only */
+};
 #define DTYPE_AVX2(ops) (ops)
 #else
 #define DTYPE_AVX2(ops) NULL
@@ -141,6 +154,8 @@ static const struct dtype_info dtype_table[DTYPE_COUNT] = {
 			      DTYPE_AVX2(&q5_k_avx2) },
 	[DTYPE_GGML_Q6_K] = { "q6_k", q6_k_matrix_bytes, &q6_k_portable,
 			      DTYPE_AVX2(&q6_k_avx2) },
+	[DTYPE_Q4G] = { "q4g", q4g_matrix_bytes, &q4g_portable,
+			DTYPE_AVX2(&q4g_avx2) },
 };
 
 const char *dtype_name(enum dtype type)

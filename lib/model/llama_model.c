@@ -71,6 +71,7 @@
  */
 #include "model/llama_model.h"
 #include "model/llama_run.h"
+#include "kernels/q4g.h"
 
 #include <errno.h>
 #include <math.h>
@@ -93,6 +94,7 @@ static int llama_parse_options(const char *opts, enum llama_kernel_kind *kind,
 	*kind_auto = true;
 	m->split = false;
 	m->cascade = true;	/* what attention=split does unless told */
+	m->quant_q4 = false;
 	while (opts && *opts) {
 		const char *end = strchr(opts, ',');
 		size_t len = end ? (size_t)(end - opts) : strlen(opts);
@@ -115,9 +117,18 @@ static int llama_parse_options(const char *opts, enum llama_kernel_kind *kind,
 		} else if (len == 11 && memcmp(opts, "cascade=off", 11) == 0) {
 			m->cascade = false;
 			cascade_set = true;
+		} else if (len == 8 && memcmp(opts, "quant=q4", 8) == 0) {
+			m->quant_q4 = true;
+		} else if (len == 10 && memcmp(opts, "quant=none", 10) == 0) {
+			m->quant_q4 = false;
+		} else if (len >= 6 && memcmp(opts, "quant=", 6) == 0) {
+			snprintf(err, err_len,
+				 "llama: unknown quant=%.*s (expected quant=q4 or quant=none)",
+				 (int)(len - 6), opts + 6);
+			return -EINVAL;
 		} else {
 			snprintf(err, err_len,
-				 "llama: unknown option '%.*s' (expected kernel=auto|portable|avx2, attention=exact|split or cascade=on|off)",
+				 "llama: unknown option '%.*s' (expected kernel=auto|portable|avx2, attention=exact|split, cascade=on|off or quant=q4|none)",
 				 (int)len, opts);
 			return -EINVAL;
 		}
@@ -144,7 +155,7 @@ static void *llama_create(const char *args, char *err, size_t err_len)
 
 	if (path_len == 0) {
 		snprintf(err, err_len,
-			 "llama: no checkpoint (expected llama:PATH[,kernel=auto|portable|avx2][,attention=exact|split][,cascade=on|off])");
+			 "llama: no checkpoint (expected llama:PATH[,kernel=auto|portable|avx2][,attention=exact|split][,cascade=on|off][,quant=q4|none])");
 		return NULL;
 	}
 	m = calloc(1, sizeof(*m));
@@ -169,8 +180,14 @@ static void *llama_create(const char *args, char *err, size_t err_len)
 	}
 	if (llama_checkpoint_open(&m->ck, path, err, err_len))
 		goto out_free;
+	if (m->quant_q4 &&
+	    llama_quantize_q4(&m->ck, Q4G_GROUP, &m->quant, err, err_len))
+		goto out_close;
 	free(path);
 	return m;
+
+out_close:
+	llama_checkpoint_close(&m->ck);
 
 out_free:
 	free(path);
@@ -224,6 +241,7 @@ static void llama_destroy(void *model)
 		return;
 	llama_unbind(m);
 	llama_checkpoint_close(&m->ck);
+	llama_quant_free(&m->quant);
 	free(m);
 }
 

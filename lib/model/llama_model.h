@@ -15,6 +15,11 @@
  *   cascade=on|off              (attention=split only; on, the default:
  *                                rows sharing a chunk's blocks read them
  *                                once; the same bits either way)
+ *   quant=q4|none               (q4: a float llama2.c checkpoint's
+ *                                matrices quantized at load to 4-bit
+ *                                groups of 32 in private memory,
+ *                                llama_quant.h; refused for a file
+ *                                already quantized; none, the default)
  *
  * Logits are batch invariant (model.h step()): bit-identical for a row
  * whatever the batch, the prefill chunking or a rebuild of the state.

@@ -13,6 +13,7 @@
 
 #include "dynbatch/model.h"
 #include "model/llama_checkpoint.h"
+#include "model/llama_quant.h"
 #include "kernels/llama_kernels.h"
 #include "kernels/tensor.h"
 
@@ -42,6 +43,10 @@ struct llama_model {
 	 * cascade: rows sharing a chunk's blocks compute it together */
 	bool split;
 	bool cascade;
+	/* quant=q4: the matrices' Q4G copy, which ck's tensors point into
+	 * (llama_quant.h); mem NULL without it */
+	bool quant_q4;
+	struct llama_quant quant;
 
 	/* ---- run state, made by bind() or bind_paged() */
 	bool bound;

@@ -13,7 +13,11 @@
  * whatever the batch, the neighbours, the row's place, the prefill
  * chunking and a rebuild of the state; refusals; memory given back; and
  * a clear error, never a crash, for a bad checkpoint; and steps inside the
- * worker's seccomp sandbox.
+ * worker's seccomp sandbox.  quant=q4 (llama_quant.c): the quantized
+ * tensors are the Q4G kernels' quantization of the file's matrices, in
+ * memory of their own, the embedding left in the file; its logits as
+ * batch invariant; refused for a Q8_0 file.  (test_q4.c checks the Q4G
+ * kernels themselves.)
  *
  * Seeds: SEED= replays a run (test_rng.h).
  */
@@ -34,6 +38,8 @@
 #include "model/llama_checkpoint.h"
 #include "kernels/llama_kernels.h"
 #include "model/llama_model.h"
+#include "model/llama_quant.h"
+#include "kernels/q4g.h"
 #include "kernels/tensor.h"
 #include "worker/sandbox.h"
 #include "tests/unit/test_rng.h"
@@ -367,9 +373,11 @@ static void q8_write_fixture(struct fixture *f, char *path, size_t len,
 
 /*
  * The invariance harness on test test_id's fixture, as a legacy file or
- * (q8_group > 0) as ak42 version 2 with that group size.
+ * (q8_group > 0) as ak42 version 2 with that group size; opts follow the
+ * path in the create args ("" or ",quant=q4").
  */
-static void run_batch_invariance(uint64_t test_id, uint32_t q8_group)
+static void run_batch_invariance(uint64_t test_id, uint32_t q8_group,
+				 const char *opts)
 {
 	struct rng r = rng_for(test_id);
 	struct fixture f;
@@ -391,7 +399,7 @@ static void run_batch_invariance(uint64_t test_id, uint32_t q8_group)
 		char args[300];
 
 		/* the AVX2 kernel (where there is one) and, every third, the portable */
-		snprintf(args, sizeof(args), "%s%s", path,
+		snprintf(args, sizeof(args), "%s%s%s", path, opts,
 			 trial % 3 == 2 ? ",kernel=portable" : "");
 		m = must_create(args);
 		vocab = api->vocab(m);
@@ -478,7 +486,7 @@ static void run_batch_invariance(uint64_t test_id, uint32_t q8_group)
 
 static void test_batch_invariance(void **state)
 {
-	run_batch_invariance(1, 0);
+	run_batch_invariance(1, 0, "");
 }
 
 /* (2) prefill in chunks 1..n and whole, and after a release: identical. */
@@ -1309,7 +1317,81 @@ static void test_q8_against_reference(void **state)
 /* (q8 3) the batch invariance harness on a version 2 file. */
 static void test_q8_batch_invariance(void **state)
 {
-	run_batch_invariance(103, 16);
+	run_batch_invariance(103, 16, "");
+}
+
+/* ------------------------------------------------------------ quant=q4 */
+
+/* (q4 1) the invariance harness with quant=q4 (a shared or separate
+ * classifier, as the fixture draws). */
+static void test_q4_batch_invariance(void **state)
+{
+	run_batch_invariance(201, 0, ",quant=q4");
+}
+
+/*
+ * (q4 2) what llama_quantize_q4() leaves: every matrix Q4G of group 32,
+ * its bytes the kernels' quantization of the file's floats, in memory
+ * outside the file's mapping; the embedding F32 in the mapping; a shared
+ * classifier quantized from the embedding.  And refusals naming quant=.
+ */
+static void test_q4_quantize(void **state)
+{
+	struct rng r = rng_for(202);
+	char err[512] = "", path[160];
+	struct fixture f;
+
+	for (int separate = 0; separate < 2; separate++) {
+		struct llama_checkpoint ck, orig;
+		struct llama_quant q;
+		struct tensor *t[] = { &ck.w.wq, &ck.w.wk, &ck.w.wv, &ck.w.wo,
+				       &ck.w.w1, &ck.w.w2, &ck.w.w3, &ck.w.wcls };
+		struct tensor *o[] = { &orig.w.wq, &orig.w.wk, &orig.w.wv,
+				       &orig.w.wo, &orig.w.w1, &orig.w.w2,
+				       &orig.w.w3, &orig.w.wcls };
+		const unsigned char *lo, *hi;
+
+		fixture_make(&f, &r, separate, 64);
+		assert_int_equal(llama_checkpoint_open(&ck, f.path, err, sizeof(err)), 0);
+		orig = ck;
+		lo = ck.map;
+		hi = lo + ck.map_len;
+		assert_int_equal(llama_quantize_q4(&ck, Q4G_GROUP, &q, err, sizeof(err)), 0);
+		assert_int_equal(ck.w.token_embedding.type, DTYPE_F32);
+		assert_true(inside(ck.w.token_embedding.data, 4, lo, (size_t)(hi - lo)));
+		for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+			size_t one = (size_t)dtype_matrix_bytes(DTYPE_Q4G, o[i]->rows,
+								 o[i]->cols, 32);
+			unsigned char *want = malloc(one);
+
+			assert_non_null(want);
+			assert_int_equal(t[i]->type, DTYPE_Q4G);
+			assert_int_equal(t[i]->group, 32);
+			assert_int_equal(t[i]->layer_bytes, one);
+			assert_false(inside(t[i]->data, 1, lo, (size_t)(hi - lo)));
+			for (uint32_t l = 0; l < t[i]->n_layers; l++) {
+				/* the floats read back from the file (the
+				 * mapping's pages were let go, not its data) */
+				q4g_quantize_matrix(want, (const float *)o[i]->data +
+						    (size_t)l * o[i]->rows * o[i]->cols,
+						    o[i]->rows, o[i]->cols, 32);
+				assert_memory_equal((const unsigned char *)t[i]->data +
+						    l * one, want, one);
+			}
+			free(want);
+		}
+		if (!separate)
+			assert_true(orig.w.wcls.data == orig.w.token_embedding.data);
+		llama_quant_free(&q);
+		llama_checkpoint_close(&ck);
+		/* Q8_0 already: refused, naming the option */
+		q8_write_fixture(&f, path, sizeof(path), 16);
+		strncat(path, ",quant=q4", sizeof(path) - strlen(path) - 1);
+		expect_refused(path, "quant=q4 applies to");
+		snprintf(path, sizeof(path), "%s,quant=q5", f.path);
+		expect_refused(path, "unknown quant=q5");
+		tmodel_free(&f.t);
+	}
 }
 
 /* (q8 4) bad version 2 checkpoints: refused with the reason. */
@@ -1468,6 +1550,8 @@ int main(void)
 		cmocka_unit_test(test_q8_batch_invariance),
 		cmocka_unit_test(test_q8_bad_checkpoints),
 		cmocka_unit_test(test_q8_header_fuzz),
+		cmocka_unit_test(test_q4_batch_invariance),
+		cmocka_unit_test(test_q4_quantize),
 	};
 	int rc;
 
