@@ -23,6 +23,8 @@
 #include <unistd.h>
 
 #include "server/http/chat_api.h"
+#include "server/http/chat_setup.h"
+#include "text/chat_template.h"
 #include "engine/engine.h"
 #include "server/http/http_routes.h"
 #include "server/http/http_server.h"
@@ -49,7 +51,7 @@ static const char *default_model_name(const char *spec, char *buf, size_t len)
 
 /* Wire the engine and the front end (http: serve), run, tear down.
  * Returns the exit status. */
-static int run(const struct engine_config *cfg, const struct http_config *http,
+static int run(const struct engine_config *cfg, struct http_config *http,
 	       const struct jsonl_config *jsonl_cfg)
 {
 	struct http_server *srv = NULL;
@@ -75,16 +77,24 @@ static int run(const struct engine_config *cfg, const struct http_config *http,
 					      .tok = engine_tokenizer(e),
 					      .default_temperature = http->default_temperature };
 
-		/* checked here, not with the options: a llama checkpoint's
-		 * tokenizer.bin beside it is found by engine_create() */
-		if (http->chat_template != CHAT_TEMPLATE_NONE && !lim.tok) {
-			fprintf(stderr, "dynbatch serve: --chat-template %s needs a "
-				"tokenizer to encode messages (--tokenizer PATH, or a "
-				"tokenizer.bin beside a llama checkpoint)\n",
-				chat_template_name(http->chat_template));
+		/* decided here, not with the options: the tokenizer (a
+		 * tokenizer.bin beside a llama checkpoint, a GGUF file's own)
+		 * and the file's template are known once engine_create() ran */
+		if (chat_config_resolve(http->chat_template, lim.tok,
+					engine_chat_template(e), &http->chat, err,
+					sizeof(err))) {
+			fprintf(stderr, "dynbatch serve: %s\n", err);
 			engine_destroy(e);
 			return ENGINE_EXIT_USAGE;
 		}
+		if (http->chat.family >= 0)
+			fprintf(stderr, "dynbatch serve: chat template: %s (%s)\n",
+				chat_family_name(http->chat.family),
+				http->chat_template ? "--chat-template" :
+						      "the model file's");
+		else if (http->chat.refusal[0] && engine_chat_template(e))
+			fprintf(stderr, "dynbatch serve: /v1/chat/completions "
+				"will answer 400: %s\n", http->chat.refusal);
 		srv = http_server_create(http, e, engine_io(e), &lim, err, sizeof(err));
 		if (!srv) {
 			fprintf(stderr, "dynbatch: %s\n", err);
@@ -180,9 +190,7 @@ static void options_wire(const struct server_options *o, bool serve,
 		.answer_budget = o->answer_budget,
 		.routes = &http_api_routes,
 	};
-	/* the table's choices are chat_api's names: this cannot fail */
-	if (o->chat_template)
-		chat_template_from_name(o->chat_template, &http->chat_template);
+	http->chat_template = o->chat_template;
 	*jsonl = (struct jsonl_config){
 		.input_path = o->input,
 		.output_path = o->output,

@@ -18,8 +18,11 @@
 
 static const char *const policy_choices[] = { "dynamic", "static", NULL };
 static const char *const on_off_choices[] = { "on", "off", NULL };
-/* chat_api.c's template names (test_options.c holds them equal) */
-static const char *const chat_template_choices[] = { "llama2", "chatml", NULL };
+/* chat_setup.h's names, CHAT_SETUP_NAMES (test_options.c holds them
+ * equal): chat_api.c's built-in two, then text/chat_template.h's families */
+static const char *const chat_template_choices[] = {
+	"llama2", "chatml", "mistral-v1", "mixtral", "llama3", "qwen2",
+	"qwen2.5", "qwen3", "smollm", "zephyr", NULL };
 
 /* ------------------------------------------------------------------------
  * The table, in the order --help lists it
@@ -199,8 +202,11 @@ const struct option_spec options_table[] = {
 	  .modes = OPTION_SERVE, .choices = chat_template_choices,
 	  .say_known = true, .def_doc = "none", .offset = FIELD(chat_template),
 	  .help = "how /v1/chat/completions renders its messages into a prompt "
-		  "(llama2: Meta's [INST] format; chatml: <|im_start|>role ...); "
-		  "needs a tokenizer. Without it that endpoint answers 400" },
+		  "(llama2: Meta's [INST] format; chatml: <|im_start|>role ...; "
+		  "the others, with a GGUF file's tokenizer, the template "
+		  "families of docs/usage.md); needs a tokenizer. Default: the "
+		  "GGUF file's own template, if dynbatch knows it; else that "
+		  "endpoint answers 400" },
 };
 
 const size_t options_count = sizeof(options_table) / sizeof(options_table[0]);

@@ -32,6 +32,7 @@
 #include "text/text_stop.h"
 #include "text/text_tokenizer.h"
 #include "server/request/request_json.h"
+#include "server/http/chat_setup.h"
 
 static const char *const role_names[] = {
 	[CHAT_ROLE_SYSTEM] = "system",
@@ -439,7 +440,7 @@ static int rename_max_tokens(json_t *obj, bool *renamed, char *err,
 }
 
 /* Render and encode the messages; put them in obj as "prompt". */
-static int set_prompt(json_t *obj, enum chat_template t,
+static int set_prompt(json_t *obj, const struct chat_config *cc,
 		      const struct request_limits *lim, char *err,
 		      size_t err_len)
 {
@@ -452,9 +453,13 @@ static int set_prompt(json_t *obj, enum chat_template t,
 	int rc;
 
 	rc = messages_get(obj, &msgs, &n, &store, err, err_len);
-	if (!rc)
-		rc = chat_render(t, msgs, n, &p, err, err_len);
-	if (!rc) {
+	if (!rc && cc->family >= 0)	/* a GGUF tokenizer's template */
+		rc = chat_family_encode(cc->family, msgs, n, lim->tok,
+					lim->max_context, &ids, &n_ids, err,
+					err_len);
+	else if (!rc)
+		rc = chat_render(cc->builtin, msgs, n, &p, err, err_len);
+	if (!rc && cc->family < 0) {
 		/* a prompt longer than the context is refused before the cost
 		 * of encoding it: no token stands for more text than the
 		 * longest piece (+1: a dummy-prefix space may join it) */
@@ -486,7 +491,7 @@ static int set_prompt(json_t *obj, enum chat_template t,
 	return rc;
 }
 
-int chat_parse(const char *body, size_t len, enum chat_template t,
+int chat_parse(const char *body, size_t len, const struct chat_config *cc,
 	       const struct request_limits *lim, struct completion_request *out,
 	       char *err, size_t err_len, const char **param)
 {
@@ -498,13 +503,12 @@ int chat_parse(const char *body, size_t len, enum chat_template t,
 
 	memset(out, 0, sizeof(*out));
 	*param = NULL;
-	if (t == CHAT_TEMPLATE_NONE)
+	if (cc->refusal[0])
+		return fail(err, err_len, "%s", cc->refusal);
+	if (!lim->tok || (cc->family < 0 && cc->builtin == CHAT_TEMPLATE_NONE))
 		return fail(err, err_len, "this server has no chat template: it "
 			    "was started without --chat-template "
 			    CHAT_TEMPLATE_NAMES);
-	if (!lim->tok)
-		return fail(err, err_len, "this server has no tokenizer "
-			    "(--tokenizer): chat messages cannot be encoded");
 	obj = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY |
 			 JSON_ALLOW_NUL, &jerr);
 	if (!obj || !json_is_object(obj)) {
@@ -518,7 +522,7 @@ int chat_parse(const char *body, size_t len, enum chat_template t,
 			  "request sends 'messages'");
 		goto out;
 	}
-	rc = set_prompt(obj, t, lim, err, err_len);
+	rc = set_prompt(obj, cc, lim, err, err_len);
 	if (rc) {
 		*param = "messages";
 		goto out;
@@ -529,7 +533,7 @@ int chat_parse(const char *body, size_t len, enum chat_template t,
 		*param = "max_tokens";
 		goto out;
 	}
-	if (t == CHAT_TEMPLATE_CHATML) {
+	if (cc->family < 0 && cc->builtin == CHAT_TEMPLATE_CHATML) {
 		rc = add_chatml_stop(obj, err, err_len);
 		if (rc) {
 			*param = "stop";

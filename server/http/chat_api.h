@@ -75,6 +75,15 @@ enum chat_template {
 	CHAT_TEMPLATE_CHATML,
 };
 
+/* How chat requests are rendered, decided at start (chat_setup.h). */
+struct chat_config {
+	enum chat_template builtin;	/* llama2.c tokenizers; NONE else */
+	int family;			/* GGUF tokenizers: enum chat_family
+					 * (text/chat_template.h), or
+					 * CHAT_FAMILY_UNKNOWN (-1) */
+	char refusal[384];		/* "": chat works; else why it does not */
+};
+
 /* "llama2" or "chatml" into *out: 0, or -EINVAL for any other name. */
 int chat_template_from_name(const char *name, enum chat_template *out);
 /* Its name ("none" for CHAT_TEMPLATE_NONE). */
@@ -127,14 +136,14 @@ int chat_prompt_encode(const struct chat_prompt *p,
 		       int32_t **tokens, size_t *n);
 
 /*
- * Parse a chat body with template t (not CHAT_TEMPLATE_NONE) and
- * lim->tok (not NULL: the messages must be encoded).  Returns what
+ * Parse a chat body as cc says (its refusal, if any, is the 400's
+ * reason) with lim->tok (the messages must be encoded).  Returns what
  * completion_parse() returns, with *param naming the field at fault
  * ("messages" for anything in the messages; "max_completion_tokens" when
  * that was the field given); errors about the rendered prompt (its
  * length) say so.  Call completion_request_release() in every case.
  */
-int chat_parse(const char *body, size_t len, enum chat_template t,
+int chat_parse(const char *body, size_t len, const struct chat_config *cc,
 	       const struct request_limits *lim, struct completion_request *out,
 	       char *err, size_t err_len, const char **param);
 

@@ -32,8 +32,9 @@ struct http_config {
 	 * live ones together may (else 429), by answer_bound() */
 	uint64_t max_answer_bytes;
 	uint64_t answer_budget;
-	enum chat_template chat_template; /* of /v1/chat/completions; NONE:
-					 * that endpoint answers 400 */
+	const char *chat_template;	/* --chat-template NAME, or NULL */
+	struct chat_config chat;	/* how /v1/chat/completions renders,
+					 * from it at start (chat_setup.h) */
 	const struct http_route_table *routes; /* what each path gets
 					 * (http_conn.h; the API's: http_routes.h) */
 };

@@ -223,7 +223,7 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 
 	if (chat)
 		ret = chat_parse(body->len ? body->data : "", body->len,
-				 srv->cfg->chat_template, &srv->lim, &cr, err,
+				 &srv->cfg->chat, &srv->lim, &cr, err,
 				 sizeof(err), &param);
 	else
 		ret = completion_parse(body->len ? body->data : "", body->len,

@@ -239,7 +239,9 @@ static void check_chat(const struct http_message *msg,
 
 	cl.tok = chat_tokenizer();
 	err[0] = '\0';
-	rc = chat_parse(sb_str(&msg->body), msg->body.len, chat_tmpl, &cl, &c,
+	rc = chat_parse(sb_str(&msg->body), msg->body.len,
+			&(struct chat_config){ .builtin = chat_tmpl, .family = -1 },
+			&cl, &c,
 			err, sizeof(err), &param);
 	CHECK(rc == 0 || rc == -EINVAL || rc == -ENOMEM);
 	ref = json_loadb(sb_str(&msg->body), msg->body.len,

@@ -28,6 +28,7 @@
 #include <jansson.h>
 
 #include "server/http/chat_api.h"
+#include "server/http/chat_setup.h"
 #include "server/http/completion_api.h"
 #include "engine/request.h"
 #include "util/strbuf.h"
@@ -373,8 +374,9 @@ static int parse(enum chat_template t, const char *body,
 		 struct completion_request *c, char *err, const char **param)
 {
 	struct request_limits lim = limits();
+	struct chat_config cc = { .builtin = t, .family = -1 };
 
-	return chat_parse(body, strlen(body), t, &lim, c, err, 512, param);
+	return chat_parse(body, strlen(body), &cc, &lim, c, err, 512, param);
 }
 
 static void test_parse_becomes_completion(void **state)
@@ -504,8 +506,12 @@ static void test_parse_without_tokenizer(void **state)
 	const char *param;
 	char err[512];
 
+	struct chat_config cc;
+
 	lim.tok = NULL;
-	assert_int_equal(chat_parse(body, strlen(body), CHAT_TEMPLATE_CHATML, &lim,
+	assert_int_equal(chat_config_resolve(NULL, NULL, NULL, &cc, err,
+					     sizeof(err)), 0);
+	assert_int_equal(chat_parse(body, strlen(body), &cc, &lim,
 				    &c, err, sizeof(err), &param), -EINVAL);
 	assert_non_null(strstr(err, "no tokenizer"));
 	completion_request_release(&c);

@@ -21,6 +21,8 @@
 
 #include "engine/engine.h"
 #include "server/http/chat_api.h"
+#include "server/http/chat_setup.h"
+#include "text/chat_template.h"
 #include "server/options.h"
 
 #define USAGE_MD "docs/usage.md"
@@ -83,22 +85,34 @@ static void test_engine_defaults(void **state)
 	assert_null(o.chat_template);
 }
 
-/* The table's chat templates are chat_api's names, in CHAT_TEMPLATE_NAMES. */
+/* The table's chat templates are CHAT_SETUP_NAMES: each a built-in
+ * template (chat_api.h) or a family (text/chat_template.h), and every
+ * family among them. */
 static void test_chat_templates(void **state)
 {
 	const struct option_spec *s = options_find("chat-template");
-	char joined[64] = "";
+	char joined[256] = "";
 	enum chat_template t;
 
 	assert_non_null(s);
 	for (size_t i = 0; s->choices[i]; i++) {
-		assert_int_equal(chat_template_from_name(s->choices[i], &t), 0);
-		assert_string_equal(chat_template_name(t), s->choices[i]);
+		if (chat_template_from_name(s->choices[i], &t) == 0)
+			assert_string_equal(chat_template_name(t), s->choices[i]);
+		else
+			assert_int_not_equal(chat_family_from_name(s->choices[i]),
+					     CHAT_FAMILY_UNKNOWN);
 		if (i)
 			strcat(joined, "|");
 		strcat(joined, s->choices[i]);
 	}
-	assert_string_equal(joined, CHAT_TEMPLATE_NAMES);
+	assert_string_equal(joined, CHAT_SETUP_NAMES);
+	for (int f = 0; f < CHAT_FAMILY_COUNT; f++) {
+		bool found = false;
+
+		for (size_t i = 0; s->choices[i]; i++)
+			found |= !strcmp(s->choices[i], chat_family_name(f));
+		assert_true(found);
+	}
 }
 
 /* Ranges, kinds and the commands' options. */
