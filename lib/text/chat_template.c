@@ -424,11 +424,16 @@ static int render_llama2(const struct chat_msg *msgs, size_t n, const char *bos,
 			puts_(o, bos);
 			puts_(o, "[INST] ");
 			if (i == base && sys) {
-				/* strip() of '<<SYS>>...' + content: only its end. */
+				/*
+				 * strip() of '<<SYS>>\n' + system + '\n<</SYS>>\n\n'
+				 * + content: the start is '<', and an end stripped
+				 * past content stops at the '>' of <</SYS>>.
+				 */
+				c = py_strip(c, false, true);
 				puts_(o, "<<SYS>>\n");
 				put_span(o, msg_span(sys));
-				puts_(o, "\n<</SYS>>\n\n");
-				put_span(o, py_strip(c, false, true));
+				puts_(o, c.len ? "\n<</SYS>>\n\n" : "\n<</SYS>>");
+				put_span(o, c);
 			} else {
 				put_span(o, py_strip(c, true, true));
 			}
