@@ -64,6 +64,22 @@ const char *chat_family_name(enum chat_family f)
 	return family_names[f];
 }
 
+const char *chat_family_end_text(enum chat_family f)
+{
+	switch (f) {
+	case CHAT_FAMILY_LLAMA3:
+		return "<|eot_id|>";
+	case CHAT_FAMILY_CHATML:
+	case CHAT_FAMILY_QWEN2:
+	case CHAT_FAMILY_QWEN25:
+	case CHAT_FAMILY_QWEN3:
+	case CHAT_FAMILY_SMOLLM:
+		return "<|im_end|>";
+	default:
+		return NULL;
+	}
+}
+
 // ------------------------------------------------------------------------
 // Detection
 

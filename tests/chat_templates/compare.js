@@ -94,7 +94,7 @@ const WORDS = ['hello', 'What is 2+2?', 'Tell me a story.', 'ok', 'naïve café'
 	'中文测试', '日本語のテキスト', 'emoji 🎉🦙', 'مرحبا', 'Ελληνικά', '12345',
 	'tab\there', 'line1\nline2', '  ', '\n', '<think>', '</think>', '[INST]',
 	'<|im_end|>', '<tool_response>', '</tool_response>', 'x'];
-const EDGE_WS = [' ', '\n', '\t', '\r\n', '\u00a0', '\u3000', '\u2003', '\x1c',
+const EDGE_WS = [' ', '\n', '\n\n', '\t', '\r\n', '\u00a0', '\u3000', '\u2003', '\x1c',
 	'\x85', '\ufeff', '\u200b', '\v', ''];
 
 function content(role, family) {
@@ -135,6 +135,9 @@ function roles(family, bad) {
 	for (let i = 0; out.length < n || i === 0; i++)
 		out.push(inst ? (i % 2 ? 'assistant' : 'user')
 			 : pick(['user', 'assistant', 'user', 'system']));
+	// Qwen 3 treats answers after the last query apart: end on some.
+	if (family === 'qwen3' && below(3) === 0)
+		out.push('assistant', ...(below(2) ? ['assistant'] : []));
 	return out;
 }
 

@@ -124,6 +124,12 @@ static void test_names(void **state)
 	assert_int_equal(chat_family_from_name(NULL), CHAT_FAMILY_UNKNOWN);
 	assert_string_equal(chat_family_name(CHAT_FAMILY_UNKNOWN), "unknown");
 	assert_string_equal(chat_family_name(CHAT_FAMILY_COUNT), "unknown");
+	assert_string_equal(chat_family_end_text(CHAT_FAMILY_LLAMA3), "<|eot_id|>");
+	assert_string_equal(chat_family_end_text(CHAT_FAMILY_QWEN3), "<|im_end|>");
+	assert_string_equal(chat_family_end_text(CHAT_FAMILY_SMOLLM), "<|im_end|>");
+	assert_null(chat_family_end_text(CHAT_FAMILY_LLAMA2));
+	assert_null(chat_family_end_text(CHAT_FAMILY_ZEPHYR));
+	assert_null(chat_family_end_text(CHAT_FAMILY_UNKNOWN));
 }
 
 /* ------------------------------------------------------------------ */
@@ -229,6 +235,14 @@ static void test_examples(void **state)
 					      false, &sb, NULL, 0), 0);
 	assert_string_equal(sb.data, "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n"
 			    "<think>\nr\n</think>\n\nA<|im_end|>\n");
+	strbuf_release(&sb);
+	/* ... and without one gets an empty block, its newlines stripped. */
+	const struct chat_msg plain[] = { M(USER, "q"), M(ASSISTANT, "\n\n A") };
+
+	assert_int_equal(chat_template_render(CHAT_FAMILY_QWEN3, plain, 2, NULL, NULL,
+					      false, &sb, NULL, 0), 0);
+	assert_string_equal(sb.data, "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n"
+			    "<think>\n\n</think>\n\n A<|im_end|>\n");
 	strbuf_release(&sb);
 }
 
