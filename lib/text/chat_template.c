@@ -20,6 +20,7 @@
  * than serving a prompt the model was not trained on.
  */
 #include "text/chat_template.h"
+#include "text/unicode.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -62,6 +63,22 @@ const char *chat_family_name(enum chat_family f)
 	if (f < 0 || f >= CHAT_FAMILY_COUNT)
 		return "unknown";
 	return family_names[f];
+}
+
+const char *chat_family_end_text(enum chat_family f)
+{
+	switch (f) {
+	case CHAT_FAMILY_LLAMA3:
+		return "<|eot_id|>";
+	case CHAT_FAMILY_CHATML:
+	case CHAT_FAMILY_QWEN2:
+	case CHAT_FAMILY_QWEN25:
+	case CHAT_FAMILY_QWEN3:
+	case CHAT_FAMILY_SMOLLM:
+		return "<|im_end|>";
+	default:
+		return NULL;
+	}
 }
 
 // ------------------------------------------------------------------------
@@ -197,58 +214,19 @@ static bool py_space(uint32_t c)
 	       c == 0x202f || c == 0x205f || c == 0x3000;
 }
 
-/*
- * The length of the valid UTF-8 sequence at p (n bytes available) with
- * its code point in *cp, or 0 where the bytes are not one (overlong,
- * surrogate, past U+10FFFF, truncated).
- */
-static size_t utf8_decode(const unsigned char *p, size_t n, uint32_t *cp)
-{
-	uint32_t c;
-	size_t k;
-
-	if (!n)
-		return 0;
-	if (p[0] < 0x80) {
-		*cp = p[0];
-		return 1;
-	}
-	if (p[0] >= 0xc2 && p[0] <= 0xdf)
-		k = 2, c = p[0] & 0x1f;
-	else if (p[0] >= 0xe0 && p[0] <= 0xef)
-		k = 3, c = p[0] & 0x0f;
-	else if (p[0] >= 0xf0 && p[0] <= 0xf4)
-		k = 4, c = p[0] & 0x07;
-	else
-		return 0;
-	if (n < k)
-		return 0;
-	for (size_t i = 1; i < k; i++) {
-		if ((p[i] & 0xc0) != 0x80)
-			return 0;
-		c = c << 6 | (p[i] & 0x3f);
-	}
-	if ((k == 3 && c < 0x800) || (k == 4 && (c < 0x10000 || c > 0x10ffff)) ||
-	    (c >= 0xd800 && c <= 0xdfff))
-		return 0;
-	*cp = c;
-	return k;
-}
-
 /* The length of the whitespace character that ends s, or 0. */
 static size_t trailing_space(struct span s)
 {
-	const unsigned char *p = (const unsigned char *)s.p;
-
 	for (size_t k = 1; k <= 4 && k <= s.len; k++) {
+		const char *at = s.p + s.len - k;
+		size_t n;
 		uint32_t c;
 
 		/* Back over continuation bytes to where the character starts. */
-		if ((p[s.len - k] & 0xc0) == 0x80)
+		if (((unsigned char)*at & 0xc0) == 0x80)
 			continue;
-		if (utf8_decode(p + s.len - k, k, &c) != k)
-			return 0;
-		return py_space(c) ? k : 0;
+		c = unicode_decode(at, k, &n);
+		return c != UNICODE_INVALID && n == k && py_space(c) ? k : 0;
 	}
 	return 0;
 }
@@ -256,10 +234,10 @@ static size_t trailing_space(struct span s)
 /* The length of the whitespace character that starts s, or 0. */
 static size_t leading_space(struct span s)
 {
-	uint32_t c;
-	size_t k = utf8_decode((const unsigned char *)s.p, s.len, &c);
+	size_t n;
+	uint32_t c = unicode_decode(s.p, s.len, &n);
 
-	return k && py_space(c) ? k : 0;
+	return c != UNICODE_INVALID && py_space(c) ? n : 0;
 }
 
 /* Python's s.strip() (left and/or right), Unicode whitespace. */
@@ -338,7 +316,7 @@ static void put(struct out *o, const char *p, size_t n)
 		o->rc = strbuf_append(o->sb, p, n);
 }
 
-static void puts_(struct out *o, const char *s)
+static void put_str(struct out *o, const char *s)
 {
 	if (s)
 		put(o, s, strlen(s));
@@ -421,23 +399,28 @@ static int render_llama2(const struct chat_msg *msgs, size_t n, const char *bos,
 		struct span c = msg_span(&msgs[i]);
 
 		if (msgs[i].role == CHAT_MSG_USER) {
-			puts_(o, bos);
-			puts_(o, "[INST] ");
+			put_str(o, bos);
+			put_str(o, "[INST] ");
 			if (i == base && sys) {
-				/* strip() of '<<SYS>>...' + content: only its end. */
-				puts_(o, "<<SYS>>\n");
+				/*
+				 * strip() of '<<SYS>>\n' + system + '\n<</SYS>>\n\n'
+				 * + content: the start is '<', and an end stripped
+				 * past content stops at the '>' of <</SYS>>.
+				 */
+				c = py_strip(c, false, true);
+				put_str(o, "<<SYS>>\n");
 				put_span(o, msg_span(sys));
-				puts_(o, "\n<</SYS>>\n\n");
-				put_span(o, py_strip(c, false, true));
+				put_str(o, c.len ? "\n<</SYS>>\n\n" : "\n<</SYS>>");
+				put_span(o, c);
 			} else {
 				put_span(o, py_strip(c, true, true));
 			}
-			puts_(o, " [/INST]");
+			put_str(o, " [/INST]");
 		} else if (msgs[i].role == CHAT_MSG_ASSISTANT) {
-			puts_(o, " ");
+			put_str(o, " ");
 			put_span(o, py_strip(c, true, true));
-			puts_(o, " ");
-			puts_(o, eos);
+			put_str(o, " ");
+			put_str(o, eos);
 		}
 	}
 	return 0;
@@ -455,7 +438,7 @@ static int render_mistral(const struct chat_msg *msgs, size_t n, bool eos_space,
 			  const char *bos, const char *eos, struct out *o,
 			  char *err, size_t err_len)
 {
-	puts_(o, bos);
+	put_str(o, bos);
 	for (size_t i = 0; i < n; i++) {
 		int rc = inst_check_order(&msgs[i], i, i, err, err_len);
 
@@ -465,14 +448,14 @@ static int render_mistral(const struct chat_msg *msgs, size_t n, bool eos_space,
 			return fail(err, err_len, "messages[%zu]: role 'system': the "
 				    "template takes only user and assistant messages", i);
 		if (msgs[i].role == CHAT_MSG_USER) {
-			puts_(o, "[INST] ");
+			put_str(o, "[INST] ");
 			put_span(o, msg_span(&msgs[i]));
-			puts_(o, " [/INST]");
+			put_str(o, " [/INST]");
 		} else {
 			put_span(o, msg_span(&msgs[i]));
-			puts_(o, eos);
+			put_str(o, eos);
 			if (eos_space)
-				puts_(o, " ");
+				put_str(o, " ");
 		}
 	}
 	return 0;
@@ -492,15 +475,15 @@ static void render_llama3(const struct chat_msg *msgs, size_t n, const char *bos
 {
 	for (size_t i = 0; i < n; i++) {
 		if (i == 0)
-			puts_(o, bos);
-		puts_(o, "<|start_header_id|>");
-		puts_(o, role_name(msgs[i].role));
-		puts_(o, "<|end_header_id|>\n\n");
+			put_str(o, bos);
+		put_str(o, "<|start_header_id|>");
+		put_str(o, role_name(msgs[i].role));
+		put_str(o, "<|end_header_id|>\n\n");
 		put_span(o, py_strip(msg_span(&msgs[i]), true, true));
-		puts_(o, "<|eot_id|>");
+		put_str(o, "<|eot_id|>");
 	}
 	if (gen)
-		puts_(o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+		put_str(o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 /*
@@ -512,15 +495,15 @@ static void render_zephyr(const struct chat_msg *msgs, size_t n, const char *eos
 			  bool gen, struct out *o)
 {
 	for (size_t i = 0; i < n; i++) {
-		puts_(o, "<|");
-		puts_(o, role_name(msgs[i].role));
-		puts_(o, "|>\n");
+		put_str(o, "<|");
+		put_str(o, role_name(msgs[i].role));
+		put_str(o, "|>\n");
 		put_span(o, msg_span(&msgs[i]));
-		puts_(o, eos);
-		puts_(o, "\n");
+		put_str(o, eos);
+		put_str(o, "\n");
 	}
 	if (gen)
-		puts_(o, "<|assistant|>\n");
+		put_str(o, "<|assistant|>\n");
 }
 
 // ------------------------------------------------------------------------
@@ -528,11 +511,11 @@ static void render_zephyr(const struct chat_msg *msgs, size_t n, const char *eos
 
 static void chatml_msg(struct out *o, const char *role, struct span content)
 {
-	puts_(o, "<|im_start|>");
-	puts_(o, role);
-	puts_(o, "\n");
+	put_str(o, "<|im_start|>");
+	put_str(o, role);
+	put_str(o, "\n");
 	put_span(o, content);
-	puts_(o, "<|im_end|>\n");
+	put_str(o, "<|im_end|>\n");
 }
 
 /*
@@ -550,7 +533,7 @@ static void render_chatml(const struct chat_msg *msgs, size_t n,
 	for (size_t i = 0; i < n; i++)
 		chatml_msg(o, role_name(msgs[i].role), msg_span(&msgs[i]));
 	if (gen)
-		puts_(o, "<|im_start|>assistant\n");
+		put_str(o, "<|im_start|>assistant\n");
 }
 
 /*
@@ -603,15 +586,15 @@ static void qwen3_assistant(struct out *o, const struct chat_msg *m,
 		content = strip_newlines((struct span){ after,
 			(size_t)(content.p + content.len - after) }, true, false);
 	}
-	puts_(o, "<|im_start|>assistant\n");
+	put_str(o, "<|im_start|>assistant\n");
 	if (after_query && (last || reasoning.len)) {
-		puts_(o, "<think>\n");
+		put_str(o, "<think>\n");
 		put_span(o, strip_newlines(reasoning, true, true));
-		puts_(o, "\n</think>\n\n");
+		put_str(o, "\n</think>\n\n");
 		content = strip_newlines(content, true, false);
 	}
 	put_span(o, content);
-	puts_(o, "<|im_end|>\n");
+	put_str(o, "<|im_end|>\n");
 }
 
 /*
@@ -633,7 +616,7 @@ static void render_qwen3(const struct chat_msg *msgs, size_t n, bool gen,
 			chatml_msg(o, role_name(msgs[i].role), msg_span(&msgs[i]));
 	}
 	if (gen)
-		puts_(o, "<|im_start|>assistant\n");
+		put_str(o, "<|im_start|>assistant\n");
 }
 
 // ------------------------------------------------------------------------

@@ -75,6 +75,14 @@ enum chat_family chat_family_from_name(const char *name);
 const char *chat_family_name(enum chat_family f);
 
 /*
+ * The text that ends an assistant turn in family f, for the caller to
+ * stop at (as a token or as text): "<|eot_id|>" (llama3), "<|im_end|>"
+ * (the ChatML families), or NULL where it is the file's EOS token
+ * (llama2, mistral-v1, mixtral, zephyr) or f is not a family.
+ */
+const char *chat_family_end_text(enum chat_family f);
+
+/*
  * Append to *out the text family f's template renders for the n messages,
  * with bos_text/eos_text (NUL-terminated, NULL for "") as bos_token and
  * eos_token and add_generation_prompt as given.  Returns 0; -EINVAL with
