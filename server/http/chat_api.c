@@ -32,7 +32,7 @@
 #include "text/text_stop.h"
 #include "text/text_tokenizer.h"
 #include "server/request/request_json.h"
-#include "server/http/chat_setup.h"
+#include "text/chat_template.h"
 
 static const char *const role_names[] = {
 	[CHAT_ROLE_SYSTEM] = "system",
@@ -437,6 +437,82 @@ static int rename_max_tokens(json_t *obj, bool *renamed, char *err,
 	json_object_del(obj, "max_completion_tokens");
 	*renamed = true;
 	return 0;
+}
+
+/*
+ * The GGUF path (chat_setup.h): msgs[0 .. n) rendered by family and
+ * encoded by tok into *ids (malloc'd, *n_ids of them).  0; -EINVAL with
+ * err (a template's refusal naming the message, or a prompt past
+ * max_context); -ENOMEM.
+ */
+/* The text of special token id, NUL-terminated, or "" for none. */
+static const char *special_text(const struct text_tokenizer *tok, int32_t id,
+				size_t *len)
+{
+	const char *s = text_tokenizer_token_text(tok, id, len);
+
+	return s ? s : "";
+}
+
+static int chat_family_encode(int family, const struct chat_message *msgs, size_t n,
+		       const struct text_tokenizer *tok, uint32_t max_context,
+		       int32_t **ids, size_t *n_ids, char *err, size_t err_len)
+{
+	struct strbuf text = STRBUF_INIT;
+	struct chat_msg *m = calloc(n ? n : 1, sizeof(*m));
+	size_t bos_len, eos_len, skip = 0, cap;
+	const char *bos = special_text(tok, text_tokenizer_bos(tok), &bos_len);
+	const char *eos = special_text(tok, text_tokenizer_eos(tok), &eos_len);
+	int rc;
+
+	*ids = NULL;
+	*n_ids = 0;
+	if (!m)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		m[i] = (struct chat_msg){
+			.role = msgs[i].role == CHAT_ROLE_SYSTEM ? CHAT_MSG_SYSTEM :
+				msgs[i].role == CHAT_ROLE_USER ? CHAT_MSG_USER :
+				CHAT_MSG_ASSISTANT,
+			.content = msgs[i].content, .len = msgs[i].len };
+	rc = chat_template_render((enum chat_family)family, m, n, bos, eos, true,
+				  &text, err, err_len);
+	free(m);
+	if (rc)
+		goto out;
+	/* the tokenizer puts BOS first itself: not twice (llama.cpp too) */
+	if (text_tokenizer_adds_bos(tok) && bos_len && text.len >= bos_len &&
+	    !memcmp(text.data, bos, bos_len))
+		skip = bos_len;
+	/* no token stands for more text than the longest piece (+1: a
+	 * dummy-prefix space): a longer text cannot fit the context */
+	if ((text.len - skip) / (text_tokenizer_longest_piece(tok) + 1) > max_context) {
+		rc = -EINVAL;
+		snprintf(err, err_len, "messages: the prompt the chat template "
+			 "renders (%zu bytes) exceeds the context limit %u",
+			 text.len - skip, max_context);
+		goto out;
+	}
+	cap = text_tokenizer_encode_max(text.len - skip);
+	*ids = malloc(cap * sizeof(**ids));
+	if (!*ids) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = text_tokenizer_encode(tok, text.data + skip, text.len - skip, true,
+				   *ids, cap, n_ids);
+	if (rc && rc != -ENOMEM) {
+		snprintf(err, err_len, "messages: cannot encode: %s", strerror(-rc));
+		rc = -EINVAL;
+	}
+	if (rc) {
+		free(*ids);
+		*ids = NULL;
+	}
+out:
+	strbuf_release(&text);
+	(void)eos_len;
+	return rc;
 }
 
 /* Render and encode the messages; put them in obj as "prompt". */

@@ -1,7 +1,6 @@
 /*
  * chat_setup.h - how /v1/chat/completions turns messages into a prompt,
- * decided once at start (docs/DESIGN.md 10.3.1), and the prompt of the
- * GGUF path.
+ * decided once at start (docs/DESIGN.md 10.3).
  *
  * Two paths, by the tokenizer the engine serves with:
  *   - llama2.c's (no special tokens in text): chat_api.c's built-in
@@ -21,7 +20,6 @@
 #define DYNBATCH_CHAT_SETUP_H
 
 #include <stddef.h>
-#include <stdint.h>
 
 #include "server/http/chat_api.h"
 
@@ -41,14 +39,5 @@ struct text_tokenizer;
 int chat_config_resolve(const char *name, const struct text_tokenizer *tok,
 			const char *jinja, struct chat_config *out, char *err,
 			size_t err_len);
-
-/*
- * The GGUF path: msgs[0 .. n) rendered by family and encoded by tok into
- * *ids (malloc'd, *n_ids of them).  0; -EINVAL with err (a template's
- * refusal naming the message, or a prompt past max_context); -ENOMEM.
- */
-int chat_family_encode(int family, const struct chat_message *msgs, size_t n,
-		       const struct text_tokenizer *tok, uint32_t max_context,
-		       int32_t **ids, size_t *n_ids, char *err, size_t err_len);
 
 #endif /* DYNBATCH_CHAT_SETUP_H */

@@ -11,8 +11,8 @@
 #     rendered, BOS not doubled, and special tokens parsed;
 #   - a template dynbatch does not know makes chat answer 400 naming the
 #     reason, and --chat-template NAME overrides it.
-# (make test-chat-templates holds the renderer itself to the templates'
-# own Jinja rendering.)  Without node or npm it says skipped.
+# First it runs make test-chat-templates' check (the renderer against the
+# templates' own Jinja rendering).  Without node or npm it says skipped.
 source "$(dirname "$0")/e2e_lib.sh"
 
 NODE_TOK=${NODE_TOK:-$BUILD/node-tok}
@@ -21,6 +21,14 @@ if ! command -v node > /dev/null || ! command -v npm > /dev/null; then
 	echo "  skipped: no node/npm"
 	finish
 	exit $?
+fi
+echo "== the chat templates against their own Jinja rendering (tests/chat_templates/run.sh)"
+if BIN=$BIN SEED=$SEED NODE_CHAT=${NODE_CHAT:-$BUILD/node-chat} CHAT_CASES=${CHAT_CASES:-200} \
+	bash "$HERE/../chat_templates/run.sh" > "$E2E_TMP/ct.log" 2>&1; then
+	pass "byte for byte: $(tail -n 1 "$E2E_TMP/ct.log") ($(grep -o 'seed=[0-9]*' "$E2E_TMP/ct.log" | head -n 1))"
+else
+	fail "chat templates differ from their Jinja rendering:"
+	grep -E "FAIL|failed|rror" "$E2E_TMP/ct.log" | head -n 10 | sed 's/^/       /'
 fi
 if [ ! -f "$NODE_TOK/qwen3.vocab" ] || [ ! -f "$NODE_TOK/llama3.vocab" ]; then
 	NODE_TOK=$NODE_TOK TOK_RANDOM=20 BIN=$BIN bash "$HERE/../tokenizers/run.sh" \
