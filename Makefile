@@ -430,7 +430,8 @@ FUZZ_TOK_BIN := $(FUZZ_BUILD)/fuzz_tokenizer
 FUZZ_TOK_SRC := tests/fuzz/fuzz_tokenizer.c lib/text/tokenizer.c tools/refdecode/ref_tokenizer.c
 FUZZ_GGUF_BIN := $(FUZZ_BUILD)/fuzz_gguf
 FUZZ_GGUF_SRC := tests/fuzz/fuzz_gguf.c lib/model/gguf.c lib/model/gguf_types.c \
-	lib/model/gguf_write.c lib/util/strbuf.c
+	lib/model/gguf_write.c lib/util/strbuf.c lib/text/gguf_vocab_read.c \
+	lib/util/file_map.c $(GGUF_TOK_SRC)
 FUZZ_GTOK_BIN := $(FUZZ_BUILD)/fuzz_gguf_tokenizer
 FUZZ_GTOK_SRC := tests/fuzz/fuzz_gguf_tokenizer.c $(addprefix lib/text/,unicode.c unicode_tables.c \
 	pretok.c bytelevel.c gguf_vocab.c bpe_merge.c spm_merge.c gguf_tokenizer.c) \
@@ -480,7 +481,7 @@ $(FUZZ_TOK_BIN): $(FUZZ_TOK_SRC) tools/refdecode/ref_tokenizer.h tests/fuzz/fuzz
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(FUZZ_TOK_SRC) -lm
 
 $(FUZZ_GGUF_BIN): $(FUZZ_GGUF_SRC) lib/model/gguf.h lib/model/gguf_types.h lib/model/gguf_write.h \
-		lib/util/strbuf.h | fuzz-deps
+		lib/util/strbuf.h $(wildcard lib/text/*.h) | fuzz-deps
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(FUZZ_GGUF_SRC)
 $(FUZZ_GTOK_BIN): $(FUZZ_GTOK_SRC) tools/refdecode/ref_bpe.h tests/fuzz/fuzz_rng.h $(wildcard lib/text/*.h) | fuzz-deps
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(FUZZ_GTOK_SRC) -lm

@@ -15,7 +15,10 @@
  *  3. written again through the writer (same alignment, every key,
  *     every tensor with its bytes) and parsed: the same keys with the
  *     same values, the same tensors with the same bytes.  Skipped when a
- *     name holds a NUL (the writer takes C strings).
+ *     name holds a NUL (the writer takes C strings);
+ *  4. its tokenizer.* keys read as the coordinator reads them
+ *     (gguf_vocab_read.h): a tokenizer built (it then encodes and
+ *     decodes a text), or a refusal naming the file, or none.
  * Any violation abort()s, which libFuzzer reports with the input.
  */
 #include <errno.h>
@@ -28,6 +31,8 @@
 
 #include "model/gguf.h"
 #include "model/gguf_write.h"
+#include "text/gguf_tokenizer.h"
+#include "text/gguf_vocab_read.h"
 
 #include "tests/fuzz/fuzz_check.h"
 
@@ -187,6 +192,34 @@ static void check_same(const struct gguf_file *f, const struct gguf_file *g)
 	}
 }
 
+/* 4: the tokenizer and chat template the keys describe, for the
+ * coordinator (text/gguf_vocab_read.h): built, or refused naming the
+ * file, or none; a built one round-trips a text. */
+static void check_vocab(const struct gguf_file *f)
+{
+	static const char text[] = "Hello, w\xc3\xb6rld <|im_start|> 12 \xff";
+	struct gguf_tokenizer *t = NULL;
+	char err[512], *tmpl = NULL, back[256];
+	int32_t ids[2 * sizeof(text) + 3];
+	size_t n, n_back;
+	int rc = gguf_vocab_read(f, "fuzz.gguf", &t, err, sizeof(err));
+
+	CHECK(rc == 0 || rc == -ENOENT || rc == -EINVAL || rc == -ENOMEM);
+	CHECK(rc != -EINVAL || strncmp(err, "gguf 'fuzz.gguf': ", 18) == 0);
+	CHECK((rc == 0) == (t != NULL));
+	if (t) {
+		CHECK(gguf_tokenizer_encode(t, text, sizeof(text) - 1, false, false,
+					    ids, sizeof(ids) / sizeof(ids[0]), &n) == 0);
+		CHECK(gguf_tokenizer_decode(t, -1, ids, n, true, back, sizeof(back),
+					    &n_back) == 0);
+		gguf_tokenizer_free(t);
+	}
+	rc = gguf_chat_template_read(f, "fuzz.gguf", &tmpl, err, sizeof(err));
+	CHECK(rc == 0 || rc == -EINVAL || rc == -ENOMEM);
+	CHECK(rc == 0 || tmpl == NULL);
+	free(tmpl);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	uint8_t *copy = malloc(size ? size : 1);
@@ -209,6 +242,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	CHECK(gguf_check(&f) == 0);
 	for (uint64_t i = 0; i < f.n_kv; i++)
 		check_kv(&f, &f.kv[i]);
+	check_vocab(&f);
 	for (uint64_t i = 0; i < f.n_tensors; i++) {
 		const struct gguf_tensor *t = &f.tensors[i];
 		const unsigned char *d = t->data;
