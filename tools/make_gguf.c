@@ -763,6 +763,7 @@ int main(int argc, char **argv)
 	}
 	if (vocab_path) {	/* the vocabulary sets the model's size */
 		if (vocab_file_load(vocab_path, &vf)) {
+			vocab_file_free(&vf);
 			fprintf(stderr, "make_gguf: --vocab-file '%s': not a vocabulary "
 				"file (tests/tokenizers/export_vocab.js's)\n", vocab_path);
 			goto out;

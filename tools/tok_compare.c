@@ -87,15 +87,19 @@ int main(int argc, char **argv)
 	}
 	if (vocab_file_load(argv[1], &v)) {
 		fprintf(stderr, "tok_compare: %s: bad vocabulary file\n", argv[1]);
+		vocab_file_free(&v);
 		return 2;
 	}
 	if (gguf_tokenizer_create(&v.spec, &t, err, sizeof(err))) {
 		fprintf(stderr, "tok_compare: %s: %s\n", argv[1], err);
+		vocab_file_free(&v);
 		return 2;
 	}
+	vocab_file_free(&v);	/* the tokenizer holds its own copy */
 	f = fopen(argv[2], "r");
 	if (!f) {
 		fprintf(stderr, "tok_compare: %s: %s\n", argv[2], strerror(errno));
+		gguf_tokenizer_free(t);
 		return 2;
 	}
 	while (vocab_read_line(f, &line, &cap)) {
