@@ -630,7 +630,7 @@ static void check_invariance(enum dtype type, const struct type_case *c,
 	float *one = malloc(n_out * sizeof(float));
 	float *out = malloc(17 * n_out * sizeof(float));
 	float *row = malloc(cols * sizeof(float));
-	static const size_t n_rows[] = { 1, 3, 17 };
+	static const size_t n_rows[] = { 1, 3, 12, 17, 31 };	/* tiles of 1 .. 8 */
 	struct tensor m = matrix(type, w, n_out, cols);
 
 	assert_true(w && x && one && out && row);
