@@ -26,8 +26,9 @@
 #
 # Environment: BIN (bin), BUILD (build), SHAPE (stories110M), TYPES
 # ("f32 q8_0 q4_0 q4_k_m"), SMALL=1 (quick iteration: q4_0 and q4_k_m,
-# fewer tokens, one repetition), REPS (2: llama.cpp and dynbatch prefill
-# runs take their best).  About 4 minutes on 2 cores.
+# fewer tokens, one repetition), REPS (2: the batch-1 and prefill runs
+# of llama.cpp and dynbatch's prefill take their best; 64 sequences run
+# once).  About 4 minutes on 2 idle cores, far more when others load them.
 set -u
 BIN=${BIN:-bin}
 BUILD=${BUILD:-build}
@@ -109,8 +110,8 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%
 				'BEGIN { v = n / (ms / 1000); print (v > b ? v : b) }')
 		done
 		lb1=$(node "$NM/llamacpp_speed.mjs" decode "$f" 1 1 "$B1_TOKENS" "$REPS")
-		ls64=$(node "$NM/llamacpp_speed.mjs" decode "$f" 2 64 "$S64_TOKENS" "$REPS")
-		ls641=$(node "$NM/llamacpp_speed.mjs" decode "$f" 1 64 "$S64_TOKENS" "$REPS")
+		ls64=$(node "$NM/llamacpp_speed.mjs" decode "$f" 2 64 "$S64_TOKENS" 1)
+		ls641=$(node "$NM/llamacpp_speed.mjs" decode "$f" 1 64 "$S64_TOKENS" 1)
 		lpf=$(node "$NM/llamacpp_speed.mjs" prefill "$f" 1 $PF "$REPS")
 		bound=$(calc %.1f "$gbs * 1e9 / $bytes")
 		printf '%-7s %8.1f %8s %5s | %8.1f %8s %5s | %8.1f %8s %5s | %8.1f %8s %5s | %8s %5s\n' "$q" \

@@ -35,7 +35,9 @@ async function run(seq, prompt, tokens) {
 let best = 0;
 if (mode === "decode") {
 	const seqs = Number(nArg), tokens = Number(rest[0]), reps = Number(rest[1]);
-	const ctx = await model.createContext({ contextSize: 256,
+	// each sequence's own cells: what it needs (llama.cpp's attention
+	// spans the cells of the context, not only those in use)
+	const ctx = await model.createContext({ contextSize: 16 + tokens,
 		sequences: seqs, batchSize: Math.max(512, 8 * seqs), threads });
 	const all = Array.from({ length: seqs }, () => ctx.getSequence());
 

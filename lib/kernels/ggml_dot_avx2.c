@@ -150,6 +150,7 @@ ALWAYS_INLINE void block32(int R, enum dtype type, __m256 *acc, float *macc,
 	__m256i wv = unpack32(type, w + k * bytes, &d, &m);
 	/* signed: |w| as unsigned, its sign moved onto a */
 	__m256i aw = has_min ? wv : _mm256_sign_epi8(wv, wv);
+	__m256 dv = _mm256_set1_ps(d);
 
 #pragma GCC unroll 8
 	for (int r = 0; r < R; r++) {
@@ -159,7 +160,10 @@ ALWAYS_INLINE void block32(int R, enum dtype type, __m256 *acc, float *macc,
 			aw, has_min ? y : _mm256_sign_epi8(y, wv));
 		__m256 L = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
 
-		acc[r] = _mm256_fmadd_ps(L, _mm256_set1_ps(d * ab->d), acc[r]);
+		/* d_w * d_a as 8 lanes of the same product: a broadcast
+		 * load and one multiply */
+		acc[r] = _mm256_fmadd_ps(L, _mm256_mul_ps(dv,
+			_mm256_broadcast_ss(&ab->d)), acc[r]);
 		if (has_min)
 			macc[r] = macc[r] + m * ab->s;
 	}
