@@ -12,8 +12,9 @@
 #         for each other spinning, so on cores other work shares its 2
 #         threads can fall far below its 1: both are printed);
 #   pf    prefill of a 512-token prompt at one thread each: dynbatch's
-#         request latency with max_tokens 1 (--workers 1), llama.cpp's
-#         time to the first token; prompt tokens a second;
+#         run of that one request with max_tokens 1 (--workers 1; its
+#         wall_s: the latency percentiles are histogram buckets),
+#         llama.cpp's time to the first token; prompt tokens a second;
 # the ratios (dynbatch / llama.cpp), and bin/machine_limits' read
 # bandwidth measured in the same run with the batch-1 bound (bandwidth /
 # file bytes: every weight is read once a token, the tied classifier
@@ -106,8 +107,8 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%
 		for ((r = 0; r < REPS; r++)); do
 			dyn --model "gguf:$f" --workers 1 --batch 1 --max-context 1024 \
 				--input "$D/gguf_pf.jsonl" || break
-			pf=$(awk -v b="$pf" -v ms="$(st latency_p50_ms)" -v n=$PF \
-				'BEGIN { v = n / (ms / 1000); print (v > b ? v : b) }')
+			pf=$(awk -v b="$pf" -v t="$(st wall_s)" -v n=$PF \
+				'BEGIN { v = n / t; print (v > b ? v : b) }')
 		done
 		lb1=$(node "$NM/llamacpp_speed.mjs" decode "$f" 1 1 "$B1_TOKENS" "$REPS")
 		ls64=$(node "$NM/llamacpp_speed.mjs" decode "$f" 2 64 "$S64_TOKENS" 1)
