@@ -2,30 +2,34 @@
  * ggml_dot_avx2.c - the AVX2 twin of ggml_dot.c's matmul for ggml's
  * block types: the same numbers in the same order (ggml_quants.h), so
  * the two agree bit for bit; tensor.c's table picks it where the CPU has
- * AVX2+FMA.
+ * AVX2+FMA, and it hands over to the portable code where F16C is missing.
  *
  * NOTES ON THE DESIGN
  *
  * Integer work, where the time goes, is vectorised; the float work per
- * block is the portable code's, operation for operation.
+ * block is the portable code's, operation for operation.  Half scales
+ * are read by F16C, which gives fp16_load()'s bits.
  *
- * 32-blocks: a weight block is unpacked once into its 32 stored codes in
+ * 32-blocks: a weight block is unpacked once into its 32 integers in
  * element order (nibbles split, Q5's fifth bits spread from their 32-bit
- * word with a byte shuffle and compare), then met by each of up to 4
- * activation rows: maddubs(code, a) (the codes are unsigned but Q8_0's,
- * which goes through the sign trick maddubs(|w|, sign(a, w))) then madd
- * with ones leaves in int32 lane l the exact sum over elements 4l ..
- * 4l + 3, the portable code's L[l].  No int16 overflow: codes are at
- * most 31 (|w| <= 128 for Q8_0) and |a| <= 127 (the activation
- * quantizer never gives -128), so a pair is at most 32512.  Lanes become
- * floats and one FMA by the block's d_w * d_a adds them to the row's
- * 8-lane accumulator: the portable code's fmaf().  Q4_0/Q5_0's -8/-16
- * come back as an offset term, as Q4_1/Q5_1's minimum does.
+ * word with a byte shuffle and compare; Q4_0/Q5_0 less 8/16), then met by
+ * each of up to 8 activation rows: maddubs(code, a) for Q4_1/Q5_1's
+ * unsigned codes, the sign trick maddubs(|w|, sign(a, w)) for the signed
+ * ones (Q8_0, Q4_0, Q5_0), then madd with ones leaves in int32 lane l the
+ * exact sum over elements 4l .. 4l + 3, the portable code's L[l].  No
+ * int16 overflow: |w| <= 128 and |a| <= 127 (the activation quantizer
+ * never gives -128), so a pair is at most 32512.  Lanes become floats and
+ * one FMA by the block's d_w * d_a (a broadcast load of d_a times a
+ * vector of d_w: the same product) adds them to the row's 8-lane
+ * accumulator: the portable code's fmaf().  Q4_1/Q5_1's minimum comes
+ * back as an offset term.
  *
  * 256-blocks: per block and row, the exact int32 sumi summed in any order
- * (integers), reduced once per block, then the portable code's two
- * scalar float steps.  Q6_K's quants go in as unsigned 0..63 and the
- * -32 comes back through the activations' 16-sums (bsums).
+ * (integers): Q6_K's quants go in as unsigned 0..63 and the -32, like the
+ * K mins' sum, comes from the activations' 16-sums (bsums) by one madd.
+ * Four rows' lanes are reduced together (hadd), and the portable code's
+ * two scalar float steps run for four rows at once in the lanes of an SSE
+ * register, each lane exactly one row's scalar operations.
  *
  * Tiles: one weight row against up to GGML_MR activation rows, so each
  * weight block is unpacked once per row group; outputs go in blocks of
