@@ -336,9 +336,10 @@ test-ggml-ref: $(BUILD)/tests/ggml_ref_check $(GGML_REF_LIB)
 test-llamacpp: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(BIN)/make_gguf $(BIN)/tok_compare
 	BIN=$(BIN) BUILD=$(BUILD) bash tests/llamacpp/test_llamacpp.sh
 
-# stories15M-shaped Q8_0 and Q4_K_M GGUF files: dynbatch at batch 1 and 16
-# (workers 1 and 2) against llama.cpp at 1 and 2 threads on the same file,
-# with bin/machine_limits (bench/bench_gguf.sh); writes $(BUILD)/bench/gguf.txt.
+# stories110M-shaped F32, Q8_0, Q4_0 and Q4_K_M GGUF files: dynbatch against
+# llama.cpp on the same file at batch 1, 64 sequences and a 512-token
+# prefill, with bin/machine_limits' bandwidth bound (bench/bench_gguf.sh;
+# SMALL=1 for a quick run); writes $(BUILD)/bench/gguf.txt.
 bench-gguf: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(BIN)/make_gguf $(BIN)/machine_limits
 	BIN=$(BIN) BUILD=$(BUILD) bash bench/bench_gguf.sh $(BUILD)/bench
 

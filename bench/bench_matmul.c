@@ -6,7 +6,7 @@
  * peak bin/machine_limits measures in the same run.
  *
  *   bench_matmul --dim D --hidden H --vocab V [--rows N] [--seconds S]
- *                [--type T]
+ *                [--type T] [--matrix OUTxIN]
  *
  * One pass is what a step of N token rows does with one layer's matrices
  * (wq, wk, wv, wo: D x D; w1, w3: H x D; w2: D x H) and the classifier
@@ -18,11 +18,15 @@
  * q5_k, q6_k, q4g; the ggml types quantize random floats with
  * ggml_quantize.h, q4g with q4g.h in groups of 32 as quant=q4 does; D
  * and H must be multiples of the ggml types' block size, any for q4g).
+ * --matrix OUTxIN times that one matrix instead of the layer set (e.g.
+ * 768x768, 2048x768; still repeated past 64 MiB).
  * Prints one line:
- *   matmul_gflops=X rows=N type=T rows_per_s=R weight_gb_s=G
+ *   matmul_gflops=X rows=N type=T rows_per_s=R weight_gb_s=G cpu_gflops=C
+ *   cpu_weight_gb_s=W [matrix=OUTxIN]
  * (R: activation rows through the whole pass a second; G: weight bytes
- * read a second, each once a pass).  Run two at once to see both cores
- * (bench_llama.sh does).
+ * read a second, each once a pass; C and W the same over the process's
+ * CPU time, not the wall's: on cores other work shares, the kernel's own
+ * speed).  Run two at once to see both cores (bench_llama.sh does).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -36,12 +40,17 @@
 #include "kernels/tensor.h"
 #include "util/parse_num.h"
 
-static double now_s(void)
+static double clock_s(clockid_t clock)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(clock, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double now_s(void)
+{
+	return clock_s(CLOCK_MONOTONIC);
 }
 
 static float *random_floats(size_t n, uint64_t *state)
@@ -142,7 +151,8 @@ int main(int argc, char **argv)
 	size_t layer, layer_bytes, copies, flops_pass;
 	unsigned char *w;
 	float *x, *out;
-	double t0, t, passes = 0;
+	double t0, t, c0, passes = 0;
+	uint32_t m_out = 0, m_in = 0;	/* --matrix */
 
 	for (int i = 1; i + 1 < argc; i += 2) {
 		uint32_t *dst = !strcmp(argv[i], "--dim") ? &dim :
@@ -155,15 +165,32 @@ int main(int argc, char **argv)
 			type_name = argv[i + 1];
 			continue;
 		}
+		if (!strcmp(argv[i], "--matrix")) {
+			char o[16] = "", in[16] = "";
+
+			if (sscanf(argv[i + 1], "%15[0-9]x%15[0-9]", o, in) != 2 ||
+			    parse_u32(o, 1, 1u << 20, &m_out) ||
+			    parse_u32(in, 1, 1u << 20, &m_in)) {
+				fprintf(stderr, "bench_matmul: bad --matrix %s (OUTxIN)\n",
+					argv[i + 1]);
+				return 2;
+			}
+			continue;
+		}
 		if (!dst || parse_u32(argv[i + 1], 1, 1u << 20, dst)) {
 			fprintf(stderr, "bench_matmul: bad option %s %s\n", argv[i],
 				argv[i + 1]);
 			return 2;
 		}
 	}
+	if (m_out) {	/* one matrix: the layer set's code with only it */
+		dim = m_in;
+		hidden = m_out;
+		vocab = 1;
+	}
 	if (!dim || !hidden || !vocab || argc % 2 == 0) {
 		fprintf(stderr, "usage: bench_matmul --dim D --hidden H --vocab V "
-			"[--rows N] [--seconds S] [--type T]\n");
+			"[--rows N] [--seconds S] [--type T] [--matrix OUTxIN]\n");
 		return 2;
 	}
 	type = type_named(type_name);
@@ -187,6 +214,10 @@ int main(int argc, char **argv)
 		      2 * matrix_bytes(type, hidden, dim) +
 		      matrix_bytes(type, dim, hidden) +
 		      matrix_bytes(type, vocab, dim);
+	if (m_out) {
+		layer = (size_t)m_out * m_in;
+		layer_bytes = matrix_bytes(type, m_out, m_in);
+	}
 	copies = 1 + ((size_t)64 << 20) / layer_bytes;
 	w = malloc(layer_bytes * copies);
 	x = random_floats((size_t)rows * (hidden > dim ? hidden : dim), &state);
@@ -198,12 +229,16 @@ int main(int argc, char **argv)
 	{
 		size_t at = 0;
 
-		for (int m = 0; m < 4; m++)
+		if (m_out)
+			at += fill_matrix(w, type, m_out, m_in, &state);
+		for (int m = 0; !m_out && m < 4; m++)
 			at += fill_matrix(w + at, type, dim, dim, &state);
-		at += fill_matrix(w + at, type, hidden, dim, &state);
-		at += fill_matrix(w + at, type, hidden, dim, &state);
-		at += fill_matrix(w + at, type, dim, hidden, &state);
-		at += fill_matrix(w + at, type, vocab, dim, &state);
+		if (!m_out) {
+			at += fill_matrix(w + at, type, hidden, dim, &state);
+			at += fill_matrix(w + at, type, hidden, dim, &state);
+			at += fill_matrix(w + at, type, dim, hidden, &state);
+			at += fill_matrix(w + at, type, vocab, dim, &state);
+		}
 		if (at != layer_bytes) {
 			fprintf(stderr, "bench_matmul: out of memory\n");
 			return 1;
@@ -213,9 +248,16 @@ int main(int argc, char **argv)
 	}
 	flops_pass = 2 * (size_t)rows * layer;
 	t0 = now_s();
+	c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
 	do {
 		const unsigned char *p = w + (size_t)((size_t)passes % copies) * layer_bytes;
 
+		if (m_out) {
+			bench_matmul(k, type, out, x, rows, p, m_in, m_out);
+			passes++;
+			t = now_s() - t0;
+			continue;
+		}
 		for (int m = 0; m < 4; m++, p += matrix_bytes(type, dim, dim))
 			bench_matmul(k, type, out, x, rows, p, dim, dim);
 		bench_matmul(k, type, out, x, rows, p, dim, hidden);	/* w1 */
@@ -228,9 +270,15 @@ int main(int argc, char **argv)
 		passes++;
 		t = now_s() - t0;
 	} while (t < seconds);
-	printf("matmul_gflops=%.2f rows=%u type=%s rows_per_s=%.0f weight_gb_s=%.2f\n",
+	c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+	printf("matmul_gflops=%.2f rows=%u type=%s rows_per_s=%.0f weight_gb_s=%.2f cpu_gflops=%.2f cpu_weight_gb_s=%.2f",
 	       passes * (double)flops_pass / t / 1e9, rows, type_name,
-	       passes * rows / t, passes * (double)layer_bytes / t / 1e9);
+	       passes * rows / t, passes * (double)layer_bytes / t / 1e9,
+	       passes * (double)flops_pass / c0 / 1e9,
+	       passes * (double)layer_bytes / c0 / 1e9);
+	if (m_out)
+		printf(" matrix=%ux%u", m_out, m_in);
+	printf("\n");
 	free(w);
 	free(x);
 	free(out);

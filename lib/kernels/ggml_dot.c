@@ -96,14 +96,12 @@ static void ggml_block32_acc(float acc[8], float *macc, enum dtype type,
 	for (int l = 0; l < 8; l++) {
 		int32_t L = 0;
 
-		for (int i = 4 * l; i < 4 * l + 4; i++)	/* the stored codes */
-			L += (int32_t)(u.v[i] + u.bias) * a->q[i];
+		for (int i = 4 * l; i < 4 * l + 4; i++)	/* Q4_0/Q5_0 signed */
+			L += (int32_t)u.v[i] * a->q[i];
 		acc[l] = fmaf((float)L, dd, acc[l]);
 	}
 	if (u.has_min)
 		*macc = *macc + u.m * a->s;
-	else if (u.bias)	/* -bias * d is exact: a power of two */
-		*macc = *macc + (-(float)u.bias * u.d) * a->s;
 }
 
 /* acc += one 256-block's contribution (ggml_quants.h). */

@@ -20,13 +20,14 @@
  * on its activation row and weight row):
  *
  *   32-blocks: integer lanes L[l] = sum over i in 4l .. 4l + 3 of
- *	c[i] * a_q[i], c the weight's stored code (Q8_0's int8, the
- *	others' unsigned 0..15 or 0..31; exact: what AVX2's maddubs + madd
- *	leave in the 8 int32 lanes), then per block, in order, acc[l] =
+ *	c[i] * a_q[i], c the weight's integer (Q8_0's int8, Q4_0's code
+ *	- 8 and Q5_0's code - 16, signed; Q4_1's and Q5_1's unsigned
+ *	0..15 or 0..31; exact: what AVX2's maddubs + madd leave in the 8
+ *	int32 lanes), then per block, in order, acc[l] =
  *	fmaf((float)L[l], d_w * d_a, acc[l]) (one rounding: fmaf() in C,
- *	an FMA in AVX2); the offset, m_w for Q4_1 and Q5_1, -8 d_w for
- *	Q4_0 and -16 d_w for Q5_0, as macc += offset * s_a.  The row's
- *	result is ggml_hsum8(acc) (llama_hsum8()'s tree) + macc.
+ *	an FMA in AVX2); Q4_1's and Q5_1's min as macc += m_w * s_a (the
+ *	signed types need no offset term).  The row's result is
+ *	ggml_hsum8(acc) (llama_hsum8()'s tree) + macc.
  *   256-blocks: per block the exact int32 sumi = sum over sub-blocks j of
  *	sc[j] * (integer dot of sub-block j), and for Q4_K/Q5_K summ = sum
  *	of mn[j] * (sum of a_q over sub-block j); then, block after block,

@@ -472,9 +472,9 @@ static void test_matrix_bytes(void **state)
  * and the accumulation over n_blocks blocks (then 8 lanes' tree and the
  * min sum) at most n_blocks + 4 times; every rounding is within 2^-24
  * of its magnitude, and every magnitude within S = sum over i of
- * (|scale_i * q_i| + 2 |add_i|) * |a_i| (Q4_0/Q5_0's add: the 8 d or
- * 16 d the kernels take off the stored codes' sum; twice, as the code's
- * part grows by as much).  So (n_blocks + 16) * 2^-24 * S, with room,
+ * (|scale_i * q_i| + 2 |add_i|) * |a_i| (Q4_0/Q5_0's add: 8 d or 16 d,
+ * room for a kernel that sums the stored codes and takes the offset off
+ * after; today's dot the signed values, well inside it).  So (n_blocks + 16) * 2^-24 * S, with room,
  * plus the tiny absolute slack of subnormal products.
  */
 static double matmul_bound(const struct type_case *c, const uint8_t *w,
@@ -630,7 +630,7 @@ static void check_invariance(enum dtype type, const struct type_case *c,
 	float *one = malloc(n_out * sizeof(float));
 	float *out = malloc(17 * n_out * sizeof(float));
 	float *row = malloc(cols * sizeof(float));
-	static const size_t n_rows[] = { 1, 3, 17 };
+	static const size_t n_rows[] = { 1, 3, 12, 17, 31 };	/* tiles of 1 .. 8 */
 	struct tensor m = matrix(type, w, n_out, cols);
 
 	assert_true(w && x && one && out && row);
