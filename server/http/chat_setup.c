@@ -28,7 +28,8 @@ int chat_config_resolve(const char *name, const struct text_tokenizer *tok,
 	}
 	if (!tok) {
 		snprintf(out->refusal, sizeof(out->refusal), "this server has no "
-			 "tokenizer (--tokenizer): chat messages cannot be encoded");
+			 "chat template (--chat-template " CHAT_SETUP_NAMES ") and "
+			 "no tokenizer to encode messages (--tokenizer)");
 		return 0;
 	}
 	if (!text_tokenizer_parses_special(tok)) {	/* llama2.c's */
