@@ -518,10 +518,9 @@ static int engine_setup_shards(struct engine *e)
 
 	if (worker_sup_init(&e->sup, &wc, &e->io, &e->seg, e->n_shards) ||
 	    sched_init(&e->sched, &e->seg, &e->slots, &e->sup, e->n_shards,
-		       e->cfg->n_slots))
+		       e->cfg->n_slots, e->cfg->step_tokens))
 		return -ENOMEM;
 	e->sched.vocab = e->vocab;
-	e->sched.step_tokens = e->cfg->step_tokens;
 	e->sched.in_process = e->in_process;
 	e->sched.policy_static = e->cfg->policy_static;
 	e->sched.step_timeout_ms = e->cfg->step_timeout_ms;

@@ -35,7 +35,6 @@
  * on memory a worker can write.
  */
 #include "sched/shard_sched.h"
-#include "sched/step_plan.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -77,7 +76,8 @@ static void shard_warn(struct shard *s, const char *fmt, ...)
  * ---------------------------------------------------------------------- */
 
 int sched_init(struct sched *sc, struct shm_segment *seg, struct slot_table *slots,
-	       struct worker_sup *sup, uint32_t n_shards, uint32_t n_slots)
+	       struct worker_sup *sup, uint32_t n_shards, uint32_t n_slots,
+	       uint32_t step_tokens)
 {
 	uint32_t n = n_shards, b = n_slots;
 
@@ -107,11 +107,6 @@ int sched_init(struct sched *sc, struct shm_segment *seg, struct slot_table *slo
 	sc->slot_logprobs = calloc(b, sizeof(bool));
 	sc->slot_top_logprobs = calloc(b, sizeof(uint32_t));
 	sc->slot_rq = calloc(b, sizeof(*sc->slot_rq));
-	sc->slot_placed = calloc(b, sizeof(*sc->slot_placed));
-	sc->slot_decoding = calloc(b, sizeof(*sc->slot_decoding));
-	sc->plan_rows = calloc(b, sizeof(*sc->plan_rows));
-	sc->plan_order = calloc(b, sizeof(*sc->plan_order));
-	sc->plan_allow = calloc(b, sizeof(*sc->plan_allow));
 	sc->inproc_step = calloc(b, sizeof(*sc->inproc_step));
 	sc->inproc_outcomes = calloc(b, sizeof(*sc->inproc_outcomes));
 	sc->inproc_rows = calloc(b, sizeof(*sc->inproc_rows));
@@ -120,9 +115,8 @@ int sched_init(struct sched *sc, struct shm_segment *seg, struct slot_table *slo
 	if (!sc->slot_limit || !sc->slot_drain || !sc->slot_prefilled ||
 	    !sc->slot_logprobs || !sc->slot_top_logprobs || !sc->slot_rq ||
 	    !sc->inproc_step || !sc->inproc_outcomes || !sc->inproc_rows ||
-	    !sc->inproc_sampled || !sc->inproc_logprobs || !sc->slot_placed ||
-	    !sc->slot_decoding || !sc->plan_rows || !sc->plan_order ||
-	    !sc->plan_allow)
+	    !sc->inproc_sampled || !sc->inproc_logprobs ||
+	    step_planner_init(&sc->planner, b, step_tokens))
 		return -ENOMEM;
 	return 0;
 }
@@ -143,11 +137,7 @@ void sched_destroy(struct sched *sc)
 	free(sc->slot_logprobs);
 	free(sc->slot_top_logprobs);
 	free(sc->slot_rq);
-	free(sc->slot_placed);
-	free(sc->slot_decoding);
-	free(sc->plan_rows);
-	free(sc->plan_order);
-	free(sc->plan_allow);
+	step_planner_destroy(&sc->planner);
 	free(sc->inproc_step);
 	free(sc->inproc_outcomes);
 	free(sc->inproc_rows);
@@ -271,8 +261,7 @@ int shard_place(struct sched *sc, uint32_t slot, uint32_t handle,
 	}
 	sc->slot_limit[slot] = limit;
 	sc->slot_prefilled[slot] = 0;
-	sc->slot_placed[slot] = ++sc->place_clock;
-	sc->slot_decoding[slot] = false;
+	step_planner_place(&sc->planner, slot);
 	shard_write_sampling(sc, slot, rq);
 	s->n_active++;
 	s->redispatch = true;
@@ -375,8 +364,7 @@ void shard_forget_prefill(struct sched *sc, const struct shard *s)
 {
 	memset(sc->slot_prefilled + s->first_slot, 0,
 	       s->n_slots * sizeof(sc->slot_prefilled[0]));
-	memset(sc->slot_decoding + s->first_slot, 0,
-	       s->n_slots * sizeof(sc->slot_decoding[0]));
+	step_planner_forget(&sc->planner, s->first_slot, s->n_slots);
 }
 
 /* A new worker starts on the shard (its channel has started over): a
@@ -425,33 +413,6 @@ static void shard_pop_suspect(struct shard *s)
 }
 
 /*
- * The step plan for rows[0 .. n) into each row's step_consume
- * (sched/step_plan.h): what each still has to consume, as far as we
- * know it (fresh: the worker starts from the blocks' kv_cached, after a
- * reset), and its age.
- */
-static void shard_plan_rows(struct sched *sc, struct shm_dispatch_row *rows,
-			    uint32_t n, bool fresh)
-{
-	for (uint32_t i = 0; i < n; i++) {
-		uint32_t slot = rows[i].slot, held = rows[i].kv_cached;
-
-		if (!fresh && sc->slot_prefilled[slot] > held)
-			held = sc->slot_prefilled[slot];
-		if (held >= rows[i].n_tokens)	/* the last one is consumed again */
-			held = rows[i].n_tokens ? rows[i].n_tokens - 1 : 0;
-		sc->plan_rows[i] = (struct step_plan_row){
-			.remaining = !fresh && sc->slot_decoding[slot] ?
-				     1 : rows[i].n_tokens - held,
-			.age = sc->slot_placed[slot] };
-	}
-	step_plan(sc->step_tokens, sc->plan_rows, n, sc->plan_order,
-		  sc->plan_allow);
-	for (uint32_t i = 0; i < n; i++)
-		rows[i].step_consume = sc->plan_allow[i];
-}
-
-/*
  * Collect the rows of the shard's next dispatch into rows: every ACTIVE
  * slot, to be extended up to its request's limit; or, while requests are
  * under suspicion after a worker died, the first suspect alone for one
@@ -473,7 +434,7 @@ static uint32_t shard_collect_rows(struct sched *sc, struct shard *s,
 				.slot = slot, .generation = st->generation,
 				.n_tokens = st->n_tokens, .limit = st->n_tokens + 1 };
 			sched_kv_row(&sc->kv, slot, &rows[0]);
-			shard_plan_rows(sc, rows, 1, s->reset);
+			step_planner_fill(&sc->planner, rows, 1, sc->slot_prefilled, s->reset);
 			s->suspect_id = s->chan.next_dispatch_id;
 			return 1;
 		}
@@ -491,7 +452,7 @@ static uint32_t shard_collect_rows(struct sched *sc, struct shard *s,
 			.limit = s->lockstep ? st->n_tokens + 1 : sc->slot_limit[slot] };
 		sched_kv_row(&sc->kv, slot, &rows[n++]);
 	}
-	shard_plan_rows(sc, rows, n, s->reset);
+	step_planner_fill(&sc->planner, rows, n, sc->slot_prefilled, s->reset);
 	return n;
 }
 
@@ -738,13 +699,8 @@ bool shard_result_next(struct sched *sc, struct shard *s, struct shard_result *r
 		s->committing_id = r->id;
 		*a = (struct shard_action){ .kind = SHARD_ACT_TOKEN, .slot = row->slot,
 					    .token = row->token, .lp = &cr->lp };
-		if (!sc->slot_decoding[row->slot]) {
-			/* its prefill is done: a new plan gives the budget it
-			 * had to the next prefill row */
-			sc->slot_decoding[row->slot] = true;
-			if (sc->step_tokens)
-				s->redispatch = true;
-		}
+		if (step_planner_commit(&sc->planner, row->slot))
+			s->redispatch = true;	/* a new plan (step_plan.h) */
 		if (sched_kv_commit(&sc->kv, s->index, row->slot, row->token))
 			s->redispatch = true;	/* its hold ended */
 		r->last_slot = row->slot;

@@ -25,6 +25,7 @@
 
 #include "ipc/shm_segment.h"
 #include "shard/shard_channel.h"
+#include "sched/step_plan.h"
 #include "shard/worker_supervisor.h"
 #include "sched/sched_kv.h"
 #include "sched/slot_table.h"
@@ -133,17 +134,8 @@ struct sched {
 					 * logprobs (shard_write_sampling()) */
 	uint32_t *slot_top_logprobs;	/* per slot: the alternatives it asked
 					 * for (a result's checked bound) */
-	/* the step plan (sched/step_plan.h, docs/DESIGN.md 11.2) */
-	uint32_t step_tokens;		/* --step-tokens: budget a step; 0 none */
-	uint64_t place_clock;		/* placements so far: ages */
-	uint64_t *slot_placed;		/* per slot: its request's placement
-					 * (place_clock then): its age */
-	bool *slot_decoding;		/* per slot: a token was committed since
-					 * it was placed or its prefill was
-					 * forgotten: it consumes one a step */
-	struct step_plan_row *plan_rows;	/* n_slots scratch each */
-	uint32_t *plan_order;
-	uint32_t *plan_allow;
+	/* the step plan (docs/DESIGN.md 11.2) */
+	struct step_planner planner;
 	struct sched_request *slot_rq;	/* per slot, in-process: what the
 					 * runner reads of its request */
 	/* in-process stepping, n_slots each */
@@ -161,7 +153,8 @@ struct sched {
 /* 0 or -ENOMEM: the shards (n_shards over n_slots), their channels and
  * the per-slot arrays.  sched_destroy() frees them (also after a failure). */
 int sched_init(struct sched *sc, struct shm_segment *seg, struct slot_table *slots,
-	       struct worker_sup *sup, uint32_t n_shards, uint32_t n_slots);
+	       struct worker_sup *sup, uint32_t n_shards, uint32_t n_slots,
+	       uint32_t step_tokens);
 void sched_destroy(struct sched *sc);
 
 /* Does the shard's worker owe us results (rows it has been sent)? */

@@ -93,6 +93,7 @@
 #include "tools/llama_shape.h"
 #include "tools/vocab/vocab_file.h"
 #include "util/parse_num.h"
+#include "util/file_map.h"
 #include "util/strbuf.h"
 
 /* ------------------------------------------------------------------------
@@ -447,29 +448,6 @@ out:
 	return rc;
 }
 
-/* The whole of a text file (--chat-template) into *out (malloc'd). */
-static int read_text_file(const char *path, char **out, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	struct strbuf b = STRBUF_INIT;
-	char buf[4096];
-	size_t n;
-
-	*out = NULL;
-	if (!f)
-		return -errno;
-	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
-		if (strbuf_append(&b, buf, n)) {
-			fclose(f);
-			strbuf_release(&b);
-			return -ENOMEM;
-		}
-	fclose(f);
-	*len = b.len;
-	*out = b.data ? b.data : strdup("");
-	return *out ? 0 : -ENOMEM;
-}
-
 static int add_tensors(struct gguf_writer *g, const struct plan *p,
 		       const struct item *it, size_t n)
 {
@@ -680,7 +658,7 @@ int main(int argc, char **argv)
 	const char *tmpl_path = NULL;
 	struct vocab_file vf;
 	bool vf_loaded = false;
-	char *tmpl = NULL;
+	struct file_map tmpl = { 0 };	/* --chat-template's file */
 	uint32_t alignment = GGUF_DEFAULT_ALIGNMENT;
 	bool shape_given = false;
 	char err[512];
@@ -779,14 +757,13 @@ int main(int argc, char **argv)
 		p.vocab = &vf.spec;
 	}
 	if (tmpl_path) {
-		int trc = read_text_file(tmpl_path, &tmpl, &p.chat_template_len);
-
-		if (trc) {
-			fprintf(stderr, "make_gguf: --chat-template '%s': %s\n",
-				tmpl_path, strerror(-trc));
+		if (file_map_open(&tmpl, tmpl_path, "--chat-template file", err,
+				  sizeof(err))) {
+			fprintf(stderr, "make_gguf: %s\n", err);
 			goto out;
 		}
-		p.chat_template = tmpl;
+		p.chat_template = tmpl.data;
+		p.chat_template_len = tmpl.size;
 	}
 	if (shape_check(&p.s, "make_gguf") || rows_check(&p))
 		goto out;
@@ -813,7 +790,7 @@ out:
 	tokenizer_free(tok);
 	if (vf_loaded)
 		vocab_file_free(&vf);
-	free(tmpl);
+	file_map_close(&tmpl);
 	llama_checkpoint_close(&ck);
 	return rc;
 }

@@ -20,6 +20,7 @@
  * than serving a prompt the model was not trained on.
  */
 #include "text/chat_template.h"
+#include "util/err_fail.h"
 #include "text/unicode.h"
 
 #include <errno.h>
@@ -337,19 +338,6 @@ static const char *role_name(enum chat_msg_role r)
 	return "?";
 }
 
-static int fail(char *err, size_t err_len, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t err_len, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && err_len) {
-		va_start(ap, fmt);
-		vsnprintf(err, err_len, fmt, ap);
-		va_end(ap);
-	}
-	return -EINVAL;
-}
 
 // ------------------------------------------------------------------------
 // The [INST] families
@@ -365,7 +353,7 @@ static int inst_check_order(const struct chat_msg *m, size_t loop_i, size_t i,
 {
 	if ((m->role == CHAT_MSG_USER) == (loop_i % 2 == 0))
 		return 0;
-	return fail(err, err_len, "messages[%zu]: role '%s': the template "
+	return err_fail(err, err_len, "messages[%zu]: role '%s': the template "
 		    "needs roles to alternate user/assistant/user/... %s", i,
 		    role_name(m->role), i != loop_i ? "after the first system "
 		    "message" : "from the first message");
@@ -445,7 +433,7 @@ static int render_mistral(const struct chat_msg *msgs, size_t n, bool eos_space,
 		if (rc)
 			return rc;
 		if (msgs[i].role == CHAT_MSG_SYSTEM)
-			return fail(err, err_len, "messages[%zu]: role 'system': the "
+			return err_fail(err, err_len, "messages[%zu]: role 'system': the "
 				    "template takes only user and assistant messages", i);
 		if (msgs[i].role == CHAT_MSG_USER) {
 			put_str(o, "[INST] ");
@@ -630,11 +618,11 @@ int chat_template_render(enum chat_family f, const struct chat_msg *msgs,
 	int rc = 0;
 
 	if (!n || !msgs)
-		return fail(err, err_len, "messages: the conversation is empty");
+		return err_fail(err, err_len, "messages: the conversation is empty");
 	for (size_t i = 0; i < n; i++)
 		if (msgs[i].role != CHAT_MSG_SYSTEM && msgs[i].role != CHAT_MSG_USER &&
 		    msgs[i].role != CHAT_MSG_ASSISTANT)
-			return fail(err, err_len, "messages[%zu]: unknown role", i);
+			return err_fail(err, err_len, "messages[%zu]: unknown role", i);
 	switch (f) {
 	case CHAT_FAMILY_LLAMA2:
 		rc = render_llama2(msgs, n, bos_text, eos_text, &o, err, err_len);
@@ -666,7 +654,7 @@ int chat_template_render(enum chat_family f, const struct chat_msg *msgs,
 		render_zephyr(msgs, n, eos_text, add_generation_prompt, &o);
 		break;
 	default:
-		return fail(err, err_len, "chat template: no family %d", (int)f);
+		return err_fail(err, err_len, "chat template: no family %d", (int)f);
 	}
 	if (rc)
 		return rc;

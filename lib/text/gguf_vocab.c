@@ -10,6 +10,7 @@
  * duplicated pair keeps its lowest rank.
  */
 #include "text/gguf_tokenizer_impl.h"
+#include "util/err_fail.h"
 
 #include <errno.h>
 #include <math.h>
@@ -23,17 +24,6 @@
 #include "text/unicode.h"
 #include "util/log_escape.h"
 
-static int fail(char *err, size_t err_len, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && err_len) {
-		va_start(ap, fmt);
-		vsnprintf(err, err_len, fmt, ap);
-		va_end(ap);
-	}
-	return -EINVAL;
-}
 
 /* A table of at least 2n slots, a power of two. */
 static uint64_t table_size(uint64_t n)
@@ -129,16 +119,16 @@ static int copy_tokens(struct gguf_tokenizer *t,
 	uint32_t n = spec->n_tokens;
 
 	if (n == 0 || n > GGUF_TOKENIZER_MAX_VOCAB)
-		return fail(err, err_len, "vocabulary of %u tokens (1..%u expected)",
+		return err_fail(err, err_len, "vocabulary of %u tokens (1..%u expected)",
 			    n, GGUF_TOKENIZER_MAX_VOCAB);
 	if (!spec->tokens || !spec->token_lens)
-		return fail(err, err_len, "vocabulary without its token texts");
+		return err_fail(err, err_len, "vocabulary without its token texts");
 	for (uint32_t i = 0; i < n; i++) {
 		if (spec->token_lens[i] > GGUF_TOKENIZER_MAX_TOKEN_LEN)
-			return fail(err, err_len, "token %u is %u bytes long (at most %u)",
+			return err_fail(err, err_len, "token %u is %u bytes long (at most %u)",
 				    i, spec->token_lens[i], GGUF_TOKENIZER_MAX_TOKEN_LEN);
 		if (spec->token_lens[i] && !spec->tokens[i])
-			return fail(err, err_len, "token %u has no text", i);
+			return err_fail(err, err_len, "token %u has no text", i);
 		total += spec->token_lens[i] + 1;
 	}
 	t->n_tokens = n;
@@ -153,10 +143,10 @@ static int copy_tokens(struct gguf_tokenizer *t,
 		int32_t type = spec->token_types ? spec->token_types[i] : 1;
 
 		if (type < 0 || type > GGUF_TOKEN_BYTE)
-			return fail(err, err_len, "token %u has type %d (0..6 expected)",
+			return err_fail(err, err_len, "token %u has type %d (0..6 expected)",
 				    i, type);
 		if (spec->scores && !isfinite(spec->scores[i]))
-			return fail(err, err_len, "token %u has a non-finite score", i);
+			return err_fail(err, err_len, "token %u has a non-finite score", i);
 		t->off[i] = at;
 		t->len[i] = spec->token_lens[i];
 		if (t->len[i])
@@ -189,7 +179,7 @@ static int check_id(const struct gguf_tokenizer *t, const char *what,
 		    int32_t id, char *err, size_t err_len)
 {
 	if (id < -1 || id >= (int64_t)t->n_tokens)
-		return fail(err, err_len, "%s id %d is not a token (vocabulary of %u)",
+		return err_fail(err, err_len, "%s id %d is not a token (vocabulary of %u)",
 			    what, id, t->n_tokens);
 	return 0;
 }
@@ -207,9 +197,9 @@ static int special_ids(struct gguf_tokenizer *t,
 	    (rc = check_id(t, "pad", spec->pad_id, err, err_len)))
 		return rc;
 	if (spec->add_bos && spec->bos_id < 0)
-		return fail(err, err_len, "add_bos is set but there is no bos id");
+		return err_fail(err, err_len, "add_bos is set but there is no bos id");
 	if (spec->add_eos && spec->eos_id < 0)
-		return fail(err, err_len, "add_eos is set but there is no eos id");
+		return err_fail(err, err_len, "add_eos is set but there is no eos id");
 	t->bos = spec->bos_id;
 	t->eos = spec->eos_id;
 	t->eot = spec->eot_id;
@@ -253,11 +243,11 @@ static int byte_tokens(struct gguf_tokenizer *t, char *err, size_t err_len)
 	 * gguf_tokenizer_encode_max() would not hold. */
 	if (t->model == GGUF_MODEL_SPM &&
 	    gguf_vocab_lookup2(t, "\xE2\x96\x81", 3, "", 0) < 0)
-		return fail(err, err_len, "llama vocabulary lacks the space piece U+2581");
+		return err_fail(err, err_len, "llama vocabulary lacks the space piece U+2581");
 	for (uint32_t i = 0; i < t->n_tokens; i++)
 		if (t->model == GGUF_MODEL_SPM && t->type[i] == GGUF_TOKEN_BYTE &&
 		    byte_text_value(t->blob + t->off[i], t->len[i]) < 0)
-			return fail(err, err_len,
+			return err_fail(err, err_len,
 				    "token %u '%s' is of type byte but not <0xXX>",
 				    i, TOKSTR(t, i));
 	for (unsigned b = 0; b < 256; b++) {
@@ -274,7 +264,7 @@ static int byte_tokens(struct gguf_tokenizer *t, char *err, size_t err_len)
 		t->byte_token[b] = gguf_vocab_lookup2(t, s, n, "", 0);
 		if (t->byte_token[b] < 0) {
 			s[n] = '\0';
-			return fail(err, err_len, t->model == GGUF_MODEL_SPM ?
+			return err_fail(err, err_len, t->model == GGUF_MODEL_SPM ?
 				    "llama vocabulary lacks the byte token %s (byte fallback)" :
 				    "gpt2 vocabulary lacks the byte-level character '%s' of byte 0x%02X",
 				    s, b);
@@ -292,18 +282,18 @@ static int add_merge(struct gguf_tokenizer *t, uint32_t rank, const char *m,
 	uint64_t i;
 
 	if (!sp)
-		return fail(err, err_len, "merge %u '%s' has no space between two tokens",
+		return err_fail(err, err_len, "merge %u '%s' has no space between two tokens",
 			    rank, log_escape(m, (char[64]){ 0 }, 64));
 	la = (size_t)(sp - m);
 	lb = len - la - 1;
 	left = gguf_vocab_lookup2(t, m, la, "", 0);
 	right = gguf_vocab_lookup2(t, sp + 1, lb, "", 0);
 	if (left < 0 || right < 0)
-		return fail(err, err_len, "merge %u '%s' names a missing token",
+		return err_fail(err, err_len, "merge %u '%s' names a missing token",
 			    rank, log_escape(m, (char[64]){ 0 }, 64));
 	result = gguf_vocab_lookup2(t, m, la, sp + 1, lb);
 	if (result < 0)
-		return fail(err, err_len, "merge %u '%s' makes a string that is no token",
+		return err_fail(err, err_len, "merge %u '%s' makes a string that is no token",
 			    rank, log_escape(m, (char[64]){ 0 }, 64));
 	for (i = pair_hash(left, right) & t->merge_mask;;
 	     i = (i + 1) & t->merge_mask) {
@@ -326,10 +316,10 @@ static int index_merges(struct gguf_tokenizer *t,
 	int rc;
 
 	if (spec->n_merges > GGUF_TOKENIZER_MAX_MERGES)
-		return fail(err, err_len, "%u merges (at most %u)", spec->n_merges,
+		return err_fail(err, err_len, "%u merges (at most %u)", spec->n_merges,
 			    GGUF_TOKENIZER_MAX_MERGES);
 	if (spec->n_merges && (!spec->merges || !spec->merge_lens))
-		return fail(err, err_len, "merges without their texts");
+		return err_fail(err, err_len, "merges without their texts");
 	size = table_size(spec->n_merges);
 	t->merge_hash = malloc(size * sizeof(*t->merge_hash));
 	if (!t->merge_hash)
@@ -478,22 +468,22 @@ static int model_and_pre(struct gguf_tokenizer *t,
 			 size_t err_len)
 {
 	if (!spec->model)
-		return fail(err, err_len, "no tokenizer model (tokenizer.ggml.model)");
+		return err_fail(err, err_len, "no tokenizer model (tokenizer.ggml.model)");
 	if (strcmp(spec->model, "llama") == 0) {
 		t->model = GGUF_MODEL_SPM;
 		if (!spec->scores)
-			return fail(err, err_len, "llama vocabulary without scores");
+			return err_fail(err, err_len, "llama vocabulary without scores");
 		return 0;
 	}
 	if (strcmp(spec->model, "gpt2") != 0)
-		return fail(err, err_len, "unknown tokenizer model '%s' (llama or gpt2 expected)",
+		return err_fail(err, err_len, "unknown tokenizer model '%s' (llama or gpt2 expected)",
 			    log_escape(spec->model, (char[64]){ 0 }, 64));
 	t->model = GGUF_MODEL_BPE;
 	if (!spec->pre)
-		return fail(err, err_len, "gpt2 vocabulary without a pre-tokenizer name "
+		return err_fail(err, err_len, "gpt2 vocabulary without a pre-tokenizer name "
 			    "(tokenizer.ggml.pre)");
 	if (pretok_from_name(spec->pre, &t->pre) < 0)
-		return fail(err, err_len, "unknown pre-tokenizer '%s'",
+		return err_fail(err, err_len, "unknown pre-tokenizer '%s'",
 			    log_escape(spec->pre, (char[64]){ 0 }, 64));
 	/* Llama 3's tokenizer takes a word that is a token whole. */
 	t->ignore_merges = t->pre == PRETOK_LLAMA3;

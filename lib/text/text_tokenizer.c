@@ -32,19 +32,31 @@ static void add_end(struct text_tokenizer *t, int32_t id)
 	t->ends[t->n_ends++] = id;
 }
 
-int text_tokenizer_from_llama2c(struct tokenizer *tok, struct text_tokenizer **out)
+/* A wrapper of one kind (the other NULL), owning it; NULL (it freed)
+ * without memory. */
+static struct text_tokenizer *wrap(struct tokenizer *llama2c,
+				   struct gguf_tokenizer *gguf)
 {
 	struct text_tokenizer *t = calloc(1, sizeof(*t));
 
-	*out = NULL;
 	if (!t) {
-		tokenizer_free(tok);
-		return -ENOMEM;
+		tokenizer_free(llama2c);
+		gguf_tokenizer_free(gguf);
+		return NULL;
 	}
-	t->llama2c = tok;
+	t->llama2c = llama2c;
+	t->gguf = gguf;
+	return t;
+}
+
+int text_tokenizer_from_llama2c(struct tokenizer *tok, struct text_tokenizer **out)
+{
+	struct text_tokenizer *t = *out = wrap(tok, NULL);
+
+	if (!t)
+		return -ENOMEM;
 	add_end(t, tokenizer_eos(tok));
 	add_end(t, tokenizer_bos(tok));
-	*out = t;
 	return 0;
 }
 
@@ -55,20 +67,15 @@ int text_tokenizer_from_gguf(struct gguf_tokenizer *g, struct text_tokenizer **o
 		"<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|endoftext|>",
 		"<|end|>", "<end_of_turn>", "<|end_of_text|>",
 	};
-	struct text_tokenizer *t = calloc(1, sizeof(*t));
+	struct text_tokenizer *t = *out = wrap(NULL, g);
 
-	*out = NULL;
-	if (!t) {
-		gguf_tokenizer_free(g);
+	if (!t)
 		return -ENOMEM;
-	}
-	t->gguf = g;
 	add_end(t, gguf_tokenizer_eos(g));
 	add_end(t, gguf_tokenizer_eot(g));
 	add_end(t, gguf_tokenizer_bos(g));
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		add_end(t, gguf_tokenizer_lookup(g, names[i], strlen(names[i])));
-	*out = t;
 	return 0;
 }
 

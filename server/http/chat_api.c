@@ -19,6 +19,7 @@
  * reservation, then unchecked writes (json_writer.h).
  */
 #include "server/http/chat_api.h"
+#include "util/err_fail.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -60,16 +61,6 @@ const char *chat_template_name(enum chat_template t)
 	}
 }
 
-__attribute__((format(printf, 3, 4)))
-static int fail(char *err, size_t err_len, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err, err_len, fmt, ap);
-	va_end(ap);
-	return -EINVAL;
-}
 
 /* ------------------------------------------------------------------------
  * Rendering
@@ -111,14 +102,14 @@ static int llama2_check_order(const struct chat_message *msgs, size_t n,
 	size_t first = msgs[0].role == CHAT_ROLE_SYSTEM;
 
 	if (first == n)
-		return fail(err, err_len, "messages: the llama2 template needs a "
+		return err_fail(err, err_len, "messages: the llama2 template needs a "
 			    "user message after the system message");
 	for (size_t i = first; i < n; i++) {
 		enum chat_role want = (i - first) % 2 ? CHAT_ROLE_ASSISTANT :
 							CHAT_ROLE_USER;
 
 		if (msgs[i].role != want)
-			return fail(err, err_len, "messages[%zu].role is '%s' where "
+			return err_fail(err, err_len, "messages[%zu].role is '%s' where "
 				    "the llama2 template needs '%s': it takes one "
 				    "optional system message first, then user and "
 				    "assistant messages in turn, the last one the "
@@ -126,7 +117,7 @@ static int llama2_check_order(const struct chat_message *msgs, size_t n,
 				    role_names[want]);
 	}
 	if (msgs[n - 1].role != CHAT_ROLE_USER)
-		return fail(err, err_len, "messages[%zu].role is 'assistant': the "
+		return err_fail(err, err_len, "messages[%zu].role is 'assistant': the "
 			    "llama2 template needs the last message to be the "
 			    "user's", n - 1);
 	return 0;
@@ -208,7 +199,7 @@ int chat_render(enum chat_template t, const struct chat_message *msgs,
 {
 	memset(out, 0, sizeof(*out));
 	if (!n)
-		return fail(err, err_len, "field 'messages' must not be empty");
+		return err_fail(err, err_len, "field 'messages' must not be empty");
 	out->turn_end = calloc(n, sizeof(*out->turn_end));
 	if (!out->turn_end)
 		return -ENOMEM;
@@ -218,7 +209,7 @@ int chat_render(enum chat_template t, const struct chat_message *msgs,
 	case CHAT_TEMPLATE_CHATML:
 		return render_chatml(msgs, n, out);
 	default:
-		return fail(err, err_len, "this server has no chat template "
+		return err_fail(err, err_len, "this server has no chat template "
 			    "(--chat-template " CHAT_TEMPLATE_NAMES ")");
 	}
 }
@@ -284,7 +275,7 @@ static int content_get(const json_t *v, size_t i, struct strbuf *store,
 		return strbuf_append(store, json_string_value(v),
 				     json_string_length(v)) ? -ENOMEM : 0;
 	if (!json_is_array(v))
-		return fail(err, err_len, "messages[%zu].content must be a string "
+		return err_fail(err, err_len, "messages[%zu].content must be a string "
 			    "or an array of text parts", i);
 	for (size_t j = 0; j < json_array_size(v); j++) {
 		const json_t *part = json_array_get(v, j);
@@ -292,15 +283,15 @@ static int content_get(const json_t *v, size_t i, struct strbuf *store,
 		const json_t *text = json_object_get(part, "text");
 
 		if (!json_is_object(part))
-			return fail(err, err_len, "messages[%zu].content[%zu] must "
+			return err_fail(err, err_len, "messages[%zu].content[%zu] must "
 				    "be an object {\"type\":\"text\",\"text\":...}",
 				    i, j);
 		if (!json_is_string(type) || strcmp(json_string_value(type), "text"))
-			return fail(err, err_len, "messages[%zu].content[%zu].type "
+			return err_fail(err, err_len, "messages[%zu].content[%zu].type "
 				    "must be \"text\": only text parts are taken",
 				    i, j);
 		if (!json_is_string(text))
-			return fail(err, err_len, "messages[%zu].content[%zu].text "
+			return err_fail(err, err_len, "messages[%zu].content[%zu].text "
 				    "must be a string", i, j);
 		if (strbuf_append(store, json_string_value(text),
 				  json_string_length(text)))
@@ -322,13 +313,13 @@ static int messages_get(const json_t *obj, struct chat_message **msgs,
 	*msgs = NULL;
 	*n = 0;
 	if (!arr || json_is_null(arr))
-		return fail(err, err_len, "missing required field 'messages'");
+		return err_fail(err, err_len, "missing required field 'messages'");
 	if (!json_is_array(arr))
-		return fail(err, err_len, "field 'messages' must be an array of "
+		return err_fail(err, err_len, "field 'messages' must be an array of "
 			    "{\"role\":...,\"content\":...} objects");
 	count = json_array_size(arr);
 	if (!count)
-		return fail(err, err_len, "field 'messages' must not be empty");
+		return err_fail(err, err_len, "field 'messages' must not be empty");
 	*msgs = calloc(count, sizeof(**msgs));
 	ends = calloc(count, sizeof(*ends));
 	if (!*msgs || !ends) {
@@ -342,12 +333,12 @@ static int messages_get(const json_t *obj, struct chat_message **msgs,
 		size_t r;
 
 		if (!json_is_object(m)) {
-			rc = fail(err, err_len, "messages[%zu] must be an object "
+			rc = err_fail(err, err_len, "messages[%zu] must be an object "
 				  "{\"role\":...,\"content\":...}", i);
 			break;
 		}
 		if (!json_is_string(role)) {
-			rc = fail(err, err_len, "messages[%zu].role must be one of "
+			rc = err_fail(err, err_len, "messages[%zu].role must be one of "
 				  "\"system\", \"user\", \"assistant\"", i);
 			break;
 		}
@@ -355,14 +346,14 @@ static int messages_get(const json_t *obj, struct chat_message **msgs,
 			if (!strcmp(json_string_value(role), role_names[r]))
 				break;
 		if (r == 3) {
-			rc = fail(err, err_len, "messages[%zu].role is '%.40s': it "
+			rc = err_fail(err, err_len, "messages[%zu].role is '%.40s': it "
 				  "must be one of \"system\", \"user\", \"assistant\"",
 				  i, json_string_value(role));
 			break;
 		}
 		(*msgs)[i].role = (enum chat_role)r;
 		if (!content)
-			rc = fail(err, err_len, "messages[%zu].content is missing", i);
+			rc = err_fail(err, err_len, "messages[%zu].content is missing", i);
 		else
 			rc = content_get(content, i, store, err, err_len);
 		ends[i] = store->len;
@@ -405,7 +396,7 @@ static int add_chatml_stop(json_t *obj, char *err, size_t err_len)
 							 CHAT_CHATML_END))
 				return 0;
 		if (json_array_size(stop) >= TEXT_STOP_MAX)
-			return fail(err, err_len, "field 'stop' has %zu strings: "
+			return err_fail(err, err_len, "field 'stop' has %zu strings: "
 				    "at most %u with the chatml template, which "
 				    "adds \"" CHAT_CHATML_END "\"",
 				    json_array_size(stop), TEXT_STOP_MAX - 1);
@@ -430,7 +421,7 @@ static int rename_max_tokens(json_t *obj, bool *renamed, char *err,
 	if (!v || json_is_null(v))
 		return 0;
 	if (old && !json_is_null(old))
-		return fail(err, err_len, "fields 'max_tokens' and "
+		return err_fail(err, err_len, "fields 'max_tokens' and "
 			    "'max_completion_tokens' are the same limit: give one");
 	if (json_object_set(obj, "max_tokens", v))
 		return -ENOMEM;
@@ -511,7 +502,6 @@ static int chat_family_encode(int family, const struct chat_message *msgs, size_
 	}
 out:
 	strbuf_release(&text);
-	(void)eos_len;
 	return rc;
 }
 
@@ -541,13 +531,13 @@ static int set_prompt(json_t *obj, const struct chat_config *cc,
 		 * longest piece (+1: a dummy-prefix space may join it) */
 		if (p.text.len / (text_tokenizer_longest_piece(lim->tok) + 1) >
 		    lim->max_context)
-			rc = fail(err, err_len, "messages: the prompt the chat "
+			rc = err_fail(err, err_len, "messages: the prompt the chat "
 				  "template renders (%zu bytes) exceeds the context "
 				  "limit %u", p.text.len, lim->max_context);
 		else
 			rc = chat_prompt_encode(&p, lim->tok, &ids, &n_ids);
 		if (rc && rc != -EINVAL && rc != -ENOMEM)
-			rc = fail(err, err_len, "messages: cannot encode: %s",
+			rc = err_fail(err, err_len, "messages: cannot encode: %s",
 				  strerror(-rc));
 	}
 	if (!rc) {
@@ -580,9 +570,9 @@ int chat_parse(const char *body, size_t len, const struct chat_config *cc,
 	memset(out, 0, sizeof(*out));
 	*param = NULL;
 	if (cc->refusal[0])
-		return fail(err, err_len, "%s", cc->refusal);
+		return err_fail(err, err_len, "%s", cc->refusal);
 	if (!lim->tok || (cc->family < 0 && cc->builtin == CHAT_TEMPLATE_NONE))
-		return fail(err, err_len, "this server has no chat template: it "
+		return err_fail(err, err_len, "this server has no chat template: it "
 			    "was started without --chat-template "
 			    CHAT_TEMPLATE_NAMES);
 	obj = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY |
@@ -594,7 +584,7 @@ int chat_parse(const char *body, size_t len, const struct chat_config *cc,
 	}
 	if (json_object_get(obj, "prompt")) {
 		*param = "prompt";
-		rc = fail(err, err_len, "field 'prompt' is /v1/completions'; a chat "
+		rc = err_fail(err, err_len, "field 'prompt' is /v1/completions'; a chat "
 			  "request sends 'messages'");
 		goto out;
 	}
