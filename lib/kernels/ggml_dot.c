@@ -1,6 +1,6 @@
 /*
- * ggml_dot.c - the ggml block types' portable matmul and the activation
- * quantizers both twins share (ggml_quants.h says the arithmetic, which
+ * ggml_dot.c - the ggml block types' portable matmul and activation
+ * quantizers (ggml_quants.h says the arithmetic and the layouts, which
  * ggml_dot_avx2.c repeats bit for bit).
  *
  * NOTES ON THE DESIGN
@@ -10,6 +10,9 @@
  * buffer not be had, each activation block is quantized again where it
  * is used: a block's quantization depends on its own values only, so the
  * result is the same, only slower; the AVX2 twin falls back to this.
+ * The nibble types meet their blocks two at a time (struct ggml_act32x2),
+ * lane for lane what the AVX2 register holds; an odd last block meets an
+ * empty half, zeros whose fmaf() leaves the lanes as they were.
  * Each weight block is unpacked by ggml_unpack.h (the dequantizer's own
  * reading of the format) into int8 values and integer scales, then dotted
  * in integers exactly.
@@ -19,13 +22,15 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* ------------------------------------------------ activation quantizers */
 
-/* q = round(x * id) clamped to -127..127; nan (a nan or inf input) 0. */
+/* q = x * id rounded to nearest, ties to even (vroundps's rounding),
+ * clamped to -127..127; nan (a nan or inf input) 0. */
 static inline int8_t ggml_act_q(float x, float id)
 {
-	float v = roundf(x * id);
+	float v = rintf(x * id);	/* the default rounding mode: to even */
 
 	if (v > 127)
 		return 127;
@@ -53,14 +58,38 @@ void ggml_quantize_act32(struct ggml_act32 *a, const float *x, size_t n)
 {
 	for (size_t k = 0; k < n / GGML_QK32; k++, a++, x += GGML_QK32) {
 		float id;
-		int sum = 0;
 
 		ggml_act_scale(x, GGML_QK32, &a->d, &id);
-		for (int i = 0; i < GGML_QK32; i++) {
+		for (int i = 0; i < GGML_QK32; i++)
 			a->q[i] = ggml_act_q(x[i], id);
-			sum += a->q[i];
+	}
+}
+
+void ggml_quantize_act32x2(struct ggml_act32x2 *a, const float *x, size_t n)
+{
+	size_t n_blocks = n / GGML_QK32;
+
+	for (size_t k = 0; k < n_blocks; k += 2, a++) {
+		memset(a, 0, sizeof(*a));
+		for (size_t h = 0; h < 2 && k + h < n_blocks; h++) {
+			const float *xb = x + (k + h) * GGML_QK32;
+			float d, id;
+			int sum = 0;
+
+			ggml_act_scale(xb, GGML_QK32, &d, &id);
+			for (int i = 0; i < 16; i++) {
+				int8_t lo = ggml_act_q(xb[i], id);
+				int8_t hi = ggml_act_q(xb[16 + i], id);
+
+				a->lo[16 * h + i] = lo;
+				a->hi[16 * h + i] = hi;
+				a->asum[4 * h + i / 4] += lo + hi;
+				sum += lo + hi;
+			}
+			for (int l = 0; l < 4; l++)
+				a->d[4 * h + l] = d;
+			a->s[h] = d * (float)sum;
 		}
-		a->s = a->d * (float)sum;
 	}
 }
 
@@ -82,11 +111,33 @@ void ggml_quantize_act256(struct ggml_act256 *a, const float *x, size_t n)
 	}
 }
 
+size_t ggml_act_row_bytes(enum dtype type, size_t n_in)
+{
+	size_t n_blocks = n_in / ggml_block_values(type);
+
+	if (ggml_block_values(type) == GGML_QK256)
+		return n_blocks * sizeof(struct ggml_act256);
+	if (ggml_uses_pairs(type))
+		return (n_blocks + 1) / 2 * sizeof(struct ggml_act32x2);
+	return n_blocks * sizeof(struct ggml_act32);
+}
+
+void ggml_quantize_act_row(enum dtype type, void *act, const float *x,
+			   size_t n_in)
+{
+	if (ggml_block_values(type) == GGML_QK256)
+		ggml_quantize_act256(act, x, n_in);
+	else if (ggml_uses_pairs(type))
+		ggml_quantize_act32x2(act, x, n_in);
+	else
+		ggml_quantize_act32(act, x, n_in);
+}
+
 /* ----------------------------------------------------------- dot products */
 
-/* acc[8] and macc += one 32-block's contribution (ggml_quants.h). */
-static void ggml_block32_acc(float acc[8], float *macc, enum dtype type,
-			     const uint8_t *wb, const struct ggml_act32 *a)
+/* acc[8] += one Q8_0 block's contribution (ggml_quants.h). */
+static void ggml_block32_acc(float acc[8], enum dtype type, const uint8_t *wb,
+			     const struct ggml_act32 *a)
 {
 	struct ggml_unpacked32 u;
 	float dd;
@@ -96,12 +147,40 @@ static void ggml_block32_acc(float acc[8], float *macc, enum dtype type,
 	for (int l = 0; l < 8; l++) {
 		int32_t L = 0;
 
-		for (int i = 4 * l; i < 4 * l + 4; i++)	/* Q4_0/Q5_0 signed */
+		for (int i = 4 * l; i < 4 * l + 4; i++)
 			L += (int32_t)u.v[i] * a->q[i];
 		acc[l] = fmaf((float)L, dd, acc[l]);
 	}
-	if (u.has_min)
-		*macc = *macc + u.m * a->s;
+}
+
+/* acc[8] and macc += one pair of 32-blocks' contribution (ggml_quants.h):
+ * wb the first block, its second when full (else the pair's second half
+ * is empty). */
+static void ggml_pair32_acc(float acc[8], float *macc, enum dtype type,
+			    const uint8_t *wb, int full,
+			    const struct ggml_act32x2 *a)
+{
+	unsigned bytes = ggml_block_bytes(type);
+
+	for (int h = 0; h < 2; h++) {
+		struct ggml_unpacked32 u = { .d = 0 };	/* empty: all 0 */
+
+		if (h == 0 || full)
+			ggml_unpack32(&u, type, wb + h * bytes);
+		if (u.has_min)	/* block 2p, then 2p + 1 */
+			*macc = *macc + u.m * a->s[h];
+		for (int j = 0; j < 4; j++) {
+			const int8_t *lo = a->lo + 16 * h + 4 * j;
+			const int8_t *hi = a->hi + 16 * h + 4 * j;
+			int32_t L = 0;
+
+			for (int i = 0; i < 4; i++)
+				L += (int32_t)u.v[4 * j + i] * lo[i] +
+				     (int32_t)u.v[16 + 4 * j + i] * hi[i];
+			acc[4 * h + j] = fmaf((float)L, u.d * a->d[4 * h + j],
+					      acc[4 * h + j]);
+		}
+	}
 }
 
 /* acc += one 256-block's contribution (ggml_quants.h). */
@@ -137,9 +216,25 @@ static float ggml_row_dot(enum dtype type, const uint8_t *w, const float *x,
 {
 	unsigned bytes = ggml_block_bytes(type);
 
-	if (ggml_block_values(type) == GGML_QK32) {
-		const struct ggml_act32 *a = act;
+	if (ggml_uses_pairs(type)) {
+		const struct ggml_act32x2 *a = act;
+		size_t n_blocks = n / GGML_QK32;
 		float acc[8] = { 0 }, macc = 0;
+
+		for (size_t k = 0; k < n_blocks; k += 2) {
+			struct ggml_act32x2 one;
+			int full = k + 1 < n_blocks;
+
+			if (!a)
+				ggml_quantize_act32x2(&one, x + k * GGML_QK32,
+						      (full ? 2 : 1) * GGML_QK32);
+			ggml_pair32_acc(acc, &macc, type, w + k * bytes, full,
+					a ? a + k / 2 : &one);
+		}
+		return ggml_hsum8(acc) + macc;
+	} else if (ggml_block_values(type) == GGML_QK32) {
+		const struct ggml_act32 *a = act;
+		float acc[8] = { 0 };
 
 		for (size_t k = 0; k < n / GGML_QK32; k++) {
 			struct ggml_act32 one;
@@ -147,10 +242,9 @@ static float ggml_row_dot(enum dtype type, const uint8_t *w, const float *x,
 			if (!a)
 				ggml_quantize_act32(&one, x + k * GGML_QK32,
 						    GGML_QK32);
-			ggml_block32_acc(acc, &macc, type, w + k * bytes,
-					 a ? a + k : &one);
+			ggml_block32_acc(acc, type, w + k * bytes, a ? a + k : &one);
 		}
-		return ggml_hsum8(acc) + macc;
+		return ggml_hsum8(acc);
 	} else {
 		const struct ggml_act256 *a = act;
 		float acc = 0;
@@ -174,23 +268,15 @@ void ggml_matmul_portable(float *out, const float *x, size_t n_rows,
 	enum dtype type = w->type;
 	size_t n_in = w->cols, n_out = w->rows;
 	size_t row_bytes = ggml_row_bytes(type, n_in);
-	int big = ggml_block_values(type) == GGML_QK256;
-	size_t act_row = big ? n_in / GGML_QK256 * sizeof(struct ggml_act256) :
-			       n_in / GGML_QK32 * sizeof(struct ggml_act32);
+	size_t act_row = ggml_act_row_bytes(type, n_in);
 	size_t act_bytes;
 	unsigned char *act = NULL;
 	const uint8_t *p = w->data;
 
 	if (!__builtin_mul_overflow(n_rows, act_row, &act_bytes) && act_bytes)
 		act = malloc(act_bytes);
-	for (size_t b = 0; act && b < n_rows; b++) {
-		if (big)
-			ggml_quantize_act256((void *)(act + b * act_row),
-					     x + b * n_in, n_in);
-		else
-			ggml_quantize_act32((void *)(act + b * act_row),
-					    x + b * n_in, n_in);
-	}
+	for (size_t b = 0; act && b < n_rows; b++)
+		ggml_quantize_act_row(type, act + b * act_row, x + b * n_in, n_in);
 	for (size_t o = 0; o < n_out; o++)
 		for (size_t b = 0; b < n_rows; b++)
 			out[b * n_out + o] = ggml_row_dot(

@@ -76,33 +76,7 @@ ALWAYS_INLINE unsigned block_bytes(enum dtype type)
 	}
 }
 
-/* ------------------------------------------------------------- 32-blocks */
-
-/* 16 bytes of nibbles as 32 bytes: low nibbles first (elements 0..15). */
-ALWAYS_INLINE __m256i nibbles32(const uint8_t *qs)
-{
-	__m128i q = _mm_loadu_si128((const __m128i *)qs);
-	__m128i m = _mm_set1_epi8(0x0f);
-
-	return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m),
-				_mm_and_si128(q, m));
-}
-
-/* The 32 bits of the little-endian word at qh as bytes: 16 where set. */
-ALWAYS_INLINE __m256i fifth_bits(const uint8_t *qh)
-{
-	uint32_t h = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 |
-		     (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
-	/* byte k takes byte k / 8 of the word, then tests bit k % 8 */
-	const __m256i pick = _mm256_set_epi64x(
-		0x0303030303030303, 0x0202020202020202,
-		0x0101010101010101, 0x0000000000000000);
-	const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-	__m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), pick);
-
-	v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
-	return _mm256_and_si256(v, _mm256_set1_epi8(16));
-}
+/* ------------------------------------------------------------- Q8_0 */
 
 /* The half at p (any alignment) by F16C: the same bits as fp16_load()
  * (tests/unit/test_ggml_quants.c checks all 65536), in two instructions. */
@@ -114,62 +88,30 @@ ALWAYS_INLINE float half_f16c(const uint8_t *p)
 	return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
 }
 
-/*
- * Weight block b of type as its 32 integers (ggml_quants.h: Q8_0's,
- * Q4_0's and Q5_0's signed, Q4_1's and Q5_1's unsigned codes), d and the
- * min m (Q4_1, Q5_1; else 0).
- */
-ALWAYS_INLINE __m256i unpack32(enum dtype type, const uint8_t *b, float *d,
-			       float *m)
-{
-	*d = half_f16c(b);
-	*m = 0;
-	switch (type) {
-	case DTYPE_GGML_Q8_0:
-		return _mm256_loadu_si256((const __m256i *)(b + 2));
-	case DTYPE_GGML_Q4_0:
-		return _mm256_sub_epi8(nibbles32(b + 2), _mm256_set1_epi8(8));
-	case DTYPE_GGML_Q4_1:
-		*m = half_f16c(b + 2);
-		return nibbles32(b + 4);
-	case DTYPE_GGML_Q5_0:
-		return _mm256_sub_epi8(_mm256_or_si256(nibbles32(b + 6),
-						       fifth_bits(b + 2)),
-				       _mm256_set1_epi8(16));
-	default:	/* DTYPE_GGML_Q5_1 */
-		*m = half_f16c(b + 2);
-		return _mm256_or_si256(nibbles32(b + 8), fifth_bits(b + 4));
-	}
-}
-
-/* Block k of weight row w into acc[] and macc[] of R rows (tile32). */
-ALWAYS_INLINE void block32(int R, enum dtype type, __m256 *acc, float *macc,
+/* Q8_0 block k of weight row w into acc[] of R rows (tile32): the sign
+ * trick maddubs(|w|, sign(a, w)), then madd with ones leaves in int32
+ * lane l the exact sum over elements 4l .. 4l + 3. */
+ALWAYS_INLINE void block32(int R, enum dtype type, __m256 *acc,
 			   const uint8_t *w, const struct ggml_act32 *a,
 			   size_t n_blocks, size_t k)
 {
-	unsigned bytes = block_bytes(type);
-	int has_min = type == DTYPE_GGML_Q4_1 || type == DTYPE_GGML_Q5_1;
+	const uint8_t *b = w + k * block_bytes(type);
 	const __m256i ones = _mm256_set1_epi16(1);
-	float d, m;
-	__m256i wv = unpack32(type, w + k * bytes, &d, &m);
-	/* signed: |w| as unsigned, its sign moved onto a */
-	__m256i aw = has_min ? wv : _mm256_sign_epi8(wv, wv);
-	__m256 dv = _mm256_set1_ps(d);
+	__m256i wv = _mm256_loadu_si256((const __m256i *)(b + 2));
+	__m256i aw = _mm256_sign_epi8(wv, wv);	/* |w|; -128 reads 128 */
+	__m256 dv = _mm256_set1_ps(half_f16c(b));
 
 #pragma GCC unroll 8
 	for (int r = 0; r < R; r++) {
 		const struct ggml_act32 *ab = a + r * n_blocks + k;
 		__m256i y = _mm256_loadu_si256((const __m256i *)ab->q);
-		__m256i p = _mm256_maddubs_epi16(
-			aw, has_min ? y : _mm256_sign_epi8(y, wv));
+		__m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(y, wv));
 		__m256 L = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
 
 		/* d_w * d_a as 8 lanes of the same product: a broadcast
 		 * load and one multiply */
 		acc[r] = _mm256_fmadd_ps(L, _mm256_mul_ps(dv,
 			_mm256_broadcast_ss(&ab->d)), acc[r]);
-		if (has_min)
-			macc[r] = macc[r] + m * ab->s;
 	}
 }
 
@@ -180,6 +122,142 @@ ALWAYS_INLINE void tile32(int R, enum dtype type, float *out, size_t n_out,
 {
 	unsigned bytes = block_bytes(type);
 	__m256 acc[GGML_MR];
+
+#pragma GCC unroll 8
+	for (int r = 0; r < R; r++)
+		acc[r] = _mm256_setzero_ps();
+	for (size_t k = 0; k < n_blocks; k++) {
+		/* the row streams from memory: ask ahead */
+		_mm_prefetch((const char *)(w + (k + 8) * bytes), _MM_HINT_T0);
+		block32(R, type, acc, w, a, n_blocks, k);
+	}
+#pragma GCC unroll 8
+	for (int r = 0; r < R; r++)
+		out[r * n_out] = llama_hsum8(acc[r]);
+}
+
+/* ------------------------------------------------- pairs of 32-blocks */
+
+/* Where a nibble type's fields sit in its block (dtype.h). */
+ALWAYS_INLINE unsigned qs_at(enum dtype type)
+{
+	return type == DTYPE_GGML_Q4_0 ? 2 : type == DTYPE_GGML_Q4_1 ? 4 :
+	       type == DTYPE_GGML_Q5_0 ? 6 : 8;
+}
+
+/* The two blocks' fifth bits (words h0, h1) as bytes of 16 where set, in
+ * the order of their nibbles: *lo elements 0..15 of each block, *hi
+ * elements 16..31. */
+ALWAYS_INLINE void fifth_bits2(uint32_t h0, uint32_t h1, __m256i *lo,
+			       __m256i *hi)
+{
+	/* byte k of a half takes byte k / 8 (+ 2 for *hi) of its word,
+	 * then tests bit k % 8 */
+	const __m256i pick_lo = _mm256_set_epi64x(
+		0x0101010101010101, 0x0000000000000000,
+		0x0101010101010101, 0x0000000000000000);
+	const __m256i pick_hi = _mm256_set_epi64x(
+		0x0303030303030303, 0x0202020202020202,
+		0x0303030303030303, 0x0202020202020202);
+	const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+	const __m256i sixteen = _mm256_set1_epi8(16);
+	__m256i v = _mm256_set_m128i(_mm_cvtsi32_si128((int)h1),
+				     _mm_cvtsi32_si128((int)h0));
+	__m256i l = _mm256_and_si256(_mm256_shuffle_epi8(v, pick_lo), bit);
+	__m256i h = _mm256_and_si256(_mm256_shuffle_epi8(v, pick_hi), bit);
+
+	*lo = _mm256_and_si256(_mm256_cmpeq_epi8(l, bit), sixteen);
+	*hi = _mm256_and_si256(_mm256_cmpeq_epi8(h, bit), sixteen);
+}
+
+ALWAYS_INLINE uint32_t load_u32(const uint8_t *p)
+{
+	uint32_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+ALWAYS_INLINE uint16_t load_u16(const uint8_t *p)
+{
+	uint16_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+/*
+ * The pair of blocks at b (the second only when full) into acc[] and
+ * macc[] of R rows: ab[r] row r's activations for the pair.  One
+ * register holds both blocks' low nibbles (elements 0..15 of block 2p in
+ * its low half, of 2p + 1 in its high half), another their high ones;
+ * the activations are laid out to match (struct ggml_act32x2).
+ */
+ALWAYS_INLINE void pair32(int R, enum dtype type, int full, __m256 *acc,
+			  float *macc, const uint8_t *b,
+			  const struct ggml_act32x2 *a, size_t n_pairs)
+{
+	unsigned bytes = block_bytes(type), at = qs_at(type);
+	int has_min = type == DTYPE_GGML_Q4_1 || type == DTYPE_GGML_Q5_1;
+	int five = type == DTYPE_GGML_Q5_0 || type == DTYPE_GGML_Q5_1;
+	int shift = type == DTYPE_GGML_Q4_0 ? 3 : type == DTYPE_GGML_Q5_0 ? 4 : 0;
+	const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+	const __m256i halves = _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0);
+	__m128i q0 = _mm_loadu_si128((const __m128i *)(b + at));
+	__m128i q1 = full ? _mm_loadu_si128((const __m128i *)(b + bytes + at)) :
+			    _mm_setzero_si128();
+	__m256i q = _mm256_set_m128i(q1, q0);
+	__m256i lo = _mm256_and_si256(q, m4);
+	__m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+	uint32_t h01 = (uint32_t)load_u16(b) |
+		       (full ? (uint32_t)load_u16(b + bytes) << 16 : 0);
+	/* lanes 0..3 d of block 2p, 4..7 of 2p + 1 (0 when empty) */
+	__m256 dv = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(
+		_mm_cvtph_ps(_mm_cvtsi32_si128((int)h01))), halves);
+	float m0 = 0, m1 = 0;
+
+	if (five) {
+		__m256i f_lo, f_hi;
+
+		fifth_bits2(load_u32(b + at - 4),
+			    full ? load_u32(b + bytes + at - 4) : 0, &f_lo, &f_hi);
+		lo = _mm256_or_si256(lo, f_lo);
+		hi = _mm256_or_si256(hi, f_hi);
+	}
+	if (has_min) {
+		m0 = half_f16c(b + 2);
+		m1 = full ? half_f16c(b + bytes + 2) : 0;
+	}
+#pragma GCC unroll 8
+	for (int r = 0; r < R; r++) {
+		const struct ggml_act32x2 *ab = a + r * n_pairs;
+		/* codes <= 31, |a| <= 127: each int16 sum stays below 2^14 */
+		__m256i p = _mm256_add_epi16(
+			_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)ab->lo)),
+			_mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)ab->hi)));
+		__m256i L = _mm256_madd_epi16(p, ones);
+
+		if (shift)	/* v = code - 8 (16): less 8 (16) x sum of a */
+			L = _mm256_sub_epi32(L, _mm256_slli_epi32(_mm256_loadu_si256(
+				(const __m256i *)ab->asum), shift));
+		acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(L), _mm256_mul_ps(
+			dv, _mm256_loadu_ps(ab->d)), acc[r]);
+		if (has_min) {
+			macc[r] = macc[r] + m0 * ab->s[0];
+			if (full)
+				macc[r] = macc[r] + m1 * ab->s[1];
+		}
+	}
+}
+
+/* One weight row against R activation rows of pairs (tile32x2). */
+ALWAYS_INLINE void tile32x2(int R, enum dtype type, float *out, size_t n_out,
+			    const uint8_t *w, const struct ggml_act32x2 *a,
+			    size_t n_blocks)
+{
+	unsigned bytes = block_bytes(type);
+	size_t n_pairs = (n_blocks + 1) / 2, p;
+	__m256 acc[GGML_MR];
 	float macc[GGML_MR];
 
 #pragma GCC unroll 8
@@ -187,11 +265,15 @@ ALWAYS_INLINE void tile32(int R, enum dtype type, float *out, size_t n_out,
 		acc[r] = _mm256_setzero_ps();
 		macc[r] = 0;
 	}
-	for (size_t k = 0; k < n_blocks; k++) {
+	for (p = 0; p < n_blocks / 2; p++) {
+		const uint8_t *b = w + 2 * p * bytes;
+
 		/* the row streams from memory: ask ahead */
-		_mm_prefetch((const char *)(w + (k + 8) * bytes), _MM_HINT_T0);
-		block32(R, type, acc, macc, w, a, n_blocks, k);
+		_mm_prefetch((const char *)(b + 8 * bytes), _MM_HINT_T0);
+		pair32(R, type, 1, acc, macc, b, a + p, n_pairs);
 	}
+	if (n_blocks & 1)
+		pair32(R, type, 0, acc, macc, w + 2 * p * bytes, a + p, n_pairs);
 #pragma GCC unroll 8
 	for (int r = 0; r < R; r++)
 		out[r * n_out] = llama_hsum8(acc[r]) + macc[r];
@@ -387,6 +469,167 @@ ALWAYS_INLINE void tile256(int R, enum dtype type, float *out, size_t n_out,
 		out[r * n_out] = res[r];
 }
 
+/* ------------------------------------------------------- the quantizer */
+
+/* max |x[0 .. 32k)|, and whether any x is nan (then the caller hands the
+ * block to the portable quantizer, which keeps the nan's bits). */
+ALWAYS_INLINE float amax32k(const float *x, int k, int *nan)
+{
+	const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+	__m256 m = _mm256_setzero_ps(), un = _mm256_setzero_ps();
+	__m128 h;
+
+	for (int i = 0; i < 4 * k; i += 2) {
+		__m256 v0 = _mm256_loadu_ps(x + 8 * i);
+		__m256 v1 = _mm256_loadu_ps(x + 8 * i + 8);
+
+		un = _mm256_or_ps(un, _mm256_cmp_ps(v0, v1, _CMP_UNORD_Q));
+		m = _mm256_max_ps(m, _mm256_max_ps(_mm256_and_ps(v0, abs_mask),
+						   _mm256_and_ps(v1, abs_mask)));
+	}
+	*nan = _mm256_movemask_ps(un) != 0;
+	/* max is exact, so any order of the lanes gives the portable max */
+	h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+	h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+	h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+	return _mm_cvtss_f32(h);
+}
+
+/* x[0 .. 32) * id rounded to even and clamped (ggml_act_q()), as bytes
+ * in element order. */
+ALWAYS_INLINE __m256i quant32(const float *x, float id)
+{
+	const __m256 lo = _mm256_set1_ps(-127), hi = _mm256_set1_ps(127);
+	__m256 vid = _mm256_set1_ps(id);
+	__m256i i[4];
+
+#pragma GCC unroll 4
+	for (int j = 0; j < 4; j++) {
+		__m256 v = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * j), vid),
+					   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+
+		v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));	/* nan: 0 */
+		i[j] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi));
+	}
+	/* the packs interleave the 128-bit halves; the permute undoes it */
+	return _mm256_permutevar8x32_epi32(
+		_mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]),
+				   _mm256_packs_epi32(i[2], i[3])),
+		_mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* int32 lane m of the result: the sum of bytes 4m .. 4m + 3 of q. */
+ALWAYS_INLINE __m256i sums4(__m256i q)
+{
+	return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q),
+				 _mm256_set1_epi16(1));
+}
+
+/* Block scale d of amax and its inverse, as ggml_act_scale() has them. */
+ALWAYS_INLINE float act_scale(float amax, float *id)
+{
+	float d = amax / 127;
+
+	*id = d != 0 ? 1 / d : 0;
+	return d;
+}
+
+/* ggml_quantize_act32x2(), vectorised: the same bytes. */
+static GGML_AVX2 void quantize_pairs(struct ggml_act32x2 *a, const float *x,
+				     size_t n)
+{
+	size_t n_blocks = n / GGML_QK32;
+
+	for (size_t k = 0; k < n_blocks; k += 2, a++) {
+		int nb = k + 1 < n_blocks ? 2 : 1, nan = 0;
+		float amax[2], d, id;
+
+		for (int h = 0; h < nb; h++) {
+			int bad;
+
+			amax[h] = amax32k(x + (k + h) * GGML_QK32, 1, &bad);
+			nan |= bad;
+		}
+		if (nan) {
+			ggml_quantize_act32x2(a, x + k * GGML_QK32, nb * GGML_QK32);
+			continue;
+		}
+		memset(a, 0, sizeof(*a));
+		for (int h = 0; h < nb; h++) {
+			__m256i q, t;
+			__m128i s4;
+			int32_t s[4];
+
+			d = act_scale(amax[h], &id);
+			q = quant32(x + (k + h) * GGML_QK32, id);
+			_mm_storeu_si128((__m128i *)(a->lo + 16 * h),
+					 _mm256_castsi256_si128(q));
+			_mm_storeu_si128((__m128i *)(a->hi + 16 * h),
+					 _mm256_extracti128_si256(q, 1));
+			t = sums4(q);
+			s4 = _mm_add_epi32(_mm256_castsi256_si128(t),
+					   _mm256_extracti128_si256(t, 1));
+			_mm_storeu_si128((__m128i *)(a->asum + 4 * h), s4);
+			_mm_storeu_ps(a->d + 4 * h, _mm_set1_ps(d));
+			_mm_storeu_si128((__m128i *)s, s4);
+			a->s[h] = d * (float)(s[0] + s[1] + s[2] + s[3]);
+		}
+	}
+}
+
+/* ggml_quantize_act32(), vectorised. */
+static GGML_AVX2 void quantize_blocks32(struct ggml_act32 *a, const float *x,
+					size_t n)
+{
+	for (size_t k = 0; k < n / GGML_QK32; k++, a++, x += GGML_QK32) {
+		int nan;
+		float id, amax = amax32k(x, 1, &nan);
+
+		if (nan) {
+			ggml_quantize_act32(a, x, GGML_QK32);
+			continue;
+		}
+		a->d = act_scale(amax, &id);
+		_mm256_storeu_si256((__m256i *)a->q, quant32(x, id));
+	}
+}
+
+/* ggml_quantize_act256(), vectorised. */
+static GGML_AVX2 void quantize_blocks256(struct ggml_act256 *a, const float *x,
+					 size_t n)
+{
+	for (size_t k = 0; k < n / GGML_QK256; k++, a++, x += GGML_QK256) {
+		int nan;
+		float id, amax = amax32k(x, 8, &nan);
+
+		if (nan) {
+			ggml_quantize_act256(a, x, GGML_QK256);
+			continue;
+		}
+		a->d = act_scale(amax, &id);
+		for (int c = 0; c < 8; c++) {
+			__m256i q = quant32(x + 32 * c, id), t = sums4(q);
+			int32_t s[8];
+
+			_mm256_storeu_si256((__m256i *)(a->q + 32 * c), q);
+			_mm256_storeu_si256((__m256i *)s, t);
+			a->bsums[2 * c] = (int16_t)(s[0] + s[1] + s[2] + s[3]);
+			a->bsums[2 * c + 1] = (int16_t)(s[4] + s[5] + s[6] + s[7]);
+		}
+	}
+}
+
+void ggml_quantize_act_row_avx2(enum dtype type, void *act, const float *x,
+				size_t n_in)
+{
+	if (ggml_block_values(type) == GGML_QK256)
+		quantize_blocks256(act, x, n_in);
+	else if (ggml_uses_pairs(type))
+		quantize_pairs(act, x, n_in);
+	else
+		quantize_blocks32(act, x, n_in);
+}
+
 /* ----------------------------------------------------------------- matmul */
 
 #define TILE_R(fn, R, T, act_t)                                              \
@@ -410,10 +653,10 @@ static GGML_AVX2 void ggml_tile(enum dtype type, int R, float *out,
 {
 	switch (type) {
 	TILE_TYPE(tile32, DTYPE_GGML_Q8_0, struct ggml_act32);
-	TILE_TYPE(tile32, DTYPE_GGML_Q4_0, struct ggml_act32);
-	TILE_TYPE(tile32, DTYPE_GGML_Q4_1, struct ggml_act32);
-	TILE_TYPE(tile32, DTYPE_GGML_Q5_0, struct ggml_act32);
-	TILE_TYPE(tile32, DTYPE_GGML_Q5_1, struct ggml_act32);
+	TILE_TYPE(tile32x2, DTYPE_GGML_Q4_0, struct ggml_act32x2);
+	TILE_TYPE(tile32x2, DTYPE_GGML_Q4_1, struct ggml_act32x2);
+	TILE_TYPE(tile32x2, DTYPE_GGML_Q5_0, struct ggml_act32x2);
+	TILE_TYPE(tile32x2, DTYPE_GGML_Q5_1, struct ggml_act32x2);
 	TILE_TYPE(tile256, DTYPE_GGML_Q4_K, struct ggml_act256);
 	TILE_TYPE(tile256, DTYPE_GGML_Q5_K, struct ggml_act256);
 	TILE_TYPE(tile256, DTYPE_GGML_Q6_K, struct ggml_act256);
@@ -442,9 +685,7 @@ GGML_AVX2 void ggml_matmul_avx2(float *out, const float *x, size_t n_rows,
 	size_t n_in = t->cols, n_out = t->rows;
 	size_t row_bytes = ggml_row_bytes(type, n_in);
 	size_t qk = ggml_block_values(type), n_blocks = n_in / qk;
-	size_t act_row = n_blocks * (qk == GGML_QK256 ?
-				     sizeof(struct ggml_act256) :
-				     sizeof(struct ggml_act32));
+	size_t act_row = ggml_act_row_bytes(type, n_in);
 	const uint8_t *w = t->data;
 	unsigned char *act = NULL;
 	size_t act_bytes;
@@ -455,14 +696,9 @@ GGML_AVX2 void ggml_matmul_avx2(float *out, const float *x, size_t n_rows,
 		ggml_matmul_portable(out, x, n_rows, t);
 		return;
 	}
-	for (size_t b = 0; b < n_rows; b++) {
-		if (qk == GGML_QK256)
-			ggml_quantize_act256((void *)(act + b * act_row),
-					     x + b * n_in, n_in);
-		else
-			ggml_quantize_act32((void *)(act + b * act_row),
-					    x + b * n_in, n_in);
-	}
+	for (size_t b = 0; b < n_rows; b++)
+		ggml_quantize_act_row_avx2(type, act + b * act_row, x + b * n_in,
+					   n_in);
 	for (size_t ob = 0; ob < n_out; ob += GGML_OB) {
 		size_t oe = n_out - ob < GGML_OB ? n_out : ob + GGML_OB;
 

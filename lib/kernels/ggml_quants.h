@@ -7,27 +7,41 @@
  * in ggml_quantize.h.
  *
  * THE MATMUL.  Each activation row is quantized once per call to the
- * type's companion, our own in-memory blocks (never in a file):
+ * type's companion, our own in-memory blocks (never in a file).  Every
+ * block of x gets d = max |x| / 127 and q = x * (1 / d) rounded to
+ * nearest, ties to even (what AVX's vroundps does; rintf() in C),
+ * clamped to -127..127 (never -128, so the AVX2 sign trick cannot
+ * overflow; a nan or inf input's block gives q = 0 where x * (1 / d) is
+ * nan).  The blocks are laid out as the kernels read them:
  *
- *	struct ggml_act32 for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1: 32 values,
- *	  d = max |x| / 127, q = round(x / d) clamped to -127..127 (never
- *	  -128, so the AVX2 sign trick cannot overflow), s = d * sum(q);
- *	struct ggml_act256 for Q4_K, Q5_K, Q6_K: the same over 256 values,
- *	  with bsums[k] the sum of q over values 16k .. 16k + 15.
+ *	struct ggml_act32 for Q8_0: one 32-block;
+ *	struct ggml_act32x2 for Q4_0, Q4_1, Q5_0, Q5_1: two 32-blocks
+ *	  k = 2p, 2p + 1 side by side, as one AVX2 register holds the two
+ *	  weight blocks' low (then high) nibbles (see below);
+ *	struct ggml_act256 for Q4_K, Q5_K, Q6_K: one 256-block, with
+ *	  bsums[k] the sum of q over values 16k .. 16k + 15.
  *
  * Both twins then compute the same numbers in the same order, so they
  * agree BIT FOR BIT (and each is batch invariant: an output depends only
  * on its activation row and weight row):
  *
- *   32-blocks: integer lanes L[l] = sum over i in 4l .. 4l + 3 of
- *	c[i] * a_q[i], c the weight's integer (Q8_0's int8, Q4_0's code
- *	- 8 and Q5_0's code - 16, signed; Q4_1's and Q5_1's unsigned
- *	0..15 or 0..31; exact: what AVX2's maddubs + madd leave in the 8
- *	int32 lanes), then per block, in order, acc[l] =
- *	fmaf((float)L[l], d_w * d_a, acc[l]) (one rounding: fmaf() in C,
- *	an FMA in AVX2); Q4_1's and Q5_1's min as macc += m_w * s_a (the
- *	signed types need no offset term).  The row's result is
- *	ggml_hsum8(acc) (llama_hsum8()'s tree) + macc.
+ *   Q8_0: integer lanes L[l] = sum over i in 4l .. 4l + 3 of w[i] *
+ *	a_q[i] (exact: what AVX2's maddubs + madd leave in the 8 int32
+ *	lanes), then per block, in order, acc[l] = fmaf((float)L[l], d_w *
+ *	d_a, acc[l]) (one rounding: fmaf() in C, an FMA in AVX2).
+ *   Q4_0, Q4_1, Q5_0, Q5_1: per PAIR of blocks p (blocks 2p, 2p + 1; an
+ *	odd last block pairs with nothing: zero codes, scales and
+ *	activations), lane l < 4 belongs to block 2p and takes its
+ *	elements 4l .. 4l + 3 and 16 + 4l .. 16 + 4l + 3; lane l >= 4 the
+ *	same of block 2p + 1 (l - 4).  L[l] = the exact sum of v * a_q over
+ *	the lane's 8 elements, v the weight's integer (Q4_0's code - 8 and
+ *	Q5_0's code - 16, signed; Q4_1's and Q5_1's unsigned codes), and
+ *	acc[l] = fmaf((float)L[l], d_w * d_a, acc[l]) with the lane's
+ *	block's scales; Q4_1's and Q5_1's min as macc += m_w * s_a, block
+ *	2p then 2p + 1.  One register of two blocks halves the work per
+ *	block against one block a register (docs/DESIGN.md 2.5.3).
+ *   The 32-types' result is ggml_hsum8(acc) (llama_hsum8()'s tree) +
+ *	macc.
  *   256-blocks: per block the exact int32 sumi = sum over sub-blocks j of
  *	sc[j] * (integer dot of sub-block j), and for Q4_K/Q5_K summ = sum
  *	of mn[j] * (sum of a_q over sub-block j); then, block after block,
@@ -79,8 +93,19 @@ void ggml_get_row(float *out, const struct tensor *w, uint32_t row);
 
 struct ggml_act32 {
 	float d;		/* scale: value = d * q */
-	float s;		/* d * (sum of q) */
 	int8_t q[GGML_QK32];
+};
+
+/* Blocks 2p and 2p + 1 of an activation row, for the nibble types: the
+ * order of one AVX2 register holding the two weight blocks' nibbles. */
+struct ggml_act32x2 {
+	int8_t lo[32];	/* q[0 .. 16) of block 2p, then of block 2p + 1 */
+	int8_t hi[32];	/* q[16 .. 32) of block 2p, then of 2p + 1 */
+	float d[8];	/* lanes 0..3 block 2p's d, 4..7 block 2p + 1's */
+	int32_t asum[8];	/* lane l: the sum of lo[4l .. 4l + 3] and
+				 * hi[4l .. 4l + 3] (Q4_0's and Q5_0's
+				 * offset: v = code - 8 or - 16) */
+	float s[2];	/* d * (sum of q) of each block (Q4_1, Q5_1) */
 };
 
 struct ggml_act256 {
@@ -92,8 +117,24 @@ struct ggml_act256 {
 /* x[0 .. n) (n a multiple of 32) as n / 32 blocks at a. */
 void ggml_quantize_act32(struct ggml_act32 *a, const float *x, size_t n);
 
+/* x[0 .. n) (n a multiple of 32) as (n / 32 + 1) / 2 pairs at a. */
+void ggml_quantize_act32x2(struct ggml_act32x2 *a, const float *x, size_t n);
+
 /* x[0 .. n) (n a multiple of 256) as n / 256 blocks at a. */
 void ggml_quantize_act256(struct ggml_act256 *a, const float *x, size_t n);
+
+/* Does type's matmul use struct ggml_act32x2 (the nibble types)? */
+static inline int ggml_uses_pairs(enum dtype type)
+{
+	return type >= DTYPE_GGML_Q4_0 && type <= DTYPE_GGML_Q5_1;
+}
+
+/* Bytes of the quantized activations of one row of n_in values. */
+size_t ggml_act_row_bytes(enum dtype type, size_t n_in);
+
+/* Row x (n_in values) quantized for type at act (ggml_act_row_bytes()). */
+void ggml_quantize_act_row(enum dtype type, void *act, const float *x,
+			   size_t n_in);
 
 /* ggml_dot.c's portable matmul, the same arithmetic the AVX2 twin does
  * (and its fallback when it cannot get memory for the activations). */
@@ -107,6 +148,10 @@ static inline float ggml_hsum8(const float a[8])
 }
 
 #if defined(__x86_64__) || defined(__i386__)
+/* ggml_quantize_act_row() in AVX2 (and F16C-free): the same bytes. */
+void ggml_quantize_act_row_avx2(enum dtype type, void *act, const float *x,
+				size_t n_in);
+
 /* tensor_ops.matmul, AVX2 (only where llama_kernels_have_avx2()). */
 void ggml_matmul_avx2(float *out, const float *x, size_t n_rows,
 		      const struct tensor *w);

@@ -244,8 +244,18 @@ static void naive_dequant(const struct type_case *c, float *out,
 }
 
 /* The activation quantizer the kernels promise (ggml_quants.h): per block
- * of qk, d = max|x| / 127, q = round half away from zero of x / d ... as
- * x * (1 / d), clamped to +-127. */
+ * of qk, d = max|x| / 127, q = x * (1 / d) rounded to nearest with ties
+ * to even (by hand here: floor, then the tie's even side), clamped to
+ * +-127. */
+static float naive_round_even(float v)
+{
+	float f = floorf(v), diff = v - f;
+
+	if (diff > 0.5f || (diff == 0.5f && fmodf(f, 2) != 0))
+		f += 1;
+	return f;
+}
+
 static void naive_act(float *dq, int8_t *q, float *d_out, const float *x,
 		      size_t n, unsigned qk)
 {
@@ -258,9 +268,9 @@ static void naive_act(float *dq, int8_t *q, float *d_out, const float *x,
 		id = d != 0 ? 1 / d : 0;
 		d_out[k] = d;
 		for (unsigned i = 0; i < qk; i++) {
-			float v = roundf(x[k * qk + i] * id);
+			float v = naive_round_even(x[k * qk + i] * id);
 
-			v = v > 127 ? 127 : v < -127 ? -127 : v;
+			v = v > 127 ? 127 : v < -127 ? -127 : v == v ? v : 0;
 			q[k * qk + i] = (int8_t)v;
 			dq[k * qk + i] = d * v;
 		}
@@ -573,44 +583,134 @@ static void test_matmul_against_naive(void **state)
 	}
 }
 
-/* The kernels' activation quantizer is the one the bound assumes. */
+/* Random activations of the quantizer test: magnitudes from 1e-20 to 1,
+ * zero blocks, a block of exact ties (amax 127: d = 1, values k + 0.5),
+ * and with nan or inf in one block (whose neighbours must not mind). */
+static void act_case(struct rng *r, float *x, int round)
+{
+	for (int i = 0; i < 512; i++)
+		x[i] = random_act(r) * (round % 3 ? 1.0f : 1e-20f);
+	if (round % 7 == 0)
+		memset(x + 32, 0, 64 * sizeof(float));
+	if (round % 5 == 1)
+		for (int i = 0; i < 32; i++)
+			x[64 + i] = i == 7 ? 127 : (float)(int)(rng_next(r) % 250) -
+						      124.5f;
+	if (round % 11 == 4)
+		x[rng_next(r) % 512] = round % 2 ? NAN : -INFINITY;
+}
+
+/* The pair layout (struct ggml_act32x2) of the naive quantizer's q and d
+ * for n values, against what a quantizer wrote at a. */
+static void check_pairs(const struct ggml_act32x2 *a, const int8_t *q,
+			const float *d, size_t n)
+{
+	size_t nb = n / 32;
+
+	for (size_t k = 0; k < nb; k += 2, a++)
+		for (size_t h = 0; h < 2; h++) {
+			int full = k + h < nb, sum = 0;
+			const int8_t *qb = q + 32 * (k + h);
+
+			for (int i = 0; i < 16; i++) {
+				assert_int_equal(a->lo[16 * h + i], full ? qb[i] : 0);
+				assert_int_equal(a->hi[16 * h + i], full ? qb[16 + i] : 0);
+			}
+			for (int l = 0; l < 4; l++) {
+				int s4 = 0;
+
+				for (int i = 4 * l; full && i < 4 * l + 4; i++)
+					s4 += qb[i] + qb[16 + i];
+				sum += s4;
+				assert_int_equal(a->asum[4 * h + l], s4);
+				assert_int_equal(float_bits(a->d[4 * h + l]),
+						 full ? float_bits(d[k + h]) : 0);
+			}
+			assert_int_equal(float_bits(a->s[h]),
+					 full ? float_bits(d[k + h] * (float)sum) : 0);
+		}
+}
+
+static int has_nan(const float *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (isnan(x[i]))
+			return 1;
+	return 0;
+}
+
+/* The kernels' activation quantizers (portable, and AVX2 where the CPU
+ * has it) are the one the bound assumes, in each layout, bit for bit. */
 static void test_act_quantizer(void **state)
 {
 	struct rng r = rng_for(21);
 	float x[512], adq[512], d[16];
 	int8_t q[512];
 	struct ggml_act32 a32[16];
+	struct ggml_act32x2 p32[8];
 	struct ggml_act256 a256[2];
+	static const int8_t zeros[256];
+	int avx2 = 0;
 
 	(void)state;
-	for (int round = 0; round < 200; round++) {
-		for (int i = 0; i < 512; i++)
-			x[i] = random_act(&r) * (round % 3 ? 1.0f : 1e-20f);
-		if (round % 7 == 0)
-			memset(x + 32, 0, 64 * sizeof(float));
-		naive_act(adq, q, d, x, 512, 32);
-		ggml_quantize_act32(a32, x, 512);
-		for (int k = 0; k < 16; k++) {
-			int sum = 0;
+#if defined(__x86_64__) || defined(__i386__)
+	avx2 = ops_of(DTYPE_GGML_Q4_0, 1) != NULL;
+#endif
+	for (int round = 0; round < 400; round++) {
+		int nan = round % 11 == 4;
+		size_t n = round % 4 == 3 ? 480 : 512;	/* 15 blocks: a half pair */
 
-			assert_int_equal(float_bits(a32[k].d), float_bits(d[k]));
-			assert_memory_equal(a32[k].q, q + 32 * k, 32);
-			for (int i = 0; i < 32; i++)
-				sum += q[32 * k + i];
-			assert_int_equal(float_bits(a32[k].s),
-					 float_bits(d[k] * (float)sum));
+		act_case(&r, x, round);
+		naive_act(adq, q, d, x, 512, 32);
+		for (int twin = 0; twin <= avx2; twin++) {
+			memset(p32, 0x55, sizeof(p32));
+#if defined(__x86_64__) || defined(__i386__)
+			if (twin) {
+				ggml_quantize_act_row_avx2(DTYPE_GGML_Q8_0, a32, x, 512);
+				ggml_quantize_act_row_avx2(DTYPE_GGML_Q4_0, p32, x, n);
+			} else
+#endif
+			{
+				ggml_quantize_act_row(DTYPE_GGML_Q8_0, a32, x, 512);
+				ggml_quantize_act_row(DTYPE_GGML_Q4_0, p32, x, n);
+			}
+			/* a nan's block (the naive fmaxf() skips it) is lost:
+			 * d nan, q 0 */
+			for (int k = 0; k < 16; k++) {
+				if (has_nan(x + 32 * k, 32)) {
+					assert_true(isnan(a32[k].d));
+					assert_memory_equal(a32[k].q, zeros, 32);
+					continue;
+				}
+				assert_int_equal(float_bits(a32[k].d), float_bits(d[k]));
+				assert_memory_equal(a32[k].q, q + 32 * k, 32);
+			}
+			if (!nan)
+				check_pairs(p32, q, d, n);
 		}
 		naive_act(adq, q, d, x, 512, 256);
-		ggml_quantize_act256(a256, x, 512);
-		for (int k = 0; k < 2; k++) {
-			assert_int_equal(float_bits(a256[k].d), float_bits(d[k]));
-			assert_memory_equal(a256[k].q, q + 256 * k, 256);
-			for (int g = 0; g < 16; g++) {
-				int sum = 0;
+		for (int twin = 0; twin <= avx2; twin++) {
+#if defined(__x86_64__) || defined(__i386__)
+			if (twin)
+				ggml_quantize_act_row_avx2(DTYPE_GGML_Q4_K, a256, x, 512);
+			else
+#endif
+				ggml_quantize_act_row(DTYPE_GGML_Q4_K, a256, x, 512);
+			for (int k = 0; k < 2; k++) {
+				if (has_nan(x + 256 * k, 256)) {
+					assert_true(isnan(a256[k].d));
+					assert_memory_equal(a256[k].q, zeros, 256);
+					continue;
+				}
+				assert_int_equal(float_bits(a256[k].d), float_bits(d[k]));
+				assert_memory_equal(a256[k].q, q + 256 * k, 256);
+				for (int g = 0; g < 16; g++) {
+					int sum = 0;
 
-				for (int i = 0; i < 16; i++)
-					sum += q[256 * k + 16 * g + i];
-				assert_int_equal(a256[k].bsums[g], sum);
+					for (int i = 0; i < 16; i++)
+						sum += q[256 * k + 16 * g + i];
+					assert_int_equal(a256[k].bsums[g], sum);
+				}
 			}
 		}
 	}
