@@ -294,8 +294,32 @@ ALWAYS_INLINE __m128i hsum4_epi32(int R, const __m256i *v)
 			     _mm256_extracti128_si256(t, 1));
 }
 
-/* Q4_K/Q5_K (five) block b: each row's lanes of sumi into isum[]. */
-ALWAYS_INLINE void sumi_k45(int R, int five, const uint8_t *b, const int *sc,
+/* The eight 6-bit scales (sc) and mins (mn) of a Q4_K/Q5_K block's 12
+ * scale bytes s, as bytes 0..7 of each: ggml_k_scale_min() on 32-bit
+ * words, four sub-blocks at a time. */
+ALWAYS_INLINE void k_scales_mins(const uint8_t *s, uint64_t *sc, uint64_t *mn)
+{
+	const uint32_t six = 0x3f3f3f3f, four = 0x0f0f0f0f, two = 0x03030303;
+	uint32_t u0 = load_u32(s), u1 = load_u32(s + 4), u2 = load_u32(s + 8);
+	/* sub-blocks 4..7: low (high) nibbles of bytes 8..11, and the top
+	 * two bits of bytes 0..3 (4..7) above them */
+	uint32_t sc47 = (u2 & four) | ((u0 >> 6) & two) << 4;
+	uint32_t mn47 = ((u2 >> 4) & four) | ((u1 >> 6) & two) << 4;
+
+	*sc = (uint64_t)(u0 & six) | (uint64_t)sc47 << 32;
+	*mn = (uint64_t)(u1 & six) | (uint64_t)mn47 << 32;
+}
+
+/* Byte j of bytes as an int16 in all 16 lanes (bytes: 8 in both
+ * 128-bit halves; j constant, so the mask is). */
+ALWAYS_INLINE __m256i splat_u8(__m256i bytes, int j)
+{
+	return _mm256_shuffle_epi8(bytes, _mm256_set1_epi16((short)(0x8000 | j)));
+}
+
+/* Q4_K/Q5_K (five) block b: each row's lanes of sumi into isum[]; sc8
+ * the 8 scales as bytes in both 128-bit halves. */
+ALWAYS_INLINE void sumi_k45(int R, int five, const uint8_t *b, __m256i sc8,
 			    const struct ggml_act256 *const *ab, __m256i *isum)
 {
 	const uint8_t *qs = b + (five ? 48 : 16);
@@ -311,8 +335,8 @@ ALWAYS_INLINE void sumi_k45(int R, int five, const uint8_t *b, const int *sc,
 		__m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
 		__m256i lo = _mm256_and_si256(q, m4);
 		__m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-		__m256i s_lo = _mm256_set1_epi16((short)sc[2 * c]);
-		__m256i s_hi = _mm256_set1_epi16((short)sc[2 * c + 1]);
+		__m256i s_lo = splat_u8(sc8, 2 * c);
+		__m256i s_hi = splat_u8(sc8, 2 * c + 1);
 
 		if (five) {	/* bit j of qh[k] is sub-block j's fifth bit */
 			__m256i b_lo = _mm256_and_si256(
@@ -340,11 +364,14 @@ ALWAYS_INLINE void sumi_k45(int R, int five, const uint8_t *b, const int *sc,
 
 /* Q6_K block b: each row's lanes of sumi (quants -32 .. 31) into isum[];
  * sc16 the 16 scales as int16. */
-ALWAYS_INLINE void sumi_q6_k(int R, const uint8_t *b, const int *sc,
-			     __m256i sc16, const struct ggml_act256 *const *ab,
-			     __m256i *isum)
+ALWAYS_INLINE void sumi_q6_k(int R, const uint8_t *b, __m256i sc16,
+			     const struct ggml_act256 *const *ab, __m256i *isum)
 {
 	const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
+	/* int16 0 of a dword in the low half, int16 1 in the high half */
+	const __m256i split = _mm256_set_epi64x(
+		0x0302030203020302, 0x0302030203020302,
+		0x0100010001000100, 0x0100010001000100);
 
 #pragma GCC unroll 8
 	for (int r = 0; r < R; r++) {	/* the -32 of every quant */
@@ -368,10 +395,10 @@ ALWAYS_INLINE void sumi_q6_k(int R, const uint8_t *b, const int *sc,
 				      _mm256_and_si256(_mm256_srli_epi16(nib, 4), m4);
 			q = _mm256_or_si256(nib, _mm256_slli_epi16(_mm256_and_si256(
 				_mm256_srli_epi16(qh, 2 * s), m2), 4));
-			/* int16 lanes 0..7: elements 0..15, scale g; 8..15: g + 1 */
-			scv = _mm256_set_m128i(
-				_mm_set1_epi16((short)sc[8 * h + 2 * s + 1]),
-				_mm_set1_epi16((short)sc[8 * h + 2 * s]));
+			/* int16 lanes 0..7: elements 0..15, scale g = 8h + 2s;
+			 * 8..15: g + 1 (the pair is int16 dword 4h + s) */
+			scv = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(
+				sc16, _mm256_set1_epi32(4 * h + s)), split);
 #pragma GCC unroll 8
 			for (int r = 0; r < R; r++) {
 				const int8_t *y = ab[r]->q + 128 * h + 32 * s;
@@ -407,7 +434,6 @@ ALWAYS_INLINE void tile256(int R, enum dtype type, float *out, size_t n_out,
 		const struct ggml_act256 *ab[GGML_MR];
 		__m256i isum[GGML_MR], msum[GGML_MR];
 		float ad[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
-		int sc[16];
 		float d, dmin = 0;
 
 		/* the row streams from memory: ask two blocks ahead */
@@ -422,23 +448,19 @@ ALWAYS_INLINE void tile256(int R, enum dtype type, float *out, size_t n_out,
 			__m256i sc16 = _mm256_cvtepi8_epi16(
 				_mm_loadu_si128((const __m128i *)(b + 192)));
 
-			for (int g = 0; g < 16; g++)
-				sc[g] = (int8_t)b[192 + g];
-			sumi_q6_k(R, b, sc, sc16, ab, isum);
+			sumi_q6_k(R, b, sc16, ab, isum);
 			d = half_f16c(b + 208);
 		} else {
-			int16_t mn2[16];	/* each min twice: bsums pairs */
+			uint64_t sc, mn;
+			__m128i m8;
 			__m256i mv;
 
-			for (int j = 0; j < 8; j++) {
-				uint8_t s6, m6;
-
-				ggml_k_scale_min(b + 4, j, &s6, &m6);
-				sc[j] = s6;
-				mn2[2 * j] = mn2[2 * j + 1] = m6;
-			}
-			sumi_k45(R, type == DTYPE_GGML_Q5_K, b, sc, ab, isum);
-			mv = _mm256_loadu_si256((const __m256i *)mn2);
+			k_scales_mins(b + 4, &sc, &mn);
+			sumi_k45(R, type == DTYPE_GGML_Q5_K, b,
+				 _mm256_set1_epi64x((long long)sc), ab, isum);
+			/* each min twice, against the pairs of 16-sums */
+			m8 = _mm_cvtsi64_si128((long long)mn);
+			mv = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
 #pragma GCC unroll 8
 			for (int r = 0; r < R; r++)
 				msum[r] = _mm256_madd_epi16(mv, _mm256_loadu_si256(
