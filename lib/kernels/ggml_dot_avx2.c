@@ -46,12 +46,10 @@
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
-#include "kernels/llama_avx2.h"
+#include "kernels/ggml_avx2.h"
 
-#define GGML_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define GGML_MR 8	/* activation rows per tile (at most) */
 #define GGML_OB 16	/* weight rows per block of outputs */
-#define ALWAYS_INLINE static inline __attribute__((always_inline)) GGML_AVX2
 
 /* ggml_block_bytes() of a constant type, folded where it is inlined. */
 ALWAYS_INLINE unsigned block_bytes(enum dtype type)
@@ -78,15 +76,6 @@ ALWAYS_INLINE unsigned block_bytes(enum dtype type)
 
 /* ------------------------------------------------------------- Q8_0 */
 
-/* The half at p (any alignment) by F16C: the same bits as fp16_load()
- * (tests/unit/test_ggml_quants.c checks all 65536), in two instructions. */
-ALWAYS_INLINE float half_f16c(const uint8_t *p)
-{
-	uint16_t h;
-
-	memcpy(&h, p, sizeof(h));
-	return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
-}
 
 /* Q8_0 block k of weight row w into acc[] of R rows (tile32): the sign
  * trick maddubs(|w|, sign(a, w)), then madd with ones leaves in int32
@@ -170,21 +159,7 @@ ALWAYS_INLINE void fifth_bits2(uint32_t h0, uint32_t h1, __m256i *lo,
 	*hi = _mm256_and_si256(_mm256_cmpeq_epi8(h, bit), sixteen);
 }
 
-ALWAYS_INLINE uint32_t load_u32(const uint8_t *p)
-{
-	uint32_t v;
 
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
-
-ALWAYS_INLINE uint16_t load_u16(const uint8_t *p)
-{
-	uint16_t v;
-
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
 
 /*
  * The pair of blocks at b (the second only when full) into acc[] and
@@ -294,21 +269,6 @@ ALWAYS_INLINE __m128i hsum4_epi32(int R, const __m256i *v)
 			     _mm256_extracti128_si256(t, 1));
 }
 
-/* The eight 6-bit scales (sc) and mins (mn) of a Q4_K/Q5_K block's 12
- * scale bytes s, as bytes 0..7 of each: ggml_k_scale_min() on 32-bit
- * words, four sub-blocks at a time. */
-ALWAYS_INLINE void k_scales_mins(const uint8_t *s, uint64_t *sc, uint64_t *mn)
-{
-	const uint32_t six = 0x3f3f3f3f, four = 0x0f0f0f0f, two = 0x03030303;
-	uint32_t u0 = load_u32(s), u1 = load_u32(s + 4), u2 = load_u32(s + 8);
-	/* sub-blocks 4..7: low (high) nibbles of bytes 8..11, and the top
-	 * two bits of bytes 0..3 (4..7) above them */
-	uint32_t sc47 = (u2 & four) | ((u0 >> 6) & two) << 4;
-	uint32_t mn47 = ((u2 >> 4) & four) | ((u1 >> 6) & two) << 4;
-
-	*sc = (uint64_t)(u0 & six) | (uint64_t)sc47 << 32;
-	*mn = (uint64_t)(u1 & six) | (uint64_t)mn47 << 32;
-}
 
 /* Byte j of bytes as an int16 in all 16 lanes (bytes: 8 in both
  * 128-bit halves; j constant, so the mask is). */
@@ -710,7 +670,7 @@ GGML_AVX2 void ggml_matmul_avx2(float *out, const float *x, size_t n_rows,
 	size_t act_row = ggml_act_row_bytes(type, n_in);
 	const uint8_t *w = t->data;
 	unsigned char *act = NULL;
-	size_t act_bytes;
+	size_t act_bytes, b0 = 0;	/* rows below b0 are done */
 
 	if (!__builtin_mul_overflow(n_rows, act_row, &act_bytes) && act_bytes)
 		act = malloc(act_bytes);
@@ -721,10 +681,14 @@ GGML_AVX2 void ggml_matmul_avx2(float *out, const float *x, size_t n_rows,
 	for (size_t b = 0; b < n_rows; b++)
 		ggml_quantize_act_row_avx2(type, act + b * act_row, x + b * n_in,
 					   n_in);
-	for (size_t ob = 0; ob < n_out; ob += GGML_OB) {
+	/* two groups of 8 rows or more: Q4_K and Q5_K one row a lane */
+	if ((type == DTYPE_GGML_Q4_K || type == DTYPE_GGML_Q5_K) && n_rows >= 16 &&
+	    !ggml_gemm8_k_avx2(out, t, (const void *)act, n_rows / 8))
+		b0 = n_rows / 8 * 8;
+	for (size_t ob = 0; b0 < n_rows && ob < n_out; ob += GGML_OB) {
 		size_t oe = n_out - ob < GGML_OB ? n_out : ob + GGML_OB;
 
-		for (size_t b = 0; b < n_rows; b += GGML_MR) {
+		for (size_t b = b0; b < n_rows; b += GGML_MR) {
 			int R = n_rows - b < GGML_MR ? (int)(n_rows - b) : GGML_MR;
 
 			for (size_t o = ob; o < oe; o++)

@@ -152,6 +152,13 @@ static inline float ggml_hsum8(const float a[8])
 void ggml_quantize_act_row_avx2(enum dtype type, void *act, const float *x,
 				size_t n_in);
 
+/* Rows [0, 8 n_groups) of the matmul of Q4_K or Q5_K weights t with
+ * activation rows act (t->cols / 256 blocks each), one row a lane
+ * (ggml_gemm8_avx2.c): the same bits as the tiles.  0, or -1 without
+ * memory or for another type (nothing written). */
+int ggml_gemm8_k_avx2(float *out, const struct tensor *t,
+		      const struct ggml_act256 *act, size_t n_groups);
+
 /* tensor_ops.matmul, AVX2 (only where llama_kernels_have_avx2()). */
 void ggml_matmul_avx2(float *out, const float *x, size_t n_rows,
 		      const struct tensor *w);

@@ -529,6 +529,18 @@ static void check_matmul_type(const struct type_case *c, struct rng *r,
 		memset(x, 0, cols * sizeof(float));
 	for (size_t i = 0; n_rows > 2 && i < cols; i++)
 		x[2 * cols + i] *= 1e-30f;
+	/* the integer sums' worst case: weight row 1 all ones bits (the
+	 * largest codes and scales), activation row 1 all q = 127 */
+	for (size_t i = 0; n_rows > 1 && i < cols; i++)
+		x[cols + i] = 1.0f;
+	if (n_out > 1) {
+		memset(w + row_bytes, 0xff, row_bytes);
+		for (size_t k = 0; k < cols / c->qk; k++)
+			for (int h = 0; h < 2; h++)
+				if (c->half_at[h] >= 0)
+					put_half(w + row_bytes + k * c->bytes + c->half_at[h],
+						 random_half(r, 5, 20));
+	}
 	naive_act(adq, aq, ad, x, n_rows * cols, c->qk);
 	m = matrix(c->type, w, n_out, cols);
 	for (int avx2 = 0; avx2 < 2; avx2++) {

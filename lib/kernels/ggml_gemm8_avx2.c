@@ -1,0 +1,225 @@
+/*
+ * ggml_gemm8_avx2.c - the Q4_K and Q5_K matmul for whole groups of 8
+ * activation rows, one row a lane: what prefill and large batches run.  The same bits as ggml_dot_avx2.c's tile256 and the
+ * portable code (ggml_quants.h's 256-block order), so a row's outputs do
+ * not depend on whether it fell in a group of 8 or in the tail.
+ *
+ * NOTES ON THE DESIGN
+ *
+ * tile256 keeps one row in a register's lanes and must sum the lanes of
+ * every sub-block product, then reduce each row's lanes per block: about
+ * four instructions per 32 products.  Here the 8 rows of a group are
+ * interleaved (struct act8: four values of row r in dword r), so one
+ * maddubs multiplies four weight codes, broadcast from memory, by four
+ * values of every row at once, and the int16 pairs of up to 8 such
+ * products add without overflow (Q4_K's codes <= 15: 8 x 2 x 15 x 127 <
+ * 2^15; Q5_K's 4) before one madd applies the sub-block scale.
+ * Lane r then holds row r's exact sumi; the float steps are the scalar
+ * code's, lane for lane.  About half the instructions of tile256.
+ *
+ * The weight blocks are unpacked first (struct wblock: codes as bytes in
+ * element order, scales as int16 pairs to broadcast), for GEMM8_OB rows
+ * at a time, and met by every group while they sit in cache; the
+ * activations of a group stay in L1 across those rows.  Both buffers are
+ * per call; without memory the caller's tiles do the work.
+ *
+ * The caller uses it from two groups up (bin/bench_matmul: one group
+ * pays the unpacking for 8 rows only and is no faster than the tiles).
+ * Not for Q6_K: its codes (<= 63) let an int16 sum take 2 products
+ * only, a madd per 2 maddubs, and that version measured no faster than
+ * tile256, so Q6_K stays there (docs/DESIGN.md 2.5.3).
+ */
+#include "kernels/ggml_quants.h"
+
+#include <stdlib.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include "kernels/ggml_avx2.h"
+
+#define GEMM8_OB 16	/* weight rows unpacked at a time */
+
+/* One weight block, unpacked. */
+struct wblock {
+	uint8_t code[256];	/* Q4_K 0..15, Q5_K 0..31 */
+	int32_t sc2[8];		/* sub-block j's scale as two int16 */
+	int32_t mn2[8];		/* sub-block m's min as two int16, against
+				 * the row's 16-sum pair m */
+	float d, dmin;
+};
+
+/* One block of a group of 8 activation rows, interleaved. */
+struct act8 {
+	int8_t q[64][32];	/* q[t][4r + i] = row r's value 4t + i */
+	int32_t bpair[8][8];	/* row r: int16 (bsums[2m], bsums[2m + 1]) */
+	float d[8];		/* row r's d */
+};
+
+static inline int32_t pair16(int a, int b)
+{
+	return (int32_t)((uint32_t)(uint16_t)a | (uint32_t)(uint16_t)b << 16);
+}
+
+/* Weight block b of type into *u. */
+static GGML_AVX2 void unpack_block(enum dtype type, const uint8_t *b,
+				   struct wblock *u)
+{
+	const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+
+	{
+		int five = type == DTYPE_GGML_Q5_K;
+		const uint8_t *qs = b + (five ? 48 : 16);
+		__m256i qh = five ? _mm256_loadu_si256((const __m256i *)(b + 16)) :
+				    _mm256_setzero_si256();
+		uint64_t sc, mn;
+
+		for (int c = 0; c < 4; c++) {
+			__m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+			__m256i lo = _mm256_and_si256(q, m4);
+			__m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+
+			if (five) {	/* bit j of qh[k]: sub-block j's fifth */
+				lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(
+					_mm256_srli_epi16(qh, 2 * c), one), 4));
+				hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(
+					_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+			}
+			_mm256_storeu_si256((__m256i *)(u->code + 64 * c), lo);
+			_mm256_storeu_si256((__m256i *)(u->code + 64 * c + 32), hi);
+		}
+		k_scales_mins(b + 4, &sc, &mn);
+		for (int j = 0; j < 8; j++) {
+			int s6 = (int)(sc >> (8 * j) & 0xff), m6 = (int)(mn >> (8 * j) & 0xff);
+
+			u->sc2[j] = pair16(s6, s6);
+			u->mn2[j] = pair16(m6, m6);
+		}
+		u->d = half_f16c(b);
+		u->dmin = half_f16c(b + 2);
+	}
+}
+
+/* The 8 activation rows at rows (n_blocks blocks each, one after the
+ * other) interleaved into g[0 .. n_blocks). */
+static void interleave8(struct act8 *g, const struct ggml_act256 *rows,
+			size_t n_blocks)
+{
+	for (size_t k = 0; k < n_blocks; k++, g++)
+		for (int r = 0; r < 8; r++) {
+			const struct ggml_act256 *a = rows + r * n_blocks + k;
+
+			for (int t = 0; t < 64; t++)
+				memcpy(&g->q[t][4 * r], a->q + 4 * t, 4);
+			for (int m = 0; m < 8; m++)
+				g->bpair[m][r] = pair16(a->bsums[2 * m], a->bsums[2 * m + 1]);
+			g->d[r] = a->d;
+		}
+}
+
+/* One weight row (n_blocks unpacked blocks) against one group: lane r of
+ * the result is row r's output (ggml_quants.h's 256-block steps). */
+ALWAYS_INLINE __m256 row_group(enum dtype type, const struct wblock *w,
+			       const struct act8 *a, size_t n_blocks)
+{
+	/* maddubs an int16 sum can take: 8 sub-blocks of 8 dwords */
+	const int per = 8, chunk = type == DTYPE_GGML_Q4_K ? 8 : 4;
+	__m256 acc = _mm256_setzero_ps();
+
+	for (size_t k = 0; k < n_blocks; k++, w++, a++) {
+		__m256i isum = _mm256_setzero_si256(), off = _mm256_setzero_si256();
+		__m256 da = _mm256_loadu_ps(a->d);
+
+#pragma GCC unroll 8
+		for (int j = 0; j < 8; j++) {
+			__m256i scv = _mm256_set1_epi32(w->sc2[j]);
+
+#pragma GCC unroll 8
+			for (int c = 0; c < per; c += chunk) {
+				__m256i p = _mm256_setzero_si256();
+
+#pragma GCC unroll 8
+				for (int t = per * j + c; t < per * j + c + chunk; t++) {
+					int32_t w4;
+
+					memcpy(&w4, w->code + 4 * t, 4);
+					p = _mm256_add_epi16(p, _mm256_maddubs_epi16(
+						_mm256_set1_epi32(w4),
+						_mm256_loadu_si256((const __m256i *)a->q[t])));
+				}
+				isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, scv));
+			}
+		}
+#pragma GCC unroll 8
+		for (int m = 0; m < 8; m++)
+			off = _mm256_add_epi32(off, _mm256_madd_epi16(
+				_mm256_loadu_si256((const __m256i *)a->bpair[m]),
+				_mm256_set1_epi32(w->mn2[m])));
+		acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(
+			_mm256_set1_ps(w->d), da), _mm256_cvtepi32_ps(isum)));
+		acc = _mm256_sub_ps(acc, _mm256_mul_ps(_mm256_mul_ps(
+			_mm256_set1_ps(w->dmin), da), _mm256_cvtepi32_ps(off)));
+	}
+	return acc;
+}
+
+/* The groups' rows of the matmul against the n_out weight rows at w;
+ * wb room for GEMM8_OB unpacked rows. */
+ALWAYS_INLINE void gemm8_type(enum dtype type, float *out, size_t n_out,
+			      const uint8_t *w, size_t row_bytes,
+			      const struct act8 *g, size_t n_groups,
+			      size_t n_blocks, struct wblock *wb)
+{
+	for (size_t ob = 0; ob < n_out; ob += GEMM8_OB) {
+		size_t oe = n_out - ob < GEMM8_OB ? n_out : ob + GEMM8_OB;
+
+		for (size_t o = ob; o < oe; o++)
+			for (size_t k = 0; k < n_blocks; k++)
+				unpack_block(type, w + o * row_bytes +
+					     k * ggml_block_bytes(type),
+					     wb + (o - ob) * n_blocks + k);
+		for (size_t gi = 0; gi < n_groups; gi++)
+			for (size_t o = ob; o < oe; o++) {
+				float lanes[8];
+
+				_mm256_storeu_ps(lanes, row_group(type,
+					wb + (o - ob) * n_blocks,
+					g + gi * n_blocks, n_blocks));
+				for (int r = 0; r < 8; r++)
+					out[(8 * gi + r) * n_out + o] = lanes[r];
+			}
+	}
+}
+
+GGML_AVX2 int ggml_gemm8_k_avx2(float *out, const struct tensor *t,
+				const struct ggml_act256 *act, size_t n_groups)
+{
+	size_t n_blocks = t->cols / GGML_QK256;
+	size_t row_bytes = ggml_row_bytes(t->type, t->cols);
+	struct act8 *g = NULL;
+	struct wblock *wb = NULL;
+	size_t n_g;
+
+	if (t->type != DTYPE_GGML_Q4_K && t->type != DTYPE_GGML_Q5_K)
+		return -1;
+	if (!__builtin_mul_overflow(n_groups, n_blocks, &n_g) &&
+	    n_g < SIZE_MAX / sizeof(*g))
+		g = malloc(n_g * sizeof(*g));
+	if (n_blocks < SIZE_MAX / GEMM8_OB / sizeof(*wb))
+		wb = malloc(GEMM8_OB * n_blocks * sizeof(*wb));
+	if (!g || !wb) {
+		free(g);
+		free(wb);
+		return -1;
+	}
+	for (size_t gi = 0; gi < n_groups; gi++)
+		interleave8(g + gi * n_blocks, act + 8 * gi * n_blocks, n_blocks);
+	if (t->type == DTYPE_GGML_Q4_K)	/* constant types: inlined twice */
+		gemm8_type(DTYPE_GGML_Q4_K, out, t->rows, t->data, row_bytes, g,
+			   n_groups, n_blocks, wb);
+	else
+		gemm8_type(DTYPE_GGML_Q5_K, out, t->rows, t->data, row_bytes, g,
+			   n_groups, n_blocks, wb);
+	free(g);
+	free(wb);
+	return 0;
+}
+#endif
