@@ -10,9 +10,9 @@
  * buffer not be had, each activation block is quantized again where it
  * is used: a block's quantization depends on its own values only, so the
  * result is the same, only slower; the AVX2 twin falls back to this.
- * The nibble types meet their blocks two at a time (struct ggml_act32x2),
- * lane for lane what the AVX2 register holds; an odd last block meets an
- * empty half, zeros whose fmaf() leaves the lanes as they were.
+ * The nibble types' activations come four blocks at a time (struct
+ * ggml_act32x4), in the order the AVX2 code reads them; here each block
+ * is still met on its own, into its chain.
  * Each weight block is unpacked by ggml_unpack.h (the dequantizer's own
  * reading of the format) into int8 values and integer scales, then dotted
  * in integers exactly.
@@ -65,30 +65,27 @@ void ggml_quantize_act32(struct ggml_act32 *a, const float *x, size_t n)
 	}
 }
 
-void ggml_quantize_act32x2(struct ggml_act32x2 *a, const float *x, size_t n)
+void ggml_quantize_act32x4(struct ggml_act32x4 *a, const float *x, size_t n)
 {
 	size_t n_blocks = n / GGML_QK32;
 
-	for (size_t k = 0; k < n_blocks; k += 2, a++) {
+	for (size_t k = 0; k < n_blocks; k += 4, a++) {
 		memset(a, 0, sizeof(*a));
-		for (size_t h = 0; h < 2 && k + h < n_blocks; h++) {
-			const float *xb = x + (k + h) * GGML_QK32;
-			float d, id;
+		for (size_t c = 0; c < 4 && k + c < n_blocks; c++) {
+			const float *xb = x + (k + c) * GGML_QK32;
+			int8_t *lo = a->lo[c / 2] + 16 * (c % 2);
+			int8_t *hi = a->hi[c / 2] + 16 * (c % 2);
+			float id;
 			int sum = 0;
 
-			ggml_act_scale(xb, GGML_QK32, &d, &id);
+			ggml_act_scale(xb, GGML_QK32, &a->d[c], &id);
 			for (int i = 0; i < 16; i++) {
-				int8_t lo = ggml_act_q(xb[i], id);
-				int8_t hi = ggml_act_q(xb[16 + i], id);
-
-				a->lo[16 * h + i] = lo;
-				a->hi[16 * h + i] = hi;
-				a->asum[4 * h + i / 4] += lo + hi;
-				sum += lo + hi;
+				lo[i] = ggml_act_q(xb[i], id);
+				hi[i] = ggml_act_q(xb[16 + i], id);
+				sum += lo[i] + hi[i];
 			}
-			for (int l = 0; l < 4; l++)
-				a->d[4 * h + l] = d;
-			a->s[h] = d * (float)sum;
+			a->qsum[c] = sum;
+			a->s[c] = a->d[c] * (float)sum;
 		}
 	}
 }
@@ -117,8 +114,8 @@ size_t ggml_act_row_bytes(enum dtype type, size_t n_in)
 
 	if (ggml_block_values(type) == GGML_QK256)
 		return n_blocks * sizeof(struct ggml_act256);
-	if (ggml_uses_pairs(type))
-		return (n_blocks + 1) / 2 * sizeof(struct ggml_act32x2);
+	if (ggml_uses_quads(type))
+		return (n_blocks + 3) / 4 * sizeof(struct ggml_act32x4);
 	return n_blocks * sizeof(struct ggml_act32);
 }
 
@@ -127,8 +124,8 @@ void ggml_quantize_act_row(enum dtype type, void *act, const float *x,
 {
 	if (ggml_block_values(type) == GGML_QK256)
 		ggml_quantize_act256(act, x, n_in);
-	else if (ggml_uses_pairs(type))
-		ggml_quantize_act32x2(act, x, n_in);
+	else if (ggml_uses_quads(type))
+		ggml_quantize_act32x4(act, x, n_in);
 	else
 		ggml_quantize_act32(act, x, n_in);
 }
@@ -153,34 +150,23 @@ static void ggml_block32_acc(float acc[8], enum dtype type, const uint8_t *wb,
 	}
 }
 
-/* acc[8] and macc += one pair of 32-blocks' contribution (ggml_quants.h):
- * wb the first block, its second when full (else the pair's second half
- * is empty). */
-static void ggml_pair32_acc(float acc[8], float *macc, enum dtype type,
-			    const uint8_t *wb, int full,
-			    const struct ggml_act32x2 *a)
+/* Block c of a quad (wb its weight block) into chain c of acc[] and
+ * macc[] (ggml_quants.h). */
+static void ggml_quad32_acc(float acc[4], float macc[4], enum dtype type,
+			    const uint8_t *wb, const struct ggml_act32x4 *a,
+			    int c)
 {
-	unsigned bytes = ggml_block_bytes(type);
+	struct ggml_unpacked32 u;
+	const int8_t *lo = a->lo[c / 2] + 16 * (c % 2);
+	const int8_t *hi = a->hi[c / 2] + 16 * (c % 2);
+	int32_t D = 0;
 
-	for (int h = 0; h < 2; h++) {
-		struct ggml_unpacked32 u = { .d = 0 };	/* empty: all 0 */
-
-		if (h == 0 || full)
-			ggml_unpack32(&u, type, wb + h * bytes);
-		if (u.has_min)	/* block 2p, then 2p + 1 */
-			*macc = *macc + u.m * a->s[h];
-		for (int j = 0; j < 4; j++) {
-			const int8_t *lo = a->lo + 16 * h + 4 * j;
-			const int8_t *hi = a->hi + 16 * h + 4 * j;
-			int32_t L = 0;
-
-			for (int i = 0; i < 4; i++)
-				L += (int32_t)u.v[4 * j + i] * lo[i] +
-				     (int32_t)u.v[16 + 4 * j + i] * hi[i];
-			acc[4 * h + j] = fmaf((float)L, u.d * a->d[4 * h + j],
-					      acc[4 * h + j]);
-		}
-	}
+	ggml_unpack32(&u, type, wb);
+	for (int i = 0; i < 16; i++)
+		D += (int32_t)u.v[i] * lo[i] + (int32_t)u.v[16 + i] * hi[i];
+	acc[c] = fmaf((float)D, u.d * a->d[c], acc[c]);
+	if (u.has_min)
+		macc[c] = macc[c] + u.m * a->s[c];
 }
 
 /* acc += one 256-block's contribution (ggml_quants.h). */
@@ -216,22 +202,24 @@ static float ggml_row_dot(enum dtype type, const uint8_t *w, const float *x,
 {
 	unsigned bytes = ggml_block_bytes(type);
 
-	if (ggml_uses_pairs(type)) {
-		const struct ggml_act32x2 *a = act;
+	if (ggml_uses_quads(type)) {
+		const struct ggml_act32x4 *a = act;
 		size_t n_blocks = n / GGML_QK32;
-		float acc[8] = { 0 }, macc = 0;
+		float acc[4] = { 0 }, macc[4] = { 0 };
 
-		for (size_t k = 0; k < n_blocks; k += 2) {
-			struct ggml_act32x2 one;
-			int full = k + 1 < n_blocks;
+		for (size_t k = 0; k < n_blocks; k += 4) {
+			struct ggml_act32x4 one;
+			size_t nb = n_blocks - k < 4 ? n_blocks - k : 4;
 
 			if (!a)
-				ggml_quantize_act32x2(&one, x + k * GGML_QK32,
-						      (full ? 2 : 1) * GGML_QK32);
-			ggml_pair32_acc(acc, &macc, type, w + k * bytes, full,
-					a ? a + k / 2 : &one);
+				ggml_quantize_act32x4(&one, x + k * GGML_QK32,
+						      nb * GGML_QK32);
+			for (size_t c = 0; c < nb; c++)
+				ggml_quad32_acc(acc, macc, type, w + (k + c) * bytes,
+						a ? a + k / 4 : &one, (int)c);
 		}
-		return ggml_hsum8(acc) + macc;
+		return ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+		       ((macc[0] + macc[1]) + (macc[2] + macc[3]));
 	} else if (ggml_block_values(type) == GGML_QK32) {
 		const struct ggml_act32 *a = act;
 		float acc[8] = { 0 };

@@ -125,133 +125,133 @@ ALWAYS_INLINE void tile32(int R, enum dtype type, float *out, size_t n_out,
 		out[r * n_out] = llama_hsum8(acc[r]);
 }
 
-/* ------------------------------------------------- pairs of 32-blocks */
+/* -------------------------------------------- the nibble types, 4 blocks */
 
-/* Where a nibble type's fields sit in its block (dtype.h). */
-ALWAYS_INLINE unsigned qs_at(enum dtype type)
+
+
+
+
+/* The halves at b, b + stride, ... of n (0..4) blocks as 4 floats (0
+ * for a missing block). */
+ALWAYS_INLINE __m128 halves4(const uint8_t *b, unsigned stride, int n)
 {
-	return type == DTYPE_GGML_Q4_0 ? 2 : type == DTYPE_GGML_Q4_1 ? 4 :
-	       type == DTYPE_GGML_Q5_0 ? 6 : 8;
+	uint64_t h = 0;
+
+	for (int c = 0; c < n; c++)
+		h |= (uint64_t)load_u16(b + c * stride) << (16 * c);
+	return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)h));
 }
-
-/* The two blocks' fifth bits (words h0, h1) as bytes of 16 where set, in
- * the order of their nibbles: *lo elements 0..15 of each block, *hi
- * elements 16..31. */
-ALWAYS_INLINE void fifth_bits2(uint32_t h0, uint32_t h1, __m256i *lo,
-			       __m256i *hi)
-{
-	/* byte k of a half takes byte k / 8 (+ 2 for *hi) of its word,
-	 * then tests bit k % 8 */
-	const __m256i pick_lo = _mm256_set_epi64x(
-		0x0101010101010101, 0x0000000000000000,
-		0x0101010101010101, 0x0000000000000000);
-	const __m256i pick_hi = _mm256_set_epi64x(
-		0x0303030303030303, 0x0202020202020202,
-		0x0303030303030303, 0x0202020202020202);
-	const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-	const __m256i sixteen = _mm256_set1_epi8(16);
-	__m256i v = _mm256_set_m128i(_mm_cvtsi32_si128((int)h1),
-				     _mm_cvtsi32_si128((int)h0));
-	__m256i l = _mm256_and_si256(_mm256_shuffle_epi8(v, pick_lo), bit);
-	__m256i h = _mm256_and_si256(_mm256_shuffle_epi8(v, pick_hi), bit);
-
-	*lo = _mm256_and_si256(_mm256_cmpeq_epi8(l, bit), sixteen);
-	*hi = _mm256_and_si256(_mm256_cmpeq_epi8(h, bit), sixteen);
-}
-
-
 
 /*
- * The pair of blocks at b (the second only when full) into acc[] and
- * macc[] of R rows: ab[r] row r's activations for the pair.  One
- * register holds both blocks' low nibbles (elements 0..15 of block 2p in
- * its low half, of 2p + 1 in its high half), another their high ones;
- * the activations are laid out to match (struct ggml_act32x2).
+ * The quad of n (1..4) blocks at b into chains acc[] and macc[] of R
+ * rows: a[r * n_quads] row r's activations for the quad.  One register
+ * holds the low nibbles of blocks 0 and 1 (values 0..15 of block 0 in
+ * its low half, of block 1 in its high half), another their high ones,
+ * two more blocks 2 and 3; maddubs and madd leave 4 partial sums a block
+ * that two hadds turn into the 4 blocks' exact integers, lane c block c,
+ * chain c (ggml_quants.h).
  */
-ALWAYS_INLINE void pair32(int R, enum dtype type, int full, __m256 *acc,
-			  float *macc, const uint8_t *b,
-			  const struct ggml_act32x2 *a, size_t n_pairs)
+ALWAYS_INLINE void quad32(int R, enum dtype type, int n, __m128 *acc,
+			  __m128 *macc, const uint8_t *b,
+			  const struct ggml_act32x4 *a, size_t n_quads)
 {
 	unsigned bytes = block_bytes(type), at = qs_at(type);
 	int has_min = type == DTYPE_GGML_Q4_1 || type == DTYPE_GGML_Q5_1;
 	int five = type == DTYPE_GGML_Q5_0 || type == DTYPE_GGML_Q5_1;
 	int shift = type == DTYPE_GGML_Q4_0 ? 3 : type == DTYPE_GGML_Q5_0 ? 4 : 0;
 	const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
-	const __m256i halves = _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0);
-	__m128i q0 = _mm_loadu_si128((const __m128i *)(b + at));
-	__m128i q1 = full ? _mm_loadu_si128((const __m128i *)(b + bytes + at)) :
-			    _mm_setzero_si128();
-	__m256i q = _mm256_set_m128i(q1, q0);
-	__m256i lo = _mm256_and_si256(q, m4);
-	__m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-	uint32_t h01 = (uint32_t)load_u16(b) |
-		       (full ? (uint32_t)load_u16(b + bytes) << 16 : 0);
-	/* lanes 0..3 d of block 2p, 4..7 of 2p + 1 (0 when empty) */
-	__m256 dv = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(
-		_mm_cvtph_ps(_mm_cvtsi32_si128((int)h01))), halves);
-	float m0 = 0, m1 = 0;
+	__m256i lo[2], hi[2];
+	__m128 dw = halves4(b, bytes, n), mw = _mm_setzero_ps();
 
-	if (five) {
-		__m256i f_lo, f_hi;
+#pragma GCC unroll 2
+	for (int h = 0; h < 2; h++) {
+		const uint8_t *b0 = b + 2 * h * bytes, *b1 = b0 + bytes;
+		__m128i q0 = 2 * h < n ? _mm_loadu_si128((const __m128i *)(b0 + at)) :
+					 _mm_setzero_si128();
+		__m128i q1 = 2 * h + 1 < n ? _mm_loadu_si128((const __m128i *)(b1 + at)) :
+					     _mm_setzero_si128();
+		__m256i q = _mm256_set_m128i(q1, q0);
 
-		fifth_bits2(load_u32(b + at - 4),
-			    full ? load_u32(b + bytes + at - 4) : 0, &f_lo, &f_hi);
-		lo = _mm256_or_si256(lo, f_lo);
-		hi = _mm256_or_si256(hi, f_hi);
+		lo[h] = _mm256_and_si256(q, m4);
+		hi[h] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+		if (five) {
+			__m256i f_lo, f_hi;
+
+			fifth_bits2(2 * h < n ? load_u32(b0 + at - 4) : 0,
+				    2 * h + 1 < n ? load_u32(b1 + at - 4) : 0,
+				    &f_lo, &f_hi);
+			lo[h] = _mm256_or_si256(lo[h], f_lo);
+			hi[h] = _mm256_or_si256(hi[h], f_hi);
+		}
 	}
-	if (has_min) {
-		m0 = half_f16c(b + 2);
-		m1 = full ? half_f16c(b + bytes + 2) : 0;
-	}
+	if (has_min)
+		mw = halves4(b + 2, bytes, n);
 #pragma GCC unroll 8
 	for (int r = 0; r < R; r++) {
-		const struct ggml_act32x2 *ab = a + r * n_pairs;
-		/* codes <= 31, |a| <= 127: each int16 sum stays below 2^14 */
-		__m256i p = _mm256_add_epi16(
-			_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)ab->lo)),
-			_mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)ab->hi)));
-		__m256i L = _mm256_madd_epi16(p, ones);
+		const struct ggml_act32x4 *ab = a + r * n_quads;
+		__m256i P[2], t;
+		__m128i D;
 
-		if (shift)	/* v = code - 8 (16): less 8 (16) x sum of a */
-			L = _mm256_sub_epi32(L, _mm256_slli_epi32(_mm256_loadu_si256(
-				(const __m256i *)ab->asum), shift));
-		acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(L), _mm256_mul_ps(
-			dv, _mm256_loadu_ps(ab->d)), acc[r]);
-		if (has_min) {
-			macc[r] = macc[r] + m0 * ab->s[0];
-			if (full)
-				macc[r] = macc[r] + m1 * ab->s[1];
-		}
+#pragma GCC unroll 2
+		for (int h = 0; h < 2; h++)	/* codes <= 31, |a| <= 127:
+						 * each int16 sum < 2^14 */
+			P[h] = _mm256_madd_epi16(_mm256_add_epi16(
+				_mm256_maddubs_epi16(lo[h], _mm256_loadu_si256(
+					(const __m256i *)ab->lo[h])),
+				_mm256_maddubs_epi16(hi[h], _mm256_loadu_si256(
+					(const __m256i *)ab->hi[h]))), ones);
+		/* lanes of P[h]: 0..3 block 2h's partial sums, 4..7 block
+		 * 2h + 1's; after two hadds the low half holds blocks 0, 2
+		 * and the high half blocks 1, 3 */
+		t = _mm256_hadd_epi32(P[0], P[1]);
+		t = _mm256_hadd_epi32(t, t);
+		D = _mm_unpacklo_epi32(_mm256_castsi256_si128(t),
+				       _mm256_extracti128_si256(t, 1));
+		if (shift)	/* v = code - 8 (16): less 8 (16) x sum of q */
+			D = _mm_sub_epi32(D, _mm_slli_epi32(_mm_loadu_si128(
+				(const __m128i *)ab->qsum), shift));
+		acc[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(D),
+				      _mm_mul_ps(dw, _mm_loadu_ps(ab->d)), acc[r]);
+		if (has_min)
+			macc[r] = _mm_add_ps(macc[r], _mm_mul_ps(mw, _mm_loadu_ps(ab->s)));
 	}
 }
 
-/* One weight row against R activation rows of pairs (tile32x2). */
-ALWAYS_INLINE void tile32x2(int R, enum dtype type, float *out, size_t n_out,
-			    const uint8_t *w, const struct ggml_act32x2 *a,
+/* ((v0 + v1) + (v2 + v3)) of the lanes of v. */
+ALWAYS_INLINE float chains4(__m128 v)
+{
+	float f[4];
+
+	_mm_storeu_ps(f, v);
+	return (f[0] + f[1]) + (f[2] + f[3]);
+}
+
+/* One weight row against R activation rows of quads (tile32x4). */
+ALWAYS_INLINE void tile32x4(int R, enum dtype type, float *out, size_t n_out,
+			    const uint8_t *w, const struct ggml_act32x4 *a,
 			    size_t n_blocks)
 {
 	unsigned bytes = block_bytes(type);
-	size_t n_pairs = (n_blocks + 1) / 2, p;
-	__m256 acc[GGML_MR];
-	float macc[GGML_MR];
+	size_t n_quads = (n_blocks + 3) / 4, q;
+	__m128 acc[GGML_MR], macc[GGML_MR];
 
 #pragma GCC unroll 8
-	for (int r = 0; r < R; r++) {
-		acc[r] = _mm256_setzero_ps();
-		macc[r] = 0;
-	}
-	for (p = 0; p < n_blocks / 2; p++) {
-		const uint8_t *b = w + 2 * p * bytes;
+	for (int r = 0; r < R; r++)
+		acc[r] = macc[r] = _mm_setzero_ps();
+	for (q = 0; q < n_blocks / 4; q++) {
+		const uint8_t *b = w + 4 * q * bytes;
 
 		/* the row streams from memory: ask ahead */
 		_mm_prefetch((const char *)(b + 8 * bytes), _MM_HINT_T0);
-		pair32(R, type, 1, acc, macc, b, a + p, n_pairs);
+		_mm_prefetch((const char *)(b + 10 * bytes), _MM_HINT_T0);
+		quad32(R, type, 4, acc, macc, b, a + q, n_quads);
 	}
-	if (n_blocks & 1)
-		pair32(R, type, 0, acc, macc, w + 2 * p * bytes, a + p, n_pairs);
+	if (n_blocks % 4)
+		quad32(R, type, (int)(n_blocks % 4), acc, macc,
+		       w + 4 * q * bytes, a + q, n_quads);
 #pragma GCC unroll 8
 	for (int r = 0; r < R; r++)
-		out[r * n_out] = llama_hsum8(acc[r]) + macc[r];
+		out[r * n_out] = chains4(acc[r]) + chains4(macc[r]);
 }
 
 /* ------------------------------------------------------------ 256-blocks */
@@ -516,45 +516,44 @@ ALWAYS_INLINE float act_scale(float amax, float *id)
 	return d;
 }
 
-/* ggml_quantize_act32x2(), vectorised: the same bytes. */
-static GGML_AVX2 void quantize_pairs(struct ggml_act32x2 *a, const float *x,
+/* ggml_quantize_act32x4(), vectorised: the same bytes. */
+static GGML_AVX2 void quantize_quads(struct ggml_act32x4 *a, const float *x,
 				     size_t n)
 {
 	size_t n_blocks = n / GGML_QK32;
 
-	for (size_t k = 0; k < n_blocks; k += 2, a++) {
-		int nb = k + 1 < n_blocks ? 2 : 1, nan = 0;
-		float amax[2], d, id;
+	for (size_t k = 0; k < n_blocks; k += 4, a++) {
+		int nb = n_blocks - k < 4 ? (int)(n_blocks - k) : 4, nan = 0;
+		float amax[4], id;
 
-		for (int h = 0; h < nb; h++) {
+		for (int c = 0; c < nb; c++) {
 			int bad;
 
-			amax[h] = amax32k(x + (k + h) * GGML_QK32, 1, &bad);
+			amax[c] = amax32k(x + (k + c) * GGML_QK32, 1, &bad);
 			nan |= bad;
 		}
 		if (nan) {
-			ggml_quantize_act32x2(a, x + k * GGML_QK32, nb * GGML_QK32);
+			ggml_quantize_act32x4(a, x + k * GGML_QK32, nb * GGML_QK32);
 			continue;
 		}
 		memset(a, 0, sizeof(*a));
-		for (int h = 0; h < nb; h++) {
+		for (int c = 0; c < nb; c++) {
 			__m256i q, t;
 			__m128i s4;
 			int32_t s[4];
 
-			d = act_scale(amax[h], &id);
-			q = quant32(x + (k + h) * GGML_QK32, id);
-			_mm_storeu_si128((__m128i *)(a->lo + 16 * h),
+			a->d[c] = act_scale(amax[c], &id);
+			q = quant32(x + (k + c) * GGML_QK32, id);
+			_mm_storeu_si128((__m128i *)(a->lo[c / 2] + 16 * (c % 2)),
 					 _mm256_castsi256_si128(q));
-			_mm_storeu_si128((__m128i *)(a->hi + 16 * h),
+			_mm_storeu_si128((__m128i *)(a->hi[c / 2] + 16 * (c % 2)),
 					 _mm256_extracti128_si256(q, 1));
 			t = sums4(q);
 			s4 = _mm_add_epi32(_mm256_castsi256_si128(t),
 					   _mm256_extracti128_si256(t, 1));
-			_mm_storeu_si128((__m128i *)(a->asum + 4 * h), s4);
-			_mm_storeu_ps(a->d + 4 * h, _mm_set1_ps(d));
 			_mm_storeu_si128((__m128i *)s, s4);
-			a->s[h] = d * (float)(s[0] + s[1] + s[2] + s[3]);
+			a->qsum[c] = s[0] + s[1] + s[2] + s[3];
+			a->s[c] = a->d[c] * (float)a->qsum[c];
 		}
 	}
 }
@@ -606,8 +605,8 @@ void ggml_quantize_act_row_avx2(enum dtype type, void *act, const float *x,
 {
 	if (ggml_block_values(type) == GGML_QK256)
 		quantize_blocks256(act, x, n_in);
-	else if (ggml_uses_pairs(type))
-		quantize_pairs(act, x, n_in);
+	else if (ggml_uses_quads(type))
+		quantize_quads(act, x, n_in);
 	else
 		quantize_blocks32(act, x, n_in);
 }
@@ -635,10 +634,10 @@ static GGML_AVX2 void ggml_tile(enum dtype type, int R, float *out,
 {
 	switch (type) {
 	TILE_TYPE(tile32, DTYPE_GGML_Q8_0, struct ggml_act32);
-	TILE_TYPE(tile32x2, DTYPE_GGML_Q4_0, struct ggml_act32x2);
-	TILE_TYPE(tile32x2, DTYPE_GGML_Q4_1, struct ggml_act32x2);
-	TILE_TYPE(tile32x2, DTYPE_GGML_Q5_0, struct ggml_act32x2);
-	TILE_TYPE(tile32x2, DTYPE_GGML_Q5_1, struct ggml_act32x2);
+	TILE_TYPE(tile32x4, DTYPE_GGML_Q4_0, struct ggml_act32x4);
+	TILE_TYPE(tile32x4, DTYPE_GGML_Q4_1, struct ggml_act32x4);
+	TILE_TYPE(tile32x4, DTYPE_GGML_Q5_0, struct ggml_act32x4);
+	TILE_TYPE(tile32x4, DTYPE_GGML_Q5_1, struct ggml_act32x4);
 	TILE_TYPE(tile256, DTYPE_GGML_Q4_K, struct ggml_act256);
 	TILE_TYPE(tile256, DTYPE_GGML_Q5_K, struct ggml_act256);
 	TILE_TYPE(tile256, DTYPE_GGML_Q6_K, struct ggml_act256);
@@ -681,9 +680,8 @@ GGML_AVX2 void ggml_matmul_avx2(float *out, const float *x, size_t n_rows,
 	for (size_t b = 0; b < n_rows; b++)
 		ggml_quantize_act_row_avx2(type, act + b * act_row, x + b * n_in,
 					   n_in);
-	/* two groups of 8 rows or more: Q4_K and Q5_K one row a lane */
-	if ((type == DTYPE_GGML_Q4_K || type == DTYPE_GGML_Q5_K) && n_rows >= 16 &&
-	    !ggml_gemm8_k_avx2(out, t, (const void *)act, n_rows / 8))
+	/* two groups of 8 rows or more: one row a lane (not Q8_0, Q6_K) */
+	if (n_rows >= 16 && !ggml_gemm8_avx2(out, t, act, n_rows / 8))
 		b0 = n_rows / 8 * 8;
 	for (size_t ob = 0; b0 < n_rows && ob < n_out; ob += GGML_OB) {
 		size_t oe = n_out - ob < GGML_OB ? n_out : ob + GGML_OB;

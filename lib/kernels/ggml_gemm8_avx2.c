@@ -189,8 +189,203 @@ ALWAYS_INLINE void gemm8_type(enum dtype type, float *out, size_t n_out,
 	}
 }
 
-GGML_AVX2 int ggml_gemm8_k_avx2(float *out, const struct tensor *t,
-				const struct ggml_act256 *act, size_t n_groups)
+/* ------------------------------------------------------ the nibble types */
+
+/* One weight block of a nibble type, unpacked. */
+struct wblock32 {
+	uint8_t code[32];	/* unsigned codes, element order (Q4_0's -8
+				 * and Q5_0's -16 come from qsum) */
+	float d, m;		/* m: Q4_1/Q5_1's min, else 0 */
+};
+
+/* One block of a group of 8 activation rows, interleaved. */
+struct act8x32 {
+	int8_t q[8][32];	/* q[t][4r + i] = row r's value 4t + i */
+	int32_t qsum[8];	/* row r's sum of q */
+	float d[8], s[8];	/* row r's d and d * (sum of q) */
+};
+
+static GGML_AVX2 void unpack_block32(enum dtype type, const uint8_t *b,
+				     struct wblock32 *u)
+{
+	const __m128i m4 = _mm_set1_epi8(0x0f);
+	__m128i q = _mm_loadu_si128((const __m128i *)(b + qs_at(type)));
+	__m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4),
+				     _mm_and_si128(q, m4));
+
+	if (type == DTYPE_GGML_Q5_0 || type == DTYPE_GGML_Q5_1) {
+		__m256i f_lo, f_hi;
+
+		fifth_bits2(load_u32(b + qs_at(type) - 4), 0, &f_lo, &f_hi);
+		v = _mm256_or_si256(v, _mm256_set_m128i(_mm256_castsi256_si128(f_hi),
+							_mm256_castsi256_si128(f_lo)));
+	}
+	_mm256_storeu_si256((__m256i *)u->code, v);
+	u->d = half_f16c(b);
+	u->m = type == DTYPE_GGML_Q4_1 || type == DTYPE_GGML_Q5_1 ?
+	       half_f16c(b + 2) : 0;
+}
+
+/* The 8 activation rows at rows (n_quads quads each, one after the
+ * other) interleaved into g[0 .. n_blocks). */
+static void interleave8x32(struct act8x32 *g, const struct ggml_act32x4 *rows,
+			   size_t n_blocks)
+{
+	size_t n_quads = (n_blocks + 3) / 4;
+
+	for (size_t k = 0; k < n_blocks; k++, g++)
+		for (int r = 0; r < 8; r++) {
+			const struct ggml_act32x4 *a = rows + r * n_quads + k / 4;
+			int c = (int)(k % 4);
+
+			for (int t = 0; t < 8; t++)
+				memcpy(&g->q[t][4 * r], (t < 4 ? a->lo[c / 2] : a->hi[c / 2]) +
+				       16 * (c % 2) + 4 * (t % 4), 4);
+			g->qsum[r] = a->qsum[c];
+			g->d[r] = a->d[c];
+			g->s[r] = a->s[c];
+		}
+}
+
+/* Block k (chain c = k % 4) of one weight row against one group. */
+ALWAYS_INLINE void block32x8(enum dtype type, const struct wblock32 *w,
+			     const struct act8x32 *a, __m256 *acc, __m256 *macc)
+{
+	/* codes <= 15 (31): an int16 sum takes 8 (4) products of maddubs */
+	const int chunk = type == DTYPE_GGML_Q4_0 || type == DTYPE_GGML_Q4_1 ? 8 : 4;
+	int shift = type == DTYPE_GGML_Q4_0 ? 3 : type == DTYPE_GGML_Q5_0 ? 4 : 0;
+	const __m256i ones = _mm256_set1_epi16(1);
+	__m256i D, m[8];
+
+#pragma GCC unroll 8
+	for (int t = 0; t < 8; t++) {
+		int32_t w4;
+
+		memcpy(&w4, w->code + 4 * t, 4);
+		m[t] = _mm256_maddubs_epi16(_mm256_set1_epi32(w4),
+					    _mm256_loadu_si256((const __m256i *)a->q[t]));
+	}
+	/* a tree, not a chain: the adds' latency is what limits here */
+	m[0] = _mm256_add_epi16(m[0], m[1]);
+	m[2] = _mm256_add_epi16(m[2], m[3]);
+	m[4] = _mm256_add_epi16(m[4], m[5]);
+	m[6] = _mm256_add_epi16(m[6], m[7]);
+	m[0] = _mm256_add_epi16(m[0], m[2]);
+	m[4] = _mm256_add_epi16(m[4], m[6]);
+	if (chunk == 8)
+		D = _mm256_madd_epi16(_mm256_add_epi16(m[0], m[4]), ones);
+	else
+		D = _mm256_add_epi32(_mm256_madd_epi16(m[0], ones),
+				     _mm256_madd_epi16(m[4], ones));
+	if (shift)	/* v = code - 8 (16) */
+		D = _mm256_sub_epi32(D, _mm256_slli_epi32(_mm256_loadu_si256(
+			(const __m256i *)a->qsum), shift));
+	*acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(D), _mm256_mul_ps(
+		_mm256_set1_ps(w->d), _mm256_loadu_ps(a->d)), *acc);
+	if (type == DTYPE_GGML_Q4_1 || type == DTYPE_GGML_Q5_1)
+		*macc = _mm256_add_ps(*macc, _mm256_mul_ps(_mm256_set1_ps(w->m),
+							    _mm256_loadu_ps(a->s)));
+}
+
+/* One weight row (n_blocks unpacked blocks) against one group: lane r
+ * of the result is row r's output (ggml_quants.h's four chains). */
+ALWAYS_INLINE __m256 row_group32(enum dtype type, const struct wblock32 *w,
+				 const struct act8x32 *a, size_t n_blocks)
+{
+	__m256 acc[4], macc[4];
+	size_t k = 0;
+
+	for (int c = 0; c < 4; c++)
+		acc[c] = macc[c] = _mm256_setzero_ps();
+	for (; k + 4 <= n_blocks; k += 4)
+#pragma GCC unroll 4
+		for (int c = 0; c < 4; c++)
+			block32x8(type, w + k + c, a + k + c, &acc[c], &macc[c]);
+	for (int c = 0; k + c < n_blocks; c++)
+		block32x8(type, w + k + c, a + k + c, &acc[c], &macc[c]);
+	return _mm256_add_ps(
+		_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])),
+		_mm256_add_ps(_mm256_add_ps(macc[0], macc[1]), _mm256_add_ps(macc[2], macc[3])));
+}
+
+/* The groups' rows of the matmul against the n_out weight rows at w;
+ * wb room for GEMM8_OB unpacked rows. */
+ALWAYS_INLINE void gemm8_type32(enum dtype type, float *out, size_t n_out,
+				const uint8_t *w, size_t row_bytes,
+				const struct act8x32 *g, size_t n_groups,
+				size_t n_blocks, struct wblock32 *wb)
+{
+	for (size_t ob = 0; ob < n_out; ob += GEMM8_OB) {
+		size_t oe = n_out - ob < GEMM8_OB ? n_out : ob + GEMM8_OB;
+
+		for (size_t o = ob; o < oe; o++)
+			for (size_t k = 0; k < n_blocks; k++)
+				unpack_block32(type, w + o * row_bytes +
+					       k * ggml_block_bytes(type),
+					       wb + (o - ob) * n_blocks + k);
+		for (size_t gi = 0; gi < n_groups; gi++)
+			for (size_t o = ob; o < oe; o++) {
+				float lanes[8];
+
+				_mm256_storeu_ps(lanes, row_group32(type,
+					wb + (o - ob) * n_blocks,
+					g + gi * n_blocks, n_blocks));
+				for (int r = 0; r < 8; r++)
+					out[(8 * gi + r) * n_out + o] = lanes[r];
+			}
+	}
+}
+
+/* ggml_gemm8_avx2() of the nibble types; 0, or -1 without memory. */
+static GGML_AVX2 int gemm8_nibbles(float *out, const struct tensor *t,
+				   const struct ggml_act32x4 *act, size_t n_groups)
+{
+	size_t n_blocks = t->cols / GGML_QK32, n_quads = (n_blocks + 3) / 4;
+	size_t row_bytes = ggml_row_bytes(t->type, t->cols);
+	struct act8x32 *g = NULL;
+	struct wblock32 *wb = NULL;
+	size_t n_g;
+
+	if (!__builtin_mul_overflow(n_groups, n_blocks, &n_g) &&
+	    n_g < SIZE_MAX / sizeof(*g))
+		g = malloc(n_g * sizeof(*g));
+	if (n_blocks < SIZE_MAX / GEMM8_OB / sizeof(*wb))
+		wb = malloc(GEMM8_OB * n_blocks * sizeof(*wb));
+	if (!g || !wb) {
+		free(g);
+		free(wb);
+		return -1;
+	}
+	for (size_t gi = 0; gi < n_groups; gi++)
+		interleave8x32(g + gi * n_blocks, act + 8 * gi * n_quads, n_blocks);
+	switch (t->type) {	/* constant types: one copy each */
+	case DTYPE_GGML_Q4_0:
+		gemm8_type32(DTYPE_GGML_Q4_0, out, t->rows, t->data, row_bytes,
+			     g, n_groups, n_blocks, wb);
+		break;
+	case DTYPE_GGML_Q4_1:
+		gemm8_type32(DTYPE_GGML_Q4_1, out, t->rows, t->data, row_bytes,
+			     g, n_groups, n_blocks, wb);
+		break;
+	case DTYPE_GGML_Q5_0:
+		gemm8_type32(DTYPE_GGML_Q5_0, out, t->rows, t->data, row_bytes,
+			     g, n_groups, n_blocks, wb);
+		break;
+	default:	/* DTYPE_GGML_Q5_1: ggml_uses_quads() */
+		gemm8_type32(DTYPE_GGML_Q5_1, out, t->rows, t->data, row_bytes,
+			     g, n_groups, n_blocks, wb);
+		break;
+	}
+	free(g);
+	free(wb);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- entry */
+
+/* ggml_gemm8_avx2() of Q4_K and Q5_K; 0, or -1 without memory. */
+static GGML_AVX2 int gemm8_k(float *out, const struct tensor *t,
+			     const struct ggml_act256 *act, size_t n_groups)
 {
 	size_t n_blocks = t->cols / GGML_QK256;
 	size_t row_bytes = ggml_row_bytes(t->type, t->cols);
@@ -198,8 +393,6 @@ GGML_AVX2 int ggml_gemm8_k_avx2(float *out, const struct tensor *t,
 	struct wblock *wb = NULL;
 	size_t n_g;
 
-	if (t->type != DTYPE_GGML_Q4_K && t->type != DTYPE_GGML_Q5_K)
-		return -1;
 	if (!__builtin_mul_overflow(n_groups, n_blocks, &n_g) &&
 	    n_g < SIZE_MAX / sizeof(*g))
 		g = malloc(n_g * sizeof(*g));
@@ -221,5 +414,14 @@ GGML_AVX2 int ggml_gemm8_k_avx2(float *out, const struct tensor *t,
 	free(g);
 	free(wb);
 	return 0;
+}
+int ggml_gemm8_avx2(float *out, const struct tensor *t, const void *act,
+		    size_t n_groups)
+{
+	if (ggml_uses_quads(t->type))
+		return gemm8_nibbles(out, t, act, n_groups);
+	if (t->type == DTYPE_GGML_Q4_K || t->type == DTYPE_GGML_Q5_K)
+		return gemm8_k(out, t, act, n_groups);
+	return -1;
 }
 #endif

@@ -15,9 +15,10 @@
  * nan).  The blocks are laid out as the kernels read them:
  *
  *	struct ggml_act32 for Q8_0: one 32-block;
- *	struct ggml_act32x2 for Q4_0, Q4_1, Q5_0, Q5_1: two 32-blocks
- *	  k = 2p, 2p + 1 side by side, as one AVX2 register holds the two
- *	  weight blocks' low (then high) nibbles (see below);
+ *	struct ggml_act32x4 for Q4_0, Q4_1, Q5_0, Q5_1: four 32-blocks
+ *	  4k .. 4k + 3, their values in the order two AVX2 registers hold
+ *	  the four weight blocks' nibbles (see the struct), with each
+ *	  block's d, sum of q and d * (sum of q);
  *	struct ggml_act256 for Q4_K, Q5_K, Q6_K: one 256-block, with
  *	  bsums[k] the sum of q over values 16k .. 16k + 15.
  *
@@ -28,20 +29,19 @@
  *   Q8_0: integer lanes L[l] = sum over i in 4l .. 4l + 3 of w[i] *
  *	a_q[i] (exact: what AVX2's maddubs + madd leave in the 8 int32
  *	lanes), then per block, in order, acc[l] = fmaf((float)L[l], d_w *
- *	d_a, acc[l]) (one rounding: fmaf() in C, an FMA in AVX2).
- *   Q4_0, Q4_1, Q5_0, Q5_1: per PAIR of blocks p (blocks 2p, 2p + 1; an
- *	odd last block pairs with nothing: zero codes, scales and
- *	activations), lane l < 4 belongs to block 2p and takes its
- *	elements 4l .. 4l + 3 and 16 + 4l .. 16 + 4l + 3; lane l >= 4 the
- *	same of block 2p + 1 (l - 4).  L[l] = the exact sum of v * a_q over
- *	the lane's 8 elements, v the weight's integer (Q4_0's code - 8 and
- *	Q5_0's code - 16, signed; Q4_1's and Q5_1's unsigned codes), and
- *	acc[l] = fmaf((float)L[l], d_w * d_a, acc[l]) with the lane's
- *	block's scales; Q4_1's and Q5_1's min as macc += m_w * s_a, block
- *	2p then 2p + 1.  One register of two blocks halves the work per
- *	block against one block a register (docs/DESIGN.md 2.5.3).
- *   The 32-types' result is ggml_hsum8(acc) (llama_hsum8()'s tree) +
- *	macc.
+ *	d_a, acc[l]) (one rounding: fmaf() in C, an FMA in AVX2); the
+ *	result is ggml_hsum8(acc) (llama_hsum8()'s tree).
+ *   Q4_0, Q4_1, Q5_0, Q5_1: per block k, D = the exact sum of v * a_q
+ *	over its 32 values, v the weight's integer (Q4_0's code - 8 and
+ *	Q5_0's code - 16; Q4_1's and Q5_1's unsigned codes), then four
+ *	chains, block k in chain c = k % 4: acc[c] = fmaf((float)D, d_w *
+ *	d_a, acc[c]) and, for Q4_1/Q5_1's min, macc[c] = macc[c] + m_w *
+ *	s_a.  The result is ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+ *	((macc[0] + macc[1]) + (macc[2] + macc[3])).  A block's exact
+ *	integer lets a kernel hold rows or blocks in its lanes as it
+ *	likes (ggml_gemm8_avx2.c: 8 rows; ggml_dot_avx2.c: 4 blocks, the
+ *	chains), and four chains keep the FMA latency off the critical
+ *	path (docs/DESIGN.md 2.5.3).
  *   256-blocks: per block the exact int32 sumi = sum over sub-blocks j of
  *	sc[j] * (integer dot of sub-block j), and for Q4_K/Q5_K summ = sum
  *	of mn[j] * (sum of a_q over sub-block j); then, block after block,
@@ -49,8 +49,9 @@
  *	(float)summ.
  *
  * The build uses -ffp-contract=off, so no product and sum is fused in
- * either twin but the lanes' fmaf(), written out in both.  Integer sums are exact in any order, which
- * is what lets the AVX2 code sum them its own way.
+ * either twin but the fmaf()s, written out in both.  Integer sums are
+ * exact in any order, which is what lets the AVX2 code sum them its own
+ * way.
  */
 #ifndef DYNBATCH_GGML_QUANTS_H
 #define DYNBATCH_GGML_QUANTS_H
@@ -96,16 +97,17 @@ struct ggml_act32 {
 	int8_t q[GGML_QK32];
 };
 
-/* Blocks 2p and 2p + 1 of an activation row, for the nibble types: the
- * order of one AVX2 register holding the two weight blocks' nibbles. */
-struct ggml_act32x2 {
-	int8_t lo[32];	/* q[0 .. 16) of block 2p, then of block 2p + 1 */
-	int8_t hi[32];	/* q[16 .. 32) of block 2p, then of 2p + 1 */
-	float d[8];	/* lanes 0..3 block 2p's d, 4..7 block 2p + 1's */
-	int32_t asum[8];	/* lane l: the sum of lo[4l .. 4l + 3] and
-				 * hi[4l .. 4l + 3] (Q4_0's and Q5_0's
-				 * offset: v = code - 8 or - 16) */
-	float s[2];	/* d * (sum of q) of each block (Q4_1, Q5_1) */
+/* Blocks 4k .. 4k + 3 of an activation row, for the nibble types: two
+ * pairs, each as one AVX2 register holds two weight blocks' nibbles
+ * (the low nibbles are values 0..15, the high ones 16..31).  A missing
+ * block of the row's last quad is all zeros. */
+struct ggml_act32x4 {
+	int8_t lo[2][32];	/* pair h: q[0 .. 16) of block 4k + 2h, then
+				 * of block 4k + 2h + 1 */
+	int8_t hi[2][32];	/* pair h: q[16 .. 32) of the same two */
+	float d[4];		/* block 4k + c's d */
+	int32_t qsum[4];	/* its sum of q (Q4_0/Q5_0's offset) */
+	float s[4];		/* d * (sum of q) (Q4_1/Q5_1's min) */
 };
 
 struct ggml_act256 {
@@ -117,14 +119,14 @@ struct ggml_act256 {
 /* x[0 .. n) (n a multiple of 32) as n / 32 blocks at a. */
 void ggml_quantize_act32(struct ggml_act32 *a, const float *x, size_t n);
 
-/* x[0 .. n) (n a multiple of 32) as (n / 32 + 1) / 2 pairs at a. */
-void ggml_quantize_act32x2(struct ggml_act32x2 *a, const float *x, size_t n);
+/* x[0 .. n) (n a multiple of 32) as (n / 32 + 3) / 4 quads at a. */
+void ggml_quantize_act32x4(struct ggml_act32x4 *a, const float *x, size_t n);
 
 /* x[0 .. n) (n a multiple of 256) as n / 256 blocks at a. */
 void ggml_quantize_act256(struct ggml_act256 *a, const float *x, size_t n);
 
-/* Does type's matmul use struct ggml_act32x2 (the nibble types)? */
-static inline int ggml_uses_pairs(enum dtype type)
+/* Does type's matmul use struct ggml_act32x4 (the nibble types)? */
+static inline int ggml_uses_quads(enum dtype type)
 {
 	return type >= DTYPE_GGML_Q4_0 && type <= DTYPE_GGML_Q5_1;
 }
@@ -152,12 +154,12 @@ static inline float ggml_hsum8(const float a[8])
 void ggml_quantize_act_row_avx2(enum dtype type, void *act, const float *x,
 				size_t n_in);
 
-/* Rows [0, 8 n_groups) of the matmul of Q4_K or Q5_K weights t with
- * activation rows act (t->cols / 256 blocks each), one row a lane
- * (ggml_gemm8_avx2.c): the same bits as the tiles.  0, or -1 without
- * memory or for another type (nothing written). */
-int ggml_gemm8_k_avx2(float *out, const struct tensor *t,
-		      const struct ggml_act256 *act, size_t n_groups);
+/* Rows [0, 8 n_groups) of the matmul of weights t (a nibble type, Q4_K
+ * or Q5_K) with activation rows act (ggml_quantize_act_row()'s), one row
+ * a lane (ggml_gemm8_avx2.c): the same bits as the tiles.  0, or -1
+ * without memory or for another type (nothing written). */
+int ggml_gemm8_avx2(float *out, const struct tensor *t, const void *act,
+		    size_t n_groups);
 
 /* tensor_ops.matmul, AVX2 (only where llama_kernels_have_avx2()). */
 void ggml_matmul_avx2(float *out, const float *x, size_t n_rows,
