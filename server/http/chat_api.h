@@ -11,7 +11,8 @@
  * "content":TEXT}, TEXT a string or an array of {"type":"text","text":S}
  * parts (concatenated as they are, no separator).  Other message fields
  * ("name", ...) are ignored.  max_completion_tokens is accepted for
- * max_tokens (not both); every other field means what it means to
+ * max_tokens (both given: the same value); with neither, max_tokens is
+ * the rest of the context; every other field means what it means to
  * /v1/completions (max_tokens, temperature, top_p, n, stop, seed,
  * logprobs as true/false with top_logprobs, stream, ...), judged by the
  * same code: chat_parse() renders the messages, puts the prompt in their

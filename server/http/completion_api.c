@@ -22,35 +22,31 @@
 #include <jansson.h>
 
 #include "util/json_writer.h"
+#include "server/request/request_fields.h"
 #include "server/request/request_json.h"
-
-static const char *const known_fields[] = {
-	"id", "prompt", "max_tokens", "stop_token", "stop_token_ids",
-	"stop_sequence", "stop_sequences", "include_stop", "stream", "model",
-	"temperature", "top_p", "top_k", "min_p", "seed", "logit_bias",
-	"logprobs", "top_logprobs", "n", "stop", "ignore_eos",
-};
 
 static bool is_ident(char c)
 {
 	return isalnum((unsigned char)c) || c == '_';
 }
 
-/* The known field named first in msg, as a whole word; NULL if none. */
+/* The field of the table named first in msg, as a whole word; NULL if none. */
 static const char *field_named_in(const char *msg)
 {
 	const char *best = NULL, *best_at = NULL;
 
-	for (size_t i = 0; i < sizeof(known_fields) / sizeof(known_fields[0]); i++) {
-		size_t n = strlen(known_fields[i]);
+	const char *name;
 
-		for (const char *at = strstr(msg, known_fields[i]); at;
-		     at = strstr(at + 1, known_fields[i])) {
+	for (size_t i = 0; (name = request_field_name(i)); i++) {
+		size_t n = strlen(name);
+
+		for (const char *at = strstr(msg, name); at;
+		     at = strstr(at + 1, name)) {
 			if ((at > msg && is_ident(at[-1])) || is_ident(at[n]))
 				continue;
 			if (!best_at || at < best_at) {
 				best_at = at;
-				best = known_fields[i];
+				best = name;
 			}
 			break;
 		}
@@ -83,6 +79,12 @@ static int parse_http_fields(const char *body, size_t len,
 		return 0;
 	if (!json_is_object(obj))
 		goto out;
+	rc = request_fields_check(obj, REQUEST_API_COMPLETIONS, err, err_len,
+				  out->param, sizeof(out->param));
+	if (rc) {
+		*param = out->param;
+		goto out;
+	}
 	v = json_object_get(obj, "stream");
 	if (v && !json_is_null(v)) {
 		if (!json_is_boolean(v)) {
@@ -103,19 +105,19 @@ out:
 	return rc;
 }
 
-/* A client id in the server's namespace: -EINVAL, the request emptied as
- * on any other error but its id kept for the error answer. */
-static int refuse_reserved_id(struct completion_request *out, char *err,
-			      size_t err_len, const char **param)
+/* A body refused after request_parse() took it (field: msg): -EINVAL,
+ * the request emptied as on any other error but its id kept for the
+ * error answer. */
+static int refuse_parsed(struct completion_request *out, char *err,
+			 size_t err_len, const char **param, const char *field,
+			 const char *msg)
 {
 	char *id = out->req.id;
 
 	out->req.id = NULL;
 	request_release(&out->req);
 	out->req.id = id;
-	return body_error(err, err_len, param, "id", "field 'id' must not start "
-			  "with '" COMPLETION_ID_PREFIX "': such ids are the ones "
-			  "the server gives requests sent without an id");
+	return body_error(err, err_len, param, field, msg);
 }
 
 int completion_parse(const char *body, size_t len,
@@ -123,21 +125,32 @@ int completion_parse(const char *body, size_t len,
 		     struct completion_request *out, char *err, size_t err_len,
 		     const char **param)
 {
+	struct request_limits l = *lim;
 	bool is_json;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
 	*param = NULL;
+	l.api = REQUEST_API_COMPLETIONS;
 	rc = parse_http_fields(body, len, out, err, err_len, param, &is_json);
 	if (rc)
 		return rc;
-	rc = request_parse(body, len, 0, lim, &out->req, err, err_len);
+	rc = request_parse(body, len, 0, &l, &out->req, err, err_len);
 	/* A syntax error quotes the body ("near 'prompt'"), not a field. */
 	if (rc == -EINVAL && is_json)
 		*param = field_named_in(err);
 	if (!rc && out->req.id && !strncmp(out->req.id, COMPLETION_ID_PREFIX,
 					   strlen(COMPLETION_ID_PREFIX)))
-		rc = refuse_reserved_id(out, err, err_len, param);
+		rc = refuse_parsed(out, err, err_len, param, "id", "field 'id' must "
+				   "not start with '" COMPLETION_ID_PREFIX "': such ids "
+				   "are the ones the server gives requests sent "
+				   "without an id");
+	/* a `run` line may be empty (a model that can, continues nothing);
+	 * OpenAI's API needs a token, and a client must not retry this */
+	if (!rc && !out->req.n_prompt)
+		rc = refuse_parsed(out, err, err_len, param, "prompt", "field "
+				   "'prompt' is empty: a completion continues at "
+				   "least one token");
 	return rc;
 }
 

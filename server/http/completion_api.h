@@ -6,9 +6,9 @@
  *
  * The body takes the docs/DESIGN.md 3.1 request fields (prompt as token ids,
  * max_tokens, stop_token, stop_token_ids, stop_sequence, stop_sequences,
- * include_stop, and an optional id) plus "stream" and "model".  Fields of
- * OpenAI's API that change sampling are ignored, as the model is a black
- * box that picks its own token.
+ * include_stop, the sampling fields, and an optional id) plus "stream",
+ * "stream_options" and "model"; every other field is refused or taken
+ * as request_fields.h says.
  */
 #ifndef DYNBATCH_COMPLETION_API_H
 #define DYNBATCH_COMPLETION_API_H
@@ -20,6 +20,7 @@
 #include "engine/request.h"
 #include "sampling/sampler.h"
 #include "util/strbuf.h"
+#include "server/request/request_fields.h"
 #include "server/request/request_json.h"
 
 /*
@@ -32,6 +33,11 @@
 struct completion_request {
 	struct request req;	/* req.id is NULL when the body had none */
 	bool stream;		/* answer with Server-Sent Events */
+	/* chat without max_tokens: req.max_tokens is the context's rest,
+	 * which the server may lower to what it can hold */
+	bool max_tokens_defaulted;
+	/* a refused field's name, where an error's param points */
+	char param[REQUEST_FIELD_NAME_MAX];
 };
 
 /*

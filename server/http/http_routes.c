@@ -164,17 +164,54 @@ static int chat_stream_start(struct http_server *srv, struct conn *c,
  */
 #define ANSWER_CHOICE_BYTES 512u
 #define ANSWER_LOGPROB_BYTES 64u	/* "token_id:N": logprob, twice over */
+static uint64_t answer_per_token(const struct http_server *srv,
+				 const struct request *req)
+{
+	const struct text_tokenizer *tok = srv->lim.tok;
+
+	return JSON_TOKEN_MAX +
+	       (tok ? 6ull * text_tokenizer_longest_piece(tok) : 0) +
+	       (req->sampling.logprobs ?
+		(1ull + req->sampling.top_logprobs) * ANSWER_LOGPROB_BYTES : 0);
+}
+
 static uint64_t answer_bound(const struct http_server *srv,
 			     const struct request *req)
 {
-	const struct text_tokenizer *tok = srv->lim.tok;
-	uint64_t per_token = JSON_TOKEN_MAX +
-		(tok ? 6ull * text_tokenizer_longest_piece(tok) : 0) +
-		(req->sampling.logprobs ?
-		 (1ull + req->sampling.top_logprobs) * ANSWER_LOGPROB_BYTES : 0);
-
 	return (uint64_t)req->n_choices *
-	       (ANSWER_CHOICE_BYTES + (uint64_t)req->max_tokens * per_token);
+	       (ANSWER_CHOICE_BYTES +
+		(uint64_t)req->max_tokens * answer_per_token(srv, req));
+}
+
+/*
+ * A chat's max_tokens left out is the context's rest (chat_api.c); lower
+ * it to what a non-streamed answer (--max-answer-bytes) and a shard's KV
+ * pool hold, so that leaving it out never earns a 400 of its own.
+ */
+static void clamp_default_max_tokens(struct http_server *srv,
+				     const struct completion_request *cr,
+				     struct request *req)
+{
+	struct engine_kv_pool pool;
+	uint64_t fit, per_choice;
+
+	if (!cr->max_tokens_defaulted || !req->n_choices)
+		return;
+	if (!cr->stream) {
+		per_choice = srv->cfg->max_answer_bytes / req->n_choices;
+		fit = per_choice > ANSWER_CHOICE_BYTES ?
+		      (per_choice - ANSWER_CHOICE_BYTES) / answer_per_token(srv, req) : 0;
+		if (fit < req->max_tokens)
+			req->max_tokens = (uint32_t)fit;
+	}
+	engine_kv_need(srv->e, 0, &pool);
+	if (pool.block_tokens) {
+		/* engine_kv_need(): n tokens take ceil((n - 1) / block) blocks */
+		fit = (uint64_t)pool.blocks * pool.block_tokens + 1;
+		fit = fit > req->n_prompt ? fit - req->n_prompt : 0;
+		if (fit < req->max_tokens)
+			req->max_tokens = (uint32_t)fit;
+	}
 }
 
 /*
@@ -250,6 +287,7 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 		goto out;
 	}
 	c->req_serial++;
+	clamp_default_max_tokens(srv, &cr, &cr.req);
 	n_choices = cr.req.n_choices;
 	if (!cr.stream && !reserve_answer(srv, c, &cr.req))
 		goto out;

@@ -26,6 +26,8 @@ import OpenAI from "openai";
 import { VERSION } from "openai/version";
 
 const CONCURRENCY = Number(process.env.OPENAI_E2E_CONCURRENCY) || 8;
+// e2e_openai.sh starts the text servers with --max-context 512
+const TEXT_CONTEXT = 512;
 const MODEL = "sim";
 
 const args = process.argv.slice(2);
@@ -241,6 +243,10 @@ async function errors() {
 		["negative prompt token", { prompt: [-1] }, "prompt"],
 		["stop_token_ids token out of range", { stop_token_ids: [3, 1000] }, "stop_token_ids"],
 		["stop_sequences token out of range", { stop_sequences: [[1], [2, 64]] }, "stop_sequences"],
+		// a 400, not a 500 a client would retry
+		["empty prompt", { prompt: [] }, "prompt"],
+		["a field we do not implement", { presence_penalty: 0.5 }, "presence_penalty"],
+		["an unknown field", { max_token: 4 }, "max_token"],
 	];
 	for (const [what, fields, param] of bad) {
 		const body = { ...ok, ...fields };
@@ -261,6 +267,30 @@ async function errors() {
 				problem(`${what}: got ${describe(err)}, want 400 naming --chat-template`);
 		}
 	}
+}
+
+// Seeds the engine picks are below 2^53: the client (doubles) reads them
+// exactly, and sending one back replays the answer.
+async function pickedSeeds() {
+	const body = { model: MODEL, prompt: [5, 6, 7], max_tokens: 12, temperature: 1 };
+	let n = 0;
+	try {
+		for (let i = 0; i < 16; i++) {
+			const res = await client.completions.create({ ...body, prompt: [5, 6, i] });
+			if (!Number.isSafeInteger(res.seed) || res.seed < 0) {
+				problem(`picked seed ${res.seed}: not an integer below 2^53`);
+				continue;
+			}
+			const again = await client.completions.create({ ...body, prompt: [5, 6, i], seed: res.seed });
+			if (!same(again.choices[0].token_ids, res.choices[0].token_ids) || again.seed !== res.seed)
+				problem(`seed ${res.seed} replayed: ${JSON.stringify(again.choices[0].token_ids)} ` +
+					`!= ${JSON.stringify(res.choices[0].token_ids)}`);
+			n++;
+		}
+	} catch (err) {
+		problem(`picked seeds: ${describe(err)}`);
+	}
+	return n;
 }
 
 // A user who stops reading (`break` out of the loop) aborts the request; the
@@ -290,12 +320,13 @@ async function main() {
 	await models();
 	const { results, events } = await completions(requests);
 	await errors();
+	const seeds = await pickedSeeds();
 	await abandonedStreams();
 	const secs = ((performance.now() - t0) / 1000).toFixed(2);
 	const n_tokens = results.reduce((n, r) => n + r.tokens.length, 0);
 	console.log(`openai_client: ${requests.length} requests x (plain + stream), ` +
 		    `${results.length} results, ${n_tokens} tokens, ${events} stream events; ` +
-		    `models, 3 x 401, 10 x 400, 4 abandoned streams; openai ${VERSION}, ${secs} s`);
+		    `models, 3 x 401, 16 x 400, ${seeds} picked seeds replayed, 4 abandoned streams; openai ${VERSION}, ${secs} s`);
 	if (problems.length) {
 		console.error(`openai_client: ${problems.length} problem(s)`);
 		process.exit(1);
@@ -540,6 +571,39 @@ async function textMain() {
 		const s2n = await streamChat(`${what}, n=2 stream`, nBody);
 		expectSame(`${what}, n=2 stream: contents`, [0, 1].map((k) => s2n.per.get(k)?.content),
 			   [r0.text, r1.text]);
+	}
+
+	// --- chat max_tokens: absent is the context's rest; the newer name --------
+	{
+		const messages = convs[0];
+		const open = await client.chat.completions.create({ model: MODEL, messages });
+		const used = open.usage.prompt_tokens + open.usage.completion_tokens;
+		checks++;
+		if (open.choices[0].finish_reason === "length" ? used !== TEXT_CONTEXT :
+		    used > TEXT_CONTEXT)
+			problem(`chat without max_tokens: ${open.usage.prompt_tokens} + ` +
+				`${open.usage.completion_tokens} tokens (${open.choices[0].finish_reason}), ` +
+				`want up to the context ${TEXT_CONTEXT}`);
+		const rest = TEXT_CONTEXT - open.usage.prompt_tokens;
+		const explicit = await client.chat.completions.create({ model: MODEL, messages, max_tokens: rest });
+		expectSame("chat without max_tokens = with the context's rest: content",
+			   open.choices[0].message.content, explicit.choices[0].message.content);
+		const s = await streamChat("chat without max_tokens, stream", { model: MODEL, messages });
+		expectSame("chat without max_tokens, stream: content", s.per.get(0)?.content,
+			   open.choices[0].message.content);
+		const mct = await client.chat.completions.create({ model: MODEL, messages, max_completion_tokens: 5 });
+		const mt = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 5 });
+		expectSame("max_completion_tokens 5 = max_tokens 5: content", mct.choices[0].message.content,
+			   mt.choices[0].message.content);
+		expectSame("max_completion_tokens 5: usage", mct.usage, mt.usage);
+		const both = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 5,
+								     max_completion_tokens: 5 });
+		expectSame("max_tokens = max_completion_tokens 5: content", both.choices[0].message.content,
+			   mt.choices[0].message.content);
+		await expectError("max_tokens 5, max_completion_tokens 6", OpenAI.BadRequestError, 400,
+				  () => client.chat.completions.create({ model: MODEL, messages, max_tokens: 5,
+									 max_completion_tokens: 6 }),
+				  "max_completion_tokens");
 	}
 
 	// --- chat errors ----------------------------------------------------------

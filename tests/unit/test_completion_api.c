@@ -145,6 +145,9 @@ static const struct bad_body bad_bodies[] = {
 	{ "{\"prompt\":[-1]}", "prompt", "prompt[0]" },
 	{ "{\"prompt\":[1,\"2\"]}", "prompt", "prompt[1]" },
 	{ "{\"prompt\":{}}", "prompt", "prompt" },
+	/* OpenAI's API continues at least one token (a 400, never a 500) */
+	{ "{\"prompt\":[]}", "prompt", "empty" },
+	{ "{\"prompt\":[],\"id\":\"e\",\"stream\":true}", "prompt", "empty" },
 	{ "{\"max_tokens\":3}", "prompt", "prompt" },
 	{ "{\"prompt\":[1],\"stop_sequences\":[[]]}", "stop_sequences", "empty" },
 	{ "{\"prompt\":[1],\"stop_sequences\":[[1],[]]}", "stop_sequences", "[1]" },
