@@ -841,3 +841,21 @@ int chat_format_chunk(struct strbuf *out, const struct completion_meta *m,
 	out->len = (size_t)(p - out->data);
 	return 0;
 }
+
+int chat_format_usage_chunk(struct strbuf *out, const struct completion_meta *m,
+			    const struct completion_usage *usage)
+{
+	size_t need = completion_answer_bound(m, NULL, 0, &chat_sizes);
+	char *p;
+
+	if (need == SIZE_MAX || strbuf_reserve(out, need))
+		return -ENOMEM;
+	p = out->data + out->len;
+	p = JSON_PUT_LIT(p, "data: ");
+	p = put_head(p, m, "chat.completion.chunk");
+	p = put_tail(p, usage);
+	p = JSON_PUT_LIT(p, "}\n\n");
+	*p = '\0';
+	out->len = (size_t)(p - out->data);
+	return 0;
+}

@@ -62,7 +62,48 @@ static int body_error(char *err, size_t err_len, const char **param,
 	return -EINVAL;
 }
 
-/* The HTTP-only fields: stream and model.  *is_json says whether the
+/*
+ * "stream_options": {"include_usage": bool, "include_obfuscation": bool},
+ * with "stream": true only (as vLLM; OpenAI says to set it only then).
+ * Obfuscation (random padding against length side channels) is not
+ * done, so only false is taken.
+ */
+static int parse_stream_options(const json_t *v, struct completion_request *out,
+				 char *err, size_t err_len, const char **param)
+{
+	const json_t *u, *o;
+	const char *key;
+	json_t *m;
+
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_object(v))
+		return body_error(err, err_len, param, "stream_options", "field "
+				  "'stream_options' must be an object");
+	if (!out->stream)
+		return body_error(err, err_len, param, "stream_options", "field "
+				  "'stream_options' goes with \"stream\": true");
+	json_object_foreach((json_t *)v, key, m)
+		if (strcmp(key, "include_usage") && strcmp(key, "include_obfuscation"))
+			return body_error(err, err_len, param, "stream_options",
+					  "stream_options: unknown member (it takes "
+					  "include_usage and include_obfuscation)");
+	u = json_object_get(v, "include_usage");
+	o = json_object_get(v, "include_obfuscation");
+	if ((u && !json_is_null(u) && !json_is_boolean(u)) ||
+	    (o && !json_is_null(o) && !json_is_boolean(o)))
+		return body_error(err, err_len, param, "stream_options",
+				  "stream_options: include_usage and "
+				  "include_obfuscation must be true or false");
+	if (json_is_true(o))
+		return body_error(err, err_len, param, "stream_options",
+				  "stream_options.include_obfuscation is not "
+				  "implemented by this server: only false is taken");
+	out->include_usage = json_is_true(u);
+	return 0;
+}
+
+/* The HTTP-only fields: stream, model and stream_options.  *is_json says whether the
  * body parsed as JSON at all. */
 static int parse_http_fields(const char *body, size_t len,
 			     struct completion_request *out, char *err,
@@ -100,6 +141,8 @@ static int parse_http_fields(const char *body, size_t len,
 				"field 'model' must be a string");
 		goto out;
 	}
+	rc = parse_stream_options(json_object_get(obj, "stream_options"), out,
+				  err, err_len, param);
 out:
 	json_decref(obj);
 	return rc;
@@ -333,6 +376,25 @@ int completion_format_event(struct strbuf *out, const struct completion_meta *m,
 	p = out->data + out->len;
 	p = JSON_PUT_LIT(p, "data: ");
 	p = put_answer(p, m, choice, 1, usage);
+	*p++ = '}';
+	p = JSON_PUT_LIT(p, "\n\n");
+	*p = '\0';
+	out->len = (size_t)(p - out->data);
+	return 0;
+}
+
+int completion_format_usage_event(struct strbuf *out,
+				  const struct completion_meta *m,
+				  const struct completion_usage *usage)
+{
+	size_t need = completion_answer_bound(m, NULL, 0, &completion_sizes);
+	char *p;
+
+	if (need == SIZE_MAX || strbuf_reserve(out, need))
+		return -ENOMEM;
+	p = out->data + out->len;
+	p = JSON_PUT_LIT(p, "data: ");
+	p = put_answer(p, m, NULL, 0, usage);
 	*p++ = '}';
 	p = JSON_PUT_LIT(p, "\n\n");
 	*p = '\0';

@@ -36,6 +36,8 @@ struct completion_request {
 	/* chat without max_tokens: req.max_tokens is the context's rest,
 	 * which the server may lower to what it can hold */
 	bool max_tokens_defaulted;
+	/* stream_options.include_usage: a last event with the usage */
+	bool include_usage;
 	/* a refused field's name, where an error's param points */
 	char param[REQUEST_FIELD_NAME_MAX];
 };
@@ -112,11 +114,21 @@ int completion_format(struct strbuf *out, const struct completion_meta *m,
 /*
  * One Server-Sent Event "data: {...}\n\n" with the new tokens of one
  * choice.  Its finish_reason is NULL until the choice's last event;
- * usage (NULL before) comes with the last event of the last choice.
+ * usage NULL: none (the server sends usage in an event of its own,
+ * completion_format_usage_event()).
  */
 int completion_format_event(struct strbuf *out, const struct completion_meta *m,
 			    const struct completion_choice *choice,
 			    const struct completion_usage *usage);
+
+/*
+ * The last event of a stream that asked for usage
+ * ("stream_options": {"include_usage": true}), OpenAI's shape: the
+ * answer object with "choices": [] and "usage".  0 or -ENOMEM.
+ */
+int completion_format_usage_event(struct strbuf *out,
+				  const struct completion_meta *m,
+				  const struct completion_usage *usage);
 
 /*
  * An OpenAI-style error object:

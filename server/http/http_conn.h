@@ -88,6 +88,7 @@ struct conn {
 	uint32_t handle;		/* its live request */
 	bool stream;
 	bool chat;			/* /v1/chat/completions: chat shapes */
+	bool include_usage;		/* a stream's last event: the usage */
 	bool paused;			/* we paused it: output buffer full */
 	bool pause_due;			/* engine_pause() it from pump */
 	bool drop_due;			/* out of memory in a callback: drop

@@ -338,6 +338,7 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 	c->busy = true;
 	c->stream = cr.stream;
 	c->chat = chat;
+	c->include_usage = cr.include_usage;
 	conn_choices_start(c, n_choices);
 	c->created = (uint64_t)time(NULL);
 	c->request_start_ns = 0;
@@ -458,10 +459,9 @@ static int stream_finish(struct http_server *srv, struct conn *c,
 					      &one, NULL))
 				return -1;
 			if (chat_format_chunk(&srv->body, &m, CHAT_CHUNK_FINISH,
-					      &one, last ? &u : NULL))
+					      &one, NULL))
 				return -1;
-		} else if (completion_format_event(&srv->body, &m, &one,
-						   last ? &u : NULL)) {
+		} else if (completion_format_event(&srv->body, &m, &one, NULL)) {
 			return -1;
 		}
 	} else {
@@ -478,6 +478,12 @@ static int stream_finish(struct http_server *srv, struct conn *c,
 		if (strbuf_append(&srv->body, "\n\n", 2))
 			return -1;
 	}
+	/* OpenAI's stream_options.include_usage: usage in a last chunk of
+	 * its own, none elsewhere */
+	if (last && c->include_usage &&
+	    (c->chat ? chat_format_usage_chunk(&srv->body, &m, &u) :
+	     completion_format_usage_event(&srv->body, &m, &u)))
+		return -1;
 	if (last && strbuf_append(&srv->body, "data: [DONE]\n\n", 14))
 		return -1;
 	if (put_chunk(&c->out.fill, &srv->body) ||

@@ -190,8 +190,12 @@ raw_fields() {
 	RAW_OK=0
 	for f in 'presence_penalty:0.5' 'frequency_penalty:-1' 'repetition_penalty:1.2' \
 		'echo:true' 'suffix:"end"' 'best_of:2' 'presence_penalty:"x"' \
-		'echo:1' 'user:5' 'max_token:5' 'messages:[]' 'stream_option:{}'; do
+		'echo:1' 'user:5' 'max_token:5' 'messages:[]' 'stream_option:{}' \
+		'stream_options:{"include_usage":true}'; do
 		refused /v1/completions "${f%%:*}" "{$P,\"${f%%:*}\":${f#*:}}"
+	done
+	for f in '{"include_usage":"yes"}' '{"usage":true}' '{"include_obfuscation":true}' '[]'; do
+		refused /v1/chat/completions stream_options "{$M,\"stream\":true,\"stream_options\":$f}"
 	done
 	for f in 'tools:[{"type":"function","function":{"name":"f"}}]' \
 		'tool_choice:"required"' 'functions:[{"name":"f"}]' \

@@ -119,14 +119,29 @@ async function plain(req) {
 	return { tokens: choice.token_ids, finish_reason: choice.finish_reason, usage: res.usage };
 }
 
-async function streamed(req) {
-	const where = `${req.id} stream`;
-	const stream = await client.completions.create({ ...bodyOf(req), stream: true });
+// A stream, with stream_options.include_usage for every other request:
+// with it, OpenAI's shape (the usage in a last chunk of its own, with
+// "choices": [], and nowhere else); without it, no usage at all.
+async function streamed(req, includeUsage) {
+	const where = `${req.id} stream${includeUsage ? " (include_usage)" : ""}`;
+	const body = { ...bodyOf(req), stream: true };
+	if (includeUsage)
+		body.stream_options = { include_usage: true };
+	const stream = await client.completions.create(body);
 	const tokens = [];
 	let finish = null, usage = null, n = 0, bad = false;
 
 	for await (const chunk of stream) {
 		n++;
+		if (usage !== null && !bad) {
+			problem(`${where}: event after the usage: ${JSON.stringify(chunk)}`);
+			bad = true;
+		}
+		if (includeUsage && Array.isArray(chunk?.choices) && chunk.choices.length === 0 &&
+		    chunk.usage && chunk.id === req.id && finish !== null) {
+			usage = chunk.usage;
+			continue;
+		}
 		const choice = chunk?.choices?.[0];
 		if (!choice || !Array.isArray(choice.token_ids) || chunk.id !== req.id ||
 		    chunk.object !== "text_completion" || chunk.model !== MODEL) {
@@ -135,25 +150,28 @@ async function streamed(req) {
 			bad = true;
 			continue;
 		}
+		if (chunk.usage !== undefined && chunk.usage !== null && !bad) {
+			problem(`${where}: usage in a choice's event: ${JSON.stringify(chunk)}`);
+			bad = true;
+		}
 		if (finish !== null && !bad) {
 			problem(`${where}: event after the one with finish_reason: ${JSON.stringify(chunk)}`);
 			bad = true;
 		}
 		tokens.push(...choice.token_ids);
-		if (choice.finish_reason !== null && choice.finish_reason !== undefined) {
+		if (choice.finish_reason !== null && choice.finish_reason !== undefined)
 			finish = choice.finish_reason;
-			usage = chunk.usage;
-		}
 	}
 	if (finish === null) {
 		problem(`${where}: stream ended after ${n} events without a finish_reason`);
 		return null;
 	}
-	checkUsage(where, req, usage, tokens.length);
+	if (includeUsage)
+		checkUsage(where, req, usage, tokens.length);
 	return { tokens, finish_reason: finish, usage, events: n };
 }
 
-async function one(req, results) {
+async function one(req, results, includeUsage) {
 	let p, s;
 	try {
 		p = await plain(req);
@@ -162,7 +180,7 @@ async function one(req, results) {
 		return;
 	}
 	try {
-		s = await streamed(req);
+		s = await streamed(req, includeUsage);
 	} catch (err) {
 		problem(`${req.id} stream: ${describe(err)}`);
 	}
@@ -175,7 +193,7 @@ async function one(req, results) {
 		problem(`${req.id}: streamed tokens ${JSON.stringify(s.tokens)} != plain ${JSON.stringify(p.tokens)}`);
 	if (s.finish_reason !== p.finish_reason)
 		problem(`${req.id}: streamed finish_reason ${s.finish_reason} != plain ${p.finish_reason}`);
-	if (!same(s.usage, p.usage))
+	if (includeUsage && !same(s.usage, p.usage))
 		problem(`${req.id}: streamed usage ${JSON.stringify(s.usage)} != plain ${JSON.stringify(p.usage)}`);
 	return s.events;
 }
@@ -185,7 +203,8 @@ async function completions(requests) {
 	let next = 0, events = 0;
 	async function lane() {
 		while (next < requests.length) {
-			const n = await one(requests[next++], results);
+			const i = next++;
+			const n = await one(requests[i], results, i % 2 === 0);
 			events += n ?? 0;	// not `events += await`: that reads events first
 		}
 	}
@@ -429,14 +448,24 @@ async function streamCompletionText(body) {
 
 // A chat stream: per choice, the content and the finish_reason, checking
 // the chunk shapes (role first, an empty delta with the finish_reason last).
+// With stream_options.include_usage (unless body sets stream_options),
+// the usage must come in a last chunk of its own with "choices": [];
+// without it, in no chunk.
 async function streamChat(what, body) {
 	const per = new Map();
+	const includeUsage = body.stream_options === undefined || body.stream_options?.include_usage;
 	let usage = null;
-	for await (const chunk of await client.chat.completions.create({ ...body, stream: true })) {
+	const opts = body.stream_options === undefined ? { stream_options: { include_usage: true } } : {};
+	for await (const chunk of await client.chat.completions.create({ ...body, ...opts, stream: true })) {
 		if (chunk.object !== "chat.completion.chunk" || !/^chatcmpl-/.test(chunk.id))
 			problem(`${what}: chunk ${JSON.stringify(chunk)}`);
-		if (chunk.usage)
+		if (usage)
+			problem(`${what}: a chunk after the usage: ${JSON.stringify(chunk)}`);
+		if (chunk.usage) {
 			usage = chunk.usage;
+			if (!includeUsage || chunk.choices.length)
+				problem(`${what}: usage in ${JSON.stringify(chunk)}`);
+		}
 		for (const c of chunk.choices) {
 			const st = per.get(c.index) ?? { content: "", role: false, finish: null };
 			per.set(c.index, st);
@@ -555,6 +584,13 @@ async function textMain() {
 		}
 		const s = await streamChat(`${what}, stream`, body);
 		expectSame(`${what}, stream: content`, s.per.get(0)?.content, c.message.content);
+		for (const so of [null, { include_usage: false }]) {
+			const q = await streamChat(`${what}, stream_options ${JSON.stringify(so)}`,
+						   { ...body, stream_options: so });
+			expectSame(`${what}, stream_options ${JSON.stringify(so)}: no usage`, q.usage, null);
+			expectSame(`${what}, stream_options ${JSON.stringify(so)}: content`, q.per.get(0)?.content,
+				   c.message.content);
+		}
 		expectSame(`${what}, stream: finish_reason`, s.per.get(0)?.finish, c.finish_reason);
 		expectSame(`${what}, stream: usage`, s.usage, res.usage);
 
