@@ -806,13 +806,11 @@ int chat_format_chunk(struct strbuf *out, const struct completion_meta *m,
 		      enum chat_chunk kind, const struct completion_choice *choice,
 		      const struct completion_usage *usage)
 {
-	size_t need = completion_answer_bound(m, choice, 1, &chat_sizes);
-	char *p;
+	char *p = api_event_open(out, completion_answer_bound(m, choice, 1,
+							       &chat_sizes));
 
-	if (need == SIZE_MAX || strbuf_reserve(out, need))
+	if (!p)
 		return -ENOMEM;
-	p = out->data + out->len;
-	p = JSON_PUT_LIT(p, "data: ");
 	p = put_head(p, m, "chat.completion.chunk");
 	p = JSON_PUT_LIT(p, "{\"index\":");
 	p = json_put_u64(p, choice->index);
@@ -836,26 +834,22 @@ int chat_format_chunk(struct strbuf *out, const struct completion_meta *m,
 		break;
 	}
 	p = put_tail(p, usage);
-	p = JSON_PUT_LIT(p, "}\n\n");
-	*p = '\0';
-	out->len = (size_t)(p - out->data);
+	*p++ = '}';
+	api_event_close(out, p);
 	return 0;
 }
 
 int chat_format_usage_chunk(struct strbuf *out, const struct completion_meta *m,
 			    const struct completion_usage *usage)
 {
-	size_t need = completion_answer_bound(m, NULL, 0, &chat_sizes);
-	char *p;
+	char *p = api_event_open(out, completion_answer_bound(m, NULL, 0,
+							       &chat_sizes));
 
-	if (need == SIZE_MAX || strbuf_reserve(out, need))
+	if (!p)
 		return -ENOMEM;
-	p = out->data + out->len;
-	p = JSON_PUT_LIT(p, "data: ");
 	p = put_head(p, m, "chat.completion.chunk");
 	p = put_tail(p, usage);
-	p = JSON_PUT_LIT(p, "}\n\n");
-	*p = '\0';
-	out->len = (size_t)(p - out->data);
+	*p++ = '}';
+	api_event_close(out, p);
 	return 0;
 }

@@ -364,22 +364,32 @@ int completion_format(struct strbuf *out, const struct completion_meta *m,
 	return 0;
 }
 
+char *api_event_open(struct strbuf *out, size_t need)
+{
+	if (need == SIZE_MAX || need > SIZE_MAX - 16 || strbuf_reserve(out, need + 16))
+		return NULL;
+	return JSON_PUT_LIT(out->data + out->len, "data: ");
+}
+
+void api_event_close(struct strbuf *out, char *p)
+{
+	p = JSON_PUT_LIT(p, "\n\n");
+	*p = '\0';
+	out->len = (size_t)(p - out->data);
+}
+
 int completion_format_event(struct strbuf *out, const struct completion_meta *m,
 			    const struct completion_choice *choice,
 			    const struct completion_usage *usage)
 {
-	size_t need = completion_answer_bound(m, choice, 1, &completion_sizes);
-	char *p;
+	char *p = api_event_open(out, completion_answer_bound(m, choice, 1,
+							       &completion_sizes));
 
-	if (need == SIZE_MAX || strbuf_reserve(out, need))
+	if (!p)
 		return -ENOMEM;
-	p = out->data + out->len;
-	p = JSON_PUT_LIT(p, "data: ");
 	p = put_answer(p, m, choice, 1, usage);
 	*p++ = '}';
-	p = JSON_PUT_LIT(p, "\n\n");
-	*p = '\0';
-	out->len = (size_t)(p - out->data);
+	api_event_close(out, p);
 	return 0;
 }
 
@@ -387,18 +397,14 @@ int completion_format_usage_event(struct strbuf *out,
 				  const struct completion_meta *m,
 				  const struct completion_usage *usage)
 {
-	size_t need = completion_answer_bound(m, NULL, 0, &completion_sizes);
-	char *p;
+	char *p = api_event_open(out, completion_answer_bound(m, NULL, 0,
+							       &completion_sizes));
 
-	if (need == SIZE_MAX || strbuf_reserve(out, need))
+	if (!p)
 		return -ENOMEM;
-	p = out->data + out->len;
-	p = JSON_PUT_LIT(p, "data: ");
 	p = put_answer(p, m, NULL, 0, usage);
 	*p++ = '}';
-	p = JSON_PUT_LIT(p, "\n\n");
-	*p = '\0';
-	out->len = (size_t)(p - out->data);
+	api_event_close(out, p);
 	return 0;
 }
 

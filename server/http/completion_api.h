@@ -122,6 +122,15 @@ int completion_format_event(struct strbuf *out, const struct completion_meta *m,
 			    const struct completion_usage *usage);
 
 /*
+ * The frame of one Server-Sent Event: api_event_open() reserves need
+ * bytes and 16 more (the frame) and returns where the event's JSON goes
+ * after "data: ", or NULL (out of memory, or need SIZE_MAX: too big);
+ * api_event_close() ends it at p with the blank line.
+ */
+char *api_event_open(struct strbuf *out, size_t need);
+void api_event_close(struct strbuf *out, char *p);
+
+/*
  * The last event of a stream that asked for usage
  * ("stream_options": {"include_usage": true}), OpenAI's shape: the
  * answer object with "choices": [] and "usage".  0 or -ENOMEM.
