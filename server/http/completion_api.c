@@ -17,6 +17,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
@@ -141,6 +142,17 @@ static int parse_http_fields(const char *body, size_t len,
 				"field 'model' must be a string");
 		goto out;
 	}
+	if (json_is_string(v) && strlen(json_string_value(v)) != json_string_length(v)) {
+		rc = body_error(err, err_len, param, "model",
+				"field 'model' must not contain a NUL character");
+		goto out;
+	}
+	/* the server judges the name (404 for one it does not serve) */
+	if (json_is_string(v) && !(out->model = strndup(json_string_value(v),
+							 json_string_length(v)))) {
+		rc = -ENOMEM;
+		goto out;
+	}
 	rc = parse_stream_options(json_object_get(obj, "stream_options"), out,
 				  err, err_len, param);
 out:
@@ -200,6 +212,8 @@ int completion_parse(const char *body, size_t len,
 void completion_request_release(struct completion_request *c)
 {
 	request_release(&c->req);
+	free(c->model);
+	c->model = NULL;
 }
 
 /* The completions shape: its fixed text, per choice, per token id, and

@@ -38,6 +38,7 @@ struct completion_request {
 	bool max_tokens_defaulted;
 	/* stream_options.include_usage: a last event with the usage */
 	bool include_usage;
+	char *model;		/* "model" as given (malloc'd), NULL: none */
 	/* a refused field's name, where an error's param points */
 	char param[REQUEST_FIELD_NAME_MAX];
 };

@@ -178,11 +178,13 @@ static inline void conn_note_output(struct conn *c, size_t before)
 #define HTTP_ROUTE_METHOD(m) (1u << (m))
 
 struct http_route {
-	const char *path;		/* matched exactly; a query is ignored */
+	const char *path;		/* matched exactly (prefix: as a prefix
+					 * of a longer path); a query is ignored */
 	unsigned methods;		/* HTTP_ROUTE_METHOD()s it answers; GET
 					 * answers HEAD too, without the body */
 	bool open;			/* answered without the API key */
 	void (*handler)(struct http_server *srv, struct conn *c);
+	bool prefix;			/* path ends in '/': it and what follows */
 };
 
 struct http_route_table {

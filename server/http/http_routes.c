@@ -96,28 +96,120 @@ static void conn_choices_start(struct conn *c, uint32_t n)
 	ch->kept = NULL;
 }
 
-/* Append s as a JSON string (escaped); 0 or -ENOMEM. */
-static int append_json_str(struct strbuf *out, const char *s)
+/* ------------------------------------------------------------------------
+ * Model names: model_name, then each --served-model-name list's names
+ * ---------------------------------------------------------------------- */
+
+struct name_iter {
+	uint32_t list;		/* 0: model_name; i > 0: served_names[i - 1] */
+	const char *at;		/* the rest of the current list */
+};
+
+/* The next served name (s, len); false after the last.  A name given
+ * twice comes twice. */
+static bool name_next(const struct http_config *cfg, struct name_iter *it,
+		      const char **s, size_t *len)
 {
-	size_t bound = json_str_bound(s);
+	while (!it->at || !*it->at) {
+		if (it->list > cfg->n_served_names)
+			return false;
+		it->at = it->list ? cfg->served_names[it->list - 1] : cfg->model_name;
+		it->list++;
+	}
+	*s = it->at;
+	*len = strcspn(it->at, it->list == 1 ? "" : ",");
+	it->at += *len;
+	if (*it->at == ',')
+		it->at++;
+	return true;
+}
+
+/* Whether name (len bytes) is served; with first, only its first
+ * coming counts (for listing each name once). */
+static bool name_served(const struct http_config *cfg, const char *name,
+			size_t len, const char *first)
+{
+	struct name_iter it = { 0 };
+	const char *s;
+	size_t n;
+
+	while (name_next(cfg, &it, &s, &n))
+		if (n == len && !memcmp(s, name, n))
+			return !first || s == first;
+	return false;
+}
+
+/* {"id":NAME,"object":"model",...} */
+static int put_model(struct http_server *srv, const char *name, size_t len)
+{
+	size_t bound = json_strn_bound(len);
 	char *end;
 
-	if (bound == SIZE_MAX || strbuf_reserve(out, bound))
+	if (bound == SIZE_MAX || strbuf_reserve(&srv->body, bound + 8))
 		return -ENOMEM;
-	end = json_put_str(out->data + out->len, s);
-	out->len = (size_t)(end - out->data);
-	out->data[out->len] = '\0';
-	return 0;
+	end = JSON_PUT_LIT(srv->body.data + srv->body.len, "{\"id\":");
+	end = json_put_strn(end, name, len);
+	srv->body.len = (size_t)(end - srv->body.data);
+	return strbuf_printf(&srv->body, ",\"object\":\"model\",\"created\":%llu,"
+			     "\"owned_by\":\"dynbatch\"}",
+			     (unsigned long long)srv->started_s);
 }
 
 static void route_models(struct http_server *srv, struct conn *c)
 {
+	struct name_iter it = { 0 };
+	const char *s;
+	size_t n;
+	bool first = true;
+
 	srv->body.len = 0;
-	if (strbuf_printf(&srv->body, "{\"object\":\"list\",\"data\":[{\"id\":") ||
-	    append_json_str(&srv->body, srv->cfg->model_name) ||
-	    strbuf_printf(&srv->body, ",\"object\":\"model\",\"created\":%llu,"
-			  "\"owned_by\":\"dynbatch\"}]}",
-			  (unsigned long long)srv->started_s)) {
+	if (strbuf_printf(&srv->body, "{\"object\":\"list\",\"data\":[")) {
+		conn_drop(srv, c);
+		return;
+	}
+	while (name_next(srv->cfg, &it, &s, &n)) {
+		if (!name_served(srv->cfg, s, n, s))
+			continue;	/* listed already */
+		if ((!first && strbuf_append(&srv->body, ",", 1)) ||
+		    put_model(srv, s, n)) {
+			conn_drop(srv, c);
+			return;
+		}
+		first = false;
+	}
+	if (strbuf_append(&srv->body, "]}", 2)) {
+		conn_drop(srv, c);
+		return;
+	}
+	respond(srv, c, 200, "application/json", NULL);
+}
+
+/* OpenAI's answer to a model it does not have. */
+static void respond_no_model(struct http_server *srv, struct conn *c,
+			     const char *name, size_t len)
+{
+	char err[320];
+
+	snprintf(err, sizeof(err), "the model '%.*s' does not exist: this "
+		 "server serves '%s' (GET /v1/models lists its names)",
+		 (int)(len > 200 ? 200 : len), name, srv->cfg->model_name);
+	respond_error(srv, c, 404, err, "invalid_request_error", "model",
+		      NULL);
+}
+
+/* GET /v1/models/{id}: the model, or 404 for a name not served. */
+static void route_model(struct http_server *srv, struct conn *c)
+{
+	const struct strbuf *t = &c->reader.msg.target;
+	size_t from = strlen("/v1/models/");
+	size_t len = strcspn(t->data + from, "?");
+
+	if (!name_served(srv->cfg, t->data + from, len, NULL)) {
+		respond_no_model(srv, c, t->data + from, len);
+		return;
+	}
+	srv->body.len = 0;
+	if (put_model(srv, t->data + from, len)) {
 		conn_drop(srv, c);
 		return;
 	}
@@ -270,6 +362,11 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 			respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);
 		else
 			respond_error(srv, c, 400, err, "invalid_request_error", param, NULL);
+		goto out;
+	}
+	/* vLLM's rule: a name not served is a 404; no name is fine */
+	if (cr.model && !name_served(srv->cfg, cr.model, strlen(cr.model), NULL)) {
+		respond_no_model(srv, c, cr.model, strlen(cr.model));
 		goto out;
 	}
 	if (!cr.req.id) {
@@ -657,13 +754,14 @@ static void http_on_finish(void *ctx, uint64_t cookie, const struct frontend_res
  * ---------------------------------------------------------------------- */
 
 static const struct http_route api_routes[] = {
-	{ "/v1/completions", HTTP_ROUTE_METHOD(HTTP_POST), false, route_completions },
-	{ "/v1/chat/completions", HTTP_ROUTE_METHOD(HTTP_POST), false, route_chat },
-	{ "/v1/models", HTTP_ROUTE_METHOD(HTTP_GET), false, route_models },
+	{ "/v1/completions", HTTP_ROUTE_METHOD(HTTP_POST), false, route_completions, false },
+	{ "/v1/chat/completions", HTTP_ROUTE_METHOD(HTTP_POST), false, route_chat, false },
+	{ "/v1/models", HTTP_ROUTE_METHOD(HTTP_GET), false, route_models, false },
+	{ "/v1/models/", HTTP_ROUTE_METHOD(HTTP_GET), false, route_model, true },
 	/* Everything but /health needs the key, unknown paths included:
 	 * without it a client learns nothing, not even what exists. */
-	{ "/health", HTTP_ROUTE_METHOD(HTTP_GET), true, route_health },
-	{ "/metrics", HTTP_ROUTE_METHOD(HTTP_GET), false, route_metrics },
+	{ "/health", HTTP_ROUTE_METHOD(HTTP_GET), true, route_health, false },
+	{ "/metrics", HTTP_ROUTE_METHOD(HTTP_GET), false, route_metrics, false },
 };
 
 const struct http_route_table http_api_routes = {

@@ -229,10 +229,13 @@ static void route_request(struct http_server *srv, struct conn *c)
 	c->keep_alive = m->keep_alive;
 	/* HEAD is GET without the body (RFC 9110 9.3.2); respond() drops it. */
 	c->head_request = m->method == HTTP_HEAD;
-	for (size_t i = 0; i < t->n_routes && !r; i++)
-		if (strlen(t->routes[i].path) == len &&
-		    !strncmp(t->routes[i].path, m->target.data, len))
+	for (size_t i = 0; i < t->n_routes && !r; i++) {
+		size_t n = strlen(t->routes[i].path);
+
+		if ((n == len || (t->routes[i].prefix && n < len)) &&
+		    !strncmp(t->routes[i].path, m->target.data, n))
 			r = &t->routes[i];
+	}
 	if (!(r && r->open) && !authorized(srv, c)) {
 		respond_error(srv, c, 401, "missing or wrong API key "
 			      "(Authorization: Bearer KEY)", "invalid_request_error",

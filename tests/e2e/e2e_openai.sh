@@ -86,7 +86,8 @@ cp "$TESTS/openai_client.mjs" "$E2E_TMP/openai_client.mjs"
 	--max-tokens 40 | grep -v '"prompt":\[\]' > "$E2E_TMP/w.jsonl"
 KEY="e2e-key-$SEED"
 "$BIN/dynbatch" serve --listen 127.0.0.1:0 --workers 2 --batch 16 \
-	--model "$MODEL" --api-key "$KEY" 2> "$E2E_TMP/serve.err" &
+	--model "$MODEL" --api-key "$KEY" --served-model-name sim,alias-a \
+	--served-model-name alias-b 2> "$E2E_TMP/serve.err" &
 SERVER=$!
 # Whatever ends this script, the server does not outlive it.  LIVE is
 # cleared once it is reaped: its pid may then belong to someone else.

@@ -216,16 +216,40 @@ async function completions(requests) {
 	return { results, events };
 }
 
+// e2e_openai.sh serves MODEL as --served-model-name sim,alias-a
+// --served-model-name alias-b: every name is listed and retrieved, answers
+// name the first, another name is a 404 (vLLM's rule), no name is fine.
+const SERVED = [MODEL, "alias-a", "alias-b"];
 async function models() {
 	try {
 		const ids = [];
 		for await (const m of client.models.list())
 			ids.push(m.id);
-		if (!ids.includes(MODEL))
-			problem(`models.list(): ${JSON.stringify(ids)} has no "${MODEL}"`);
+		if (!same(ids, SERVED))
+			problem(`models.list(): ${JSON.stringify(ids)}, want ${JSON.stringify(SERVED)}`);
+		for (const name of SERVED) {
+			const m = await client.models.retrieve(name);
+			if (m.id !== name || m.object !== "model")
+				problem(`models.retrieve(${name}): ${JSON.stringify(m)}`);
+		}
+		const body = { prompt: [1, 2, 3], max_tokens: 3 };
+		const ref = await client.completions.create({ ...body, model: MODEL });
+		for (const model of ["alias-b", undefined]) {
+			const res = await client.completions.create({ ...body, model });
+			if (res.model !== MODEL || !same(res.choices[0].token_ids, ref.choices[0].token_ids))
+				problem(`model ${model}: ${JSON.stringify(res)}`);
+		}
 	} catch (err) {
-		problem(`models.list(): ${describe(err)}`);
+		problem(`models: ${describe(err)}`);
 	}
+	await expectError("models.retrieve(another name)", OpenAI.NotFoundError, 404,
+			  () => client.models.retrieve("gpt-4o"));
+	await expectError("completion for another model", OpenAI.NotFoundError, 404,
+			  () => client.completions.create({ model: "gpt-4o", prompt: [1], max_tokens: 2 }),
+			  "model");
+	await expectError("stream for another model", OpenAI.NotFoundError, 404,
+			  () => client.completions.create({ model: "alias", prompt: [1], stream: true }),
+			  "model");
 }
 
 // expectError(what, ErrorClass, status, fn, param): fn must throw exactly
@@ -345,7 +369,7 @@ async function main() {
 	const n_tokens = results.reduce((n, r) => n + r.tokens.length, 0);
 	console.log(`openai_client: ${requests.length} requests x (plain + stream), ` +
 		    `${results.length} results, ${n_tokens} tokens, ${events} stream events; ` +
-		    `models, 3 x 401, 16 x 400, ${seeds} picked seeds replayed, 4 abandoned streams; openai ${VERSION}, ${secs} s`);
+		    `models (${SERVED.length} names, 3 x 404), 3 x 401, 16 x 400, ${seeds} picked seeds replayed, 4 abandoned streams; openai ${VERSION}, ${secs} s`);
 	if (problems.length) {
 		console.error(`openai_client: ${problems.length} problem(s)`);
 		process.exit(1);
@@ -641,6 +665,11 @@ async function textMain() {
 									 max_completion_tokens: 6 }),
 				  "max_completion_tokens");
 	}
+
+	await expectError("chat for another model", OpenAI.NotFoundError, 404,
+			  () => client.chat.completions.create({ model: "sim ", messages: convs[0] }), "model");
+	const noName = await client.chat.completions.create({ messages: convs[0], max_tokens: 3 });
+	expectSame("chat without a model: the answer names the served one", noName.model, MODEL);
 
 	// --- chat errors ----------------------------------------------------------
 	const badChats = [
