@@ -1,9 +1,9 @@
 /*
  * http_routes.c - the application side of `dynbatch serve` (http_server.h):
  * what a parsed request gets.  The route table http_api_routes
- * (/health, /metrics, /v1/models, /v1/completions and
- * /v1/chat/completions, the last two with their admission through
- * engine_submit()) and the engine callbacks that answer or stream a
+ * (/health, /metrics, /v1/models and /v1/models/{id}, /tokenize and
+ * /detokenize, /v1/completions and /v1/chat/completions, the last two
+ * with their admission through engine_submit()) and the engine callbacks that answer or stream a
  * completion, in the completions shapes (completion_api.h) or, for a chat
  * request (conn.chat), the chat shapes (chat_api.h).  Connections, I/O,
  * timers, draining, the lookup in the table (API key, 404, 405) and the
@@ -25,6 +25,7 @@
 
 #include "server/http/chat_api.h"
 #include "server/http/completion_api.h"
+#include "server/http/tokenize_api.h"
 #include "engine/engine.h"
 #include "util/json_writer.h"
 #include "text/text_tokenizer.h"
@@ -214,6 +215,36 @@ static void route_model(struct http_server *srv, struct conn *c)
 		return;
 	}
 	respond(srv, c, 200, "application/json", NULL);
+}
+
+/* POST /tokenize (detok false) or /detokenize: answered at once. */
+static void route_tokens(struct http_server *srv, struct conn *c, bool detok)
+{
+	const struct strbuf *body = &c->reader.msg.body;
+	char err[320], param[REQUEST_FIELD_NAME_MAX];
+	int rc;
+
+	srv->body.len = 0;
+	rc = (detok ? detokenize_answer : tokenize_answer)(
+		body->len ? body->data : "", body->len, &srv->lim, &srv->body, err,
+		sizeof(err), param);
+	if (rc == -ENOMEM)
+		respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);
+	else if (rc)
+		respond_error(srv, c, 400, err, "invalid_request_error",
+			      param[0] ? param : NULL, NULL);
+	else
+		respond(srv, c, 200, "application/json", NULL);
+}
+
+static void route_tokenize(struct http_server *srv, struct conn *c)
+{
+	route_tokens(srv, c, false);
+}
+
+static void route_detokenize(struct http_server *srv, struct conn *c)
+{
+	route_tokens(srv, c, true);
 }
 
 static void route_metrics(struct http_server *srv, struct conn *c)
@@ -758,6 +789,8 @@ static const struct http_route api_routes[] = {
 	{ "/v1/chat/completions", HTTP_ROUTE_METHOD(HTTP_POST), false, route_chat, false },
 	{ "/v1/models", HTTP_ROUTE_METHOD(HTTP_GET), false, route_models, false },
 	{ "/v1/models/", HTTP_ROUTE_METHOD(HTTP_GET), false, route_model, true },
+	{ "/tokenize", HTTP_ROUTE_METHOD(HTTP_POST), false, route_tokenize, false },
+	{ "/detokenize", HTTP_ROUTE_METHOD(HTTP_POST), false, route_detokenize, false },
 	/* Everything but /health needs the key, unknown paths included:
 	 * without it a client learns nothing, not even what exists. */
 	{ "/health", HTTP_ROUTE_METHOD(HTTP_GET), true, route_health, false },

@@ -215,6 +215,35 @@ raw_fields() {
 	taken /v1/completions "{$P,\"presence_penalty\":0,\"frequency_penalty\":0,\"echo\":false,\"suffix\":null,\"best_of\":1,\"user\":\"u\",\"repetition_penalty\":1}"
 	taken /v1/chat/completions "{$M,\"presence_penalty\":0,\"frequency_penalty\":0.0,\"tools\":[],\"tool_choice\":\"none\",\"response_format\":{\"type\":\"text\"},\"store\":false,\"metadata\":{},\"modalities\":[\"text\"],\"service_tier\":\"auto\",\"parallel_tool_calls\":true,\"user\":\"u\",\"audio\":null,\"functions\":[],\"function_call\":\"none\"}"
 	pass "raw HTTP: $RAW_OK refused fields named in param, defaults taken"
+	raw_tokens
+}
+# json_get FILE EXPR: a value of the answer in FILE, as JSON
+json_get() {
+	python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(json.dumps(eval(sys.argv[2], {"d": d})))' "$1" "$2"
+}
+# /tokenize gives the ids a string prompt becomes; /detokenize of an
+# answer's token_ids gives its text
+raw_tokens() {
+	local ids text code
+	[ "$(post /tokenize '{"content":"The quick brown fox","add_special":true}')" = 200 ] ||
+		{ fail "/tokenize: $(cat "$E2E_TMP/raw.json")"; return; }
+	ids=$(json_get "$E2E_TMP/raw.json" 'd["tokens"]')
+	post /v1/completions '{"prompt":"The quick brown fox","max_tokens":12}' > /dev/null
+	text=$(json_get "$E2E_TMP/raw.json" 'd["choices"][0]["text"]')
+	cp "$E2E_TMP/raw.json" "$E2E_TMP/by_text.json"
+	post /v1/completions "{\"prompt\":$ids,\"max_tokens\":12}" > /dev/null
+	expect_eq "/tokenize's ids as the prompt: the string prompt's answer" \
+		"$(json_get "$E2E_TMP/raw.json" 'd["choices"][0]["token_ids"]')" \
+		"$(json_get "$E2E_TMP/by_text.json" 'd["choices"][0]["token_ids"]')"
+	post /detokenize "{\"tokens\":$(json_get "$E2E_TMP/by_text.json" 'd["choices"][0]["token_ids"]')}" > /dev/null
+	expect_eq "/detokenize of an answer's token_ids: its text" \
+		"$(json_get "$E2E_TMP/raw.json" 'd["content"]')" "$text"
+	RAW_OK=0
+	refused /detokenize tokens '{"tokens":[1,512]}'
+	refused /detokenize tokens '{"tokens":"1"}'
+	refused /tokenize content '{"content":5}'
+	refused /tokenize prompt '{"prompt":"x"}'
+	[ $RAW_OK = 4 ] && pass "/tokenize and /detokenize: bad bodies are 400 naming the field"
 }
 
 # --- text: string prompts, stop strings and chat, per template -------------

@@ -36,6 +36,7 @@
 #include "text/text_tokenizer.h"
 #include "text/tokenizer.h"
 #include "text/tokenizer_train.h"
+#include "tests/unit/test_trained_tok.h"
 #include "server/request/request_json.h"
 
 #define VOCAB 512
@@ -45,19 +46,7 @@ static struct text_tokenizer *ttok;	/* what the chat API takes */
 
 static int setup_tokenizer(void **state)
 {
-	struct strbuf file = STRBUF_INIT;
-	char err[256];
-
-	if (tokenizer_train(tokenizer_builtin_corpus, strlen(tokenizer_builtin_corpus),
-			    VOCAB, &file, NULL, err, sizeof(err)) ||
-	    tokenizer_load_mem(file.data, file.len, VOCAB, "mem", &tok, err,
-			       sizeof(err))) {
-		fprintf(stderr, "tokenizer: %s\n", err);
-		strbuf_release(&file);
-		return -1;
-	}
-	strbuf_release(&file);
-	return text_tokenizer_from_llama2c(tok, &ttok) ? -1 : 0;
+	return test_trained_tok(VOCAB, &tok, &ttok);
 }
 
 static int teardown_tokenizer(void **state)
