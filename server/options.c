@@ -160,6 +160,15 @@ const struct option_spec options_table[] = {
 	  .help = "the names a request's \"model\" may give (repeatable, or a "
 		  "comma list; another name gets 404, no name is fine); the first "
 		  "is the name in answers unless --model-name is given" },
+	{ .name = "allowed-origins", .arg = "ORIGIN[,ORIGIN...]", .kind = OPTION_LIST,
+	  .modes = OPTION_SERVE, .no_control = true,
+	  .def_doc = "none: no CORS headers, OPTIONS is 405",
+	  .offset = FIELD(allowed_origins),
+	  .help = "CORS: browser pages of these origins (scheme://host[:port], "
+		  "byte for byte; * any) may call the API: their preflight "
+		  "OPTIONS gets 204 and every answer Access-Control-Allow-Origin; "
+		  "another origin's preflight gets 403 (repeatable, or a comma "
+		  "list)" },
 	{ .name = "max-connections", .arg = "N", .kind = OPTION_U32,
 	  .modes = OPTION_SERVE, .min = 1, .max = 65536, .def = "1024",
 	  .offset = FIELD(max_connections),

@@ -82,6 +82,7 @@ struct server_options {
 	const char *api_key;		/* --api-key; NULL: none */
 	const char *model_name;		/* --model-name; NULL: from --model */
 	struct option_list served_model_names; /* --served-model-name */
+	struct option_list allowed_origins;	/* --allowed-origins */
 	uint32_t max_connections;	/* --max-connections */
 	uint32_t conn_buffer;		/* --conn-buffer BYTES */
 	uint32_t write_timeout_ms;	/* --write-timeout */

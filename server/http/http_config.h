@@ -22,6 +22,10 @@ struct http_config {
 	 * comma list (--served-model-name); another name is a 404 */
 	const char *const *served_names;
 	uint32_t n_served_names;
+	/* --allowed-origins, each a comma list ("*": any); none: no CORS
+	 * (http_cors.h) */
+	const char *const *allowed_origins;
+	uint32_t n_allowed_origins;
 	uint32_t max_connections;	/* more are answered 503 and closed */
 	uint32_t conn_buffer;		/* unsent answer bytes per connection
 					 * before it stops reading requests and

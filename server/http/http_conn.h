@@ -95,6 +95,10 @@ struct conn {
 					 * the connection from pump */
 	bool keep_alive;
 	bool head_request;		/* HEAD: answered as GET, without the body */
+	/* the request's Access-Control-Allow-Origin (http_cors.h), NULL:
+	 * none; points into the config, lives as long as the server */
+	const char *cors_allow;
+	size_t cors_allow_len;
 	struct conn_choices ch;		/* its n choices */
 	uint64_t answer_reserved;	/* bytes of srv->answer_reserved its
 					 * non-streamed answer holds, until it
@@ -222,6 +226,9 @@ void respond(struct http_server *srv, struct conn *c, int status,
 void respond_error(struct http_server *srv, struct conn *c, int status,
 		   const char *message, const char *type,
 		   const char *param, const char *extra_headers);
+/* Append the CORS headers c's answers carry (none when CORS is off or
+ * its origin is not listed).  0 or -ENOMEM. */
+int conn_put_cors(const struct conn *c, struct strbuf *out);
 /* The status line's reason phrase. */
 const char *http_status_text(int status);
 

@@ -477,7 +477,9 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 		if (strbuf_printf(&c->out.fill, "HTTP/1.1 200 OK\r\n"
 				  "Content-Type: text/event-stream\r\n"
 				  "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n"
-				  "Transfer-Encoding: chunked\r\n%s\r\n",
+				  "Transfer-Encoding: chunked\r\n") ||
+		    conn_put_cors(c, &c->out.fill) ||
+		    strbuf_printf(&c->out.fill, "%s\r\n",
 				  c->keep_alive ? "" : "Connection: close\r\n")) {
 			conn_drop(srv, c);
 			goto out;

@@ -87,7 +87,8 @@ cp "$TESTS/openai_client.mjs" "$E2E_TMP/openai_client.mjs"
 KEY="e2e-key-$SEED"
 "$BIN/dynbatch" serve --listen 127.0.0.1:0 --workers 2 --batch 16 \
 	--model "$MODEL" --api-key "$KEY" --served-model-name sim,alias-a \
-	--served-model-name alias-b 2> "$E2E_TMP/serve.err" &
+	--served-model-name alias-b --allowed-origins http://ok.example,http://b.example:8000 \
+	2> "$E2E_TMP/serve.err" &
 SERVER=$!
 # Whatever ends this script, the server does not outlive it.  LIVE is
 # cleared once it is reaped: its pid may then belong to someone else.
@@ -132,6 +133,47 @@ if [ -s "$E2E_TMP/results.jsonl" ]; then
 else
 	fail "openai client wrote no results"
 fi
+
+# --- CORS: --allowed-origins ----------------------------------------------
+# cors_head ORIGIN METHOD PATH [curl args]: the answer's status and headers
+cors_head() {
+	local origin=$1 method=$2 path=$3
+	shift 3
+	curl -s -o /dev/null -D - -m 10 -X "$method" -H "Origin: $origin" "$@" \
+		"http://127.0.0.1:$PORT$path" | tr -d '\r'
+}
+h=$(cors_head http://ok.example OPTIONS /v1/completions \
+	-H 'Access-Control-Request-Method: POST' \
+	-H 'Access-Control-Request-Headers: authorization, content-type, x-stainless-os')
+case "$h" in
+"HTTP/1.1 204 No Content"*"Access-Control-Allow-Origin: http://ok.example"*)
+	echo "$h" | grep -q '^Access-Control-Allow-Methods: POST$' &&
+	echo "$h" | grep -q '^Access-Control-Allow-Headers: authorization, content-type, x-stainless-os$' &&
+	! echo "$h" | grep -qi '^content-length' &&
+	pass "CORS: a listed origin's preflight, without the key: 204 with its headers" ||
+	fail "CORS preflight headers: $h" ;;
+*) fail "CORS preflight of a listed origin: $h" ;;
+esac
+h=$(cors_head http://evil.example OPTIONS /v1/completions -H 'Access-Control-Request-Method: POST')
+case "$h" in
+"HTTP/1.1 403"*) echo "$h" | grep -qi '^access-control' &&
+	fail "CORS: a refused origin got CORS headers: $h" ||
+	pass "CORS: another origin's preflight: 403, no CORS headers" ;;
+*) fail "CORS preflight of another origin: $h" ;;
+esac
+ok=0
+for s in false true; do
+	h=$(cors_head http://b.example:8000 POST /v1/completions -H "Authorization: Bearer $KEY" \
+		-d "{\"prompt\":[1,2],\"max_tokens\":2,\"stream\":$s}")
+	echo "$h" | grep -q '^HTTP/1.1 200' && echo "$h" | grep -q '^Access-Control-Allow-Origin: http://b.example:8000$' &&
+		echo "$h" | grep -q '^Vary: Origin$' && ok=$((ok + 1))
+done
+h=$(cors_head http://ok.example GET /v1/models)
+echo "$h" | grep -q '^HTTP/1.1 401' && echo "$h" | grep -q '^Access-Control-Allow-Origin: http://ok.example$' &&
+	ok=$((ok + 1))
+h=$(cors_head http://evil.example POST /v1/completions -H "Authorization: Bearer $KEY" -d '{"prompt":[1],"max_tokens":1}')
+echo "$h" | grep -q '^HTTP/1.1 200' && ! echo "$h" | grep -qi '^access-control' && ok=$((ok + 1))
+expect_eq "CORS: answers (plain, stream, 401) carry the listed origin; another's none" "$ok" 4
 
 # --- SIGTERM drains and exits 0, leaving no segment -----------------------
 if ! kill -0 $SERVER 2>/dev/null; then
@@ -217,6 +259,17 @@ raw_fields() {
 	pass "raw HTTP: $RAW_OK refused fields named in param, defaults taken"
 	raw_tokens
 }
+# without --allowed-origins: no CORS header, OPTIONS is 405
+cors_off() {
+	local h h2
+	h=$(cors_head http://ok.example OPTIONS /v1/completions -H 'Access-Control-Request-Method: POST' \
+		-H "Authorization: Bearer $KEY")
+	h2=$(cors_head http://ok.example POST /v1/completions -H "Authorization: Bearer $KEY" \
+		-d '{"prompt":"Hi","max_tokens":1}')
+	echo "$h" | grep -q '^HTTP/1.1 405' && ! echo "$h$h2" | grep -qi '^access-control' &&
+		echo "$h2" | grep -q '^HTTP/1.1 200' &&
+		pass "CORS off: OPTIONS 405, no CORS headers" || fail "CORS off: $h $h2"
+}
 # json_get FILE EXPR: a value of the answer in FILE, as JSON
 json_get() {
 	python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(json.dumps(eval(sys.argv[2], {"d": d})))' "$1" "$2"
@@ -284,7 +337,7 @@ for TEMPLATE in llama2 chatml; do
 		sed 's/^/       /' "$E2E_TMP/node-$TEMPLATE.out" |
 			awk 'NR <= 25 { print } END { if (NR > 25) print "       ... (" NR - 25 " more lines)" }'
 	fi
-	[ $TEMPLATE = llama2 ] && raw_fields
+	[ $TEMPLATE = llama2 ] && raw_fields && cors_off
 	kill -TERM $SERVER 2>/dev/null
 	for _ in $(seq 150); do
 		kill -0 $SERVER 2>/dev/null || break
