@@ -151,6 +151,7 @@ struct lg_req {
 	uint32_t n_events;	/* JSON events of a stream */
 	bool final_seen;	/* an answer with finish_reason */
 	bool done_seen;		/* data: [DONE] */
+	bool usage_seen;	/* a stream's usage event (choices []) */
 	bool errored;		/* a stream error event */
 	char finish[8];
 	char err_msg[160];	/* of an error event */
@@ -468,7 +469,8 @@ static int gen_request(struct lg *lg, struct lg_req *rq, bool stall,
 	snprintf(rq->id, sizeof(rq->id), "%c%" PRIu64, stall ? 'S' : 'L', n);
 	if (lg->o.lines && !stall)
 		return gen_from_input(lg, rq, n);
-	rq->n_prompt = rnd_below(lg, lg->o.max_prompt + 1);
+	/* at least one token: OpenAI's API refuses an empty prompt */
+	rq->n_prompt = 1 + rnd_below(lg, lg->o.max_prompt ? lg->o.max_prompt : 1);
 	prompt = malloc(((size_t)rq->n_prompt + 1) * sizeof(*prompt));
 	r = json_object();
 	p = json_array();
@@ -774,7 +776,8 @@ static int check_completion(struct lg *lg, struct http_resp *r,
 		return resp_fail(r, "finish_reason is not \"stop\" or \"length\"");
 	snprintf(rq->finish, sizeof(rq->finish), "%s", json_string_value(fr));
 	rq->final_seen = true;
-	if (check_usage(r, rq, json_object_get(obj, "usage")))
+	/* a stream's usage comes in an event of its own (include_usage) */
+	if (!stream && check_usage(r, rq, json_object_get(obj, "usage")))
 		return -1;
 	return (int)i;
 }
@@ -828,6 +831,8 @@ static int sse_event(struct lg *lg, struct lg_conn *c, const char *s,
 	if (strcmp(data->data, "[DONE]") == 0) {
 		if (!rq->final_seen && !rq->errored)
 			return resp_fail(r, "[DONE] before an event with finish_reason");
+		if (!rq->usage_seen && !rq->errored)
+			return resp_fail(r, "[DONE] before the usage event");
 		rq->done_seen = true;
 		return 0;
 	}
@@ -840,6 +845,15 @@ static int sse_event(struct lg *lg, struct lg_conn *c, const char *s,
 		snprintf(rq->err_msg, sizeof(rq->err_msg), "%s", msg);
 		json_decref(obj);
 		return 0;
+	}
+	/* stream_options.include_usage: after the finish, "choices": [] */
+	if (rq->final_seen && !rq->usage_seen && !rq->errored &&
+	    json_is_array(json_object_get(obj, "choices")) &&
+	    !json_array_size(json_object_get(obj, "choices"))) {
+		rq->usage_seen = true;
+		got = check_usage(r, rq, json_object_get(obj, "usage"));
+		json_decref(obj);
+		return got;
 	}
 	if (rq->final_seen || rq->errored) {
 		json_decref(obj);
@@ -988,8 +1002,12 @@ static void conn_send_begin(struct lg *lg, struct lg_conn *c)
 	int rc;
 
 	json_object_set_new(rq->json, "stream", json_boolean(rq->stream));
+	if (rq->stream)
+		json_object_set_new(rq->json, "stream_options",
+				    json_pack("{s:b}", "include_usage", 1));
 	body = json_dumps(rq->json, JSON_COMPACT);
 	json_object_del(rq->json, "stream");
+	json_object_del(rq->json, "stream_options");
 	strbuf_consume(&c->out, c->out.len);
 	rc = !body || strbuf_printf(&c->out,
 		"POST /v1/completions HTTP/1.1\r\nHost: %s:%s\r\n"

@@ -22,10 +22,11 @@
  * ---------------------------------------------------------------------- */
 
 /* A seed for a request that samples without one: from the run's random
- * start (engine_setup), never repeating within the run. */
+ * start (engine_setup), cut to 53 bits (REQUEST_PICKED_SEED_MASK), so two
+ * requests of a run share one as rarely as two 53-bit draws meet. */
 static uint64_t engine_new_seed(struct engine *e)
 {
-	return sim_splitmix64(&e->seed_state) & REQUEST_MAX_SEED;
+	return sim_splitmix64(&e->seed_state) & REQUEST_PICKED_SEED_MASK;
 }
 
 /* Admit one choice (req moved into the pool); its handle. */

@@ -22,6 +22,9 @@ struct text_stop_set;
 #define REQUEST_DEFAULT_MAX_TOKENS 16u
 #define REQUEST_MAX_CHOICES 64u		/* most "n" a request may ask */
 #define REQUEST_MAX_SEED ((uint64_t)INT64_MAX)	/* seeds are [0, 2^63) */
+/* Seeds the engine picks are in [0, 2^53): a client that reads JSON
+ * numbers as doubles (JavaScript) reads them exactly and can replay. */
+#define REQUEST_PICKED_SEED_MASK ((UINT64_C(1) << 53) - 1)
 
 struct request {
 	char *id;		/* malloc'd; NULL only when the line had none */

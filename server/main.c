@@ -177,6 +177,10 @@ static void options_wire(const struct server_options *o, bool serve,
 		.listen = o->listen,
 		.api_key = o->api_key,
 		.model_name = o->model_name,
+		.served_names = o->served_model_names.v,
+		.n_served_names = o->served_model_names.n,
+		.allowed_origins = o->allowed_origins.v,
+		.n_allowed_origins = o->allowed_origins.n,
 		.max_connections = o->max_connections,
 		.conn_buffer = o->conn_buffer,
 		.write_timeout_ms = o->write_timeout_ms,
@@ -211,7 +215,7 @@ int main(int argc, char **argv)
 	struct engine_config cfg;
 	struct http_config http;
 	struct jsonl_config jsonl;
-	char name_buf[128];
+	char name_buf[256];
 	bool serve;
 	int rc;
 
@@ -252,6 +256,20 @@ int main(int argc, char **argv)
 	}
 	options_wire(&o, serve, &cfg, &http, &jsonl);
 	if (serve) {
+		if (!http.model_name && http.n_served_names) {
+			/* the first of the served names is the one answers give */
+			size_t n = strcspn(http.served_names[0], ",");
+
+			if (n >= sizeof(name_buf)) {
+				fprintf(stderr, "dynbatch serve: --served-model-name: a "
+					"name of %zu bytes; at most %zu\n", n,
+					sizeof(name_buf) - 1);
+				return ENGINE_EXIT_USAGE;
+			}
+			memcpy(name_buf, http.served_names[0], n);
+			name_buf[n] = '\0';
+			http.model_name = name_buf;
+		}
 		if (!http.model_name)
 			http.model_name = default_model_name(cfg.model_spec, name_buf,
 							     sizeof(name_buf));

@@ -154,6 +154,21 @@ const struct option_spec options_table[] = {
 	  .modes = OPTION_SERVE, .nonempty = true, .no_control = true,
 	  .def_doc = "sim, or the plugin's file name", .offset = FIELD(model_name),
 	  .help = "the model's name in answers; no control characters" },
+	{ .name = "served-model-name", .arg = "NAME[,NAME...]", .kind = OPTION_LIST,
+	  .modes = OPTION_SERVE, .no_control = true,
+	  .def_doc = "the --model-name", .offset = FIELD(served_model_names),
+	  .help = "the names a request's \"model\" may give (repeatable, or a "
+		  "comma list; another name gets 404, no name is fine); the first "
+		  "is the name in answers unless --model-name is given" },
+	{ .name = "allowed-origins", .arg = "ORIGIN[,ORIGIN...]", .kind = OPTION_LIST,
+	  .modes = OPTION_SERVE, .no_control = true,
+	  .def_doc = "none: no CORS headers, OPTIONS is 405",
+	  .offset = FIELD(allowed_origins),
+	  .help = "CORS: browser pages of these origins (scheme://host[:port], "
+		  "byte for byte; * any) may call the API: their preflight "
+		  "OPTIONS gets 204 and every answer Access-Control-Allow-Origin; "
+		  "another origin's preflight gets 403 (repeatable, or a comma "
+		  "list)" },
 	{ .name = "max-connections", .arg = "N", .kind = OPTION_U32,
 	  .modes = OPTION_SERVE, .min = 1, .max = 65536, .def = "1024",
 	  .offset = FIELD(max_connections),
@@ -294,6 +309,26 @@ static int option_set(const struct option_spec *s, const char *arg, bool off,
 		}
 		*(const char **)field = arg;
 		bad = s->nonempty && !*arg;
+		break;
+	case OPTION_LIST:
+		if (s->no_control && has_control_char(arg)) {
+			fprintf(stderr, "dynbatch: --%s must not contain control "
+				"characters (tab, newline, ...)\n", s->name);
+			return -EINVAL;
+		}
+		if (((struct option_list *)field)->n == OPTION_LIST_MAX) {
+			fprintf(stderr, "dynbatch: --%s given more than %u times\n",
+				s->name, OPTION_LIST_MAX);
+			return -EINVAL;
+		}
+		/* no empty name: not empty, no ",,", none at either end */
+		bad = !*arg || *arg == ',' || arg[strlen(arg) - 1] == ',' ||
+		      strstr(arg, ",,");
+		if (!bad) {
+			struct option_list *l = (struct option_list *)field;
+
+			l->v[l->n++] = arg;
+		}
 		break;
 	case OPTION_ENUM:
 		bad = -EINVAL;
@@ -555,6 +590,10 @@ static void md_accepts(FILE *f, const struct option_spec *s)
 		if (s->nonempty)
 			fprintf(f, s->no_control ? "not empty, no control characters" :
 				"not empty");
+		break;
+	case OPTION_LIST:
+		fprintf(f, "names, comma-separated; repeatable (at most %u times)",
+			OPTION_LIST_MAX);
 		break;
 	case OPTION_FLAG:
 	case OPTION_TOGGLE:

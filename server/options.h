@@ -35,7 +35,17 @@ enum option_kind {
 	OPTION_FLOAT,	/* a finite decimal in [0, max] into a float */
 	OPTION_STRING,	/* the argument itself, a const char * */
 	OPTION_ENUM,	/* one of choices; the table's own string is kept */
+	OPTION_LIST,	/* repeatable, each a comma list of non-empty names:
+			 * every argument appended to a struct option_list */
 	OPTION_HELP,	/* --help: print the usage text, exit 0 */
+};
+
+/* An OPTION_LIST's arguments as given (argv's strings, each a comma
+ * list): at most OPTION_LIST_MAX of them. */
+#define OPTION_LIST_MAX 16
+struct option_list {
+	const char *v[OPTION_LIST_MAX];
+	uint32_t n;
 };
 
 /* What the user asked: filled from the table's defaults, then argv. */
@@ -71,6 +81,8 @@ struct server_options {
 	const char *listen;		/* --listen HOST:PORT */
 	const char *api_key;		/* --api-key; NULL: none */
 	const char *model_name;		/* --model-name; NULL: from --model */
+	struct option_list served_model_names; /* --served-model-name */
+	struct option_list allowed_origins;	/* --allowed-origins */
 	uint32_t max_connections;	/* --max-connections */
 	uint32_t conn_buffer;		/* --conn-buffer BYTES */
 	uint32_t write_timeout_ms;	/* --write-timeout */

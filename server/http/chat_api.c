@@ -32,6 +32,7 @@
 #include "util/json_writer.h"
 #include "text/text_stop.h"
 #include "text/text_tokenizer.h"
+#include "server/request/request_fields.h"
 #include "server/request/request_json.h"
 #include "text/chat_template.h"
 
@@ -420,13 +421,36 @@ static int rename_max_tokens(json_t *obj, bool *renamed, char *err,
 	*renamed = false;
 	if (!v || json_is_null(v))
 		return 0;
-	if (old && !json_is_null(old))
+	if (old && !json_is_null(old) && !json_equal(old, v))
 		return err_fail(err, err_len, "fields 'max_tokens' and "
-			    "'max_completion_tokens' are the same limit: give one");
+			    "'max_completion_tokens' are the same limit: they "
+			    "differ, give one");
 	if (json_object_set(obj, "max_tokens", v))
 		return -ENOMEM;
 	json_object_del(obj, "max_completion_tokens");
 	*renamed = true;
+	return 0;
+}
+
+/*
+ * No max_tokens: up to the context limit, as users of chat servers
+ * expect (OpenAI, vLLM), not the 16 of a `run` line.  The server may
+ * still lower it to what an answer or a KV pool holds (the route, with
+ * max_tokens_defaulted).  0 or -ENOMEM.
+ */
+static int default_max_tokens(json_t *obj, const struct request_limits *lim,
+			      bool *defaulted)
+{
+	const json_t *v = json_object_get(obj, "max_tokens");
+	size_t n_prompt = json_array_size(json_object_get(obj, "prompt"));
+
+	*defaulted = false;
+	if ((v && !json_is_null(v)) || n_prompt > lim->max_context)
+		return 0;	/* a long prompt: completion_parse() words it */
+	if (json_object_set_new(obj, "max_tokens",
+				json_integer((json_int_t)(lim->max_context - n_prompt))))
+		return -ENOMEM;
+	*defaulted = true;
 	return 0;
 }
 
@@ -564,7 +588,7 @@ int chat_parse(const char *body, size_t len, const struct chat_config *cc,
 	json_error_t jerr;
 	json_t *obj;
 	char *dumped = NULL;
-	bool renamed = false;
+	bool renamed = false, defaulted = false;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
@@ -588,6 +612,12 @@ int chat_parse(const char *body, size_t len, const struct chat_config *cc,
 			  "request sends 'messages'");
 		goto out;
 	}
+	rc = request_fields_check(obj, REQUEST_API_CHAT, err, err_len, out->param,
+				  sizeof(out->param));
+	if (rc) {
+		*param = out->param;
+		goto out;
+	}
 	rc = set_prompt(obj, cc, lim, err, err_len);
 	if (rc) {
 		*param = "messages";
@@ -596,9 +626,12 @@ int chat_parse(const char *body, size_t len, const struct chat_config *cc,
 	json_object_del(obj, "messages");
 	rc = rename_max_tokens(obj, &renamed, err, err_len);
 	if (rc) {
-		*param = "max_tokens";
+		*param = "max_completion_tokens";
 		goto out;
 	}
+	rc = default_max_tokens(obj, lim, &defaulted);
+	if (rc)
+		goto out;
 	if (cc->family < 0 && cc->builtin == CHAT_TEMPLATE_CHATML) {
 		rc = add_chatml_stop(obj, err, err_len);
 		if (rc) {
@@ -606,12 +639,18 @@ int chat_parse(const char *body, size_t len, const struct chat_config *cc,
 			goto out;
 		}
 	}
+	/* chat's own fields, checked above, are not completions' */
+	if (request_fields_keep(obj, REQUEST_API_COMPLETIONS)) {
+		rc = -ENOMEM;
+		goto out;
+	}
 	dumped = json_dumps(obj, JSON_COMPACT);
 	if (!dumped) {
 		rc = -ENOMEM;
 		goto out;
 	}
 	rc = completion_parse(dumped, strlen(dumped), lim, out, err, err_len, param);
+	out->max_tokens_defaulted = defaulted;
 	if (rc == -EINVAL && *param && !strcmp(*param, "prompt")) {
 		/* the prompt is the rendered messages: say so */
 		char why[256];
@@ -767,13 +806,11 @@ int chat_format_chunk(struct strbuf *out, const struct completion_meta *m,
 		      enum chat_chunk kind, const struct completion_choice *choice,
 		      const struct completion_usage *usage)
 {
-	size_t need = completion_answer_bound(m, choice, 1, &chat_sizes);
-	char *p;
+	char *p = api_event_open(out, completion_answer_bound(m, choice, 1,
+							       &chat_sizes));
 
-	if (need == SIZE_MAX || strbuf_reserve(out, need))
+	if (!p)
 		return -ENOMEM;
-	p = out->data + out->len;
-	p = JSON_PUT_LIT(p, "data: ");
 	p = put_head(p, m, "chat.completion.chunk");
 	p = JSON_PUT_LIT(p, "{\"index\":");
 	p = json_put_u64(p, choice->index);
@@ -797,8 +834,22 @@ int chat_format_chunk(struct strbuf *out, const struct completion_meta *m,
 		break;
 	}
 	p = put_tail(p, usage);
-	p = JSON_PUT_LIT(p, "}\n\n");
-	*p = '\0';
-	out->len = (size_t)(p - out->data);
+	*p++ = '}';
+	api_event_close(out, p);
+	return 0;
+}
+
+int chat_format_usage_chunk(struct strbuf *out, const struct completion_meta *m,
+			    const struct completion_usage *usage)
+{
+	char *p = api_event_open(out, completion_answer_bound(m, NULL, 0,
+							       &chat_sizes));
+
+	if (!p)
+		return -ENOMEM;
+	p = put_head(p, m, "chat.completion.chunk");
+	p = put_tail(p, usage);
+	*p++ = '}';
+	api_event_close(out, p);
 	return 0;
 }

@@ -11,7 +11,8 @@
  * "content":TEXT}, TEXT a string or an array of {"type":"text","text":S}
  * parts (concatenated as they are, no separator).  Other message fields
  * ("name", ...) are ignored.  max_completion_tokens is accepted for
- * max_tokens (not both); every other field means what it means to
+ * max_tokens (both given: the same value); with neither, max_tokens is
+ * the rest of the context; every other field means what it means to
  * /v1/completions (max_tokens, temperature, top_p, n, stop, seed,
  * logprobs as true/false with top_logprobs, stream, ...), judged by the
  * same code: chat_parse() renders the messages, puts the prompt in their
@@ -176,11 +177,17 @@ enum chat_chunk {
 /*
  * One Server-Sent Event "data: {...}\n\n", a "chat.completion.chunk" of
  * one choice (choice->finish_reason is written only by CHAT_CHUNK_FINISH,
- * tokens and text only by CHAT_CHUNK_CONTENT).  usage (NULL: none) goes
- * with the last event of the last choice.  0 or -ENOMEM.
+ * tokens and text only by CHAT_CHUNK_CONTENT).  usage NULL: none (the
+ * server sends it in a chunk of its own, chat_format_usage_chunk()).
+ * 0 or -ENOMEM.
  */
 int chat_format_chunk(struct strbuf *out, const struct completion_meta *m,
 		      enum chat_chunk kind, const struct completion_choice *choice,
 		      const struct completion_usage *usage);
+
+/* The last chunk of a stream that asked for usage
+ * (stream_options.include_usage): "choices": [] and "usage". */
+int chat_format_usage_chunk(struct strbuf *out, const struct completion_meta *m,
+			    const struct completion_usage *usage);
 
 #endif /* DYNBATCH_CHAT_API_H */

@@ -17,40 +17,37 @@
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
 
 #include "util/json_writer.h"
+#include "server/request/request_fields.h"
 #include "server/request/request_json.h"
-
-static const char *const known_fields[] = {
-	"id", "prompt", "max_tokens", "stop_token", "stop_token_ids",
-	"stop_sequence", "stop_sequences", "include_stop", "stream", "model",
-	"temperature", "top_p", "top_k", "min_p", "seed", "logit_bias",
-	"logprobs", "top_logprobs", "n", "stop", "ignore_eos",
-};
 
 static bool is_ident(char c)
 {
 	return isalnum((unsigned char)c) || c == '_';
 }
 
-/* The known field named first in msg, as a whole word; NULL if none. */
+/* The field of the table named first in msg, as a whole word; NULL if none. */
 static const char *field_named_in(const char *msg)
 {
 	const char *best = NULL, *best_at = NULL;
 
-	for (size_t i = 0; i < sizeof(known_fields) / sizeof(known_fields[0]); i++) {
-		size_t n = strlen(known_fields[i]);
+	const char *name;
 
-		for (const char *at = strstr(msg, known_fields[i]); at;
-		     at = strstr(at + 1, known_fields[i])) {
+	for (size_t i = 0; (name = request_field_name(i)); i++) {
+		size_t n = strlen(name);
+
+		for (const char *at = strstr(msg, name); at;
+		     at = strstr(at + 1, name)) {
 			if ((at > msg && is_ident(at[-1])) || is_ident(at[n]))
 				continue;
 			if (!best_at || at < best_at) {
 				best_at = at;
-				best = known_fields[i];
+				best = name;
 			}
 			break;
 		}
@@ -66,7 +63,48 @@ static int body_error(char *err, size_t err_len, const char **param,
 	return -EINVAL;
 }
 
-/* The HTTP-only fields: stream and model.  *is_json says whether the
+/*
+ * "stream_options": {"include_usage": bool, "include_obfuscation": bool},
+ * with "stream": true only (as vLLM; OpenAI says to set it only then).
+ * Obfuscation (random padding against length side channels) is not
+ * done, so only false is taken.
+ */
+static int parse_stream_options(const json_t *v, struct completion_request *out,
+				 char *err, size_t err_len, const char **param)
+{
+	const json_t *u, *o;
+	const char *key;
+	json_t *m;
+
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_object(v))
+		return body_error(err, err_len, param, "stream_options", "field "
+				  "'stream_options' must be an object");
+	if (!out->stream)
+		return body_error(err, err_len, param, "stream_options", "field "
+				  "'stream_options' goes with \"stream\": true");
+	json_object_foreach((json_t *)v, key, m)
+		if (strcmp(key, "include_usage") && strcmp(key, "include_obfuscation"))
+			return body_error(err, err_len, param, "stream_options",
+					  "stream_options: unknown member (it takes "
+					  "include_usage and include_obfuscation)");
+	u = json_object_get(v, "include_usage");
+	o = json_object_get(v, "include_obfuscation");
+	if ((u && !json_is_null(u) && !json_is_boolean(u)) ||
+	    (o && !json_is_null(o) && !json_is_boolean(o)))
+		return body_error(err, err_len, param, "stream_options",
+				  "stream_options: include_usage and "
+				  "include_obfuscation must be true or false");
+	if (json_is_true(o))
+		return body_error(err, err_len, param, "stream_options",
+				  "stream_options.include_obfuscation is not "
+				  "implemented by this server: only false is taken");
+	out->include_usage = json_is_true(u);
+	return 0;
+}
+
+/* The HTTP-only fields: stream, model and stream_options.  *is_json says whether the
  * body parsed as JSON at all. */
 static int parse_http_fields(const char *body, size_t len,
 			     struct completion_request *out, char *err,
@@ -83,6 +121,12 @@ static int parse_http_fields(const char *body, size_t len,
 		return 0;
 	if (!json_is_object(obj))
 		goto out;
+	rc = request_fields_check(obj, REQUEST_API_COMPLETIONS, err, err_len,
+				  out->param, sizeof(out->param));
+	if (rc) {
+		*param = out->param;
+		goto out;
+	}
 	v = json_object_get(obj, "stream");
 	if (v && !json_is_null(v)) {
 		if (!json_is_boolean(v)) {
@@ -98,24 +142,37 @@ static int parse_http_fields(const char *body, size_t len,
 				"field 'model' must be a string");
 		goto out;
 	}
+	if (json_is_string(v) && strlen(json_string_value(v)) != json_string_length(v)) {
+		rc = body_error(err, err_len, param, "model",
+				"field 'model' must not contain a NUL character");
+		goto out;
+	}
+	/* the server judges the name (404 for one it does not serve) */
+	if (json_is_string(v) && !(out->model = strndup(json_string_value(v),
+							 json_string_length(v)))) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = parse_stream_options(json_object_get(obj, "stream_options"), out,
+				  err, err_len, param);
 out:
 	json_decref(obj);
 	return rc;
 }
 
-/* A client id in the server's namespace: -EINVAL, the request emptied as
- * on any other error but its id kept for the error answer. */
-static int refuse_reserved_id(struct completion_request *out, char *err,
-			      size_t err_len, const char **param)
+/* A body refused after request_parse() took it (field: msg): -EINVAL,
+ * the request emptied as on any other error but its id kept for the
+ * error answer. */
+static int refuse_parsed(struct completion_request *out, char *err,
+			 size_t err_len, const char **param, const char *field,
+			 const char *msg)
 {
 	char *id = out->req.id;
 
 	out->req.id = NULL;
 	request_release(&out->req);
 	out->req.id = id;
-	return body_error(err, err_len, param, "id", "field 'id' must not start "
-			  "with '" COMPLETION_ID_PREFIX "': such ids are the ones "
-			  "the server gives requests sent without an id");
+	return body_error(err, err_len, param, field, msg);
 }
 
 int completion_parse(const char *body, size_t len,
@@ -123,27 +180,40 @@ int completion_parse(const char *body, size_t len,
 		     struct completion_request *out, char *err, size_t err_len,
 		     const char **param)
 {
+	struct request_limits l = *lim;
 	bool is_json;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
 	*param = NULL;
+	l.api = REQUEST_API_COMPLETIONS;
 	rc = parse_http_fields(body, len, out, err, err_len, param, &is_json);
 	if (rc)
 		return rc;
-	rc = request_parse(body, len, 0, lim, &out->req, err, err_len);
+	rc = request_parse(body, len, 0, &l, &out->req, err, err_len);
 	/* A syntax error quotes the body ("near 'prompt'"), not a field. */
 	if (rc == -EINVAL && is_json)
 		*param = field_named_in(err);
 	if (!rc && out->req.id && !strncmp(out->req.id, COMPLETION_ID_PREFIX,
 					   strlen(COMPLETION_ID_PREFIX)))
-		rc = refuse_reserved_id(out, err, err_len, param);
+		rc = refuse_parsed(out, err, err_len, param, "id", "field 'id' must "
+				   "not start with '" COMPLETION_ID_PREFIX "': such ids "
+				   "are the ones the server gives requests sent "
+				   "without an id");
+	/* a `run` line may be empty (a model that can, continues nothing);
+	 * OpenAI's API needs a token, and a client must not retry this */
+	if (!rc && !out->req.n_prompt)
+		rc = refuse_parsed(out, err, err_len, param, "prompt", "field "
+				   "'prompt' is empty: a completion continues at "
+				   "least one token");
 	return rc;
 }
 
 void completion_request_release(struct completion_request *c)
 {
 	request_release(&c->req);
+	free(c->model);
+	c->model = NULL;
 }
 
 /* The completions shape: its fixed text, per choice, per token id, and
@@ -308,22 +378,47 @@ int completion_format(struct strbuf *out, const struct completion_meta *m,
 	return 0;
 }
 
+char *api_event_open(struct strbuf *out, size_t need)
+{
+	if (need == SIZE_MAX || need > SIZE_MAX - 16 || strbuf_reserve(out, need + 16))
+		return NULL;
+	return JSON_PUT_LIT(out->data + out->len, "data: ");
+}
+
+void api_event_close(struct strbuf *out, char *p)
+{
+	p = JSON_PUT_LIT(p, "\n\n");
+	*p = '\0';
+	out->len = (size_t)(p - out->data);
+}
+
 int completion_format_event(struct strbuf *out, const struct completion_meta *m,
 			    const struct completion_choice *choice,
 			    const struct completion_usage *usage)
 {
-	size_t need = completion_answer_bound(m, choice, 1, &completion_sizes);
-	char *p;
+	char *p = api_event_open(out, completion_answer_bound(m, choice, 1,
+							       &completion_sizes));
 
-	if (need == SIZE_MAX || strbuf_reserve(out, need))
+	if (!p)
 		return -ENOMEM;
-	p = out->data + out->len;
-	p = JSON_PUT_LIT(p, "data: ");
 	p = put_answer(p, m, choice, 1, usage);
 	*p++ = '}';
-	p = JSON_PUT_LIT(p, "\n\n");
-	*p = '\0';
-	out->len = (size_t)(p - out->data);
+	api_event_close(out, p);
+	return 0;
+}
+
+int completion_format_usage_event(struct strbuf *out,
+				  const struct completion_meta *m,
+				  const struct completion_usage *usage)
+{
+	char *p = api_event_open(out, completion_answer_bound(m, NULL, 0,
+							       &completion_sizes));
+
+	if (!p)
+		return -ENOMEM;
+	p = put_answer(p, m, NULL, 0, usage);
+	*p++ = '}';
+	api_event_close(out, p);
 	return 0;
 }
 

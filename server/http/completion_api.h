@@ -6,9 +6,9 @@
  *
  * The body takes the docs/DESIGN.md 3.1 request fields (prompt as token ids,
  * max_tokens, stop_token, stop_token_ids, stop_sequence, stop_sequences,
- * include_stop, and an optional id) plus "stream" and "model".  Fields of
- * OpenAI's API that change sampling are ignored, as the model is a black
- * box that picks its own token.
+ * include_stop, the sampling fields, and an optional id) plus "stream",
+ * "stream_options" and "model"; every other field is refused or taken
+ * as request_fields.h says.
  */
 #ifndef DYNBATCH_COMPLETION_API_H
 #define DYNBATCH_COMPLETION_API_H
@@ -20,6 +20,7 @@
 #include "engine/request.h"
 #include "sampling/sampler.h"
 #include "util/strbuf.h"
+#include "server/request/request_fields.h"
 #include "server/request/request_json.h"
 
 /*
@@ -32,6 +33,14 @@
 struct completion_request {
 	struct request req;	/* req.id is NULL when the body had none */
 	bool stream;		/* answer with Server-Sent Events */
+	/* chat without max_tokens: req.max_tokens is the context's rest,
+	 * which the server may lower to what it can hold */
+	bool max_tokens_defaulted;
+	/* stream_options.include_usage: a last event with the usage */
+	bool include_usage;
+	char *model;		/* "model" as given (malloc'd), NULL: none */
+	/* a refused field's name, where an error's param points */
+	char param[REQUEST_FIELD_NAME_MAX];
 };
 
 /*
@@ -106,11 +115,30 @@ int completion_format(struct strbuf *out, const struct completion_meta *m,
 /*
  * One Server-Sent Event "data: {...}\n\n" with the new tokens of one
  * choice.  Its finish_reason is NULL until the choice's last event;
- * usage (NULL before) comes with the last event of the last choice.
+ * usage NULL: none (the server sends usage in an event of its own,
+ * completion_format_usage_event()).
  */
 int completion_format_event(struct strbuf *out, const struct completion_meta *m,
 			    const struct completion_choice *choice,
 			    const struct completion_usage *usage);
+
+/*
+ * The frame of one Server-Sent Event: api_event_open() reserves need
+ * bytes and 16 more (the frame) and returns where the event's JSON goes
+ * after "data: ", or NULL (out of memory, or need SIZE_MAX: too big);
+ * api_event_close() ends it at p with the blank line.
+ */
+char *api_event_open(struct strbuf *out, size_t need);
+void api_event_close(struct strbuf *out, char *p);
+
+/*
+ * The last event of a stream that asked for usage
+ * ("stream_options": {"include_usage": true}), OpenAI's shape: the
+ * answer object with "choices": [] and "usage".  0 or -ENOMEM.
+ */
+int completion_format_usage_event(struct strbuf *out,
+				  const struct completion_meta *m,
+				  const struct completion_usage *usage);
 
 /*
  * An OpenAI-style error object:

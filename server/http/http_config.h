@@ -18,6 +18,14 @@ struct http_config {
 	const char *listen;		/* "host:port"; port 0 picks one */
 	const char *api_key;		/* NULL: no Authorization needed */
 	const char *model_name;		/* in answers and GET /v1/models */
+	/* what a request's "model" may name besides model_name: each a
+	 * comma list (--served-model-name); another name is a 404 */
+	const char *const *served_names;
+	uint32_t n_served_names;
+	/* --allowed-origins, each a comma list ("*": any); none: no CORS
+	 * (http_cors.h) */
+	const char *const *allowed_origins;
+	uint32_t n_allowed_origins;
 	uint32_t max_connections;	/* more are answered 503 and closed */
 	uint32_t conn_buffer;		/* unsent answer bytes per connection
 					 * before it stops reading requests and

@@ -88,12 +88,17 @@ struct conn {
 	uint32_t handle;		/* its live request */
 	bool stream;
 	bool chat;			/* /v1/chat/completions: chat shapes */
+	bool include_usage;		/* a stream's last event: the usage */
 	bool paused;			/* we paused it: output buffer full */
 	bool pause_due;			/* engine_pause() it from pump */
 	bool drop_due;			/* out of memory in a callback: drop
 					 * the connection from pump */
 	bool keep_alive;
 	bool head_request;		/* HEAD: answered as GET, without the body */
+	/* the request's Access-Control-Allow-Origin (http_cors.h), NULL:
+	 * none; points into the config, lives as long as the server */
+	const char *cors_allow;
+	size_t cors_allow_len;
 	struct conn_choices ch;		/* its n choices */
 	uint64_t answer_reserved;	/* bytes of srv->answer_reserved its
 					 * non-streamed answer holds, until it
@@ -177,11 +182,13 @@ static inline void conn_note_output(struct conn *c, size_t before)
 #define HTTP_ROUTE_METHOD(m) (1u << (m))
 
 struct http_route {
-	const char *path;		/* matched exactly; a query is ignored */
+	const char *path;		/* matched exactly (prefix: as a prefix
+					 * of a longer path); a query is ignored */
 	unsigned methods;		/* HTTP_ROUTE_METHOD()s it answers; GET
 					 * answers HEAD too, without the body */
 	bool open;			/* answered without the API key */
 	void (*handler)(struct http_server *srv, struct conn *c);
+	bool prefix;			/* path ends in '/': it and what follows */
 };
 
 struct http_route_table {
@@ -219,6 +226,9 @@ void respond(struct http_server *srv, struct conn *c, int status,
 void respond_error(struct http_server *srv, struct conn *c, int status,
 		   const char *message, const char *type,
 		   const char *param, const char *extra_headers);
+/* Append the CORS headers c's answers carry (none when CORS is off or
+ * its origin is not listed).  0 or -ENOMEM. */
+int conn_put_cors(const struct conn *c, struct strbuf *out);
 /* The status line's reason phrase. */
 const char *http_status_text(int status);
 

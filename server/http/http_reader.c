@@ -17,7 +17,8 @@
 #include <string.h>
 #include <strings.h>
 
-enum { HDR_OTHER, HDR_AUTHORIZATION, HDR_EXPECT, HDR_TRANSFER_ENCODING };
+enum { HDR_OTHER, HDR_AUTHORIZATION, HDR_EXPECT, HDR_TRANSFER_ENCODING,
+       HDR_ORIGIN, HDR_ACR_METHOD, HDR_ACR_HEADERS };
 
 static struct http_reader *reader_of(http_parser *p)
 {
@@ -79,6 +80,9 @@ static int header_kind(const struct http_reader *r)
 	return !strcasecmp(name, "authorization") ? HDR_AUTHORIZATION :
 	       !strcasecmp(name, "expect") ? HDR_EXPECT :
 	       !strcasecmp(name, "transfer-encoding") ? HDR_TRANSFER_ENCODING :
+	       !strcasecmp(name, "origin") ? HDR_ORIGIN :
+	       !strcasecmp(name, "access-control-request-method") ? HDR_ACR_METHOD :
+	       !strcasecmp(name, "access-control-request-headers") ? HDR_ACR_HEADERS :
 	       HDR_OTHER;
 }
 
@@ -102,6 +106,16 @@ static int on_header_value(http_parser *p, const char *at, size_t n)
 		    strbuf_append(&r->transfer_encoding, ",", 1))
 			return reader_error(r, 500, "out of memory");
 		r->te_seen |= r->cur_header == HDR_TRANSFER_ENCODING;
+		/* CORS (http_cors.h): a second field joins the first with a
+		 * comma, which then matches no origin and no method */
+		dst = r->cur_header == HDR_ORIGIN ? &r->msg.origin :
+		      r->cur_header == HDR_ACR_METHOD ? &r->msg.acr_method :
+		      r->cur_header == HDR_ACR_HEADERS ? &r->msg.acr_headers : NULL;
+		if (dst && dst->len && strbuf_append(dst, ",", 1))
+			return reader_error(r, 500, "out of memory");
+		if (dst)
+			r->msg.cors_seen |= 1u << (r->cur_header - HDR_ORIGIN);
+		dst = NULL;
 	}
 	if (r->cur_header == HDR_AUTHORIZATION)
 		dst = &r->msg.authorization;
@@ -109,6 +123,12 @@ static int on_header_value(http_parser *p, const char *at, size_t n)
 		dst = &r->expect;
 	else if (r->cur_header == HDR_TRANSFER_ENCODING)
 		dst = &r->transfer_encoding;
+	else if (r->cur_header == HDR_ORIGIN)
+		dst = &r->msg.origin;
+	else if (r->cur_header == HDR_ACR_METHOD)
+		dst = &r->msg.acr_method;
+	else if (r->cur_header == HDR_ACR_HEADERS)
+		dst = &r->msg.acr_headers;
 	if (dst && strbuf_append(dst, at, n))
 		return reader_error(r, 500, "out of memory");
 	return 0;
@@ -245,6 +265,8 @@ void http_reader_reset(struct http_reader *r)
 	http_parser_init(&r->parser, HTTP_REQUEST);
 	r->parser.data = r;
 	m->target.len = m->body.len = m->authorization.len = 0;
+	m->origin.len = m->acr_method.len = m->acr_headers.len = 0;
+	m->cors_seen = 0;
 	m->method = 0;
 	m->http_minor = 0;
 	m->keep_alive = false;
@@ -266,6 +288,9 @@ void http_reader_release(struct http_reader *r)
 	strbuf_release(&r->msg.target);
 	strbuf_release(&r->msg.body);
 	strbuf_release(&r->msg.authorization);
+	strbuf_release(&r->msg.origin);
+	strbuf_release(&r->msg.acr_method);
+	strbuf_release(&r->msg.acr_headers);
 	strbuf_release(&r->field);
 	strbuf_release(&r->expect);
 	strbuf_release(&r->transfer_encoding);

@@ -34,11 +34,22 @@ struct http_limits {
 };
 
 /* What the server looks at in one request. */
+#define HTTP_SEEN_ORIGIN 1u
+#define HTTP_SEEN_ACR_METHOD 2u
+#define HTTP_SEEN_ACR_HEADERS 4u
+
 struct http_message {
 	unsigned method;		/* enum http_method */
 	struct strbuf target;		/* request target ("/v1/completions?x") */
 	struct strbuf body;
 	struct strbuf authorization;	/* Authorization value, if sent */
+	/* CORS: Origin, Access-Control-Request-Method and -Headers values
+	 * (several fields of one: comma-joined); cors_seen bit 0, 1, 2 says
+	 * which were sent (an empty one too) */
+	struct strbuf origin;
+	struct strbuf acr_method;
+	struct strbuf acr_headers;
+	unsigned cors_seen;		/* HTTP_SEEN_* */
 	unsigned http_minor;		/* HTTP/1.x: 0 or 1 */
 	bool keep_alive;		/* the client allows another request */
 	bool expect_continue;		/* "Expect: 100-continue" was sent */

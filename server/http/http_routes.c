@@ -1,9 +1,9 @@
 /*
  * http_routes.c - the application side of `dynbatch serve` (http_server.h):
  * what a parsed request gets.  The route table http_api_routes
- * (/health, /metrics, /v1/models, /v1/completions and
- * /v1/chat/completions, the last two with their admission through
- * engine_submit()) and the engine callbacks that answer or stream a
+ * (/health, /metrics, /v1/models and /v1/models/{id}, /tokenize and
+ * /detokenize, /v1/completions and /v1/chat/completions, the last two
+ * with their admission through engine_submit()) and the engine callbacks that answer or stream a
  * completion, in the completions shapes (completion_api.h) or, for a chat
  * request (conn.chat), the chat shapes (chat_api.h).  Connections, I/O,
  * timers, draining, the lookup in the table (API key, 404, 405) and the
@@ -25,6 +25,7 @@
 
 #include "server/http/chat_api.h"
 #include "server/http/completion_api.h"
+#include "server/http/tokenize_api.h"
 #include "engine/engine.h"
 #include "util/json_writer.h"
 #include "text/text_tokenizer.h"
@@ -96,32 +97,154 @@ static void conn_choices_start(struct conn *c, uint32_t n)
 	ch->kept = NULL;
 }
 
-/* Append s as a JSON string (escaped); 0 or -ENOMEM. */
-static int append_json_str(struct strbuf *out, const char *s)
+/* ------------------------------------------------------------------------
+ * Model names: model_name, then each --served-model-name list's names
+ * ---------------------------------------------------------------------- */
+
+struct name_iter {
+	uint32_t list;		/* 0: model_name; i > 0: served_names[i - 1] */
+	const char *at;		/* the rest of the current list */
+};
+
+/* The next served name (s, len); false after the last.  A name given
+ * twice comes twice. */
+static bool name_next(const struct http_config *cfg, struct name_iter *it,
+		      const char **s, size_t *len)
 {
-	size_t bound = json_str_bound(s);
+	while (!it->at || !*it->at) {
+		if (it->list > cfg->n_served_names)
+			return false;
+		it->at = it->list ? cfg->served_names[it->list - 1] : cfg->model_name;
+		it->list++;
+	}
+	*s = it->at;
+	*len = strcspn(it->at, it->list == 1 ? "" : ",");
+	it->at += *len;
+	if (*it->at == ',')
+		it->at++;
+	return true;
+}
+
+/* Whether name (len bytes) is served; with first, only its first
+ * coming counts (for listing each name once). */
+static bool name_served(const struct http_config *cfg, const char *name,
+			size_t len, const char *first)
+{
+	struct name_iter it = { 0 };
+	const char *s;
+	size_t n;
+
+	while (name_next(cfg, &it, &s, &n))
+		if (n == len && !memcmp(s, name, n))
+			return !first || s == first;
+	return false;
+}
+
+/* {"id":NAME,"object":"model",...} */
+static int put_model(struct http_server *srv, const char *name, size_t len)
+{
+	size_t bound = json_strn_bound(len);
 	char *end;
 
-	if (bound == SIZE_MAX || strbuf_reserve(out, bound))
+	if (bound == SIZE_MAX || strbuf_reserve(&srv->body, bound + 8))
 		return -ENOMEM;
-	end = json_put_str(out->data + out->len, s);
-	out->len = (size_t)(end - out->data);
-	out->data[out->len] = '\0';
-	return 0;
+	end = JSON_PUT_LIT(srv->body.data + srv->body.len, "{\"id\":");
+	end = json_put_strn(end, name, len);
+	srv->body.len = (size_t)(end - srv->body.data);
+	return strbuf_printf(&srv->body, ",\"object\":\"model\",\"created\":%llu,"
+			     "\"owned_by\":\"dynbatch\"}",
+			     (unsigned long long)srv->started_s);
 }
 
 static void route_models(struct http_server *srv, struct conn *c)
 {
+	struct name_iter it = { 0 };
+	const char *s;
+	size_t n;
+	bool first = true;
+
 	srv->body.len = 0;
-	if (strbuf_printf(&srv->body, "{\"object\":\"list\",\"data\":[{\"id\":") ||
-	    append_json_str(&srv->body, srv->cfg->model_name) ||
-	    strbuf_printf(&srv->body, ",\"object\":\"model\",\"created\":%llu,"
-			  "\"owned_by\":\"dynbatch\"}]}",
-			  (unsigned long long)srv->started_s)) {
+	if (strbuf_printf(&srv->body, "{\"object\":\"list\",\"data\":[")) {
+		conn_drop(srv, c);
+		return;
+	}
+	while (name_next(srv->cfg, &it, &s, &n)) {
+		if (!name_served(srv->cfg, s, n, s))
+			continue;	/* listed already */
+		if ((!first && strbuf_append(&srv->body, ",", 1)) ||
+		    put_model(srv, s, n)) {
+			conn_drop(srv, c);
+			return;
+		}
+		first = false;
+	}
+	if (strbuf_append(&srv->body, "]}", 2)) {
 		conn_drop(srv, c);
 		return;
 	}
 	respond(srv, c, 200, "application/json", NULL);
+}
+
+/* OpenAI's answer to a model it does not have. */
+static void respond_no_model(struct http_server *srv, struct conn *c,
+			     const char *name, size_t len)
+{
+	char err[320];
+
+	snprintf(err, sizeof(err), "the model '%.*s' does not exist: this "
+		 "server serves '%s' (GET /v1/models lists its names)",
+		 (int)(len > 200 ? 200 : len), name, srv->cfg->model_name);
+	respond_error(srv, c, 404, err, "invalid_request_error", "model",
+		      NULL);
+}
+
+/* GET /v1/models/{id}: the model, or 404 for a name not served. */
+static void route_model(struct http_server *srv, struct conn *c)
+{
+	const struct strbuf *t = &c->reader.msg.target;
+	size_t from = strlen("/v1/models/");
+	size_t len = strcspn(t->data + from, "?");
+
+	if (!name_served(srv->cfg, t->data + from, len, NULL)) {
+		respond_no_model(srv, c, t->data + from, len);
+		return;
+	}
+	srv->body.len = 0;
+	if (put_model(srv, t->data + from, len)) {
+		conn_drop(srv, c);
+		return;
+	}
+	respond(srv, c, 200, "application/json", NULL);
+}
+
+/* POST /tokenize (detok false) or /detokenize: answered at once. */
+static void route_tokens(struct http_server *srv, struct conn *c, bool detok)
+{
+	const struct strbuf *body = &c->reader.msg.body;
+	char err[320], param[REQUEST_FIELD_NAME_MAX];
+	int rc;
+
+	srv->body.len = 0;
+	rc = (detok ? detokenize_answer : tokenize_answer)(
+		body->len ? body->data : "", body->len, &srv->lim, &srv->body, err,
+		sizeof(err), param);
+	if (rc == -ENOMEM)
+		respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);
+	else if (rc)
+		respond_error(srv, c, 400, err, "invalid_request_error",
+			      param[0] ? param : NULL, NULL);
+	else
+		respond(srv, c, 200, "application/json", NULL);
+}
+
+static void route_tokenize(struct http_server *srv, struct conn *c)
+{
+	route_tokens(srv, c, false);
+}
+
+static void route_detokenize(struct http_server *srv, struct conn *c)
+{
+	route_tokens(srv, c, true);
 }
 
 static void route_metrics(struct http_server *srv, struct conn *c)
@@ -164,17 +287,54 @@ static int chat_stream_start(struct http_server *srv, struct conn *c,
  */
 #define ANSWER_CHOICE_BYTES 512u
 #define ANSWER_LOGPROB_BYTES 64u	/* "token_id:N": logprob, twice over */
+static uint64_t answer_per_token(const struct http_server *srv,
+				 const struct request *req)
+{
+	const struct text_tokenizer *tok = srv->lim.tok;
+
+	return JSON_TOKEN_MAX +
+	       (tok ? 6ull * text_tokenizer_longest_piece(tok) : 0) +
+	       (req->sampling.logprobs ?
+		(1ull + req->sampling.top_logprobs) * ANSWER_LOGPROB_BYTES : 0);
+}
+
 static uint64_t answer_bound(const struct http_server *srv,
 			     const struct request *req)
 {
-	const struct text_tokenizer *tok = srv->lim.tok;
-	uint64_t per_token = JSON_TOKEN_MAX +
-		(tok ? 6ull * text_tokenizer_longest_piece(tok) : 0) +
-		(req->sampling.logprobs ?
-		 (1ull + req->sampling.top_logprobs) * ANSWER_LOGPROB_BYTES : 0);
-
 	return (uint64_t)req->n_choices *
-	       (ANSWER_CHOICE_BYTES + (uint64_t)req->max_tokens * per_token);
+	       (ANSWER_CHOICE_BYTES +
+		(uint64_t)req->max_tokens * answer_per_token(srv, req));
+}
+
+/*
+ * A chat's max_tokens left out is the context's rest (chat_api.c); lower
+ * it to what a non-streamed answer (--max-answer-bytes) and a shard's KV
+ * pool hold, so that leaving it out never earns a 400 of its own.
+ */
+static void clamp_default_max_tokens(struct http_server *srv,
+				     const struct completion_request *cr,
+				     struct request *req)
+{
+	struct engine_kv_pool pool;
+	uint64_t fit, per_choice;
+
+	if (!cr->max_tokens_defaulted || !req->n_choices)
+		return;
+	if (!cr->stream) {
+		per_choice = srv->cfg->max_answer_bytes / req->n_choices;
+		fit = per_choice > ANSWER_CHOICE_BYTES ?
+		      (per_choice - ANSWER_CHOICE_BYTES) / answer_per_token(srv, req) : 0;
+		if (fit < req->max_tokens)
+			req->max_tokens = (uint32_t)fit;
+	}
+	engine_kv_need(srv->e, 0, &pool);
+	if (pool.block_tokens) {
+		/* engine_kv_need(): n tokens take ceil((n - 1) / block) blocks */
+		fit = (uint64_t)pool.blocks * pool.block_tokens + 1;
+		fit = fit > req->n_prompt ? fit - req->n_prompt : 0;
+		if (fit < req->max_tokens)
+			req->max_tokens = (uint32_t)fit;
+	}
 }
 
 /*
@@ -235,6 +395,11 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 			respond_error(srv, c, 400, err, "invalid_request_error", param, NULL);
 		goto out;
 	}
+	/* vLLM's rule: a name not served is a 404; no name is fine */
+	if (cr.model && !name_served(srv->cfg, cr.model, strlen(cr.model), NULL)) {
+		respond_no_model(srv, c, cr.model, strlen(cr.model));
+		goto out;
+	}
 	if (!cr.req.id) {
 		if (asprintf(&cr.req.id, COMPLETION_ID_PREFIX "%x-%llu", (unsigned)getpid(),
 			     (unsigned long long)++srv->next_id) < 0) {
@@ -250,6 +415,7 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 		goto out;
 	}
 	c->req_serial++;
+	clamp_default_max_tokens(srv, &cr, &cr.req);
 	n_choices = cr.req.n_choices;
 	if (!cr.stream && !reserve_answer(srv, c, &cr.req))
 		goto out;
@@ -300,6 +466,7 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 	c->busy = true;
 	c->stream = cr.stream;
 	c->chat = chat;
+	c->include_usage = cr.include_usage;
 	conn_choices_start(c, n_choices);
 	c->created = (uint64_t)time(NULL);
 	c->request_start_ns = 0;
@@ -310,7 +477,9 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 		if (strbuf_printf(&c->out.fill, "HTTP/1.1 200 OK\r\n"
 				  "Content-Type: text/event-stream\r\n"
 				  "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n"
-				  "Transfer-Encoding: chunked\r\n%s\r\n",
+				  "Transfer-Encoding: chunked\r\n") ||
+		    conn_put_cors(c, &c->out.fill) ||
+		    strbuf_printf(&c->out.fill, "%s\r\n",
 				  c->keep_alive ? "" : "Connection: close\r\n")) {
 			conn_drop(srv, c);
 			goto out;
@@ -420,10 +589,9 @@ static int stream_finish(struct http_server *srv, struct conn *c,
 					      &one, NULL))
 				return -1;
 			if (chat_format_chunk(&srv->body, &m, CHAT_CHUNK_FINISH,
-					      &one, last ? &u : NULL))
+					      &one, NULL))
 				return -1;
-		} else if (completion_format_event(&srv->body, &m, &one,
-						   last ? &u : NULL)) {
+		} else if (completion_format_event(&srv->body, &m, &one, NULL)) {
 			return -1;
 		}
 	} else {
@@ -440,6 +608,12 @@ static int stream_finish(struct http_server *srv, struct conn *c,
 		if (strbuf_append(&srv->body, "\n\n", 2))
 			return -1;
 	}
+	/* OpenAI's stream_options.include_usage: usage in a last chunk of
+	 * its own, none elsewhere */
+	if (last && c->include_usage &&
+	    (c->chat ? chat_format_usage_chunk(&srv->body, &m, &u) :
+	     completion_format_usage_event(&srv->body, &m, &u)))
+		return -1;
 	if (last && strbuf_append(&srv->body, "data: [DONE]\n\n", 14))
 		return -1;
 	if (put_chunk(&c->out.fill, &srv->body) ||
@@ -613,13 +787,16 @@ static void http_on_finish(void *ctx, uint64_t cookie, const struct frontend_res
  * ---------------------------------------------------------------------- */
 
 static const struct http_route api_routes[] = {
-	{ "/v1/completions", HTTP_ROUTE_METHOD(HTTP_POST), false, route_completions },
-	{ "/v1/chat/completions", HTTP_ROUTE_METHOD(HTTP_POST), false, route_chat },
-	{ "/v1/models", HTTP_ROUTE_METHOD(HTTP_GET), false, route_models },
+	{ "/v1/completions", HTTP_ROUTE_METHOD(HTTP_POST), false, route_completions, false },
+	{ "/v1/chat/completions", HTTP_ROUTE_METHOD(HTTP_POST), false, route_chat, false },
+	{ "/v1/models", HTTP_ROUTE_METHOD(HTTP_GET), false, route_models, false },
+	{ "/v1/models/", HTTP_ROUTE_METHOD(HTTP_GET), false, route_model, true },
+	{ "/tokenize", HTTP_ROUTE_METHOD(HTTP_POST), false, route_tokenize, false },
+	{ "/detokenize", HTTP_ROUTE_METHOD(HTTP_POST), false, route_detokenize, false },
 	/* Everything but /health needs the key, unknown paths included:
 	 * without it a client learns nothing, not even what exists. */
-	{ "/health", HTTP_ROUTE_METHOD(HTTP_GET), true, route_health },
-	{ "/metrics", HTTP_ROUTE_METHOD(HTTP_GET), false, route_metrics },
+	{ "/health", HTTP_ROUTE_METHOD(HTTP_GET), true, route_health, false },
+	{ "/metrics", HTTP_ROUTE_METHOD(HTTP_GET), false, route_metrics, false },
 };
 
 const struct http_route_table http_api_routes = {

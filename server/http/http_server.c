@@ -59,6 +59,7 @@
  * write_timeout_ms cancels the request and closes the connection.
  */
 #include "server/http/http_server.h"
+#include "server/http/http_cors.h"
 #include "server/http/http_conn.h"
 
 #include <errno.h>
@@ -100,8 +101,10 @@ const char *http_status_text(int status)
 	switch (status) {
 	case 100: return "Continue";
 	case 200: return "OK";
+	case 204: return "No Content";
 	case 400: return "Bad Request";
 	case 401: return "Unauthorized";
+	case 403: return "Forbidden";
 	case 404: return "Not Found";
 	case 405: return "Method Not Allowed";
 	case 408: return "Request Timeout";
@@ -122,10 +125,16 @@ void conn_request_done(struct http_server *srv, struct conn *c)
 	if (!c->keep_alive || !srv->accepting)
 		c->close_after_send = true;
 	c->head_request = false;
+	c->cors_allow = NULL;
 	http_reader_reset(&c->reader);
 	c->request_start_ns = conn_unparsed(c) ? clock_now_ns() : 0;
 	c->idle_since_ns = clock_now_ns();
 	conn_mark(srv, c);
+}
+
+int conn_put_cors(const struct conn *c, struct strbuf *out)
+{
+	return cors_put_headers(out, c->cors_allow, c->cors_allow_len);
 }
 
 /* A whole answer with a body: head, srv->body, then the next request. */
@@ -138,10 +147,15 @@ void respond(struct http_server *srv, struct conn *c, int status,
 	c->keep_alive = !close;
 	if (status >= 0 && status < HTTP_STATUS_MAX)
 		srv->n_status[status]++;
-	if (strbuf_printf(&c->out.fill, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n"
-			  "Content-Length: %zu\r\n%s%s\r\n", status,
-			  http_status_text(status), content_type, srv->body.len,
-			  extra_headers ? extra_headers : "",
+	/* 204 has no body, so no Content-Type or Content-Length either
+	 * (RFC 9110 8.6) */
+	if (strbuf_printf(&c->out.fill, "HTTP/1.1 %d %s\r\n", status,
+			  http_status_text(status)) ||
+	    (status != 204 &&
+	     strbuf_printf(&c->out.fill, "Content-Type: %s\r\nContent-Length: %zu\r\n",
+			   content_type, srv->body.len)) ||
+	    conn_put_cors(c, &c->out.fill) ||
+	    strbuf_printf(&c->out.fill, "%s%s\r\n", extra_headers ? extra_headers : "",
 			  close ? "Connection: close\r\n" : "") ||
 	    (!c->head_request &&
 	     strbuf_append(&c->out.fill, srv->body.data, srv->body.len))) {
@@ -213,6 +227,36 @@ static void route_allow(const struct http_route *r, char *buf, size_t len)
 	}
 }
 
+/* A CORS preflight (http_cors.h): 204 for a listed origin and a known
+ * path, before the key is checked; 403 for an origin not listed. */
+static void preflight(struct http_server *srv, struct conn *c,
+		      const struct http_route *r)
+{
+	struct strbuf headers = STRBUF_INIT;
+	char allow[64];
+
+	if (!c->cors_allow) {
+		respond_error(srv, c, 403, "this origin may not call the API "
+			      "(--allowed-origins)", "invalid_request_error",
+			      NULL, NULL);
+		return;
+	}
+	if (!r) {
+		respond_error(srv, c, 404, "no such endpoint",
+			      "invalid_request_error", NULL, NULL);
+		return;
+	}
+	route_allow(r, allow, sizeof(allow));
+	if (cors_put_preflight(&headers, &c->reader.msg, allow)) {
+		strbuf_release(&headers);
+		conn_drop(srv, c);
+		return;
+	}
+	srv->body.len = 0;
+	respond(srv, c, 204, "", headers.data);
+	strbuf_release(&headers);
+}
+
 /*
  * Look c's whole request up in the server's route table: 401 without the
  * key (unless the route is open), 404 for no route, 405 for a method it
@@ -229,10 +273,18 @@ static void route_request(struct http_server *srv, struct conn *c)
 	c->keep_alive = m->keep_alive;
 	/* HEAD is GET without the body (RFC 9110 9.3.2); respond() drops it. */
 	c->head_request = m->method == HTTP_HEAD;
-	for (size_t i = 0; i < t->n_routes && !r; i++)
-		if (strlen(t->routes[i].path) == len &&
-		    !strncmp(t->routes[i].path, m->target.data, len))
+	c->cors_allow = cors_allow_origin(srv->cfg, m, &c->cors_allow_len);
+	for (size_t i = 0; i < t->n_routes && !r; i++) {
+		size_t n = strlen(t->routes[i].path);
+
+		if ((n == len || (t->routes[i].prefix && n < len)) &&
+		    !strncmp(t->routes[i].path, m->target.data, n))
 			r = &t->routes[i];
+	}
+	if (cors_is_preflight(srv->cfg, m)) {
+		preflight(srv, c, r);
+		return;
+	}
 	if (!(r && r->open) && !authorized(srv, c)) {
 		respond_error(srv, c, 401, "missing or wrong API key "
 			      "(Authorization: Bearer KEY)", "invalid_request_error",

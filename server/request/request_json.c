@@ -39,6 +39,7 @@
 
 #include "sampling/sampler.h"
 #include "server/request/request_build.h"
+#include "server/request/request_fields.h"
 #include "text/stop_matcher.h"
 #include "text/text_stop.h"
 #include "text/text_tokenizer.h"
@@ -79,29 +80,6 @@ static int parse_error(const struct parse_ctx *pc, int rc, const char *fmt, ...)
 	return rc;
 }
 
-/* What a JSON value is, for "must be X, not Y" messages. */
-static const char *json_kind(const json_t *v)
-{
-	switch (json_typeof(v)) {
-	case JSON_OBJECT:
-		return "an object";
-	case JSON_ARRAY:
-		return "an array";
-	case JSON_STRING:
-		return "a string";
-	case JSON_INTEGER:
-		return "an integer";
-	case JSON_REAL:
-		return "a real number";
-	case JSON_TRUE:
-	case JSON_FALSE:
-		return "a boolean";
-	case JSON_NULL:
-		return "null";
-	}
-	return "unknown";
-}
-
 /* Optional field: NULL when absent or null. */
 static json_t *get_opt(json_t *obj, const char *key)
 {
@@ -136,7 +114,7 @@ static int token_get(const struct parse_ctx *pc, const json_t *v,
 	if (!json_is_integer(v))
 		return parse_error(pc, -EINVAL,
 				   "%s: token must be an integer, not %s",
-				   label, json_kind(v));
+				   label, request_json_kind(v));
 	return parse_error(pc, -EINVAL, "%s: token %lld out of range [0, %u)",
 			   label, (long long)t, pc->lim->vocab);
 }
@@ -220,7 +198,7 @@ static int stops_walk(const struct parse_ctx *pc, json_t *obj,
 	if (v && !json_is_array(v))
 		return parse_error(pc, -EINVAL,
 				   "field 'stop_token_ids' must be an array of integers, not %s",
-				   json_kind(v));
+				   request_json_kind(v));
 	for (i = 0; i < json_array_size(v); i++) {
 		rc = token_get(pc, json_array_get(v, i), "stop_token_ids",
 			       (long)i, -1, &t);
@@ -234,7 +212,7 @@ static int stops_walk(const struct parse_ctx *pc, json_t *obj,
 	if (v && !json_is_array(v))
 		return parse_error(pc, -EINVAL,
 				   "field 'stop_sequence' must be an array of integers, not %s",
-				   json_kind(v));
+				   request_json_kind(v));
 	if (v) {
 		rc = stop_seq_walk(pc, v, "stop_sequence", -1, b,
 				   STOP_FIELD_SEQUENCE);
@@ -246,14 +224,14 @@ static int stops_walk(const struct parse_ctx *pc, json_t *obj,
 	if (v && !json_is_array(v))
 		return parse_error(pc, -EINVAL,
 				   "field 'stop_sequences' must be an array of arrays of integers, not %s",
-				   json_kind(v));
+				   request_json_kind(v));
 	for (i = 0; i < json_array_size(v); i++) {
 		json_t *s = json_array_get(v, i);
 
 		if (!json_is_array(s))
 			return parse_error(pc, -EINVAL,
 					   "stop_sequences[%zu] must be an array of integers, not %s",
-					   i, json_kind(s));
+					   i, request_json_kind(s));
 		rc = stop_seq_walk(pc, s, "stop_sequences", (long)i, b,
 				   STOP_FIELD_SEQUENCES);
 		if (rc)
@@ -290,7 +268,7 @@ static int parse_id(const struct parse_ctx *pc, json_t *obj,
 	if (!json_is_string(v))
 		return parse_error(pc, -EINVAL,
 				   "field 'id' must be a string, not %s",
-				   json_kind(v));
+				   request_json_kind(v));
 	if (strlen(json_string_value(v)) != json_string_length(v))
 		return parse_error(pc, -EINVAL,
 				   "field 'id' must not contain a NUL character");
@@ -356,7 +334,7 @@ static int parse_prompt(const struct parse_ctx *pc, json_t *obj,
 	if (!json_is_array(v))
 		return parse_error(pc, -EINVAL,
 				   "field 'prompt' must be a string or an array of "
-				   "integers, not %s", json_kind(v));
+				   "integers, not %s", request_json_kind(v));
 	n = json_array_size(v);
 	if (n > UINT32_MAX)
 		return parse_error(pc, -EINVAL,
@@ -404,7 +382,7 @@ static int parse_float_field(const struct parse_ctx *pc, json_t *obj,
 		return 0;
 	if (!number_get(v, out))
 		return parse_error(pc, -EINVAL, "field '%s' must be a finite "
-				   "number, not %s", key, json_kind(v));
+				   "number, not %s", key, request_json_kind(v));
 	return 0;
 }
 
@@ -425,7 +403,7 @@ static int parse_logit_bias(const struct parse_ctx *pc, json_t *obj,
 		return 0;
 	if (!json_is_object(v))
 		return parse_error(pc, -EINVAL, "field 'logit_bias' must be an "
-				   "object of token id -> bias, not %s", json_kind(v));
+				   "object of token id -> bias, not %s", request_json_kind(v));
 	n = json_object_size(v);
 	if (n > SAMPLER_MAX_BIAS)
 		return parse_error(pc, -EINVAL, "field 'logit_bias' has %zu "
@@ -451,7 +429,7 @@ static int parse_logit_bias(const struct parse_ctx *pc, json_t *obj,
 		if (!number_get(bias, &out[i].bias))
 			return parse_error(pc, -EINVAL, "logit_bias[%s]: the bias "
 					   "must be a finite number, not %s", key,
-					   json_kind(bias));
+					   request_json_kind(bias));
 		i++;
 	}
 	req->sampling.n_bias = (uint32_t)i;
@@ -486,7 +464,7 @@ static int parse_logprobs(const struct parse_ctx *pc, json_t *obj,
 		return 0;
 	} else if (v) {
 		return parse_error(pc, -EINVAL, "field 'logprobs' must be true, "
-				   "false or an integer, not %s", json_kind(v));
+				   "false or an integer, not %s", request_json_kind(v));
 	}
 	if (!top)
 		return 0;
@@ -575,7 +553,7 @@ static int parse_stop_strings(const struct parse_ctx *pc, json_t *obj,
 		return 0;
 	if (!json_is_string(v) && !json_is_array(v))
 		return parse_error(pc, -EINVAL, "field 'stop' must be a string "
-				   "or an array of strings, not %s", json_kind(v));
+				   "or an array of strings, not %s", request_json_kind(v));
 	if (!pc->lim->tok)
 		return parse_error(pc, -EINVAL, "field 'stop' holds text, but "
 				   "this server has no tokenizer (--tokenizer): "
@@ -595,7 +573,7 @@ static int parse_stop_strings(const struct parse_ctx *pc, json_t *obj,
 
 		if (!json_is_string(e))
 			return parse_error(pc, -EINVAL, "stop[%zu] must be a "
-					   "string, not %s", i, json_kind(e));
+					   "string, not %s", i, request_json_kind(e));
 		req->stop_str_lens[i] = json_string_length(e);
 		req->stop_strs[i] = malloc(req->stop_str_lens[i] + 1);
 		if (!req->stop_strs[i])
@@ -613,6 +591,16 @@ static int parse_stop_strings(const struct parse_ctx *pc, json_t *obj,
 	return 0;
 }
 
+/* Every member is one of the front end's fields (request_fields.h). */
+static int check_fields(const struct parse_ctx *pc, const json_t *obj)
+{
+	char why[256];
+
+	if (request_fields_check(obj, pc->lim->api, why, sizeof(why), NULL, 0))
+		return parse_error(pc, -EINVAL, "%s", why);
+	return 0;
+}
+
 static int parse_fields(const struct parse_ctx *pc, json_t *obj,
 			struct request *req)
 {
@@ -621,6 +609,9 @@ static int parse_fields(const struct parse_ctx *pc, json_t *obj,
 	int rc;
 
 	rc = parse_id(pc, obj, req);
+	if (rc)
+		return rc;
+	rc = check_fields(pc, obj);
 	if (rc)
 		return rc;
 	rc = parse_prompt(pc, obj, req);
@@ -648,7 +639,7 @@ static int parse_fields(const struct parse_ctx *pc, json_t *obj,
 		if (!json_is_boolean(v))
 			return parse_error(pc, -EINVAL,
 					   "field 'ignore_eos' must be true or false, not %s",
-					   json_kind(v));
+					   request_json_kind(v));
 		req->ignore_eos = json_is_true(v);
 	}
 
@@ -657,7 +648,7 @@ static int parse_fields(const struct parse_ctx *pc, json_t *obj,
 		if (!json_is_boolean(v))
 			return parse_error(pc, -EINVAL,
 					   "field 'include_stop' must be true or false, not %s",
-					   json_kind(v));
+					   request_json_kind(v));
 		req->include_stop = json_is_true(v);
 	}
 
@@ -729,7 +720,7 @@ int request_parse(const char *line, size_t len, uint64_t line_no,
 	if (!json_is_object(obj)) {
 		rc = parse_error(&pc, -EINVAL,
 				 "top-level value is %s, expected an object",
-				 json_kind(obj));
+				 request_json_kind(obj));
 		goto out_decref;
 	}
 

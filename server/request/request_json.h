@@ -10,8 +10,9 @@
  * that can be judged from the line alone is checked here (JSON syntax,
  * required and typed fields, tokens in [0, vocab), empty stop sequences,
  * prompt + max_tokens over the context limit); the duplicate-live-id rule
- * needs engine state and is the coordinator's.  Unknown fields are
- * ignored, as OpenAI-style servers do.
+ * needs engine state and is the coordinator's.  Every field must be one
+ * of lim->api's (request_fields.h): an unknown one, or one not
+ * implemented, is refused with its name.
  */
 #ifndef DYNBATCH_REQUEST_JSON_H
 #define DYNBATCH_REQUEST_JSON_H

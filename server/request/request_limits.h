@@ -13,9 +13,18 @@
 
 struct text_tokenizer;
 
+/* The front end a request comes from: each has its own set of fields
+ * (request_fields.h). */
+enum request_api {
+	REQUEST_API_JSONL = 0,	/* `dynbatch run` input lines (the zero value) */
+	REQUEST_API_COMPLETIONS,
+	REQUEST_API_CHAT,
+};
+
 struct request_limits {
 	uint32_t vocab;		/* tokens must be in [0, vocab) */
 	uint32_t max_context;	/* n_prompt + max_tokens must be <= this */
+	enum request_api api;	/* whose field set a request is checked against */
 	bool id_optional;	/* HTTP: the server names a request without one */
 	float default_temperature; /* for a request that sets none (0: greedy;
 				    * serve --default-temperature) */

@@ -80,11 +80,15 @@ ln -s "$(cd "$NODE_DIR" && pwd)/node_modules" "$E2E_TMP/node_modules"
 cp "$TESTS/openai_client.mjs" "$E2E_TMP/openai_client.mjs"
 
 # --- the server ----------------------------------------------------------
+# without its empty prompts: OpenAI's API needs a token (400, checked
+# by the client on its own)
 "$BIN/gen_workload" --n 60 --seed "$SEED" --vocab 64 --model "$MODEL" \
-	--max-tokens 40 > "$E2E_TMP/w.jsonl"
+	--max-tokens 40 | grep -v '"prompt":\[\]' > "$E2E_TMP/w.jsonl"
 KEY="e2e-key-$SEED"
 "$BIN/dynbatch" serve --listen 127.0.0.1:0 --workers 2 --batch 16 \
-	--model "$MODEL" --api-key "$KEY" 2> "$E2E_TMP/serve.err" &
+	--model "$MODEL" --api-key "$KEY" --served-model-name sim,alias-a \
+	--served-model-name alias-b --allowed-origins http://ok.example,http://b.example:8000 \
+	2> "$E2E_TMP/serve.err" &
 SERVER=$!
 # Whatever ends this script, the server does not outlive it.  LIVE is
 # cleared once it is reaped: its pid may then belong to someone else.
@@ -130,6 +134,47 @@ else
 	fail "openai client wrote no results"
 fi
 
+# --- CORS: --allowed-origins ----------------------------------------------
+# cors_head ORIGIN METHOD PATH [curl args]: the answer's status and headers
+cors_head() {
+	local origin=$1 method=$2 path=$3
+	shift 3
+	curl -s -o /dev/null -D - -m 10 -X "$method" -H "Origin: $origin" "$@" \
+		"http://127.0.0.1:$PORT$path" | tr -d '\r'
+}
+h=$(cors_head http://ok.example OPTIONS /v1/completions \
+	-H 'Access-Control-Request-Method: POST' \
+	-H 'Access-Control-Request-Headers: authorization, content-type, x-stainless-os')
+case "$h" in
+"HTTP/1.1 204 No Content"*"Access-Control-Allow-Origin: http://ok.example"*)
+	echo "$h" | grep -q '^Access-Control-Allow-Methods: POST$' &&
+	echo "$h" | grep -q '^Access-Control-Allow-Headers: authorization, content-type, x-stainless-os$' &&
+	! echo "$h" | grep -qi '^content-length' &&
+	pass "CORS: a listed origin's preflight, without the key: 204 with its headers" ||
+	fail "CORS preflight headers: $h" ;;
+*) fail "CORS preflight of a listed origin: $h" ;;
+esac
+h=$(cors_head http://evil.example OPTIONS /v1/completions -H 'Access-Control-Request-Method: POST')
+case "$h" in
+"HTTP/1.1 403"*) echo "$h" | grep -qi '^access-control' &&
+	fail "CORS: a refused origin got CORS headers: $h" ||
+	pass "CORS: another origin's preflight: 403, no CORS headers" ;;
+*) fail "CORS preflight of another origin: $h" ;;
+esac
+ok=0
+for s in false true; do
+	h=$(cors_head http://b.example:8000 POST /v1/completions -H "Authorization: Bearer $KEY" \
+		-d "{\"prompt\":[1,2],\"max_tokens\":2,\"stream\":$s}")
+	echo "$h" | grep -q '^HTTP/1.1 200' && echo "$h" | grep -q '^Access-Control-Allow-Origin: http://b.example:8000$' &&
+		echo "$h" | grep -q '^Vary: Origin$' && ok=$((ok + 1))
+done
+h=$(cors_head http://ok.example GET /v1/models)
+echo "$h" | grep -q '^HTTP/1.1 401' && echo "$h" | grep -q '^Access-Control-Allow-Origin: http://ok.example$' &&
+	ok=$((ok + 1))
+h=$(cors_head http://evil.example POST /v1/completions -H "Authorization: Bearer $KEY" -d '{"prompt":[1],"max_tokens":1}')
+echo "$h" | grep -q '^HTTP/1.1 200' && ! echo "$h" | grep -qi '^access-control' && ok=$((ok + 1))
+expect_eq "CORS: answers (plain, stream, 401) carry the listed origin; another's none" "$ok" 4
+
 # --- SIGTERM drains and exits 0, leaving no segment -----------------------
 if ! kill -0 $SERVER 2>/dev/null; then
 	fail "server $SERVER exited before it was sent SIGTERM"
@@ -156,6 +201,104 @@ else
 	pass "server log clean ($(wc -l < "$E2E_TMP/serve.err") lines)"
 fi
 
+# --- raw HTTP: every field we do not implement is a 400 naming it ---------
+# post PATH BODY: the status, the answer in $E2E_TMP/raw.json
+post() {
+	curl -s -o "$E2E_TMP/raw.json" -w '%{http_code}' -m 10 \
+		-H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
+		--data-binary "$2" "http://127.0.0.1:$PORT$1"
+}
+# refused PATH PARAM BODY: 400 with "param": PARAM
+refused() {
+	local code
+	code=$(post "$1" "$3")
+	if [ "$code" = 400 ] && grep -q "\"param\":\"$2\"" "$E2E_TMP/raw.json"; then
+		RAW_OK=$((RAW_OK + 1))
+	else
+		fail "$1 $3: status $code, $(head -c 300 "$E2E_TMP/raw.json"), wanted 400 param $2"
+	fi
+}
+# taken PATH BODY: 200
+taken() {
+	local code
+	code=$(post "$1" "$2")
+	if [ "$code" = 200 ]; then
+		RAW_OK=$((RAW_OK + 1))
+	else
+		fail "$1 $2: status $code, $(head -c 300 "$E2E_TMP/raw.json"), wanted 200"
+	fi
+}
+raw_fields() {
+	local P='"prompt":"Hi","max_tokens":2' M='"messages":[{"role":"user","content":"Hi"}],"max_tokens":2'
+	RAW_OK=0
+	for f in 'presence_penalty:0.5' 'frequency_penalty:-1' 'repetition_penalty:1.2' \
+		'echo:true' 'suffix:"end"' 'best_of:2' 'presence_penalty:"x"' \
+		'echo:1' 'user:5' 'max_token:5' 'messages:[]' 'stream_option:{}' \
+		'stream_options:{"include_usage":true}'; do
+		refused /v1/completions "${f%%:*}" "{$P,\"${f%%:*}\":${f#*:}}"
+	done
+	for f in '{"include_usage":"yes"}' '{"usage":true}' '{"include_obfuscation":true}' '[]'; do
+		refused /v1/chat/completions stream_options "{$M,\"stream\":true,\"stream_options\":$f}"
+	done
+	for f in 'tools:[{"type":"function","function":{"name":"f"}}]' \
+		'tool_choice:"required"' 'functions:[{"name":"f"}]' \
+		'function_call:{"name":"f"}' 'parallel_tool_calls:"yes"' \
+		'response_format:{"type":"json_object"}' 'presence_penalty:1' \
+		'frequency_penalty:0.5' 'repetition_penalty:2' 'store:true' \
+		'metadata:{"a":"b"}' 'modalities:["text","audio"]' \
+		'audio:{"voice":"alloy","format":"wav"}' \
+		'prediction:{"type":"content","content":"x"}' 'reasoning_effort:"low"' \
+		'service_tier:"flex"' 'web_search_options:{}' 'verbosity:"high"' \
+		'echo:false' 'best_of:1' 'suffix:""' 'user:[]' 'max_token:5' \
+		'temperature:"hot"'; do
+		refused /v1/chat/completions "${f%%:*}" "{$M,\"${f%%:*}\":${f#*:}}"
+	done
+	# what clients send as defaults is taken
+	taken /v1/completions "{$P,\"presence_penalty\":0,\"frequency_penalty\":0,\"echo\":false,\"suffix\":null,\"best_of\":1,\"user\":\"u\",\"repetition_penalty\":1}"
+	taken /v1/chat/completions "{$M,\"presence_penalty\":0,\"frequency_penalty\":0.0,\"tools\":[],\"tool_choice\":\"none\",\"response_format\":{\"type\":\"text\"},\"store\":false,\"metadata\":{},\"modalities\":[\"text\"],\"service_tier\":\"auto\",\"parallel_tool_calls\":true,\"user\":\"u\",\"audio\":null,\"functions\":[],\"function_call\":\"none\"}"
+	pass "raw HTTP: $RAW_OK refused fields named in param, defaults taken"
+	raw_tokens
+}
+# without --allowed-origins: no CORS header, OPTIONS is 405
+cors_off() {
+	local h h2
+	h=$(cors_head http://ok.example OPTIONS /v1/completions -H 'Access-Control-Request-Method: POST' \
+		-H "Authorization: Bearer $KEY")
+	h2=$(cors_head http://ok.example POST /v1/completions -H "Authorization: Bearer $KEY" \
+		-d '{"prompt":"Hi","max_tokens":1}')
+	echo "$h" | grep -q '^HTTP/1.1 405' && ! echo "$h$h2" | grep -qi '^access-control' &&
+		echo "$h2" | grep -q '^HTTP/1.1 200' &&
+		pass "CORS off: OPTIONS 405, no CORS headers" || fail "CORS off: $h $h2"
+}
+# json_get FILE EXPR: a value of the answer in FILE, as JSON
+json_get() {
+	python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(json.dumps(eval(sys.argv[2], {"d": d})))' "$1" "$2"
+}
+# /tokenize gives the ids a string prompt becomes; /detokenize of an
+# answer's token_ids gives its text
+raw_tokens() {
+	local ids text code
+	[ "$(post /tokenize '{"content":"The quick brown fox","add_special":true}')" = 200 ] ||
+		{ fail "/tokenize: $(cat "$E2E_TMP/raw.json")"; return; }
+	ids=$(json_get "$E2E_TMP/raw.json" 'd["tokens"]')
+	post /v1/completions '{"prompt":"The quick brown fox","max_tokens":12}' > /dev/null
+	text=$(json_get "$E2E_TMP/raw.json" 'd["choices"][0]["text"]')
+	cp "$E2E_TMP/raw.json" "$E2E_TMP/by_text.json"
+	post /v1/completions "{\"prompt\":$ids,\"max_tokens\":12}" > /dev/null
+	expect_eq "/tokenize's ids as the prompt: the string prompt's answer" \
+		"$(json_get "$E2E_TMP/raw.json" 'd["choices"][0]["token_ids"]')" \
+		"$(json_get "$E2E_TMP/by_text.json" 'd["choices"][0]["token_ids"]')"
+	post /detokenize "{\"tokens\":$(json_get "$E2E_TMP/by_text.json" 'd["choices"][0]["token_ids"]')}" > /dev/null
+	expect_eq "/detokenize of an answer's token_ids: its text" \
+		"$(json_get "$E2E_TMP/raw.json" 'd["content"]')" "$text"
+	RAW_OK=0
+	refused /detokenize tokens '{"tokens":[1,512]}'
+	refused /detokenize tokens '{"tokens":"1"}'
+	refused /tokenize content '{"content":5}'
+	refused /tokenize prompt '{"prompt":"x"}'
+	[ $RAW_OK = 4 ] && pass "/tokenize and /detokenize: bad bodies are 400 naming the field"
+}
+
 # --- text: string prompts, stop strings and chat, per template -------------
 TEXT_VOCAB=512
 TEXT_MODEL=sim:vocab=$TEXT_VOCAB
@@ -168,7 +311,8 @@ fi
 for TEMPLATE in llama2 chatml; do
 	"$BIN/dynbatch" serve --listen 127.0.0.1:0 --workers 2 --batch 16 \
 		--model "$TEXT_MODEL" --tokenizer "$E2E_TMP/tok.bin" \
-		--chat-template $TEMPLATE --api-key "$KEY" 2> "$E2E_TMP/serve-$TEMPLATE.err" &
+		--chat-template $TEMPLATE --api-key "$KEY" --max-context 512 \
+		2> "$E2E_TMP/serve-$TEMPLATE.err" &
 	SERVER=$!
 	LIVE=$SERVER
 	PORT=""
@@ -193,6 +337,7 @@ for TEMPLATE in llama2 chatml; do
 		sed 's/^/       /' "$E2E_TMP/node-$TEMPLATE.out" |
 			awk 'NR <= 25 { print } END { if (NR > 25) print "       ... (" NR - 25 " more lines)" }'
 	fi
+	[ $TEMPLATE = llama2 ] && raw_fields && cors_off
 	kill -TERM $SERVER 2>/dev/null
 	for _ in $(seq 150); do
 		kill -0 $SERVER 2>/dev/null || break

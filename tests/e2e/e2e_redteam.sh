@@ -166,9 +166,11 @@ expect_eq "answer budget: a second large answer waits (429) while one is unsent,
 serve_stop
 
 # --- 7. a stream of n > 1 whose choices fail says which ----------------------
-serve_start refuse --workers 1 --model simkv:vocab=64
+# (a poison prompt: it ends in the crash token, so each choice fails on its
+# own; an empty prompt, which a stateful model refuses, is a 400 now)
+serve_start refuse --workers 1 --model sim:vocab=64,crash_token=9 --poison-attempts 1
 idx=$(curl -sN "http://127.0.0.1:$PORT/v1/completions" \
-	-d '{"prompt":[],"max_tokens":3,"n":3,"stream":true}' |
+	-d '{"prompt":[9],"max_tokens":3,"n":3,"stream":true}' |
 	sed -n 's/^data: \({"error".*\)$/\1/p' | jq -r '.index' | sort | paste -sd,)
 expect_eq "a failed choice's error event names its index (n=3)" "$idx" "0,1,2"
 serve_stop

@@ -26,6 +26,8 @@ import OpenAI from "openai";
 import { VERSION } from "openai/version";
 
 const CONCURRENCY = Number(process.env.OPENAI_E2E_CONCURRENCY) || 8;
+// e2e_openai.sh starts the text servers with --max-context 512
+const TEXT_CONTEXT = 512;
 const MODEL = "sim";
 
 const args = process.argv.slice(2);
@@ -117,14 +119,29 @@ async function plain(req) {
 	return { tokens: choice.token_ids, finish_reason: choice.finish_reason, usage: res.usage };
 }
 
-async function streamed(req) {
-	const where = `${req.id} stream`;
-	const stream = await client.completions.create({ ...bodyOf(req), stream: true });
+// A stream, with stream_options.include_usage for every other request:
+// with it, OpenAI's shape (the usage in a last chunk of its own, with
+// "choices": [], and nowhere else); without it, no usage at all.
+async function streamed(req, includeUsage) {
+	const where = `${req.id} stream${includeUsage ? " (include_usage)" : ""}`;
+	const body = { ...bodyOf(req), stream: true };
+	if (includeUsage)
+		body.stream_options = { include_usage: true };
+	const stream = await client.completions.create(body);
 	const tokens = [];
 	let finish = null, usage = null, n = 0, bad = false;
 
 	for await (const chunk of stream) {
 		n++;
+		if (usage !== null && !bad) {
+			problem(`${where}: event after the usage: ${JSON.stringify(chunk)}`);
+			bad = true;
+		}
+		if (includeUsage && Array.isArray(chunk?.choices) && chunk.choices.length === 0 &&
+		    chunk.usage && chunk.id === req.id && finish !== null) {
+			usage = chunk.usage;
+			continue;
+		}
 		const choice = chunk?.choices?.[0];
 		if (!choice || !Array.isArray(choice.token_ids) || chunk.id !== req.id ||
 		    chunk.object !== "text_completion" || chunk.model !== MODEL) {
@@ -133,25 +150,28 @@ async function streamed(req) {
 			bad = true;
 			continue;
 		}
+		if (chunk.usage !== undefined && chunk.usage !== null && !bad) {
+			problem(`${where}: usage in a choice's event: ${JSON.stringify(chunk)}`);
+			bad = true;
+		}
 		if (finish !== null && !bad) {
 			problem(`${where}: event after the one with finish_reason: ${JSON.stringify(chunk)}`);
 			bad = true;
 		}
 		tokens.push(...choice.token_ids);
-		if (choice.finish_reason !== null && choice.finish_reason !== undefined) {
+		if (choice.finish_reason !== null && choice.finish_reason !== undefined)
 			finish = choice.finish_reason;
-			usage = chunk.usage;
-		}
 	}
 	if (finish === null) {
 		problem(`${where}: stream ended after ${n} events without a finish_reason`);
 		return null;
 	}
-	checkUsage(where, req, usage, tokens.length);
+	if (includeUsage)
+		checkUsage(where, req, usage, tokens.length);
 	return { tokens, finish_reason: finish, usage, events: n };
 }
 
-async function one(req, results) {
+async function one(req, results, includeUsage) {
 	let p, s;
 	try {
 		p = await plain(req);
@@ -160,7 +180,7 @@ async function one(req, results) {
 		return;
 	}
 	try {
-		s = await streamed(req);
+		s = await streamed(req, includeUsage);
 	} catch (err) {
 		problem(`${req.id} stream: ${describe(err)}`);
 	}
@@ -173,7 +193,7 @@ async function one(req, results) {
 		problem(`${req.id}: streamed tokens ${JSON.stringify(s.tokens)} != plain ${JSON.stringify(p.tokens)}`);
 	if (s.finish_reason !== p.finish_reason)
 		problem(`${req.id}: streamed finish_reason ${s.finish_reason} != plain ${p.finish_reason}`);
-	if (!same(s.usage, p.usage))
+	if (includeUsage && !same(s.usage, p.usage))
 		problem(`${req.id}: streamed usage ${JSON.stringify(s.usage)} != plain ${JSON.stringify(p.usage)}`);
 	return s.events;
 }
@@ -183,7 +203,8 @@ async function completions(requests) {
 	let next = 0, events = 0;
 	async function lane() {
 		while (next < requests.length) {
-			const n = await one(requests[next++], results);
+			const i = next++;
+			const n = await one(requests[i], results, i % 2 === 0);
 			events += n ?? 0;	// not `events += await`: that reads events first
 		}
 	}
@@ -195,16 +216,40 @@ async function completions(requests) {
 	return { results, events };
 }
 
+// e2e_openai.sh serves MODEL as --served-model-name sim,alias-a
+// --served-model-name alias-b: every name is listed and retrieved, answers
+// name the first, another name is a 404 (vLLM's rule), no name is fine.
+const SERVED = [MODEL, "alias-a", "alias-b"];
 async function models() {
 	try {
 		const ids = [];
 		for await (const m of client.models.list())
 			ids.push(m.id);
-		if (!ids.includes(MODEL))
-			problem(`models.list(): ${JSON.stringify(ids)} has no "${MODEL}"`);
+		if (!same(ids, SERVED))
+			problem(`models.list(): ${JSON.stringify(ids)}, want ${JSON.stringify(SERVED)}`);
+		for (const name of SERVED) {
+			const m = await client.models.retrieve(name);
+			if (m.id !== name || m.object !== "model")
+				problem(`models.retrieve(${name}): ${JSON.stringify(m)}`);
+		}
+		const body = { prompt: [1, 2, 3], max_tokens: 3 };
+		const ref = await client.completions.create({ ...body, model: MODEL });
+		for (const model of ["alias-b", undefined]) {
+			const res = await client.completions.create({ ...body, model });
+			if (res.model !== MODEL || !same(res.choices[0].token_ids, ref.choices[0].token_ids))
+				problem(`model ${model}: ${JSON.stringify(res)}`);
+		}
 	} catch (err) {
-		problem(`models.list(): ${describe(err)}`);
+		problem(`models: ${describe(err)}`);
 	}
+	await expectError("models.retrieve(another name)", OpenAI.NotFoundError, 404,
+			  () => client.models.retrieve("gpt-4o"));
+	await expectError("completion for another model", OpenAI.NotFoundError, 404,
+			  () => client.completions.create({ model: "gpt-4o", prompt: [1], max_tokens: 2 }),
+			  "model");
+	await expectError("stream for another model", OpenAI.NotFoundError, 404,
+			  () => client.completions.create({ model: "alias", prompt: [1], stream: true }),
+			  "model");
 }
 
 // expectError(what, ErrorClass, status, fn, param): fn must throw exactly
@@ -241,6 +286,10 @@ async function errors() {
 		["negative prompt token", { prompt: [-1] }, "prompt"],
 		["stop_token_ids token out of range", { stop_token_ids: [3, 1000] }, "stop_token_ids"],
 		["stop_sequences token out of range", { stop_sequences: [[1], [2, 64]] }, "stop_sequences"],
+		// a 400, not a 500 a client would retry
+		["empty prompt", { prompt: [] }, "prompt"],
+		["a field we do not implement", { presence_penalty: 0.5 }, "presence_penalty"],
+		["an unknown field", { max_token: 4 }, "max_token"],
 	];
 	for (const [what, fields, param] of bad) {
 		const body = { ...ok, ...fields };
@@ -261,6 +310,30 @@ async function errors() {
 				problem(`${what}: got ${describe(err)}, want 400 naming --chat-template`);
 		}
 	}
+}
+
+// Seeds the engine picks are below 2^53: the client (doubles) reads them
+// exactly, and sending one back replays the answer.
+async function pickedSeeds() {
+	const body = { model: MODEL, prompt: [5, 6, 7], max_tokens: 12, temperature: 1 };
+	let n = 0;
+	try {
+		for (let i = 0; i < 16; i++) {
+			const res = await client.completions.create({ ...body, prompt: [5, 6, i] });
+			if (!Number.isSafeInteger(res.seed) || res.seed < 0) {
+				problem(`picked seed ${res.seed}: not an integer below 2^53`);
+				continue;
+			}
+			const again = await client.completions.create({ ...body, prompt: [5, 6, i], seed: res.seed });
+			if (!same(again.choices[0].token_ids, res.choices[0].token_ids) || again.seed !== res.seed)
+				problem(`seed ${res.seed} replayed: ${JSON.stringify(again.choices[0].token_ids)} ` +
+					`!= ${JSON.stringify(res.choices[0].token_ids)}`);
+			n++;
+		}
+	} catch (err) {
+		problem(`picked seeds: ${describe(err)}`);
+	}
+	return n;
 }
 
 // A user who stops reading (`break` out of the loop) aborts the request; the
@@ -290,12 +363,13 @@ async function main() {
 	await models();
 	const { results, events } = await completions(requests);
 	await errors();
+	const seeds = await pickedSeeds();
 	await abandonedStreams();
 	const secs = ((performance.now() - t0) / 1000).toFixed(2);
 	const n_tokens = results.reduce((n, r) => n + r.tokens.length, 0);
 	console.log(`openai_client: ${requests.length} requests x (plain + stream), ` +
 		    `${results.length} results, ${n_tokens} tokens, ${events} stream events; ` +
-		    `models, 3 x 401, 10 x 400, 4 abandoned streams; openai ${VERSION}, ${secs} s`);
+		    `models (${SERVED.length} names, 3 x 404), 3 x 401, 16 x 400, ${seeds} picked seeds replayed, 4 abandoned streams; openai ${VERSION}, ${secs} s`);
 	if (problems.length) {
 		console.error(`openai_client: ${problems.length} problem(s)`);
 		process.exit(1);
@@ -398,14 +472,24 @@ async function streamCompletionText(body) {
 
 // A chat stream: per choice, the content and the finish_reason, checking
 // the chunk shapes (role first, an empty delta with the finish_reason last).
+// With stream_options.include_usage (unless body sets stream_options),
+// the usage must come in a last chunk of its own with "choices": [];
+// without it, in no chunk.
 async function streamChat(what, body) {
 	const per = new Map();
+	const includeUsage = body.stream_options === undefined || body.stream_options?.include_usage;
 	let usage = null;
-	for await (const chunk of await client.chat.completions.create({ ...body, stream: true })) {
+	const opts = body.stream_options === undefined ? { stream_options: { include_usage: true } } : {};
+	for await (const chunk of await client.chat.completions.create({ ...body, ...opts, stream: true })) {
 		if (chunk.object !== "chat.completion.chunk" || !/^chatcmpl-/.test(chunk.id))
 			problem(`${what}: chunk ${JSON.stringify(chunk)}`);
-		if (chunk.usage)
+		if (usage)
+			problem(`${what}: a chunk after the usage: ${JSON.stringify(chunk)}`);
+		if (chunk.usage) {
 			usage = chunk.usage;
+			if (!includeUsage || chunk.choices.length)
+				problem(`${what}: usage in ${JSON.stringify(chunk)}`);
+		}
 		for (const c of chunk.choices) {
 			const st = per.get(c.index) ?? { content: "", role: false, finish: null };
 			per.set(c.index, st);
@@ -524,6 +608,13 @@ async function textMain() {
 		}
 		const s = await streamChat(`${what}, stream`, body);
 		expectSame(`${what}, stream: content`, s.per.get(0)?.content, c.message.content);
+		for (const so of [null, { include_usage: false }]) {
+			const q = await streamChat(`${what}, stream_options ${JSON.stringify(so)}`,
+						   { ...body, stream_options: so });
+			expectSame(`${what}, stream_options ${JSON.stringify(so)}: no usage`, q.usage, null);
+			expectSame(`${what}, stream_options ${JSON.stringify(so)}: content`, q.per.get(0)?.content,
+				   c.message.content);
+		}
 		expectSame(`${what}, stream: finish_reason`, s.per.get(0)?.finish, c.finish_reason);
 		expectSame(`${what}, stream: usage`, s.usage, res.usage);
 
@@ -541,6 +632,44 @@ async function textMain() {
 		expectSame(`${what}, n=2 stream: contents`, [0, 1].map((k) => s2n.per.get(k)?.content),
 			   [r0.text, r1.text]);
 	}
+
+	// --- chat max_tokens: absent is the context's rest; the newer name --------
+	{
+		const messages = convs[0];
+		const open = await client.chat.completions.create({ model: MODEL, messages });
+		const used = open.usage.prompt_tokens + open.usage.completion_tokens;
+		checks++;
+		if (open.choices[0].finish_reason === "length" ? used !== TEXT_CONTEXT :
+		    used > TEXT_CONTEXT)
+			problem(`chat without max_tokens: ${open.usage.prompt_tokens} + ` +
+				`${open.usage.completion_tokens} tokens (${open.choices[0].finish_reason}), ` +
+				`want up to the context ${TEXT_CONTEXT}`);
+		const rest = TEXT_CONTEXT - open.usage.prompt_tokens;
+		const explicit = await client.chat.completions.create({ model: MODEL, messages, max_tokens: rest });
+		expectSame("chat without max_tokens = with the context's rest: content",
+			   open.choices[0].message.content, explicit.choices[0].message.content);
+		const s = await streamChat("chat without max_tokens, stream", { model: MODEL, messages });
+		expectSame("chat without max_tokens, stream: content", s.per.get(0)?.content,
+			   open.choices[0].message.content);
+		const mct = await client.chat.completions.create({ model: MODEL, messages, max_completion_tokens: 5 });
+		const mt = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 5 });
+		expectSame("max_completion_tokens 5 = max_tokens 5: content", mct.choices[0].message.content,
+			   mt.choices[0].message.content);
+		expectSame("max_completion_tokens 5: usage", mct.usage, mt.usage);
+		const both = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 5,
+								     max_completion_tokens: 5 });
+		expectSame("max_tokens = max_completion_tokens 5: content", both.choices[0].message.content,
+			   mt.choices[0].message.content);
+		await expectError("max_tokens 5, max_completion_tokens 6", OpenAI.BadRequestError, 400,
+				  () => client.chat.completions.create({ model: MODEL, messages, max_tokens: 5,
+									 max_completion_tokens: 6 }),
+				  "max_completion_tokens");
+	}
+
+	await expectError("chat for another model", OpenAI.NotFoundError, 404,
+			  () => client.chat.completions.create({ model: "sim ", messages: convs[0] }), "model");
+	const noName = await client.chat.completions.create({ messages: convs[0], max_tokens: 3 });
+	expectSame("chat without a model: the answer names the served one", noName.model, MODEL);
 
 	// --- chat errors ----------------------------------------------------------
 	const badChats = [

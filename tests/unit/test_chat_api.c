@@ -36,6 +36,7 @@
 #include "text/text_tokenizer.h"
 #include "text/tokenizer.h"
 #include "text/tokenizer_train.h"
+#include "tests/unit/test_trained_tok.h"
 #include "server/request/request_json.h"
 
 #define VOCAB 512
@@ -45,19 +46,7 @@ static struct text_tokenizer *ttok;	/* what the chat API takes */
 
 static int setup_tokenizer(void **state)
 {
-	struct strbuf file = STRBUF_INIT;
-	char err[256];
-
-	if (tokenizer_train(tokenizer_builtin_corpus, strlen(tokenizer_builtin_corpus),
-			    VOCAB, &file, NULL, err, sizeof(err)) ||
-	    tokenizer_load_mem(file.data, file.len, VOCAB, "mem", &tok, err,
-			       sizeof(err))) {
-		fprintf(stderr, "tokenizer: %s\n", err);
-		strbuf_release(&file);
-		return -1;
-	}
-	strbuf_release(&file);
-	return text_tokenizer_from_llama2c(tok, &ttok) ? -1 : 0;
+	return test_trained_tok(VOCAB, &tok, &ttok);
 }
 
 static int teardown_tokenizer(void **state)
@@ -407,6 +396,40 @@ static void test_parse_becomes_completion(void **state)
 	completion_request_release(&c);
 }
 
+/* max_tokens left out is the context's rest; max_completion_tokens may
+ * repeat it. */
+static void test_parse_max_tokens(void **state)
+{
+#define HI "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"
+	static const struct {
+		const char *body;
+		int64_t max_tokens;	/* -1: the context's rest */
+		bool defaulted;
+	} cases[] = {
+		{ HI "}", -1, true },
+		{ HI ",\"max_tokens\":null}", -1, true },
+		{ HI ",\"max_tokens\":5}", 5, false },
+		{ HI ",\"max_completion_tokens\":6}", 6, false },
+		{ HI ",\"max_tokens\":7,\"max_completion_tokens\":7}", 7, false },
+		{ HI ",\"max_completion_tokens\":null,\"max_tokens\":8}", 8, false },
+	};
+#undef HI
+	struct completion_request c;
+	const char *param;
+	char err[512];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		if (parse(CHAT_TEMPLATE_LLAMA2, cases[i].body, &c, err, &param))
+			fail_msg("'%s': %s", cases[i].body, err);
+		if (cases[i].max_tokens < 0)
+			assert_int_equal(c.req.max_tokens, 2048 - c.req.n_prompt);
+		else
+			assert_int_equal(c.req.max_tokens, cases[i].max_tokens);
+		assert_int_equal(c.max_tokens_defaulted, cases[i].defaulted);
+		completion_request_release(&c);
+	}
+}
+
 static void test_parse_chatml_stop(void **state)
 {
 #define HI "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"
@@ -468,7 +491,8 @@ static void test_parse_errors(void **state)
 		{ CHAT_TEMPLATE_LLAMA2, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
 		  "\"prompt\":\"y\"}", "prompt", "sends 'messages'" },
 		{ CHAT_TEMPLATE_LLAMA2, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
-		  "\"max_tokens\":3,\"max_completion_tokens\":3}", "max_tokens", "give one" },
+		  "\"max_tokens\":3,\"max_completion_tokens\":4}",
+		  "max_completion_tokens", "they differ" },
 		{ CHAT_TEMPLATE_LLAMA2, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
 		  "\"max_completion_tokens\":-1}", "max_completion_tokens", "max_tokens" },
 		{ CHAT_TEMPLATE_LLAMA2, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
@@ -700,6 +724,7 @@ int main(void)
 		cmocka_unit_test(test_random_against_reference),
 		cmocka_unit_test(test_encode_turns),
 		cmocka_unit_test(test_parse_becomes_completion),
+		cmocka_unit_test(test_parse_max_tokens),
 		cmocka_unit_test(test_parse_chatml_stop),
 		cmocka_unit_test(test_parse_errors),
 		cmocka_unit_test(test_parse_without_tokenizer),

@@ -55,7 +55,9 @@ static void test_parse_all_fields(void **state)
 		"\"max_tokens\":5,\"stop_token\":7,\"stop_token_ids\":[8,9],"
 		"\"stop_sequence\":[10,11],\"stop_sequences\":[[12],[13,14]],"
 		"\"include_stop\":true,\"stream\":true,"
-		"\"temperature\":0.7,\"top_p\":1,\"n\":1,\"user\":\"u\"}";
+		"\"temperature\":0.7,\"top_p\":1,\"n\":1,\"user\":\"u\","
+		"\"stream_options\":{\"include_usage\":true,"
+		"\"include_obfuscation\":false}}";
 	static const int32_t want_tokens[] = { 7, 8, 9, 10, 11, 12, 13, 14 };
 	static const uint32_t want_lens[] = { 1, 1, 1, 2, 1, 2 };
 	struct completion_request c;
@@ -65,6 +67,7 @@ static void test_parse_all_fields(void **state)
 	assert_int_equal(parse_str(body, &c, err, sizeof(err), &param), 0);
 	assert_null(param);
 	assert_true(c.stream);
+	assert_true(c.include_usage);
 	assert_string_equal(c.req.id, "req-7");
 	assert_int_equal(c.req.n_prompt, 3);
 	assert_int_equal(c.req.prompt[0], 1);
@@ -136,6 +139,16 @@ static const struct bad_body bad_bodies[] = {
 	{ "{\"prompt\":[1],\"stream\":1}", "stream", "stream" },
 	{ "{\"prompt\":[1],\"stream\":[]}", "stream", "stream" },
 	{ "{\"prompt\":[1],\"model\":5}", "model", "model" },
+	{ "{\"prompt\":[1],\"stream_options\":{\"include_usage\":true}}",
+	  "stream_options", "\"stream\": true" },
+	{ "{\"prompt\":[1],\"stream\":true,\"stream_options\":[]}",
+	  "stream_options", "object" },
+	{ "{\"prompt\":[1],\"stream\":true,\"stream_options\":{\"include_usage\":1}}",
+	  "stream_options", "true or false" },
+	{ "{\"prompt\":[1],\"stream\":true,\"stream_options\":{\"usage\":true}}",
+	  "stream_options", "unknown member" },
+	{ "{\"prompt\":[1],\"stream\":true,\"stream_options\":"
+	  "{\"include_obfuscation\":true}}", "stream_options", "not implemented" },
 	{ "{\"prompt\":[1],\"max_tokens\":-1}", "max_tokens", "max_tokens" },
 	{ "{\"prompt\":[1],\"max_tokens\":\"5\"}", "max_tokens", "max_tokens" },
 	{ "{\"prompt\":[1],\"max_tokens\":2.0}", "max_tokens", "max_tokens" },
@@ -145,6 +158,9 @@ static const struct bad_body bad_bodies[] = {
 	{ "{\"prompt\":[-1]}", "prompt", "prompt[0]" },
 	{ "{\"prompt\":[1,\"2\"]}", "prompt", "prompt[1]" },
 	{ "{\"prompt\":{}}", "prompt", "prompt" },
+	/* OpenAI's API continues at least one token (a 400, never a 500) */
+	{ "{\"prompt\":[]}", "prompt", "empty" },
+	{ "{\"prompt\":[],\"id\":\"e\",\"stream\":true}", "prompt", "empty" },
 	{ "{\"max_tokens\":3}", "prompt", "prompt" },
 	{ "{\"prompt\":[1],\"stop_sequences\":[[]]}", "stop_sequences", "empty" },
 	{ "{\"prompt\":[1],\"stop_sequences\":[[1],[]]}", "stop_sequences", "[1]" },
@@ -468,6 +484,33 @@ static void check_error_answer(const char *text, size_t len, const char *message
 	json_decref(o);
 }
 
+/* The usage event: "choices": [] and the usage, nothing else of a choice. */
+static void test_format_usage_event(void **state)
+{
+	struct completion_meta m = { "cmpl-1", 7, "sim" };
+	struct completion_usage u = { 3, 9 };
+	struct strbuf out = STRBUF_INIT;
+	json_error_t jerr;
+	json_t *o, *usage;
+
+	assert_int_equal(completion_format_usage_event(&out, &m, &u), 0);
+	assert_memory_equal(out.data, "data: ", 6);
+	assert_memory_equal(out.data + out.len - 2, "\n\n", 2);
+	o = json_loadb(out.data + 6, out.len - 8, JSON_REJECT_DUPLICATES, &jerr);
+	assert_non_null(o);
+	assert_int_equal(json_object_size(o), 6);
+	assert_string_equal(json_string_value(json_object_get(o, "object")),
+			    "text_completion");
+	assert_true(json_is_array(json_object_get(o, "choices")));
+	assert_int_equal(json_array_size(json_object_get(o, "choices")), 0);
+	usage = json_object_get(o, "usage");
+	assert_int_equal(json_integer_value(json_object_get(usage, "prompt_tokens")), 3);
+	assert_int_equal(json_integer_value(json_object_get(usage, "completion_tokens")), 9);
+	assert_int_equal(json_integer_value(json_object_get(usage, "total_tokens")), 12);
+	json_decref(o);
+	strbuf_release(&out);
+}
+
 static void test_format_error(void **state)
 {
 	struct strbuf out = STRBUF_INIT;
@@ -670,6 +713,7 @@ int main(void)
 		cmocka_unit_test(test_reserved_id_prefix),
 		cmocka_unit_test(test_format_completion),
 		cmocka_unit_test(test_format_events),
+		cmocka_unit_test(test_format_usage_event),
 		cmocka_unit_test(test_format_error),
 		cmocka_unit_test(test_format_hostile_strings),
 		cmocka_unit_test(test_format_null_strings),

@@ -157,6 +157,44 @@ static void test_parse(void **state)
 }
 
 /* docs/usage.md's options section is what --help-markdown prints. */
+/* OPTION_LIST: repeatable, each a comma list of non-empty names. */
+static void test_list(void **state)
+{
+	static const char *const bad[] = { "", ",a", "a,", "a,,b", "a\tb", "," };
+	struct server_options o;
+	const char *argv[2 * OPTION_LIST_MAX + 4] = { NULL };
+	int n = 0;
+
+	assert_int_equal(parse(&o, NULL), 0);
+	assert_int_equal(o.served_model_names.n, 0);
+	assert_int_equal(parse(&o, "--served-model-name", "a,b", "--served-model-name",
+			       "c", NULL), 0);
+	assert_int_equal(o.served_model_names.n, 2);
+	assert_string_equal(o.served_model_names.v[0], "a,b");
+	assert_string_equal(o.served_model_names.v[1], "c");
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		if (parse(&o, "--served-model-name", bad[i], NULL) != -EINVAL)
+			fail_msg("--served-model-name '%s' taken", bad[i]);
+	/* at most OPTION_LIST_MAX of them */
+	for (int i = 0; i <= (int)OPTION_LIST_MAX; i++) {
+		argv[n++] = "--served-model-name";
+		argv[n++] = "x";
+	}
+	options_init(&o);
+	{
+		char *args[2 * OPTION_LIST_MAX + 4];
+
+		args[0] = "serve";
+		for (int i = 0; i < n; i++)
+			args[i + 1] = (char *)argv[i];
+		args[n + 1] = NULL;
+		assert_int_equal(options_parse(n + 1, args, &o), -EINVAL);
+		options_init(&o);
+		assert_int_equal(options_parse(n - 1, args, &o), 0);
+		assert_int_equal(o.served_model_names.n, OPTION_LIST_MAX);
+	}
+}
+
 static void test_usage_md(void **state)
 {
 	char *doc = NULL, *gen = NULL, *begin, *end;
@@ -198,6 +236,7 @@ int main(void)
 		cmocka_unit_test(test_engine_defaults),
 		cmocka_unit_test(test_chat_templates),
 		cmocka_unit_test(test_parse),
+		cmocka_unit_test(test_list),
 		cmocka_unit_test(test_usage_md),
 	};
 
