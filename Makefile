@@ -165,6 +165,7 @@ $(BIN)/refdecode: $(REFDECODE_PARTS:%.c=$(BUILD)/%.o) $(BUILD)/tools/refdecode/r
 # The benchmarks time the naive encoder and sampler against
 # lib/text/tokenizer.c and lib/sampling/.
 $(BIN)/bench_tokenizer: $(BUILD)/tools/refdecode/ref_tokenizer.o
+$(BIN)/loadgen: $(BUILD)/bench/loadgen/lg_http.o
 $(BIN)/bench_sampler: $(BUILD)/tools/refdecode/ref_sampler.o
 
 # Both read tests/tokenizers/export_vocab.js's vocabulary files.

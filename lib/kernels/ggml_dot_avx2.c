@@ -10,19 +10,20 @@
  * block is the portable code's, operation for operation.  Half scales
  * are read by F16C, which gives fp16_load()'s bits.
  *
- * 32-blocks: a weight block is unpacked once into its 32 integers in
- * element order (nibbles split, Q5's fifth bits spread from their 32-bit
- * word with a byte shuffle and compare; Q4_0/Q5_0 less 8/16), then met by
- * each of up to 8 activation rows: maddubs(code, a) for Q4_1/Q5_1's
- * unsigned codes, the sign trick maddubs(|w|, sign(a, w)) for the signed
- * ones (Q8_0, Q4_0, Q5_0), then madd with ones leaves in int32 lane l the
- * exact sum over elements 4l .. 4l + 3, the portable code's L[l].  No
- * int16 overflow: |w| <= 128 and |a| <= 127 (the activation quantizer
- * never gives -128), so a pair is at most 32512.  Lanes become floats and
- * one FMA by the block's d_w * d_a (a broadcast load of d_a times a
- * vector of d_w: the same product) adds them to the row's 8-lane
- * accumulator: the portable code's fmaf().  Q4_1/Q5_1's minimum comes
- * back as an offset term.
+ * Q8_0: a weight block's 32 int8 in one register meet each of up to 8
+ * activation rows by the sign trick maddubs(|w|, sign(a, w)); madd with
+ * ones leaves in int32 lane l the exact sum over elements 4l .. 4l + 3,
+ * the portable code's L[l].  No int16 overflow: |w| <= 128 and |a| <=
+ * 127 (the quantizer never gives -128), so a pair is at most 32512.  One
+ * FMA by d_w * d_a adds the lanes to the row's 8-lane accumulator.
+ *
+ * The nibble types, four blocks at a time: one register holds the low
+ * nibbles of two blocks (values 0..15 of each, one per 128-bit half),
+ * another their high ones, so the unsigned codes go straight into
+ * maddubs against activations laid out to match (struct ggml_act32x4);
+ * Q4_0's -8 and Q5_0's -16 come back through the blocks' sums of q.
+ * Two hadds turn the partial sums into the four blocks' exact integers,
+ * lane c block c, so one SSE FMA advances the four chains.
  *
  * 256-blocks: per block and row, the exact int32 sumi summed in any order
  * (integers): Q6_K's quants go in as unsigned 0..63 and the -32, like the
@@ -36,11 +37,12 @@
  * GGML_OB weight rows that stay in cache while every row group passes,
  * so the weights come from memory once per call whatever n_rows.
  * The tile bodies are inline with constant R and type, so an element's
- * arithmetic never depends on the tile it fell in.
+ * arithmetic never depends on the tile it fell in.  From 16 rows up the
+ * whole groups of 8 go to ggml_gemm8_avx2.c (rows in the lanes; the same
+ * bits), the tail to the tiles.
  */
 #include "kernels/f16.h"
 #include "kernels/ggml_quants.h"
-#include "kernels/ggml_unpack.h"
 
 #include <stdlib.h>
 #include <string.h>

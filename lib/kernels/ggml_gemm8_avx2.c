@@ -161,34 +161,6 @@ ALWAYS_INLINE __m256 row_group(enum dtype type, const struct wblock *w,
 	return acc;
 }
 
-/* The groups' rows of the matmul against the n_out weight rows at w;
- * wb room for GEMM8_OB unpacked rows. */
-ALWAYS_INLINE void gemm8_type(enum dtype type, float *out, size_t n_out,
-			      const uint8_t *w, size_t row_bytes,
-			      const struct act8 *g, size_t n_groups,
-			      size_t n_blocks, struct wblock *wb)
-{
-	for (size_t ob = 0; ob < n_out; ob += GEMM8_OB) {
-		size_t oe = n_out - ob < GEMM8_OB ? n_out : ob + GEMM8_OB;
-
-		for (size_t o = ob; o < oe; o++)
-			for (size_t k = 0; k < n_blocks; k++)
-				unpack_block(type, w + o * row_bytes +
-					     k * ggml_block_bytes(type),
-					     wb + (o - ob) * n_blocks + k);
-		for (size_t gi = 0; gi < n_groups; gi++)
-			for (size_t o = ob; o < oe; o++) {
-				float lanes[8];
-
-				_mm256_storeu_ps(lanes, row_group(type,
-					wb + (o - ob) * n_blocks,
-					g + gi * n_blocks, n_blocks));
-				for (int r = 0; r < 8; r++)
-					out[(8 * gi + r) * n_out + o] = lanes[r];
-			}
-	}
-}
-
 /* ------------------------------------------------------ the nibble types */
 
 /* One weight block of a nibble type, unpacked. */
@@ -308,120 +280,101 @@ ALWAYS_INLINE __m256 row_group32(enum dtype type, const struct wblock32 *w,
 		_mm256_add_ps(_mm256_add_ps(macc[0], macc[1]), _mm256_add_ps(macc[2], macc[3])));
 }
 
-/* The groups' rows of the matmul against the n_out weight rows at w;
- * wb room for GEMM8_OB unpacked rows. */
-ALWAYS_INLINE void gemm8_type32(enum dtype type, float *out, size_t n_out,
-				const uint8_t *w, size_t row_bytes,
-				const struct act8x32 *g, size_t n_groups,
-				size_t n_blocks, struct wblock32 *wb)
+/* ---------------------------------------------------------------- driver */
+
+/*
+ * The groups' rows of the matmul of weights t (type, a constant where
+ * this is inlined, so the branches on it fold): g the interleaved groups,
+ * wb room for GEMM8_OB rows of unpacked weight blocks.
+ */
+ALWAYS_INLINE void gemm8_run(enum dtype type, float *out, const struct tensor *t,
+			     const void *g, size_t n_groups, void *wb)
 {
+	int quads = ggml_uses_quads(type);
+	size_t n_out = t->rows, n_blocks = t->cols / ggml_block_values(type);
+	size_t row_bytes = ggml_row_bytes(type, t->cols);
+	unsigned bytes = ggml_block_bytes(type);
+	const uint8_t *w = t->data;
+
 	for (size_t ob = 0; ob < n_out; ob += GEMM8_OB) {
 		size_t oe = n_out - ob < GEMM8_OB ? n_out : ob + GEMM8_OB;
 
 		for (size_t o = ob; o < oe; o++)
-			for (size_t k = 0; k < n_blocks; k++)
-				unpack_block32(type, w + o * row_bytes +
-					       k * ggml_block_bytes(type),
-					       wb + (o - ob) * n_blocks + k);
+			for (size_t k = 0; k < n_blocks; k++) {
+				const uint8_t *b = w + o * row_bytes + k * bytes;
+				size_t at = (o - ob) * n_blocks + k;
+
+				if (quads)
+					unpack_block32(type, b, (struct wblock32 *)wb + at);
+				else
+					unpack_block(type, b, (struct wblock *)wb + at);
+			}
 		for (size_t gi = 0; gi < n_groups; gi++)
 			for (size_t o = ob; o < oe; o++) {
+				size_t at = (o - ob) * n_blocks, ga = gi * n_blocks;
 				float lanes[8];
 
-				_mm256_storeu_ps(lanes, row_group32(type,
-					wb + (o - ob) * n_blocks,
-					g + gi * n_blocks, n_blocks));
+				_mm256_storeu_ps(lanes, quads ?
+					row_group32(type, (const struct wblock32 *)wb + at,
+						    (const struct act8x32 *)g + ga, n_blocks) :
+					row_group(type, (const struct wblock *)wb + at,
+						  (const struct act8 *)g + ga, n_blocks));
 				for (int r = 0; r < 8; r++)
 					out[(8 * gi + r) * n_out + o] = lanes[r];
 			}
 	}
 }
 
-/* ggml_gemm8_avx2() of the nibble types; 0, or -1 without memory. */
-static GGML_AVX2 int gemm8_nibbles(float *out, const struct tensor *t,
-				   const struct ggml_act32x4 *act, size_t n_groups)
+#define GEMM8_CASE(T)                                                        \
+	case T:                                                              \
+		gemm8_run(T, out, t, g, n_groups, wb);                       \
+		break
+
+GGML_AVX2 int ggml_gemm8_avx2(float *out, const struct tensor *t,
+			      const void *act, size_t n_groups)
 {
-	size_t n_blocks = t->cols / GGML_QK32, n_quads = (n_blocks + 3) / 4;
-	size_t row_bytes = ggml_row_bytes(t->type, t->cols);
-	struct act8x32 *g = NULL;
-	struct wblock32 *wb = NULL;
+	enum dtype type = t->type;
+	int quads = ggml_uses_quads(type);
+	size_t n_blocks = t->cols / ggml_block_values(type);
+	size_t g_size = quads ? sizeof(struct act8x32) : sizeof(struct act8);
+	size_t w_size = quads ? sizeof(struct wblock32) : sizeof(struct wblock);
+	void *g = NULL, *wb = NULL;
 	size_t n_g;
 
+	if (!quads && type != DTYPE_GGML_Q4_K && type != DTYPE_GGML_Q5_K)
+		return -1;
 	if (!__builtin_mul_overflow(n_groups, n_blocks, &n_g) &&
-	    n_g < SIZE_MAX / sizeof(*g))
-		g = malloc(n_g * sizeof(*g));
-	if (n_blocks < SIZE_MAX / GEMM8_OB / sizeof(*wb))
-		wb = malloc(GEMM8_OB * n_blocks * sizeof(*wb));
+	    n_g < SIZE_MAX / g_size)
+		g = malloc(n_g * g_size);
+	if (n_blocks < SIZE_MAX / GEMM8_OB / w_size)
+		wb = malloc(GEMM8_OB * n_blocks * w_size);
 	if (!g || !wb) {
 		free(g);
 		free(wb);
 		return -1;
 	}
-	for (size_t gi = 0; gi < n_groups; gi++)
-		interleave8x32(g + gi * n_blocks, act + 8 * gi * n_quads, n_blocks);
-	switch (t->type) {	/* constant types: one copy each */
-	case DTYPE_GGML_Q4_0:
-		gemm8_type32(DTYPE_GGML_Q4_0, out, t->rows, t->data, row_bytes,
-			     g, n_groups, n_blocks, wb);
-		break;
-	case DTYPE_GGML_Q4_1:
-		gemm8_type32(DTYPE_GGML_Q4_1, out, t->rows, t->data, row_bytes,
-			     g, n_groups, n_blocks, wb);
-		break;
-	case DTYPE_GGML_Q5_0:
-		gemm8_type32(DTYPE_GGML_Q5_0, out, t->rows, t->data, row_bytes,
-			     g, n_groups, n_blocks, wb);
-		break;
-	default:	/* DTYPE_GGML_Q5_1: ggml_uses_quads() */
-		gemm8_type32(DTYPE_GGML_Q5_1, out, t->rows, t->data, row_bytes,
-			     g, n_groups, n_blocks, wb);
+	for (size_t gi = 0; gi < n_groups; gi++) {
+		if (quads)
+			interleave8x32((struct act8x32 *)g + gi * n_blocks,
+				       (const struct ggml_act32x4 *)act +
+				       8 * gi * ((n_blocks + 3) / 4), n_blocks);
+		else
+			interleave8((struct act8 *)g + gi * n_blocks,
+				    (const struct ggml_act256 *)act + 8 * gi * n_blocks,
+				    n_blocks);
+	}
+	switch (type) {	/* a constant type each: the kernels inline */
+	GEMM8_CASE(DTYPE_GGML_Q4_0);
+	GEMM8_CASE(DTYPE_GGML_Q4_1);
+	GEMM8_CASE(DTYPE_GGML_Q5_0);
+	GEMM8_CASE(DTYPE_GGML_Q5_1);
+	GEMM8_CASE(DTYPE_GGML_Q4_K);
+	default:	/* DTYPE_GGML_Q5_K, checked above */
+		gemm8_run(DTYPE_GGML_Q5_K, out, t, g, n_groups, wb);
 		break;
 	}
 	free(g);
 	free(wb);
 	return 0;
-}
-
-/* ---------------------------------------------------------------- entry */
-
-/* ggml_gemm8_avx2() of Q4_K and Q5_K; 0, or -1 without memory. */
-static GGML_AVX2 int gemm8_k(float *out, const struct tensor *t,
-			     const struct ggml_act256 *act, size_t n_groups)
-{
-	size_t n_blocks = t->cols / GGML_QK256;
-	size_t row_bytes = ggml_row_bytes(t->type, t->cols);
-	struct act8 *g = NULL;
-	struct wblock *wb = NULL;
-	size_t n_g;
-
-	if (!__builtin_mul_overflow(n_groups, n_blocks, &n_g) &&
-	    n_g < SIZE_MAX / sizeof(*g))
-		g = malloc(n_g * sizeof(*g));
-	if (n_blocks < SIZE_MAX / GEMM8_OB / sizeof(*wb))
-		wb = malloc(GEMM8_OB * n_blocks * sizeof(*wb));
-	if (!g || !wb) {
-		free(g);
-		free(wb);
-		return -1;
-	}
-	for (size_t gi = 0; gi < n_groups; gi++)
-		interleave8(g + gi * n_blocks, act + 8 * gi * n_blocks, n_blocks);
-	if (t->type == DTYPE_GGML_Q4_K)	/* constant types: inlined twice */
-		gemm8_type(DTYPE_GGML_Q4_K, out, t->rows, t->data, row_bytes, g,
-			   n_groups, n_blocks, wb);
-	else
-		gemm8_type(DTYPE_GGML_Q5_K, out, t->rows, t->data, row_bytes, g,
-			   n_groups, n_blocks, wb);
-	free(g);
-	free(wb);
-	return 0;
-}
-int ggml_gemm8_avx2(float *out, const struct tensor *t, const void *act,
-		    size_t n_groups)
-{
-	if (ggml_uses_quads(t->type))
-		return gemm8_nibbles(out, t, act, n_groups);
-	if (t->type == DTYPE_GGML_Q4_K || t->type == DTYPE_GGML_Q5_K)
-		return gemm8_k(out, t, act, n_groups);
-	return -1;
 }
 #endif

@@ -232,4 +232,8 @@ int conn_put_cors(const struct conn *c, struct strbuf *out);
 /* The status line's reason phrase. */
 const char *http_status_text(int status);
 
+/* The methods route r answers, as an Allow header's value ("GET, HEAD,
+ * POST"), into buf (len bytes, truncated to fit). */
+void http_route_allow(const struct http_route *r, char *buf, size_t len);
+
 #endif /* DYNBATCH_HTTP_CONN_H */

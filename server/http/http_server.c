@@ -96,29 +96,6 @@
  * Answers and routing
  * ---------------------------------------------------------------------- */
 
-const char *http_status_text(int status)
-{
-	switch (status) {
-	case 100: return "Continue";
-	case 200: return "OK";
-	case 204: return "No Content";
-	case 400: return "Bad Request";
-	case 401: return "Unauthorized";
-	case 403: return "Forbidden";
-	case 404: return "Not Found";
-	case 405: return "Method Not Allowed";
-	case 408: return "Request Timeout";
-	case 409: return "Conflict";
-	case 413: return "Content Too Large";
-	case 429: return "Too Many Requests";
-	case 431: return "Request Header Fields Too Large";
-	case 500: return "Internal Server Error";
-	case 503: return "Service Unavailable";
-	case 505: return "HTTP Version Not Supported";
-	default:  return "Error";
-	}
-}
-
 /* The request is answered: ready for the next one, or close after it. */
 void conn_request_done(struct http_server *srv, struct conn *c)
 {
@@ -212,21 +189,6 @@ static bool authorized(const struct http_server *srv, const struct conn *c)
 	return diff == 0;
 }
 
-/* The methods route r answers, for a 405's Allow header. */
-static void route_allow(const struct http_route *r, char *buf, size_t len)
-{
-	size_t at = 0;
-
-	buf[0] = '\0';
-	for (unsigned m = 0; m < 32 && at < len; m++) {
-		if (!(r->methods & HTTP_ROUTE_METHOD(m)))
-			continue;
-		at += (size_t)snprintf(buf + at, len - at, "%s%s", at ? ", " : "",
-				       m == HTTP_GET ? "GET, HEAD" :
-				       http_method_str((enum http_method)m));
-	}
-}
-
 /* A CORS preflight (http_cors.h): 204 for a listed origin and a known
  * path, before the key is checked; 403 for an origin not listed. */
 static void preflight(struct http_server *srv, struct conn *c,
@@ -246,7 +208,7 @@ static void preflight(struct http_server *srv, struct conn *c,
 			      "invalid_request_error", NULL, NULL);
 		return;
 	}
-	route_allow(r, allow, sizeof(allow));
+	http_route_allow(r, allow, sizeof(allow));
 	if (cors_put_preflight(&headers, &c->reader.msg, allow)) {
 		strbuf_release(&headers);
 		conn_drop(srv, c);
@@ -298,7 +260,7 @@ static void route_request(struct http_server *srv, struct conn *c)
 	}
 	if (!(r->methods & HTTP_ROUTE_METHOD(m->method)) &&
 	    !(c->head_request && (r->methods & HTTP_ROUTE_METHOD(HTTP_GET)))) {
-		route_allow(r, allow, sizeof(allow));
+		http_route_allow(r, allow, sizeof(allow));
 		snprintf(header, sizeof(header), "Allow: %s\r\n", allow);
 		respond_error(srv, c, 405, "method not allowed",
 			      "invalid_request_error", NULL, header);
