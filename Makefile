@@ -62,10 +62,11 @@ TEST_DEB_PACKAGES := curl nginx-light strace python3
 #   lib/model                  loader, runner, sim, llama (both)
 #   lib/kernels                matmul and friends (both)
 #   lib/sampling               the sampler (both)
+#   lib/spec                   speculative decoding's proposers (both)
 #   lib/ipc                    the shared-memory segment (both)
 #   lib/util                   logging, strings, numbers (both)
 LAYERS := server server/http server/jsonl server/request engine sched shard kv worker lib/io lib/text \
-	lib/model lib/kernels lib/sampling lib/ipc lib/util
+	lib/model lib/kernels lib/sampling lib/spec lib/ipc lib/util
 lib_of = $(BUILD)/lib$(subst /,_,$(1)).a
 layer_src = $(filter-out %/main.c,$(wildcard $(1)/*.c))
 define layer_rule
@@ -76,7 +77,7 @@ endef
 $(foreach l,$(LAYERS),$(eval $(call layer_rule,$(l))))
 libs = $(foreach l,$(1),$(call lib_of,$(l)))
 
-LIBS_BASE := lib/model lib/kernels lib/sampling lib/ipc lib/util
+LIBS_BASE := lib/model lib/kernels lib/sampling lib/spec lib/ipc lib/util
 LIBS_COORD := $(call libs,server server/http server/jsonl server/request engine sched shard kv lib/io lib/text $(LIBS_BASE))
 LIBS_WORKER := $(call libs,worker $(LIBS_BASE))
 # The tools link the lower layers, the request codec (server: workloads)

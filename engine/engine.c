@@ -426,6 +426,15 @@ static void engine_sync_stats(struct engine *e)
 	e->stats.model_ns = e->sched.counts.model_ns;
 	e->stats.step_ns = e->sched.counts.step_ns;
 	e->stats.n_dozes = e->sched.counts.n_dozes;
+	e->stats.spec = (struct stats_spec){
+		.on = e->spec_emit > 1,
+		.drafted = e->sched.counts.spec_drafted,
+		.accepted = e->sched.counts.spec_accepted,
+		.emitted = e->sched.counts.spec_emitted,
+		.verify_rows = e->sched.counts.spec_rows,
+		.target_steps = e->sched.counts.spec_steps,
+		.draft_ns = e->sched.counts.spec_draft_ns,
+		.verify_ns = e->sched.counts.spec_verify_ns };
 	engine_sync_kv_stats(e);
 }
 
@@ -646,7 +655,8 @@ static int engine_setup(struct engine *e)
 				 .max_context = e->max_context,
 				 .vocab = e->vocab,
 				 .kv_block_tokens = engine_block_tokens(e),
-				 .kv_blocks = e->kv_blocks };
+				 .kv_blocks = e->kv_blocks,
+				 .emit_per_row = e->spec_emit };
 	ret = shm_segment_create(&e->seg, &p);
 	if (ret) {
 		fprintf(stderr, "dynbatch: cannot create the shared segment: %s\n",
@@ -687,6 +697,12 @@ static int engine_setup(struct engine *e)
 		if (!e->runner) {
 			fprintf(stderr, "dynbatch: --model: %s\n", err);
 			return ret ? ENGINE_EXIT_FAILED : ENGINE_EXIT_USAGE;
+		}
+		if (e->spec_emit > 1) {
+			struct spec_config sc = cfg->spec;
+
+			sc.max_draft = e->spec_emit - 1;
+			model_runner_set_spec(e->runner, &sc);
 		}
 	}
 

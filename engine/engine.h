@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "engine/stats.h"
+#include "spec/spec.h"
 
 struct frontend_ops;
 struct io_ring;
@@ -49,6 +50,8 @@ struct engine_config {
 					 * the model's own limit, else 4096 */
 	uint32_t step_tokens;		/* --step-tokens: a stateful model's
 					 * token budget per step; 0: none */
+	struct spec_config spec;	/* --speculate, --draft-tokens
+					 * (docs/DESIGN.md 2.7) */
 	uint32_t block_tokens;		/* --block-tokens: positions per KV
 					 * block of a paged model */
 	uint64_t kv_memory;		/* --kv-memory: KV bytes of all shards;

@@ -49,6 +49,9 @@ struct engine {
 					 * file we opened (model_worker_spec()) */
 	struct model_runner *runner;	/* --workers 0: the model's steps */
 	uint32_t kv_bytes_per_token;	/* a paged model's; 0: not paged */
+	uint32_t spec_emit;		/* most tokens a row gets in one result:
+					 * 1 + --draft-tokens with --speculate
+					 * (as the model allows), else 1 */
 	uint32_t kv_blocks;		/* per shard pool (engine_size_kv()) */
 	struct kv_pool kv_pool;		/* --workers 0: the pool itself */
 	struct shm_segment seg;
@@ -100,6 +103,8 @@ struct engine {
 
 /* Open the model (or probe a plugin), set vocab, worker_spec and
  * max_context.  Returns an exit status, the reason printed on stderr. */
+/* --speculate against the model: e->spec_emit (engine_model.c). */
+int engine_spec_setup(struct engine *e, bool stateful, uint32_t max_outputs);
 int engine_open_model(struct engine *e);
 
 /* A paged model: size each shard's KV pool (kv_blocks) from --kv-memory,

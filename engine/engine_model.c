@@ -176,7 +176,11 @@ static int engine_open_model_only(struct engine *e)
 				fprintf(stderr, "dynbatch: out of memory\n");
 				return ENGINE_EXIT_FAILED;
 			}
-			return engine_set_max_context(e, probe.max_context);
+			ret = engine_set_max_context(e, probe.max_context);
+			/* a plugin's outputs per row are its workers' to
+			 * clamp: the result rows are sized for the most */
+			return ret == ENGINE_EXIT_OK ?
+			       engine_spec_setup(e, false, MODEL_MAX_OUTPUTS) : ret;
 		}
 		fprintf(stderr, "dynbatch: --model %s: %s%s\n",
 			log_escape(spec, esc, sizeof(esc)),
@@ -206,11 +210,42 @@ static int engine_open_model_only(struct engine *e)
 	e->worker_spec = model_worker_spec(e->model, spec);
 	ret = e->worker_spec ? engine_set_max_context(e, model_max_context(e->model)) :
 			       ENGINE_EXIT_FAILED;
+	if (ret == ENGINE_EXIT_OK)
+		ret = engine_spec_setup(e, model_is_stateful(e->model),
+					model_max_outputs(e->model));
 	if (!e->in_process || ret != ENGINE_EXIT_OK) {	/* the workers run it */
 		model_close(e->model);
 		e->model = NULL;
 	}
 	return ret;
+}
+
+/*
+ * --speculate: how many tokens a row may get in one result
+ * (e->spec_emit; docs/DESIGN.md 2.7).  A stateful model checks a row's
+ * guesses in one step, so it must give the logits of several positions
+ * (max_outputs(), ABI version 5); one that gives one position's is a
+ * usage error rather than a quiet "off".  A token model's runner checks
+ * each guessed prefix as a row of its own.
+ */
+int engine_spec_setup(struct engine *e, bool stateful, uint32_t max_outputs)
+{
+	const struct spec_config *sc = &e->cfg->spec;
+	uint32_t k = sc->mode == SPEC_OFF ? 0 : sc->max_draft;
+
+	if (k > SPEC_MAX_DRAFT)
+		k = SPEC_MAX_DRAFT;
+	if (k && stateful && max_outputs < 2) {
+		fprintf(stderr, "dynbatch: --speculate ngram needs a model that "
+			"gives the logits of several positions of a row in one "
+			"step (model ABI version 5, max_outputs()); this one "
+			"gives one\n");
+		return ENGINE_EXIT_USAGE;
+	}
+	if (k && stateful && k > max_outputs - 1)
+		k = max_outputs - 1;
+	e->spec_emit = 1 + k;
+	return ENGINE_EXIT_OK;
 }
 
 /* Bytes in human units for the line engine_size_kv() prints. */

@@ -101,6 +101,14 @@ void stats_print_summary(const struct engine_stats *s, FILE *f)
 		(unsigned long long)s->n_poisoned,
 		(double)stats_latency_quantile(s, 0.5) / 1e6,
 		(double)stats_latency_quantile(s, 0.99) / 1e6);
+	if (s->spec.on)
+		fprintf(f, "dynbatch: speculation: %llu tokens guessed, %llu "
+			"accepted (%.1f%%), %llu rows checked them\n",
+			(unsigned long long)s->spec.drafted,
+			(unsigned long long)s->spec.accepted,
+			s->spec.drafted ? 100.0 * (double)s->spec.accepted /
+					  (double)s->spec.drafted : 0.0,
+			(unsigned long long)s->spec.verify_rows);
 	if (s->kv.block_tokens)
 		fprintf(f, "dynbatch: kv: %u blocks of %u tokens per shard, peak %u "
 			"used; %llu of %llu prompt tokens from the prefix cache, "
@@ -130,6 +138,20 @@ static void stats_write_kv_json(const struct stats_kv *kv, FILE *f)
 		(unsigned long long)kv->cow_copies,
 		(unsigned long long)kv->preemptions,
 		(unsigned long long)kv->evictions);
+}
+
+/* The "spec" object of --stats (nothing with --speculate off). */
+static void stats_write_spec_json(const struct stats_spec *sp, FILE *f)
+{
+	if (!sp->on)
+		return;
+	fprintf(f, ",\"spec\":{\"drafted\":%llu,\"accepted\":%llu,"
+		"\"emitted\":%llu,\"verify_rows\":%llu,\"target_steps\":%llu,"
+		"\"draft_ms\":%.3f,\"verify_ms\":%.3f}",
+		(unsigned long long)sp->drafted, (unsigned long long)sp->accepted,
+		(unsigned long long)sp->emitted, (unsigned long long)sp->verify_rows,
+		(unsigned long long)sp->target_steps, (double)sp->draft_ns / 1e6,
+		(double)sp->verify_ns / 1e6);
 }
 
 int stats_write_json(const struct engine_stats *s, const char *path)
@@ -172,6 +194,7 @@ int stats_write_json(const struct engine_stats *s, const char *path)
 		(unsigned long long)s->n_discarded,
 		(unsigned long long)s->n_fruitless_kills);
 	stats_write_kv_json(&s->kv, f);
+	stats_write_spec_json(&s->spec, f);
 	fprintf(f, "}\n");
 	if (ferror(f))
 		ret = -EIO;

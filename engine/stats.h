@@ -6,6 +6,7 @@
 #ifndef DYNBATCH_STATS_H
 #define DYNBATCH_STATS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -35,6 +36,17 @@ struct stats_kv {
 	uint64_t cow_copies;		/* blocks copied on write (forks) */
 	uint64_t preemptions;
 	uint64_t evictions;		/* cached blocks reused for others */
+};
+
+/* Speculative decoding (docs/DESIGN.md 2.7); on = 0: --speculate off. */
+struct stats_spec {
+	bool on;
+	uint64_t drafted;		/* tokens guessed */
+	uint64_t accepted;		/* of which the model confirmed */
+	uint64_t emitted;		/* tokens given to rows that guessed */
+	uint64_t verify_rows;		/* row-steps that checked guesses */
+	uint64_t target_steps;		/* model steps in which a row guessed */
+	uint64_t draft_ns, verify_ns;	/* guessing; those steps' model time */
 };
 
 struct engine_stats {
@@ -67,6 +79,7 @@ struct engine_stats {
 	uint64_t latency_hist[LATENCY_BUCKETS]; /* admission -> last token */
 	uint64_t n_latency;
 	struct stats_kv kv;
+	struct stats_spec spec;
 };
 
 void stats_record_latency(struct engine_stats *s, uint64_t ns);

@@ -97,7 +97,8 @@ int sched_init(struct sched *sc, struct shm_segment *seg, struct slot_table *slo
 		s->suspect_slot = calloc(s->n_slots, sizeof(uint32_t));
 		s->suspect_gen = calloc(s->n_slots, sizeof(uint32_t));
 		if (shard_channel_init(&s->chan, i, s->first_slot, s->n_slots,
-				       seg->hdr->ring_depth) ||
+				       seg->hdr->ring_depth,
+				       seg->hdr->result_rows / seg->hdr->shard_capacity) ||
 		    !s->suspect_slot || !s->suspect_gen)
 			return -ENOMEM;
 	}
@@ -109,9 +110,11 @@ int sched_init(struct sched *sc, struct shm_segment *seg, struct slot_table *slo
 	sc->slot_rq = calloc(b, sizeof(*sc->slot_rq));
 	sc->inproc_step = calloc(b, sizeof(*sc->inproc_step));
 	sc->inproc_outcomes = calloc(b, sizeof(*sc->inproc_outcomes));
-	sc->inproc_rows = calloc(b, sizeof(*sc->inproc_rows));
-	sc->inproc_sampled = calloc(b, sizeof(*sc->inproc_sampled));
-	sc->inproc_logprobs = calloc(b, sizeof(*sc->inproc_logprobs));
+	/* a row may get several tokens a step (speculation: 5.4) */
+	sc->emit = seg->hdr->result_rows / seg->hdr->shard_capacity;
+	sc->inproc_rows = calloc((size_t)b * sc->emit, sizeof(*sc->inproc_rows));
+	sc->inproc_sampled = calloc((size_t)b * sc->emit, sizeof(*sc->inproc_sampled));
+	sc->inproc_logprobs = calloc((size_t)b * sc->emit, sizeof(*sc->inproc_logprobs));
 	if (!sc->slot_limit || !sc->slot_drain || !sc->slot_prefilled ||
 	    !sc->slot_logprobs || !sc->slot_top_logprobs || !sc->slot_rq ||
 	    !sc->inproc_step || !sc->inproc_outcomes || !sc->inproc_rows ||
@@ -720,7 +723,8 @@ void shard_result_end(struct sched *sc, struct shard *s, struct shard_result *r)
 		s->resets_unanswered = 0;
 	if (s->sent_lockstep)	/* every row waits for its next step */
 		s->redispatch = true;
-	if (r->id && r->id == s->suspect_id && r->n_ok == 1) {
+	/* (several rows: the suspect's speculated tokens) */
+	if (r->id && r->id == s->suspect_id && r->n_ok >= 1) {
 		shard_clear_suspect(s, r->last_slot);
 		s->redispatch = true;
 	}
@@ -784,6 +788,30 @@ bool shard_poll_begin(struct sched *sc, struct shard *s, struct shard_poll *p)
 		 worker_sup_misbehaved(sc->sup, s->index));
 }
 
+/*
+ * A worker's word on what speculation did in a step: stats only, each
+ * figure capped by what the step could have done, so a lying worker
+ * skews its own numbers and nothing else.
+ */
+static void shard_count_spec(struct sched *sc, const struct shard *s,
+			     const struct shard_checked *c, uint64_t step_cap)
+{
+	uint64_t rows = c->spec_rows < s->n_slots ? c->spec_rows : s->n_slots;
+	uint64_t most = rows * (sc->emit - 1);
+	uint64_t drafted = c->spec_drafted < most ? c->spec_drafted : most;
+
+	if (!rows || !drafted)
+		return;
+	sc->counts.spec_rows += rows;
+	sc->counts.spec_drafted += drafted;
+	sc->counts.spec_accepted += c->spec_accepted < drafted ? c->spec_accepted : drafted;
+	sc->counts.spec_emitted += c->spec_emitted < drafted + rows ?
+				   c->spec_emitted : drafted + rows;
+	sc->counts.spec_steps++;
+	sc->counts.spec_verify_ns += c->model_ns < step_cap ? c->model_ns : step_cap;
+	sc->counts.spec_draft_ns += c->spec_draft_ns < step_cap ? c->spec_draft_ns : step_cap;
+}
+
 /* The next result entry whose rows are to be applied, or false. */
 bool shard_poll_next(struct sched *sc, struct shard *s, struct shard_poll *p,
 		     struct shard_result *r)
@@ -830,6 +858,7 @@ bool shard_poll_next(struct sched *sc, struct shard *s, struct shard_poll *p,
 			return false;
 		}
 		sc->counts.model_ns += c.model_ns < step_cap ? c.model_ns : step_cap;
+		shard_count_spec(sc, s, &c, step_cap);
 		shard_result_start(sc, s, r, c.id, c.rows, c.n_rows,
 				   verdict == SHARD_RESULT_TOO_MANY_ROWS);
 		return true;	/* shard_poll_after() ends the entry */
@@ -888,6 +917,20 @@ bool shard_poll_end(struct sched *sc, struct shard *s, struct shard_poll *p)
 	return true;	/* engine_loop() refills and dispatches next */
 }
 
+/* --workers 0: the runner's own speculation counts, trusted. */
+static void shard_inproc_spec(struct sched *sc)
+{
+	struct runner_spec_counts c = model_runner_spec_counts(sc->runner);
+
+	sc->counts.spec_drafted = c.drafted;
+	sc->counts.spec_accepted = c.accepted;
+	sc->counts.spec_emitted = c.emitted;
+	sc->counts.spec_rows = c.verify_rows;
+	sc->counts.spec_steps = c.steps;
+	sc->counts.spec_draft_ns = c.draft_ns;
+	sc->counts.spec_verify_ns = c.verify_ns;
+}
+
 /* --workers 0: run the shard's step right here, as a worker would. */
 int shard_step_in_process(struct sched *sc, struct shard *s, struct shard_result *r)
 {
@@ -926,14 +969,17 @@ int shard_step_in_process(struct sched *sc, struct shard *s, struct shard_result
 			sc->inproc_step[i].sampling = rq->sampling;
 			sc->inproc_step[i].k = step[i].n_tokens - rq->n_prompt;
 			sc->inproc_step[i].choice = rq->choice;
-			sc->inproc_step[i].sampled = &sc->inproc_sampled[i];
+			sc->inproc_step[i].sampled = &sc->inproc_sampled[(size_t)i * sc->emit];
 		}
+		sc->inproc_step[i].room = step[i].limit - step[i].n_tokens;
+		sc->inproc_step[i].no_spec = rq->no_spec;
 	}
 	/* slots that left since the last step: their state goes */
 	model_runner_keep(sc->runner, n, sc->inproc_step);
 	t0 = clock_now_ns();
 	ret = model_runner_step(sc->runner, n, sc->inproc_step, sc->inproc_outcomes);
 	t0 = clock_now_ns() - t0;
+	shard_inproc_spec(sc);
 	sc->counts.model_ns += t0;	/* in-process, the step is the model call */
 	sc->counts.step_ns += t0;
 	if (ret) {	/* no worker to isolate the request in: the engine
@@ -942,27 +988,36 @@ int shard_step_in_process(struct sched *sc, struct shard *s, struct shard_result
 		r->timed = true;
 		return ret;
 	}
+	k = 0;	/* result rows: a row's tokens at its next positions */
 	for (uint32_t i = 0; i < n; i++) {
 		const struct runner_result *o = &sc->inproc_outcomes[i];
+		uint32_t extra = o->outcome == RUNNER_TOKEN ? o->n_more : 0;
 
-		rows[i] = (struct shm_result_row){
-			.slot = step[i].slot, .generation = step[i].generation,
-			.n_tokens = step[i].n_tokens, .detail = o->detail,
-			.token = o->outcome == RUNNER_TOKEN ? o->token :
-				 o->outcome == RUNNER_PREFILL ? SHM_TOKEN_PREFILL :
-				 SHM_TOKEN_REFUSED };
-		/* the worker's part: the token goes right after its prefix */
-		if (o->outcome == RUNNER_TOKEN)
-			sc->slots->tokens[step[i].slot][step[i].n_tokens] = o->token;
-		if (o->outcome == RUNNER_TOKEN && sc->inproc_step[i].sampled)
-			shm_logprobs_set(&sc->inproc_logprobs[i],
-					 &sc->inproc_sampled[i]);
+		if (step[i].n_tokens + 1 + extra > step[i].limit)
+			extra = step[i].limit - step[i].n_tokens - 1;
+		for (uint32_t j = 0; j <= extra; j++, k++) {
+			int32_t tok = j ? o->more[j - 1] : o->token;
+
+			rows[k] = (struct shm_result_row){
+				.slot = step[i].slot, .generation = step[i].generation,
+				.n_tokens = step[i].n_tokens + j, .detail = o->detail,
+				.token = o->outcome == RUNNER_TOKEN ? tok :
+					 o->outcome == RUNNER_PREFILL ? SHM_TOKEN_PREFILL :
+					 SHM_TOKEN_REFUSED };
+			/* the worker's part: the token goes right after its
+			 * prefix */
+			if (o->outcome == RUNNER_TOKEN)
+				sc->slots->tokens[step[i].slot][step[i].n_tokens + j] = tok;
+			if (o->outcome == RUNNER_TOKEN && sc->inproc_step[i].sampled)
+				shm_logprobs_set(&sc->inproc_logprobs[k],
+						 &sc->inproc_step[i].sampled[j]);
+		}
 	}
 	/* the same checked rows a worker's result gives */
 	shard_row_rules(sc, &rules);
-	shard_channel_check_rows(&s->chan, rows, sc->inproc_logprobs, n, &rules,
+	shard_channel_check_rows(&s->chan, rows, sc->inproc_logprobs, k, &rules,
 				 s->chan.checked);
-	shard_result_start(sc, s, r, 0, s->chan.checked, n, false);
+	shard_result_start(sc, s, r, 0, s->chan.checked, k, false);
 	r->took_ns = t0;
 	r->timed = true;
 	return 1;

@@ -54,6 +54,7 @@ struct sched_request {
 	uint32_t choice;		/* which of the request's n */
 	bool needs_logits;		/* it samples, biases or reports
 					 * logprobs (request_needs_logits()) */
+	bool no_spec;			/* "speculate": false (DESIGN 2.7) */
 	const struct sampling_params *sampling;
 	uint32_t fork_slot;		/* paged: an ACTIVE slot of the same
 					 * shard whose request has the same
@@ -103,6 +104,10 @@ struct sched_counts {
 	uint64_t model_ns;		/* time in the model (capped, untrusted) */
 	uint64_t step_ns;		/* time between committing results */
 	uint64_t n_dozes;		/* waits without spinning */
+	/* speculation (docs/DESIGN.md 2.7), as the workers report it */
+	uint64_t spec_drafted, spec_accepted, spec_emitted, spec_rows;
+	uint64_t spec_steps;		/* steps in which some row guessed */
+	uint64_t spec_draft_ns, spec_verify_ns;
 };
 
 /*
@@ -145,6 +150,8 @@ struct sched {
 	struct shm_result_row *inproc_rows;
 	struct sampler_result *inproc_sampled;	/* rows that report logprobs */
 	struct shm_logprobs *inproc_logprobs;	/* and those, as a worker's */
+	uint32_t emit;			/* most tokens a row gets in one
+					 * result (1 + speculation's guesses) */
 	struct sched_counts counts;
 	struct sched_kv kv;		/* paged models: the block tables
 					 * (sched_kv_init() after sched_init()) */

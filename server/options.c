@@ -18,6 +18,7 @@
 
 static const char *const policy_choices[] = { "dynamic", "static", NULL };
 static const char *const on_off_choices[] = { "on", "off", NULL };
+static const char *const speculate_choices[] = { "off", "ngram", NULL };
 /* chat_setup.h's names, CHAT_SETUP_NAMES (test_options.c holds them
  * equal): chat_api.c's built-in two, then text/chat_template.h's families */
 static const char *const chat_template_choices[] = {
@@ -58,6 +59,17 @@ const struct option_spec options_table[] = {
 	  .help = "stateful models (llama): at most N tokens per step; long "
 		  "prompts are prefilled in chunks between decode steps (0: no "
 		  "budget, a prompt in one step)" },
+	{ .name = "speculate", .arg = "MODE", .kind = OPTION_ENUM, .modes = OPTION_BOTH,
+	  .choices = speculate_choices, .def = "off", .offset = FIELD(speculate),
+	  .help = "speculative decoding. ngram: each row guesses its next tokens "
+		  "from its own earlier text (prompt lookup) and the model checks "
+		  "the guesses in one step; the output is the same as with off, "
+		  "bit for bit, for greedy and seeded requests alike" },
+	{ .name = "draft-tokens", .arg = "K", .kind = OPTION_U32, .modes = OPTION_BOTH,
+	  .min = 1, .max = 8,	/* SPEC_MAX_DRAFT */
+	  .def = "4", .offset = FIELD(draft_tokens),
+	  .help = "--speculate: the most tokens a row guesses in one step; each "
+		  "row adapts its own count to how its guesses fare" },
 	{ .name = "block-tokens", .arg = "N", .kind = OPTION_U32, .modes = OPTION_BOTH,
 	  .min = 1, .max = 1u << 16,
 	  .def = "16",		/* ENGINE_DEFAULT_BLOCK_TOKENS (test_options.c) */

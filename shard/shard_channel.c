@@ -26,14 +26,16 @@
 #include "util/sleep_handshake.h"
 
 int shard_channel_init(struct shard_channel *c, uint32_t index,
-		       uint32_t first_slot, uint32_t n_slots, uint32_t depth)
+		       uint32_t first_slot, uint32_t n_slots, uint32_t depth,
+		       uint32_t emit_per_row)
 {
 	*c = (struct shard_channel){ .index = index, .first_slot = first_slot,
 				     .n_slots = n_slots, .depth = depth,
+				     .max_rows = n_slots * (emit_per_row ? emit_per_row : 1),
 				     .next_dispatch_id = 1 };
 	c->sent = calloc((size_t)SHM_RING_DEPTH * n_slots, sizeof(*c->sent));
 	c->seen = calloc(n_slots, sizeof(uint32_t));
-	c->checked = calloc(n_slots ? n_slots : 1, sizeof(*c->checked));
+	c->checked = calloc(c->max_rows ? c->max_rows : 1, sizeof(*c->checked));
 	if (!c->sent || !c->seen || !c->checked)
 		return -ENOMEM;
 	return 0;
@@ -114,6 +116,11 @@ void shard_channel_check(const struct shard_channel *c, const struct shm_result 
 	out->n_rows = r->n_rows;
 	out->status = r->status;
 	out->model_ns = r->model_ns;
+	out->spec_drafted = r->spec_drafted;
+	out->spec_accepted = r->spec_accepted;
+	out->spec_emitted = r->spec_emitted;
+	out->spec_rows = r->spec_rows;
+	out->spec_draft_ns = r->spec_draft_ns;
 	if (out->id < c->first_id || out->id > c->issued_id) {
 		out->verdict = SHARD_RESULT_BAD_ID;
 		return;
@@ -123,7 +130,7 @@ void shard_channel_check(const struct shard_channel *c, const struct shm_result 
 		return;
 	}
 	/* a wrong n_rows is rejected before any row is read */
-	if (out->n_rows > c->n_slots) {
+	if (out->n_rows > c->max_rows) {
 		out->verdict = SHARD_RESULT_TOO_MANY_ROWS;
 		return;
 	}

@@ -54,8 +54,11 @@ struct shard_checked {
 	uint64_t id;			/* dispatch id, as read */
 	int32_t status;			/* FAILED: the worker's errno, < 0 */
 	uint64_t model_ns;		/* untrusted: for stats only */
+	/* untrusted, for stats only: speculation in the step, as read */
+	uint32_t spec_drafted, spec_accepted, spec_emitted, spec_rows;
+	uint64_t spec_draft_ns;
 	uint32_t n_rows;		/* as read; rows filled when OK */
-	struct shard_checked_row *rows;	/* n_slots, the channel's */
+	struct shard_checked_row *rows;	/* max_rows, the channel's */
 };
 
 /*
@@ -75,6 +78,10 @@ struct shard_channel {
 	uint32_t index;			/* the shard */
 	uint32_t first_slot;		/* slots [first_slot, first_slot+n_slots) */
 	uint32_t n_slots;
+	/* rows a result may carry: n_slots x the tokens a row may get in
+	 * one (speculation: shm_params.emit_per_row); a slot's rows come
+	 * in position order */
+	uint32_t max_rows;
 	uint32_t depth;			/* ring entries (a power of two) */
 	/* dispatches to the current worker: private, trusted copies */
 	uint64_t next_dispatch_id;	/* starts at 1, never reused */
@@ -97,12 +104,13 @@ struct shard_channel {
 	 * until the worker writes it again; any other value but the
 	 * position we expect is garbage */
 	uint64_t ring_seq[SHM_RING_DEPTH];
-	struct shard_checked_row *checked; /* n_slots: the last checked rows */
+	struct shard_checked_row *checked; /* max_rows: the last checked rows */
 };
 
 /* 0 or -ENOMEM; shard_channel_destroy() undoes it (also after a failure). */
 int shard_channel_init(struct shard_channel *c, uint32_t index,
-		       uint32_t first_slot, uint32_t n_slots, uint32_t depth);
+		       uint32_t first_slot, uint32_t n_slots, uint32_t depth,
+		       uint32_t emit_per_row);
 void shard_channel_destroy(struct shard_channel *c);
 
 /* ---- results ---- */

@@ -50,7 +50,7 @@ LAYERS = [
     ["kv"],                             # block pool, tables, prefix hashes
     ["lib/io", "lib/text"],             # io_uring loop, output; tokenizer, stops
     ["lib/model", "lib/ipc"],           # models and their runner; shared memory
-    ["lib/kernels", "lib/sampling"],    # matmul kernels; the sampler
+    ["lib/kernels", "lib/sampling", "lib/spec"],  # kernels; sampler; guesses
     ["lib/util"],                       # logging, strings, numbers, clocks
     ["include/dynbatch"],               # the plugin ABI: includes nothing
 ]

@@ -414,6 +414,13 @@ static uint32_t worker_collect_step(struct worker *w)
 	return n;
 }
 
+/* The most tokens a row gets in one result: 1, or 1 + the guesses
+ * speculation may confirm (the coordinator sized the results for it). */
+static uint32_t worker_emit(const struct worker *w)
+{
+	return w->seg.hdr->result_rows / w->seg.hdr->shard_capacity;
+}
+
 /* The result row of step row i, from what the runner made of it. */
 static struct shm_result_row worker_result_row(const struct worker *w,
 					       uint32_t i, int status)
@@ -442,6 +449,39 @@ static struct shm_result_row worker_result_row(const struct worker *w,
 }
 
 /*
+ * The result rows of a step: each step row's, and after a row given
+ * several tokens (speculation) one more row per token, at the next
+ * positions, each with its logprobs when asked.  Returns how many.
+ */
+static uint32_t worker_post_rows(struct worker *w, struct shm_result *r,
+				 uint32_t n_rows, int status)
+{
+	const struct shm_header *hdr = w->seg.hdr;
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < n_rows; i++) {
+		const struct runner_result *o = &w->outcomes[i];
+		const struct shm_dispatch_row *row = &w->rows[w->step_index[i]];
+		uint32_t extra = status || o->outcome != RUNNER_TOKEN ? 0 : o->n_more;
+
+		if (row->n_tokens + 1 + extra > row->limit)	/* never past it */
+			extra = row->limit > row->n_tokens ? row->limit - row->n_tokens - 1 : 0;
+		for (uint32_t j = 0; j <= extra && n < hdr->result_rows; j++, n++) {
+			r->rows[n] = worker_result_row(w, i, status);
+			r->rows[n].n_tokens += j;
+			if (j)
+				r->rows[n].token = o->more[j - 1];
+			if (!status && o->outcome == RUNNER_TOKEN &&
+			    w->step_rows[i].sampled)
+				shm_logprobs_set(shm_result_logprobs(hdr, w->ch,
+								     w->result_pos, n),
+						 &w->step_rows[i].sampled[j]);
+		}
+	}
+	return n;
+}
+
+/*
  * Run one step on the n_rows rows in w->step, write each new token after
  * its prefix, advance the rows that got one and post the result (room is
  * there).  Every row of the step is in the result, with its token, or
@@ -452,6 +492,7 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 	const struct shm_header *hdr = w->seg.hdr;
 	struct shm_result *r = shm_result_at(hdr, w->ch, w->result_pos);
 	bool rows_left = false, urgent;
+	struct runner_spec_counts spec0, spec1;
 	uint64_t t0, seq_pos = w->result_pos;
 	int status = 0;
 
@@ -478,50 +519,57 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 					    w->step[i].n_tokens - ws->n_prompt : 0;
 			w->step_rows[i].choice = ws->choice;
 			w->step_rows[i].sampled = ws->params.logprobs ?
-						  &w->sampled[i] : NULL;
+						  &w->sampled[(size_t)i * worker_emit(w)] :
+						  NULL;
 		}
+		w->step_rows[i].room = w->step[i].limit - w->step[i].n_tokens;
 	}
+	spec0 = model_runner_spec_counts(w->runner);
 	t0 = clock_now_ns();
 	/* relaxed: the coordinator reads it only to decide blame */
 	atomic_store_explicit(&w->ch->in_model_call, 1, memory_order_relaxed);
 	status = model_runner_step(w->runner, n_rows, w->step_rows, w->outcomes);
 	atomic_store_explicit(&w->ch->in_model_call, 0, memory_order_relaxed);
 	r->model_ns = clock_now_ns() - t0;
+	spec1 = model_runner_spec_counts(w->runner);
+	r->spec_drafted = (uint32_t)(spec1.drafted - spec0.drafted);
+	r->spec_accepted = (uint32_t)(spec1.accepted - spec0.accepted);
+	r->spec_emitted = (uint32_t)(spec1.emitted - spec0.emitted);
+	r->spec_rows = (uint32_t)(spec1.verify_rows - spec0.verify_rows);
+	r->spec_draft_ns = spec1.draft_ns - spec0.draft_ns;
 
 	r->dispatch_id = w->dispatch_id;
 	r->status = status;
 	w->n_results++;
 	for (uint32_t i = 0; i < n_rows && !status; i++) {
-		struct shm_dispatch_row *row = &w->rows[w->step_index[i]];
-
 		if (!w->step_sampling[i]->valid &&
 		    w->outcomes[i].outcome != RUNNER_REFUSED)
 			w->outcomes[i] = (struct runner_result){ .token = -1,
 				.outcome = RUNNER_REFUSED,
 				.detail = RUNNER_REFUSE_SAMPLING };
-		if (w->outcomes[i].outcome == RUNNER_TOKEN &&
-		    w->step_rows[i].sampled)
-			shm_logprobs_set(shm_result_logprobs(hdr, w->ch,
-								w->result_pos, i),
-					    &w->sampled[i]);
-		if (w->outcomes[i].outcome == RUNNER_REFUSED) {
-			/* its request ends: extend it no more */
-			row->limit = row->n_tokens;
-			continue;
-		}
-		if (w->outcomes[i].outcome != RUNNER_TOKEN)
-			continue;
-		/* our shard's buffer, below the row's limit <= max_context */
-		w->buffers[row->slot - w->first_slot][row->n_tokens] =
-			w->outcomes[i].token;
-		row->n_tokens++;
 	}
 	if (w->opt->garbage_every && w->n_results % w->opt->garbage_every == 0) {
 		seq_pos = worker_fill_garbage(w, r, n_rows);
 	} else {
-		r->n_rows = n_rows;
-		for (uint32_t i = 0; i < n_rows; i++)
-			r->rows[i] = worker_result_row(w, i, status);
+		r->n_rows = worker_post_rows(w, r, n_rows, status);
+	}
+	for (uint32_t i = 0; i < n_rows && !status; i++) {
+		struct shm_dispatch_row *row = &w->rows[w->step_index[i]];
+		const struct runner_result *o = &w->outcomes[i];
+		int32_t *buf = w->buffers[row->slot - w->first_slot];
+
+		if (o->outcome == RUNNER_REFUSED) {
+			/* its request ends: extend it no more */
+			row->limit = row->n_tokens;
+			continue;
+		}
+		if (o->outcome != RUNNER_TOKEN)
+			continue;
+		/* our shard's buffer, below the row's limit <= max_context
+		 * (the runner gives no more than the row's room) */
+		buf[row->n_tokens++] = o->token;
+		for (uint32_t j = 0; j < o->n_more && row->n_tokens < row->limit; j++)
+			buf[row->n_tokens++] = o->more[j];
 	}
 	if (w->opt->result_hook) {
 		w->opt->result_hook->publish(w->opt->result_hook->arg, hdr, w->ch,
@@ -637,7 +685,7 @@ int worker_run(const struct worker_options *opt)
 	cap = w.seg.hdr->shard_capacity;
 	w.step_rows = calloc(cap, sizeof(*w.step_rows));
 	w.outcomes = calloc(cap, sizeof(*w.outcomes));
-	w.sampled = calloc(cap, sizeof(*w.sampled));
+	w.sampled = calloc((size_t)cap * worker_emit(&w), sizeof(*w.sampled));
 	w.step_sampling = calloc(cap, sizeof(*w.step_sampling));
 	w.step_index = calloc(cap, sizeof(*w.step_index));
 	w.buffers = calloc(cap, sizeof(*w.buffers));
@@ -658,6 +706,16 @@ int worker_run(const struct worker_options *opt)
 	/* before the sandbox: binding a stateful model reserves its state */
 	if (worker_make_runner(&w, err, sizeof(err)))
 		goto out;
+	if (worker_emit(&w) > 1) {
+		/* results sized for guesses: the coordinator speculates
+		 * (docs/DESIGN.md 2.7) */
+		struct spec_config sc = { .mode = SPEC_NGRAM,
+					  .max_draft = worker_emit(&w) - 1,
+					  .ngram_min = SPEC_NGRAM_MIN,
+					  .ngram_max = SPEC_NGRAM_MAX };
+
+		model_runner_set_spec(w.runner, &sc);
+	}
 	w.ch = shm_channel_at(&w.seg, opt->shard);
 	w.first_slot = shm_shard_first_slot(w.seg.hdr, opt->shard);
 	w.end_slot = opt->shard + 1 < w.seg.hdr->n_shards ?

@@ -44,8 +44,9 @@
  * VERSIONING
  *
  * A plugin sets abi_version to the DYNBATCH_MODEL_ABI_VERSION it was
- * compiled against.  The loader accepts 1 to 4.  A version 1 table ends
- * at destroy, a version 2 table at release, a version 3 at logits: the
+ * compiled against.  The loader accepts 1 to 5.  A version 1 table ends
+ * at destroy, a version 2 table at release, a version 3 at logits, a
+ * version 4 at step_paged: the
  * loader never reads the fields after its version's last.  Only append fields at the end of the
  * struct, and bump the version when you do.
  *
@@ -76,7 +77,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DYNBATCH_MODEL_ABI_VERSION 4u
+#define DYNBATCH_MODEL_ABI_VERSION 5u
 #define DYNBATCH_MODEL_PLUGIN_SYMBOL "dynbatch_model_plugin"
 
 /* Why a stateful model refuses a row (refusals[] of step()). */
@@ -115,6 +116,12 @@ struct dynbatch_model_row {
 	/*
 	 * 1 when n_cached + n_consume == n_tokens: write the logits of the
 	 * token that follows tokens[n_tokens - 1].  0: consume only.
+	 * A model whose max_outputs() (version 5) gives W > 1 may get up
+	 * to min(W, n_consume) here: write the logits that follow each of
+	 * the last want_output positions consumed, in position order, as
+	 * that many output rows (speculative decoding verifies a row's
+	 * drafted tokens this way).  Each must equal what a step ending at
+	 * that position would write.
 	 */
 	uint32_t want_output;
 };
@@ -173,8 +180,9 @@ struct dynbatch_model_api {
 
 	/*
 	 * Stateful models: one step over n_rows rows (at most one per slot).
-	 * Let n_out be the number of rows with want_output; write the logits
-	 * of the k-th such row (in row order) to logits[k * vocab ..
+	 * Each row has want_output output rows (0 or 1, or up to
+	 * max_outputs()); write the k-th output row of the step (in row
+	 * order, then position order) to logits[k * vocab ..
 	 * (k + 1) * vocab).  Set refusals[i] to a dynbatch_refusal for each
 	 * row i (DYNBATCH_REFUSE_NONE when served); a refused row's logits
 	 * slot is still reserved and its contents ignored, and its slot's
@@ -246,6 +254,16 @@ struct dynbatch_model_api {
 	int (*step_paged)(void *model, uint32_t n_rows,
 			  const struct dynbatch_paged_row *rows, float *logits,
 			  uint32_t *refusals);
+
+	/* ---- version 5: the loader reads this only when abi_version >= 5 */
+
+	/*
+	 * Stateful models, optional: the most output rows one row of a step
+	 * may ask for (want_output), at least 1.  NULL, 0 or 1: one, the
+	 * logits after the row's last token.  More lets the engine verify
+	 * speculated tokens in one step (docs/DESIGN.md 2.7).
+	 */
+	uint32_t (*max_outputs)(void *model);
 };
 
 /*

@@ -34,7 +34,7 @@ static_assert(sizeof(struct shm_dispatch_row) == 36, "dispatch row");
 static_assert(offsetof(struct shm_header, shard_kv_size) == 112, "header");
 static_assert(sizeof(struct shm_result_row) == 20, "result row");
 static_assert(sizeof(struct shm_dispatch) == 24, "dispatch head");
-static_assert(sizeof(struct shm_result) == 32, "result head");
+static_assert(sizeof(struct shm_result) == 56, "result head");
 static_assert(offsetof(struct shm_channel, wake_seq) == 24, "wake word");
 static_assert(offsetof(struct shm_channel, worker_sleeping) == 64,
 	      "worker line apart from coordinator line");
@@ -69,26 +69,27 @@ size_t shm_dispatch_size(uint32_t shard_capacity)
 			  (size_t)shard_capacity * sizeof(struct shm_dispatch_row));
 }
 
-size_t shm_result_size(uint32_t shard_capacity)
+size_t shm_result_size(uint32_t result_rows)
 {
 	return round_line(sizeof(struct shm_result) +
-			  (size_t)shard_capacity * sizeof(struct shm_result_row));
+			  (size_t)result_rows * sizeof(struct shm_result_row));
 }
 
-size_t shm_logprobs_size(uint32_t shard_capacity)
+size_t shm_logprobs_size(uint32_t result_rows)
 {
-	return round_line((size_t)shard_capacity * sizeof(struct shm_logprobs));
+	return round_line((size_t)result_rows * sizeof(struct shm_logprobs));
 }
 
 /* The rings, then the logprob blocks of each result entry in a region of
  * their own: the result entries stay as compact as the rows need, and the
  * pages of blocks no row asks for are never touched. */
-static uint64_t channel_size_for(uint32_t shard_capacity, uint32_t depth)
+static uint64_t channel_size_for(uint32_t shard_capacity, uint32_t result_rows,
+				 uint32_t depth)
 {
 	return round_up(sizeof(struct shm_channel) +
 			depth * (shm_dispatch_size(shard_capacity) +
-				 shm_result_size(shard_capacity) +
-				 shm_logprobs_size(shard_capacity)), SHM_PAGE);
+				 shm_result_size(result_rows) +
+				 shm_logprobs_size(result_rows)), SHM_PAGE);
 }
 
 /* Fill in every layout field of hdr from p.  0 or -EINVAL. */
@@ -98,7 +99,8 @@ static int layout_compute(struct shm_header *hdr, const struct shm_params *p)
 	    p->n_shards > p->n_slots || !p->max_context ||
 	    p->max_context > SHM_MAX_CONTEXT ||
 	    (p->kv_block_tokens && (!p->kv_blocks ||
-				    p->kv_block_tokens > SHM_MAX_CONTEXT)))
+				    p->kv_block_tokens > SHM_MAX_CONTEXT)) ||
+	    p->emit_per_row > SHM_MAX_EMIT)
 		return -EINVAL;
 	memset(hdr, 0, sizeof(*hdr));
 	hdr->magic = SHM_MAGIC;
@@ -114,7 +116,10 @@ static int layout_compute(struct shm_header *hdr, const struct shm_params *p)
 	hdr->off_slots = SHM_PAGE;
 	hdr->segment_size = round_up(SHM_PAGE + (uint64_t)p->n_slots *
 				     sizeof(struct shm_slot), SHM_PAGE);
-	hdr->channel_size = channel_size_for(hdr->shard_capacity, hdr->ring_depth);
+	hdr->result_rows = hdr->shard_capacity *
+			   (p->emit_per_row ? p->emit_per_row : 1);
+	hdr->channel_size = channel_size_for(hdr->shard_capacity, hdr->result_rows,
+					     hdr->ring_depth);
 	hdr->shard_tokens_size = round_up((uint64_t)hdr->shard_capacity *
 					  p->max_context * sizeof(int32_t), SHM_PAGE);
 	hdr->shard_sampling_size = round_up((uint64_t)hdr->shard_capacity *
@@ -160,7 +165,10 @@ int shm_header_validate(const struct shm_header *hdr, size_t size, char *err,
 	p.vocab = hdr->vocab;
 	p.kv_block_tokens = hdr->kv_block_tokens;
 	p.kv_blocks = hdr->kv_blocks;
+	p.emit_per_row = hdr->shard_capacity ?
+			 hdr->result_rows / hdr->shard_capacity : 0;
 	if (layout_compute(&want, &p) || want.off_slots != hdr->off_slots ||
+	    want.result_rows != hdr->result_rows ||
 	    want.kv_max_blocks != hdr->kv_max_blocks ||
 	    want.shard_kv_size != hdr->shard_kv_size ||
 	    want.channel_size != hdr->channel_size ||

@@ -135,7 +135,7 @@
 #include "sampling/sampler.h"
 
 #define SHM_MAGIC 0x48435441424e5944ull	/* "DYNBATCH" little-endian */
-#define SHM_LAYOUT_VERSION 7u	/* 7: block tables (paged KV) */
+#define SHM_LAYOUT_VERSION 8u	/* 8: results of several tokens a row */
 #define SHM_CACHE_LINE 64
 #define SHM_PAGE 4096u
 #define SHM_RING_DEPTH 64u		/* positions per ring, power of two */
@@ -183,7 +183,9 @@ struct shm_header {
 					 * worker maps the pool itself) */
 	uint32_t kv_max_blocks;		/* entries of a slot's block table:
 					 * max_context in blocks, rounded up */
-	uint32_t pad2;
+	uint32_t result_rows;		/* rows one result entry holds:
+					 * shard_capacity x (1 + the most
+					 * tokens a row may guess a step) */
 	uint64_t shard_kv_size;		/* bytes of a shard object's block
 					 * tables (after its sampling table),
 					 * page multiple; 0 when not paged */
@@ -318,6 +320,9 @@ struct shm_slot_sampling {
 
 /* The longest --max-context a slot's buffer may have. */
 #define SHM_MAX_CONTEXT (1u << 24)
+/* The most tokens a row may get in one result (shm_params.emit_per_row):
+ * its next one and the guesses speculation confirmed (spec.h). */
+#define SHM_MAX_EMIT 16u
 
 /* The worker takes every row's n_tokens as given (after the coordinator
  * rejected a result), instead of keeping its own, longer prefix for a row
@@ -338,6 +343,12 @@ struct shm_result {
 	uint32_t n_rows;		/* rows filled */
 	int32_t status;			/* 0, or the model's negative errno */
 	uint64_t model_ns;		/* how long model_next() took (for stats) */
+	/* speculation in this step (stats only; capped by the reader) */
+	uint32_t spec_drafted;		/* tokens guessed */
+	uint32_t spec_accepted;		/* of which confirmed */
+	uint32_t spec_emitted;		/* tokens given to rows that guessed */
+	uint32_t spec_rows;		/* rows that guessed */
+	uint64_t spec_draft_ns;		/* time spent guessing */
 	struct shm_result_row rows[];
 };
 
@@ -386,6 +397,8 @@ struct shm_params {
 	uint32_t vocab;
 	uint32_t kv_block_tokens;	/* 0: no block tables */
 	uint32_t kv_blocks;		/* per shard pool */
+	uint32_t emit_per_row;		/* most tokens a row gets in one
+					 * result (1 + guesses); 0 counts as 1 */
 };
 
 /*
@@ -514,9 +527,9 @@ static inline struct shm_channel *shm_channel_at(const struct shm_segment *seg,
 }
 
 size_t shm_dispatch_size(uint32_t shard_capacity);
-size_t shm_result_size(uint32_t shard_capacity);
+size_t shm_result_size(uint32_t result_rows);
 /* The logprob blocks of one result entry (one per row). */
-size_t shm_logprobs_size(uint32_t shard_capacity);
+size_t shm_logprobs_size(uint32_t result_rows);
 
 /* The sampling entry of slot (in the shard's object; bounds-checked). */
 static inline struct shm_slot_sampling *
@@ -557,7 +570,7 @@ shm_result_at(const struct shm_header *hdr, struct shm_channel *ch,
 {
 	return (struct shm_result *)((char *)(ch + 1) +
 		hdr->ring_depth * shm_dispatch_size(hdr->shard_capacity) +
-		(pos & (hdr->ring_depth - 1)) * shm_result_size(hdr->shard_capacity));
+		(pos & (hdr->ring_depth - 1)) * shm_result_size(hdr->result_rows));
 }
 
 /* The logprob block of row i of the result at ring position pos: the
@@ -568,9 +581,9 @@ shm_result_logprobs(const struct shm_header *hdr, struct shm_channel *ch,
 {
 	return (struct shm_logprobs *)((char *)(ch + 1) +
 		hdr->ring_depth * (shm_dispatch_size(hdr->shard_capacity) +
-				   shm_result_size(hdr->shard_capacity)) +
+				   shm_result_size(hdr->result_rows)) +
 		(pos & (hdr->ring_depth - 1)) *
-		shm_logprobs_size(hdr->shard_capacity)) + i;
+		shm_logprobs_size(hdr->result_rows)) + i;
 }
 
 /* Publish the entry for ring position pos (payload already written). */

@@ -387,6 +387,16 @@ static void llama_release(void *model, uint32_t slot)
  * Check row r against the protocol of model.h and set its refusal.
  * Returns 0, or -EINVAL when the caller broke the protocol.
  */
+/* want_output: 0, or up to LLAMA_MAX_OUTPUTS of the last positions
+ * consumed, the last of them the prefix's end (model.h). */
+bool llama_outputs_ok(const struct dynbatch_model_row *r)
+{
+	return r->want_output == 0 ||
+	       (r->n_cached + r->n_consume == r->n_tokens &&
+		r->want_output <= r->n_consume &&
+		r->want_output <= LLAMA_MAX_OUTPUTS);
+}
+
 static int llama_row_check(struct llama_model *m,
 			   const struct dynbatch_model_row *r,
 			   uint32_t *refusal)
@@ -406,8 +416,7 @@ static int llama_row_check(struct llama_model *m,
 		return 0;
 	}
 	if (!r->tokens || r->n_consume == 0 || end > r->n_tokens ||
-	    r->n_cached > m->consumed[r->slot] ||
-	    (r->want_output && end != r->n_tokens))
+	    r->n_cached > m->consumed[r->slot] || !llama_outputs_ok(r))
 		return -EINVAL;
 	for (uint32_t i = r->n_cached; i < end; i++) {
 		if (r->tokens[i] < 0 ||
@@ -426,9 +435,9 @@ void llama_queue_row(struct llama_model *m, const struct dynbatch_model_row *r,
 	uint32_t end = r->n_cached + r->n_consume;
 
 	if (refusal != DYNBATCH_REFUSE_NONE) {
-		if (r->want_output)
-			memset(m->logits + (size_t)(*out_row)++ * vocab, 0,
-			       vocab * sizeof(float));
+		memset(m->logits + (size_t)*out_row * vocab, 0,
+		       (size_t)r->want_output * vocab * sizeof(float));
+		*out_row += (int32_t)r->want_output;
 		return;
 	}
 	for (uint32_t p = r->n_cached; p < end; p++) {
@@ -438,12 +447,13 @@ void llama_queue_row(struct llama_model *m, const struct dynbatch_model_row *r,
 		ct->blocks = blocks;
 		ct->pos = p;
 		ct->token = r->tokens[p];
-		ct->out_row = (r->want_output && p == end - 1) ? *out_row : -1;
+		/* the last want_output positions give output rows, in order */
+		ct->out_row = p >= end - r->want_output ?
+			      *out_row + (int32_t)(p - (end - r->want_output)) : -1;
 		if (m->n_ct == LLAMA_CHUNK)
 			llama_chunk_run(m);
 	}
-	if (r->want_output)
-		(*out_row)++;
+	*out_row += (int32_t)r->want_output;
 }
 
 static int llama_step(void *model, uint32_t n_rows,
@@ -477,6 +487,12 @@ static int llama_step(void *model, uint32_t n_rows,
 
 /* ------------------------------------------------------------- table */
 
+static uint32_t llama_max_outputs(void *model)
+{
+	(void)model;
+	return LLAMA_MAX_OUTPUTS;
+}
+
 static const struct dynbatch_model_api llama_api = {
 	.abi_version = DYNBATCH_MODEL_ABI_VERSION,
 	.name = "llama",
@@ -492,6 +508,8 @@ static const struct dynbatch_model_api llama_api = {
 	.kv_bytes_per_token = llama_kv_bytes_per_token,
 	.bind_paged = llama_bind_paged,
 	.step_paged = llama_step_paged,
+	/* version 5: logits of several positions of a row (speculation) */
+	.max_outputs = llama_max_outputs,
 };
 
 const struct dynbatch_model_api *llama_model_api(void)

@@ -169,7 +169,7 @@ static int llama_paged_row_check(const struct llama_model *m,
 	/* n_cached is not checked against anything: the engine vouches for
 	 * it, and whatever the blocks hold, reading them stays in the pool */
 	if (!r->tokens || r->n_consume == 0 || end > r->n_tokens ||
-	    (r->want_output && end != r->n_tokens) ||
+	    !llama_outputs_ok(r) ||
 	    (uint64_t)pr->n_blocks * m->block_tokens < end)
 		return -EINVAL;
 	for (uint64_t i = r->n_cached; i < end; i++) {

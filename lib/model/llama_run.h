@@ -18,6 +18,8 @@
 #include "kernels/tensor.h"
 
 #define LLAMA_CHUNK 64		/* tokens per internal forward pass */
+#define LLAMA_MAX_OUTPUTS 16u	/* output rows per row of a step (model.h
+				 * version 5: a speculated row's drafts) */
 #define LLAMA_ALIGN 64
 /* attention=split: keys cut at absolute positions, multiples of this
  * (a constant, so that results depend on no block size or layout) */
@@ -113,6 +115,7 @@ void llama_unbind(struct llama_model *m);
  * logits, if it wants some, are zeros.  *out_row: the row's logits slot,
  * moved past it when it wants output.
  */
+bool llama_outputs_ok(const struct dynbatch_model_row *r);
 void llama_queue_row(struct llama_model *m, const struct dynbatch_model_row *r,
 		     const uint32_t *blocks, uint32_t refusal, int32_t *out_row);
 

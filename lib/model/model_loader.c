@@ -68,6 +68,8 @@ struct model {
 	uint32_t vocab;		/* api->vocab(handle), read once at open */
 	uint32_t max_context;	/* api->max_context(handle) or 0, read once */
 	uint64_t kv_bytes_per_token;	/* paged: read once at open; else 0 */
+	uint32_t max_outputs;	/* output rows per row of a step, >= 1,
+				 * read once at open (model.h, version 5) */
 	char pin[MODEL_PIN_MAX];	/* a file-backed model's file identity */
 };
 
@@ -188,6 +190,8 @@ static size_t model_table_size(uint32_t version)
 		return offsetof(struct dynbatch_model_api, logits);
 	case 3:
 		return offsetof(struct dynbatch_model_api, kv_bytes_per_token);
+	case 4:
+		return offsetof(struct dynbatch_model_api, max_outputs);
 	default:
 		return sizeof(struct dynbatch_model_api);
 	}
@@ -359,6 +363,13 @@ static int model_create(struct model *m, const char *name, int name_len,
 	}
 	if (m->api->max_context)
 		m->max_context = m->api->max_context(m->handle);
+	m->max_outputs = 1;
+	if ((m->api->step || m->api->step_paged) && m->api->max_outputs) {
+		uint32_t w = m->api->max_outputs(m->handle);
+
+		/* more than the engine ever asks is as good as its most */
+		m->max_outputs = w < 1 ? 1 : w > MODEL_MAX_OUTPUTS ? MODEL_MAX_OUTPUTS : w;
+	}
 	if (m->api->step_paged) {
 		/* the engine sizes the pool and its blocks from it */
 		m->kv_bytes_per_token = m->api->kv_bytes_per_token(m->handle);
@@ -502,6 +513,11 @@ bool model_is_paged(const struct model *m)
 uint64_t model_kv_bytes_per_token(const struct model *m)
 {
 	return m->kv_bytes_per_token;
+}
+
+uint32_t model_max_outputs(const struct model *m)
+{
+	return m->max_outputs;
 }
 
 uint32_t model_max_context(const struct model *m)

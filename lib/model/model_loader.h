@@ -100,6 +100,13 @@ bool model_is_paged(const struct model *m);
  * 0 for any other model. */
 uint64_t model_kv_bytes_per_token(const struct model *m);
 
+/* The most output rows one row of a stateful step may ask for
+ * (model.h, version 5's max_outputs()), clamped to [1,
+ * MODEL_MAX_OUTPUTS]; 1 for a token model (the runner verifies a token
+ * model's drafts as rows of their own). */
+#define MODEL_MAX_OUTPUTS 64u
+uint32_t model_max_outputs(const struct model *m);
+
 /* See dynbatch_model_api.bind_paged.  0 or a negative errno (err
  * written); -ENOTSUP when the model is not paged. */
 int model_bind_paged(struct model *m, void *pool, uint32_t n_blocks,

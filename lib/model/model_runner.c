@@ -31,11 +31,15 @@
 #include "dynbatch/model.h"
 #include "model/kv_pool.h"
 #include "model/model_loader.h"
+#include "spec/spec.h"
+#include "util/clock.h"
 
 struct runner_slot {
 	uint32_t generation;	/* the request whose state the model holds */
 	uint32_t consumed;	/* tokens of it the model holds (0: none) */
 	bool kept;		/* scratch of model_runner_keep() */
+	uint32_t pace_generation;	/* the request pace is about */
+	struct spec_pace pace;	/* its guesses' record (spec.h) */
 };
 
 /* What one row does in the step being planned. */
@@ -57,6 +61,7 @@ struct model_runner {
 	struct dynbatch_model_row *mrows;
 	struct dynbatch_paged_row *prows;	/* paged: the same with tables */
 	bool paged;
+	uint32_t block_tokens;	/* paged: positions per block */
 	uint32_t *mrow_of;	/* row -> its model row, or UINT32_MAX */
 	uint32_t *refusals;
 	float *logits;		/* n_slots x vocab */
@@ -66,6 +71,14 @@ struct model_runner {
 	uint32_t *logit_rows;	/* token models: rows that sample */
 	struct sampler *sampler;
 	bool has_logits;	/* token models: logits() for sampled rows */
+	/* speculation (model_runner_set_spec(); docs/DESIGN.md 2.7) */
+	struct spec_config spec;
+	uint32_t max_emit;	/* 1 + the most guesses a row makes */
+	uint32_t *n_draft;	/* per step row: its guesses this step */
+	int32_t *drafts;	/* per step row: SPEC_MAX_DRAFT guesses */
+	int32_t *seq;		/* per step row: prefix + guesses, for the
+				 * model (max_context + SPEC_MAX_DRAFT) */
+	struct runner_spec_counts counts;
 };
 
 static struct model_runner *runner_create(struct model *m, uint32_t n_slots,
@@ -88,6 +101,7 @@ static struct model_runner *runner_create(struct model *m, uint32_t n_slots,
 	r->lengths = calloc(n_slots, sizeof(*r->lengths));
 	r->next_tokens = calloc(n_slots, sizeof(*r->next_tokens));
 	r->has_logits = model_has_logits(m);
+	r->max_emit = 1;
 	r->sampler = sampler_create(r->vocab);
 	if (!r->slots || !r->prefixes || !r->lengths || !r->next_tokens ||
 	    !r->sampler)
@@ -112,6 +126,7 @@ static struct model_runner *runner_create(struct model *m, uint32_t n_slots,
 		goto oom;
 	if (pool) {
 		r->paged = true;
+		r->block_tokens = pool->block_tokens;
 		r->prows = calloc(n_slots, sizeof(*r->prows));
 		if (!r->prows)
 			goto oom;
@@ -167,8 +182,73 @@ void model_runner_destroy(struct model_runner *r)
 	free(r->lengths);
 	free(r->next_tokens);
 	free(r->logit_rows);
+	free(r->n_draft);
+	free(r->drafts);
+	free(r->seq);
 	sampler_destroy(r->sampler);
 	free(r);
+}
+
+/* calloc'd scratch resized to n elements of size sz (old contents not
+ * kept).  0 or -ENOMEM, with *p left as it was. */
+static int runner_resize(void *p, size_t n, size_t sz)
+{
+	void **pp = p, *q = calloc(n, sz);
+
+	if (!q)
+		return -ENOMEM;
+	free(*pp);
+	*pp = q;
+	return 0;
+}
+
+uint32_t model_runner_set_spec(struct model_runner *r,
+			       const struct spec_config *cfg)
+{
+	uint32_t k = cfg->mode == SPEC_OFF ? 0 : cfg->max_draft;
+	size_t n = r->n_slots, emit;
+
+	if (k > SPEC_MAX_DRAFT)
+		k = SPEC_MAX_DRAFT;
+	/* a stateful model verifies a row's guesses in its own step */
+	if (r->stateful && k + 1 > model_max_outputs(r->model))
+		k = model_max_outputs(r->model) - 1;
+	/* a token model without logits() cannot check a sampled guess, but
+	 * greedy rows still can: its next() gives every entry a token */
+	emit = (size_t)k + 1;
+	if (emit > r->max_emit) {
+		/* the buffers that hold a step's outputs grow with it */
+		if (runner_resize(&r->logits, n * emit * r->vocab, sizeof(float)) ||
+		    runner_resize(&r->prefixes, n * emit, sizeof(*r->prefixes)) ||
+		    runner_resize(&r->lengths, n * emit, sizeof(*r->lengths)) ||
+		    runner_resize(&r->next_tokens, n * emit, sizeof(*r->next_tokens)) ||
+		    (r->logit_rows &&
+		     runner_resize(&r->logit_rows, n * emit, sizeof(*r->logit_rows))) ||
+		    runner_resize(&r->n_draft, n, sizeof(*r->n_draft)) ||
+		    runner_resize(&r->drafts, n * SPEC_MAX_DRAFT, sizeof(*r->drafts)) ||
+		    runner_resize(&r->seq, n * ((size_t)r->max_context + SPEC_MAX_DRAFT),
+				  sizeof(*r->seq)))
+			k = 0;	/* out of memory: run without, as before */
+		else
+			r->max_emit = (uint32_t)emit;
+	}
+	if (k + 1 > r->max_emit)
+		k = r->max_emit - 1;
+	r->spec = *cfg;
+	r->spec.max_draft = k;
+	if (!k)
+		r->spec.mode = SPEC_OFF;
+	return k + 1;
+}
+
+uint32_t model_runner_max_emit(const struct model_runner *r)
+{
+	return r->spec.mode == SPEC_OFF ? 1 : r->spec.max_draft + 1;
+}
+
+struct runner_spec_counts model_runner_spec_counts(const struct model_runner *r)
+{
+	return r->counts;
 }
 
 static void runner_drop(struct model_runner *r, uint32_t slot)
@@ -236,15 +316,16 @@ static int runner_argmax(const float *logits, uint32_t vocab, int32_t *token)
  * logits: the step fails.
  */
 static int runner_pick(struct model_runner *r, const struct runner_row *row,
-		       const float *logits, struct runner_result *res)
+		       const float *logits, uint32_t j, struct runner_result *res)
 {
-	struct sampler_result tmp, *out = row->sampled ? row->sampled : &tmp;
+	struct sampler_result tmp, *out = row->sampled ? row->sampled + j : &tmp;
 	int ret;
 
 	*res = (struct runner_result){ .token = -1, .outcome = RUNNER_TOKEN };
 	if (!row->sampling)
 		return runner_argmax(logits, r->vocab, &res->token);
-	ret = sampler_sample(r->sampler, logits, row->sampling, row->k,
+	/* position j past the row's next: the draw of the k + j-th token */
+	ret = sampler_sample(r->sampler, logits, row->sampling, row->k + j,
 			     row->choice, out);
 	if (ret == -EDOM)
 		return ret;
@@ -259,6 +340,110 @@ static int runner_pick(struct model_runner *r, const struct runner_row *row,
 }
 
 /*
+ * The guesses row i makes this step (speculation on, the row's next
+ * token due): at most what its pace allows, what its room and the
+ * context leave after the token it is owed, and cap (what its block
+ * table holds, for a paged row).  They go to r->drafts, and the prefix
+ * with them to r->seq, which the model reads instead of the prefix.
+ */
+static uint32_t runner_propose(struct model_runner *r, uint32_t i,
+			       const struct runner_row *row, uint64_t cap)
+{
+	struct runner_slot *st = &r->slots[row->slot];
+	uint32_t room = row->room ? row->room : 1, a;
+	int32_t *d = r->drafts + (size_t)i * SPEC_MAX_DRAFT;
+	int32_t *seq;
+	uint64_t t0;
+
+	if (r->spec.mode == SPEC_OFF || row->no_spec || !row->n_tokens)
+		return 0;
+	if (st->pace_generation != row->generation) {
+		st->pace = (struct spec_pace){ 0 };
+		st->pace_generation = row->generation;
+	}
+	if (cap > room - 1)
+		cap = room - 1;
+	if (cap > r->max_context - row->n_tokens)
+		cap = r->max_context - row->n_tokens;
+	if (!cap)
+		return 0;
+	a = spec_pace_allow(&st->pace, r->spec.max_draft);
+	if (a > cap)
+		a = (uint32_t)cap;
+	if (!a)
+		return 0;
+	t0 = clock_now_ns();
+	a = spec_ngram_propose(row->tokens, row->n_tokens, r->spec.ngram_min,
+			       r->spec.ngram_max, a, d);
+	r->counts.draft_ns += clock_now_ns() - t0;
+	if (!a)
+		return 0;
+	seq = r->seq + (size_t)i * (r->max_context + SPEC_MAX_DRAFT);
+	memcpy(seq, row->tokens, (size_t)row->n_tokens * sizeof(*seq));
+	memcpy(seq + row->n_tokens, d, (size_t)a * sizeof(*seq));
+	return a;
+}
+
+/*
+ * The accept rule "exact" (docs/DESIGN.md 2.7) for a row that guessed
+ * d[0 .. a): the token of each position is picked exactly as decoding
+ * without guesses picks it (the argmax, or the draw of the same (seed,
+ * k + j, choice)), from logits row j (or, for a token model's greedy
+ * row, taken from tokens[j]); a guess is taken iff it equals that pick;
+ * the first that differs is replaced by the pick, and a row whose every
+ * guess holds gets the pick after them as well.  A refusal at a later
+ * position ends the run before it (the next step meets it at its own
+ * position).  *matched: the guesses taken.  0, or -EDOM (NaN logits).
+ */
+static int runner_accept(struct model_runner *r, const struct runner_row *row,
+			 uint32_t a, const int32_t *d, const float *logits,
+			 const int32_t *tokens, struct runner_result *res,
+			 uint32_t *matched)
+{
+	struct runner_result one;
+	int ret;
+
+	*matched = 0;
+	for (uint32_t j = 0; j <= a; j++) {
+		if (logits) {
+			ret = runner_pick(r, row, logits + (size_t)j * r->vocab, j, &one);
+			if (ret)
+				return ret;
+		} else {
+			one = (struct runner_result){ .token = tokens[j],
+						      .outcome = RUNNER_TOKEN };
+		}
+		if (one.outcome != RUNNER_TOKEN) {
+			if (!j)
+				*res = one;
+			return 0;
+		}
+		if (!j)
+			*res = one;
+		else
+			res->more[res->n_more++] = one.token;
+		if (j == a || one.token != d[j])
+			break;
+		(*matched)++;
+	}
+	return 0;
+}
+
+/* Count a row's verified guesses and let them set its pace. */
+static void runner_spec_note(struct model_runner *r, const struct runner_row *row,
+			     uint32_t a, uint32_t matched,
+			     const struct runner_result *res)
+{
+	if (!a)
+		return;
+	r->counts.drafted += a;
+	r->counts.accepted += matched;
+	r->counts.emitted += res->outcome == RUNNER_TOKEN ? 1 + res->n_more : 0;
+	r->counts.verify_rows++;
+	spec_pace_update(&r->slots[row->slot].pace, r->spec.max_draft, a, matched);
+}
+
+/*
  * A token model: next() for every row (greedy rows take its token), and
  * logits() for the rows that sample, which then draw from them.
  */
@@ -266,44 +451,84 @@ static int runner_step_tokens(struct model_runner *r, uint32_t n_rows,
 			      const struct runner_row *rows,
 			      struct runner_result *results)
 {
-	uint32_t n_logits = 0;
+	uint32_t n_entries = 0, n_logits = 0, matched;
+	uint64_t t0;
 	int ret;
 
+	/* each row, then each of its guessed prefixes, as an entry */
 	for (uint32_t i = 0; i < n_rows; i++) {
-		r->prefixes[i] = rows[i].tokens;
-		r->lengths[i] = rows[i].n_tokens;
+		uint32_t a = rows[i].slot < r->n_slots &&
+			     rows[i].n_tokens <= r->max_context ?
+			     runner_propose(r, i, &rows[i], SPEC_MAX_DRAFT) : 0;
+		const int32_t *seq = r->seq ? r->seq + (size_t)i *
+				     (r->max_context + SPEC_MAX_DRAFT) : NULL;
+
+		if (r->n_draft)
+			r->n_draft[i] = a;
+		for (uint32_t j = 0; j <= a; j++) {
+			r->prefixes[n_entries] = j ? seq : rows[i].tokens;
+			r->lengths[n_entries++] = rows[i].n_tokens + j;
+		}
 	}
-	ret = model_next(r->model, n_rows, r->prefixes, r->lengths, r->next_tokens);
+	t0 = clock_now_ns();
+	ret = model_next(r->model, n_entries, r->prefixes, r->lengths, r->next_tokens);
+	if (n_entries > n_rows) {	/* some row guessed */
+		r->counts.verify_ns += clock_now_ns() - t0;
+		r->counts.steps++;
+	}
 	if (ret)
 		return ret;
-	for (uint32_t i = 0; i < n_rows; i++) {
-		results[i] = (struct runner_result){ .token = r->next_tokens[i],
-						     .outcome = RUNNER_TOKEN };
-		if (!rows[i].sampling)
+	for (uint32_t i = 0, e = 0; i < n_rows; i++) {
+		uint32_t a = r->n_draft ? r->n_draft[i] : 0;
+		const int32_t *d = r->drafts ? r->drafts + (size_t)i * SPEC_MAX_DRAFT : NULL;
+
+		if (!rows[i].sampling) {
+			runner_accept(r, &rows[i], a, d, NULL, r->next_tokens + e,
+				      &results[i], &matched);
+			runner_spec_note(r, &rows[i], a, matched, &results[i]);
+			e += a + 1;
 			continue;
+		}
+		e += a + 1;
 		if (!r->has_logits) {
 			results[i] = (struct runner_result){ .token = -1,
 				.outcome = RUNNER_REFUSED,
 				.detail = RUNNER_REFUSE_NO_LOGITS };
 			continue;
 		}
-		/* compacted to the front: logits() sees only these rows */
-		r->prefixes[n_logits] = rows[i].tokens;
-		r->lengths[n_logits] = rows[i].n_tokens;
-		r->logit_rows[n_logits++] = i;
+	}
+	/* the rows that sample: their entries compacted to the front, for
+	 * logits() to see only these */
+	for (uint32_t i = 0; i < n_rows; i++) {
+		uint32_t a = r->n_draft ? r->n_draft[i] : 0;
+		const int32_t *seq = r->seq ? r->seq + (size_t)i *
+				     (r->max_context + SPEC_MAX_DRAFT) : NULL;
+
+		if (!rows[i].sampling || !r->has_logits)
+			continue;
+		for (uint32_t j = 0; j <= a; j++) {
+			r->prefixes[n_logits] = j ? seq : rows[i].tokens;
+			r->lengths[n_logits++] = rows[i].n_tokens + j;
+		}
 	}
 	if (!n_logits)
 		return 0;
 	ret = model_logits(r->model, n_logits, r->prefixes, r->lengths, r->logits);
 	if (ret)
 		return ret;
-	for (uint32_t j = 0; j < n_logits; j++) {
-		uint32_t i = r->logit_rows[j];
+	for (uint32_t i = 0, base = 0; i < n_rows; i++) {
+		uint32_t a = r->n_draft ? r->n_draft[i] : 0;
+		const int32_t *d = r->drafts ? r->drafts + (size_t)i * SPEC_MAX_DRAFT : NULL;
 
-		ret = runner_pick(r, &rows[i], r->logits + (size_t)j * r->vocab,
-				  &results[i]);
+		if (!rows[i].sampling || !r->has_logits)
+			continue;
+		ret = runner_accept(r, &rows[i], a, d,
+				    r->logits + (size_t)base * r->vocab, NULL,
+				    &results[i], &matched);
 		if (ret)
 			return ret;
+		runner_spec_note(r, &rows[i], a, matched, &results[i]);
+		base += a + 1;
 	}
 	return 0;
 }
@@ -382,7 +607,9 @@ static int runner_step_stateful(struct model_runner *r, uint32_t n_rows,
 				const struct runner_row *rows,
 				struct runner_result *results)
 {
-	uint32_t n_model = 0, n_out = 0;
+	uint32_t n_model = 0, n_out = 0, a, matched;
+	bool guessed = false;
+	uint64_t t0;
 	int ret;
 
 	ret = runner_plan_rows(r, n_rows, rows);
@@ -392,19 +619,39 @@ static int runner_step_stateful(struct model_runner *r, uint32_t n_rows,
 	for (uint32_t i = 0; i < n_rows; i++) {
 		const struct runner_plan *p = &r->plan[i];
 		bool done = p->consume == p->remaining;
+		uint64_t held = (uint64_t)rows[i].n_blocks * r->block_tokens;
 
+		a = 0;
 		r->mrow_of[i] = UINT32_MAX;
+		if (r->n_draft)
+			r->n_draft[i] = 0;
 		if (!p->consume && !(done && rows[i].n_tokens == 0))
 			continue;	/* no budget left for it this step */
+		/* only a decoding row guesses (its prefix all consumed but
+		 * the last token); a paged one within its table */
+		if (done && p->remaining == 1)
+			a = runner_propose(r, i, &rows[i], !r->paged ? SPEC_MAX_DRAFT :
+					   held > rows[i].n_tokens ?
+					   held - rows[i].n_tokens : 0);
+		if (r->n_draft)
+			r->n_draft[i] = a;
+		guessed |= a > 0;
 		r->mrow_of[i] = n_model;
 		r->mrows[n_model++] = (struct dynbatch_model_row){
 			.slot = rows[i].slot, .generation = rows[i].generation,
-			.tokens = rows[i].tokens, .n_tokens = rows[i].n_tokens,
-			.n_cached = p->n_cached, .n_consume = p->consume,
-			.want_output = done };
+			.tokens = a ? r->seq + (size_t)i * (r->max_context + SPEC_MAX_DRAFT) :
+				      rows[i].tokens,
+			.n_tokens = rows[i].n_tokens + a,
+			.n_cached = p->n_cached, .n_consume = p->consume + a,
+			.want_output = done ? 1 + a : 0 };
 	}
 	memset(r->refusals, 0, n_model * sizeof(*r->refusals));
+	t0 = guessed ? clock_now_ns() : 0;
 	ret = n_model ? runner_call_model(r, n_model, rows) : 0;
+	if (guessed) {
+		r->counts.verify_ns += clock_now_ns() - t0;
+		r->counts.steps++;
+	}
 	if (ret) {	/* the model's state of these rows is unknown now */
 		model_runner_forget_all(r);
 		return ret;
@@ -427,8 +674,7 @@ static int runner_step_stateful(struct model_runner *r, uint32_t n_rows,
 				.token = -1, .outcome = RUNNER_REFUSED,
 				.detail = r->refusals[k] };
 			runner_refused(r, rows[i].slot);
-			if (mr->want_output)
-				n_out++;
+			n_out += mr->want_output;
 			continue;
 		}
 		st->consumed = mr->n_cached + mr->n_consume;
@@ -438,14 +684,23 @@ static int runner_step_stateful(struct model_runner *r, uint32_t n_rows,
 				.detail = st->consumed };
 			continue;
 		}
-		ret = runner_pick(r, &rows[i], r->logits + (size_t)n_out++ * r->vocab,
-				  &results[i]);
-		if (!ret && results[i].outcome == RUNNER_REFUSED)
-			runner_refused(r, rows[i].slot);
+		a = r->n_draft ? r->n_draft[i] : 0;
+		ret = runner_accept(r, &rows[i], a,
+				    a ? r->drafts + (size_t)i * SPEC_MAX_DRAFT : NULL,
+				    r->logits + (size_t)n_out * r->vocab, NULL,
+				    &results[i], &matched);
+		n_out += mr->want_output;
 		if (ret) {
 			model_runner_forget_all(r);
 			return ret;
 		}
+		/* rolled back: the state after the guesses not taken is
+		 * never vouched for, so the next step overwrites it */
+		if (a)
+			st->consumed = rows[i].n_tokens + matched;
+		runner_spec_note(r, &rows[i], a, matched, &results[i]);
+		if (results[i].outcome == RUNNER_REFUSED)
+			runner_refused(r, rows[i].slot);
 	}
 	return 0;
 }

@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "sampling/sampler.h"
+#include "spec/spec.h"
 
 struct model;
 struct model_runner;
@@ -50,8 +51,14 @@ struct runner_row {
 	uint32_t step_consume;
 	uint32_t k;		/* the request's k-th generated token */
 	uint32_t choice;	/* of its n choices */
-	/* sampling->logprobs: the token's logprob and alternatives go here */
+	/* sampling->logprobs: the token's logprob and alternatives go here;
+	 * with speculation on (model_runner_set_spec()), an array of
+	 * model_runner_max_emit() of them, one per token given */
 	struct sampler_result *sampled;
+	/* the most tokens the row may be given this step (its limit less
+	 * its length); 0 counts as 1.  Speculation never guesses past it. */
+	uint32_t room;
+	bool no_spec;		/* the request asked for no speculation */
 	/* paged runners only: the row's block table (n_blocks entries,
 	 * read-only, valid in the call) and the positions [0, kv_cached)
 	 * its blocks hold for the request's first step in this runner */
@@ -78,6 +85,22 @@ struct runner_result {
 	int32_t token;		/* RUNNER_TOKEN: in [0, vocab) */
 	uint32_t outcome;	/* enum runner_outcome */
 	uint32_t detail;
+	/* RUNNER_TOKEN with speculation: the n_more tokens that follow
+	 * token, at the next positions, each exactly what the steps after
+	 * this one would have given (docs/DESIGN.md 2.7) */
+	uint32_t n_more;
+	int32_t more[SPEC_MAX_DRAFT];
+};
+
+/* What speculation did, summed over a runner's life (model_runner_spec_counts()). */
+struct runner_spec_counts {
+	uint64_t drafted;	/* tokens guessed */
+	uint64_t accepted;	/* guesses the model confirmed */
+	uint64_t emitted;	/* tokens given by steps of rows that guessed */
+	uint64_t verify_rows;	/* row-steps that checked guesses */
+	uint64_t steps;		/* model steps with any guesses in them */
+	uint64_t draft_ns;	/* time spent guessing */
+	uint64_t verify_ns;	/* time of the model steps that checked some */
 };
 
 /*
@@ -117,6 +140,22 @@ int model_runner_step(struct model_runner *r, uint32_t n_rows,
  */
 void model_runner_keep(struct model_runner *r, uint32_t n,
 		       const struct runner_row *rows);
+
+/*
+ * Turn speculation on (cfg->mode != SPEC_OFF) or off for the steps that
+ * follow.  A stateful model verifies a row's guesses in one step when
+ * its max_outputs() allows (the guesses are capped to fit); a token
+ * model gets each guessed prefix as a row of its own.  Returns how many
+ * tokens a row may now be given in one step (1: speculation off).
+ */
+uint32_t model_runner_set_spec(struct model_runner *r,
+			       const struct spec_config *cfg);
+
+/* The most tokens one row may be given in one step (1 + guesses). */
+uint32_t model_runner_max_emit(const struct model_runner *r);
+
+/* What speculation has done so far. */
+struct runner_spec_counts model_runner_spec_counts(const struct model_runner *r);
 
 /* Drop every slot's state: the caller cannot vouch for any of it. */
 void model_runner_forget_all(struct model_runner *r);

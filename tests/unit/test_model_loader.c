@@ -403,6 +403,14 @@ static struct model *open_table(const struct dynbatch_model_api *api,
  * a later version, set in an older table, are never used (an older
  * plugin's table ends before them, and what follows is not its).
  */
+/* A max_outputs() far past what the engine asks: clamped, or never
+ * called in a table older than version 5. */
+static uint32_t garbage_max_outputs(void *model)
+{
+	(void)model;
+	return 0xfffffff0u;
+}
+
 static void test_table_versions(void **state)
 {
 	struct dynbatch_model_api t = *sim_model_api();
@@ -456,6 +464,24 @@ static void test_table_versions(void **state)
 	assert_true(model_has_logits(m));
 	model_close(m);
 
+	/* version 5's max_outputs(): read only from version 5, clamped */
+	t = *simkv_model_api();
+	t.abi_version = 4;
+	t.max_outputs = garbage_max_outputs;
+	m = open_table(&t, "", err, sizeof(err));
+	if (!m)
+		fail_msg("stateful version 4: %s", err);
+	assert_int_equal(model_max_outputs(m), 1);
+	model_close(m);
+	t.abi_version = 5;
+	m = open_table(&t, "", err, sizeof(err));
+	if (!m)
+		fail_msg("stateful version 5: %s", err);
+	assert_int_equal(model_max_outputs(m), MODEL_MAX_OUTPUTS);
+	model_close(m);
+	t = *simkv_model_api();
+	t.logits = failing_logits;
+
 	/* ... but in a version 3 table, both is a mistake the loader names */
 	t.abi_version = 3;
 	assert_null(open_table(&t, "", err, sizeof(err)));
@@ -466,10 +492,10 @@ static void test_table_versions(void **state)
 	t = *sim_model_api();
 	t.abi_version = 0;
 	assert_null(open_table(&t, "", err, sizeof(err)));
-	assert_non_null(strstr(err, "has ABI version 0, this dynbatch reads versions 1 to 4"));
+	assert_non_null(strstr(err, "has ABI version 0, this dynbatch reads versions 1 to 5"));
 	t.abi_version = DYNBATCH_MODEL_ABI_VERSION + 1;
 	assert_null(open_table(&t, "", err, sizeof(err)));
-	assert_non_null(strstr(err, "has ABI version 5"));
+	assert_non_null(strstr(err, "has ABI version 6"));
 	assert_null(open_table(NULL, "", err, sizeof(err)));
 	assert_true(err[0] != '\0');
 	/* what create() says reaches err */

@@ -219,7 +219,7 @@ static void test_check_hostile_entries(void **state)
 		uint64_t seq;
 
 		assert_int_equal(shard_channel_init(&c, 0, rng_below(&r, ALL_SLOTS - MAX_SLOTS),
-						    1 + rng_below(&r, MAX_SLOTS), SHM_RING_DEPTH), 0);
+						    1 + rng_below(&r, MAX_SLOTS), SHM_RING_DEPTH, 1), 0);
 		for (uint32_t s = 0; s < ALL_SLOTS; s++) {
 			asked[s] = rng_below(&r, 2);
 			top[s] = rng_below(&r, 6);
@@ -301,7 +301,7 @@ static void test_read_consumes_in_order(void **state)
 	(void)state;
 	assert_int_equal(shm_segment_create(&seg, &p), 0);
 	ch = shm_channel_at(&seg, 0);
-	assert_int_equal(shard_channel_init(&c, 0, 0, 4, seg.hdr->ring_depth), 0);
+	assert_int_equal(shard_channel_init(&c, 0, 0, 4, seg.hdr->ring_depth, 1), 0);
 	shard_channel_new_epoch(&c);
 	assert_int_equal(shard_channel_record(&c, 0), 1);
 	assert_true(shard_channel_sent_any(&c));
