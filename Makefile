@@ -103,7 +103,7 @@ ESCAPE_PLUGIN := $(BUILD)/escape_plugin.so
 # the coordinator learns its vocabulary (e2e_probe.sh).
 PROBE_PLUGIN := $(BUILD)/probe_plugin.so
 
-.PHONY: all deps test-deps run serve load layers layers-doc test unit e2e asan tsan bench bench-llama bench-prefix bench-tokenizer bench-sampler soak clean \
+.PHONY: all deps test-deps run serve load layers layers-doc test unit e2e asan tsan bench bench-spec bench-llama bench-prefix bench-tokenizer bench-sampler soak clean \
 	test-ggml-ref test-tokenizers test-chat-templates test-llamacpp bench-gguf
 all: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(BIN)/dynbatch-hostile-worker \
 	$(TOOL_BIN) $(PLUGIN) $(ESCAPE_PLUGIN) $(PROBE_PLUGIN) $(TEST_BIN)
@@ -275,6 +275,13 @@ bench: deps
 # bandwidth (bin/machine_limits): decode, prefill and chunked-prefill
 # figures with stories15M- and stories110M-shaped checkpoints (random
 # weights, made once in $(BUILD)/bench); writes $(BUILD)/bench/llama.md.
+# Speculative decoding (docs/DESIGN.md 2.7): --speculate off and ngram in
+# one run, batch 1 and 4, on repeating and on unique text, stories110M
+# (SMALL=1: stories15M); writes $(BUILD)/bench/spec.md.  A few minutes.
+bench-spec: deps
+	$(MAKE) all
+	BIN=$(BIN) bash bench/bench_spec.sh $(BUILD)/bench
+
 bench-llama: deps
 	$(MAKE) all
 	BIN=$(BIN) bash bench/bench_llama.sh $(BUILD)/bench

@@ -7,7 +7,7 @@
  *                    --kv-heads NKV --vocab V --seq-len S]
  *                   [--separate-classifier]
  *                   [--format legacy|ak42|ak42v2 [--group-size N]]
- *                   [--seed N]
+ *                   [--seed N] [--plain-scales]
  *
  * ak42 is export.py's version 1 (fp32), ak42v2 its version 2 (Q8_0 in
  * groups of --group-size values, default 64; see llama_checkpoint.h).
@@ -38,7 +38,9 @@
  * larger (scores spread by about QK_GAIN^2, so attention picks positions)
  * and w2 FFN_GAIN times larger (the per-token FFN outweighs the history):
  * on the stories15M shape 250 greedy tokens then hold ~250 distinct ids,
- * on a 300-token vocabulary about 50.  RMSNorm
+ * on a 300-token vocabulary about 50.  --plain-scales leaves both gains
+ * at 1: the repeating text, for benchmarks where repetition is the point
+ * (speculative decoding's prompt lookup, bench/bench_spec.sh).  RMSNorm
  * before every matmul keeps activations finite at any position.
  *
  * ak42v2 draws the same fp32 weights and quantizes them as export.py's
@@ -82,6 +84,8 @@ struct writer {
 	const char *path;
 	uint64_t seed;
 	uint32_t group;		/* ak42v2's group size */
+	double qk_gain, ffn_gain;	/* QK_GAIN and FFN_GAIN, or 1 and 1
+					 * (--plain-scales) */
 	float buf[BLOCK_FLOATS];
 	int8_t qbuf[BLOCK_FLOATS];
 	bool failed;
@@ -99,7 +103,8 @@ static void usage(FILE *out)
 		"usage: make_checkpoint --out FILE [--shape stories15M|stories110M]\n"
 		"       [--dim D --hidden H --layers L --heads NH --kv-heads NKV\n"
 		"        --vocab V --seq-len S] [--separate-classifier]\n"
-		"       [--format legacy|ak42|ak42v2 [--group-size N]] [--seed N]\n");
+		"       [--format legacy|ak42|ak42v2 [--group-size N]] [--seed N]\n"
+		"       [--plain-scales]\n");
 }
 
 /* Write n items of size bytes; remember the first failure. */
@@ -227,14 +232,14 @@ static void write_layers(struct writer *w, const struct shape *s, bool ak42)
 		write_tensor(w, T_EMBED, s->vocab * d, 0, LOGIT_STD / sqrt(d));
 		write_tensor(w, T_RMS_ATT, L * d, 1.0, 0.1 / sqrt(3.0));
 	}
-	write_tensor(w, T_WQ, L * d * d, 0, QK_GAIN / sqrt(d));
-	write_tensor(w, T_WK, L * kvd * d, 0, QK_GAIN / sqrt(d));
+	write_tensor(w, T_WQ, L * d * d, 0, w->qk_gain / sqrt(d));
+	write_tensor(w, T_WK, L * kvd * d, 0, w->qk_gain / sqrt(d));
 	write_tensor(w, T_WV, L * kvd * d, 0, 1 / sqrt(d));
 	write_tensor(w, T_WO, L * d * d, 0, 1 / sqrt(d));
 	if (!ak42)
 		write_tensor(w, T_RMS_FFN, L * d, 1.0, 0.1 / sqrt(3.0));
 	write_tensor(w, T_W1, L * h * d, 0, 1 / sqrt(d));
-	write_tensor(w, T_W2, L * d * h, 0, FFN_GAIN / sqrt(h));
+	write_tensor(w, T_W2, L * d * h, 0, w->ffn_gain / sqrt(h));
 	write_tensor(w, T_W3, L * h * d, 0, 1 / sqrt(d));
 	if (!ak42) {
 		write_tensor(w, T_RMS_FINAL, d, 1.0, 0.1 / sqrt(3.0));
@@ -253,12 +258,12 @@ static void write_layers_q8(struct writer *w, const struct shape *s,
 	write_tensor(w, T_RMS_FFN, L * d, 1.0, 0.1 / sqrt(3.0));
 	write_tensor(w, T_RMS_FINAL, d, 1.0, 0.1 / sqrt(3.0));
 	write_q8_tensor(w, T_EMBED, 1, s->vocab, d, 0, LOGIT_STD / sqrt(d));
-	write_q8_tensor(w, T_WQ, L, d, d, 0, QK_GAIN / sqrt(d));
-	write_q8_tensor(w, T_WK, L, kvd, d, 0, QK_GAIN / sqrt(d));
+	write_q8_tensor(w, T_WQ, L, d, d, 0, w->qk_gain / sqrt(d));
+	write_q8_tensor(w, T_WK, L, kvd, d, 0, w->qk_gain / sqrt(d));
 	write_q8_tensor(w, T_WV, L, kvd, d, 0, 1 / sqrt(d));
 	write_q8_tensor(w, T_WO, L, d, d, 0, 1 / sqrt(d));
 	write_q8_tensor(w, T_W1, L, h, d, 0, 1 / sqrt(d));
-	write_q8_tensor(w, T_W2, L, d, h, 0, FFN_GAIN / sqrt(h));
+	write_q8_tensor(w, T_W2, L, d, h, 0, w->ffn_gain / sqrt(h));
 	write_q8_tensor(w, T_W3, L, h, d, 0, 1 / sqrt(d));
 	if (separate)
 		write_q8_tensor(w, T_WCLS, 1, s->vocab, d, 0,
@@ -323,6 +328,7 @@ int main(int argc, char **argv)
 		{ "format", required_argument, NULL, 'f' },
 		{ "seed", required_argument, NULL, 'r' },
 		{ "group-size", required_argument, NULL, 'g' },
+		{ "plain-scales", no_argument, NULL, 'p' },
 		{ "help", no_argument, NULL, 'H' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -334,10 +340,13 @@ int main(int argc, char **argv)
 	int c;
 
 	w.seed = 1;
+	w.qk_gain = QK_GAIN;
+	w.ffn_gain = FFN_GAIN;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
 		case 'o': out = optarg; break;
 		case 'c': separate = true; break;
+		case 'p': w.qk_gain = w.ffn_gain = 1; break;
 		case 'f':
 			if (strcmp(optarg, "ak42") == 0) {
 				fmt = F_AK42;
