@@ -239,13 +239,17 @@ static int runner_pick(struct model_runner *r, const struct runner_row *row,
 		       const float *logits, struct runner_result *res)
 {
 	struct sampler_result tmp, *out = row->sampled ? row->sampled : &tmp;
+	struct sampling_history hist;
 	int ret;
 
 	*res = (struct runner_result){ .token = -1, .outcome = RUNNER_TOKEN };
 	if (!row->sampling)
 		return runner_argmax(logits, r->vocab, &res->token);
-	ret = sampler_sample(r->sampler, logits, row->sampling, row->k,
-			     row->choice, out);
+	/* the row's own prefix: its result depends on no other row */
+	hist = (struct sampling_history){ row->tokens, row->n_tokens,
+					  row->n_prompt };
+	ret = sampler_sample_row(r->sampler, logits, row->sampling, &hist,
+				 row->k, row->choice, out);
 	if (ret == -EDOM)
 		return ret;
 	if (ret) {

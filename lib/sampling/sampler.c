@@ -231,15 +231,19 @@ static int sampler_penalties(struct sampler *s, const struct sampling_params *p,
 	for (uint32_t i = from; i < n; i++)
 		if (h->tokens[i] < 0 || (uint32_t)h->tokens[i] >= s->vocab)
 			return -EINVAL;
+	/* Each read checked again: a worker's history is shared memory, and
+	 * a token that changed under us must not index past the counters. */
 	for (uint32_t i = h->n_prompt; i < n; i++)
-		s->pen_count[h->tokens[i]]++;
+		if ((uint32_t)h->tokens[i] < s->vocab)
+			s->pen_count[h->tokens[i]]++;
 	for (uint32_t i = from; i < h->n_prompt; i++)
-		s->pen_count[h->tokens[i]] |= SAMPLER_SEEN;
+		if ((uint32_t)h->tokens[i] < s->vocab)
+			s->pen_count[h->tokens[i]] |= SAMPLER_SEEN;
 	/* every history token's counter is nonzero until its first visit */
 	for (uint32_t i = from; i < n; i++) {
-		uint32_t t = (uint32_t)h->tokens[i], c = s->pen_count[t];
+		uint32_t t = (uint32_t)h->tokens[i], c;
 
-		if (!c)
+		if (t >= s->vocab || !(c = s->pen_count[t]))
 			continue;
 		s->pen_count[t] = 0;
 		s->y_copy[t] = sampler_penalize(s->y_copy[t], p, c & ~SAMPLER_SEEN,
