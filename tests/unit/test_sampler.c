@@ -1,6 +1,7 @@
 /*
  * test_sampler.c - the engine's sampler (lib/sampling/sampler.c) against the
  * Philox known answers, the naive reference sampler (tools/refdecode/ref_sampler.c,
+ * penalties included,
  * compiled into this test by #include because the tests link only the
  * engine's libraries), a chi-square goodness-of-fit test that tells a
  * biased sampler from a correct one, the logprobs and the error paths,
@@ -15,7 +16,6 @@
  * are deterministic.
  */
 #include <errno.h>
-#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <setjmp.h>
@@ -588,46 +588,8 @@ static void test_random_vs_naive(void **state)
 /* (b1) Penalties against the naive definition                         */
 /* ------------------------------------------------------------------ */
 
-/*
- * The row after bias and penalties, from sampler.h's step 1 and 1b read
- * literally: for every token, scan the bias list and the whole history
- * (O(vocab x history): only a test can afford it).
- */
-static void naive_penalized(const float *logits, uint32_t vocab,
-			    const struct sampling_params *p,
-			    const int32_t *hist, uint32_t n_prompt,
-			    uint32_t n_tokens, float *y)
-{
-	float r = p->repetition_penalty;
-
-	for (uint32_t v = 0; v < vocab; v++) {
-		uint32_t g = 0;
-		bool seen = false;
-		float x = logits[v];
-
-		for (uint32_t i = 0; i < p->n_bias; i++)
-			if (p->bias[i].token == (int32_t)v)
-				x = p->bias[i].bias == SAMPLER_BIAS_BAN ? -INFINITY :
-				    x + p->bias[i].bias;
-		for (uint32_t i = 0; i < n_tokens; i++) {
-			if (hist[i] != (int32_t)v)
-				continue;
-			seen = true;
-			g += i >= n_prompt;
-		}
-		if (!isinf(x)) {
-			if (seen && r != 1.0f && r != 0.0f)
-				x = x > 0.0f ? x / r : x * r;
-			if (g > 0) {
-				x = x - p->frequency_penalty * (float)g;
-				x = x - p->presence_penalty;
-			}
-			if (isinf(x))
-				x = copysignf(FLT_MAX, x);
-		}
-		y[v] = x;
-	}
-}
+/* The naive side (ref_sample_hist()) scans the whole history for every
+ * token of the vocabulary: the definition read literally. */
 
 static float random_penalty(struct rng *r)
 {
@@ -649,14 +611,13 @@ static void test_penalties_vs_naive(void **state)
 		uint32_t n_tokens = rng_below(&r, 300), n_prompt;
 		/* a few distinct tokens, so the history repeats */
 		uint32_t span = 1 + rng_below(&r, vocab < 40 ? vocab : 40);
-		struct sampling_params p, q;
+		struct sampling_params p;
 		struct sampling_history h;
 		int32_t *hist = malloc((n_tokens + 1) * sizeof(*hist));
 		float *logits = malloc(vocab * sizeof(*logits));
-		float *y = malloc(vocab * sizeof(*y));
 		struct sampler *s = sampler_create(vocab);
 
-		assert_true(hist && logits && y && s);
+		assert_true(hist && logits && s);
 		n_prompt = n_tokens ? rng_below(&r, n_tokens + 1) : 0;
 		for (uint32_t i = 0; i < n_tokens; i++)
 			hist[i] = (int32_t)(rng_below(&r, 4) ? rng_below(&r, span) :
@@ -673,13 +634,6 @@ static void test_penalties_vs_naive(void **state)
 		}
 		n_pen += sampling_params_penalized(&p);
 		h = (struct sampling_history){ hist, n_tokens, n_prompt };
-		/* the naive row, then the naive sampler with nothing on top */
-		naive_penalized(logits, vocab, &p, hist, n_prompt, n_tokens, y);
-		q = p;
-		q.n_bias = 0;
-		q.bias = NULL;
-		q.presence_penalty = q.frequency_penalty = 0.0f;
-		q.repetition_penalty = 1.0f;
 		for (uint32_t k = 0; k < 3; k++) {
 			struct sampler_result a, b;
 			uint32_t choice = rng_below(&r, 3);
@@ -689,7 +643,7 @@ static void test_penalties_vs_naive(void **state)
 				SAMPLER_ISA_AVX2) && k % 2 == 0 ? SAMPLER_ISA_AVX2 :
 				SAMPLER_ISA_PORTABLE), 0);
 			ra = sampler_sample_row(s, logits, &p, &h, k, choice, &a);
-			rb = ref_sample(y, vocab, &q, k, choice, &b);
+			rb = ref_sample_hist(logits, vocab, &p, &h, k, choice, &b);
 			if (ra != rb || memcmp(&a, &b, sizeof(a))) {
 				print_error("case %u k %u: vocab %u history %u "
 					    "(prompt %u) presence %g frequency %g "
@@ -708,7 +662,6 @@ static void test_penalties_vs_naive(void **state)
 		sampler_destroy(s);
 		free(hist);
 		free(logits);
-		free(y);
 	}
 	printf("penalties_vs_naive: %u cases x 3 draws (%u penalized), "
 	       "all identical\n", n_cases, n_pen);
