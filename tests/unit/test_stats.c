@@ -137,6 +137,9 @@ static void test_rejection_counters_reported(void **state)
 	stats_print_summary(s, f);
 	rewind(f);
 	assert_non_null(fgets(line, sizeof(line), f));
+	/* the rate says what time it is over */
+	assert_non_null(strstr(line, " s of uptime = "));
+	assert_non_null(strstr(line, "tokens/s over uptime"));
 	assert_non_null(fgets(line, sizeof(line), f));
 	assert_non_null(strstr(line, ", 3 stale results rejected, 744 run-ahead rows discarded, "));
 	fclose(f);
