@@ -115,6 +115,12 @@ void stats_print_summary(const struct engine_stats *s, FILE *f)
 			(unsigned long long)s->kv.cow_copies,
 			(unsigned long long)s->kv.preemptions,
 			(unsigned long long)s->kv.evictions);
+	/* a bare count of errors sends the user hunting: say where the
+	 * reasons are */
+	if (s->n_finished[FINISH_ERROR])
+		fprintf(f, "dynbatch: %llu requests ended in error: each one's "
+			"result says why in its \"error\" field\n",
+			(unsigned long long)s->n_finished[FINISH_ERROR]);
 }
 
 /* The "kv" object of --stats (nothing when the model is not paged). */
