@@ -218,7 +218,8 @@ run: deps
 	$(BIN)/make_checkpoint --out $(BUILD)/run-llama.bin --dim 96 --hidden 192 --layers 3 \
 		--heads 6 --kv-heads 2 --vocab 512 --seq-len 256 --seed 1
 	$(BIN)/gen_workload --n $(RUN_LLAMA_REQUESTS) --seed 1 --vocab 512 --max-prompt 64 \
-		--max-tokens 64 --max-context 256 > $(BUILD)/workload-llama.jsonl
+		--max-tokens 64 --max-context 256 | grep -v '"prompt":\[\]' \
+		> $(BUILD)/workload-llama.jsonl	# a llama model refuses empty prompts
 	$(BIN)/dynbatch run --workers 2 --model llama:$(BUILD)/run-llama.bin --step-tokens 64 \
 		--input $(BUILD)/workload-llama.jsonl --output $(BUILD)/results-llama.jsonl
 	$(BIN)/refdecode --model llama:$(BUILD)/run-llama.bin \

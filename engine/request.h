@@ -56,11 +56,11 @@ struct request {
 };
 
 /* Does req need the model's logits (not just its greedy token)?  It does
- * when it samples, biases or reports logprobs. */
+ * when it samples, biases, penalizes or reports logprobs. */
 static inline bool request_needs_logits(const struct request *req)
 {
 	return req->sampling.temperature > 0.0f || req->sampling.n_bias ||
-	       req->sampling.logprobs;
+	       req->sampling.logprobs || sampling_params_penalized(&req->sampling);
 }
 
 /* Free every member; req is zeroed.  Accepts a zeroed request. */

@@ -74,6 +74,8 @@ static double stats_occupancy(const struct engine_stats *s)
 	return s->n_step_capacity ? (double)s->n_step_rows / (double)s->n_step_capacity : 0;
 }
 
+/* The rate is over the wall time from start to end, idle included (a
+ * server that waited for clients reads low): said so in the line. */
 void stats_print_summary(const struct engine_stats *s, FILE *f)
 {
 	double wall = stats_wall_s(s);
@@ -82,7 +84,8 @@ void stats_print_summary(const struct engine_stats *s, FILE *f)
 	for (int i = 0; i < FINISH_N; i++)
 		n += s->n_finished[i];
 	fprintf(f, "dynbatch: %llu requests (stop %llu, length %llu, error %llu, "
-		"cancelled %llu), %llu tokens in %.3f s = %.0f tokens/s\n",
+		"cancelled %llu), %llu tokens in %.3f s of uptime = %.0f "
+		"tokens/s over uptime (idle time included)\n",
 		(unsigned long long)n, (unsigned long long)s->n_finished[FINISH_STOP],
 		(unsigned long long)s->n_finished[FINISH_LENGTH],
 		(unsigned long long)s->n_finished[FINISH_ERROR],
@@ -120,6 +123,12 @@ void stats_print_summary(const struct engine_stats *s, FILE *f)
 			(unsigned long long)s->kv.cow_copies,
 			(unsigned long long)s->kv.preemptions,
 			(unsigned long long)s->kv.evictions);
+	/* a bare count of errors sends the user hunting: say where the
+	 * reasons are */
+	if (s->n_finished[FINISH_ERROR])
+		fprintf(f, "dynbatch: %llu requests ended in error: each one's "
+			"result says why in its \"error\" field\n",
+			(unsigned long long)s->n_finished[FINISH_ERROR]);
 }
 
 /* The "kv" object of --stats (nothing when the model is not paged). */

@@ -225,6 +225,9 @@ void shard_write_sampling(struct sched *sc, uint32_t slot,
 	t->logprobs = p->logprobs;
 	t->top_logprobs = p->top_logprobs;
 	t->n_bias = p->n_bias;
+	t->presence_penalty = p->presence_penalty;
+	t->frequency_penalty = p->frequency_penalty;
+	t->repetition_penalty = p->repetition_penalty;
 	if (p->n_bias)
 		memcpy(t->bias, p->bias, p->n_bias * sizeof(t->bias[0]));
 }
@@ -968,6 +971,7 @@ int shard_step_in_process(struct sched *sc, struct shard *s, struct shard_result
 		if (rq->needs_logits) {	/* greedy: the step never reads it */
 			sc->inproc_step[i].sampling = rq->sampling;
 			sc->inproc_step[i].k = step[i].n_tokens - rq->n_prompt;
+			sc->inproc_step[i].n_prompt = rq->n_prompt;
 			sc->inproc_step[i].choice = rq->choice;
 			sc->inproc_step[i].sampled = &sc->inproc_sampled[(size_t)i * sc->emit];
 		}

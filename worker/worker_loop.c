@@ -517,6 +517,7 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 			w->step_rows[i].sampling = &ws->params;
 			w->step_rows[i].k = w->step[i].n_tokens > ws->n_prompt ?
 					    w->step[i].n_tokens - ws->n_prompt : 0;
+			w->step_rows[i].n_prompt = ws->n_prompt;
 			w->step_rows[i].choice = ws->choice;
 			w->step_rows[i].sampled = ws->params.logprobs ?
 						  &w->sampled[(size_t)i * worker_emit(w)] :

@@ -63,7 +63,10 @@ static void worker_sampling_copy(struct worker_slot_sampling *c,
 		.temperature = e.temperature, .top_p = e.top_p,
 		.top_k = e.top_k, .min_p = e.min_p, .seed = e.seed,
 		.logprobs = e.logprobs != 0, .top_logprobs = e.top_logprobs,
-		.bias = bias, .n_bias = e.n_bias };
+		.bias = bias, .n_bias = e.n_bias,
+		.presence_penalty = e.presence_penalty,
+		.frequency_penalty = e.frequency_penalty,
+		.repetition_penalty = e.repetition_penalty };
 	if (sampling_params_validate(&c->params, seg->hdr->vocab, why, sizeof(why))) {
 		LOG(LOG_WARN, "slot %u: sampling entry rejected: %s", slot, why);
 		return;

@@ -135,7 +135,8 @@
 #include "sampling/sampler.h"
 
 #define SHM_MAGIC 0x48435441424e5944ull	/* "DYNBATCH" little-endian */
-#define SHM_LAYOUT_VERSION 8u	/* 8: results of several tokens a row */
+#define SHM_LAYOUT_VERSION 8u	/* 8: results of several tokens a row;
+				 * penalties in the sampling entry */
 #define SHM_CACHE_LINE 64
 #define SHM_PAGE 4096u
 #define SHM_RING_DEPTH 64u		/* positions per ring, power of two */
@@ -309,7 +310,13 @@ struct shm_slot_sampling {
 	uint32_t logprobs;		/* 1: report logprobs */
 	uint32_t top_logprobs;
 	uint32_t n_bias;
-	uint32_t pad;
+	/* the penalties (sampling_params.h): the worker validates them with
+	 * the rest, and counts over its own view of the slot's tokens,
+	 * n_prompt splitting prompt from generated */
+	float presence_penalty;		/* [-2, 2], 0 = off */
+	float frequency_penalty;	/* [-2, 2], 0 = off */
+	float repetition_penalty;	/* > 0, 1 (or 0) = off */
+	uint32_t pad;			/* the bias entries 8-aligned */
 	struct sampling_bias bias[SAMPLER_MAX_BIAS];
 };
 

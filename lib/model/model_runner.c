@@ -316,17 +316,23 @@ static int runner_argmax(const float *logits, uint32_t vocab, int32_t *token)
  * logits: the step fails.
  */
 static int runner_pick(struct model_runner *r, const struct runner_row *row,
-		       const float *logits, uint32_t j, struct runner_result *res)
+		       const float *logits, uint32_t j, const int32_t *tokens,
+		       struct runner_result *res)
 {
 	struct sampler_result tmp, *out = row->sampled ? row->sampled + j : &tmp;
+	struct sampling_history hist;
 	int ret;
 
 	*res = (struct runner_result){ .token = -1, .outcome = RUNNER_TOKEN };
 	if (!row->sampling)
 		return runner_argmax(logits, r->vocab, &res->token);
-	/* position j past the row's next: the draw of the k + j-th token */
-	ret = sampler_sample(r->sampler, logits, row->sampling, row->k + j,
-			     row->choice, out);
+	/* the row's own prefix (with the j guesses before position j):
+	 * its result depends on no other row; position j past the row's
+	 * next is the draw of its k + j-th token */
+	hist = (struct sampling_history){ tokens, row->n_tokens + j,
+					  row->n_prompt };
+	ret = sampler_sample_row(r->sampler, logits, row->sampling, &hist,
+				 row->k + j, row->choice, out);
 	if (ret == -EDOM)
 		return ret;
 	if (ret) {
@@ -389,16 +395,18 @@ static uint32_t runner_propose(struct model_runner *r, uint32_t i,
  * d[0 .. a): the token of each position is picked exactly as decoding
  * without guesses picks it (the argmax, or the draw of the same (seed,
  * k + j, choice)), from logits row j (or, for a token model's greedy
- * row, taken from tokens[j]); a guess is taken iff it equals that pick;
+ * row, taken from tokens[j]); seq is the row's prefix followed by the
+ * guesses (the history its penalties count); a guess is taken iff it
+ * equals that pick;
  * the first that differs is replaced by the pick, and a row whose every
  * guess holds gets the pick after them as well.  A refusal at a later
  * position ends the run before it (the next step meets it at its own
  * position).  *matched: the guesses taken.  0, or -EDOM (NaN logits).
  */
 static int runner_accept(struct model_runner *r, const struct runner_row *row,
-			 uint32_t a, const int32_t *d, const float *logits,
-			 const int32_t *tokens, struct runner_result *res,
-			 uint32_t *matched)
+			 uint32_t a, const int32_t *d, const int32_t *seq,
+			 const float *logits, const int32_t *tokens,
+			 struct runner_result *res, uint32_t *matched)
 {
 	struct runner_result one;
 	int ret;
@@ -406,7 +414,8 @@ static int runner_accept(struct model_runner *r, const struct runner_row *row,
 	*matched = 0;
 	for (uint32_t j = 0; j <= a; j++) {
 		if (logits) {
-			ret = runner_pick(r, row, logits + (size_t)j * r->vocab, j, &one);
+			ret = runner_pick(r, row, logits + (size_t)j * r->vocab, j,
+					  seq, &one);
 			if (ret)
 				return ret;
 		} else {
@@ -427,6 +436,15 @@ static int runner_accept(struct model_runner *r, const struct runner_row *row,
 		(*matched)++;
 	}
 	return 0;
+}
+
+/* Row i's tokens as the model reads them: the prefix, with its a
+ * guesses after it in r->seq when it made any. */
+static const int32_t *runner_seq(const struct model_runner *r, uint32_t i,
+				 const struct runner_row *row, uint32_t a)
+{
+	return a ? r->seq + (size_t)i * (r->max_context + SPEC_MAX_DRAFT) :
+		   row->tokens;
 }
 
 /* Count a row's verified guesses and let them set its pace. */
@@ -460,13 +478,12 @@ static int runner_step_tokens(struct model_runner *r, uint32_t n_rows,
 		uint32_t a = rows[i].slot < r->n_slots &&
 			     rows[i].n_tokens <= r->max_context ?
 			     runner_propose(r, i, &rows[i], SPEC_MAX_DRAFT) : 0;
-		const int32_t *seq = r->seq ? r->seq + (size_t)i *
-				     (r->max_context + SPEC_MAX_DRAFT) : NULL;
+		const int32_t *seq = runner_seq(r, i, &rows[i], a);
 
 		if (r->n_draft)
 			r->n_draft[i] = a;
 		for (uint32_t j = 0; j <= a; j++) {
-			r->prefixes[n_entries] = j ? seq : rows[i].tokens;
+			r->prefixes[n_entries] = seq;
 			r->lengths[n_entries++] = rows[i].n_tokens + j;
 		}
 	}
@@ -483,8 +500,8 @@ static int runner_step_tokens(struct model_runner *r, uint32_t n_rows,
 		const int32_t *d = r->drafts ? r->drafts + (size_t)i * SPEC_MAX_DRAFT : NULL;
 
 		if (!rows[i].sampling) {
-			runner_accept(r, &rows[i], a, d, NULL, r->next_tokens + e,
-				      &results[i], &matched);
+			runner_accept(r, &rows[i], a, d, NULL, NULL,
+				      r->next_tokens + e, &results[i], &matched);
 			runner_spec_note(r, &rows[i], a, matched, &results[i]);
 			e += a + 1;
 			continue;
@@ -501,13 +518,12 @@ static int runner_step_tokens(struct model_runner *r, uint32_t n_rows,
 	 * logits() to see only these */
 	for (uint32_t i = 0; i < n_rows; i++) {
 		uint32_t a = r->n_draft ? r->n_draft[i] : 0;
-		const int32_t *seq = r->seq ? r->seq + (size_t)i *
-				     (r->max_context + SPEC_MAX_DRAFT) : NULL;
+		const int32_t *seq = runner_seq(r, i, &rows[i], a);
 
 		if (!rows[i].sampling || !r->has_logits)
 			continue;
 		for (uint32_t j = 0; j <= a; j++) {
-			r->prefixes[n_logits] = j ? seq : rows[i].tokens;
+			r->prefixes[n_logits] = seq;
 			r->lengths[n_logits++] = rows[i].n_tokens + j;
 		}
 	}
@@ -522,7 +538,7 @@ static int runner_step_tokens(struct model_runner *r, uint32_t n_rows,
 
 		if (!rows[i].sampling || !r->has_logits)
 			continue;
-		ret = runner_accept(r, &rows[i], a, d,
+		ret = runner_accept(r, &rows[i], a, d, runner_seq(r, i, &rows[i], a),
 				    r->logits + (size_t)base * r->vocab, NULL,
 				    &results[i], &matched);
 		if (ret)
@@ -687,8 +703,8 @@ static int runner_step_stateful(struct model_runner *r, uint32_t n_rows,
 		a = r->n_draft ? r->n_draft[i] : 0;
 		ret = runner_accept(r, &rows[i], a,
 				    a ? r->drafts + (size_t)i * SPEC_MAX_DRAFT : NULL,
-				    r->logits + (size_t)n_out * r->vocab, NULL,
-				    &results[i], &matched);
+				    mr->tokens, r->logits + (size_t)n_out * r->vocab,
+				    NULL, &results[i], &matched);
 		n_out += mr->want_output;
 		if (ret) {
 			model_runner_forget_all(r);

@@ -50,6 +50,9 @@ struct runner_row {
 	 * (STEP_PLAN_ALL = UINT32_MAX: all of them; 0: none) */
 	uint32_t step_consume;
 	uint32_t k;		/* the request's k-th generated token */
+	/* tokens[0 .. n_prompt) is the prompt, the rest generated: the
+	 * penalties' history (read only when sampling sets one) */
+	uint32_t n_prompt;
 	uint32_t choice;	/* of its n choices */
 	/* sampling->logprobs: the token's logprob and alternatives go here;
 	 * with speculation on (model_runner_set_spec()), an array of

@@ -3,8 +3,9 @@
  * the semantics stated in sampler.h, without sorting the vocabulary.
  *
  * NOTES ON THE DESIGN
- * A row costs a few linear passes: check + max, bias (a copy only when
- * biased), and when sampling one pass computing the weights W with exact
+ * A row costs a few linear passes: check + max, bias and penalties (a
+ * copy only when biased or penalized; the penalties then cost two walks
+ * of the row's history, none over the vocabulary), and when sampling one pass computing the weights W with exact
  * sums per block of 1024 tokens, which also gathers (in id order) the
  * tokens the cut-offs can only keep (lib/sampling/sampler_select.c says which
  * and finds the kept set).  The draw walks the gathered tokens when they
@@ -71,6 +72,13 @@ int sampling_params_validate(const struct sampling_params *p, uint32_t vocab,
 			if (p->bias[j].token == b->token)
 				BAD("logit_bias token %d appears twice", b->token);
 	}
+	if (!(fabsf(p->presence_penalty) <= SAMPLER_PENALTY_LIMIT))
+		BAD("presence_penalty %g: must be in [-2, 2]", p->presence_penalty);
+	if (!(fabsf(p->frequency_penalty) <= SAMPLER_PENALTY_LIMIT))
+		BAD("frequency_penalty %g: must be in [-2, 2]", p->frequency_penalty);
+	if (!(p->repetition_penalty >= 0.0f) || isinf(p->repetition_penalty))
+		BAD("repetition_penalty %g: must be a finite number > 0",
+		    p->repetition_penalty);
 	return 0;
 #undef BAD
 }
@@ -85,7 +93,7 @@ const char *sampler_strerror(int err)
 	case -ENOENT:
 		return "every token is banned (logit_bias -100 or -inf logits)";
 	case -EINVAL:
-		return "invalid sampling parameters";
+		return "invalid sampling parameters or token history";
 	default:
 		return "sampling failed";
 	}
@@ -114,7 +122,10 @@ struct sampler *sampler_create(uint32_t vocab)
 	s->w = malloc(sizeof(*s->w) * vocab);
 	s->by_id = malloc(sizeof(*s->by_id) * vocab);
 	s->scratch = malloc(sizeof(*s->scratch) * vocab);
-	if (!s->y_copy || !s->block_sum || !s->w || !s->by_id || !s->scratch) {
+	/* calloc: untouched pages until a request sets a penalty */
+	s->pen_count = calloc(vocab, sizeof(*s->pen_count));
+	if (!s->y_copy || !s->block_sum || !s->w || !s->by_id || !s->scratch ||
+	    !s->pen_count) {
 		sampler_destroy(s);
 		return NULL;
 	}
@@ -130,6 +141,7 @@ void sampler_destroy(struct sampler *s)
 	free(s->w);
 	free(s->by_id);
 	free(s->scratch);
+	free(s->pen_count);
 	free(s);
 }
 
@@ -174,22 +186,92 @@ float sampler_row_max(const struct sampler *s, const float *y, bool *bad)
 	return s->k->max(y, s->vocab, bad);
 }
 
+/* pen_count's flag: the token is in the history (its low bits count the
+ * generated ones, under 2^24: SHM_MAX_CONTEXT). */
+#define SAMPLER_SEEN 0x80000000u
+
+/* One token's penalties (sampler.h, step 1b): g generated, seen in the
+ * history at all. */
+static float sampler_penalize(float y, const struct sampling_params *p,
+			      uint32_t g, bool seen)
+{
+	float r = p->repetition_penalty, v = y;
+
+	if (isinf(y))
+		return y;	/* a banned token stays banned */
+	if (seen && r != 1.0f && r != 0.0f)
+		v = v > 0.0f ? v / r : v * r;
+	if (g)
+		v = (v - p->frequency_penalty * (float)g) - p->presence_penalty;
+	if (isinf(v))
+		v = v > 0.0f ? 3.40282347e38f : -3.40282347e38f;
+	return v;
+}
+
 /*
- * Point s->y at the biased logits (the row itself when there is no bias)
- * and set *max_y = max y; -EDOM on a NaN or +inf logit, -EINVAL on a bias
- * token out of range, -ENOENT when all are banned.
+ * Apply the penalties to s->y_copy from the history h: count the
+ * generated tokens (and flag the prompt's, for repetition) in
+ * s->pen_count, then walk the history again, penalizing each token the
+ * first time it comes and zeroing its counter, which leaves pen_count
+ * zeroed.  O(h->n_tokens); -EINVAL (pen_count zeroed) for a token out of
+ * range or a prompt longer than the history.
+ */
+static int sampler_penalties(struct sampler *s, const struct sampling_params *p,
+			     const struct sampling_history *h)
+{
+	bool rep = p->repetition_penalty != 1.0f && p->repetition_penalty != 0.0f;
+	/* without repetition only the generated tokens matter */
+	uint32_t from, n = h ? h->n_tokens : 0;
+
+	if (!n)
+		return 0;
+	if (h->n_prompt > n || !h->tokens)
+		return -EINVAL;
+	from = rep ? 0 : h->n_prompt;
+	for (uint32_t i = from; i < n; i++)
+		if (h->tokens[i] < 0 || (uint32_t)h->tokens[i] >= s->vocab)
+			return -EINVAL;
+	/* Each read checked again: a worker's history is shared memory, and
+	 * a token that changed under us must not index past the counters. */
+	for (uint32_t i = h->n_prompt; i < n; i++)
+		if ((uint32_t)h->tokens[i] < s->vocab)
+			s->pen_count[h->tokens[i]]++;
+	for (uint32_t i = from; i < h->n_prompt; i++)
+		if ((uint32_t)h->tokens[i] < s->vocab)
+			s->pen_count[h->tokens[i]] |= SAMPLER_SEEN;
+	/* every history token's counter is nonzero until its first visit */
+	for (uint32_t i = from; i < n; i++) {
+		uint32_t t = (uint32_t)h->tokens[i], c;
+
+		if (t >= s->vocab || !(c = s->pen_count[t]))
+			continue;
+		s->pen_count[t] = 0;
+		s->y_copy[t] = sampler_penalize(s->y_copy[t], p, c & ~SAMPLER_SEEN,
+						true);
+	}
+	return 0;
+}
+
+/*
+ * Point s->y at the biased, penalized logits (the row itself when there
+ * is neither) and set *max_y = max y; -EDOM on a NaN or +inf logit,
+ * -EINVAL on a bias or history token out of range, -ENOENT when all are
+ * banned.  h is read only when p sets a penalty.
  */
 static int sampler_bias(struct sampler *s, const float *logits,
-			const struct sampling_params *p, float *max_y)
+			const struct sampling_params *p,
+			const struct sampling_history *h, float *max_y)
 {
-	bool bad;
+	bool bad, pen = sampling_params_penalized(p);
 	float m = sampler_row_max(s, logits, &bad);
+	int ret;
 
 	if (bad)
 		return -EDOM;
 	s->y = logits;
-	if (p->n_bias) {
+	if (p->n_bias || pen) {
 		memcpy(s->y_copy, logits, sizeof(*logits) * s->vocab);
+		/* bias first, then the penalties: vLLM's order */
 		for (uint32_t i = 0; i < p->n_bias; i++) {
 			const struct sampling_bias *b = &p->bias[i];
 			float *y = &s->y_copy[b->token];
@@ -199,6 +281,8 @@ static int sampler_bias(struct sampler *s, const float *logits,
 			/* |bias| <= 100 cannot overflow a finite float. */
 			*y = b->bias == SAMPLER_BIAS_BAN ? -INFINITY : *y + b->bias;
 		}
+		if (pen && (ret = sampler_penalties(s, p, h)))
+			return ret;
 		s->y = s->y_copy;
 		m = sampler_row_max(s, s->y, &bad);
 	}
@@ -386,13 +470,21 @@ int sampler_sample(struct sampler *s, const float *logits,
 		   const struct sampling_params *p, uint32_t k, uint32_t choice,
 		   struct sampler_result *out)
 {
+	return sampler_sample_row(s, logits, p, NULL, k, choice, out);
+}
+
+int sampler_sample_row(struct sampler *s, const float *logits,
+		       const struct sampling_params *p,
+		       const struct sampling_history *h, uint32_t k,
+		       uint32_t choice, struct sampler_result *out)
+{
 	uint64_t z_sum = 0;
 	uint32_t chosen;
 	float max_y;
 	int ret;
 
 	memset(out, 0, sizeof(*out));
-	ret = sampler_bias(s, logits, p, &max_y);
+	ret = sampler_bias(s, logits, p, h, &max_y);
 	if (ret)
 		return ret;
 	if (p->temperature > 0.0f) {

@@ -1,6 +1,7 @@
 /*
  * sampler.h - picks a request's next token from one row of logits:
- * temperature, top-k, top-p, min-p, logit bias, logprobs, seeded draws.
+ * temperature, top-k, top-p, min-p, logit bias, presence, frequency and
+ * repetition penalties, logprobs, seeded draws.
  *
  * SEMANTICS (tools/refdecode/ref_sampler.c implements the same by the definition;
  * tests/unit/test_sampler.c holds the two to agreeing token for token).
@@ -11,6 +12,17 @@
  *     A logit of -inf is a banned token too.  A NaN or +inf logit fails
  *     the row with -EDOM (the model is broken: the caller fails the step).
  *     No token left (every y[i] = -inf) fails the row with -ENOENT.
+ *  1b. Penalties (only with a history, sampler_sample_row()), on y after
+ *     the bias, as vLLM orders them (vllm apply_penalties(): repetition,
+ *     then frequency, then presence; its logit_bias processor runs
+ *     before them).  For each token t with g = the number of times t is
+ *     among the GENERATED tokens of the history and seen = t is anywhere
+ *     in it (prompt or generated), in float:
+ *       repetition r (!= 1, != 0), when seen: y = y > 0 ? y / r : y * r;
+ *       then when g > 0: y = (y - frequency * (float)g) - presence.
+ *     A finite y the penalties push past FLT_MAX is clamped to +-FLT_MAX
+ *     (a banned -inf stays banned).  A history token outside [0, vocab)
+ *     fails the row with -EINVAL.
  *  2. temperature == 0: the argmax of y, the lowest id on ties, whatever
  *     the other fields.  Nothing is drawn.
  *  3. Otherwise every token gets an integer weight W (sampler_weight()
@@ -184,7 +196,9 @@ struct sampler;
  * temperature < 0 or not finite, top_p outside (0, 1], min_p outside
  * [0, 1], top_logprobs > 20 or set without logprobs, more than 300 bias
  * entries, a bias token outside [0, vocab) or repeated, a bias value not
- * finite or outside [-100, 100].  top_k is unsigned; 0 is off.
+ * finite or outside [-100, 100], presence_penalty or frequency_penalty
+ * outside [-2, 2], repetition_penalty negative or not finite.  top_k is
+ * unsigned; 0 is off.
  */
 int sampling_params_validate(const struct sampling_params *p, uint32_t vocab,
 			     char *err, size_t err_len);
@@ -225,6 +239,18 @@ enum sampler_isa sampler_get_isa(const struct sampler *s);
 int sampler_sample(struct sampler *s, const float *logits,
 		   const struct sampling_params *p, uint32_t k, uint32_t choice,
 		   struct sampler_result *out);
+
+/*
+ * sampler_sample() with the row's token history h for the penalties
+ * (step 1b; h may be NULL when p sets none, and is read only when it
+ * does: no pass over the history, no cost, for the rest).  Counting costs
+ * O(h->n_tokens) with scratch of vocab counters allocated once (and left
+ * zeroed after each row); -EINVAL for a history token out of range.
+ */
+int sampler_sample_row(struct sampler *s, const float *logits,
+		       const struct sampling_params *p,
+		       const struct sampling_history *h, uint32_t k,
+		       uint32_t choice, struct sampler_result *out);
 
 /* What a sampler_sample() error means, for a request's error result. */
 const char *sampler_strerror(int err);

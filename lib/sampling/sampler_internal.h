@@ -88,7 +88,11 @@ struct sampler {
 						 * AVX2 (same bits) */
 	uint32_t n_blocks;		/* ceil(vocab / SAMPLER_BLOCK) */
 	const float *y;			/* this row's biased logits */
-	float *y_copy;			/* where they are when biased */
+	float *y_copy;			/* where they are when biased or
+					 * penalized */
+	/* per token: generated count, SAMPLER_SEEN when in the history
+	 * (penalties only; all zero between rows) */
+	uint32_t *pen_count;
 	uint64_t *block_sum;		/* sum of the weights drawn from, per block */
 	uint32_t *w;			/* the weights W */
 	struct sampler_cand *by_id;	/* the gathered tokens, by id */

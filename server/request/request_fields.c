@@ -14,7 +14,7 @@
  * everywhere (request_json.c), so null passes every row.
  *
  * A refused field's neutral value is what OpenAI documents as its
- * default (presence_penalty 0, echo false, best_of 1) or a value that
+ * default (echo false, best_of 1) or a value that
  * cannot change the answer here (best_of equal to n, tool_choice "auto"
  * with no tools, response_format {"type": "text"}).
  */
@@ -64,16 +64,6 @@ struct field_rule {
 /* ------------------------------------------------------------------------
  * Neutral values
  */
-
-static bool is_zero(const json_t *v, const json_t *obj)
-{
-	return json_number_value(v) == 0.0;
-}
-
-static bool is_one(const json_t *v, const json_t *obj)
-{
-	return json_number_value(v) == 1.0;
-}
 
 static bool is_false(const json_t *v, const json_t *obj)
 {
@@ -188,6 +178,10 @@ static const struct field_rule rules[] = {
 	PARSED("ignore_eos", A_ALL),
 	PARSED("top_k", A_ALL),
 	PARSED("min_p", A_ALL),
+	/* OpenAI's two, and vLLM's/llama.cpp's repetition_penalty */
+	PARSED("presence_penalty", A_ALL),
+	PARSED("frequency_penalty", A_ALL),
+	PARSED("repetition_penalty", A_ALL),
 	/* OpenAI's, metadata: nothing to do with them but accept them */
 	META("user", A_HTTP, T_STR, "a string"),
 	META("safety_identifier", A_CHAT, T_STR, "a string"),
@@ -195,9 +189,6 @@ static const struct field_rule rules[] = {
 	/* with no tools (refused unless empty) there is nothing to call */
 	META("parallel_tool_calls", A_CHAT, T_BOOL, "true or false"),
 	/* not implemented: refused unless they ask for nothing */
-	REFUSED("presence_penalty", A_ALL, T_NUM, "a number", is_zero, "0"),
-	REFUSED("frequency_penalty", A_ALL, T_NUM, "a number", is_zero, "0"),
-	REFUSED("repetition_penalty", A_ALL, T_NUM, "a number", is_one, "1"),
 	REFUSED("echo", A_JSONL | A_CMPL, T_BOOL, "true or false", is_false,
 		"false"),
 	REFUSED("suffix", A_JSONL | A_CMPL, T_STR, "a string", is_empty,

@@ -6,7 +6,7 @@
  *
  * Nothing is ignored silently: a field of OpenAI's request schemas that
  * we do not implement is refused with its name unless it says "do
- * nothing" (presence_penalty 0, echo false, tool_choice "none", ...),
+ * nothing" (echo false, best_of 1, tool_choice "none", ...),
  * because clients send defaults; a field that is neither OpenAI's nor one
  * of our documented extensions (a typo such as "max_token") is refused
  * too, where vLLM and llama.cpp ignore it.  Types are checked for every

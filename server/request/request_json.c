@@ -480,7 +480,8 @@ static int parse_logprobs(const struct parse_ctx *pc, json_t *obj,
 }
 
 /* The sampling fields (docs/DESIGN.md 2.4): temperature, top_p, top_k,
- * min_p, seed, logit_bias, logprobs, top_logprobs, n. */
+ * min_p, presence_penalty, frequency_penalty, repetition_penalty, seed,
+ * logit_bias, logprobs, top_logprobs, n. */
 static int parse_sampling(const struct parse_ctx *pc, json_t *obj,
 			  struct request *req)
 {
@@ -496,8 +497,19 @@ static int parse_sampling(const struct parse_ctx *pc, json_t *obj,
 	if (!given)
 		sp->temperature = pc->lim->default_temperature;
 	if ((rc = parse_float_field(pc, obj, "top_p", &sp->top_p, NULL)) ||
-	    (rc = parse_float_field(pc, obj, "min_p", &sp->min_p, NULL)))
+	    (rc = parse_float_field(pc, obj, "min_p", &sp->min_p, NULL)) ||
+	    (rc = parse_float_field(pc, obj, "presence_penalty",
+				    &sp->presence_penalty, NULL)) ||
+	    (rc = parse_float_field(pc, obj, "frequency_penalty",
+				    &sp->frequency_penalty, NULL)) ||
+	    (rc = parse_float_field(pc, obj, "repetition_penalty",
+				    &sp->repetition_penalty, &given)))
 		return rc;
+	/* the sampler reads 0 as "unset"; a request that says 0 asks for
+	 * something vLLM refuses too */
+	if (given && !(sp->repetition_penalty > 0.0f))
+		return parse_error(pc, -EINVAL, "field 'repetition_penalty' must "
+				   "be > 0 (1: off), not %g", sp->repetition_penalty);
 	v = get_opt(obj, "top_k");
 	if (v) {
 		/* -1 is "off" in vLLM's and SGLang's APIs; 0 is ours */
@@ -534,7 +546,8 @@ static int parse_sampling(const struct parse_ctx *pc, json_t *obj,
 	if (request_needs_logits(req) && !pc->lim->has_logits)
 		return parse_error(pc, -EINVAL, "this model gives tokens, not "
 				   "logits: it cannot sample (temperature > 0), "
-				   "apply logit_bias or report logprobs");
+				   "apply logit_bias or penalties or report "
+				   "logprobs");
 	return 0;
 }
 

@@ -231,7 +231,7 @@ taken() {
 raw_fields() {
 	local P='"prompt":"Hi","max_tokens":2' M='"messages":[{"role":"user","content":"Hi"}],"max_tokens":2'
 	RAW_OK=0
-	for f in 'presence_penalty:0.5' 'frequency_penalty:-1' 'repetition_penalty:1.2' \
+	for f in 'presence_penalty:2.5' 'frequency_penalty:-3' 'repetition_penalty:0' \
 		'echo:true' 'suffix:"end"' 'best_of:2' 'presence_penalty:"x"' \
 		'echo:1' 'user:5' 'max_token:5' 'messages:[]' 'stream_option:{}' \
 		'stream_options:{"include_usage":true}'; do
@@ -243,8 +243,8 @@ raw_fields() {
 	for f in 'tools:[{"type":"function","function":{"name":"f"}}]' \
 		'tool_choice:"required"' 'functions:[{"name":"f"}]' \
 		'function_call:{"name":"f"}' 'parallel_tool_calls:"yes"' \
-		'response_format:{"type":"json_object"}' 'presence_penalty:1' \
-		'frequency_penalty:0.5' 'repetition_penalty:2' 'store:true' \
+		'response_format:{"type":"json_object"}' 'presence_penalty:[1]' \
+		'frequency_penalty:true' 'repetition_penalty:-2' 'store:true' \
 		'metadata:{"a":"b"}' 'modalities:["text","audio"]' \
 		'audio:{"voice":"alloy","format":"wav"}' \
 		'prediction:{"type":"content","content":"x"}' 'reasoning_effort:"low"' \
@@ -253,6 +253,9 @@ raw_fields() {
 		'temperature:"hot"'; do
 		refused /v1/chat/completions "${f%%:*}" "{$M,\"${f%%:*}\":${f#*:}}"
 	done
+	# the penalties are implemented: real values are taken
+	taken /v1/completions "{$P,\"presence_penalty\":0.5,\"frequency_penalty\":-1,\"repetition_penalty\":1.2}"
+	taken /v1/chat/completions "{$M,\"presence_penalty\":1,\"frequency_penalty\":0.5,\"repetition_penalty\":2}"
 	# what clients send as defaults is taken
 	taken /v1/completions "{$P,\"presence_penalty\":0,\"frequency_penalty\":0,\"echo\":false,\"suffix\":null,\"best_of\":1,\"user\":\"u\",\"repetition_penalty\":1}"
 	taken /v1/chat/completions "{$M,\"presence_penalty\":0,\"frequency_penalty\":0.0,\"tools\":[],\"tool_choice\":\"none\",\"response_format\":{\"type\":\"text\"},\"store\":false,\"metadata\":{},\"modalities\":[\"text\"],\"service_tier\":\"auto\",\"parallel_tool_calls\":true,\"user\":\"u\",\"audio\":null,\"functions\":[],\"function_call\":\"none\"}"

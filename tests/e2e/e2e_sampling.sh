@@ -7,8 +7,10 @@
 # workers, and through a stream paused for backpressure; HTTP choices equal
 # the JSON Lines run; a llama model's draws follow from the naive
 # forward's logits; the logprobs of the whole vocabulary sum to 1; an
-# unseeded request replays exactly from the seed it reports; bad sampling
-# fields get errors that name them.
+# unseeded request replays exactly from the seed it reports; presence,
+# frequency and repetition penalties match the naive sampler and agree at
+# workers 0/1/2, and a frequency penalty spreads a repetitive greedy walk;
+# bad sampling fields get errors that name them.
 set -u
 . "$(dirname "$0")/e2e_lib.sh"
 
@@ -149,6 +151,44 @@ done
 expect_eq "vocab 131072: workers 0 and 2 alike" \
 	"$(sort "$T/big0.out" | md5sum)" "$(sort "$T/big2.out" | md5sum)"
 
+echo "== penalties: the naive sampler's tokens, alike at workers 0/1/2"
+# the sampled workload with presence/frequency on a third of the lines and
+# repetition (+ a negative frequency) on another; every sampled line seeded
+jq -c --argjson s "$SEED" '(.id | ltrimstr("r") | tonumber? // 0) as $i |
+	(if $i % 3 == 0 then . + {presence_penalty: 0.7, frequency_penalty: 0.4}
+	 elif $i % 3 == 1 then . + {repetition_penalty: 1.3, frequency_penalty: -0.5}
+	 else . end) | if .seed == null then . + {seed: ($s + $i)} else . end' \
+	"$T/w.jsonl" > "$T/pen.jsonl"
+for model in "$SIM" "$KV"; do
+	for w in 0 1 2; do
+		run --workers $w --batch 7 --model "$model" --input "$T/pen.jsonl" \
+			--output "$T/pen$w.out" 2> "$T/err" || fail "penalties ${model%%:*} workers $w: exit $?"
+		check_results "penalties, ${model%%:*} workers $w" "$SIM" "$T/pen.jsonl" "$T/pen$w.out"
+	done
+	expect_eq "penalties, ${model%%:*}: workers 0 and 1 alike" \
+		"$(sort "$T/pen0.out" | md5sum)" "$(sort "$T/pen1.out" | md5sum)"
+	expect_eq "penalties, ${model%%:*}: workers 0 and 2 alike" \
+		"$(sort "$T/pen0.out" | md5sum)" "$(sort "$T/pen2.out" | md5sum)"
+done
+# a greedy walk over 16 tokens repeats itself; frequency 2 spreads it
+for f in 0 2; do
+	echo "{\"id\":\"g$f\",\"prompt\":[5,6,7],\"max_tokens\":120,\"frequency_penalty\":$f}"
+done > "$T/rep.jsonl"
+run --workers 1 --model sim:vocab=16,seed=3 --input "$T/rep.jsonl" --output "$T/rep.out" 2> "$T/err"
+check_results "greedy with frequency_penalty" sim:vocab=16,seed=3 "$T/rep.jsonl" "$T/rep.out"
+most=$(jq -s -r 'sort_by(.id) | map(.tokens | group_by(.) | map(length) | max) |
+	join(" ")' "$T/rep.out")
+read -r plain penal <<< "$most"
+if [ -n "$penal" ] && [ "$penal" -lt "$plain" ]; then
+	pass "frequency_penalty 2: the most repeated token $plain -> $penal times in 120"
+else
+	fail "frequency_penalty 2 did not spread the greedy walk: '$most'"
+fi
+expect_eq "frequency_penalty 0 is the plain greedy walk" \
+	"$(jq -c 'select(.id == "g0") | .tokens' "$T/rep.out")" \
+	"$(echo '{"id":"g","prompt":[5,6,7],"max_tokens":120}' > "$T/plain.jsonl";
+	   run --model sim:vocab=16,seed=3 --input "$T/plain.jsonl" --output - 2>/dev/null | jq -c '.tokens')"
+
 echo "== bad sampling fields: an error that names the field"
 cat > "$T/bad.jsonl" <<'JSONL'
 {"id":"b1","prompt":[1],"temperature":-1}
@@ -161,10 +201,14 @@ cat > "$T/bad.jsonl" <<'JSONL'
 {"id":"b8","prompt":[1],"logit_bias":{"3":101}}
 {"id":"b9","prompt":[1],"logprobs":21}
 {"id":"b10","prompt":[1],"seed":-1}
+{"id":"b11","prompt":[1],"presence_penalty":2.5}
+{"id":"b12","prompt":[1],"frequency_penalty":"x"}
+{"id":"b13","prompt":[1],"repetition_penalty":0}
 JSONL
 run --workers 0 --model sim:vocab=16 --input "$T/bad.jsonl" --output "$T/bad.out" 2> "$T/err"
 i=0
-for field in temperature top_p top_p top_k "'n'" "'n'" logit_bias logit_bias logprobs seed; do
+for field in temperature top_p top_p top_k "'n'" "'n'" logit_bias logit_bias logprobs seed \
+	presence_penalty frequency_penalty repetition_penalty; do
 	i=$((i + 1))
 	line=$(jq -r "select(.id == \"b$i\") | [.finish_reason, .error] | @tsv" "$T/bad.out")
 	case "$line" in

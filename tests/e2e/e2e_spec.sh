@@ -67,6 +67,23 @@ run "off: no spec object" "$E2E_TMP/off2" --model "llama:$CK" --workers 1
 grep -q '"spec"' "$E2E_TMP/off2.stats" && fail "--speculate off reports a spec object" ||
 	pass "--speculate off reports no spec object"
 
+echo "== llama: penalties count the guesses taken before each position"
+python3 - "$E2E_TMP/in.jsonl" > "$E2E_TMP/pen.jsonl" <<'PY'
+import json, sys
+for i, line in enumerate(open(sys.argv[1])):
+    r = json.loads(line)
+    if i % 2:
+        r.update(frequency_penalty=0.7, presence_penalty=0.4, repetition_penalty=1.2)
+    print(json.dumps(r))
+PY
+cp "$E2E_TMP/in.jsonl" "$E2E_TMP/plain.jsonl"
+cp "$E2E_TMP/pen.jsonl" "$E2E_TMP/in.jsonl"
+run "penalties, off" "$E2E_TMP/poff" --model "llama:$CK" --workers 0
+run "penalties, ngram" "$E2E_TMP/pon" --model "llama:$CK" --workers 2 --batch 16 \
+	--speculate ngram
+same "penalties, ngram" "$E2E_TMP/poff" "$E2E_TMP/pon"
+cp "$E2E_TMP/plain.jsonl" "$E2E_TMP/in.jsonl"
+
 echo "== llama: faults under speculation"
 "$BIN/make_checkpoint" --out "$E2E_TMP/k.bin" --dim 128 --hidden 256 --layers 4 \
 	--heads 4 --kv-heads 2 --vocab 300 --seq-len 256 --seed "$SEED" > /dev/null
@@ -95,6 +112,21 @@ for w in 0 2; do
 	same "sim ngram, $w workers" "$E2E_TMP/off" "$E2E_TMP/on"
 done
 check_results "sim ngram is exact" sim:vocab=16 "$E2E_TMP/in.jsonl" "$E2E_TMP/on"
+"$BIN/gen_workload" --n 300 --seed "$((SEED + 2))" --vocab 16 --model sim:vocab=16 \
+	--max-prompt 40 --max-tokens 60 --sampling --ids p |
+python3 -c '
+import json, sys
+for i, line in enumerate(sys.stdin):
+    r = json.loads(line)
+    r.setdefault("seed", 7 + i)
+    if i % 2:
+        r.update(frequency_penalty=1.0, presence_penalty=0.5, repetition_penalty=1.3)
+    print(json.dumps(r))' > "$E2E_TMP/in.jsonl"
+run "sim sampled + penalties, off" "$E2E_TMP/off" --model sim:vocab=16 --workers 0
+run "sim sampled + penalties, ngram" "$E2E_TMP/on" --model sim:vocab=16 --workers 2 \
+	--batch 32 --speculate ngram
+same "sim sampled + penalties, ngram" "$E2E_TMP/off" "$E2E_TMP/on"
+check_results "sim sampled + penalties is exact" sim:vocab=16 "$E2E_TMP/in.jsonl" "$E2E_TMP/on"
 expect_gt "sim: guesses were taken" "$(stats_field "$E2E_TMP/on.stats" accepted)" 10
 
 finish

@@ -353,7 +353,7 @@ static void publish_sampling(void *arg, const struct shm_header *hdr,
 			struct shm_slot_sampling *t = own_sampling(hdr, ch, slot);
 			uint32_t k = (uint32_t)(h->n_results + slot);
 
-			switch (k % 7) {
+			switch (k % 9) {
 			case 0: t->generation += 1 + k % 3; break;
 			case 1: t->n_bias = UINT32_MAX - k % 5; break;
 			case 2: t->needs_logits = 1; t->temperature = NAN; break;
@@ -361,6 +361,8 @@ static void publish_sampling(void *arg, const struct shm_header *hdr,
 			case 4: t->needs_logits = 1; t->n_bias = 1;
 				t->bias[0].token = (int32_t)hdr->vocab + (int32_t)k % 3; break;
 			case 5: t->needs_logits = 1; t->top_logprobs = 1000; t->logprobs = 1; break;
+			case 6: t->needs_logits = 1; t->presence_penalty = NAN; break;
+			case 7: t->needs_logits = 1; t->repetition_penalty = -1.0f; break;
 			default: t->needs_logits = 1; t->n_bias = 2; t->bias[0] = t->bias[1];
 				t->bias[0].bias = NAN; break;
 			}

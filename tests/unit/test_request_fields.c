@@ -57,12 +57,6 @@ static const struct ref_field ref_checked[] = {
 	{ "safety_identifier", H, { "\"x\"" }, { NULL }, { "true" } },
 	{ "prompt_cache_key", H, { "\"k\"" }, { NULL }, { "{}" } },
 	{ "parallel_tool_calls", H, { "true", "false" }, { NULL }, { "0" } },
-	{ "presence_penalty", J | C | H, { "0", "0.0", "-0.0" },
-	  { "0.5", "-2", "1e-9" }, { "\"x\"", "false" } },
-	{ "frequency_penalty", J | C | H, { "0" }, { "1.5", "-0.1" },
-	  { "\"0\"", "[0]" } },
-	{ "repetition_penalty", J | C | H, { "1", "1.0" }, { "1.1", "0" },
-	  { "\"1\"" } },
 	{ "echo", J | C, { "false" }, { "true" }, { "0", "\"false\"" } },
 	{ "suffix", J | C, { "\"\"" }, { "\"end\"" }, { "1", "[]" } },
 	{ "best_of", J | C, { "1" }, { "2", "5" }, { "1.0", "\"1\"" } },
@@ -103,6 +97,8 @@ static const struct { const char *name; unsigned apis; } ref_parsed[] = {
 	{ "stop_token_ids", J | C | H }, { "stop_sequence", J | C | H },
 	{ "stop_sequences", J | C | H }, { "include_stop", J | C | H },
 	{ "ignore_eos", J | C | H }, { "top_k", J | C | H }, { "min_p", J | C | H },
+	{ "presence_penalty", J | C | H }, { "frequency_penalty", J | C | H },
+	{ "repetition_penalty", J | C | H },
 };
 
 /* Not fields of anything: typos and other servers' names. */
@@ -353,7 +349,7 @@ static void test_jsonl_lines(void **state)
 	static const char *const bad[] = {
 		"{\"id\":\"a\",\"prompt\":[1],\"max_token\":3}",
 		"{\"id\":\"a\",\"prompt\":[1],\"stream\":false}",
-		"{\"id\":\"a\",\"prompt\":[1],\"presence_penalty\":0.5}",
+		"{\"id\":\"a\",\"prompt\":[1],\"presence_penalty\":2.5}",
 		"{\"id\":\"a\",\"prompt\":[1],\"echo\":1}",
 	};
 	static const char *const good[] = {
@@ -413,10 +409,91 @@ static void test_completions_param(void **state)
 	completion_request_release(&c);
 }
 
+/*
+ * The penalties: typed and ranged by their parser, the value landing in
+ * the request as given, and a bad one a 400 whose param names it (the
+ * JSONL line's error names it too).  Chat hands its body to the same
+ * completion_parse().
+ */
+static void test_penalty_fields(void **state)
+{
+	static const struct {
+		const char *name, *good[4], *bad[6];
+	} f[] = {
+		{ "presence_penalty", { "0", "-2", "2", "0.25" },
+		  { "\"x\"", "true", "[0]", "2.01", "-2.5", "1e30" } },
+		{ "frequency_penalty", { "0", "1.5", "-0.1", "2.0" },
+		  { "\"0\"", "{}", "-2.0001", "3", "null", NULL } },
+		{ "repetition_penalty", { "1", "1.1", "0.5", "100" },
+		  { "\"1\"", "0", "-1", "false", "0.0", NULL } },
+	};
+	struct request_limits l = lim;
+	struct completion_request c;
+	struct request req;
+	const char *param;
+	char err[256], body[256];
+
+	l.id_optional = true;
+	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+		for (size_t j = 0; j < 4; j++) {
+			double want = strtod(f[i].good[j], NULL);
+			const float *got;
+
+			snprintf(body, sizeof(body), "{\"prompt\":[1],\"%s\":%s}",
+				 f[i].name, f[i].good[j]);
+			if (completion_parse(body, strlen(body), &l, &c, err,
+					     sizeof(err), &param))
+				fail_msg("'%s': %s", body, err);
+			got = i == 0 ? &c.req.sampling.presence_penalty :
+			      i == 1 ? &c.req.sampling.frequency_penalty :
+				       &c.req.sampling.repetition_penalty;
+			assert_true(*got == (float)want);
+			/* a penalty needs the logits unless it is off */
+			assert_int_equal(request_needs_logits(&c.req),
+					 want != (i == 2 ? 1.0 : 0.0));
+			completion_request_release(&c);
+		}
+		for (size_t j = 0; j < 6 && f[i].bad[j]; j++) {
+			bool null = !strcmp(f[i].bad[j], "null");
+
+			snprintf(body, sizeof(body), "{\"prompt\":[1],\"%s\":%s}",
+				 f[i].name, f[i].bad[j]);
+			if (null) {	/* null is "not given" */
+				assert_int_equal(completion_parse(body, strlen(body),
+					&l, &c, err, sizeof(err), &param), 0);
+				completion_request_release(&c);
+				continue;
+			}
+			assert_int_equal(completion_parse(body, strlen(body), &l, &c,
+							  err, sizeof(err), &param),
+					 -EINVAL);
+			if (!param || strcmp(param, f[i].name))
+				fail_msg("'%s': param %s (%s)", body,
+					 param ? param : "NULL", err);
+			completion_request_release(&c);
+			snprintf(body, sizeof(body), "{\"id\":\"a\",\"prompt\":[1],"
+				 "\"%s\":%s}", f[i].name, f[i].bad[j]);
+			assert_int_equal(request_parse(body, strlen(body), 2, &lim,
+						       &req, err, sizeof(err)), -EINVAL);
+			if (!strstr(err, f[i].name))
+				fail_msg("'%s': %s", body, err);
+			request_release(&req);
+		}
+	}
+	/* a token model has no logits to penalize */
+	l.has_logits = false;
+	snprintf(body, sizeof(body), "{\"prompt\":[1],\"frequency_penalty\":1}");
+	assert_int_equal(completion_parse(body, strlen(body), &l, &c, err,
+					  sizeof(err), &param), -EINVAL);
+	assert_non_null(strstr(err, "penalties"));
+	completion_request_release(&c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_each_field),
+		cmocka_unit_test(test_penalty_fields),
 		cmocka_unit_test(test_dependent_neutral),
 		cmocka_unit_test(test_long_name),
 		cmocka_unit_test(test_keep),

@@ -1,6 +1,7 @@
 /*
  * test_sampler.c - the engine's sampler (lib/sampling/sampler.c) against the
  * Philox known answers, the naive reference sampler (tools/refdecode/ref_sampler.c,
+ * penalties included,
  * compiled into this test by #include because the tests link only the
  * engine's libraries), a chi-square goodness-of-fit test that tells a
  * biased sampler from a correct one, the logprobs and the error paths,
@@ -584,6 +585,152 @@ static void test_random_vs_naive(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* (b1) Penalties against the naive definition                         */
+/* ------------------------------------------------------------------ */
+
+/* The naive side (ref_sample_hist()) scans the whole history for every
+ * token of the vocabulary: the definition read literally. */
+
+static float random_penalty(struct rng *r)
+{
+	switch (rng_below(r, 4)) {
+	case 0: return 0.0f;
+	case 1: return rng_below(r, 2) ? 2.0f : -2.0f;
+	default: return (float)(rng_unit(r) * 4.0 - 2.0);
+	}
+}
+
+static void test_penalties_vs_naive(void **state)
+{
+	struct rng r = rng_for(21);
+	struct sampling_bias bias[50];
+	uint32_t n_cases = 600, n_pen = 0;
+
+	for (uint32_t c = 0; c < n_cases; c++) {
+		uint32_t vocab = 1 + rng_below(&r, 1500);
+		uint32_t n_tokens = rng_below(&r, 300), n_prompt;
+		/* a few distinct tokens, so the history repeats */
+		uint32_t span = 1 + rng_below(&r, vocab < 40 ? vocab : 40);
+		struct sampling_params p;
+		struct sampling_history h;
+		int32_t *hist = malloc((n_tokens + 1) * sizeof(*hist));
+		float *logits = malloc(vocab * sizeof(*logits));
+		struct sampler *s = sampler_create(vocab);
+
+		assert_true(hist && logits && s);
+		n_prompt = n_tokens ? rng_below(&r, n_tokens + 1) : 0;
+		for (uint32_t i = 0; i < n_tokens; i++)
+			hist[i] = (int32_t)(rng_below(&r, 4) ? rng_below(&r, span) :
+					    rng_below(&r, vocab));
+		random_logits(&r, logits, vocab);
+		random_params(&r, vocab, &p, bias);
+		p.presence_penalty = random_penalty(&r);
+		p.frequency_penalty = random_penalty(&r);
+		switch (rng_below(&r, 4)) {
+		case 0: p.repetition_penalty = 1.0f; break;
+		case 1: p.repetition_penalty = 0.0f; break;	/* unset: off */
+		case 2: p.repetition_penalty = (float)(0.01 + rng_unit(&r) * 3.0); break;
+		default: p.repetition_penalty = rng_below(&r, 2) ? 1e-30f : 1e30f; break;
+		}
+		n_pen += sampling_params_penalized(&p);
+		h = (struct sampling_history){ hist, n_tokens, n_prompt };
+		for (uint32_t k = 0; k < 3; k++) {
+			struct sampler_result a, b;
+			uint32_t choice = rng_below(&r, 3);
+			int ra, rb;
+
+			assert_int_equal(sampler_set_isa(s, sampler_isa_supported(
+				SAMPLER_ISA_AVX2) && k % 2 == 0 ? SAMPLER_ISA_AVX2 :
+				SAMPLER_ISA_PORTABLE), 0);
+			ra = sampler_sample_row(s, logits, &p, &h, k, choice, &a);
+			rb = ref_sample_hist(logits, vocab, &p, &h, k, choice, &b);
+			if (ra != rb || memcmp(&a, &b, sizeof(a))) {
+				print_error("case %u k %u: vocab %u history %u "
+					    "(prompt %u) presence %g frequency %g "
+					    "repetition %g T %g: engine %d token %d "
+					    "lp %a, naive %d token %d lp %a\n", c, k,
+					    vocab, n_tokens, n_prompt,
+					    p.presence_penalty, p.frequency_penalty,
+					    p.repetition_penalty, p.temperature, ra,
+					    a.token, a.logprob, rb, b.token, b.logprob);
+				fail();
+			}
+		}
+		/* the scratch is left zeroed for the next row */
+		for (uint32_t v = 0; v < vocab; v++)
+			assert_int_equal(s->pen_count[v], 0);
+		sampler_destroy(s);
+		free(hist);
+		free(logits);
+	}
+	printf("penalties_vs_naive: %u cases x 3 draws (%u penalized), "
+	       "all identical\n", n_cases, n_pen);
+}
+
+/* A strong penalty moves greedy off a repeated token; bad histories and
+ * ranges are errors. */
+static void test_penalties_edges(void **state)
+{
+	float logits[8] = { 0, 0, 0, 5, 0, 0, 0, 4 };
+	const int32_t hist[] = { 3, 1, 3, 3, 9 };
+	struct sampling_params p = SAMPLING_PARAMS_GREEDY;
+	struct sampling_history h = { hist, 4, 1 };
+	struct sampler_result out;
+	struct sampler *s = sampler_create(8);
+	char err[160];
+
+	assert_non_null(s);
+	assert_int_equal(sampler_sample_row(s, logits, &p, &h, 0, 0, &out), 0);
+	assert_int_equal(out.token, 3);
+	/* token 3: generated twice, 5 - 2 x 0.6 < 4 */
+	p.frequency_penalty = 0.6f;
+	assert_int_equal(sampler_sample_row(s, logits, &p, &h, 0, 0, &out), 0);
+	assert_int_equal(out.token, 7);
+	/* presence alone: 5 - 0.9 > 4; 5 - 1.1 < 4 */
+	p.frequency_penalty = 0.0f;
+	p.presence_penalty = 0.9f;
+	assert_int_equal(sampler_sample_row(s, logits, &p, &h, 0, 0, &out), 0);
+	assert_int_equal(out.token, 3);
+	p.presence_penalty = 1.1f;
+	assert_int_equal(sampler_sample_row(s, logits, &p, &h, 0, 0, &out), 0);
+	assert_int_equal(out.token, 7);
+	/* a prompt-only token is not penalized by presence */
+	h = (struct sampling_history){ hist, 1, 1 };
+	assert_int_equal(sampler_sample_row(s, logits, &p, &h, 0, 0, &out), 0);
+	assert_int_equal(out.token, 3);
+	/* but is by repetition (over prompt + generated) */
+	p.presence_penalty = 0.0f;
+	p.repetition_penalty = 1.3f;
+	assert_int_equal(sampler_sample_row(s, logits, &p, &h, 0, 0, &out), 0);
+	assert_int_equal(out.token, 7);
+	/* a token outside the vocabulary, a prompt past the history */
+	h = (struct sampling_history){ hist, 5, 1 };
+	assert_int_equal(sampler_sample_row(s, logits, &p, &h, 0, 0, &out), -EINVAL);
+	h = (struct sampling_history){ hist, 2, 3 };
+	assert_int_equal(sampler_sample_row(s, logits, &p, &h, 0, 0, &out), -EINVAL);
+	for (uint32_t v = 0; v < 8; v++)
+		assert_int_equal(s->pen_count[v], 0);
+	/* ranges */
+	p = SAMPLING_PARAMS_GREEDY;
+	p.presence_penalty = 2.5f;
+	assert_int_equal(validate(&p, 8, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "presence_penalty"));
+	p.presence_penalty = 0.0f;
+	p.frequency_penalty = NAN;
+	assert_int_equal(validate(&p, 8, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "frequency_penalty"));
+	p.frequency_penalty = -2.0f;
+	p.repetition_penalty = -1.0f;
+	assert_int_equal(validate(&p, 8, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "repetition_penalty"));
+	p.repetition_penalty = INFINITY;
+	assert_int_equal(validate(&p, 8, err, sizeof(err)), -EINVAL);
+	p.repetition_penalty = 1.5f;
+	assert_int_equal(validate(&p, 8, err, sizeof(err)), 0);
+	sampler_destroy(s);
+}
+
+/* ------------------------------------------------------------------ */
 /* (b2) The AVX2 kernels against the portable ones                     */
 /* ------------------------------------------------------------------ */
 
@@ -1113,6 +1260,8 @@ int main(void)
 		cmocka_unit_test(test_seeded_draws_repeat),
 		cmocka_unit_test(test_vocab_128k),
 		cmocka_unit_test(test_random_vs_naive),
+		cmocka_unit_test(test_penalties_vs_naive),
+		cmocka_unit_test(test_penalties_edges),
 		cmocka_unit_test(test_avx2_matches_portable),
 		cmocka_unit_test(test_chi_square),
 		cmocka_unit_test(test_logprobs_full),

@@ -137,8 +137,21 @@ static void test_rejection_counters_reported(void **state)
 	stats_print_summary(s, f);
 	rewind(f);
 	assert_non_null(fgets(line, sizeof(line), f));
+	/* the rate says what time it is over */
+	assert_non_null(strstr(line, " s of uptime = "));
+	assert_non_null(strstr(line, "tokens/s over uptime"));
 	assert_non_null(fgets(line, sizeof(line), f));
 	assert_non_null(strstr(line, ", 3 stale results rejected, 744 run-ahead rows discarded, "));
+	/* errors: the summary says where their reasons are */
+	s->n_finished[FINISH_ERROR] = 7;
+	rewind(f);
+	stats_print_summary(s, f);
+	fflush(f);
+	rewind(f);
+	while (fgets(line, sizeof(line), f) && !strstr(line, "ended in error"))
+		;
+	assert_non_null(strstr(line, "7 requests ended in error: each one's result "
+			       "says why in its \"error\" field"));
 	fclose(f);
 	unlink(path);
 	free(s);

@@ -7,6 +7,7 @@
  * See ref_sampler.h.
  */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -125,10 +126,61 @@ static void ref_logprobs(const struct ref_row *r, const struct sampling_params *
 	}
 }
 
+/*
+ * The penalties of sampler.h's step 1b on the biased r->y, read
+ * literally: for every token, a scan of the whole history for how often
+ * it was generated and whether it is there at all (O(vocab x history)).
+ */
+static int ref_penalize(struct ref_row *r, const struct sampling_params *p,
+			const struct sampling_history *h)
+{
+	float rep = p->repetition_penalty;
+
+	if (!h || !h->n_tokens)
+		return 0;
+	if (h->n_prompt > h->n_tokens || !h->tokens)
+		return -EINVAL;
+	for (uint32_t i = 0; i < h->n_tokens; i++) {
+		bool counted = i >= h->n_prompt || (rep != 1.0f && rep != 0.0f);
+
+		if (counted && (h->tokens[i] < 0 || (uint32_t)h->tokens[i] >= r->vocab))
+			return -EINVAL;
+	}
+	for (uint32_t v = 0; v < r->vocab; v++) {
+		uint32_t generated = 0;
+		bool seen = false;
+		float x = r->y[v];
+
+		for (uint32_t i = 0; i < h->n_tokens; i++) {
+			if (h->tokens[i] != (int32_t)v)
+				continue;
+			seen = true;
+			if (i >= h->n_prompt)
+				generated++;
+		}
+		if (x == -INFINITY)
+			continue;	/* banned stays banned */
+		if (seen && rep != 1.0f && rep != 0.0f)
+			x = x > 0.0f ? x / rep : x * rep;
+		if (generated > 0) {
+			x = x - p->frequency_penalty * (float)generated;
+			x = x - p->presence_penalty;
+		}
+		if (x == INFINITY)
+			x = FLT_MAX;
+		else if (x == -INFINITY)
+			x = -FLT_MAX;
+		r->y[v] = x;
+	}
+	return 0;
+}
+
 static int ref_sample_row(struct ref_row *r, const float *logits,
-			  const struct sampling_params *p, uint32_t k,
+			  const struct sampling_params *p,
+			  const struct sampling_history *h, uint32_t k,
 			  uint32_t choice, struct sampler_result *out)
 {
+	int ret;
 	uint32_t best = 0, chosen;
 	uint64_t z_sum = 0;
 	bool any = false;
@@ -148,6 +200,9 @@ static int ref_sample_row(struct ref_row *r, const float *logits,
 		else
 			r->y[t] = r->y[t] + p->bias[b].bias;
 	}
+	/* after the bias, as the engine (and vLLM) orders them */
+	if ((ret = ref_penalize(r, p, h)))
+		return ret;
 	for (uint32_t i = 0; i < r->vocab; i++) {
 		if (r->y[i] == -INFINITY)
 			continue;
@@ -175,6 +230,14 @@ int ref_sample(const float *logits, uint32_t vocab,
 	       const struct sampling_params *p, uint32_t k, uint32_t choice,
 	       struct sampler_result *out)
 {
+	return ref_sample_hist(logits, vocab, p, NULL, k, choice, out);
+}
+
+int ref_sample_hist(const float *logits, uint32_t vocab,
+		    const struct sampling_params *p,
+		    const struct sampling_history *h, uint32_t k,
+		    uint32_t choice, struct sampler_result *out)
+{
 	struct ref_row r = { .vocab = vocab };
 	int ret = -ENOMEM;
 
@@ -185,7 +248,7 @@ int ref_sample(const float *logits, uint32_t vocab,
 	r.order = malloc(sizeof(*r.order) * vocab);
 	r.tmp = malloc(sizeof(*r.tmp) * vocab);
 	if (vocab && r.y && r.w && r.keep && r.order && r.tmp)
-		ret = ref_sample_row(&r, logits, p, k, choice, out);
+		ret = ref_sample_row(&r, logits, p, h, k, choice, out);
 	free(r.y);
 	free(r.w);
 	free(r.keep);

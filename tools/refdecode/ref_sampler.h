@@ -26,6 +26,15 @@ int ref_sample(const float *logits, uint32_t vocab,
 	       struct sampler_result *out);
 
 /*
+ * ref_sample() with the penalties over the history h (NULL: none), as
+ * sampler_sample_row() does; -EINVAL for a history token out of range.
+ */
+int ref_sample_hist(const float *logits, uint32_t vocab,
+		    const struct sampling_params *p,
+		    const struct sampling_history *h, uint32_t k,
+		    uint32_t choice, struct sampler_result *out);
+
+/*
  * The reference's steps one at a time, for tests that hold the engine's
  * draws to the definition (test_sampler's chi-square test): a row's
  * buffers, each vocab long, owned by the caller.

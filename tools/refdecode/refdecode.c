@@ -371,7 +371,9 @@ static int ref_decode_choice(const struct request *req,
 				rc = -EPROTO;
 				goto out;
 			}
-			rc = ref_sample(row, m->vocab, &sp, n_gen, choice, &sr);
+			struct sampling_history h = { seq, (uint32_t)n, req->n_prompt };
+
+			rc = ref_sample_hist(row, m->vocab, &sp, &h, n_gen, choice, &sr);
 			if (rc == -ENOENT) {	/* the bias bans every token */
 				rc = 0;
 				out->finish = "error";
