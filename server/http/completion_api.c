@@ -217,7 +217,8 @@ void completion_request_release(struct completion_request *c)
 }
 
 /* The completions shape: its fixed text, per choice, per token id, and
- * per logprob entry ("token_id:N" twice and a number). */
+ * per logprob entry (two numbers and separators; the names are
+ * logprob_entry_bound()'s). */
 static const struct answer_sizes completion_sizes = {
 	.fixed = 384, .per_choice = 160, .per_token = JSON_TOKEN_MAX,
 	.per_logprob = 64,
@@ -243,7 +244,9 @@ size_t completion_answer_bound(const struct completion_meta *m,
 			(size_t)choices[i].n_tokens * sz->per_token;
 		if (choices[i].logprobs)
 			need += (size_t)choices[i].n_tokens *
-				(choices[i].logprob_stride + 1) * sz->per_logprob;
+				(choices[i].logprob_stride + 1) *
+				(sz->per_logprob +
+				 logprob_entry_bound(choices[i].lp.tok));
 	}
 	return need;
 }
@@ -263,30 +266,28 @@ char *completion_put_usage(char *p, const struct completion_usage *usage)
 	return p;
 }
 
-static char *put_token_name(char *p, int32_t token)
-{
-	p = JSON_PUT_LIT(p, "\"token_id:");
-	p = json_put_i32(p, token);
-	*p++ = '"';
-	return p;
-}
-
 static char *put_float(char *p, float v)
 {
 	/* 9 significant digits: the float exactly */
 	return p + snprintf(p, 24, "%.9g", (double)v);
 }
 
-/* "logprobs":{...} of one choice (see completion_api.h). */
+/* "logprobs":{...} of one choice (see completion_api.h).  Each list
+ * walks the tokens again from c->lp: a token's text depends on the one
+ * before it. */
 static char *put_logprobs(char *p, const struct completion_choice *c)
 {
 	const struct sampler_logprob *e;
+	struct logprob_token t, alt;
+	struct logprob_ctx cx = c->lp;
 
 	p = JSON_PUT_LIT(p, "\"logprobs\":{\"tokens\":[");
 	for (uint32_t i = 0; i < c->n_tokens; i++) {
 		if (i)
 			*p++ = ',';
-		p = put_token_name(p, c->tokens[i]);
+		logprob_token_of(&cx, cx.prev_token, c->tokens[i], &t);
+		p = logprob_put_name(p, &cx, c->tokens[i], &t);
+		logprob_ctx_advance(&cx, c->tokens + i, 1);
 	}
 	p = JSON_PUT_LIT(p, "],\"token_logprobs\":[");
 	for (uint32_t i = 0; i < c->n_tokens; i++) {
@@ -295,19 +296,31 @@ static char *put_logprobs(char *p, const struct completion_choice *c)
 		p = put_float(p, c->logprobs[(size_t)i * c->logprob_stride].logprob);
 	}
 	p = JSON_PUT_LIT(p, "],\"top_logprobs\":[");
+	cx = c->lp;
 	for (uint32_t i = 0; i < c->n_tokens; i++) {
 		e = c->logprobs + (size_t)i * c->logprob_stride;
 		if (i)
 			*p++ = ',';
 		*p++ = '{';
+		/* the alternatives follow the same token the chosen one does */
 		for (uint32_t j = 1; j < c->logprob_stride && e[j].token >= 0; j++) {
 			if (j > 1)
 				*p++ = ',';
-			p = put_token_name(p, e[j].token);
+			logprob_token_of(&cx, cx.prev_token, e[j].token, &alt);
+			p = logprob_put_name(p, &cx, e[j].token, &alt);
 			*p++ = ':';
 			p = put_float(p, e[j].logprob);
 		}
 		*p++ = '}';
+		logprob_ctx_advance(&cx, c->tokens + i, 1);
+	}
+	p = JSON_PUT_LIT(p, "],\"text_offset\":[");
+	cx = c->lp;
+	for (uint32_t i = 0; i < c->n_tokens; i++) {
+		if (i)
+			*p++ = ',';
+		p = json_put_u64(p, cx.text_offset);
+		logprob_ctx_advance(&cx, c->tokens + i, 1);
 	}
 	return JSON_PUT_LIT(p, "]}");
 }

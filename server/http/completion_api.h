@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "engine/request.h"
+#include "server/http/logprob_text.h"
 #include "sampling/sampler.h"
 #include "util/strbuf.h"
 #include "server/request/request_fields.h"
@@ -72,9 +73,12 @@ struct completion_usage {
  * One choice of an answer (or its new part, in an event).  logprobs,
  * when not NULL, has n_tokens entries of logprob_stride (jsonl_result.h's
  * struct result) and is written in the completions shape, each token
- * named "token_id:<id>" (there is no text):
- *   "logprobs":{"tokens":[..],"token_logprobs":[..],
- *               "top_logprobs":[{"token_id:7":-0.5,..},..]}
+ * named by its text (logprob_text.h; lp says where the tokens start):
+ *   "logprobs":{"tokens":[" the",..],"token_logprobs":[..],
+ *               "top_logprobs":[{" the":-0.5," a":-1.2},..],
+ *               "text_offset":[0,4,..]}
+ * text_offset is each token's first byte in the choice's text (bytes
+ * of UTF-8, where OpenAI's Python server counts characters).
  */
 struct completion_choice {
 	uint32_t index;
@@ -85,6 +89,7 @@ struct completion_choice {
 	const char *finish_reason;	/* NULL: JSON null (not the end yet) */
 	const struct sampler_logprob *logprobs;
 	uint32_t logprob_stride;
+	struct logprob_ctx lp;		/* the tokens' names and offsets */
 };
 
 /* What an answer shape costs at most, for completion_answer_bound(). */

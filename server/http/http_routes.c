@@ -84,10 +84,15 @@ static void route_health(struct http_server *srv, struct conn *c)
 	respond(srv, c, ok ? 200 : 503, "application/json", NULL);
 }
 
-/* A new request of n choices on c: nothing sent, nothing kept. */
-static void conn_choices_start(struct conn *c, uint32_t n)
+/* A new request of n choices on c: nothing sent, nothing kept; each
+ * choice's logprobs start at lp. */
+static void conn_choices_start(struct conn *c, uint32_t n,
+			       const struct logprob_ctx *lp)
 {
 	struct conn_choices *ch = &c->ch;
+
+	for (uint32_t i = 0; i < n && i < REQUEST_MAX_CHOICES; i++)
+		ch->lp[i] = *lp;
 
 	c->handle = ch->handles[0];
 	ch->n = n;
@@ -286,7 +291,7 @@ static int chat_stream_start(struct http_server *srv, struct conn *c,
  * bounded by --conn-buffer instead.
  */
 #define ANSWER_CHOICE_BYTES 512u
-#define ANSWER_LOGPROB_BYTES 64u	/* "token_id:N": logprob, twice over */
+#define ANSWER_LOGPROB_BYTES 64u	/* a logprob, offset and separators */
 static uint64_t answer_per_token(const struct http_server *srv,
 				 const struct request *req)
 {
@@ -295,7 +300,8 @@ static uint64_t answer_per_token(const struct http_server *srv,
 	return JSON_TOKEN_MAX +
 	       (tok ? 6ull * text_tokenizer_longest_piece(tok) : 0) +
 	       (req->sampling.logprobs ?
-		(1ull + req->sampling.top_logprobs) * ANSWER_LOGPROB_BYTES : 0);
+		(1ull + req->sampling.top_logprobs) *
+		(ANSWER_LOGPROB_BYTES + logprob_entry_bound(tok)) : 0);
 }
 
 static uint64_t answer_bound(const struct http_server *srv,
@@ -377,6 +383,7 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 	struct completion_request cr;
 	const char *param;
 	char err[512], *chat_id = NULL;
+	struct logprob_ctx lp;
 	size_t before;
 	uint32_t n_choices;
 	int ret;
@@ -417,6 +424,10 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 	c->req_serial++;
 	clamp_default_max_tokens(srv, &cr, &cr.req);
 	n_choices = cr.req.n_choices;
+	/* the first generated token's text follows the prompt's last */
+	lp = (struct logprob_ctx){ .tok = srv->lim.tok,
+		.prev_token = cr.req.n_prompt ? cr.req.prompt[cr.req.n_prompt - 1] : -1,
+		.ignore_eos = cr.req.ignore_eos };
 	if (!cr.stream && !reserve_answer(srv, c, &cr.req))
 		goto out;
 	ret = engine_submit(srv->e, &cr.req, cookie_of(srv, c), c->ch.handles);
@@ -467,7 +478,7 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 	c->stream = cr.stream;
 	c->chat = chat;
 	c->include_usage = cr.include_usage;
-	conn_choices_start(c, n_choices);
+	conn_choices_start(c, n_choices, &lp);
 	c->created = (uint64_t)time(NULL);
 	c->request_start_ns = 0;
 	if (c->stream) {
@@ -535,7 +546,9 @@ static void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req
 	one = (struct completion_choice){ .index = req->choice, .tokens = tokens,
 		.n_tokens = n, .logprobs = logprobs,
 		.logprob_stride = 1 + req->sampling.top_logprobs,
-		.text = text, .text_len = text_len };
+		.text = text, .text_len = text_len, .lp = c->ch.lp[req->choice] };
+	/* the next event's tokens follow these */
+	logprob_ctx_advance(&c->ch.lp[req->choice], tokens, n);
 	/* a chat chunk is content: none when the tokens made no text yet
 	 * (a character cut between tokens) and carry no logprobs */
 	if (c->chat && !text_len && !logprobs)
@@ -580,7 +593,8 @@ static int stream_finish(struct http_server *srv, struct conn *c,
 			.n_tokens = n - from,
 			.finish_reason = finish_reason_names[r->reason],
 			.logprobs = r->logprobs ? r->logprobs + (size_t)from * stride : NULL,
-			.logprob_stride = stride };
+			.logprob_stride = stride,
+			.lp = choice < c->ch.n ? c->ch.lp[choice] : c->ch.lp[0] };
 
 		if (c->chat) {
 			/* the rest of the content, then the end */
@@ -674,7 +688,8 @@ static int conn_answer(struct http_server *srv, struct conn *c,
 			.text = r->text, .text_len = r->text_len,
 			.tokens = r->tokens, .n_tokens = r->n_tokens,
 			.finish_reason = finish_reason_names[r->reason],
-			.logprobs = r->logprobs, .logprob_stride = stride };
+			.logprobs = r->logprobs, .logprob_stride = stride,
+			.lp = c->ch.lp[0] };
 	} else {
 		for (uint32_t i = 0; i < c->ch.n; i++) {
 			const struct http_choice *k = &c->ch.kept[i];
@@ -683,7 +698,8 @@ static int conn_answer(struct http_server *srv, struct conn *c,
 				.text = k->text, .text_len = k->text_len,
 				.tokens = k->tokens, .n_tokens = k->n_tokens,
 				.finish_reason = finish_reason_names[k->reason],
-				.logprobs = k->logprobs, .logprob_stride = stride };
+				.logprobs = k->logprobs, .logprob_stride = stride,
+				.lp = c->ch.lp[i] };
 		}
 	}
 	srv->body.len = 0;

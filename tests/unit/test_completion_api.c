@@ -29,6 +29,8 @@
 #include "text/stop_matcher.h"
 #include "util/strbuf.h"
 #include "tests/unit/test_rng.h"
+#include "tests/unit/test_logprob_ref.h"
+#include "tests/unit/test_trained_tok.h"
 #include "server/request/request_json.h"
 
 static const struct request_limits lim = {
@@ -703,6 +705,103 @@ static void test_random_roundtrip(void **state)
 	strbuf_release(&out);
 }
 
+/*
+ * Logprobs named by their text (logprob_text.h), against the naive
+ * reference of test_logprob_ref.h: random tokens of a trained llama2.c
+ * vocabulary (its byte tokens make pieces that are no UTF-8 on their
+ * own, its end tokens text of none), random alternatives, a random token
+ * before them and ignore_eos either way.
+ */
+#define LP_VOCAB 512
+#define LP_ROUNDS 200
+#define LP_MAX_TOKENS 24
+#define LP_MAX_TOP 4
+
+static void test_logprobs_text(void **state)
+{
+	struct sampler_logprob lp[LP_MAX_TOKENS * (1 + LP_MAX_TOP)];
+	struct completion_meta m = { .id = "cmpl-1", .model = "m", .created = 1 };
+	struct strbuf out = STRBUF_INIT;
+	struct text_tokenizer *ttok;
+	struct tokenizer *tok;
+	struct rng rng = rng_for(2);
+	int32_t tokens[LP_MAX_TOKENS];
+	uint32_t n_bytes_tokens = 0;
+
+	assert_int_equal(test_trained_tok(LP_VOCAB, &tok, &ttok), 0);
+	for (int round = 0; round < LP_ROUNDS; round++) {
+		uint32_t n = rng_below(&rng, LP_MAX_TOKENS + 1);
+		uint32_t stride = 1 + rng_below(&rng, LP_MAX_TOP + 1);
+		struct completion_choice c = { .tokens = tokens, .n_tokens = n,
+			.finish_reason = "length", .logprobs = lp,
+			.logprob_stride = stride,
+			.lp = { .tok = ttok,
+				.prev_token = (int32_t)rng_below(&rng, LP_VOCAB + 1) - 1,
+				.text_offset = rng_below(&rng, 2) ? 0 : rng_next(&rng) >> 8,
+				.ignore_eos = rng_below(&rng, 2) } };
+		struct ref_walk w = { ttok, c.lp.ignore_eos, c.lp.prev_token,
+				      c.lp.text_offset };
+		json_t *o, *l, *names, *tops, *offs;
+		json_error_t jerr;
+
+		ref_random_logprobs(&rng, LP_VOCAB, tokens, n, lp, stride, true);
+		out.len = 0;
+		assert_int_equal(completion_format(&out, &m, &c, 1, NULL, false, 0), 0);
+		o = json_loadb(out.data, out.len, JSON_ALLOW_NUL, &jerr);
+		if (!o)
+			fail_msg("round %d: not JSON (%s) (SEED=%llu)", round, jerr.text,
+				 test_seed);
+		l = json_object_get(json_array_get(json_object_get(o, "choices"), 0),
+				    "logprobs");
+		names = json_object_get(l, "tokens");
+		tops = json_object_get(l, "top_logprobs");
+		offs = json_object_get(l, "text_offset");
+		assert_int_equal(json_array_size(names), n);
+		assert_int_equal(json_array_size(tops), n);
+		assert_int_equal(json_array_size(offs), n);
+		assert_int_equal(json_array_size(json_object_get(l, "token_logprobs")), n);
+		for (uint32_t i = 0; i < n; i++) {
+			struct ref_walk at = w;	/* the alternatives follow the same */
+			const json_t *top = json_array_get(tops, i);
+			struct ref_token r;
+			uint32_t n_alt = 0;
+
+			ref_token_at(&w, tokens[i], true, &r);
+			if (!ref_name_is(json_array_get(names, i), &r))
+				fail_msg("round %d token %u (id %d): name '%s' != '%.*s' "
+					 "(SEED=%llu)", round, i, tokens[i],
+					 json_string_value(json_array_get(names, i)),
+					 (int)r.name_len, r.name, test_seed);
+			n_bytes_tokens += !strncmp(r.name, "bytes:", 6);
+			if ((uint64_t)json_integer_value(json_array_get(offs, i)) != r.offset)
+				fail_msg("round %d token %u: text_offset %lld != %llu "
+					 "(SEED=%llu)", round, i,
+					 (long long)json_integer_value(json_array_get(offs, i)),
+					 (unsigned long long)r.offset, test_seed);
+			for (uint32_t j = 1; j < stride && lp[i * stride + j].token >= 0; j++) {
+				struct ref_token ra;
+				const json_t *v;
+
+				n_alt++;
+				ref_token_at(&at, lp[i * stride + j].token, false, &ra);
+				v = json_object_getn(top, ra.name, ra.name_len);
+				if (!json_is_number(v))
+					fail_msg("round %d token %u: no alternative '%.*s' "
+						 "(SEED=%llu)", round, i, (int)ra.name_len,
+						 ra.name, test_seed);
+			}
+			/* two alternatives of one text share a key */
+			assert_true(json_object_size(top) <= n_alt);
+			assert_true(json_object_size(top) >= (n_alt ? 1u : 0u));
+		}
+		json_decref(o);
+	}
+	/* the rounds reached the case that needs the bytes: form */
+	assert_true(n_bytes_tokens > 0);
+	text_tokenizer_free(ttok);
+	strbuf_release(&out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -718,6 +817,7 @@ int main(void)
 		cmocka_unit_test(test_format_hostile_strings),
 		cmocka_unit_test(test_format_null_strings),
 		cmocka_unit_test(test_random_roundtrip),
+		cmocka_unit_test(test_logprobs_text),
 	};
 
 	test_seed_init("completion_api");
