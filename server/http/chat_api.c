@@ -769,10 +769,11 @@ static char *put_head(char *p, const struct completion_meta *m,
 }
 
 /* ] then ,"usage":{..} when given. */
-static char *put_tail(char *p, const struct completion_usage *usage)
+static char *put_tail(char *p, const struct completion_meta *m,
+		      const struct completion_usage *usage)
 {
 	*p++ = ']';
-	return completion_put_usage(p, usage);
+	return completion_put_usage(p, m, usage);
 }
 
 int chat_format(struct strbuf *out, const struct completion_meta *m,
@@ -802,7 +803,7 @@ int chat_format(struct strbuf *out, const struct completion_meta *m,
 		p = json_put_str(p, c->finish_reason);
 		*p++ = '}';
 	}
-	p = put_tail(p, usage);
+	p = put_tail(p, m, usage);
 	if (has_seed) {
 		p = JSON_PUT_LIT(p, ",\"seed\":");
 		p = json_put_u64(p, seed);
@@ -844,7 +845,7 @@ int chat_format_chunk(struct strbuf *out, const struct completion_meta *m,
 		*p++ = '}';
 		break;
 	}
-	p = put_tail(p, usage);
+	p = put_tail(p, m, usage);
 	*p++ = '}';
 	api_event_close(out, p);
 	return 0;
@@ -859,7 +860,7 @@ int chat_format_usage_chunk(struct strbuf *out, const struct completion_meta *m,
 	if (!p)
 		return -ENOMEM;
 	p = put_head(p, m, "chat.completion.chunk");
-	p = put_tail(p, usage);
+	p = put_tail(p, m, usage);
 	*p++ = '}';
 	api_event_close(out, p);
 	return 0;

@@ -251,10 +251,11 @@ size_t completion_answer_bound(const struct completion_meta *m,
 	return need;
 }
 
-char *completion_put_usage(char *p, const struct completion_usage *usage)
+char *completion_put_usage(char *p, const struct completion_meta *m,
+			   const struct completion_usage *usage)
 {
 	if (!usage)
-		return p;
+		return m->usage_null ? JSON_PUT_LIT(p, ",\"usage\":null") : p;
 	p = JSON_PUT_LIT(p, ",\"usage\":{\"prompt_tokens\":");
 	p = json_put_u64(p, usage->prompt_tokens);
 	p = JSON_PUT_LIT(p, ",\"completion_tokens\":");
@@ -366,7 +367,7 @@ static char *put_answer(char *p, const struct completion_meta *m,
 		p = put_choice(p, &choices[i]);
 	}
 	*p++ = ']';
-	return completion_put_usage(p, usage);
+	return completion_put_usage(p, m, usage);
 }
 
 int completion_format(struct strbuf *out, const struct completion_meta *m,

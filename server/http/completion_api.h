@@ -62,6 +62,9 @@ struct completion_meta {
 	const char *id;		/* "cmpl-..." or the client's id */
 	uint64_t created;	/* Unix seconds at admission */
 	const char *model;	/* the served model's name */
+	/* a stream that asked for usage (include_usage): OpenAI's chunks
+	 * before the usage chunk carry "usage": null */
+	bool usage_null;
 };
 
 struct completion_usage {
@@ -107,8 +110,10 @@ size_t completion_answer_bound(const struct completion_meta *m,
 			       uint32_t n, const struct answer_sizes *sz);
 
 /* ,"usage":{"prompt_tokens":..,"completion_tokens":..,"total_tokens":..}
- * when usage is not NULL (within the answer bounds); the new end. */
-char *completion_put_usage(char *p, const struct completion_usage *usage);
+ * when usage is not NULL, else ,"usage":null when m->usage_null, else
+ * nothing (within the answer bounds); the new end. */
+char *completion_put_usage(char *p, const struct completion_meta *m,
+			   const struct completion_usage *usage);
 
 /* The whole non-streaming answer: a "text_completion" object with
  * n_choices choices; "seed" when has_seed (the request sampled). */

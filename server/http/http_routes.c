@@ -203,23 +203,78 @@ static void respond_no_model(struct http_server *srv, struct conn *c,
 		      NULL);
 }
 
-/* GET /v1/models/{id}: the model, or 404 for a name not served. */
+static int hex_val(char ch)
+{
+	return ch >= '0' && ch <= '9' ? ch - '0' :
+	       ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 :
+	       ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+}
+
+/*
+ * Percent-decode s[0..len) (RFC 3986: "%2F" is '/') into out, which
+ * holds len bytes (decoding never grows).  The decoded length, or -1
+ * with *bad the offset of a '%' not followed by two hex digits.  '+'
+ * stays '+': it means a space only in form bodies.
+ */
+static ssize_t percent_decode(const char *s, size_t len, char *out, size_t *bad)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		int hi, lo;
+
+		if (s[i] != '%') {
+			out[n++] = s[i];
+			continue;
+		}
+		hi = i + 1 < len ? hex_val(s[i + 1]) : -1;
+		lo = i + 2 < len ? hex_val(s[i + 2]) : -1;
+		if (hi < 0 || lo < 0) {
+			*bad = i;
+			return -1;
+		}
+		out[n++] = (char)(hi << 4 | lo);
+		i += 2;
+	}
+	return (ssize_t)n;
+}
+
+/* GET /v1/models/{id}: the model, or 404 for a name not served.  The
+ * id is percent-decoded (a name with '/' comes as %2F); a bad escape
+ * is a 400 naming where, as it is no name at all. */
 static void route_model(struct http_server *srv, struct conn *c)
 {
 	const struct strbuf *t = &c->reader.msg.target;
 	size_t from = strlen("/v1/models/");
-	size_t len = strcspn(t->data + from, "?");
+	size_t len = strcspn(t->data + from, "?"), bad = 0;
+	char *name, err[160];
+	ssize_t n;
 
-	if (!name_served(srv->cfg, t->data + from, len, NULL)) {
-		respond_no_model(srv, c, t->data + from, len);
+	name = malloc(len + 1);
+	if (!name) {
+		respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);
 		return;
+	}
+	n = percent_decode(t->data + from, len, name, &bad);
+	if (n < 0) {
+		snprintf(err, sizeof(err), "the model id in the path has a bad "
+			 "percent escape at its byte %zu: '%%' must be followed by "
+			 "two hex digits", bad);
+		respond_error(srv, c, 400, err, "invalid_request_error", "model", NULL);
+		goto out;
+	}
+	if (!name_served(srv->cfg, name, (size_t)n, NULL)) {
+		respond_no_model(srv, c, name, (size_t)n);
+		goto out;
 	}
 	srv->body.len = 0;
-	if (put_model(srv, t->data + from, len)) {
+	if (put_model(srv, name, (size_t)n)) {
 		conn_drop(srv, c);
-		return;
+		goto out;
 	}
 	respond(srv, c, 200, "application/json", NULL);
+out:
+	free(name);
 }
 
 /* POST /tokenize (detok false) or /detokenize: answered at once. */
@@ -267,7 +322,8 @@ static void route_metrics(struct http_server *srv, struct conn *c)
 static int chat_stream_start(struct http_server *srv, struct conn *c,
 			     const char *id, uint32_t n_choices)
 {
-	struct completion_meta m = { id, c->created, srv->cfg->model_name };
+	struct completion_meta m = { id, c->created, srv->cfg->model_name,
+					 c->include_usage };
 
 	srv->body.len = 0;
 	for (uint32_t i = 0; i < n_choices; i++) {
@@ -542,7 +598,8 @@ static void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req
 
 	if (!c || !c->stream || c->drop_due || req->choice >= c->ch.n)
 		return;
-	m = (struct completion_meta){ req->id, c->created, srv->cfg->model_name };
+	m = (struct completion_meta){ req->id, c->created, srv->cfg->model_name,
+				      c->include_usage };
 	one = (struct completion_choice){ .index = req->choice, .tokens = tokens,
 		.n_tokens = n, .logprobs = logprobs,
 		.logprob_stride = 1 + req->sampling.top_logprobs,
@@ -575,7 +632,8 @@ static void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req
 static int stream_finish(struct http_server *srv, struct conn *c,
 			 const struct frontend_result *r, const char *error)
 {
-	struct completion_meta m = { r->req->id, c->created, srv->cfg->model_name };
+	struct completion_meta m = { r->req->id, c->created, srv->cfg->model_name,
+				     c->include_usage };
 	struct completion_usage u = { r->req->n_prompt, c->ch.n_generated };
 	uint32_t n = r->n_tokens, choice = r->req->choice;
 	bool last = c->ch.n_done == c->ch.n;
@@ -678,7 +736,8 @@ static int conn_keep_choice(struct conn *c, const struct frontend_result *r)
 static int conn_answer(struct http_server *srv, struct conn *c,
 		       const struct frontend_result *r)
 {
-	struct completion_meta m = { r->req->id, c->created, srv->cfg->model_name };
+	struct completion_meta m = { r->req->id, c->created, srv->cfg->model_name,
+				     false };
 	struct completion_usage u = { r->req->n_prompt, c->ch.n_generated };
 	struct completion_choice choices[REQUEST_MAX_CHOICES];
 	uint32_t stride = 1 + r->req->sampling.top_logprobs;

@@ -577,7 +577,7 @@ static void test_format_answer(void **state)
 		{ 5, -0.5f }, { 5, -0.5f }, { 9, -1.25f },
 		{ 6, -0.25f }, { 6, -0.25f }, { -1, 0.0f },
 	};
-	struct completion_meta m = { "cmpl-1f-3", 1700000000, "sim" };
+	struct completion_meta m = { "cmpl-1f-3", 1700000000, "sim", false };
 	struct completion_choice ch[2] = {
 		{ .index = 0, .text = "Hi \"you\"\n", .text_len = 9, .tokens = tokens,
 		  .n_tokens = 2, .finish_reason = "stop", .logprobs = lp,
@@ -647,7 +647,7 @@ static void test_format_chunks(void **state)
 						  "model", "choices" };
 	static const char *const choice_keys[] = { "index", "delta", "logprobs",
 						   "finish_reason" };
-	struct completion_meta m = { "cmpl-2", 1, "sim" };
+	struct completion_meta m = { "cmpl-2", 1, "sim", false };
 	struct completion_choice one = { .index = 3, .text = "ab", .text_len = 2,
 					 .finish_reason = "stop" };
 	struct completion_usage u = { 1, 2 };

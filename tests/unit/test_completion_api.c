@@ -489,7 +489,7 @@ static void check_error_answer(const char *text, size_t len, const char *message
 /* The usage event: "choices": [] and the usage, nothing else of a choice. */
 static void test_format_usage_event(void **state)
 {
-	struct completion_meta m = { "cmpl-1", 7, "sim" };
+	struct completion_meta m = { "cmpl-1", 7, "sim", false };
 	struct completion_usage u = { 3, 9 };
 	struct strbuf out = STRBUF_INIT;
 	json_error_t jerr;
@@ -510,6 +510,21 @@ static void test_format_usage_event(void **state)
 	assert_int_equal(json_integer_value(json_object_get(usage, "completion_tokens")), 9);
 	assert_int_equal(json_integer_value(json_object_get(usage, "total_tokens")), 12);
 	json_decref(o);
+
+	/* with include_usage the other events say "usage": null (OpenAI),
+	 * without it they have no usage at all */
+	for (int with = 0; with < 2; with++) {
+		struct completion_choice c = { .text = "x", .text_len = 1 };
+
+		m.usage_null = with;
+		out.len = 0;
+		assert_int_equal(completion_format_event(&out, &m, &c, NULL), 0);
+		o = json_loadb(out.data + 6, out.len - 8, JSON_REJECT_DUPLICATES, &jerr);
+		assert_non_null(o);
+		usage = json_object_get(o, "usage");
+		assert_true(with ? json_is_null(usage) : usage == NULL);
+		json_decref(o);
+	}
 	strbuf_release(&out);
 }
 
