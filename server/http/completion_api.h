@@ -4,6 +4,11 @@
  * (a completion object, one Server-Sent Event per streamed step, an error
  * object).  No I/O and no HTTP framing here; see http_server.h.
  *
+ * "echo": true puts the prompt's text before each choice's (the string
+ * as given, or the token ids decoded; it needs a tokenizer).  With
+ * logprobs it would need the prompt's logprobs, which the engine does
+ * not compute: refused (400, param "echo").
+ *
  * The body takes the docs/DESIGN.md 3.1 request fields (prompt as token ids,
  * max_tokens, stop_token, stop_token_ids, stop_sequence, stop_sequences,
  * include_stop, the sampling fields, and an optional id) plus "stream",
@@ -40,6 +45,11 @@ struct completion_request {
 	/* stream_options.include_usage: a last event with the usage */
 	bool include_usage;
 	char *model;		/* "model" as given (malloc'd), NULL: none */
+	/* "echo": true: the prompt's text, which each choice's text starts
+	 * with (malloc'd, echo_len bytes); NULL: no echo */
+	char *echo;
+	size_t echo_len;
+	bool echo_from_ids;	/* echo is the prompt's ids decoded */
 	/* a refused field's name, where an error's param points */
 	char param[REQUEST_FIELD_NAME_MAX];
 };
@@ -93,6 +103,9 @@ struct completion_choice {
 	const struct sampler_logprob *logprobs;
 	uint32_t logprob_stride;
 	struct logprob_ctx lp;		/* the tokens' names and offsets */
+	/* completions' echo: prefix_len bytes written before text */
+	const char *prefix;
+	size_t prefix_len;
 };
 
 /* What an answer shape costs at most, for completion_answer_bound(). */

@@ -67,6 +67,10 @@ struct conn_choices {
 	/* per choice, where its logprobs' next tokens start (a stream's
 	 * events go on from the last one's end) */
 	struct logprob_ctx lp[REQUEST_MAX_CHOICES];
+	/* completions' "echo": the prompt's text before each choice's
+	 * (malloc'd, echo_len bytes); NULL: none */
+	char *echo;
+	size_t echo_len;
 };
 
 

@@ -338,6 +338,28 @@ static int chat_stream_start(struct http_server *srv, struct conn *c,
 	return 0;
 }
 
+/* A completions stream with echo opens with an event per choice
+ * carrying the prompt's text (as vLLM streams it). */
+static int echo_stream_start(struct http_server *srv, struct conn *c,
+			     const char *id)
+{
+	struct completion_meta m = { id, c->created, srv->cfg->model_name,
+				     c->include_usage };
+
+	srv->body.len = 0;
+	for (uint32_t i = 0; i < c->ch.n; i++) {
+		struct completion_choice one = { .index = i,
+			.text = c->ch.echo, .text_len = c->ch.echo_len };
+
+		if (completion_format_event(&srv->body, &m, &one, NULL))
+			return -1;
+	}
+	if (put_chunk(&c->out.fill, &srv->body))
+		return -1;
+	srv->body.len = 0;
+	return 0;
+}
+
 /* POST /v1/completions (chat false) or /v1/chat/completions (chat). */
 /*
  * The most bytes a non-streamed answer to req can reach, kept while its
@@ -361,10 +383,11 @@ static uint64_t answer_per_token(const struct http_server *srv,
 }
 
 static uint64_t answer_bound(const struct http_server *srv,
-			     const struct request *req)
+			     const struct request *req, size_t echo_len)
 {
+	/* an echoed prompt: every byte escaped, in each choice */
 	return (uint64_t)req->n_choices *
-	       (ANSWER_CHOICE_BYTES +
+	       (ANSWER_CHOICE_BYTES + 6ull * echo_len +
 		(uint64_t)req->max_tokens * answer_per_token(srv, req));
 }
 
@@ -405,9 +428,9 @@ static void clamp_default_max_tokens(struct http_server *srv,
  * reserved.
  */
 static bool reserve_answer(struct http_server *srv, struct conn *c,
-			   const struct request *req)
+			   const struct request *req, size_t echo_len)
 {
-	uint64_t need = answer_bound(srv, req);
+	uint64_t need = answer_bound(srv, req, echo_len);
 	char err[320];
 
 	if (need > srv->cfg->max_answer_bytes) {
@@ -473,7 +496,7 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 	}
 	/* a chat stream's first chunks name the id, and the engine owns the
 	 * request (its id included) once it takes it */
-	if (chat && cr.stream && !(chat_id = strdup(cr.req.id))) {
+	if ((chat || cr.echo) && cr.stream && !(chat_id = strdup(cr.req.id))) {
 		respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);
 		goto out;
 	}
@@ -484,7 +507,7 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 	lp = (struct logprob_ctx){ .tok = srv->lim.tok,
 		.prev_token = cr.req.n_prompt ? cr.req.prompt[cr.req.n_prompt - 1] : -1,
 		.ignore_eos = cr.req.ignore_eos };
-	if (!cr.stream && !reserve_answer(srv, c, &cr.req))
+	if (!cr.stream && !reserve_answer(srv, c, &cr.req, cr.echo_len))
 		goto out;
 	ret = engine_submit(srv->e, &cr.req, cookie_of(srv, c), c->ch.handles);
 	if (ret)	/* nothing admitted: nothing to build */
@@ -535,6 +558,9 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 	c->chat = chat;
 	c->include_usage = cr.include_usage;
 	conn_choices_start(c, n_choices, &lp);
+	c->ch.echo = cr.echo;		/* the connection's now */
+	c->ch.echo_len = cr.echo_len;
+	cr.echo = NULL;
 	c->created = (uint64_t)time(NULL);
 	c->request_start_ns = 0;
 	if (c->stream) {
@@ -551,7 +577,8 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 			conn_drop(srv, c);
 			goto out;
 		}
-		if (chat && chat_stream_start(srv, c, chat_id, n_choices)) {
+		if ((chat && chat_stream_start(srv, c, chat_id, n_choices)) ||
+		    (c->ch.echo && echo_stream_start(srv, c, chat_id))) {
 			conn_drop(srv, c);
 			goto out;
 		}
@@ -748,7 +775,8 @@ static int conn_answer(struct http_server *srv, struct conn *c,
 			.tokens = r->tokens, .n_tokens = r->n_tokens,
 			.finish_reason = finish_reason_names[r->reason],
 			.logprobs = r->logprobs, .logprob_stride = stride,
-			.lp = c->ch.lp[0] };
+			.lp = c->ch.lp[0], .prefix = c->ch.echo,
+			.prefix_len = c->ch.echo_len };
 	} else {
 		for (uint32_t i = 0; i < c->ch.n; i++) {
 			const struct http_choice *k = &c->ch.kept[i];
@@ -758,7 +786,8 @@ static int conn_answer(struct http_server *srv, struct conn *c,
 				.tokens = k->tokens, .n_tokens = k->n_tokens,
 				.finish_reason = finish_reason_names[k->reason],
 				.logprobs = k->logprobs, .logprob_stride = stride,
-				.lp = c->ch.lp[i] };
+				.lp = c->ch.lp[i], .prefix = c->ch.echo,
+				.prefix_len = c->ch.echo_len };
 		}
 	}
 	srv->body.len = 0;

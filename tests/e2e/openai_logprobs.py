@@ -6,7 +6,10 @@
 # minus those before it (where both are whole characters: /detokenize
 # writes U+FFFD for a cut one), the tokens' bytes put together are the
 # answer's text, text_offset is recomputed by summing their lengths, and
-# the streamed logprobs must be the non-streamed ones of the same seed.  Prints one line; exit 1 on
+# the streamed logprobs must be the non-streamed ones of the same seed.
+# Then echo: the answer with echo is the prompt's text and the answer
+# without it (same seed), plain and streamed, for a string prompt and its
+# /tokenize ids; echo with logprobs is a 400 naming echo.  Prints one line; exit 1 on
 # the first difference.
 import json
 import sys
@@ -125,5 +128,34 @@ for seed in (1, 2, 3):
                 any(t["token"] != name_of(bytes(t["bytes"]))
                     for t in e["top_logprobs"]):
             fail("seed %d: chat entry %r" % (seed, e))
+echoed = 0
+for seed in (4, 5):
+    prompt = "Once upon a time"
+    ids = post("/tokenize", {"content": prompt, "add_special": True})["tokens"]
+    base = {"max_tokens": 8, "seed": seed, "temperature": 1.0, "n": 2}
+    plain = post("/v1/completions", dict(base, prompt=prompt))["choices"]
+    for p in (prompt, ids):
+        e = post("/v1/completions", dict(base, prompt=p, echo=True))["choices"]
+        ev = post("/v1/completions", dict(base, prompt=p, echo=True,
+                                           stream=True), stream=True)
+        streamed = {}
+        for x in ev:
+            for ch in x["choices"]:
+                streamed[ch["index"]] = streamed.get(ch["index"], "") + ch["text"]
+        for i, ch in enumerate(plain):
+            want = prompt + ch["text"]
+            if e[i]["text"] != want or streamed.get(i) != want:
+                fail("echo seed %d choice %d: %r / streamed %r, want %r" %
+                     (seed, i, e[i]["text"], streamed.get(i), want))
+            echoed += 1
+try:
+    post("/v1/completions", {"prompt": "x", "echo": True, "logprobs": 1})
+    fail("echo with logprobs answered 200")
+except urllib.error.HTTPError as err:
+    body = json.loads(err.read())
+    if err.code != 400 or body["error"]["param"] != "echo":
+        fail("echo with logprobs: %d %r" % (err.code, body))
+print("echo: %d choices (string and ids, plain and streamed) are prompt + "
+      "answer; echo + logprobs 400" % echoed)
 print("logprobs: %d tokens named as /detokenize decodes them, offsets, "
       "streams (usage null) and chat bytes agree" % checked)

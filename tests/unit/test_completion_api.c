@@ -817,6 +817,114 @@ static void test_logprobs_text(void **state)
 	strbuf_release(&out);
 }
 
+/*
+ * echo: the prompt's text before each choice's.  A string prompt is
+ * echoed as given; token ids are checked by a round trip (the ids the
+ * tokenizer makes of a text echo as that text), and echo with logprobs
+ * or without a tokenizer is a 400 naming echo.  The answer's text is
+ * the prefix and the text, read back by jansson, for random strings.
+ */
+static void test_echo(void **state)
+{
+	static const char *const texts[] = { "Once upon a time", "the cat sat",
+					     "a", "Hello world and more words" };
+	struct request_limits l = lim;
+	struct completion_request c;
+	struct text_tokenizer *ttok;
+	struct tokenizer *tok;
+	struct strbuf out = STRBUF_INIT;
+	struct rng rng = rng_for(3);
+	const char *param;
+	char err[256], body[1024];
+
+	assert_int_equal(test_trained_tok(LP_VOCAB, &tok, &ttok), 0);
+	l.tok = ttok;
+	l.vocab = LP_VOCAB;
+	for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+		int32_t ids[128];
+		size_t n, at;
+
+		snprintf(body, sizeof(body), "{\"prompt\":\"%s\",\"echo\":true,"
+			 "\"max_tokens\":1}", texts[i]);
+		assert_int_equal(completion_parse(body, strlen(body), &l, &c, err,
+						  sizeof(err), &param), 0);
+		assert_int_equal(c.echo_len, strlen(texts[i]));
+		assert_memory_equal(c.echo, texts[i], c.echo_len);
+		completion_request_release(&c);
+
+		assert_int_equal(text_tokenizer_encode(ttok, texts[i], strlen(texts[i]),
+						       true, ids, 128, &n), 0);
+		at = (size_t)snprintf(body, sizeof(body), "{\"prompt\":[");
+		for (size_t k = 0; k < n; k++)
+			at += (size_t)snprintf(body + at, sizeof(body) - at, "%s%d",
+					       k ? "," : "", ids[k]);
+		snprintf(body + at, sizeof(body) - at, "],\"echo\":true}");
+		assert_int_equal(completion_parse(body, strlen(body), &l, &c, err,
+						  sizeof(err), &param), 0);
+		if (c.echo_len != strlen(texts[i]) ||
+		    memcmp(c.echo, texts[i], c.echo_len))
+			fail_msg("ids of '%s' echo as '%.*s'", texts[i],
+				 (int)c.echo_len, c.echo);
+		completion_request_release(&c);
+	}
+	/* no echo: none kept */
+	snprintf(body, sizeof(body), "{\"prompt\":\"x\",\"echo\":false}");
+	assert_int_equal(completion_parse(body, strlen(body), &l, &c, err,
+					  sizeof(err), &param), 0);
+	assert_null(c.echo);
+	completion_request_release(&c);
+	/* the refusals */
+	snprintf(body, sizeof(body), "{\"prompt\":\"x\",\"echo\":true,"
+		 "\"logprobs\":1}");
+	assert_int_equal(completion_parse(body, strlen(body), &l, &c, err,
+					  sizeof(err), &param), -EINVAL);
+	assert_string_equal(param, "echo");
+	assert_non_null(strstr(err, "logprobs"));
+	completion_request_release(&c);
+	assert_int_equal(parse_str("{\"prompt\":[1],\"echo\":true}", &c, err,
+				   sizeof(err), &param), -EINVAL);
+	assert_string_equal(param, "echo");
+	assert_non_null(strstr(err, "tokenizer"));
+	completion_request_release(&c);
+	assert_int_equal(parse_str("{\"prompt\":[1],\"echo\":1}", &c, err,
+				   sizeof(err), &param), -EINVAL);
+	assert_string_equal(param, "echo");
+	completion_request_release(&c);
+
+	/* the prefix and the text are one string */
+	for (int round = 0; round < 200; round++) {
+		char pre[64], text[64];
+		size_t n_pre = rng_below(&rng, sizeof(pre)), n_text = rng_below(&rng, sizeof(text));
+		struct completion_meta m = { .id = "cmpl-1", .model = "m" };
+		struct completion_choice ch = { .text = text, .text_len = n_text,
+			.prefix = pre, .prefix_len = n_pre, .finish_reason = "stop" };
+		const json_t *t;
+		json_t *o;
+		json_error_t jerr;
+
+		for (size_t k = 0; k < n_pre; k++)	/* ASCII, escapes too */
+			pre[k] = (char)(1 + rng_below(&rng, 127));
+		for (size_t k = 0; k < n_text; k++)
+			text[k] = (char)(1 + rng_below(&rng, 127));
+		out.len = 0;
+		assert_int_equal(completion_format(&out, &m, &ch, 1, NULL, false, 0), 0);
+		o = json_loadb(out.data, out.len, 0, &jerr);
+		if (!o)
+			fail_msg("round %d: not JSON: %s (SEED=%llu)", round, jerr.text,
+				 test_seed);
+		t = json_object_get(json_array_get(json_object_get(o, "choices"), 0),
+				    "text");
+		if (json_string_length(t) != n_pre + n_text ||
+		    memcmp(json_string_value(t), pre, n_pre) ||
+		    memcmp(json_string_value(t) + n_pre, text, n_text))
+			fail_msg("round %d: text is not prefix + text (SEED=%llu)",
+				 round, test_seed);
+		json_decref(o);
+	}
+	text_tokenizer_free(ttok);
+	strbuf_release(&out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -833,6 +941,7 @@ int main(void)
 		cmocka_unit_test(test_format_null_strings),
 		cmocka_unit_test(test_random_roundtrip),
 		cmocka_unit_test(test_logprobs_text),
+		cmocka_unit_test(test_echo),
 	};
 
 	test_seed_init("completion_api");
