@@ -494,7 +494,7 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 			goto out;
 		}
 	}
-	/* a chat stream's first chunks name the id, and the engine owns the
+	/* a chat (or echo) stream's first chunks name the id, and the engine owns the
 	 * request (its id included) once it takes it */
 	if ((chat || cr.echo) && cr.stream && !(chat_id = strdup(cr.req.id))) {
 		respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);
