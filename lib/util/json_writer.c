@@ -75,6 +75,21 @@ static size_t utf8_seq_len(const unsigned char *s, size_t n)
 	return need;
 }
 
+bool json_utf8_valid(const char *str, size_t n)
+{
+	const unsigned char *s = (const unsigned char *)str;
+	size_t k;
+
+	while (n) {
+		k = *s < 0x80 ? 1 : utf8_seq_len(s, n);
+		if (!k)
+			return false;
+		s += k;
+		n -= k;
+	}
+	return true;
+}
+
 char *json_put_str(char *p, const char *str)
 {
 	if (!str)

@@ -12,6 +12,7 @@
 #ifndef DYNBATCH_JSON_WRITER_H
 #define DYNBATCH_JSON_WRITER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,5 +35,7 @@ size_t json_str_bound(const char *s);
  * be valid renders the same in pieces as whole. */
 char *json_put_strn(char *p, const char *s, size_t n);
 size_t json_strn_bound(size_t n);
+/* Whether s[0..n) is valid UTF-8 (what json_put_strn() copies as is). */
+bool json_utf8_valid(const char *s, size_t n);
 
 #endif /* DYNBATCH_JSON_WRITER_H */

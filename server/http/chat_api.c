@@ -682,8 +682,8 @@ out:
 
 /* The chat shapes: the fixed text of an answer or chunk, per choice (its
  * content aside), no token ids, and per logprob entry
- * {"token":"token_id:N","logprob":L,"bytes":null,"top_logprobs":[...]}
- * or one of its alternatives. */
+ * {"token":..,"logprob":L,"bytes":[..],"top_logprobs":[...]} or one of
+ * its alternatives (the name and bytes: logprob_entry_bound()). */
 static const struct answer_sizes chat_sizes = {
 	.fixed = 448, .per_choice = 192, .per_token = 0, .per_logprob = 96,
 };
@@ -702,19 +702,27 @@ static char *put_id(char *p, const char *id)
 	return end;
 }
 
-static char *put_logprob(char *p, int32_t token, float logprob)
+/* {"token":..,"logprob":L,"bytes":[..] of token after prev (logprob_text.h). */
+static char *put_logprob(char *p, const struct logprob_ctx *cx, int32_t prev,
+			 int32_t token, float logprob)
 {
-	p = JSON_PUT_LIT(p, "{\"token\":\"token_id:");
-	p = json_put_i32(p, token);
-	p = JSON_PUT_LIT(p, "\",\"logprob\":");
+	struct logprob_token t;
+
+	logprob_token_of(cx, prev, token, &t);
+	p = JSON_PUT_LIT(p, "{\"token\":");
+	p = logprob_put_name(p, cx, token, &t);
+	p = JSON_PUT_LIT(p, ",\"logprob\":");
 	/* 9 significant digits: the float exactly */
 	p += snprintf(p, 24, "%.9g", (double)logprob);
-	return JSON_PUT_LIT(p, ",\"bytes\":null");
+	p = JSON_PUT_LIT(p, ",\"bytes\":");
+	return logprob_put_bytes(p, cx, &t);
 }
 
 /* "logprobs":{"content":[...]} or "logprobs":null. */
 static char *put_logprobs(char *p, const struct completion_choice *c)
 {
+	struct logprob_ctx cx = c->lp;
+
 	if (!c->logprobs)
 		return JSON_PUT_LIT(p, "\"logprobs\":null");
 	p = JSON_PUT_LIT(p, "\"logprobs\":{\"content\":[");
@@ -724,15 +732,18 @@ static char *put_logprobs(char *p, const struct completion_choice *c)
 
 		if (i)
 			*p++ = ',';
-		p = put_logprob(p, e[0].token, e[0].logprob);
+		p = put_logprob(p, &cx, cx.prev_token, e[0].token, e[0].logprob);
 		p = JSON_PUT_LIT(p, ",\"top_logprobs\":[");
+		/* the alternatives follow the same token the chosen one does */
 		for (uint32_t j = 1; j < c->logprob_stride && e[j].token >= 0; j++) {
 			if (j > 1)
 				*p++ = ',';
-			p = put_logprob(p, e[j].token, e[j].logprob);
+			p = put_logprob(p, &cx, cx.prev_token, e[j].token,
+					e[j].logprob);
 			*p++ = '}';
 		}
 		p = JSON_PUT_LIT(p, "]}");
+		logprob_ctx_advance(&cx, &e[0].token, 1);
 	}
 	return JSON_PUT_LIT(p, "]}");
 }
@@ -758,10 +769,11 @@ static char *put_head(char *p, const struct completion_meta *m,
 }
 
 /* ] then ,"usage":{..} when given. */
-static char *put_tail(char *p, const struct completion_usage *usage)
+static char *put_tail(char *p, const struct completion_meta *m,
+		      const struct completion_usage *usage)
 {
 	*p++ = ']';
-	return completion_put_usage(p, usage);
+	return completion_put_usage(p, m, usage);
 }
 
 int chat_format(struct strbuf *out, const struct completion_meta *m,
@@ -791,7 +803,7 @@ int chat_format(struct strbuf *out, const struct completion_meta *m,
 		p = json_put_str(p, c->finish_reason);
 		*p++ = '}';
 	}
-	p = put_tail(p, usage);
+	p = put_tail(p, m, usage);
 	if (has_seed) {
 		p = JSON_PUT_LIT(p, ",\"seed\":");
 		p = json_put_u64(p, seed);
@@ -833,7 +845,7 @@ int chat_format_chunk(struct strbuf *out, const struct completion_meta *m,
 		*p++ = '}';
 		break;
 	}
-	p = put_tail(p, usage);
+	p = put_tail(p, m, usage);
 	*p++ = '}';
 	api_event_close(out, p);
 	return 0;
@@ -848,7 +860,7 @@ int chat_format_usage_chunk(struct strbuf *out, const struct completion_meta *m,
 	if (!p)
 		return -ENOMEM;
 	p = put_head(p, m, "chat.completion.chunk");
-	p = put_tail(p, usage);
+	p = put_tail(p, m, usage);
 	*p++ = '}';
 	api_event_close(out, p);
 	return 0;

@@ -23,6 +23,7 @@
 #include <jansson.h>
 
 #include "util/json_writer.h"
+#include "text/text_tokenizer.h"
 #include "server/request/request_fields.h"
 #include "server/request/request_json.h"
 
@@ -155,6 +156,24 @@ static int parse_http_fields(const char *body, size_t len,
 	}
 	rc = parse_stream_options(json_object_get(obj, "stream_options"), out,
 				  err, err_len, param);
+	if (rc)
+		goto out;
+	/* the table checked its type: true or false */
+	if (json_is_true(json_object_get(obj, "echo"))) {
+		v = json_object_get(obj, "prompt");
+		/* a string prompt is echoed as given; ids once decoded */
+		out->echo = json_is_string(v) ?
+			    malloc(json_string_length(v) + 1) : strdup("");
+		if (!out->echo) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		if (json_is_string(v)) {
+			out->echo_len = json_string_length(v);
+			memcpy(out->echo, json_string_value(v), out->echo_len);
+		}
+		out->echo_from_ids = !json_is_string(v);
+	}
 out:
 	json_decref(obj);
 	return rc;
@@ -173,6 +192,62 @@ static int refuse_parsed(struct completion_request *out, char *err,
 	request_release(&out->req);
 	out->req.id = id;
 	return body_error(err, err_len, param, field, msg);
+}
+
+/*
+ * The text of a token-id prompt, as /detokenize writes it: each piece
+ * after the token before, end tokens (BOS) none.  Into c->echo.
+ * 0 or -ENOMEM.
+ */
+static int decode_prompt(const struct text_tokenizer *tok,
+			 struct completion_request *c)
+{
+	const struct request *r = &c->req;
+	size_t cap = 0, len, n = 0;
+	int32_t prev = -1;
+	const char *piece;
+	char *buf;
+
+	for (uint32_t i = 0; i < r->n_prompt; i++)
+		if (!text_tokenizer_ends(tok, r->prompt[i]) &&
+		    text_tokenizer_piece(tok, prev, r->prompt[i], &len))
+			cap += len;	/* prev only strips a space: an upper bound */
+	buf = malloc(cap + 1);
+	if (!buf)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < r->n_prompt; prev = r->prompt[i++]) {
+		/* BOS writes nothing, but the piece after it knows it */
+		if (text_tokenizer_ends(tok, r->prompt[i]))
+			continue;
+		piece = text_tokenizer_piece(tok, prev, r->prompt[i], &len);
+		if (!piece || n + len > cap)
+			continue;
+		memcpy(buf + n, piece, len);
+		n += len;
+	}
+	free(c->echo);
+	c->echo = buf;
+	c->echo_len = n;
+	return 0;
+}
+
+/* echo's rules, once request_parse() took the body. */
+static int check_echo(const struct request_limits *lim,
+		      struct completion_request *out, char *err,
+		      size_t err_len, const char **param)
+{
+	if (!out->echo)
+		return 0;
+	if (out->req.sampling.logprobs)
+		return refuse_parsed(out, err, err_len, param, "echo", "field "
+				     "'echo' with 'logprobs' needs the prompt's "
+				     "logprobs, which this server does not compute: "
+				     "ask for one or the other");
+	if (!lim->tok)
+		return refuse_parsed(out, err, err_len, param, "echo", "field "
+				     "'echo' needs a tokenizer to write the prompt's "
+				     "text, and this server has none (--tokenizer)");
+	return out->echo_from_ids ? decode_prompt(lim->tok, out) : 0;
 }
 
 int completion_parse(const char *body, size_t len,
@@ -206,6 +281,8 @@ int completion_parse(const char *body, size_t len,
 		rc = refuse_parsed(out, err, err_len, param, "prompt", "field "
 				   "'prompt' is empty: a completion continues at "
 				   "least one token");
+	if (!rc)
+		rc = check_echo(lim, out, err, err_len, param);
 	return rc;
 }
 
@@ -214,10 +291,14 @@ void completion_request_release(struct completion_request *c)
 	request_release(&c->req);
 	free(c->model);
 	c->model = NULL;
+	free(c->echo);
+	c->echo = NULL;
 }
 
+
 /* The completions shape: its fixed text, per choice, per token id, and
- * per logprob entry ("token_id:N" twice and a number). */
+ * per logprob entry (two numbers and separators; the names are
+ * logprob_entry_bound()'s). */
 static const struct answer_sizes completion_sizes = {
 	.fixed = 384, .per_choice = 160, .per_token = JSON_TOKEN_MAX,
 	.per_logprob = 64,
@@ -235,7 +316,8 @@ size_t completion_answer_bound(const struct completion_meta *m,
 	need = sz->fixed + b_id + b_model;
 	for (uint32_t i = 0; i < n; i++) {
 		size_t b_fr = json_str_bound(choices[i].finish_reason);
-		size_t b_text = json_strn_bound(choices[i].text_len);
+		size_t b_text = json_strn_bound(choices[i].text_len +
+						choices[i].prefix_len);
 
 		if (b_fr == SIZE_MAX || b_text == SIZE_MAX)
 			return SIZE_MAX;
@@ -243,15 +325,18 @@ size_t completion_answer_bound(const struct completion_meta *m,
 			(size_t)choices[i].n_tokens * sz->per_token;
 		if (choices[i].logprobs)
 			need += (size_t)choices[i].n_tokens *
-				(choices[i].logprob_stride + 1) * sz->per_logprob;
+				(choices[i].logprob_stride + 1) *
+				(sz->per_logprob +
+				 logprob_entry_bound(choices[i].lp.tok));
 	}
 	return need;
 }
 
-char *completion_put_usage(char *p, const struct completion_usage *usage)
+char *completion_put_usage(char *p, const struct completion_meta *m,
+			   const struct completion_usage *usage)
 {
 	if (!usage)
-		return p;
+		return m->usage_null ? JSON_PUT_LIT(p, ",\"usage\":null") : p;
 	p = JSON_PUT_LIT(p, ",\"usage\":{\"prompt_tokens\":");
 	p = json_put_u64(p, usage->prompt_tokens);
 	p = JSON_PUT_LIT(p, ",\"completion_tokens\":");
@@ -263,30 +348,28 @@ char *completion_put_usage(char *p, const struct completion_usage *usage)
 	return p;
 }
 
-static char *put_token_name(char *p, int32_t token)
-{
-	p = JSON_PUT_LIT(p, "\"token_id:");
-	p = json_put_i32(p, token);
-	*p++ = '"';
-	return p;
-}
-
 static char *put_float(char *p, float v)
 {
 	/* 9 significant digits: the float exactly */
 	return p + snprintf(p, 24, "%.9g", (double)v);
 }
 
-/* "logprobs":{...} of one choice (see completion_api.h). */
+/* "logprobs":{...} of one choice (see completion_api.h).  Each list
+ * walks the tokens again from c->lp: a token's text depends on the one
+ * before it. */
 static char *put_logprobs(char *p, const struct completion_choice *c)
 {
 	const struct sampler_logprob *e;
+	struct logprob_token t, alt;
+	struct logprob_ctx cx = c->lp;
 
 	p = JSON_PUT_LIT(p, "\"logprobs\":{\"tokens\":[");
 	for (uint32_t i = 0; i < c->n_tokens; i++) {
 		if (i)
 			*p++ = ',';
-		p = put_token_name(p, c->tokens[i]);
+		logprob_token_of(&cx, cx.prev_token, c->tokens[i], &t);
+		p = logprob_put_name(p, &cx, c->tokens[i], &t);
+		logprob_ctx_advance(&cx, c->tokens + i, 1);
 	}
 	p = JSON_PUT_LIT(p, "],\"token_logprobs\":[");
 	for (uint32_t i = 0; i < c->n_tokens; i++) {
@@ -295,21 +378,51 @@ static char *put_logprobs(char *p, const struct completion_choice *c)
 		p = put_float(p, c->logprobs[(size_t)i * c->logprob_stride].logprob);
 	}
 	p = JSON_PUT_LIT(p, "],\"top_logprobs\":[");
+	cx = c->lp;
 	for (uint32_t i = 0; i < c->n_tokens; i++) {
 		e = c->logprobs + (size_t)i * c->logprob_stride;
 		if (i)
 			*p++ = ',';
 		*p++ = '{';
+		/* the alternatives follow the same token the chosen one does */
 		for (uint32_t j = 1; j < c->logprob_stride && e[j].token >= 0; j++) {
 			if (j > 1)
 				*p++ = ',';
-			p = put_token_name(p, e[j].token);
+			logprob_token_of(&cx, cx.prev_token, e[j].token, &alt);
+			p = logprob_put_name(p, &cx, e[j].token, &alt);
 			*p++ = ':';
 			p = put_float(p, e[j].logprob);
 		}
 		*p++ = '}';
+		logprob_ctx_advance(&cx, c->tokens + i, 1);
+	}
+	p = JSON_PUT_LIT(p, "],\"text_offset\":[");
+	cx = c->lp;
+	for (uint32_t i = 0; i < c->n_tokens; i++) {
+		if (i)
+			*p++ = ',';
+		p = json_put_u64(p, cx.text_offset);
+		logprob_ctx_advance(&cx, c->tokens + i, 1);
 	}
 	return JSON_PUT_LIT(p, "]}");
+}
+
+/* The prefix (echo) and the text as one JSON string. */
+static char *put_text(char *p, const struct completion_choice *c)
+{
+	char *second;
+
+	if (!c->prefix_len)
+		return json_put_strn(p, c->text ? c->text : "",
+				     c->text ? c->text_len : 0);
+	/* the prefix's string without its closing quote, then the text's
+	 * without its opening one (the prefix is whole text: no character
+	 * is cut between the two) */
+	p = json_put_strn(p, c->prefix, c->prefix_len) - 1;
+	second = p;
+	p = json_put_strn(p, c->text ? c->text : "", c->text ? c->text_len : 0);
+	memmove(second, second + 1, (size_t)(p - second - 1));
+	return p - 1;
 }
 
 static char *put_choice(char *p, const struct completion_choice *c)
@@ -317,7 +430,7 @@ static char *put_choice(char *p, const struct completion_choice *c)
 	p = JSON_PUT_LIT(p, "{\"index\":");
 	p = json_put_u64(p, c->index);
 	p = JSON_PUT_LIT(p, ",\"text\":");
-	p = json_put_strn(p, c->text ? c->text : "", c->text ? c->text_len : 0);
+	p = put_text(p, c);
 	p = JSON_PUT_LIT(p, ",\"token_ids\":[");
 	for (uint32_t i = 0; i < c->n_tokens; i++) {
 		if (i)
@@ -353,7 +466,7 @@ static char *put_answer(char *p, const struct completion_meta *m,
 		p = put_choice(p, &choices[i]);
 	}
 	*p++ = ']';
-	return completion_put_usage(p, usage);
+	return completion_put_usage(p, m, usage);
 }
 
 int completion_format(struct strbuf *out, const struct completion_meta *m,

@@ -4,6 +4,11 @@
  * (a completion object, one Server-Sent Event per streamed step, an error
  * object).  No I/O and no HTTP framing here; see http_server.h.
  *
+ * "echo": true puts the prompt's text before each choice's (the string
+ * as given, or the token ids decoded; it needs a tokenizer).  With
+ * logprobs it would need the prompt's logprobs, which the engine does
+ * not compute: refused (400, param "echo").
+ *
  * The body takes the docs/DESIGN.md 3.1 request fields (prompt as token ids,
  * max_tokens, stop_token, stop_token_ids, stop_sequence, stop_sequences,
  * include_stop, the sampling fields, and an optional id) plus "stream",
@@ -18,6 +23,7 @@
 #include <stdint.h>
 
 #include "engine/request.h"
+#include "server/http/logprob_text.h"
 #include "sampling/sampler.h"
 #include "util/strbuf.h"
 #include "server/request/request_fields.h"
@@ -39,6 +45,11 @@ struct completion_request {
 	/* stream_options.include_usage: a last event with the usage */
 	bool include_usage;
 	char *model;		/* "model" as given (malloc'd), NULL: none */
+	/* "echo": true: the prompt's text, which each choice's text starts
+	 * with (malloc'd, echo_len bytes); NULL: no echo */
+	char *echo;
+	size_t echo_len;
+	bool echo_from_ids;	/* echo is the prompt's ids decoded */
 	/* a refused field's name, where an error's param points */
 	char param[REQUEST_FIELD_NAME_MAX];
 };
@@ -61,6 +72,9 @@ struct completion_meta {
 	const char *id;		/* "cmpl-..." or the client's id */
 	uint64_t created;	/* Unix seconds at admission */
 	const char *model;	/* the served model's name */
+	/* a stream that asked for usage (include_usage): OpenAI's chunks
+	 * before the usage chunk carry "usage": null */
+	bool usage_null;
 };
 
 struct completion_usage {
@@ -72,9 +86,12 @@ struct completion_usage {
  * One choice of an answer (or its new part, in an event).  logprobs,
  * when not NULL, has n_tokens entries of logprob_stride (jsonl_result.h's
  * struct result) and is written in the completions shape, each token
- * named "token_id:<id>" (there is no text):
- *   "logprobs":{"tokens":[..],"token_logprobs":[..],
- *               "top_logprobs":[{"token_id:7":-0.5,..},..]}
+ * named by its text (logprob_text.h; lp says where the tokens start):
+ *   "logprobs":{"tokens":[" the",..],"token_logprobs":[..],
+ *               "top_logprobs":[{" the":-0.5," a":-1.2},..],
+ *               "text_offset":[0,4,..]}
+ * text_offset is each token's first byte in the choice's text (bytes
+ * of UTF-8, where OpenAI's Python server counts characters).
  */
 struct completion_choice {
 	uint32_t index;
@@ -85,6 +102,10 @@ struct completion_choice {
 	const char *finish_reason;	/* NULL: JSON null (not the end yet) */
 	const struct sampler_logprob *logprobs;
 	uint32_t logprob_stride;
+	struct logprob_ctx lp;		/* the tokens' names and offsets */
+	/* completions' echo: prefix_len bytes written before text */
+	const char *prefix;
+	size_t prefix_len;
 };
 
 /* What an answer shape costs at most, for completion_answer_bound(). */
@@ -102,8 +123,10 @@ size_t completion_answer_bound(const struct completion_meta *m,
 			       uint32_t n, const struct answer_sizes *sz);
 
 /* ,"usage":{"prompt_tokens":..,"completion_tokens":..,"total_tokens":..}
- * when usage is not NULL (within the answer bounds); the new end. */
-char *completion_put_usage(char *p, const struct completion_usage *usage);
+ * when usage is not NULL, else ,"usage":null when m->usage_null, else
+ * nothing (within the answer bounds); the new end. */
+char *completion_put_usage(char *p, const struct completion_meta *m,
+			   const struct completion_usage *usage);
 
 /* The whole non-streaming answer: a "text_completion" object with
  * n_choices choices; "seed" when has_seed (the request sampled). */

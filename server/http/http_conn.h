@@ -28,6 +28,7 @@
 #include "io/io_ring.h"
 #include "io/out_writer.h"
 #include "engine/request.h"
+#include "server/http/logprob_text.h"
 #include "engine/request_pool.h"
 #include "util/strbuf.h"
 #include "server/request/request_json.h"
@@ -63,6 +64,13 @@ struct conn_choices {
 					 * or length: the answer is an error */
 	enum finish_reason fail_reason;
 	char fail_msg[256];
+	/* per choice, where its logprobs' next tokens start (a stream's
+	 * events go on from the last one's end) */
+	struct logprob_ctx lp[REQUEST_MAX_CHOICES];
+	/* completions' "echo": the prompt's text before each choice's
+	 * (malloc'd, echo_len bytes); NULL: none */
+	char *echo;
+	size_t echo_len;
 };
 
 

@@ -84,10 +84,15 @@ static void route_health(struct http_server *srv, struct conn *c)
 	respond(srv, c, ok ? 200 : 503, "application/json", NULL);
 }
 
-/* A new request of n choices on c: nothing sent, nothing kept. */
-static void conn_choices_start(struct conn *c, uint32_t n)
+/* A new request of n choices on c: nothing sent, nothing kept; each
+ * choice's logprobs start at lp. */
+static void conn_choices_start(struct conn *c, uint32_t n,
+			       const struct logprob_ctx *lp)
 {
 	struct conn_choices *ch = &c->ch;
+
+	for (uint32_t i = 0; i < n && i < REQUEST_MAX_CHOICES; i++)
+		ch->lp[i] = *lp;
 
 	c->handle = ch->handles[0];
 	ch->n = n;
@@ -198,23 +203,78 @@ static void respond_no_model(struct http_server *srv, struct conn *c,
 		      NULL);
 }
 
-/* GET /v1/models/{id}: the model, or 404 for a name not served. */
+static int hex_val(char ch)
+{
+	return ch >= '0' && ch <= '9' ? ch - '0' :
+	       ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 :
+	       ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+}
+
+/*
+ * Percent-decode s[0..len) (RFC 3986: "%2F" is '/') into out, which
+ * holds len bytes (decoding never grows).  The decoded length, or -1
+ * with *bad the offset of a '%' not followed by two hex digits.  '+'
+ * stays '+': it means a space only in form bodies.
+ */
+static ssize_t percent_decode(const char *s, size_t len, char *out, size_t *bad)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		int hi, lo;
+
+		if (s[i] != '%') {
+			out[n++] = s[i];
+			continue;
+		}
+		hi = i + 1 < len ? hex_val(s[i + 1]) : -1;
+		lo = i + 2 < len ? hex_val(s[i + 2]) : -1;
+		if (hi < 0 || lo < 0) {
+			*bad = i;
+			return -1;
+		}
+		out[n++] = (char)(hi << 4 | lo);
+		i += 2;
+	}
+	return (ssize_t)n;
+}
+
+/* GET /v1/models/{id}: the model, or 404 for a name not served.  The
+ * id is percent-decoded (a name with '/' comes as %2F); a bad escape
+ * is a 400 naming where, as it is no name at all. */
 static void route_model(struct http_server *srv, struct conn *c)
 {
 	const struct strbuf *t = &c->reader.msg.target;
 	size_t from = strlen("/v1/models/");
-	size_t len = strcspn(t->data + from, "?");
+	size_t len = strcspn(t->data + from, "?"), bad = 0;
+	char *name, err[160];
+	ssize_t n;
 
-	if (!name_served(srv->cfg, t->data + from, len, NULL)) {
-		respond_no_model(srv, c, t->data + from, len);
+	name = malloc(len + 1);
+	if (!name) {
+		respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);
 		return;
+	}
+	n = percent_decode(t->data + from, len, name, &bad);
+	if (n < 0) {
+		snprintf(err, sizeof(err), "the model id in the path has a bad "
+			 "percent escape at its byte %zu: '%%' must be followed by "
+			 "two hex digits", bad);
+		respond_error(srv, c, 400, err, "invalid_request_error", "model", NULL);
+		goto out;
+	}
+	if (!name_served(srv->cfg, name, (size_t)n, NULL)) {
+		respond_no_model(srv, c, name, (size_t)n);
+		goto out;
 	}
 	srv->body.len = 0;
-	if (put_model(srv, t->data + from, len)) {
+	if (put_model(srv, name, (size_t)n)) {
 		conn_drop(srv, c);
-		return;
+		goto out;
 	}
 	respond(srv, c, 200, "application/json", NULL);
+out:
+	free(name);
 }
 
 /* POST /tokenize (detok false) or /detokenize: answered at once. */
@@ -262,13 +322,36 @@ static void route_metrics(struct http_server *srv, struct conn *c)
 static int chat_stream_start(struct http_server *srv, struct conn *c,
 			     const char *id, uint32_t n_choices)
 {
-	struct completion_meta m = { id, c->created, srv->cfg->model_name };
+	struct completion_meta m = { id, c->created, srv->cfg->model_name,
+					 c->include_usage };
 
 	srv->body.len = 0;
 	for (uint32_t i = 0; i < n_choices; i++) {
 		struct completion_choice one = { .index = i };
 
 		if (chat_format_chunk(&srv->body, &m, CHAT_CHUNK_ROLE, &one, NULL))
+			return -1;
+	}
+	if (put_chunk(&c->out.fill, &srv->body))
+		return -1;
+	srv->body.len = 0;
+	return 0;
+}
+
+/* A completions stream with echo opens with an event per choice
+ * carrying the prompt's text (as vLLM streams it). */
+static int echo_stream_start(struct http_server *srv, struct conn *c,
+			     const char *id)
+{
+	struct completion_meta m = { id, c->created, srv->cfg->model_name,
+				     c->include_usage };
+
+	srv->body.len = 0;
+	for (uint32_t i = 0; i < c->ch.n; i++) {
+		struct completion_choice one = { .index = i,
+			.text = c->ch.echo, .text_len = c->ch.echo_len };
+
+		if (completion_format_event(&srv->body, &m, &one, NULL))
 			return -1;
 	}
 	if (put_chunk(&c->out.fill, &srv->body))
@@ -286,7 +369,7 @@ static int chat_stream_start(struct http_server *srv, struct conn *c,
  * bounded by --conn-buffer instead.
  */
 #define ANSWER_CHOICE_BYTES 512u
-#define ANSWER_LOGPROB_BYTES 64u	/* "token_id:N": logprob, twice over */
+#define ANSWER_LOGPROB_BYTES 64u	/* a logprob, offset and separators */
 static uint64_t answer_per_token(const struct http_server *srv,
 				 const struct request *req)
 {
@@ -295,14 +378,16 @@ static uint64_t answer_per_token(const struct http_server *srv,
 	return JSON_TOKEN_MAX +
 	       (tok ? 6ull * text_tokenizer_longest_piece(tok) : 0) +
 	       (req->sampling.logprobs ?
-		(1ull + req->sampling.top_logprobs) * ANSWER_LOGPROB_BYTES : 0);
+		(1ull + req->sampling.top_logprobs) *
+		(ANSWER_LOGPROB_BYTES + logprob_entry_bound(tok)) : 0);
 }
 
 static uint64_t answer_bound(const struct http_server *srv,
-			     const struct request *req)
+			     const struct request *req, size_t echo_len)
 {
+	/* an echoed prompt: every byte escaped, in each choice */
 	return (uint64_t)req->n_choices *
-	       (ANSWER_CHOICE_BYTES +
+	       (ANSWER_CHOICE_BYTES + 6ull * echo_len +
 		(uint64_t)req->max_tokens * answer_per_token(srv, req));
 }
 
@@ -343,9 +428,9 @@ static void clamp_default_max_tokens(struct http_server *srv,
  * reserved.
  */
 static bool reserve_answer(struct http_server *srv, struct conn *c,
-			   const struct request *req)
+			   const struct request *req, size_t echo_len)
 {
-	uint64_t need = answer_bound(srv, req);
+	uint64_t need = answer_bound(srv, req, echo_len);
 	char err[320];
 
 	if (need > srv->cfg->max_answer_bytes) {
@@ -377,6 +462,7 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 	struct completion_request cr;
 	const char *param;
 	char err[512], *chat_id = NULL;
+	struct logprob_ctx lp;
 	size_t before;
 	uint32_t n_choices;
 	int ret;
@@ -408,16 +494,20 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 			goto out;
 		}
 	}
-	/* a chat stream's first chunks name the id, and the engine owns the
+	/* a chat (or echo) stream's first chunks name the id, and the engine owns the
 	 * request (its id included) once it takes it */
-	if (chat && cr.stream && !(chat_id = strdup(cr.req.id))) {
+	if ((chat || cr.echo) && cr.stream && !(chat_id = strdup(cr.req.id))) {
 		respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);
 		goto out;
 	}
 	c->req_serial++;
 	clamp_default_max_tokens(srv, &cr, &cr.req);
 	n_choices = cr.req.n_choices;
-	if (!cr.stream && !reserve_answer(srv, c, &cr.req))
+	/* the first generated token's text follows the prompt's last */
+	lp = (struct logprob_ctx){ .tok = srv->lim.tok,
+		.prev_token = cr.req.n_prompt ? cr.req.prompt[cr.req.n_prompt - 1] : -1,
+		.ignore_eos = cr.req.ignore_eos };
+	if (!cr.stream && !reserve_answer(srv, c, &cr.req, cr.echo_len))
 		goto out;
 	ret = engine_submit(srv->e, &cr.req, cookie_of(srv, c), c->ch.handles);
 	if (ret)	/* nothing admitted: nothing to build */
@@ -467,7 +557,10 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 	c->stream = cr.stream;
 	c->chat = chat;
 	c->include_usage = cr.include_usage;
-	conn_choices_start(c, n_choices);
+	conn_choices_start(c, n_choices, &lp);
+	c->ch.echo = cr.echo;		/* the connection's now */
+	c->ch.echo_len = cr.echo_len;
+	cr.echo = NULL;
 	c->created = (uint64_t)time(NULL);
 	c->request_start_ns = 0;
 	if (c->stream) {
@@ -484,7 +577,8 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 			conn_drop(srv, c);
 			goto out;
 		}
-		if (chat && chat_stream_start(srv, c, chat_id, n_choices)) {
+		if ((chat && chat_stream_start(srv, c, chat_id, n_choices)) ||
+		    (c->ch.echo && echo_stream_start(srv, c, chat_id))) {
 			conn_drop(srv, c);
 			goto out;
 		}
@@ -531,11 +625,14 @@ static void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req
 
 	if (!c || !c->stream || c->drop_due || req->choice >= c->ch.n)
 		return;
-	m = (struct completion_meta){ req->id, c->created, srv->cfg->model_name };
+	m = (struct completion_meta){ req->id, c->created, srv->cfg->model_name,
+				      c->include_usage };
 	one = (struct completion_choice){ .index = req->choice, .tokens = tokens,
 		.n_tokens = n, .logprobs = logprobs,
 		.logprob_stride = 1 + req->sampling.top_logprobs,
-		.text = text, .text_len = text_len };
+		.text = text, .text_len = text_len, .lp = c->ch.lp[req->choice] };
+	/* the next event's tokens follow these */
+	logprob_ctx_advance(&c->ch.lp[req->choice], tokens, n);
 	/* a chat chunk is content: none when the tokens made no text yet
 	 * (a character cut between tokens) and carry no logprobs */
 	if (c->chat && !text_len && !logprobs)
@@ -562,7 +659,8 @@ static void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req
 static int stream_finish(struct http_server *srv, struct conn *c,
 			 const struct frontend_result *r, const char *error)
 {
-	struct completion_meta m = { r->req->id, c->created, srv->cfg->model_name };
+	struct completion_meta m = { r->req->id, c->created, srv->cfg->model_name,
+				     c->include_usage };
 	struct completion_usage u = { r->req->n_prompt, c->ch.n_generated };
 	uint32_t n = r->n_tokens, choice = r->req->choice;
 	bool last = c->ch.n_done == c->ch.n;
@@ -580,7 +678,8 @@ static int stream_finish(struct http_server *srv, struct conn *c,
 			.n_tokens = n - from,
 			.finish_reason = finish_reason_names[r->reason],
 			.logprobs = r->logprobs ? r->logprobs + (size_t)from * stride : NULL,
-			.logprob_stride = stride };
+			.logprob_stride = stride,
+			.lp = choice < c->ch.n ? c->ch.lp[choice] : c->ch.lp[0] };
 
 		if (c->chat) {
 			/* the rest of the content, then the end */
@@ -664,7 +763,8 @@ static int conn_keep_choice(struct conn *c, const struct frontend_result *r)
 static int conn_answer(struct http_server *srv, struct conn *c,
 		       const struct frontend_result *r)
 {
-	struct completion_meta m = { r->req->id, c->created, srv->cfg->model_name };
+	struct completion_meta m = { r->req->id, c->created, srv->cfg->model_name,
+				     false };
 	struct completion_usage u = { r->req->n_prompt, c->ch.n_generated };
 	struct completion_choice choices[REQUEST_MAX_CHOICES];
 	uint32_t stride = 1 + r->req->sampling.top_logprobs;
@@ -674,7 +774,9 @@ static int conn_answer(struct http_server *srv, struct conn *c,
 			.text = r->text, .text_len = r->text_len,
 			.tokens = r->tokens, .n_tokens = r->n_tokens,
 			.finish_reason = finish_reason_names[r->reason],
-			.logprobs = r->logprobs, .logprob_stride = stride };
+			.logprobs = r->logprobs, .logprob_stride = stride,
+			.lp = c->ch.lp[0], .prefix = c->ch.echo,
+			.prefix_len = c->ch.echo_len };
 	} else {
 		for (uint32_t i = 0; i < c->ch.n; i++) {
 			const struct http_choice *k = &c->ch.kept[i];
@@ -683,7 +785,9 @@ static int conn_answer(struct http_server *srv, struct conn *c,
 				.text = k->text, .text_len = k->text_len,
 				.tokens = k->tokens, .n_tokens = k->n_tokens,
 				.finish_reason = finish_reason_names[k->reason],
-				.logprobs = k->logprobs, .logprob_stride = stride };
+				.logprobs = k->logprobs, .logprob_stride = stride,
+				.lp = c->ch.lp[i], .prefix = c->ch.echo,
+				.prefix_len = c->ch.echo_len };
 		}
 	}
 	srv->body.len = 0;

@@ -169,6 +169,9 @@ void conn_choices_free(struct conn_choices *ch)
 	}
 	free(ch->kept);
 	ch->kept = NULL;
+	free(ch->echo);
+	ch->echo = NULL;
+	ch->echo_len = 0;
 }
 
 /* Bearer-token check, in time independent of where the key differs. */

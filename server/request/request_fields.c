@@ -59,6 +59,9 @@ struct field_rule {
 	 * another) */
 	bool (*neutral)(const json_t *v, const json_t *obj);
 	const char *neutral_doc;	/* FIELD_REFUSED: that value in words */
+	/* FIELD_REFUSED: the front ends (A_*) that implement it after all;
+	 * there its type is checked here and its value by its parser */
+	unsigned parsed_in;
 };
 
 /* ------------------------------------------------------------------------
@@ -147,9 +150,11 @@ static bool never(const json_t *v, const json_t *obj)
  * The table (docs/usage.md, "Request fields", lists the same)
  */
 
-#define PARSED(n, a) { n, a, FIELD_PARSED, 0, NULL, NULL, NULL }
-#define META(n, a, t, w) { n, a, FIELD_METADATA, t, w, NULL, NULL }
-#define REFUSED(n, a, t, w, f, d) { n, a, FIELD_REFUSED, t, w, f, d }
+#define PARSED(n, a) { n, a, FIELD_PARSED, 0, NULL, NULL, NULL, 0 }
+#define META(n, a, t, w) { n, a, FIELD_METADATA, t, w, NULL, NULL, 0 }
+#define REFUSED(n, a, t, w, f, d) { n, a, FIELD_REFUSED, t, w, f, d, 0 }
+/* refused, but implemented by the front ends p */
+#define REFUSED_BUT(n, a, t, w, f, d, p) { n, a, FIELD_REFUSED, t, w, f, d, p }
 
 static const struct field_rule rules[] = {
 	/* OpenAI's, implemented */
@@ -189,8 +194,10 @@ static const struct field_rule rules[] = {
 	/* with no tools (refused unless empty) there is nothing to call */
 	META("parallel_tool_calls", A_CHAT, T_BOOL, "true or false"),
 	/* not implemented: refused unless they ask for nothing */
-	REFUSED("echo", A_JSONL | A_CMPL, T_BOOL, "true or false", is_false,
-		"false"),
+	/* completions echo the prompt's text (completion_api.c); a `run`
+	 * line's answer has no text field to put it in */
+	REFUSED_BUT("echo", A_JSONL | A_CMPL, T_BOOL, "true or false", is_false,
+		    "false", A_CMPL),
 	REFUSED("suffix", A_JSONL | A_CMPL, T_STR, "a string", is_empty,
 		"\"\" (no fill-in-the-middle model)"),
 	REFUSED("best_of", A_JSONL | A_CMPL, T_INT, "an integer",
@@ -302,7 +309,8 @@ static int field_check(const char *key, const json_t *v, const json_t *obj,
 	if (!type_ok(v, r->types))
 		return err_fail(err, err_len, "field '%s' must be %s, not %s", key,
 				r->want, request_json_kind(v));
-	if (r->kind == FIELD_REFUSED && !r->neutral(v, obj))
+	if (r->kind == FIELD_REFUSED && !(r->parsed_in & API(api)) &&
+	    !r->neutral(v, obj))
 		return err_fail(err, err_len, "field '%s' is not implemented by "
 				"this server: only %s is taken", key, r->neutral_doc);
 	return 0;

@@ -232,7 +232,7 @@ raw_fields() {
 	local P='"prompt":"Hi","max_tokens":2' M='"messages":[{"role":"user","content":"Hi"}],"max_tokens":2'
 	RAW_OK=0
 	for f in 'presence_penalty:2.5' 'frequency_penalty:-3' 'repetition_penalty:0' \
-		'echo:true' 'suffix:"end"' 'best_of:2' 'presence_penalty:"x"' \
+		'suffix:"end"' 'best_of:2' 'presence_penalty:"x"' \
 		'echo:1' 'user:5' 'max_token:5' 'messages:[]' 'stream_option:{}' \
 		'stream_options:{"include_usage":true}'; do
 		refused /v1/completions "${f%%:*}" "{$P,\"${f%%:*}\":${f#*:}}"
@@ -301,6 +301,30 @@ raw_tokens() {
 	refused /tokenize prompt '{"prompt":"x"}'
 	[ $RAW_OK = 4 ] && pass "/tokenize and /detokenize: bad bodies are 400 naming the field"
 }
+# logprobs named by text, offsets, streamed usage null (openai_logprobs.py)
+raw_logprobs() {
+	if python3 "$TESTS/openai_logprobs.py" "http://127.0.0.1:$PORT" "$KEY" \
+		> "$E2E_TMP/lp.out" 2>&1; then
+		pass "$(tail -n 2 "$E2E_TMP/lp.out" | paste -sd ";")"
+	else
+		fail "$(tail -n 5 "$E2E_TMP/lp.out")"
+	fi
+}
+# /v1/models/{id} percent-decodes the id; a bad escape is 400
+raw_model_ids() {
+	local name code
+	name=$(curl -s -H "Authorization: Bearer $KEY" "http://127.0.0.1:$PORT/v1/models" |
+		python3 -c 'import json,sys,urllib.parse; print(urllib.parse.quote(json.load(sys.stdin)["data"][0]["id"], safe=""))')
+	code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $KEY" \
+		"http://127.0.0.1:$PORT/v1/models/$name")
+	expect_eq "/v1/models/{percent-encoded id}" "$code" 200
+	code=$(curl -s -o "$E2E_TMP/raw.json" -w '%{http_code}' -H "Authorization: Bearer $KEY" \
+		"http://127.0.0.1:$PORT/v1/models/a%4")
+	expect_eq "/v1/models/a%4 (a bad escape)" "$code" 400
+	code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $KEY" \
+		"http://127.0.0.1:$PORT/v1/models/%6Eo")
+	expect_eq "/v1/models/%6Eo (\"no\", not served)" "$code" 404
+}
 
 # --- text: string prompts, stop strings and chat, per template -------------
 TEXT_VOCAB=512
@@ -340,7 +364,7 @@ for TEMPLATE in llama2 chatml; do
 		sed 's/^/       /' "$E2E_TMP/node-$TEMPLATE.out" |
 			awk 'NR <= 25 { print } END { if (NR > 25) print "       ... (" NR - 25 " more lines)" }'
 	fi
-	[ $TEMPLATE = llama2 ] && raw_fields && cors_off
+	[ $TEMPLATE = llama2 ] && raw_fields && cors_off && raw_logprobs && raw_model_ids
 	kill -TERM $SERVER 2>/dev/null
 	for _ in $(seq 150); do
 		kill -0 $SERVER 2>/dev/null || break

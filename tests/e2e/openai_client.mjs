@@ -288,7 +288,8 @@ async function errors() {
 		["stop_sequences token out of range", { stop_sequences: [[1], [2, 64]] }, "stop_sequences"],
 		// a 400, not a 500 a client would retry
 		["empty prompt", { prompt: [] }, "prompt"],
-		["a field we do not implement", { presence_penalty: 0.5 }, "presence_penalty"],
+		["a field we do not implement", { best_of: 3 }, "best_of"],
+		["a penalty out of range", { presence_penalty: 2.5 }, "presence_penalty"],
 		["an unknown field", { max_token: 4 }, "max_token"],
 	];
 	for (const [what, fields, param] of bad) {

@@ -237,7 +237,7 @@ static void check_chat(const struct http_message *msg,
 	struct request_limits cl = *lim;
 	struct completion_request c;
 	struct completion_choice one;
-	struct completion_meta m;
+	struct completion_meta m = { 0 };
 	struct completion_usage usage;
 	const char *param = "unset";
 	char err[512];
@@ -307,7 +307,7 @@ static void check_request(const struct http_message *msg,
 {
 	struct completion_request c;
 	struct completion_usage usage;
-	struct completion_meta m;
+	struct completion_meta m = { 0 };
 	const char *param = "unset";
 	char err[256];
 	uint64_t n_stop = 0;

@@ -33,6 +33,7 @@
 #include "engine/request.h"
 #include "util/strbuf.h"
 #include "tests/unit/test_rng.h"
+#include "tests/unit/test_logprob_ref.h"
 #include "text/text_tokenizer.h"
 #include "text/tokenizer.h"
 #include "text/tokenizer_train.h"
@@ -576,7 +577,7 @@ static void test_format_answer(void **state)
 		{ 5, -0.5f }, { 5, -0.5f }, { 9, -1.25f },
 		{ 6, -0.25f }, { 6, -0.25f }, { -1, 0.0f },
 	};
-	struct completion_meta m = { "cmpl-1f-3", 1700000000, "sim" };
+	struct completion_meta m = { "cmpl-1f-3", 1700000000, "sim", false };
 	struct completion_choice ch[2] = {
 		{ .index = 0, .text = "Hi \"you\"\n", .text_len = 9, .tokens = tokens,
 		  .n_tokens = 2, .finish_reason = "stop", .logprobs = lp,
@@ -646,7 +647,7 @@ static void test_format_chunks(void **state)
 						  "model", "choices" };
 	static const char *const choice_keys[] = { "index", "delta", "logprobs",
 						   "finish_reason" };
-	struct completion_meta m = { "cmpl-2", 1, "sim" };
+	struct completion_meta m = { "cmpl-2", 1, "sim", false };
 	struct completion_choice one = { .index = 3, .text = "ab", .text_len = 2,
 					 .finish_reason = "stop" };
 	struct completion_usage u = { 1, 2 };
@@ -715,6 +716,79 @@ static void test_template_names(void **state)
 	assert_int_equal(chat_template_from_name("", &t), -EINVAL);
 }
 
+/*
+ * logprobs.content[] named by text with its bytes (logprob_text.h),
+ * against test_logprob_ref.h's naive reference: random tokens and
+ * alternatives of the trained vocabulary, a random token before them.
+ */
+#define LP_ROUNDS 200
+#define LP_MAX_TOKENS 24
+#define LP_MAX_TOP 4
+
+/* One entry of content[] or of its top_logprobs against r. */
+static void expect_entry(const json_t *e, const struct ref_token *r,
+			 float logprob, int round, uint32_t i)
+{
+	if (!ref_name_is(json_object_get(e, "token"), r) ||
+	    !ref_bytes_are(json_object_get(e, "bytes"), r))
+		fail_msg("round %d token %u: token '%s' (want '%.*s') or its bytes "
+			 "differ (SEED=%llu)", round, i,
+			 json_string_value(json_object_get(e, "token")),
+			 (int)r->name_len, r->name, test_seed);
+	assert_true(json_number_value(json_object_get(e, "logprob")) == logprob);
+}
+
+static void test_logprobs_text(void **state)
+{
+	struct sampler_logprob lp[LP_MAX_TOKENS * (1 + LP_MAX_TOP)];
+	struct completion_meta m = { .id = "cmpl-1", .model = "m", .created = 1 };
+	struct strbuf out = STRBUF_INIT;
+	struct rng rng = rng_for(2);
+	int32_t tokens[LP_MAX_TOKENS];
+
+	for (int round = 0; round < LP_ROUNDS; round++) {
+		uint32_t n = rng_below(&rng, LP_MAX_TOKENS + 1);
+		uint32_t stride = 1 + rng_below(&rng, LP_MAX_TOP + 1);
+		struct completion_choice c = { .tokens = tokens, .n_tokens = n,
+			.finish_reason = "stop", .logprobs = lp,
+			.logprob_stride = stride,
+			.lp = { .tok = ttok,
+				.prev_token = (int32_t)rng_below(&rng, VOCAB + 1) - 1,
+				.ignore_eos = rng_below(&rng, 2) } };
+		struct ref_walk w = { ttok, c.lp.ignore_eos, c.lp.prev_token, 0 };
+		json_t *o, *content;
+		json_error_t jerr;
+
+		ref_random_logprobs(&rng, VOCAB, tokens, n, lp, stride, false);
+		out.len = 0;
+		assert_int_equal(chat_format(&out, &m, &c, 1, NULL, false, 0), 0);
+		o = json_loadb(out.data, out.len, JSON_REJECT_DUPLICATES, &jerr);
+		if (!o)
+			fail_msg("round %d: not JSON (%s) (SEED=%llu)", round, jerr.text,
+				 test_seed);
+		content = json_object_get(json_object_get(json_array_get(
+			json_object_get(o, "choices"), 0), "logprobs"), "content");
+		assert_int_equal(json_array_size(content), n);
+		for (uint32_t i = 0; i < n; i++) {
+			const json_t *e = json_array_get(content, i);
+			const json_t *tops = json_object_get(e, "top_logprobs");
+			struct ref_walk at = w;
+			struct ref_token r;
+
+			ref_token_at(&w, tokens[i], true, &r);
+			expect_entry(e, &r, lp[i * stride].logprob, round, i);
+			assert_int_equal(json_array_size(tops), stride - 1);
+			for (uint32_t j = 1; j < stride; j++) {
+				ref_token_at(&at, lp[i * stride + j].token, false, &r);
+				expect_entry(json_array_get(tops, j - 1), &r,
+					     lp[i * stride + j].logprob, round, i);
+			}
+		}
+		json_decref(o);
+	}
+	strbuf_release(&out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -731,6 +805,7 @@ int main(void)
 		cmocka_unit_test(test_format_answer),
 		cmocka_unit_test(test_format_chunks),
 		cmocka_unit_test(test_template_names),
+		cmocka_unit_test(test_logprobs_text),
 	};
 
 	test_seed_init("chat_api");

@@ -29,6 +29,8 @@
 #include "text/stop_matcher.h"
 #include "util/strbuf.h"
 #include "tests/unit/test_rng.h"
+#include "tests/unit/test_logprob_ref.h"
+#include "tests/unit/test_trained_tok.h"
 #include "server/request/request_json.h"
 
 static const struct request_limits lim = {
@@ -487,7 +489,7 @@ static void check_error_answer(const char *text, size_t len, const char *message
 /* The usage event: "choices": [] and the usage, nothing else of a choice. */
 static void test_format_usage_event(void **state)
 {
-	struct completion_meta m = { "cmpl-1", 7, "sim" };
+	struct completion_meta m = { "cmpl-1", 7, "sim", false };
 	struct completion_usage u = { 3, 9 };
 	struct strbuf out = STRBUF_INIT;
 	json_error_t jerr;
@@ -508,6 +510,21 @@ static void test_format_usage_event(void **state)
 	assert_int_equal(json_integer_value(json_object_get(usage, "completion_tokens")), 9);
 	assert_int_equal(json_integer_value(json_object_get(usage, "total_tokens")), 12);
 	json_decref(o);
+
+	/* with include_usage the other events say "usage": null (OpenAI),
+	 * without it they have no usage at all */
+	for (int with = 0; with < 2; with++) {
+		struct completion_choice c = { .text = "x", .text_len = 1 };
+
+		m.usage_null = with;
+		out.len = 0;
+		assert_int_equal(completion_format_event(&out, &m, &c, NULL), 0);
+		o = json_loadb(out.data + 6, out.len - 8, JSON_REJECT_DUPLICATES, &jerr);
+		assert_non_null(o);
+		usage = json_object_get(o, "usage");
+		assert_true(with ? json_is_null(usage) : usage == NULL);
+		json_decref(o);
+	}
 	strbuf_release(&out);
 }
 
@@ -703,6 +720,211 @@ static void test_random_roundtrip(void **state)
 	strbuf_release(&out);
 }
 
+/*
+ * Logprobs named by their text (logprob_text.h), against the naive
+ * reference of test_logprob_ref.h: random tokens of a trained llama2.c
+ * vocabulary (its byte tokens make pieces that are no UTF-8 on their
+ * own, its end tokens text of none), random alternatives, a random token
+ * before them and ignore_eos either way.
+ */
+#define LP_VOCAB 512
+#define LP_ROUNDS 200
+#define LP_MAX_TOKENS 24
+#define LP_MAX_TOP 4
+
+static void test_logprobs_text(void **state)
+{
+	struct sampler_logprob lp[LP_MAX_TOKENS * (1 + LP_MAX_TOP)];
+	struct completion_meta m = { .id = "cmpl-1", .model = "m", .created = 1 };
+	struct strbuf out = STRBUF_INIT;
+	struct text_tokenizer *ttok;
+	struct tokenizer *tok;
+	struct rng rng = rng_for(2);
+	int32_t tokens[LP_MAX_TOKENS];
+	uint32_t n_bytes_tokens = 0;
+
+	assert_int_equal(test_trained_tok(LP_VOCAB, &tok, &ttok), 0);
+	for (int round = 0; round < LP_ROUNDS; round++) {
+		uint32_t n = rng_below(&rng, LP_MAX_TOKENS + 1);
+		uint32_t stride = 1 + rng_below(&rng, LP_MAX_TOP + 1);
+		struct completion_choice c = { .tokens = tokens, .n_tokens = n,
+			.finish_reason = "length", .logprobs = lp,
+			.logprob_stride = stride,
+			.lp = { .tok = ttok,
+				.prev_token = (int32_t)rng_below(&rng, LP_VOCAB + 1) - 1,
+				.text_offset = rng_below(&rng, 2) ? 0 : rng_next(&rng) >> 8,
+				.ignore_eos = rng_below(&rng, 2) } };
+		struct ref_walk w = { ttok, c.lp.ignore_eos, c.lp.prev_token,
+				      c.lp.text_offset };
+		json_t *o, *l, *names, *tops, *offs;
+		json_error_t jerr;
+
+		ref_random_logprobs(&rng, LP_VOCAB, tokens, n, lp, stride, true);
+		out.len = 0;
+		assert_int_equal(completion_format(&out, &m, &c, 1, NULL, false, 0), 0);
+		o = json_loadb(out.data, out.len, JSON_ALLOW_NUL, &jerr);
+		if (!o)
+			fail_msg("round %d: not JSON (%s) (SEED=%llu)", round, jerr.text,
+				 test_seed);
+		l = json_object_get(json_array_get(json_object_get(o, "choices"), 0),
+				    "logprobs");
+		names = json_object_get(l, "tokens");
+		tops = json_object_get(l, "top_logprobs");
+		offs = json_object_get(l, "text_offset");
+		assert_int_equal(json_array_size(names), n);
+		assert_int_equal(json_array_size(tops), n);
+		assert_int_equal(json_array_size(offs), n);
+		assert_int_equal(json_array_size(json_object_get(l, "token_logprobs")), n);
+		for (uint32_t i = 0; i < n; i++) {
+			struct ref_walk at = w;	/* the alternatives follow the same */
+			const json_t *top = json_array_get(tops, i);
+			struct ref_token r;
+			uint32_t n_alt = 0;
+
+			ref_token_at(&w, tokens[i], true, &r);
+			if (!ref_name_is(json_array_get(names, i), &r))
+				fail_msg("round %d token %u (id %d): name '%s' != '%.*s' "
+					 "(SEED=%llu)", round, i, tokens[i],
+					 json_string_value(json_array_get(names, i)),
+					 (int)r.name_len, r.name, test_seed);
+			n_bytes_tokens += !strncmp(r.name, "bytes:", 6);
+			if ((uint64_t)json_integer_value(json_array_get(offs, i)) != r.offset)
+				fail_msg("round %d token %u: text_offset %lld != %llu "
+					 "(SEED=%llu)", round, i,
+					 (long long)json_integer_value(json_array_get(offs, i)),
+					 (unsigned long long)r.offset, test_seed);
+			for (uint32_t j = 1; j < stride && lp[i * stride + j].token >= 0; j++) {
+				struct ref_token ra;
+				const json_t *v;
+
+				n_alt++;
+				ref_token_at(&at, lp[i * stride + j].token, false, &ra);
+				v = json_object_getn(top, ra.name, ra.name_len);
+				if (!json_is_number(v))
+					fail_msg("round %d token %u: no alternative '%.*s' "
+						 "(SEED=%llu)", round, i, (int)ra.name_len,
+						 ra.name, test_seed);
+			}
+			/* two alternatives of one text share a key */
+			assert_true(json_object_size(top) <= n_alt);
+			assert_true(json_object_size(top) >= (n_alt ? 1u : 0u));
+		}
+		json_decref(o);
+	}
+	/* the rounds reached the case that needs the bytes: form */
+	assert_true(n_bytes_tokens > 0);
+	text_tokenizer_free(ttok);
+	strbuf_release(&out);
+}
+
+/*
+ * echo: the prompt's text before each choice's.  A string prompt is
+ * echoed as given; token ids are checked by a round trip (the ids the
+ * tokenizer makes of a text echo as that text), and echo with logprobs
+ * or without a tokenizer is a 400 naming echo.  The answer's text is
+ * the prefix and the text, read back by jansson, for random strings.
+ */
+static void test_echo(void **state)
+{
+	static const char *const texts[] = { "Once upon a time", "the cat sat",
+					     "a", "Hello world and more words" };
+	struct request_limits l = lim;
+	struct completion_request c;
+	struct text_tokenizer *ttok;
+	struct tokenizer *tok;
+	struct strbuf out = STRBUF_INIT;
+	struct rng rng = rng_for(3);
+	const char *param;
+	char err[256], body[1024];
+
+	assert_int_equal(test_trained_tok(LP_VOCAB, &tok, &ttok), 0);
+	l.tok = ttok;
+	l.vocab = LP_VOCAB;
+	for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+		int32_t ids[128];
+		size_t n, at;
+
+		snprintf(body, sizeof(body), "{\"prompt\":\"%s\",\"echo\":true,"
+			 "\"max_tokens\":1}", texts[i]);
+		assert_int_equal(completion_parse(body, strlen(body), &l, &c, err,
+						  sizeof(err), &param), 0);
+		assert_int_equal(c.echo_len, strlen(texts[i]));
+		assert_memory_equal(c.echo, texts[i], c.echo_len);
+		completion_request_release(&c);
+
+		assert_int_equal(text_tokenizer_encode(ttok, texts[i], strlen(texts[i]),
+						       true, ids, 128, &n), 0);
+		at = (size_t)snprintf(body, sizeof(body), "{\"prompt\":[");
+		for (size_t k = 0; k < n; k++)
+			at += (size_t)snprintf(body + at, sizeof(body) - at, "%s%d",
+					       k ? "," : "", ids[k]);
+		snprintf(body + at, sizeof(body) - at, "],\"echo\":true}");
+		assert_int_equal(completion_parse(body, strlen(body), &l, &c, err,
+						  sizeof(err), &param), 0);
+		if (c.echo_len != strlen(texts[i]) ||
+		    memcmp(c.echo, texts[i], c.echo_len))
+			fail_msg("ids of '%s' echo as '%.*s'", texts[i],
+				 (int)c.echo_len, c.echo);
+		completion_request_release(&c);
+	}
+	/* no echo: none kept */
+	snprintf(body, sizeof(body), "{\"prompt\":\"x\",\"echo\":false}");
+	assert_int_equal(completion_parse(body, strlen(body), &l, &c, err,
+					  sizeof(err), &param), 0);
+	assert_null(c.echo);
+	completion_request_release(&c);
+	/* the refusals */
+	snprintf(body, sizeof(body), "{\"prompt\":\"x\",\"echo\":true,"
+		 "\"logprobs\":1}");
+	assert_int_equal(completion_parse(body, strlen(body), &l, &c, err,
+					  sizeof(err), &param), -EINVAL);
+	assert_string_equal(param, "echo");
+	assert_non_null(strstr(err, "logprobs"));
+	completion_request_release(&c);
+	assert_int_equal(parse_str("{\"prompt\":[1],\"echo\":true}", &c, err,
+				   sizeof(err), &param), -EINVAL);
+	assert_string_equal(param, "echo");
+	assert_non_null(strstr(err, "tokenizer"));
+	completion_request_release(&c);
+	assert_int_equal(parse_str("{\"prompt\":[1],\"echo\":1}", &c, err,
+				   sizeof(err), &param), -EINVAL);
+	assert_string_equal(param, "echo");
+	completion_request_release(&c);
+
+	/* the prefix and the text are one string */
+	for (int round = 0; round < 200; round++) {
+		char pre[64], text[64];
+		size_t n_pre = rng_below(&rng, sizeof(pre)), n_text = rng_below(&rng, sizeof(text));
+		struct completion_meta m = { .id = "cmpl-1", .model = "m" };
+		struct completion_choice ch = { .text = text, .text_len = n_text,
+			.prefix = pre, .prefix_len = n_pre, .finish_reason = "stop" };
+		const json_t *t;
+		json_t *o;
+		json_error_t jerr;
+
+		for (size_t k = 0; k < n_pre; k++)	/* ASCII, escapes too */
+			pre[k] = (char)(1 + rng_below(&rng, 127));
+		for (size_t k = 0; k < n_text; k++)
+			text[k] = (char)(1 + rng_below(&rng, 127));
+		out.len = 0;
+		assert_int_equal(completion_format(&out, &m, &ch, 1, NULL, false, 0), 0);
+		o = json_loadb(out.data, out.len, 0, &jerr);
+		if (!o)
+			fail_msg("round %d: not JSON: %s (SEED=%llu)", round, jerr.text,
+				 test_seed);
+		t = json_object_get(json_array_get(json_object_get(o, "choices"), 0),
+				    "text");
+		if (json_string_length(t) != n_pre + n_text ||
+		    memcmp(json_string_value(t), pre, n_pre) ||
+		    memcmp(json_string_value(t) + n_pre, text, n_text))
+			fail_msg("round %d: text is not prefix + text (SEED=%llu)",
+				 round, test_seed);
+		json_decref(o);
+	}
+	text_tokenizer_free(ttok);
+	strbuf_release(&out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -718,6 +940,8 @@ int main(void)
 		cmocka_unit_test(test_format_hostile_strings),
 		cmocka_unit_test(test_format_null_strings),
 		cmocka_unit_test(test_random_roundtrip),
+		cmocka_unit_test(test_logprobs_text),
+		cmocka_unit_test(test_echo),
 	};
 
 	test_seed_init("completion_api");
