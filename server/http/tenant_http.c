@@ -68,7 +68,7 @@ static void refuse(struct http_server *srv, struct conn *c, struct tenant *t,
 }
 
 bool tenant_http_admit(struct http_server *srv, struct conn *c,
-		       const struct request *req)
+		       struct request *req)
 {
 	struct tenant *t = c->tenant;
 	uint64_t reserve = (uint64_t)req->n_prompt +
@@ -85,6 +85,7 @@ bool tenant_http_admit(struct http_server *srv, struct conn *c,
 		c->tenant_reserved = reserve;
 		c->tenant_prompt = req->n_prompt;
 		c->tenant_streamed = 0;
+		req->queue_class = (uint32_t)(t - srv->cfg->tenants->tenants) + 1;
 		return true;
 	}
 	if (v == TENANT_NEVER_FITS) {

@@ -11,10 +11,11 @@
 
 #include "server/http/http_conn.h"
 
-/* Reserve req's tokens from c's tenant (prompt + max_tokens x n): true
- * when admitted (or no --tenants), else the refusal has been answered. */
+/* Reserve req's tokens from c's tenant (prompt + max_tokens x n) and
+ * put req in the tenant's class of the waiting queue: true when
+ * admitted (or no --tenants), else the refusal has been answered. */
 bool tenant_http_admit(struct http_server *srv, struct conn *c,
-		       const struct request *req);
+		       struct request *req);
 /* The request was never submitted: all it reserved goes back. */
 void tenant_http_unreserve(struct conn *c);
 /* c's request ended (answered, failed, cancelled, its client gone, or

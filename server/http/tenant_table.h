@@ -20,11 +20,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/wait_queue.h"
 #include "server/http/token_bucket.h"
 #include "util/strbuf.h"
 
 #define TENANT_NAME_MAX 64
-#define TENANT_MAX 4096
+/* one waiting-queue class each (wait_queue.h) */
+#define TENANT_MAX (WAIT_QUEUE_CLASSES - 1)
 #define TENANT_KEYS_MAX 256
 
 /* Why an admission was refused (or TENANT_OK). */
