@@ -13,7 +13,7 @@ set -u
 VOCAB=300
 # a cost per call (not per row or token: what A adds to a step is not
 # queueing), so that requests queue behind a full batch
-SLOW="sim:vocab=$VOCAB,mode=sleep,call_us=2000"
+SLOW="sim:vocab=$VOCAB,mode=sleep,call_us=5000"
 PY=$(dirname "$0")/tenant_ttft.py
 
 status() {
@@ -102,7 +102,7 @@ serve_stop
 
 # ---- fair queueing
 N_B=${N_B:-100}
-N_FLOOD=${N_FLOOD:-24}
+N_FLOOD=${N_FLOOD:-16}
 cat > "$E2E_TMP/f.json" <<'JSON'
 {"tenants": [{"name": "a", "api_keys": ["ka"], "tokens_per_minute": 100000000,
   "burst_tokens": 100000000},
@@ -122,8 +122,10 @@ ratio=$(python3 -c "print('%.2f' % ($flooded / $alone))" 2>/dev/null)
 fifo_ratio=$(python3 -c "print('%.2f' % ($fifo / $fifo_alone))" 2>/dev/null)
 echo "  tenant B p99 TTFT: alone $alone ms, A flooding $flooded ms: ratio $ratio" \
      "(one FIFO: $fifo_alone ms, $fifo ms: ratio $fifo_ratio)"
-if python3 -c "import sys; sys.exit(0 if $flooded / $alone < 2 else 1)" 2>/dev/null; then
-	pass "fair: p99 TTFT ratio $ratio < 2"
+# the issue's bound; RATIO_MAX= to study another
+RATIO_MAX=${RATIO_MAX:-2}
+if python3 -c "import sys; sys.exit(0 if $flooded / $alone < $RATIO_MAX else 1)" 2>/dev/null; then
+	pass "fair: p99 TTFT ratio $ratio < $RATIO_MAX"
 else
 	fail "fair: p99 TTFT ratio '$ratio' (alone '$alone', flooded '$flooded')"
 fi

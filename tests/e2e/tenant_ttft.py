@@ -3,7 +3,7 @@
 another floods (tests/e2e/e2e_tenant.sh).
 
 usage: tenant_ttft.py URL KEY_B N_B [KEY_A N_FLOOD]
-Tenant B sends N_B streamed requests (a 48-token prompt) one after
+Tenant B sends N_B streamed requests (as short as A's) one after
 another; the p99 and median of their times to first token (request sent
 -> first data event) are printed as "p99_ms=<x> median_ms=<y>".  With
 KEY_A, a child process runs N_FLOOD threads of tenant A that send short
@@ -67,7 +67,7 @@ def main():
                                   sys.argv[1], sys.argv[4], sys.argv[5]])
         time.sleep(1.0)		# the flood fills the queue first
     conn = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
-    data = body(48)
+    data = body(4)
     ttft = []
     try:
         for _ in range(n_b):
