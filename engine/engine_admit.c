@@ -44,7 +44,9 @@ static uint32_t engine_admit(struct engine *e, struct request *req,
 	if (e->tok)	/* the whole text kept: every result carries it */
 		request_text_init(lr, true);
 	if (lr->req.max_tokens) {
-		wait_queue_push(&e->queue, h);
+		/* cost: what the choice may take of the slots, its tokens */
+		wait_queue_push_class(&e->queue, h, lr->req.queue_class,
+				      (uint64_t)lr->req.n_prompt + lr->req.max_tokens);
 	} else {
 		/* Nothing to generate: answered on the loop's next round,
 		 * not from inside this call (frontend.h). */

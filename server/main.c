@@ -24,12 +24,14 @@
 
 #include "server/http/chat_api.h"
 #include "server/http/chat_setup.h"
+#include "server/http/tenant_table.h"
 #include "text/chat_template.h"
 #include "engine/engine.h"
 #include "server/http/http_routes.h"
 #include "server/http/http_server.h"
 #include "server/jsonl/jsonl_frontend.h"
 #include "server/options.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "server/request/request_json.h"
 
@@ -283,6 +285,23 @@ int main(int argc, char **argv)
 				"empty; set a key, or unset it to serve without one\n");
 			return ENGINE_EXIT_USAGE;
 		}
+		if (o.tenants && http.api_key) {
+			fprintf(stderr, "dynbatch serve: --tenants names the API "
+				"keys; leave out --api-key and DYNBATCH_API_KEY\n");
+			return ENGINE_EXIT_USAGE;
+		}
+		if (o.tenants) {
+			char err[512];
+
+			http.tenants = tenant_table_load(o.tenants, clock_now_ns(),
+							 err, sizeof(err));
+			if (!http.tenants) {
+				fprintf(stderr, "dynbatch serve: --tenants %s\n", err);
+				return ENGINE_EXIT_USAGE;
+			}
+		}
 	}
-	return run(&cfg, serve ? &http : NULL, &jsonl);
+	rc = run(&cfg, serve ? &http : NULL, &jsonl);
+	tenant_table_destroy(http.tenants);
+	return rc;
 }

@@ -162,6 +162,14 @@ const struct option_spec options_table[] = {
 	  .def_doc = "$DYNBATCH_API_KEY, else none", .offset = FIELD(api_key),
 	  .help = "require 'Authorization: Bearer KEY' on every endpoint but "
 		  "/health" },
+	{ .name = "tenants", .arg = "FILE", .kind = OPTION_STRING,
+	  .modes = OPTION_SERVE, .nonempty = true, .def_doc = "none",
+	  .offset = FIELD(tenants),
+	  .help = "JSON file of tenants, each with API keys, tokens_per_minute, "
+		  "burst_tokens, requests_per_minute and max_concurrent "
+		  "(docs/usage.md); a key of no tenant gets 401, a request over "
+		  "its tenant's limits 429 (400 if it could never fit); instead "
+		  "of --api-key" },
 	{ .name = "model-name", .arg = "NAME", .kind = OPTION_STRING,
 	  .modes = OPTION_SERVE, .nonempty = true, .no_control = true,
 	  .def_doc = "sim, or the plugin's file name", .offset = FIELD(model_name),

@@ -82,6 +82,7 @@ struct server_options {
 	/* serve: the HTTP front end */
 	const char *listen;		/* --listen HOST:PORT */
 	const char *api_key;		/* --api-key; NULL: none */
+	const char *tenants;		/* --tenants FILE; NULL: none */
 	const char *model_name;		/* --model-name; NULL: from --model */
 	struct option_list served_model_names; /* --served-model-name */
 	struct option_list allowed_origins;	/* --allowed-origins */

@@ -13,10 +13,14 @@
 #include "server/http/http_reader.h"
 
 struct http_route_table;
+struct tenant_table;
 
 struct http_config {
 	const char *listen;		/* "host:port"; port 0 picks one */
 	const char *api_key;		/* NULL: no Authorization needed */
+	/* --tenants: each key is a tenant's, with its limits (instead of
+	 * api_key); NULL: none.  The server's loop owns its state. */
+	struct tenant_table *tenants;
 	const char *model_name;		/* in answers and GET /v1/models */
 	/* what a request's "model" may name besides model_name: each a
 	 * comma list (--served-model-name); another name is a 404 */

@@ -33,6 +33,8 @@
 #include "util/strbuf.h"
 #include "server/request/request_json.h"
 
+struct tenant;
+
 #define HTTP_STATUS_MAX 600
 /* A connection's output buffers, and the answer scratch, keep at most
  * this much memory once what they held has been sent. */
@@ -108,6 +110,14 @@ struct conn {
 	const char *cors_allow;
 	size_t cors_allow_len;
 	struct conn_choices ch;		/* its n choices */
+	/* --tenants: whose key the last request gave (NULL: none); the
+	 * tenant the live request reserved from and how much (NULL: it
+	 * holds nothing; tenant_http.h) */
+	struct tenant *tenant;
+	struct tenant *tenant_held;
+	uint64_t tenant_reserved;
+	uint32_t tenant_prompt;
+	uint64_t tenant_streamed;	/* tokens seen of its live choices */
 	uint64_t answer_reserved;	/* bytes of srv->answer_reserved its
 					 * non-streamed answer holds, until it
 					 * has been sent */

@@ -26,6 +26,8 @@
 #include "server/http/chat_api.h"
 #include "server/http/completion_api.h"
 #include "server/http/tokenize_api.h"
+#include "server/http/tenant_http.h"
+#include "server/http/tenant_table.h"
 #include "engine/engine.h"
 #include "util/json_writer.h"
 #include "text/text_tokenizer.h"
@@ -311,7 +313,8 @@ static void route_metrics(struct http_server *srv, struct conn *c)
 {
 	srv->body.len = 0;
 	if (engine_metrics(srv->e, &srv->body) ||
-	    http_server_metrics(srv, &srv->body)) {
+	    http_server_metrics(srv, &srv->body) ||
+	    tenant_table_metrics(srv->cfg->tenants, &srv->body)) {
 		conn_drop(srv, c);
 		return;
 	}
@@ -507,11 +510,17 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 	lp = (struct logprob_ctx){ .tok = srv->lim.tok,
 		.prev_token = cr.req.n_prompt ? cr.req.prompt[cr.req.n_prompt - 1] : -1,
 		.ignore_eos = cr.req.ignore_eos };
-	if (!cr.stream && !reserve_answer(srv, c, &cr.req, cr.echo_len))
+	if (!tenant_http_admit(srv, c, &cr.req))
 		goto out;
+	if (!cr.stream && !reserve_answer(srv, c, &cr.req, cr.echo_len)) {
+		tenant_http_unreserve(c);
+		goto out;
+	}
 	ret = engine_submit(srv->e, &cr.req, cookie_of(srv, c), c->ch.handles);
-	if (ret)	/* nothing admitted: nothing to build */
+	if (ret) {	/* nothing admitted: nothing to build, nothing used */
 		conn_release_answer(srv, c);
+		tenant_http_unreserve(c);
+	}
 	switch (ret) {
 	case 0:
 		break;
@@ -623,6 +632,8 @@ static void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req
 	struct completion_choice one;
 	size_t before;
 
+	if (c)		/* what a refund must not give back (tenant_http.h) */
+		c->tenant_streamed += n;
 	if (!c || !c->stream || c->drop_due || req->choice >= c->ch.n)
 		return;
 	m = (struct completion_meta){ req->id, c->created, srv->cfg->model_name,

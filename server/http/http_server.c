@@ -86,6 +86,8 @@
 #include "engine/request_pool.h"
 #include "server/request/request_json.h"
 #include "server/http/completion_api.h"
+#include "server/http/tenant_http.h"
+#include "server/http/tenant_table.h"
 
 #define HTTP_IN_SIZE (64u * 1024)	/* receive buffer per connection */
 #define HTTP_TICK_NS (5ull * 1000 * 1000)	/* timeout scan period */
@@ -174,14 +176,21 @@ void conn_choices_free(struct conn_choices *ch)
 	ch->echo_len = 0;
 }
 
-/* Bearer-token check, in time independent of where the key differs. */
-static bool authorized(const struct http_server *srv, const struct conn *c)
+/* Bearer-token check, in time independent of where the key differs.
+ * With --tenants the key names c's tenant (none: refused). */
+static bool authorized(const struct http_server *srv, struct conn *c)
 {
 	const struct strbuf *a = &c->reader.msg.authorization;
 	const char *key = srv->cfg->api_key;
 	size_t n;
 	unsigned char diff = 0;
 
+	if (srv->cfg->tenants) {
+		c->tenant = a->len > 7 && !strncasecmp(a->data, "Bearer ", 7) ?
+			tenant_table_find(srv->cfg->tenants, a->data + 7, a->len - 7) :
+			NULL;
+		return c->tenant != NULL;
+	}
 	if (!key)
 		return true;
 	n = strlen(key);
@@ -290,6 +299,7 @@ static void conn_free(struct http_server *srv, struct conn *c)
 	c->in_len = c->in_start = 0;
 	http_reader_reset(&c->reader);
 	out_writer_release(&c->out);
+	tenant_http_release(c);	/* a no-op once detached */
 	conn_choices_free(&c->ch);
 	conn_release_answer(srv, c);
 	c->closing = c->close_after_send = c->busy = c->paused = false;
@@ -315,6 +325,7 @@ uint32_t conn_detach(struct http_server *srv, struct conn *c)
 {
 	uint32_t handle = c->busy ? c->handle : REQUEST_NONE;
 
+	tenant_http_release(c);	/* before the choices' counts go */
 	c->busy = false;
 	c->paused = false;
 	c->handle = REQUEST_NONE;

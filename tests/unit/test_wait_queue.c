@@ -10,11 +10,15 @@
  * after every operation the results, the length, fullness, the ring's
  * contents and wait_queue_check() must agree with the reference.
  *
- * The random test prints its seed; SEED=<n> replays a run.
+ * Fair queueing between classes against a per-class reference
+ * (test_fair_vs_reference) and under a flood (test_fair_flood).
+ *
+ * The random tests print their seed; SEED=<n> replays a run.
  */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -241,6 +245,128 @@ static void test_full_laps(void **state)
 	}
 }
 
+/* ------------------------------------------------------------------ */
+/* Fair queueing between classes                                       */
+/* ------------------------------------------------------------------ */
+
+/*
+ * The reference: one FIFO list per class, each entry's start tag from
+ * the definition (max of the virtual time and the class's last tag +
+ * cost), pop takes the class head with the smallest tag (the earliest
+ * pushed among equals).  Random pushes of 1..5 classes (class 0 too),
+ * pops and removals; every pop must give the reference's handle.
+ */
+#define FQ_CAP 48
+#define FQ_CLASSES 6
+
+struct fq_ref {
+	uint32_t h[FQ_CLASSES][FQ_CAP * 4];
+	uint64_t tag[FQ_CLASSES][FQ_CAP * 4], seq[FQ_CLASSES][FQ_CAP * 4];
+	uint32_t n[FQ_CLASSES];
+	uint64_t end[FQ_CLASSES], vtime, next_seq;
+	bool fair;			/* a class > 0 was pushed */
+};
+
+static void fq_ref_del(struct fq_ref *r, uint32_t c, uint32_t i)
+{
+	memmove(&r->h[c][i], &r->h[c][i + 1], (r->n[c] - i - 1) * sizeof(uint32_t));
+	memmove(&r->tag[c][i], &r->tag[c][i + 1], (r->n[c] - i - 1) * sizeof(uint64_t));
+	memmove(&r->seq[c][i], &r->seq[c][i + 1], (r->n[c] - i - 1) * sizeof(uint64_t));
+	r->n[c]--;
+}
+
+static void test_fair_vs_reference(void **state)
+{
+	struct rng rng = rng_for(40);
+	struct wait_queue q;
+	static struct fq_ref r;
+	uint32_t next_handle = 1, len = 0;
+
+	(void)state;
+	for (int round = 0; round < 200; round++) {
+		memset(&r, 0, sizeof(r));
+		queue_init(&q, FQ_CAP);
+		len = 0;
+		for (int step = 0; step < 400; step++) {
+			uint32_t what = rng_below(&rng, 10);
+
+			if (what < 5 && len < FQ_CAP) {
+				uint32_t c = rng_below(&rng, FQ_CLASSES);
+				uint64_t cost = rng_below(&rng, 4) ? 1 + rng_below(&rng, 100) : 0;
+				uint64_t t = r.vtime > r.end[c] ? r.vtime : r.end[c];
+
+				assert_int_equal(wait_queue_push_class(&q, next_handle, c, cost), 0);
+				r.h[c][r.n[c]] = next_handle++;
+				r.seq[c][r.n[c]] = r.next_seq++;
+				/* before the first class push the queue is FIFO:
+				 * those entries are older than any tag */
+				r.fair = r.fair || c;
+				r.tag[c][r.n[c]] = r.fair ? t : 0;
+				if (r.fair)
+					r.end[c] = t + (cost ? cost : 1);
+				r.n[c]++;
+				len++;
+			} else if (what < 9) {
+				uint32_t got, best_c = FQ_CLASSES;
+				int ret = wait_queue_pop(&q, &got);
+
+				for (uint32_t c = 0; c < FQ_CLASSES; c++)
+					if (r.n[c] && (best_c == FQ_CLASSES ||
+						       r.tag[c][0] < r.tag[best_c][0] ||
+						       (r.tag[c][0] == r.tag[best_c][0] &&
+							r.seq[c][0] < r.seq[best_c][0])))
+						best_c = c;
+				if (best_c == FQ_CLASSES) {
+					assert_int_equal(ret, -ENOENT);
+					continue;
+				}
+				assert_int_equal(ret, 0);
+				assert_int_equal(got, r.h[best_c][0]);
+				if (r.tag[best_c][0] > r.vtime)
+					r.vtime = r.tag[best_c][0];
+				fq_ref_del(&r, best_c, 0);
+				len--;
+			} else if (len) {	/* a client gives up while waiting */
+				uint32_t c, i;
+
+				do
+					c = rng_below(&rng, FQ_CLASSES);
+				while (!r.n[c]);
+				i = rng_below(&rng, r.n[c]);
+				assert_int_equal(wait_queue_remove(&q, r.h[c][i]), 0);
+				fq_ref_del(&r, c, i);
+				len--;
+			}
+			assert_int_equal(wait_queue_len(&q), len);
+			assert_int_equal(wait_queue_check(&q), 0);
+		}
+		wait_queue_release(&q);
+	}
+}
+
+/* A flood of class 1 queued first; class 2's requests, pushed one at a
+ * time, each wait at most one pop. */
+static void test_fair_flood(void **state)
+{
+	struct wait_queue q;
+	uint32_t got;
+
+	(void)state;
+	queue_init(&q, 256);
+	for (uint32_t i = 0; i < 200; i++)
+		assert_int_equal(wait_queue_push_class(&q, i, 1, 50), 0);
+	for (int k = 0; k < 20; k++) {
+		assert_int_equal(wait_queue_push_class(&q, 1000 + k, 2, 50), 0);
+		assert_int_equal(wait_queue_pop(&q, &got), 0);
+		if (got != 1000u + k) {
+			assert_true(got < 200);
+			assert_int_equal(wait_queue_pop(&q, &got), 0);
+			assert_int_equal(got, 1000 + k);
+		}
+	}
+	wait_queue_release(&q);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -248,6 +374,8 @@ int main(void)
 		cmocka_unit_test(test_check_detects_corruption),
 		cmocka_unit_test(test_random_vs_fifo),
 		cmocka_unit_test(test_full_laps),
+		cmocka_unit_test(test_fair_vs_reference),
+		cmocka_unit_test(test_fair_flood),
 	};
 
 	test_seed_init("wait_queue");

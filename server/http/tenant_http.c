@@ -1,0 +1,130 @@
+/*
+ * tenant_http.c - see tenant_http.h.
+ */
+#include "server/http/tenant_http.h"
+
+#include <stdio.h>
+
+#include "server/http/tenant_table.h"
+#include "util/clock.h"
+
+/* A duration as OpenAI writes its x-ratelimit-reset-* ("20ms", "1.5s",
+ * "6m0s"), rounded up to the millisecond. */
+static void put_duration(char *buf, size_t len, uint64_t ns)
+{
+	uint64_t ms = (ns + 999999) / 1000000;
+
+	if (ms < 1000)
+		snprintf(buf, len, "%llums", (unsigned long long)ms);
+	else if (ms < 60000)
+		snprintf(buf, len, "%llu.%03llus", (unsigned long long)(ms / 1000),
+			 (unsigned long long)(ms % 1000));
+	else
+		snprintf(buf, len, "%llum%llu.%03llus", (unsigned long long)(ms / 60000),
+			 (unsigned long long)(ms % 60000 / 1000),
+			 (unsigned long long)(ms % 1000));
+}
+
+/* 429 with what the tenant's buckets say now. */
+static void refuse(struct http_server *srv, struct conn *c, struct tenant *t,
+		   enum tenant_verdict v, uint64_t reserve, uint64_t now_ns)
+{
+	struct tenant_status st;
+	char headers[512], reset_t[32], reset_r[32], msg[256];
+	int n;
+
+	tenant_status(t, reserve, now_ns, &st);
+	put_duration(reset_t, sizeof(reset_t), st.reset_tokens_ns);
+	put_duration(reset_r, sizeof(reset_r), st.reset_requests_ns);
+	/* whole seconds, rounded up: a client waiting this long gets in */
+	n = snprintf(headers, sizeof(headers), "Retry-After: %llu\r\n"
+		     "x-ratelimit-limit-tokens: %llu\r\n"
+		     "x-ratelimit-remaining-tokens: %llu\r\n"
+		     "x-ratelimit-reset-tokens: %s\r\n",
+		     (unsigned long long)((st.retry_after_ns + 999999999) / 1000000000),
+		     (unsigned long long)st.limit_tokens,
+		     (unsigned long long)st.remaining_tokens, reset_t);
+	if (t->requests_per_minute && n > 0 && (size_t)n < sizeof(headers))
+		snprintf(headers + n, sizeof(headers) - (size_t)n,
+			 "x-ratelimit-limit-requests: %llu\r\n"
+			 "x-ratelimit-remaining-requests: %llu\r\n"
+			 "x-ratelimit-reset-requests: %s\r\n",
+			 (unsigned long long)st.limit_requests,
+			 (unsigned long long)st.remaining_requests, reset_r);
+	if (v == TENANT_TOKENS)
+		snprintf(msg, sizeof(msg), "tenant '%s': %llu tokens reserved "
+			 "(prompt + max_tokens x n), %llu left of tokens_per_minute "
+			 "%llu; retry later", t->name, (unsigned long long)reserve,
+			 (unsigned long long)st.remaining_tokens,
+			 (unsigned long long)st.limit_tokens);
+	else if (v == TENANT_REQUESTS)
+		snprintf(msg, sizeof(msg), "tenant '%s': requests_per_minute %llu "
+			 "reached; retry later", t->name,
+			 (unsigned long long)t->requests_per_minute);
+	else
+		snprintf(msg, sizeof(msg), "tenant '%s': max_concurrent %u requests "
+			 "in flight; retry later", t->name, t->max_concurrent);
+	respond_error(srv, c, 429, msg, "rate_limit_error", NULL, headers);
+}
+
+bool tenant_http_admit(struct http_server *srv, struct conn *c,
+		       struct request *req)
+{
+	struct tenant *t = c->tenant;
+	uint64_t reserve = (uint64_t)req->n_prompt +
+			   (uint64_t)req->max_tokens * req->n_choices;
+	uint64_t now_ns = clock_now_ns();
+	enum tenant_verdict v;
+	char msg[256];
+
+	if (!t)
+		return true;
+	v = tenant_admit(t, reserve, now_ns);
+	if (v == TENANT_OK) {
+		c->tenant_held = t;
+		c->tenant_reserved = reserve;
+		c->tenant_prompt = req->n_prompt;
+		c->tenant_streamed = 0;
+		req->queue_class = (uint32_t)(t - srv->cfg->tenants->tenants) + 1;
+		return true;
+	}
+	if (v == TENANT_NEVER_FITS) {
+		snprintf(msg, sizeof(msg), "this request reserves %llu tokens "
+			 "(%u prompt + max_tokens %u x n %u), more than tenant "
+			 "'%s''s burst_tokens %llu: it can never be admitted; "
+			 "lower max_tokens or n", (unsigned long long)reserve,
+			 req->n_prompt, req->max_tokens, req->n_choices, t->name,
+			 (unsigned long long)t->burst_tokens);
+		respond_error(srv, c, 400, msg, "invalid_request_error",
+			      "max_tokens", NULL);
+		return false;
+	}
+	refuse(srv, c, t, v, reserve, now_ns);
+	return false;
+}
+
+static void release(struct conn *c, uint64_t used)
+{
+	if (!c->tenant_held)
+		return;
+	tenant_release(c->tenant_held, c->tenant_reserved, used, clock_now_ns());
+	c->tenant_held = NULL;
+	c->tenant_reserved = 0;
+}
+
+void tenant_http_unreserve(struct conn *c)
+{
+	release(c, 0);
+}
+
+/* Used: the prompt and the larger of what the ended choices generated
+ * and what was streamed (a stream's live choices, when its client went
+ * away); a non-streamed choice cut off unseen counts as unused.  Never
+ * more than reserved goes back (tenant_release()). */
+void tenant_http_release(struct conn *c)
+{
+	uint64_t gen = c->ch.n_generated > c->tenant_streamed ?
+		       c->ch.n_generated : c->tenant_streamed;
+
+	release(c, (uint64_t)c->tenant_prompt + gen);
+}
