@@ -39,6 +39,7 @@ void engine_sched_request(const struct live_request *lr,
 		.generated = lr->generated, .n_generated = lr->n_generated,
 		.max_tokens = lr->req.max_tokens, .choice = lr->req.choice,
 		.needs_logits = request_needs_logits(&lr->req),
+		.no_spec = lr->req.no_spec,
 		.sampling = &lr->req.sampling, .fork_slot = UINT32_MAX };
 }
 

@@ -53,6 +53,8 @@ struct request {
 	size_t *stop_str_lens;
 	uint32_t n_stop_strs;
 	bool ignore_eos;	/* do not end at the tokenizer's BOS/EOS */
+	bool no_spec;		/* "speculate": false: no guesses for it
+				 * (docs/DESIGN.md 2.7) */
 	/* The waiting queue's class (wait_queue.h): 0 none, else the
 	 * tenant's number + 1 (--tenants), queued fairly against others */
 	uint32_t queue_class;

@@ -217,6 +217,7 @@ void shard_write_sampling(struct sched *sc, uint32_t slot,
 	t->needs_logits = rq->needs_logits;
 	t->n_prompt = rq->n_prompt;
 	t->choice = rq->choice;
+	t->no_spec = rq->no_spec;
 	t->seed = p->seed;
 	t->temperature = p->temperature;
 	t->top_p = p->top_p;

@@ -524,6 +524,7 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 						  NULL;
 		}
 		w->step_rows[i].room = w->step[i].limit - w->step[i].n_tokens;
+		w->step_rows[i].no_spec = ws->valid && ws->no_spec;
 	}
 	spec0 = model_runner_spec_counts(w->runner);
 	t0 = clock_now_ns();

@@ -54,6 +54,7 @@ static void worker_sampling_copy(struct worker_slot_sampling *c,
 	c->needs_logits = e.needs_logits != 0;
 	c->n_prompt = e.n_prompt;
 	c->choice = e.choice;
+	c->no_spec = e.no_spec != 0;
 	if (!c->needs_logits) {
 		c->valid = true;
 		return;

@@ -31,6 +31,7 @@ struct worker_slot_sampling {
 	bool needs_logits;	/* false: greedy, no logprobs */
 	uint32_t n_prompt;	/* the k-th generated token sits at n_prompt + k */
 	uint32_t choice;
+	bool no_spec;		/* the request asked for no speculation */
 	struct sampling_params params;	/* bias points into the slot's
 					 * entries of worker_sampling.bias */
 };

@@ -316,7 +316,9 @@ struct shm_slot_sampling {
 	float presence_penalty;		/* [-2, 2], 0 = off */
 	float frequency_penalty;	/* [-2, 2], 0 = off */
 	float repetition_penalty;	/* > 0, 1 (or 0) = off */
-	uint32_t pad;			/* the bias entries 8-aligned */
+	uint32_t no_spec;		/* 1: the request asked for no
+					 * speculation (read even when greedy;
+					 * also keeps the bias 8-aligned) */
 	struct sampling_bias bias[SAMPLER_MAX_BIAS];
 };
 

@@ -181,6 +181,7 @@ static const struct field_rule rules[] = {
 	PARSED("stop_sequences", A_ALL),
 	PARSED("include_stop", A_ALL),
 	PARSED("ignore_eos", A_ALL),
+	PARSED("speculate", A_ALL),
 	PARSED("top_k", A_ALL),
 	PARSED("min_p", A_ALL),
 	/* OpenAI's two, and vLLM's/llama.cpp's repetition_penalty */

@@ -655,6 +655,14 @@ static int parse_fields(const struct parse_ctx *pc, json_t *obj,
 					   request_json_kind(v));
 		req->ignore_eos = json_is_true(v);
 	}
+	v = get_opt(obj, "speculate");
+	if (v) {
+		if (!json_is_boolean(v))
+			return parse_error(pc, -EINVAL,
+					   "field 'speculate' must be true or false, not %s",
+					   request_json_kind(v));
+		req->no_spec = json_is_false(v);
+	}
 
 	v = get_opt(obj, "include_stop");
 	if (v) {

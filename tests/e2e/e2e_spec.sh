@@ -67,6 +67,29 @@ run "off: no spec object" "$E2E_TMP/off2" --model "llama:$CK" --workers 1
 grep -q '"spec"' "$E2E_TMP/off2.stats" && fail "--speculate off reports a spec object" ||
 	pass "--speculate off reports no spec object"
 
+echo "== per request: \"speculate\": false guesses nothing, and is checked"
+python3 - "$E2E_TMP/in.jsonl" > "$E2E_TMP/nospec.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    r["speculate"] = False
+    print(json.dumps(r))
+print(json.dumps({"id": "bad", "prompt": [1, 2], "speculate": "no"}))
+PY
+for w in 0 2; do
+	timeout 300 "$BIN/dynbatch" run --no-progress --model "llama:$CK" --workers $w \
+		--batch 16 --speculate ngram --input "$E2E_TMP/nospec.jsonl" \
+		--output "$E2E_TMP/nospec.out" --stats "$E2E_TMP/nospec.stats" 2> /dev/null
+	expect_eq "speculate false, $w workers: nothing guessed" \
+		"$(stats_field "$E2E_TMP/nospec.stats" drafted)" 0
+	grep -v '"id":"bad"' "$E2E_TMP/nospec.out" | sort | cmp -s - "$E2E_TMP/off" &&
+		pass "speculate false, $w workers: the same answers" ||
+		fail "speculate false, $w workers: answers differ"
+	grep '"id":"bad"' "$E2E_TMP/nospec.out" | grep -q "field 'speculate' must be true or false" &&
+		pass "speculate \"no\" refused, naming the field" ||
+		fail "speculate \"no\": $(grep '"id":"bad"' "$E2E_TMP/nospec.out")"
+done
+
 echo "== llama: penalties count the guesses taken before each position"
 python3 - "$E2E_TMP/in.jsonl" > "$E2E_TMP/pen.jsonl" <<'PY'
 import json, sys
