@@ -62,10 +62,11 @@ TEST_DEB_PACKAGES := curl nginx-light strace python3
 #   lib/model                  loader, runner, sim, llama (both)
 #   lib/kernels                matmul and friends (both)
 #   lib/sampling               the sampler (both)
+#   lib/grammar                GBNF grammars, JSON schemas, token masks (both)
 #   lib/ipc                    the shared-memory segment (both)
 #   lib/util                   logging, strings, numbers (both)
 LAYERS := server server/http server/jsonl server/request engine sched shard kv worker lib/io lib/text \
-	lib/model lib/kernels lib/sampling lib/ipc lib/util
+	lib/model lib/kernels lib/sampling lib/grammar lib/ipc lib/util
 lib_of = $(BUILD)/lib$(subst /,_,$(1)).a
 layer_src = $(filter-out %/main.c,$(wildcard $(1)/*.c))
 define layer_rule
