@@ -515,6 +515,8 @@ static int repeat(struct pstate *ps, uint32_t rid, uint32_t from,
 	uint32_t x, i, prev = 0;
 	int have_prev = 0, nr;
 
+	if (ps->rules[rid].n == from)
+		return 0;	/* "" repeated is still "" */
 	if (ps->rules[rid].n - from > 1 && wrap(ps, rid, from, at))
 		return -1;
 	x = ps->rules[rid].e[from];

@@ -522,6 +522,7 @@ static void test_hand_cases(void **state)
 		  { "(x", "()" } },
 		{ "root ::= \"\\x41\\u00e9\\n\" . [\\]\\-]", { "A\xc3\xa9\n" "z]",
 		  "A\xc3\xa9\n" "\xe4\xb8\xad-" }, { "A\xc3\xa9\n" "z" } },
+		{ "root ::= \"\"{1,2} \"\"* \"x\"", { "x" }, { "" } },
 		{ "root ::= a?\n\na ::= \"q\" # c\n  | \"r\"", { "", "q", "r" },
 		  { "qr" } },
 		{ "root ::= (\"a\" | \"b\"){0,2} \"c\"{3}", { "ccc", "abccc" },
