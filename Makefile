@@ -63,10 +63,11 @@ TEST_DEB_PACKAGES := curl nginx-light strace python3
 #   lib/kernels                matmul and friends (both)
 #   lib/sampling               the sampler (both)
 #   lib/spec                   speculative decoding's proposers (both)
+#   lib/grammar                GBNF grammars, JSON schemas, token masks (both)
 #   lib/ipc                    the shared-memory segment (both)
 #   lib/util                   logging, strings, numbers (both)
 LAYERS := server server/http server/jsonl server/request engine sched shard kv worker lib/io lib/text \
-	lib/model lib/kernels lib/sampling lib/spec lib/ipc lib/util
+	lib/model lib/kernels lib/sampling lib/spec lib/grammar lib/ipc lib/util
 lib_of = $(BUILD)/lib$(subst /,_,$(1)).a
 layer_src = $(filter-out %/main.c,$(wildcard $(1)/*.c))
 define layer_rule
@@ -82,7 +83,7 @@ LIBS_COORD := $(call libs,server server/http server/jsonl server/request engine 
 LIBS_WORKER := $(call libs,worker $(LIBS_BASE))
 # The tools link the lower layers, the request codec (server: workloads)
 # and the result-line format (server/jsonl: refdecode's lines).
-LIBS_TOOL := $(call libs,server/jsonl server/request engine lib/text $(LIBS_BASE))
+LIBS_TOOL := $(call libs,server/jsonl server/request engine lib/text lib/grammar $(LIBS_BASE))
 LIBS_TEST := $(call libs,$(LAYERS))
 
 TEST_SRC := $(wildcard tests/unit/test_*.c)
@@ -103,7 +104,7 @@ ESCAPE_PLUGIN := $(BUILD)/escape_plugin.so
 # the coordinator learns its vocabulary (e2e_probe.sh).
 PROBE_PLUGIN := $(BUILD)/probe_plugin.so
 
-.PHONY: all deps test-deps run serve load layers layers-doc test unit e2e asan tsan bench bench-spec bench-llama bench-prefix bench-tokenizer bench-sampler soak clean \
+.PHONY: all deps test-deps run serve load layers layers-doc test unit e2e asan tsan bench bench-spec bench-llama bench-prefix bench-tokenizer bench-sampler bench-grammar soak clean \
 	test-ggml-ref test-tokenizers test-chat-templates test-llamacpp bench-gguf
 all: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(BIN)/dynbatch-hostile-worker \
 	$(TOOL_BIN) $(PLUGIN) $(ESCAPE_PLUGIN) $(PROBE_PLUGIN) $(TEST_BIN)
@@ -321,6 +322,12 @@ test-chat-templates: $(BIN)/chat_render
 # The sampler per row at vocabularies of 32K and 128K (engine, its
 # portable path, the naive full sort) and its share of a stories15M-shaped
 # batch-64 decode step timed in the same run; writes $(BUILD)/bench/sampler.txt.
+# The grammar mask's cost per step for JSON-schema grammars of 3, 12 and
+# 40 properties at vocabularies 32000 and 150000, batch 1 and 64, against
+# an unconstrained sampler step (bench/bench_grammar.c).
+bench-grammar: $(BIN)/bench_grammar
+	$(BIN)/bench_grammar
+
 bench-sampler: $(BIN)/bench_sampler $(BIN)/make_checkpoint
 	BIN=$(BIN) bash bench/bench_sampler.sh $(BUILD)/bench
 

@@ -50,7 +50,7 @@ LAYERS = [
     ["kv"],                             # block pool, tables, prefix hashes
     ["lib/io", "lib/text"],             # io_uring loop, output; tokenizer, stops
     ["lib/model", "lib/ipc"],           # models and their runner; shared memory
-    ["lib/kernels", "lib/sampling", "lib/spec"],  # kernels; sampler; guesses
+    ["lib/kernels", "lib/sampling", "lib/spec", "lib/grammar"],  # kernels; sampler; guesses; grammars
     ["lib/util"],                       # logging, strings, numbers, clocks
     ["include/dynbatch"],               # the plugin ABI: includes nothing
 ]
@@ -100,6 +100,7 @@ FOLDER_NOTES = {
     "lib/kernels": "weight types and kernels: f32, Q8_0, f16/bf16, ggml blocks; AVX2, portable",
     "lib/model": "models: loader, runner, sim, llama, checkpoints",
     "lib/sampling": "the sampler: cut-offs, weights, logprobs, Philox draws",
+    "lib/grammar": "GBNF grammars, their byte matcher, token masks, JSON schema",
     "lib/text": "tokenizer, BPE trainer, stop strings, token stops, chat templates",
     "lib/util": "logging, strings, JSON, numbers, clocks, faults",
     "sched": "the shard scheduler, slot table, wait policy",
