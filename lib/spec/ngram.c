@@ -43,18 +43,24 @@ uint32_t spec_ngram_propose(const int32_t *tokens, uint32_t n,
 		if (at < 0)
 			continue;
 		from = (uint32_t)at + g;	/* < n: the match ends before */
-		k = n - from < max_out ? n - from : max_out;
-		memcpy(out, tokens + from, (size_t)k * sizeof(*tokens));
+		/* what followed it, and past the end as if the text went on
+		 * repeating with the match's period (an overlapping copy, as
+		 * LZ77's): a run of one token guesses more of the run */
+		k = max_out;
+		for (uint32_t j = 0; j < k; j++)
+			out[j] = from + j < n ? tokens[from + j] : out[from + j - n];
 		return k;
 	}
 	return 0;
 }
 
-/* Steps a row rests after its guesses fell to nothing: longer each time
- * in a row, so text with no repetition soon costs almost nothing. */
+/* Steps a row rests after its guesses fell to nothing: 2, then twice as
+ * long each time nothing was taken in between, up to 64, so text with no
+ * repetition soon costs almost nothing while a row that repeats itself
+ * (a run that just ended) is back at once. */
 static uint32_t pace_rest_steps(uint32_t misses)
 {
-	uint32_t s = 4u << (misses < 4 ? misses : 4);
+	uint32_t s = 2u << (misses < 5 ? misses : 5);
 
 	return s > 64 ? 64 : s;
 }
@@ -87,9 +93,11 @@ void spec_pace_update(struct spec_pace *p, uint32_t max_draft,
 		return;
 	}
 	p->k = (uint8_t)accepted;
-	if (!accepted) {
-		p->rest = (uint8_t)pace_rest_steps(p->misses);
-		if (p->misses < 255)
-			p->misses++;
+	if (accepted) {
+		p->misses = 0;	/* some were right: the text repeats */
+		return;
 	}
+	p->rest = (uint8_t)pace_rest_steps(p->misses);
+	if (p->misses < 255)
+		p->misses++;
 }

@@ -34,8 +34,10 @@ struct spec_config {
  * Prompt lookup: the longest suffix of tokens[0 .. n) of length
  * ngram_max down to ngram_min that occurred earlier in tokens (its
  * latest earlier occurrence, so recent text wins) proposes the tokens
- * that followed that occurrence, at most max_out of them, into out.
- * Returns how many (0: no suffix recurs).  O(n * ngram_max) at worst.
+ * that followed that occurrence, and past the end of tokens the text
+ * continued with the match's period (the tokens it proposed itself), so
+ * max_out of them into out.  Returns how many: max_out, or 0 when no
+ * suffix recurs.  O(n * ngram_max) at worst.
  */
 uint32_t spec_ngram_propose(const int32_t *tokens, uint32_t n,
 			    uint32_t ngram_min, uint32_t ngram_max,
@@ -45,8 +47,9 @@ uint32_t spec_ngram_propose(const int32_t *tokens, uint32_t n,
  * A row's pacing: how many guesses its next step makes, from how its
  * recent guesses fared.  Full acceptance doubles the length (up to the
  * configured most), a miss cuts it to what was accepted; at 0 the row
- * rests for a while and then tries one guess again, so a row whose
- * guesses keep failing costs a verify step only now and then.
+ * rests for a while (2 steps, twice as long after each further step
+ * that took nothing, at most 64) and then tries one guess again, so a
+ * row whose guesses keep failing costs a verify step only now and then.
  */
 struct spec_pace {
 	uint8_t k;		/* guesses the next step may make */

@@ -35,8 +35,15 @@ static uint32_t naive_propose(const int32_t *t, uint32_t n, uint32_t gmin,
 					same = 0;
 			if (!same)
 				continue;
-			for (uint32_t j = (uint32_t)i + g; j < n && k < max_out; j++)
-				out[k++] = t[j];
+			/* the text as if it went on repeating from the match:
+			 * t, then t[i + g ..] read on past the end */
+			int32_t ext[300 + SPEC_MAX_DRAFT];
+
+			memcpy(ext, t, n * sizeof(*t));
+			for (uint32_t j = n; j < n + max_out; j++)
+				ext[j] = ext[j - (n - ((uint32_t)i + g))];
+			for (uint32_t j = (uint32_t)i + g; k < max_out; j++)
+				out[k++] = ext[j];
 			return k;
 		}
 	}
@@ -75,14 +82,26 @@ static void test_ngram_edges(void **state)
 	(void)state;
 	assert_int_equal(spec_ngram_propose(t, 0, 1, 3, 4, out), 0);
 	assert_int_equal(spec_ngram_propose(t, 1, 1, 3, 4, out), 0);
-	/* "7 8" recurs at 0: what followed it, to the end */
-	assert_int_equal(spec_ngram_propose(t, 5, 1, 3, 4, out), 3);
+	/* "7 8" recurs at 0: what followed it, then on with its period 3 */
+	assert_int_equal(spec_ngram_propose(t, 5, 1, 3, 4, out), 4);
 	assert_int_equal(out[0], 9);
 	assert_int_equal(out[1], 7);
 	assert_int_equal(out[2], 8);
+	assert_int_equal(out[3], 9);
 	assert_int_equal(spec_ngram_propose(t, 5, 1, 3, 1, out), 1);
 	/* no suffix of length 3 recurs, and 1..2 are not tried */
 	assert_int_equal(spec_ngram_propose(t, 5, 3, 3, 4, out), 0);
+}
+
+static void test_ngram_run(void **state)
+{
+	int32_t t[] = { 3, 5, 5, 5 }, out[SPEC_MAX_DRAFT];
+
+	(void)state;
+	/* a run of one token guesses more of the run */
+	assert_int_equal(spec_ngram_propose(t, 4, 1, 3, 6, out), 6);
+	for (int j = 0; j < 6; j++)
+		assert_int_equal(out[j], 5);
 }
 
 static void test_pace(void **state)
@@ -122,6 +141,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_ngram_vs_naive),
 		cmocka_unit_test(test_ngram_edges),
+		cmocka_unit_test(test_ngram_run),
 		cmocka_unit_test(test_pace),
 	};
 
