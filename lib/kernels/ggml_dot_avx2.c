@@ -682,7 +682,7 @@ GGML_AVX2 void ggml_matmul_avx2(float *out, const float *x, size_t n_rows,
 	for (size_t b = 0; b < n_rows; b++)
 		ggml_quantize_act_row_avx2(type, act + b * act_row, x + b * n_in,
 					   n_in);
-	/* two groups of 8 rows or more: one row a lane (not Q8_0, Q6_K) */
+	/* two groups of 8 rows or more: one row a lane (not Q6_K) */
 	if (n_rows >= 16 && !ggml_gemm8_avx2(out, t, act, n_rows / 8))
 		b0 = n_rows / 8 * 8;
 	for (size_t ob = 0; b0 < n_rows && ob < n_out; ob += GGML_OB) {

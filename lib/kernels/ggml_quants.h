@@ -154,8 +154,8 @@ static inline float ggml_hsum8(const float a[8])
 void ggml_quantize_act_row_avx2(enum dtype type, void *act, const float *x,
 				size_t n_in);
 
-/* Rows [0, 8 n_groups) of the matmul of weights t (a nibble type, Q4_K
- * or Q5_K) with activation rows act (ggml_quantize_act_row()'s), one row
+/* Rows [0, 8 n_groups) of the matmul of weights t (Q8_0, a nibble
+ * type, Q4_K or Q5_K) with activation rows act (ggml_quantize_act_row()'s), one row
  * a lane (ggml_gemm8_avx2.c): the same bits as the tiles.  0, or -1
  * without memory or for another type (nothing written). */
 int ggml_gemm8_avx2(float *out, const struct tensor *t, const void *act,
