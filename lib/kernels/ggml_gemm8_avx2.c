@@ -27,10 +27,9 @@
  *
  * The caller uses it from two groups up (bin/bench_matmul: one group
  * pays the unpacking for 8 rows only and is no faster than the tiles).
- * Q8_0 keeps its 8 float lanes a row (ggml_quants.h), so a row's lane
- * l becomes a register (row_group8): the integer work per product is
- * tile32's less the per-row broadcasts, and measured about 5% faster at
- * 64 rows (noisy; bit for bit the same).
+ * Q8_0's weights are signed, so they meet the activations by the sign
+ * trick, and a pair of products fills an int16: a madd per maddubs, then
+ * int32 adds to the block's D.
  * Not for Q6_K: its codes (<= 63) let an int16 sum take 2 products
  * only, a madd per 2 maddubs, and that version measured no faster than
  * tile256, so Q6_K stays there (docs/DESIGN.md 2.5.3).
@@ -321,42 +320,49 @@ static void interleave8x8(struct act8x32 *g, const struct ggml_act32 *rows,
 		}
 }
 
-/*
- * One Q8_0 weight row against one group.  Q8_0's contract keeps 8 float
- * lanes a row (lane l: elements 4l .. 4l + 3 of every block), so here
- * register acc[l] holds lane l of all 8 rows, row r in its lane r: one
- * maddubs + madd gives every row's exact L[l] at once, one FMA adds it,
- * and the final adds are ggml_hsum8()'s tree, lane for lane.  Per block
- * and row that is 5/8 of tile32's instructions.
- */
+/* Q8_0 block k (chain c = k % 4) of one weight row against one group:
+ * the sign trick gives every row's partial sums at once, a tree of
+ * exact int32 adds its D (ggml_quants.h). */
+ALWAYS_INLINE void block8x8(const struct wblock8 *w, const struct act8x32 *a,
+			    __m256 *acc)
+{
+	const __m256i ones = _mm256_set1_epi16(1);
+	__m256i m[8];
+
+#pragma GCC unroll 8
+	for (int t = 0; t < 8; t++) {
+		int32_t aw4, w4;
+
+		memcpy(&aw4, w->aw + 4 * t, 4);
+		memcpy(&w4, w->w + 4 * t, 4);
+		/* |w| <= 128, |a| <= 127: a pair fits int16, two do not */
+		m[t] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi32(aw4),
+			_mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)a->q[t]),
+					 _mm256_set1_epi32(w4))), ones);
+	}
+	m[0] = _mm256_add_epi32(_mm256_add_epi32(m[0], m[1]), _mm256_add_epi32(m[2], m[3]));
+	m[4] = _mm256_add_epi32(_mm256_add_epi32(m[4], m[5]), _mm256_add_epi32(m[6], m[7]));
+	*acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(m[0], m[4])),
+			       _mm256_mul_ps(_mm256_set1_ps(w->d), _mm256_loadu_ps(a->d)),
+			       *acc);
+}
+
+/* One Q8_0 weight row against one group: lane r row r's output. */
 ALWAYS_INLINE __m256 row_group8(const struct wblock8 *w,
 				const struct act8x32 *a, size_t n_blocks)
 {
-	const __m256i ones = _mm256_set1_epi16(1);
-	__m256 acc[8];
+	__m256 acc[4];
+	size_t k = 0;
 
-	for (int l = 0; l < 8; l++)
-		acc[l] = _mm256_setzero_ps();
-	for (size_t k = 0; k < n_blocks; k++, w++, a++) {
-		__m256 dd = _mm256_mul_ps(_mm256_set1_ps(w->d), _mm256_loadu_ps(a->d));
-
-#pragma GCC unroll 8
-		for (int l = 0; l < 8; l++) {
-			int32_t aw4, w4;
-			__m256i p;
-
-			memcpy(&aw4, w->aw + 4 * l, 4);
-			memcpy(&w4, w->w + 4 * l, 4);
-			p = _mm256_maddubs_epi16(_mm256_set1_epi32(aw4), _mm256_sign_epi8(
-				_mm256_loadu_si256((const __m256i *)a->q[l]),
-				_mm256_set1_epi32(w4)));
-			acc[l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(
-				_mm256_madd_epi16(p, ones)), dd, acc[l]);
-		}
-	}
-	return _mm256_add_ps(
-		_mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6])),
-		_mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7])));
+	for (int c = 0; c < 4; c++)
+		acc[c] = _mm256_setzero_ps();
+	for (; k + 4 <= n_blocks; k += 4)
+#pragma GCC unroll 4
+		for (int c = 0; c < 4; c++)
+			block8x8(w + k + c, a + k + c, &acc[c]);
+	for (int c = 0; k + c < n_blocks; c++)
+		block8x8(w + k + c, a + k + c, &acc[c]);
+	return _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
 }
 
 /* ---------------------------------------------------------------- driver */
