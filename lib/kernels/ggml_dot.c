@@ -132,22 +132,17 @@ void ggml_quantize_act_row(enum dtype type, void *act, const float *x,
 
 /* ----------------------------------------------------------- dot products */
 
-/* acc[8] += one Q8_0 block's contribution (ggml_quants.h). */
-static void ggml_block32_acc(float acc[8], enum dtype type, const uint8_t *wb,
-			     const struct ggml_act32 *a)
+/* One Q8_0 block's exact integer D into chain c of acc[] (ggml_quants.h). */
+static void ggml_block32_acc(float acc[4], enum dtype type, const uint8_t *wb,
+			     const struct ggml_act32 *a, int c)
 {
 	struct ggml_unpacked32 u;
-	float dd;
+	int32_t D = 0;
 
 	ggml_unpack32(&u, type, wb);
-	dd = u.d * a->d;
-	for (int l = 0; l < 8; l++) {
-		int32_t L = 0;
-
-		for (int i = 4 * l; i < 4 * l + 4; i++)
-			L += (int32_t)u.v[i] * a->q[i];
-		acc[l] = fmaf((float)L, dd, acc[l]);
-	}
+	for (int i = 0; i < GGML_QK32; i++)
+		D += (int32_t)u.v[i] * a->q[i];
+	acc[c] = fmaf((float)D, u.d * a->d, acc[c]);
 }
 
 /* Block c of a quad (wb its weight block) into chain c of acc[] and
@@ -222,7 +217,7 @@ static float ggml_row_dot(enum dtype type, const uint8_t *w, const float *x,
 		       ((macc[0] + macc[1]) + (macc[2] + macc[3]));
 	} else if (ggml_block_values(type) == GGML_QK32) {
 		const struct ggml_act32 *a = act;
-		float acc[8] = { 0 };
+		float acc[4] = { 0 };
 
 		for (size_t k = 0; k < n / GGML_QK32; k++) {
 			struct ggml_act32 one;
@@ -230,9 +225,10 @@ static float ggml_row_dot(enum dtype type, const uint8_t *w, const float *x,
 			if (!a)
 				ggml_quantize_act32(&one, x + k * GGML_QK32,
 						    GGML_QK32);
-			ggml_block32_acc(acc, type, w + k * bytes, a ? a + k : &one);
+			ggml_block32_acc(acc, type, w + k * bytes, a ? a + k : &one,
+					 (int)(k % 4));
 		}
-		return ggml_hsum8(acc);
+		return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 	} else {
 		const struct ggml_act256 *a = act;
 		float acc = 0;

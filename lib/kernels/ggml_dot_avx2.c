@@ -12,10 +12,11 @@
  *
  * Q8_0: a weight block's 32 int8 in one register meet each of up to 8
  * activation rows by the sign trick maddubs(|w|, sign(a, w)); madd with
- * ones leaves in int32 lane l the exact sum over elements 4l .. 4l + 3,
- * the portable code's L[l].  No int16 overflow: |w| <= 128 and |a| <=
- * 127 (the quantizer never gives -128), so a pair is at most 32512.  One
- * FMA by d_w * d_a adds the lanes to the row's 8-lane accumulator.
+ * ones leaves 8 int32 partial sums.  No int16 overflow: |w| <= 128 and
+ * |a| <= 127 (the quantizer never gives -128), so a pair is at most
+ * 32512.  Four blocks at a time, three hadds give their exact integers
+ * D, lane c block c, and one SSE FMA advances the four chains, as for
+ * the nibble types.
  *
  * The nibble types, four blocks at a time: one register holds the low
  * nibbles of two blocks (values 0..15 of each, one per 128-bit half),
@@ -78,61 +79,6 @@ ALWAYS_INLINE unsigned block_bytes(enum dtype type)
 
 /* ------------------------------------------------------------- Q8_0 */
 
-
-/* Q8_0 block k of weight row w into acc[] of R rows (tile32): the sign
- * trick maddubs(|w|, sign(a, w)), then madd with ones leaves in int32
- * lane l the exact sum over elements 4l .. 4l + 3. */
-ALWAYS_INLINE void block32(int R, enum dtype type, __m256 *acc,
-			   const uint8_t *w, const struct ggml_act32 *a,
-			   size_t n_blocks, size_t k)
-{
-	const uint8_t *b = w + k * block_bytes(type);
-	const __m256i ones = _mm256_set1_epi16(1);
-	__m256i wv = _mm256_loadu_si256((const __m256i *)(b + 2));
-	__m256i aw = _mm256_sign_epi8(wv, wv);	/* |w|; -128 reads 128 */
-	__m256 dv = _mm256_set1_ps(half_f16c(b));
-
-#pragma GCC unroll 8
-	for (int r = 0; r < R; r++) {
-		const struct ggml_act32 *ab = a + r * n_blocks + k;
-		__m256i y = _mm256_loadu_si256((const __m256i *)ab->q);
-		__m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(y, wv));
-		__m256 L = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-
-		/* d_w * d_a as 8 lanes of the same product: a broadcast
-		 * load and one multiply */
-		acc[r] = _mm256_fmadd_ps(L, _mm256_mul_ps(dv,
-			_mm256_broadcast_ss(&ab->d)), acc[r]);
-	}
-}
-
-/* One weight row against R activation rows (a[r], n_blocks each). */
-ALWAYS_INLINE void tile32(int R, enum dtype type, float *out, size_t n_out,
-			  const uint8_t *w, const struct ggml_act32 *a,
-			  size_t n_blocks)
-{
-	unsigned bytes = block_bytes(type);
-	__m256 acc[GGML_MR];
-
-#pragma GCC unroll 8
-	for (int r = 0; r < R; r++)
-		acc[r] = _mm256_setzero_ps();
-	for (size_t k = 0; k < n_blocks; k++) {
-		/* the row streams from memory: ask ahead */
-		_mm_prefetch((const char *)(w + (k + 8) * bytes), _MM_HINT_T0);
-		block32(R, type, acc, w, a, n_blocks, k);
-	}
-#pragma GCC unroll 8
-	for (int r = 0; r < R; r++)
-		out[r * n_out] = llama_hsum8(acc[r]);
-}
-
-/* -------------------------------------------- the nibble types, 4 blocks */
-
-
-
-
-
 /* The halves at b, b + stride, ... of n (0..4) blocks as 4 floats (0
  * for a missing block). */
 ALWAYS_INLINE __m128 halves4(const uint8_t *b, unsigned stride, int n)
@@ -143,6 +89,94 @@ ALWAYS_INLINE __m128 halves4(const uint8_t *b, unsigned stride, int n)
 		h |= (uint64_t)load_u16(b + c * stride) << (16 * c);
 	return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)h));
 }
+
+/* ((v0 + v1) + (v2 + v3)) of the lanes of v. */
+ALWAYS_INLINE float chains4(__m128 v)
+{
+	float f[4];
+
+	_mm_storeu_ps(f, v);
+	return (f[0] + f[1]) + (f[2] + f[3]);
+}
+
+/*
+ * Q8_0 blocks 4q .. 4q + n - 1 (n 1..4; b the first) into the chains
+ * acc[] of R rows, a[r * n_blocks] row r's block 4q: per block the sign
+ * trick maddubs(|w|, sign(a, w)) and madd with ones leave 8 partial
+ * sums, and three hadds turn the four blocks' into their exact D, lane
+ * c block c, chain c (ggml_quants.h), so one SSE FMA a row advances
+ * four blocks.
+ */
+ALWAYS_INLINE void quad8(int R, int n, __m128 *acc, const uint8_t *b,
+			 const struct ggml_act32 *a, size_t n_blocks)
+{
+	const __m256i ones = _mm256_set1_epi16(1);
+	__m256i wv[4], aw[4];
+	__m128 dw = halves4(b, 34, n);
+
+#pragma GCC unroll 4
+	for (int c = 0; c < 4; c++) {
+		wv[c] = c < n ? _mm256_loadu_si256((const __m256i *)(b + 34 * c + 2)) :
+				_mm256_setzero_si256();
+		aw[c] = _mm256_sign_epi8(wv[c], wv[c]);	/* |w|; -128 reads 128 */
+	}
+#pragma GCC unroll 8
+	for (int r = 0; r < R; r++) {
+		const struct ggml_act32 *ab = a + r * n_blocks;
+		__m256i P[4], t;
+		__m128i D;
+		__m128 da;
+
+#pragma GCC unroll 4
+		for (int c = 0; c < 4; c++)
+			P[c] = c < n ? _mm256_madd_epi16(_mm256_maddubs_epi16(aw[c],
+				_mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)ab[c].q),
+						 wv[c])), ones) : _mm256_setzero_si256();
+		/* the low half then holds the four blocks' sums of lanes
+		 * 0..3, the high half of lanes 4..7 */
+		t = _mm256_hadd_epi32(_mm256_hadd_epi32(P[0], P[1]),
+				      _mm256_hadd_epi32(P[2], P[3]));
+		D = _mm_add_epi32(_mm256_castsi256_si128(t),
+				  _mm256_extracti128_si256(t, 1));
+		da = _mm_setr_ps(ab[0].d, n > 1 ? ab[1].d : 0, n > 2 ? ab[2].d : 0,
+				 n > 3 ? ab[3].d : 0);
+		acc[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(D), _mm_mul_ps(dw, da), acc[r]);
+	}
+}
+
+/* One weight row against R activation rows (a[r], n_blocks each). */
+ALWAYS_INLINE void tile32(int R, enum dtype type, float *out, size_t n_out,
+			  const uint8_t *w, const struct ggml_act32 *a,
+			  size_t n_blocks)
+{
+	__m128 acc[GGML_MR];
+	size_t q;
+
+	(void)type;
+#pragma GCC unroll 8
+	for (int r = 0; r < R; r++)
+		acc[r] = _mm_setzero_ps();
+	for (q = 0; q < n_blocks / 4; q++) {
+		const uint8_t *b = w + 4 * q * 34;
+
+		/* the row streams from memory: ask ahead */
+		_mm_prefetch((const char *)(b + 8 * 34), _MM_HINT_T0);
+		_mm_prefetch((const char *)(b + 10 * 34), _MM_HINT_T0);
+		quad8(R, 4, acc, b, a + 4 * q, n_blocks);
+	}
+	if (n_blocks % 4)
+		quad8(R, (int)(n_blocks % 4), acc, w + 4 * q * 34, a + 4 * q,
+		      n_blocks);
+#pragma GCC unroll 8
+	for (int r = 0; r < R; r++)
+		out[r * n_out] = chains4(acc[r]);
+}
+
+/* -------------------------------------------- the nibble types, 4 blocks */
+
+
+
+
 
 /*
  * The quad of n (1..4) blocks at b into chains acc[] and macc[] of R
@@ -217,15 +251,6 @@ ALWAYS_INLINE void quad32(int R, enum dtype type, int n, __m128 *acc,
 		if (has_min)
 			macc[r] = _mm_add_ps(macc[r], _mm_mul_ps(mw, _mm_loadu_ps(ab->s)));
 	}
-}
-
-/* ((v0 + v1) + (v2 + v3)) of the lanes of v. */
-ALWAYS_INLINE float chains4(__m128 v)
-{
-	float f[4];
-
-	_mm_storeu_ps(f, v);
-	return (f[0] + f[1]) + (f[2] + f[3]);
 }
 
 /* One weight row against R activation rows of quads (tile32x4). */
@@ -682,7 +707,7 @@ GGML_AVX2 void ggml_matmul_avx2(float *out, const float *x, size_t n_rows,
 	for (size_t b = 0; b < n_rows; b++)
 		ggml_quantize_act_row_avx2(type, act + b * act_row, x + b * n_in,
 					   n_in);
-	/* two groups of 8 rows or more: one row a lane (not Q8_0, Q6_K) */
+	/* two groups of 8 rows or more: one row a lane (not Q6_K) */
 	if (n_rows >= 16 && !ggml_gemm8_avx2(out, t, act, n_rows / 8))
 		b0 = n_rows / 8 * 8;
 	for (size_t ob = 0; b0 < n_rows && ob < n_out; ob += GGML_OB) {

@@ -1,8 +1,10 @@
 /*
- * ggml_gemm8_avx2.c - the Q4_K and Q5_K matmul for whole groups of 8
- * activation rows, one row a lane: what prefill and large batches run.  The same bits as ggml_dot_avx2.c's tile256 and the
- * portable code (ggml_quants.h's 256-block order), so a row's outputs do
- * not depend on whether it fell in a group of 8 or in the tail.
+ * ggml_gemm8_avx2.c - the matmul of Q8_0, the nibble types, Q4_K and
+ * Q5_K for whole groups of 8 activation rows, one row a lane: what
+ * prefill and large batches run.  The same bits as ggml_dot_avx2.c's
+ * tiles and the portable code (ggml_quants.h's orders), so a row's
+ * outputs do not depend on whether it fell in a group of 8 or in the
+ * tail.
  *
  * NOTES ON THE DESIGN
  *
@@ -25,6 +27,9 @@
  *
  * The caller uses it from two groups up (bin/bench_matmul: one group
  * pays the unpacking for 8 rows only and is no faster than the tiles).
+ * Q8_0's weights are signed, so they meet the activations by the sign
+ * trick, and a pair of products fills an int16: a madd per maddubs, then
+ * int32 adds to the block's D.
  * Not for Q6_K: its codes (<= 63) let an int16 sum take 2 products
  * only, a madd per 2 maddubs, and that version measured no faster than
  * tile256, so Q6_K stays there (docs/DESIGN.md 2.5.3).
@@ -280,6 +285,86 @@ ALWAYS_INLINE __m256 row_group32(enum dtype type, const struct wblock32 *w,
 		_mm256_add_ps(_mm256_add_ps(macc[0], macc[1]), _mm256_add_ps(macc[2], macc[3])));
 }
 
+/* ---------------------------------------------------------------- Q8_0 */
+
+/* One Q8_0 weight block, unpacked for the sign trick. */
+struct wblock8 {
+	uint8_t aw[32];		/* |w| (-128 reads 128) */
+	int8_t w[32];		/* w: its sign goes onto the activations */
+	float d;
+};
+
+static GGML_AVX2 void unpack_block8(const uint8_t *b, struct wblock8 *u)
+{
+	__m256i wv = _mm256_loadu_si256((const __m256i *)(b + 2));
+
+	_mm256_storeu_si256((__m256i *)u->aw, _mm256_sign_epi8(wv, wv));
+	_mm256_storeu_si256((__m256i *)u->w, wv);
+	u->d = half_f16c(b);
+}
+
+/* The 8 Q8_0 activation rows at rows (n_blocks blocks each) interleaved
+ * into g[0 .. n_blocks) (struct act8x32; its sums are not used). */
+static void interleave8x8(struct act8x32 *g, const struct ggml_act32 *rows,
+			  size_t n_blocks)
+{
+	for (size_t k = 0; k < n_blocks; k++, g++)
+		for (int r = 0; r < 8; r++) {
+			const struct ggml_act32 *a = rows + r * n_blocks + k;
+
+			for (int t = 0; t < 8; t++)
+				memcpy(&g->q[t][4 * r], a->q + 4 * t, 4);
+			g->qsum[r] = 0;
+			g->d[r] = a->d;
+			g->s[r] = 0;
+		}
+}
+
+/* Q8_0 block k (chain c = k % 4) of one weight row against one group:
+ * the sign trick gives every row's partial sums at once, a tree of
+ * exact int32 adds its D (ggml_quants.h). */
+ALWAYS_INLINE void block8x8(const struct wblock8 *w, const struct act8x32 *a,
+			    __m256 *acc)
+{
+	const __m256i ones = _mm256_set1_epi16(1);
+	__m256i m[8];
+
+#pragma GCC unroll 8
+	for (int t = 0; t < 8; t++) {
+		int32_t aw4, w4;
+
+		memcpy(&aw4, w->aw + 4 * t, 4);
+		memcpy(&w4, w->w + 4 * t, 4);
+		/* |w| <= 128, |a| <= 127: a pair fits int16, two do not */
+		m[t] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi32(aw4),
+			_mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)a->q[t]),
+					 _mm256_set1_epi32(w4))), ones);
+	}
+	m[0] = _mm256_add_epi32(_mm256_add_epi32(m[0], m[1]), _mm256_add_epi32(m[2], m[3]));
+	m[4] = _mm256_add_epi32(_mm256_add_epi32(m[4], m[5]), _mm256_add_epi32(m[6], m[7]));
+	*acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(m[0], m[4])),
+			       _mm256_mul_ps(_mm256_set1_ps(w->d), _mm256_loadu_ps(a->d)),
+			       *acc);
+}
+
+/* One Q8_0 weight row against one group: lane r row r's output. */
+ALWAYS_INLINE __m256 row_group8(const struct wblock8 *w,
+				const struct act8x32 *a, size_t n_blocks)
+{
+	__m256 acc[4];
+	size_t k = 0;
+
+	for (int c = 0; c < 4; c++)
+		acc[c] = _mm256_setzero_ps();
+	for (; k + 4 <= n_blocks; k += 4)
+#pragma GCC unroll 4
+		for (int c = 0; c < 4; c++)
+			block8x8(w + k + c, a + k + c, &acc[c]);
+	for (int c = 0; k + c < n_blocks; c++)
+		block8x8(w + k + c, a + k + c, &acc[c]);
+	return _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+}
+
 /* ---------------------------------------------------------------- driver */
 
 /*
@@ -304,7 +389,9 @@ ALWAYS_INLINE void gemm8_run(enum dtype type, float *out, const struct tensor *t
 				const uint8_t *b = w + o * row_bytes + k * bytes;
 				size_t at = (o - ob) * n_blocks + k;
 
-				if (quads)
+				if (type == DTYPE_GGML_Q8_0)
+					unpack_block8(b, (struct wblock8 *)wb + at);
+				else if (quads)
 					unpack_block32(type, b, (struct wblock32 *)wb + at);
 				else
 					unpack_block(type, b, (struct wblock *)wb + at);
@@ -314,7 +401,10 @@ ALWAYS_INLINE void gemm8_run(enum dtype type, float *out, const struct tensor *t
 				size_t at = (o - ob) * n_blocks, ga = gi * n_blocks;
 				float lanes[8];
 
-				_mm256_storeu_ps(lanes, quads ?
+				_mm256_storeu_ps(lanes, type == DTYPE_GGML_Q8_0 ?
+					row_group8((const struct wblock8 *)wb + at,
+						   (const struct act8x32 *)g + ga, n_blocks) :
+					quads ?
 					row_group32(type, (const struct wblock32 *)wb + at,
 						    (const struct act8x32 *)g + ga, n_blocks) :
 					row_group(type, (const struct wblock *)wb + at,
@@ -334,14 +424,15 @@ GGML_AVX2 int ggml_gemm8_avx2(float *out, const struct tensor *t,
 			      const void *act, size_t n_groups)
 {
 	enum dtype type = t->type;
-	int quads = ggml_uses_quads(type);
+	int q8 = type == DTYPE_GGML_Q8_0, quads = ggml_uses_quads(type);
 	size_t n_blocks = t->cols / ggml_block_values(type);
-	size_t g_size = quads ? sizeof(struct act8x32) : sizeof(struct act8);
-	size_t w_size = quads ? sizeof(struct wblock32) : sizeof(struct wblock);
+	size_t g_size = quads || q8 ? sizeof(struct act8x32) : sizeof(struct act8);
+	size_t w_size = q8 ? sizeof(struct wblock8) : quads ?
+			sizeof(struct wblock32) : sizeof(struct wblock);
 	void *g = NULL, *wb = NULL;
 	size_t n_g;
 
-	if (!quads && type != DTYPE_GGML_Q4_K && type != DTYPE_GGML_Q5_K)
+	if (!q8 && !quads && type != DTYPE_GGML_Q4_K && type != DTYPE_GGML_Q5_K)
 		return -1;
 	if (!__builtin_mul_overflow(n_groups, n_blocks, &n_g) &&
 	    n_g < SIZE_MAX / g_size)
@@ -354,7 +445,11 @@ GGML_AVX2 int ggml_gemm8_avx2(float *out, const struct tensor *t,
 		return -1;
 	}
 	for (size_t gi = 0; gi < n_groups; gi++) {
-		if (quads)
+		if (q8)
+			interleave8x8((struct act8x32 *)g + gi * n_blocks,
+				      (const struct ggml_act32 *)act + 8 * gi * n_blocks,
+				      n_blocks);
+		else if (quads)
 			interleave8x32((struct act8x32 *)g + gi * n_blocks,
 				       (const struct ggml_act32x4 *)act +
 				       8 * gi * ((n_blocks + 3) / 4), n_blocks);
@@ -364,6 +459,7 @@ GGML_AVX2 int ggml_gemm8_avx2(float *out, const struct tensor *t,
 				    n_blocks);
 	}
 	switch (type) {	/* a constant type each: the kernels inline */
+	GEMM8_CASE(DTYPE_GGML_Q8_0);
 	GEMM8_CASE(DTYPE_GGML_Q4_0);
 	GEMM8_CASE(DTYPE_GGML_Q4_1);
 	GEMM8_CASE(DTYPE_GGML_Q5_0);

@@ -26,12 +26,11 @@
  * agree BIT FOR BIT (and each is batch invariant: an output depends only
  * on its activation row and weight row):
  *
- *   Q8_0: integer lanes L[l] = sum over i in 4l .. 4l + 3 of w[i] *
- *	a_q[i] (exact: what AVX2's maddubs + madd leave in the 8 int32
- *	lanes), then per block, in order, acc[l] = fmaf((float)L[l], d_w *
- *	d_a, acc[l]) (one rounding: fmaf() in C, an FMA in AVX2); the
- *	result is ggml_hsum8(acc) (llama_hsum8()'s tree).
- *   Q4_0, Q4_1, Q5_0, Q5_1: per block k, D = the exact sum of v * a_q
+ *   Q8_0: per block k, D = the exact sum of w * a_q over its 32
+ *	values, then four chains, block k in chain c = k % 4: acc[c] =
+ *	fmaf((float)D, d_w * d_a, acc[c]) (one rounding: fmaf() in C, an
+ *	FMA in AVX2); the result is (acc[0] + acc[1]) + (acc[2] + acc[3]).
+ *   Q4_0, Q4_1, Q5_0, Q5_1: the same, with D = the exact sum of v * a_q
  *	over its 32 values, v the weight's integer (Q4_0's code - 8 and
  *	Q5_0's code - 16; Q4_1's and Q5_1's unsigned codes), then four
  *	chains, block k in chain c = k % 4: acc[c] = fmaf((float)D, d_w *
@@ -154,8 +153,8 @@ static inline float ggml_hsum8(const float a[8])
 void ggml_quantize_act_row_avx2(enum dtype type, void *act, const float *x,
 				size_t n_in);
 
-/* Rows [0, 8 n_groups) of the matmul of weights t (a nibble type, Q4_K
- * or Q5_K) with activation rows act (ggml_quantize_act_row()'s), one row
+/* Rows [0, 8 n_groups) of the matmul of weights t (Q8_0, a nibble
+ * type, Q4_K or Q5_K) with activation rows act (ggml_quantize_act_row()'s), one row
  * a lane (ggml_gemm8_avx2.c): the same bits as the tiles.  0, or -1
  * without memory or for another type (nothing written). */
 int ggml_gemm8_avx2(float *out, const struct tensor *t, const void *act,

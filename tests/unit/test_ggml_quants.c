@@ -788,6 +788,63 @@ static void test_batch_invariance(void **state)
 	check_invariance(DTYPE_BF16, NULL, &r);
 }
 
+/*
+ * Every n_rows from 1 to 70: the AVX2 matmul (its tiles below 16 rows,
+ * then ggml_gemm8_avx2.c's groups of 8 and the tiles for the rest)
+ * against the portable one, bit for bit.  19 outputs: a partial block
+ * of GEMM8_OB weight rows; 5 blocks of 32: a partial quad.
+ */
+static void check_all_row_counts(const struct type_case *c, struct rng *r)
+{
+	uint32_t n_out = 19, cols = c->qk == 32 ? 5 * 32 : 256;
+	size_t row_bytes = cols / c->qk * c->bytes, max_rows = 70;
+	uint8_t *w = malloc(n_out * row_bytes);
+	float *x = malloc(max_rows * cols * sizeof(float));
+	float *out[2];
+	struct tensor m = matrix(c->type, w, n_out, cols);
+	const struct tensor_ops *ops[2] = { ops_of(c->type, 0), ops_of(c->type, 1) };
+
+	out[0] = malloc(max_rows * n_out * sizeof(float));
+	out[1] = malloc(max_rows * n_out * sizeof(float));
+	assert_true(w && x && out[0] && out[1] && ops[0]);
+	if (!ops[1])	/* no AVX2 here: nothing to compare */
+		goto out_free;
+	random_blocks(r, c, w, n_out * (cols / c->qk), 8, 16);
+	memset(w + row_bytes, 0xff, row_bytes);	/* the largest codes */
+	for (size_t k = 0; k < cols / c->qk; k++)
+		for (int h = 0; h < 2; h++)
+			if (c->half_at[h] >= 0)
+				put_half(w + row_bytes + k * c->bytes + c->half_at[h],
+					 random_half(r, 8, 16));
+	for (size_t n = 1; n <= max_rows; n++) {
+		for (size_t i = 0; i < n * cols; i++)
+			x[i] = random_act(r);
+		for (size_t i = 0; n > 1 && i < cols; i++)	/* q = 127 */
+			x[cols + i] = 1.0f;
+		ops[0]->matmul(out[0], x, n, &m);
+		ops[1]->matmul(out[1], x, n, &m);
+		for (size_t i = 0; i < n * n_out; i++)
+			if (memcmp(&out[0][i], &out[1][i], sizeof(float)))
+				fail_msg("%s, %zu rows: row %zu out %zu: avx2 %.9g portable %.9g",
+					 dtype_name(c->type), n, i / n_out, i % n_out,
+					 out[1][i], out[0][i]);
+	}
+out_free:
+	free(w);
+	free(x);
+	free(out[0]);
+	free(out[1]);
+}
+
+static void test_all_row_counts(void **state)
+{
+	struct rng r = rng_for(35);
+
+	(void)state;
+	for (size_t t = 0; t < N_CASES; t++)
+		check_all_row_counts(&cases[t], &r);
+}
+
 /* F16/BF16: the F32 kernel of the same kind on the converted weights. */
 static void test_f16_is_f32(void **state)
 {
@@ -937,6 +994,7 @@ int main(void)
 		cmocka_unit_test(test_act_quantizer),
 		cmocka_unit_test(test_matmul_against_naive),
 		cmocka_unit_test(test_batch_invariance),
+		cmocka_unit_test(test_all_row_counts),
 		cmocka_unit_test(test_f16_is_f32),
 		cmocka_unit_test(test_quantize_roundtrip),
 		cmocka_unit_test(test_bf16_rounding),
