@@ -121,10 +121,12 @@ for kind in fifo dir; do
 done
 
 # --- 6. the answer budget: a reservation lives until the answer is sent ------
-# --answer-budget 1 MiB: one unread answer reserving ~680 KB (it stays in the
-# server's buffers) leaves no room for a second (429); once read, room again.
+# --answer-budget 8 MiB: one unread answer reserving its bound (6.9 MB:
+# 1500 tokens, each with 6 logprob entries' text and bytes at their worst;
+# the answer itself is under 1 MB and stays in the server's buffers)
+# leaves no room for a second (429); once read, room again.
 serve_start budget --workers 1 --batch 8 --model "$SIM" --tokenizer "$TOK" \
-	--max-answer-bytes 1048576 --answer-budget 1048576 --conn-buffer 4096
+	--max-answer-bytes 8388608 --answer-budget 8388608 --conn-buffer 4096
 codes=$(python3 - "$PORT" <<'PY'
 import json, socket, sys, time, urllib.request, urllib.error
 port = int(sys.argv[1])
