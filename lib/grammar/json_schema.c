@@ -31,7 +31,11 @@ static const char JSON_RULES[] =
 	"object ::= \"{\" ws ( string ws \":\" ws value ws ( \",\" ws string ws \":\" ws value ws )* )? \"}\"\n"
 	"array ::= \"[\" ws ( value ws ( \",\" ws value ws )* )? \"]\"\n"
 	"string ::= \"\\\"\" char* \"\\\"\"\n"
-	"char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n"
+	/* \u escapes of the basic plane but no surrogate halves: a lone
+	 * half is not a character, and parsers refuse it (characters past
+	 * the basic plane come as UTF-8) */
+	"char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" hex4 )\n"
+	"hex4 ::= [0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2}\n"
 	"integer ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n"
 	"number ::= integer ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?\n"
 	"boolean ::= \"true\" | \"false\"\n"

@@ -293,7 +293,7 @@ static void test_schema_walks(void **state)
 				assert_int_equal(grammar_matcher_accept_token(m, gv, t), 0);
 				if (t == 0) {
 					json_error_t je;
-					json_t *doc = json_loadb(out, n_out, 0, &je);
+					json_t *doc = json_loadb(out, n_out, JSON_ALLOW_NUL, &je);
 
 					if (!doc)
 						fail_msg("schema %zu: not JSON (%s): '%.*s'",
