@@ -428,13 +428,13 @@ static void engine_sync_stats(struct engine *e)
 	e->stats.n_dozes = e->sched.counts.n_dozes;
 	e->stats.spec = (struct stats_spec){
 		.on = e->spec_emit > 1,
-		.drafted = e->sched.counts.spec_drafted,
-		.accepted = e->sched.counts.spec_accepted,
-		.emitted = e->sched.counts.spec_emitted,
-		.verify_rows = e->sched.counts.spec_rows,
-		.target_steps = e->sched.counts.spec_steps,
-		.draft_ns = e->sched.counts.spec_draft_ns,
-		.verify_ns = e->sched.counts.spec_verify_ns };
+		.drafted = e->sched.counts.spec.drafted,
+		.accepted = e->sched.counts.spec.accepted,
+		.emitted = e->sched.counts.spec.emitted,
+		.verify_rows = e->sched.counts.spec.rows,
+		.target_steps = e->sched.counts.spec.steps,
+		.draft_ns = e->sched.counts.spec.draft_ns,
+		.verify_ns = e->sched.counts.spec.verify_ns };
 	engine_sync_kv_stats(e);
 }
 

@@ -792,29 +792,6 @@ bool shard_poll_begin(struct sched *sc, struct shard *s, struct shard_poll *p)
 		 worker_sup_misbehaved(sc->sup, s->index));
 }
 
-/*
- * A worker's word on what speculation did in a step: stats only, each
- * figure capped by what the step could have done, so a lying worker
- * skews its own numbers and nothing else.
- */
-static void shard_count_spec(struct sched *sc, const struct shard *s,
-			     const struct shard_checked *c, uint64_t step_cap)
-{
-	uint64_t rows = c->spec_rows < s->n_slots ? c->spec_rows : s->n_slots;
-	uint64_t most = rows * (sc->emit - 1);
-	uint64_t drafted = c->spec_drafted < most ? c->spec_drafted : most;
-
-	if (!rows || !drafted)
-		return;
-	sc->counts.spec_rows += rows;
-	sc->counts.spec_drafted += drafted;
-	sc->counts.spec_accepted += c->spec_accepted < drafted ? c->spec_accepted : drafted;
-	sc->counts.spec_emitted += c->spec_emitted < drafted + rows ?
-				   c->spec_emitted : drafted + rows;
-	sc->counts.spec_steps++;
-	sc->counts.spec_verify_ns += c->model_ns < step_cap ? c->model_ns : step_cap;
-	sc->counts.spec_draft_ns += c->spec_draft_ns < step_cap ? c->spec_draft_ns : step_cap;
-}
 
 /* The next result entry whose rows are to be applied, or false. */
 bool shard_poll_next(struct sched *sc, struct shard *s, struct shard_poll *p,
@@ -862,7 +839,7 @@ bool shard_poll_next(struct sched *sc, struct shard *s, struct shard_poll *p,
 			return false;
 		}
 		sc->counts.model_ns += c.model_ns < step_cap ? c.model_ns : step_cap;
-		shard_count_spec(sc, s, &c, step_cap);
+		sched_spec_count_result(&sc->counts.spec, s->n_slots, sc->emit, &c, step_cap);
 		shard_result_start(sc, s, r, c.id, c.rows, c.n_rows,
 				   verdict == SHARD_RESULT_TOO_MANY_ROWS);
 		return true;	/* shard_poll_after() ends the entry */
@@ -921,19 +898,6 @@ bool shard_poll_end(struct sched *sc, struct shard *s, struct shard_poll *p)
 	return true;	/* engine_loop() refills and dispatches next */
 }
 
-/* --workers 0: the runner's own speculation counts, trusted. */
-static void shard_inproc_spec(struct sched *sc)
-{
-	struct runner_spec_counts c = model_runner_spec_counts(sc->runner);
-
-	sc->counts.spec_drafted = c.drafted;
-	sc->counts.spec_accepted = c.accepted;
-	sc->counts.spec_emitted = c.emitted;
-	sc->counts.spec_rows = c.verify_rows;
-	sc->counts.spec_steps = c.steps;
-	sc->counts.spec_draft_ns = c.draft_ns;
-	sc->counts.spec_verify_ns = c.verify_ns;
-}
 
 /* --workers 0: run the shard's step right here, as a worker would. */
 int shard_step_in_process(struct sched *sc, struct shard *s, struct shard_result *r)
@@ -984,7 +948,7 @@ int shard_step_in_process(struct sched *sc, struct shard *s, struct shard_result
 	t0 = clock_now_ns();
 	ret = model_runner_step(sc->runner, n, sc->inproc_step, sc->inproc_outcomes);
 	t0 = clock_now_ns() - t0;
-	shard_inproc_spec(sc);
+	sched_spec_count_runner(&sc->counts.spec, sc->runner);
 	sc->counts.model_ns += t0;	/* in-process, the step is the model call */
 	sc->counts.step_ns += t0;
 	if (ret) {	/* no worker to isolate the request in: the engine

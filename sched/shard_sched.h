@@ -28,6 +28,7 @@
 #include "sched/step_plan.h"
 #include "shard/worker_supervisor.h"
 #include "sched/sched_kv.h"
+#include "sched/sched_spec.h"
 #include "sched/slot_table.h"
 #include "util/log_limit.h"
 
@@ -104,10 +105,7 @@ struct sched_counts {
 	uint64_t model_ns;		/* time in the model (capped, untrusted) */
 	uint64_t step_ns;		/* time between committing results */
 	uint64_t n_dozes;		/* waits without spinning */
-	/* speculation (docs/DESIGN.md 2.7), as the workers report it */
-	uint64_t spec_drafted, spec_accepted, spec_emitted, spec_rows;
-	uint64_t spec_steps;		/* steps in which some row guessed */
-	uint64_t spec_draft_ns, spec_verify_ns;
+	struct sched_spec_counts spec;	/* speculation (sched_spec.h) */
 };
 
 /*
