@@ -128,8 +128,8 @@ static char *make_schema(uint32_t n)
 			"{\"type\": \"boolean\"}",
 			"{\"enum\": [\"low\", \"mid\", \"high\"]}",
 			"{\"type\": \"array\", \"items\": {\"type\": \"string\"}, \"maxItems\": 4}",
-			"{\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"number\"},"
-			" \"y\": {\"type\": \"number\"}}, \"required\": [\"x\", \"y\"]}",
+			("{\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"number\"},"
+			 " \"y\": {\"type\": \"number\"}}, \"required\": [\"x\", \"y\"]}"),
 		};
 
 		o += (size_t)snprintf(s + o, cap - o, "%s\"field_%u\": %s", i ? ", " : "",

@@ -357,8 +357,7 @@ static uint32_t runner_propose(struct model_runner *r, uint32_t i,
 {
 	struct runner_slot *st = &r->slots[row->slot];
 	uint32_t room = row->room ? row->room : 1, a;
-	int32_t *d = r->drafts + (size_t)i * SPEC_MAX_DRAFT;
-	int32_t *seq;
+	int32_t *d, *seq;
 	uint64_t t0;
 
 	if (r->spec.mode == SPEC_OFF || row->no_spec || !row->n_tokens)
@@ -378,6 +377,7 @@ static uint32_t runner_propose(struct model_runner *r, uint32_t i,
 		a = (uint32_t)cap;
 	if (!a)
 		return 0;
+	d = r->drafts + (size_t)i * SPEC_MAX_DRAFT;	/* NULL when spec is off */
 	t0 = clock_now_ns();
 	a = spec_ngram_propose(row->tokens, row->n_tokens, r->spec.ngram_min,
 			       r->spec.ngram_max, a, d);
