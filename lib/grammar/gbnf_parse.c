@@ -370,9 +370,12 @@ static int cmp_range(const void *a, const void *b)
  */
 static int close_class(struct pstate *ps, uint32_t first, int negated)
 {
-	uint32_t *r = ps->ranges + 2 * first, n = ps->n_ranges - first, i, k = 0;
+	/* ranges is still NULL for a first class that is empty ("[]") */
+	uint32_t *r = ps->ranges ? ps->ranges + 2 * first : NULL;
+	uint32_t n = ps->n_ranges - first, i, k = 0;
 
-	qsort(r, n, 2 * sizeof(uint32_t), cmp_range);
+	if (n)
+		qsort(r, n, 2 * sizeof(uint32_t), cmp_range);
 	for (i = 0; i < n; i++) {
 		if (k && r[2 * i] <= r[2 * (k - 1) + 1] + 1) {
 			if (r[2 * i + 1] > r[2 * (k - 1) + 1])
