@@ -249,7 +249,7 @@ static void test_schema_walks(void **state)
 			json_loads("{\"type\": \"object\"}", 0, NULL);
 		struct grammar *g;
 		struct grammar_mask_cache *cache = grammar_mask_cache_create(v.n, 1 << 20);
-		uint64_t want[4], got[4];
+		uint64_t want[4] = { 0 }, got[4] = { 0 };	/* words past the vocabulary stay 0 */
 		uint32_t walk, finished = 0;
 
 		src = SCHEMAS[si] ? json_schema_to_gbnf(SCHEMAS[si],
