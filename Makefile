@@ -78,12 +78,12 @@ endef
 $(foreach l,$(LAYERS),$(eval $(call layer_rule,$(l))))
 libs = $(foreach l,$(1),$(call lib_of,$(l)))
 
-LIBS_BASE := lib/model lib/kernels lib/sampling lib/spec lib/ipc lib/util
+LIBS_BASE := lib/model lib/kernels lib/sampling lib/spec lib/grammar lib/ipc lib/util
 LIBS_COORD := $(call libs,server server/http server/jsonl server/request engine sched shard kv lib/io lib/text $(LIBS_BASE))
 LIBS_WORKER := $(call libs,worker $(LIBS_BASE))
 # The tools link the lower layers, the request codec (server: workloads)
 # and the result-line format (server/jsonl: refdecode's lines).
-LIBS_TOOL := $(call libs,server/jsonl server/request engine lib/text lib/grammar $(LIBS_BASE))
+LIBS_TOOL := $(call libs,server/jsonl server/request engine lib/text $(LIBS_BASE))
 LIBS_TEST := $(call libs,$(LAYERS))
 
 TEST_SRC := $(wildcard tests/unit/test_*.c)

@@ -556,6 +556,7 @@ static void engine_teardown(struct engine *e)
 	free(e->slot_freed_ns);
 	free(e->worker_spec);
 	model_runner_destroy(e->runner);
+	engine_grammar_free(e);
 	kv_pool_unmap(&e->kv_pool);
 	model_close(e->model);
 	text_tokenizer_free(e->tok);
@@ -656,7 +657,10 @@ static int engine_setup(struct engine *e)
 				 .vocab = e->vocab,
 				 .kv_block_tokens = engine_block_tokens(e),
 				 .kv_blocks = e->kv_blocks,
-				 .emit_per_row = e->spec_emit };
+				 .emit_per_row = e->spec_emit,
+				 .grammar_source_max = engine_grammar_table_bytes(e) ?
+						       cfg->grammar_max_bytes : 0,
+				 .vocab_table_bytes = engine_grammar_table_bytes(e) };
 	ret = shm_segment_create(&e->seg, &p);
 	if (ret) {
 		fprintf(stderr, "dynbatch: cannot create the shared segment: %s\n",
@@ -706,6 +710,8 @@ static int engine_setup(struct engine *e)
 		}
 	}
 
+	if (engine_setup_grammar(e))
+		goto nomem;
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGINT);
 	sigaddset(&sigs, SIGTERM);

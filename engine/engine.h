@@ -52,6 +52,7 @@ struct engine_config {
 					 * token budget per step; 0: none */
 	struct spec_config spec;	/* --speculate, --draft-tokens
 					 * (docs/DESIGN.md 2.7) */
+	uint32_t grammar_max_bytes;	/* --grammar-max-bytes; 0: no grammars */
 	uint32_t block_tokens;		/* --block-tokens: positions per KV
 					 * block of a paged model */
 	uint64_t kv_memory;		/* --kv-memory: KV bytes of all shards;
@@ -165,6 +166,9 @@ const struct text_tokenizer *engine_tokenizer(const struct engine *e);
 const char *engine_chat_template(const struct engine *e);
 /* Does the model give logits (may requests sample, bias, get logprobs)? */
 bool engine_has_logits(const struct engine *e);
+/* The longest grammar source a request may bring; 0: grammars are
+ * refused (no tokenizer, or --grammar-max-bytes 0). */
+uint32_t engine_grammar_max(const struct engine *e);
 /* The model's vocabulary size (token ids are below it). */
 uint32_t engine_vocab(const struct engine *e);
 

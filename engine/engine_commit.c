@@ -122,6 +122,19 @@ void engine_commit_token(struct engine *e, uint32_t slot, int32_t token,
 		engine_fail(e, "slot %u lost its request", slot);
 		return;
 	}
+	/* a worker's token is held to the request's grammar before it
+	 * counts (DESIGN 2.8): one the grammar refuses is never answered */
+	if (lr->req.grammar) {
+		int ret = engine_grammar_check(e, lr, token);
+
+		if (ret) {
+			e->stats.grammar_refused++;
+			engine_finish(e, handle, FINISH_ERROR, ret == -ENOMEM ?
+				      "out of memory" : "the worker gave a token "
+				      "the request's grammar does not allow");
+			return;
+		}
+	}
 	if (slot_table_commit(&e->slots, slot)) {
 		engine_finish(e, handle, FINISH_ERROR, "context limit reached");
 		return;
@@ -177,6 +190,12 @@ void engine_refuse(struct engine *e, uint32_t slot, uint32_t why)
 			"cannot sample, apply logit_bias or report logprobs",
 		[RUNNER_REFUSE_SAMPLING] = "the worker found the request's "
 			"sampling fields damaged",
+		[RUNNER_REFUSE_GRAMMAR_NONE] = "no token can be sampled: the "
+			"grammar allows none here (or logit_bias bans those it "
+			"allows)",
+		[RUNNER_REFUSE_GRAMMAR] = "the grammar cannot be followed: its "
+			"matcher outgrew its bounds (a grammar too ambiguous), or "
+			"the worker found it damaged",
 	};
 	uint32_t handle = e->slots.slots[slot].request_handle;
 

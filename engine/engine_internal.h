@@ -53,6 +53,8 @@ struct engine {
 					 * 1 + --draft-tokens with --speculate
 					 * (as the model allows), else 1 */
 	uint32_t kv_blocks;		/* per shard pool (engine_size_kv()) */
+	struct grammar_vocab *grammar_vocab;	/* what each token spells, for
+					 * grammars; NULL: grammars refused */
 	struct kv_pool kv_pool;		/* --workers 0: the pool itself */
 	struct shm_segment seg;
 	struct slot_table slots;
@@ -124,6 +126,18 @@ void engine_sched_request(const struct live_request *lr,
 			  struct sched_request *rq);
 /* One round for a shard with a worker: refill, then dispatch. */
 void engine_advance(struct engine *e, struct shard *s);
+
+/* ---- engine_grammar.c: structured output (DESIGN 2.8) ---- */
+
+/* The shared vocabulary table's bytes (0: no grammars). */
+uint64_t engine_grammar_table_bytes(const struct engine *e);
+/* Fill the table, build our vocabulary (and the in-process runner's).
+ * 0 or -ENOMEM. */
+int engine_setup_grammar(struct engine *e);
+void engine_grammar_free(struct engine *e);
+/* Does lr's grammar allow token next (0), or not (-ENOENT)?  -ENOMEM. */
+int engine_grammar_check(struct engine *e, struct live_request *lr,
+			 int32_t token);
 
 /* ---- engine_refill.c, for engine.c ---- */
 

@@ -39,8 +39,13 @@ void engine_sched_request(const struct live_request *lr,
 		.generated = lr->generated, .n_generated = lr->n_generated,
 		.max_tokens = lr->req.max_tokens, .choice = lr->req.choice,
 		.needs_logits = request_needs_logits(&lr->req),
-		.no_spec = lr->req.no_spec,
+		.no_spec = lr->req.no_spec || lr->req.grammar,
 		.sampling = &lr->req.sampling, .fork_slot = UINT32_MAX };
+	if (lr->req.grammar) {
+		rq->grammar_source = lr->req.grammar->source;
+		rq->grammar_len = lr->req.grammar->len;
+		rq->grammar = lr->req.grammar->compiled;
+	}
 }
 
 /* Put lr into slot (shard_place()).  0, -EINVAL when it does not fit,

@@ -8,11 +8,36 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/grammar.h"
 #include "text/stop_matcher.h"
 #include "text/text_stop.h"
 
+struct request_grammar *request_grammar_new(char *source, uint32_t len,
+					    struct grammar *compiled)
+{
+	struct request_grammar *g = malloc(sizeof(*g));
+
+	if (!g) {
+		free(source);
+		grammar_destroy(compiled);
+		return NULL;
+	}
+	*g = (struct request_grammar){ 1, source, len, compiled };
+	return g;
+}
+
+void request_grammar_put(struct request_grammar *g)
+{
+	if (!g || --g->refs)
+		return;
+	free(g->source);
+	grammar_destroy(g->compiled);
+	free(g);
+}
+
 void request_release(struct request *req)
 {
+	request_grammar_put(req->grammar);
 	free(req->id);
 	free(req->prompt);
 	stop_matcher_destroy(req->stops);
@@ -45,6 +70,8 @@ int request_clone(struct request *dst, const struct request *src)
 	uint32_t n_stop = 0;
 
 	*dst = *src;
+	if (dst->grammar)	/* shared: immutable */
+		dst->grammar->refs++;
 	dst->id = NULL;
 	dst->prompt = NULL;
 	dst->stops = NULL;

@@ -16,8 +16,29 @@
 
 #include "sampling/sampling_params.h"
 
+struct grammar;
 struct stop_matcher;
 struct text_stop_set;
+
+/*
+ * A request's grammar (docs/DESIGN.md 2.8): the GBNF source its
+ * generated text must follow (the "grammar" field, or compiled from
+ * response_format), and the grammar compiled from it, which the
+ * coordinator checks every committed token against.  Immutable once
+ * made, and shared by the request's choices (refs counts them).
+ */
+struct request_grammar {
+	uint32_t refs;
+	char *source;		/* malloc'd, len bytes */
+	uint32_t len;
+	struct grammar *compiled;
+};
+
+/* A grammar of one reference owning source and compiled (both freed
+ * with it, also on failure).  NULL on no memory. */
+struct request_grammar *request_grammar_new(char *source, uint32_t len,
+					    struct grammar *compiled);
+void request_grammar_put(struct request_grammar *g);
 
 #define REQUEST_DEFAULT_MAX_TOKENS 16u
 #define REQUEST_MAX_CHOICES 64u		/* most "n" a request may ask */
@@ -55,6 +76,8 @@ struct request {
 	bool ignore_eos;	/* do not end at the tokenizer's BOS/EOS */
 	bool no_spec;		/* "speculate": false: no guesses for it
 				 * (docs/DESIGN.md 2.7) */
+	struct request_grammar *grammar;	/* NULL: unconstrained; one
+				 * reference is this request's */
 	/* The waiting queue's class (wait_queue.h): 0 none, else the
 	 * tenant's number + 1 (--tenants), queued fairly against others */
 	uint32_t queue_class;
@@ -65,6 +88,7 @@ struct request {
 static inline bool request_needs_logits(const struct request *req)
 {
 	return req->sampling.temperature > 0.0f || req->sampling.n_bias ||
+	       req->grammar ||
 	       req->sampling.logprobs || sampling_params_penalized(&req->sampling);
 }
 

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/grammar.h"
+
 /* Free a live request's text state (request_text.h fills it); idempotent.
  * The pool frees every member of a live request it gave out, its text
  * too, so that request_text.c is above the pool and the pool calls
@@ -59,6 +61,7 @@ void request_pool_release(struct request_pool *pool)
 	if (pool->items)
 		for (uint32_t i = 0; i < pool->capacity; i++) {
 			request_release(&pool->items[i].req);
+			grammar_matcher_destroy(pool->items[i].grammar_check);
 			free(pool->items[i].generated);
 			free(pool->items[i].logprobs);
 			live_text_release(&pool->items[i]);
@@ -146,6 +149,8 @@ void request_pool_free(struct request_pool *pool, uint32_t handle)
 	if (lr->req.id)
 		id_remove(pool, handle);
 	request_release(&lr->req);
+	grammar_matcher_destroy(lr->grammar_check);
+	lr->grammar_check = NULL;
 	free(lr->generated);
 	lr->generated = NULL;
 	free(lr->logprobs);

@@ -15,6 +15,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+struct grammar_matcher;
+
 #include "engine/request.h"
 #include "text/text_stop.h"
 
@@ -71,6 +73,9 @@ struct live_request {
 	 * logprobs_cap tokens, grown as they come */
 	struct sampler_logprob *logprobs;
 	struct request req;		/* parsed input */
+	/* req.grammar's matcher over the committed tokens: each must be
+	 * one it allows (engine_grammar_check()); NULL until the first */
+	struct grammar_matcher *grammar_check;
 	/* With a tokenizer (request_text.h): the request's text */
 	int32_t prev_token;		/* decodes the next piece (BOS rule) */
 	uint64_t text_pushed;		/* text bytes pushed so far */

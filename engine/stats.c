@@ -184,7 +184,7 @@ int stats_write_json(const struct engine_stats *s, const char *path)
 		"\"latency_p50_ms\":%.3f,\"latency_p99_ms\":%.3f,"
 		"\"mean_refill_us\":%.3f,\"model_s\":%.6f,\"step_s\":%.6f,"
 		"\"coordinator_dozes\":%llu,\"runahead_rows_discarded\":%llu,"
-		"\"fruitless_kills\":%llu",
+		"\"fruitless_kills\":%llu,\"grammar_refused\":%llu",
 		(unsigned long long)s->n_tokens, wall,
 		wall > 0 ? (double)s->n_tokens / wall : 0,
 		(unsigned long long)s->n_steps, stats_occupancy(s),
@@ -201,7 +201,8 @@ int stats_write_json(const struct engine_stats *s, const char *path)
 		(double)s->model_ns / 1e9, (double)s->step_ns / 1e9,
 		(unsigned long long)s->n_dozes,
 		(unsigned long long)s->n_discarded,
-		(unsigned long long)s->n_fruitless_kills);
+		(unsigned long long)s->n_fruitless_kills,
+		(unsigned long long)s->grammar_refused);
 	stats_write_kv_json(&s->kv, f);
 	stats_write_spec_json(&s->spec, f);
 	fprintf(f, "}\n");

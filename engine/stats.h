@@ -67,6 +67,9 @@ struct engine_stats {
 					 * that committed nothing, many in a
 					 * row (no request blamed) */
 	uint64_t n_worker_deaths;
+	uint64_t grammar_refused;	/* tokens a worker gave that the
+					 * request's grammar refused (each
+					 * ended its request: DESIGN 2.8) */
 	uint64_t n_hang_kills;		/* workers killed past the step timeout */
 	uint64_t n_worker_starts;
 	uint64_t n_poisoned;		/* requests failed as poison */

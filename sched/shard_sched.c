@@ -197,42 +197,6 @@ void shard_drop_slot(struct sched *sc, uint32_t slot)
 	}
 }
 
-void shard_write_sampling(struct sched *sc, uint32_t slot,
-			  const struct sched_request *rq)
-{
-	struct shm_slot_sampling *t;
-	const struct sampling_params *p = rq->sampling;
-
-	sc->slot_logprobs[slot] = p->logprobs;
-	sc->slot_top_logprobs[slot] = p->top_logprobs;
-	if (sc->in_process) {	/* the runner reads the fields itself */
-		sc->slot_rq[slot] = *rq;
-		return;
-	}
-	t = shm_sampling_at(sc->seg, slot);
-	/* field by field, and only the bias entries there are: a struct
-	 * assignment would write all 300 for every request (and the worker's
-	 * core would pull them over) */
-	t->generation = sc->slots->slots[slot].generation;
-	t->needs_logits = rq->needs_logits;
-	t->n_prompt = rq->n_prompt;
-	t->choice = rq->choice;
-	t->no_spec = rq->no_spec;
-	t->seed = p->seed;
-	t->temperature = p->temperature;
-	t->top_p = p->top_p;
-	t->min_p = p->min_p;
-	t->top_k = p->top_k;
-	t->logprobs = p->logprobs;
-	t->top_logprobs = p->top_logprobs;
-	t->n_bias = p->n_bias;
-	t->presence_penalty = p->presence_penalty;
-	t->frequency_penalty = p->frequency_penalty;
-	t->repetition_penalty = p->repetition_penalty;
-	if (p->n_bias)
-		memcpy(t->bias, p->bias, p->n_bias * sizeof(t->bias[0]));
-}
-
 /* Put the request rq describes into slot: its prompt, and the tokens it
  * had when it paused.  0, or -EINVAL when it does not fit. */
 int shard_place(struct sched *sc, uint32_t slot, uint32_t handle,
@@ -942,6 +906,7 @@ int shard_step_in_process(struct sched *sc, struct shard *s, struct shard_result
 		}
 		sc->inproc_step[i].room = step[i].limit - step[i].n_tokens;
 		sc->inproc_step[i].no_spec = rq->no_spec;
+		sc->inproc_step[i].grammar = rq->grammar;
 	}
 	/* slots that left since the last step: their state goes */
 	model_runner_keep(sc->runner, n, sc->inproc_step);

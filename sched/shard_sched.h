@@ -57,6 +57,12 @@ struct sched_request {
 					 * logprobs (request_needs_logits()) */
 	bool no_spec;			/* "speculate": false (DESIGN 2.7) */
 	const struct sampling_params *sampling;
+	/* its grammar (DESIGN 2.8; NULL: none): the source a worker
+	 * compiles, and our compiled copy for the in-process runner, both
+	 * alive as long as the request */
+	const char *grammar_source;
+	uint32_t grammar_len;
+	const struct grammar *grammar;
 	uint32_t fork_slot;		/* paged: an ACTIVE slot of the same
 					 * shard whose request has the same
 					 * prompt and has computed it, whose

@@ -77,6 +77,7 @@ static int run(const struct engine_config *cfg, struct http_config *http,
 					      .max_context = engine_max_context(e),
 					      .has_logits = engine_has_logits(e),
 					      .tok = engine_tokenizer(e),
+					      .grammar_max = engine_grammar_max(e),
 					      .default_temperature = http->default_temperature };
 
 		/* decided here, not with the options: the tokenizer (a
@@ -164,6 +165,7 @@ static void options_wire(const struct server_options *o, bool serve,
 		.spec = { .mode = !strcmp(o->speculate, "ngram") ? SPEC_NGRAM : SPEC_OFF,
 			  .max_draft = o->draft_tokens, .ngram_min = SPEC_NGRAM_MIN,
 			  .ngram_max = SPEC_NGRAM_MAX },
+		.grammar_max_bytes = o->grammar_max_bytes,
 		.block_tokens = o->block_tokens,
 		.kv_memory = o->kv_memory,
 		.prefix_cache = !strcmp(o->prefix_cache, "on"),

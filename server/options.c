@@ -70,6 +70,13 @@ const struct option_spec options_table[] = {
 	  .def = "4", .offset = FIELD(draft_tokens),
 	  .help = "--speculate: the most tokens a row guesses in one step; each "
 		  "row adapts its own count to how its guesses fare" },
+	{ .name = "grammar-max-bytes", .arg = "N", .kind = OPTION_U32,
+	  .modes = OPTION_BOTH, .min = 0, .max = 1u << 24,	/* SHM_MAX_GRAMMAR */
+	  .def = "65536", .offset = FIELD(grammar_max_bytes),
+	  .help = "the longest grammar a request may bring (its \"grammar\" "
+		  "field's GBNF, or what its response_format compiles to); each "
+		  "batch slot reserves this much shared memory; 0 refuses "
+		  "grammars.  Grammars need the model's tokenizer" },
 	{ .name = "block-tokens", .arg = "N", .kind = OPTION_U32, .modes = OPTION_BOTH,
 	  .min = 1, .max = 1u << 16,
 	  .def = "16",		/* ENGINE_DEFAULT_BLOCK_TOKENS (test_options.c) */

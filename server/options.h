@@ -58,6 +58,7 @@ struct server_options {
 	uint32_t step_tokens;		/* --step-tokens; 0: no budget */
 	const char *speculate;		/* --speculate: "off" or "ngram" */
 	uint32_t draft_tokens;		/* --draft-tokens: most guesses a step */
+	uint32_t grammar_max_bytes;	/* --grammar-max-bytes; 0: none */
 	uint32_t block_tokens;		/* --block-tokens */
 	uint64_t kv_memory;		/* --kv-memory; 0: the default */
 	const char *prefix_cache;	/* --prefix-cache on|off */

@@ -75,6 +75,8 @@ struct worker {
 	struct worker_sampling sampling; /* per shard slot: its request's
 					 * sampling fields, our copy */
 	const struct worker_slot_sampling **step_sampling; /* per step row */
+	bool *step_grammar_bad;		/* per step row: its grammar entry
+					 * could not be compiled */
 	uint32_t *step_index;		/* step row -> its index in rows */
 	struct shm_dispatch_row *rows;	/* the rows we run, private */
 	uint32_t n_rows;
@@ -525,7 +527,11 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 		}
 		w->step_rows[i].room = w->step[i].limit - w->step[i].n_tokens;
 		w->step_rows[i].no_spec = ws->valid && ws->no_spec;
+		w->step_grammar_bad[i] = ws->valid && ws->grammar_bad;
+		w->step_rows[i].grammar = ws->valid ? ws->grammar : NULL;
 	}
+	/* built with the first grammar a slot brought */
+	model_runner_set_grammar_vocab(w->runner, w->sampling.vocab);
 	spec0 = model_runner_spec_counts(w->runner);
 	t0 = clock_now_ns();
 	/* relaxed: the coordinator reads it only to decide blame */
@@ -549,6 +555,11 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 			w->outcomes[i] = (struct runner_result){ .token = -1,
 				.outcome = RUNNER_REFUSED,
 				.detail = RUNNER_REFUSE_SAMPLING };
+		else if (w->step_grammar_bad[i] &&
+			 w->outcomes[i].outcome != RUNNER_REFUSED)
+			w->outcomes[i] = (struct runner_result){ .token = -1,
+				.outcome = RUNNER_REFUSED,
+				.detail = RUNNER_REFUSE_GRAMMAR };
 	}
 	if (w->opt->garbage_every && w->n_results % w->opt->garbage_every == 0) {
 		seq_pos = worker_fill_garbage(w, r, n_rows);
@@ -637,6 +648,7 @@ static void worker_free(struct worker *w)
 	free(w->sampled);
 	worker_sampling_free(&w->sampling);
 	free(w->step_sampling);
+	free(w->step_grammar_bad);
 	free(w->step_index);
 	free(w->buffers);
 	free(w->views);
@@ -689,6 +701,7 @@ int worker_run(const struct worker_options *opt)
 	w.outcomes = calloc(cap, sizeof(*w.outcomes));
 	w.sampled = calloc((size_t)cap * worker_emit(&w), sizeof(*w.sampled));
 	w.step_sampling = calloc(cap, sizeof(*w.step_sampling));
+	w.step_grammar_bad = calloc(cap, sizeof(*w.step_grammar_bad));
 	w.step_index = calloc(cap, sizeof(*w.step_index));
 	w.buffers = calloc(cap, sizeof(*w.buffers));
 	w.views = calloc(cap, sizeof(*w.views));
@@ -700,6 +713,7 @@ int worker_run(const struct worker_options *opt)
 	w.kv_gen = calloc(cap, sizeof(*w.kv_gen));
 	if (!w.kv_gen ||!w.step_rows || !w.outcomes || !w.step_index || !w.sampled ||
 	    worker_sampling_init(&w.sampling, cap) || !w.step_sampling ||
+	    !w.step_grammar_bad ||
 	    !w.buffers || !w.views || !w.rows || !w.step ||
 	    !w.incoming || !w.ahead || !w.ahead_gen) {
 		LOG(LOG_ERROR, "out of memory");

@@ -10,6 +10,14 @@
 
 #include "util/log.h"
 
+/* Drop a slot's grammar (its generation is over: the runner has already
+ * left it, since a row of the new generation is what brought us here). */
+static void worker_grammar_drop(struct worker_slot_sampling *c)
+{
+	grammar_destroy(c->grammar);
+	c->grammar = NULL;
+}
+
 int worker_sampling_init(struct worker_sampling *ws, uint32_t n_slots)
 {
 	ws->n_slots = n_slots;
@@ -25,10 +33,107 @@ int worker_sampling_init(struct worker_sampling *ws, uint32_t n_slots)
 
 void worker_sampling_free(struct worker_sampling *ws)
 {
+	for (uint32_t i = 0; ws->slots && i < ws->n_slots; i++)
+		worker_grammar_drop(&ws->slots[i]);
+	grammar_vocab_destroy(ws->vocab);
+	ws->vocab = NULL;
 	free(ws->slots);
 	free(ws->bias);
 	ws->slots = NULL;
 	ws->bias = NULL;
+}
+
+/*
+ * The vocabulary from the shared table (the coordinator's tokenizer):
+ * checked, since a bad table must refuse rows, not crash us.  NULL when
+ * it is missing, damaged or memory ran out (logged).
+ */
+static struct grammar_vocab *worker_vocab_load(const struct shm_segment *seg)
+{
+	const struct shm_header *hdr = seg->hdr;
+	const struct shm_vocab_table *t;
+	const uint8_t **bytes = NULL;
+	const uint8_t *base;
+	uint32_t *lens = NULL, n;
+	struct grammar_vocab *v = NULL;
+	uint64_t room;
+
+	if (!hdr->vocab_table_size) {
+		LOG(LOG_WARN, "a grammar, but no vocabulary table");
+		return NULL;
+	}
+	t = shm_vocab_table(seg);
+	n = t->n_tokens;
+	if (n != hdr->vocab || shm_vocab_table_bytes(n, 0) > hdr->vocab_table_size ||
+	    t->eos_id < -1 || (t->eos_id >= 0 && (uint32_t)t->eos_id >= n)) {
+		LOG(LOG_WARN, "vocabulary table: %u tokens (want %u), eos %d",
+		    n, hdr->vocab, t->eos_id);
+		return NULL;
+	}
+	base = (const uint8_t *)&t->off[n + 1];
+	room = hdr->vocab_table_size - shm_vocab_table_bytes(n, 0);
+	bytes = malloc((n ? n : 1) * sizeof(*bytes));
+	lens = malloc((n ? n : 1) * sizeof(*lens));
+	if (!bytes || !lens)
+		goto out;
+	for (uint32_t i = 0; i < n; i++) {
+		if (t->off[i] > t->off[i + 1] || t->off[i + 1] > room) {
+			LOG(LOG_WARN, "vocabulary table: token %u's bytes out of "
+			    "range", i);
+			goto out;
+		}
+		bytes[i] = base + t->off[i];
+		lens[i] = t->off[i + 1] - t->off[i];
+	}
+	v = grammar_vocab_create(bytes, lens, n, t->eos_id);
+out:
+	free(bytes);
+	free(lens);
+	return v;
+}
+
+/*
+ * The slot's grammar, when its entry is for this generation and holds
+ * one: our own copy of the source, compiled, with a matcher at the
+ * start of the row's generated tokens.
+ */
+static void worker_grammar_load(struct worker_sampling *ws,
+				struct worker_slot_sampling *c,
+				const struct shm_segment *seg, uint32_t slot)
+{
+	const struct shm_slot_grammar *e;
+	uint32_t gen, len;
+	char *src, err[160];
+
+	if (!seg->hdr->grammar_slot_bytes)
+		return;
+	e = shm_grammar_at(seg, slot);
+	gen = e->generation;
+	len = e->len;
+	if (gen != c->generation || !len)
+		return;
+	c->grammar_bad = true;
+	if (len > shm_grammar_source_max(seg->hdr) || !c->needs_logits) {
+		LOG(LOG_WARN, "slot %u: grammar entry damaged (%u bytes)", slot, len);
+		return;
+	}
+	if (!ws->vocab && !ws->vocab_failed) {
+		ws->vocab = worker_vocab_load(seg);
+		ws->vocab_failed = !ws->vocab;
+	}
+	if (!ws->vocab)
+		return;
+	src = malloc(len);
+	if (!src)
+		return;
+	memcpy(src, e->source, len);	/* one read: parse our copy */
+	c->grammar = grammar_parse(src, len, err, sizeof(err));
+	free(src);
+	if (!c->grammar) {
+		LOG(LOG_WARN, "slot %u: grammar refused: %s", slot, err);
+		return;
+	}
+	c->grammar_bad = false;
 }
 
 /* Copy the table's entry for slot into c (bias into bias[]) and check it. */
@@ -44,6 +149,7 @@ static void worker_sampling_copy(struct worker_slot_sampling *c,
 	/* one read of shared memory: the fixed fields, then only the bias
 	 * entries the request has (most have none) */
 	memcpy(&e, shared, offsetof(struct shm_slot_sampling, bias));
+	worker_grammar_drop(c);
 	memset(c, 0, sizeof(*c));
 	c->generation = generation;
 	if (e.generation != generation || e.n_bias > SAMPLER_MAX_BIAS) {
@@ -83,5 +189,7 @@ worker_sampling_load(struct worker_sampling *ws, const struct shm_segment *seg,
 
 	worker_sampling_copy(c, ws->bias + (size_t)local * SAMPLER_MAX_BIAS,
 			     seg, slot, generation);
+	if (c->valid)
+		worker_grammar_load(ws, c, seg, slot);
 	return c;
 }

@@ -16,6 +16,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "grammar/grammar.h"
+#include "grammar/token_mask.h"
 #include "sampling/sampler.h"
 #include "ipc/shm_segment.h"
 
@@ -34,6 +36,13 @@ struct worker_slot_sampling {
 	bool no_spec;		/* the request asked for no speculation */
 	struct sampling_params params;	/* bias points into the slot's
 					 * entries of worker_sampling.bias */
+	/* the request's grammar (docs/DESIGN.md 2.8), compiled from our
+	 * copy of the slot's entry (the runner follows it along the row);
+	 * NULL: unconstrained */
+	struct grammar *grammar;
+	bool grammar_bad;		/* the entry could not be compiled (or
+					 * the vocabulary table is damaged):
+					 * the row is refused */
 };
 
 /* Every slot of the shard. */
@@ -42,6 +51,10 @@ struct worker_sampling {
 	struct sampling_bias *bias;	/* shard_capacity x SAMPLER_MAX_BIAS,
 					 * touched only by requests with bias */
 	uint32_t n_slots;
+	/* the vocabulary's bytes for grammar masks, built from the shared
+	 * table on the first constrained request */
+	struct grammar_vocab *vocab;
+	bool vocab_failed;		/* the table was damaged or missing */
 };
 
 /* 0 or -ENOMEM (nothing allocated). */
@@ -52,7 +65,8 @@ void worker_sampling_free(struct worker_sampling *ws);
  * The fields of slot (local index local in the shard) for generation,
  * copied from the shard's table on the first call for that generation.
  * Never NULL; ->valid false when the table held another generation or
- * values that fail the checks (the row is then refused).
+ * values that fail the checks (the row is then refused).  A slot whose
+ * request has a grammar gets ->grammar (or ->grammar_bad).
  */
 const struct worker_slot_sampling *
 worker_sampling_load(struct worker_sampling *ws, const struct shm_segment *seg,

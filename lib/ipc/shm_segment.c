@@ -20,14 +20,15 @@
 
 #include "util/fault_sim.h"
 
-static_assert(sizeof(struct shm_header) == 192, "shm_header layout");
+static_assert(sizeof(struct shm_header) == 256, "shm_header layout");
 static_assert(offsetof(struct shm_header, layout_version) == 8, "header");
 static_assert(offsetof(struct shm_header, segment_size) == 16, "header");
 static_assert(offsetof(struct shm_header, ring_depth) == 40, "header");
 static_assert(offsetof(struct shm_header, vocab) == 48, "header");
 static_assert(offsetof(struct shm_header, off_slots) == 56, "header");
 static_assert(offsetof(struct shm_header, shard_size) == 80, "header");
-static_assert(offsetof(struct shm_header, coordinator_sleeping) == 128,
+static_assert(offsetof(struct shm_header, off_vocab) == 136, "header");
+static_assert(offsetof(struct shm_header, coordinator_sleeping) == 192,
 	      "coordinator_sleeping on its own cache line");
 static_assert(sizeof(struct shm_slot) == 32, "slot table entry");
 static_assert(sizeof(struct shm_dispatch_row) == 36, "dispatch row");
@@ -100,7 +101,9 @@ static int layout_compute(struct shm_header *hdr, const struct shm_params *p)
 	    p->max_context > SHM_MAX_CONTEXT ||
 	    (p->kv_block_tokens && (!p->kv_blocks ||
 				    p->kv_block_tokens > SHM_MAX_CONTEXT)) ||
-	    p->emit_per_row > SHM_MAX_EMIT)
+	    p->emit_per_row > SHM_MAX_EMIT ||
+	    p->grammar_source_max > SHM_MAX_GRAMMAR ||
+	    p->vocab_table_bytes > SHM_MAX_VOCAB_TABLE)
 		return -EINVAL;
 	memset(hdr, 0, sizeof(*hdr));
 	hdr->magic = SHM_MAGIC;
@@ -114,8 +117,10 @@ static int layout_compute(struct shm_header *hdr, const struct shm_params *p)
 	hdr->coordinator_pid = (int32_t)getpid();
 	hdr->vocab = p->vocab;
 	hdr->off_slots = SHM_PAGE;
-	hdr->segment_size = round_up(SHM_PAGE + (uint64_t)p->n_slots *
-				     sizeof(struct shm_slot), SHM_PAGE);
+	hdr->off_vocab = round_up(SHM_PAGE + (uint64_t)p->n_slots *
+				  sizeof(struct shm_slot), SHM_PAGE);
+	hdr->vocab_table_size = round_up(p->vocab_table_bytes, SHM_PAGE);
+	hdr->segment_size = hdr->off_vocab + hdr->vocab_table_size;
 	hdr->result_rows = hdr->shard_capacity *
 			   (p->emit_per_row ? p->emit_per_row : 1);
 	hdr->channel_size = channel_size_for(hdr->shard_capacity, hdr->result_rows,
@@ -133,8 +138,16 @@ static int layout_compute(struct shm_header *hdr, const struct shm_params *p)
 					      hdr->kv_max_blocks * sizeof(uint32_t),
 					      SHM_PAGE);
 	}
+	if (p->grammar_source_max) {
+		/* 8-aligned entries: each starts with its words */
+		hdr->grammar_slot_bytes = (uint32_t)round_up(
+			sizeof(struct shm_slot_grammar) + p->grammar_source_max, 8);
+		hdr->shard_grammar_size = round_up((uint64_t)hdr->shard_capacity *
+						   hdr->grammar_slot_bytes, SHM_PAGE);
+	}
 	hdr->shard_size = hdr->channel_size + hdr->shard_tokens_size +
-			  hdr->shard_sampling_size + hdr->shard_kv_size;
+			  hdr->shard_sampling_size + hdr->shard_kv_size +
+			  hdr->shard_grammar_size;
 	return 0;
 }
 
@@ -167,10 +180,16 @@ int shm_header_validate(const struct shm_header *hdr, size_t size, char *err,
 	p.kv_blocks = hdr->kv_blocks;
 	p.emit_per_row = hdr->shard_capacity ?
 			 hdr->result_rows / hdr->shard_capacity : 0;
+	p.grammar_source_max = shm_grammar_source_max(hdr);
+	p.vocab_table_bytes = hdr->vocab_table_size;
 	if (layout_compute(&want, &p) || want.off_slots != hdr->off_slots ||
 	    want.result_rows != hdr->result_rows ||
 	    want.kv_max_blocks != hdr->kv_max_blocks ||
 	    want.shard_kv_size != hdr->shard_kv_size ||
+	    want.grammar_slot_bytes != hdr->grammar_slot_bytes ||
+	    want.shard_grammar_size != hdr->shard_grammar_size ||
+	    want.vocab_table_size != hdr->vocab_table_size ||
+	    want.off_vocab != hdr->off_vocab ||
 	    want.channel_size != hdr->channel_size ||
 	    want.shard_tokens_size != hdr->shard_tokens_size ||
 	    want.shard_sampling_size != hdr->shard_sampling_size ||

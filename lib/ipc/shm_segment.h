@@ -67,6 +67,11 @@
  *   offset     size           region               writer
  *   0          4096           struct shm_header    coordinator
  *   off_slots  n_slots * 32   slot table (mirror)  coordinator
+ *   off_vocab  vocab_table_size  vocabulary table  coordinator, at start
+ *
+ * The vocabulary table (struct shm_vocab_table) holds each token's bytes,
+ * for the workers' grammar masks (docs/DESIGN.md 2.8): the coordinator's
+ * tokenizer is the one truth of what a token spells.
  *
  * struct shm_header (offsets pinned by static_assert in shm_segment.c):
  *
@@ -82,11 +87,15 @@
  *   40      4     ring_depth            coordinator, once
  *   44      4     coordinator_pid       coordinator, once
  *   48      4     vocab                 coordinator, once
+ *   52      4     grammar_slot_bytes    coordinator, once
  *   56      8     off_slots             coordinator, once
  *   64      8     channel_size          coordinator, once
  *   72      8     shard_tokens_size     coordinator, once
  *   80      8     shard_size            coordinator, once
- *   128     4     coordinator_sleeping  coordinator (own cache line)
+ *   120     8     shard_grammar_size    coordinator, once
+ *   128     8     vocab_table_size      coordinator, once
+ *   136     8     off_vocab             coordinator, once
+ *   192     4     coordinator_sleeping  coordinator (own cache line)
  *
  * A shard object:
  *
@@ -97,6 +106,8 @@
  *                                    (struct shm_slot_sampling per slot)
  *   + sampling    shard_kv_size      block tables   coordinator
  *                                    (kv_max_blocks uint32 per slot)
+ *   + tables      shard_grammar_size grammar entries coordinator
+ *                                    (grammar_slot_bytes per slot)
  *
  * A slot's block table says which block of the shard's KV pool (in the
  * worker's private memory, model/kv_pool.h) holds each run of
@@ -135,8 +146,8 @@
 #include "sampling/sampler.h"
 
 #define SHM_MAGIC 0x48435441424e5944ull	/* "DYNBATCH" little-endian */
-#define SHM_LAYOUT_VERSION 8u	/* 8: results of several tokens a row;
-				 * penalties in the sampling entry */
+#define SHM_LAYOUT_VERSION 9u	/* 9: grammars (a source per slot, the
+				 * vocabulary's bytes) */
 #define SHM_CACHE_LINE 64
 #define SHM_PAGE 4096u
 #define SHM_RING_DEPTH 64u		/* positions per ring, power of two */
@@ -167,7 +178,9 @@ struct shm_header {
 	uint32_t ring_depth;		/* entries per ring */
 	int32_t coordinator_pid;	/* workers exit when it is gone */
 	uint32_t vocab;			/* model vocabulary, for checks */
-	uint32_t pad_vocab;
+	uint32_t grammar_slot_bytes;	/* bytes of a slot's grammar entry
+					 * (struct shm_slot_grammar + source);
+					 * 0: no grammars */
 	uint64_t off_slots;		/* byte offset of the slot table */
 	uint64_t channel_size;		/* bytes of a shard object's channel,
 					 * page multiple: its token buffers
@@ -190,7 +203,14 @@ struct shm_header {
 	uint64_t shard_kv_size;		/* bytes of a shard object's block
 					 * tables (after its sampling table),
 					 * page multiple; 0 when not paged */
-	uint8_t pad0[128 - 120];
+	uint64_t shard_grammar_size;	/* bytes of a shard object's grammar
+					 * entries (after its block tables),
+					 * page multiple; 0: no grammars */
+	uint64_t vocab_table_size;	/* bytes of the vocabulary table in
+					 * the shared object (after the slot
+					 * table), page multiple; 0: none */
+	uint64_t off_vocab;		/* its byte offset */
+	uint8_t pad0[192 - 144];
 	/* SHM_COORD_*: whether the coordinator sleeps in io_uring and for
 	 * which results a worker that has just published one (or adopted a
 	 * dispatch) writes its notification pipe to wake it.  Set and read
@@ -322,10 +342,47 @@ struct shm_slot_sampling {
 	struct sampling_bias bias[SAMPLER_MAX_BIAS];
 };
 
+/*
+ * A slot's grammar (docs/DESIGN.md 2.8): the GBNF source its request's
+ * tokens must follow, grammar_slot_bytes per slot after the block
+ * tables.  Written by the coordinator with the slot's sampling entry;
+ * the worker copies it once per generation (worker_sampling.c), checks
+ * len and compiles its copy, so a stray write reaches only its own rows.
+ */
+struct shm_slot_grammar {
+	uint32_t generation;		/* the request it is for */
+	uint32_t len;			/* source bytes; 0: unconstrained */
+	char source[];			/* len bytes, any bytes */
+};
+
+/*
+ * The vocabulary table: n_tokens, then n_tokens + 1 offsets into the
+ * bytes that follow them (token t spells bytes[off[t] .. off[t + 1]);
+ * empty for a control token).  The coordinator writes it before it
+ * starts a worker; a worker maps it read-only and checks the offsets.
+ */
+struct shm_vocab_table {
+	uint32_t n_tokens;
+	int32_t eos_id;			/* the token that ends a sentence of
+					 * the grammar; -1: none */
+	uint32_t off[];			/* n_tokens + 1, then the bytes */
+};
+
+/* Bytes of a table of n tokens spelling total_bytes in all. */
+static inline uint64_t shm_vocab_table_bytes(uint32_t n, uint64_t total_bytes)
+{
+	return sizeof(struct shm_vocab_table) + ((uint64_t)n + 1) * 4 + total_bytes;
+}
+
 /* The row consumed a chunk of its prefix and has no token yet. */
 #define SHM_TOKEN_PREFILL (-2)
 /* The model refused the row (detail says why): its request ends. */
 #define SHM_TOKEN_REFUSED (-3)
+
+/* The longest grammar source a slot may take (--grammar-max-bytes). */
+#define SHM_MAX_GRAMMAR (1u << 24)
+/* The largest vocabulary table (a 1M-token vocabulary of long pieces). */
+#define SHM_MAX_VOCAB_TABLE (1ull << 28)
 
 /* The longest --max-context a slot's buffer may have. */
 #define SHM_MAX_CONTEXT (1u << 24)
@@ -408,6 +465,10 @@ struct shm_params {
 	uint32_t kv_blocks;		/* per shard pool */
 	uint32_t emit_per_row;		/* most tokens a row gets in one
 					 * result (1 + guesses); 0 counts as 1 */
+	uint32_t grammar_source_max;	/* longest grammar source a slot
+					 * takes; 0: no grammars */
+	uint64_t vocab_table_bytes;	/* the vocabulary table's bytes
+					 * (shm_vocab_table_bytes()); 0: none */
 };
 
 /*
@@ -563,6 +624,34 @@ static inline uint32_t *shm_kv_table_at(const struct shm_segment *seg,
 	return (uint32_t *)((char *)seg->shard_base[shard] + hdr->channel_size +
 			    hdr->shard_tokens_size + hdr->shard_sampling_size) +
 	       (size_t)(slot - shm_shard_first_slot(hdr, shard)) * hdr->kv_max_blocks;
+}
+
+/* The grammar entry of slot (in the shard's object; bounds-checked, the
+ * entries present: grammar_slot_bytes != 0). */
+static inline struct shm_slot_grammar *
+shm_grammar_at(const struct shm_segment *seg, uint32_t slot)
+{
+	const struct shm_header *hdr = seg->hdr;
+	uint32_t shard = shm_slot_shard(hdr, slot);
+
+	return (struct shm_slot_grammar *)((char *)seg->shard_base[shard] +
+		hdr->channel_size + hdr->shard_tokens_size +
+		hdr->shard_sampling_size + hdr->shard_kv_size +
+		(size_t)(slot - shm_shard_first_slot(hdr, shard)) *
+		hdr->grammar_slot_bytes);
+}
+
+/* The most source bytes a slot's grammar entry holds. */
+static inline uint32_t shm_grammar_source_max(const struct shm_header *hdr)
+{
+	return hdr->grammar_slot_bytes ? hdr->grammar_slot_bytes -
+	       (uint32_t)sizeof(struct shm_slot_grammar) : 0;
+}
+
+/* The vocabulary table (vocab_table_size != 0), in the shared object. */
+static inline struct shm_vocab_table *shm_vocab_table(const struct shm_segment *seg)
+{
+	return (struct shm_vocab_table *)((char *)seg->base + seg->hdr->off_vocab);
 }
 
 static inline struct shm_dispatch *

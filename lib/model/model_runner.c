@@ -31,6 +31,7 @@
 #include "dynbatch/model.h"
 #include "model/kv_pool.h"
 #include "model/model_loader.h"
+#include "model/runner_grammar.h"
 #include "spec/spec.h"
 #include "util/clock.h"
 
@@ -79,6 +80,7 @@ struct model_runner {
 	int32_t *seq;		/* per step row: prefix + guesses, for the
 				 * model (max_context + SPEC_MAX_DRAFT) */
 	struct runner_spec_counts counts;
+	struct runner_grammar grammar;	/* rows with a grammar (DESIGN 2.8) */
 };
 
 static struct model_runner *runner_create(struct model *m, uint32_t n_slots,
@@ -96,6 +98,7 @@ static struct model_runner *runner_create(struct model *m, uint32_t n_slots,
 	r->n_slots = n_slots;
 	r->max_context = max_context;
 	r->vocab = model_vocab(m);
+	runner_grammar_init(&r->grammar, n_slots, r->vocab);
 	r->slots = calloc(n_slots, sizeof(*r->slots));
 	r->prefixes = calloc(n_slots, sizeof(*r->prefixes));
 	r->lengths = calloc(n_slots, sizeof(*r->lengths));
@@ -186,6 +189,7 @@ void model_runner_destroy(struct model_runner *r)
 	free(r->drafts);
 	free(r->seq);
 	sampler_destroy(r->sampler);
+	runner_grammar_free(&r->grammar);
 	free(r);
 }
 
@@ -258,6 +262,7 @@ static void runner_drop(struct model_runner *r, uint32_t slot)
 	if (r->slots[slot].consumed && !r->paged)
 		model_release(r->model, slot);
 	r->slots[slot].consumed = 0;
+	runner_grammar_drop(&r->grammar, slot);
 }
 
 /* A refused row's request ends: whatever the model built for it in the
@@ -267,6 +272,7 @@ static void runner_refused(struct model_runner *r, uint32_t slot)
 	if (!r->paged)
 		model_release(r->model, slot);
 	r->slots[slot].consumed = 0;
+	runner_grammar_drop(&r->grammar, slot);
 }
 
 void model_runner_forget_all(struct model_runner *r)
@@ -293,6 +299,22 @@ void model_runner_keep(struct model_runner *r, uint32_t n,
 	}
 }
 
+/* Set the logits of the tokens allowed[] leaves out to -inf; how many
+ * tokens it allows. */
+static uint32_t runner_mask(float *logits, const uint64_t *allowed,
+			    uint32_t vocab)
+{
+	uint32_t n = 0;
+
+	for (uint32_t t = 0; t < vocab; t++) {
+		if (allowed[t / 64] >> (t % 64) & 1)
+			n++;
+		else
+			logits[t] = -INFINITY;
+	}
+	return n;
+}
+
 /* The greedy choice: the largest logit, the lowest id on ties.  -EDOM
  * for a NaN (a model that computed garbage fails the step). */
 static int runner_argmax(const float *logits, uint32_t vocab, int32_t *token)
@@ -316,14 +338,26 @@ static int runner_argmax(const float *logits, uint32_t vocab, int32_t *token)
  * logits: the step fails.
  */
 static int runner_pick(struct model_runner *r, const struct runner_row *row,
-		       const float *logits, uint32_t j, const int32_t *tokens,
+		       float *logits, uint32_t j, const int32_t *tokens,
 		       struct runner_result *res)
 {
 	struct sampler_result tmp, *out = row->sampled ? row->sampled + j : &tmp;
 	struct sampling_history hist;
+	const uint64_t *allowed;
 	int ret;
 
 	*res = (struct runner_result){ .token = -1, .outcome = RUNNER_TOKEN };
+	/* a grammar's mask comes first, then every sampling field (DESIGN
+	 * 2.8); in place: the buffer is ours, and this row's alone */
+	allowed = r->grammar.allowed && row->grammar ?
+		  r->grammar.allowed[row->slot] : NULL;
+	if (allowed == runner_grammar_failed ||
+	    (allowed && !runner_mask(logits, allowed, r->vocab))) {
+		res->outcome = RUNNER_REFUSED;
+		res->detail = allowed == runner_grammar_failed ?
+			      RUNNER_REFUSE_GRAMMAR : RUNNER_REFUSE_GRAMMAR_NONE;
+		return 0;
+	}
 	if (!row->sampling)
 		return runner_argmax(logits, r->vocab, &res->token);
 	/* the row's own prefix (with the j guesses before position j):
@@ -360,7 +394,9 @@ static uint32_t runner_propose(struct model_runner *r, uint32_t i,
 	int32_t *d, *seq;
 	uint64_t t0;
 
-	if (r->spec.mode == SPEC_OFF || row->no_spec || !row->n_tokens)
+	/* a grammar's mask is for the row's next position only */
+	if (r->spec.mode == SPEC_OFF || row->no_spec || row->grammar ||
+	    !row->n_tokens)
 		return 0;
 	if (st->pace_generation != row->generation) {
 		st->pace = (struct spec_pace){ 0 };
@@ -405,7 +441,7 @@ static uint32_t runner_propose(struct model_runner *r, uint32_t i,
  */
 static int runner_accept(struct model_runner *r, const struct runner_row *row,
 			 uint32_t a, const int32_t *d, const int32_t *seq,
-			 const float *logits, const int32_t *tokens,
+			 float *logits, const int32_t *tokens,
 			 struct runner_result *res, uint32_t *matched)
 {
 	struct runner_result one;
@@ -721,12 +757,24 @@ static int runner_step_stateful(struct model_runner *r, uint32_t n_rows,
 	return 0;
 }
 
+void model_runner_set_grammar_vocab(struct model_runner *r,
+				    const struct grammar_vocab *v)
+{
+	r->grammar.vocab = v;
+}
+
 int model_runner_step(struct model_runner *r, uint32_t n_rows,
 		      const struct runner_row *rows,
 		      struct runner_result *results)
 {
 	if (n_rows > r->n_slots)
 		return -EINVAL;
+	for (uint32_t i = 0; i < n_rows; i++)
+		if (rows[i].grammar || r->grammar.allowed)
+			runner_grammar_row(&r->grammar, rows[i].slot,
+					   rows[i].generation, rows[i].grammar,
+					   rows[i].tokens, rows[i].n_tokens,
+					   rows[i].n_prompt);
 	return r->stateful ? runner_step_stateful(r, n_rows, rows, results) :
 			     runner_step_tokens(r, n_rows, rows, results);
 }

@@ -33,6 +33,8 @@
 #include "sampling/sampler.h"
 #include "spec/spec.h"
 
+struct grammar;
+struct grammar_vocab;
 struct model;
 struct model_runner;
 
@@ -62,6 +64,12 @@ struct runner_row {
 	 * its length); 0 counts as 1.  Speculation never guesses past it. */
 	uint32_t room;
 	bool no_spec;		/* the request asked for no speculation */
+	/* the request's grammar (docs/DESIGN.md 2.8; the same pointer
+	 * every step of its generation, living as long): the runner masks
+	 * the logits to the tokens it allows next, before every sampling
+	 * field (it needs sampling set, and model_runner_set_grammar_vocab());
+	 * NULL: unconstrained.  A row with a grammar gets no guesses. */
+	const struct grammar *grammar;
 	/* paged runners only: the row's block table (n_blocks entries,
 	 * read-only, valid in the call) and the positions [0, kv_cached)
 	 * its blocks hold for the request's first step in this runner */
@@ -77,6 +85,10 @@ struct runner_row {
 					 * got a row that samples */
 #define RUNNER_REFUSE_SAMPLING 102u	/* the row's sampling fields are
 					 * invalid (a worker read garbage) */
+#define RUNNER_REFUSE_GRAMMAR_NONE 103u	/* the grammar allows no token */
+#define RUNNER_REFUSE_GRAMMAR 104u	/* the grammar could not be
+					 * followed (its matcher's bounds,
+					 * or an entry a worker read damaged) */
 
 enum runner_outcome {
 	RUNNER_TOKEN = 0,	/* token is the next one */
@@ -131,6 +143,11 @@ struct model_runner *model_runner_create_paged(struct model *m, uint32_t n_slots
  * results[i] for each.  0, or a negative errno: the step failed (the
  * model failed, returned a token outside the vocabulary or NaN logits).
  */
+/* The vocabulary's bytes for rows with a grammar (v outlives r; NULL:
+ * such rows are refused). */
+void model_runner_set_grammar_vocab(struct model_runner *r,
+				    const struct grammar_vocab *v);
+
 int model_runner_step(struct model_runner *r, uint32_t n_rows,
 		      const struct runner_row *rows,
 		      struct runner_result *results);

@@ -459,6 +459,7 @@ struct jsonl_frontend *jsonl_frontend_create(const struct jsonl_config *cfg,
 				      .max_context = cfg->max_context,
 				      .has_logits = engine_has_logits(e),
 				      .tok = engine_tokenizer(e),
+				      .grammar_max = engine_grammar_max(e),
 				      .default_temperature = cfg->default_temperature };
 
 	*status = ENGINE_EXIT_FAILED;

@@ -16,7 +16,7 @@
  * A refused field's neutral value is what OpenAI documents as its
  * default (echo false, best_of 1) or a value that
  * cannot change the answer here (best_of equal to n, tool_choice "auto"
- * with no tools, response_format {"type": "text"}).
+ * with no tools).
  */
 #include "server/request/request_fields.h"
 
@@ -115,12 +115,6 @@ static bool function_call_neutral(const json_t *v, const json_t *obj)
 	       (str_is(v, "auto") && no_list(obj, "functions"));
 }
 
-static bool format_is_text(const json_t *v, const json_t *obj)
-{
-	return json_object_size(v) == 1 &&
-	       str_is(json_object_get(v, "type"), "text");
-}
-
 static bool modalities_text(const json_t *v, const json_t *obj)
 {
 	return json_array_size(v) == 1 && str_is(json_array_get(v, 0), "text");
@@ -184,6 +178,11 @@ static const struct field_rule rules[] = {
 	PARSED("speculate", A_ALL),
 	PARSED("top_k", A_ALL),
 	PARSED("min_p", A_ALL),
+	/* structured output (docs/DESIGN.md 2.8): llama.cpp's GBNF field,
+	 * and OpenAI's response_format (taken by every front end, as vLLM
+	 * takes it on completions too) */
+	PARSED("grammar", A_ALL),
+	PARSED("response_format", A_ALL),
 	/* OpenAI's two, and vLLM's/llama.cpp's repetition_penalty */
 	PARSED("presence_penalty", A_ALL),
 	PARSED("frequency_penalty", A_ALL),
@@ -209,8 +208,6 @@ static const struct field_rule rules[] = {
 	REFUSED("functions", A_CHAT, T_ARR, "an array", is_empty, "[]"),
 	REFUSED("function_call", A_CHAT, T_STR | T_OBJ, "a string or an object",
 		function_call_neutral, "\"none\" (or \"auto\" with no functions)"),
-	REFUSED("response_format", A_CHAT, T_OBJ, "an object", format_is_text,
-		"{\"type\": \"text\"}"),
 	REFUSED("store", A_CHAT, T_BOOL, "true or false", is_false,
 		"false (nothing is stored)"),
 	REFUSED("metadata", A_CHAT, T_OBJ, "an object", is_empty,

@@ -40,6 +40,7 @@
 #include "sampling/sampler.h"
 #include "server/request/request_build.h"
 #include "server/request/request_fields.h"
+#include "server/request/request_grammar.h"
 #include "text/stop_matcher.h"
 #include "text/text_stop.h"
 #include "text/text_tokenizer.h"
@@ -662,6 +663,16 @@ static int parse_fields(const struct parse_ctx *pc, json_t *obj,
 					   "field 'speculate' must be true or false, not %s",
 					   request_json_kind(v));
 		req->no_spec = json_is_false(v);
+	}
+
+	{
+		char why[320];
+
+		rc = request_parse_grammar(obj, pc->lim, req, why, sizeof(why));
+		if (rc == -ENOMEM)
+			return parse_error(pc, rc, "out of memory");
+		if (rc)
+			return parse_error(pc, rc, "%s", why);
 	}
 
 	v = get_opt(obj, "include_stop");

@@ -33,6 +33,10 @@ struct request_limits {
 	/* --tokenizer (NULL: none): string prompts and stop strings are
 	 * possible, and results carry text */
 	const struct text_tokenizer *tok;
+	/* the longest grammar source a request may have (the "grammar"
+	 * field, or what response_format compiles to); 0: grammars are
+	 * refused (no tokenizer, or --grammar-max-bytes 0) */
+	uint32_t grammar_max;
 };
 
 #endif /* DYNBATCH_REQUEST_LIMITS_H */

@@ -67,9 +67,6 @@ static const struct ref_field ref_checked[] = {
 	{ "functions", H, { "[]" }, { "[{\"name\":\"f\"}]" }, { "{}" } },
 	{ "function_call", H, { "\"none\"", "\"auto\"" },
 	  { "{\"name\":\"f\"}", "\"f\"" }, { "false" } },
-	{ "response_format", H, { "{\"type\":\"text\"}" },
-	  { "{\"type\":\"json_object\"}", "{}",
-	    "{\"type\":\"text\",\"x\":1}" }, { "\"text\"" } },
 	{ "store", H, { "false" }, { "true" }, { "0" } },
 	{ "metadata", H, { "{}" }, { "{\"a\":\"b\"}" }, { "[]" } },
 	{ "modalities", H, { "[\"text\"]" },
@@ -99,6 +96,7 @@ static const struct { const char *name; unsigned apis; } ref_parsed[] = {
 	{ "ignore_eos", J | C | H }, { "top_k", J | C | H }, { "min_p", J | C | H },
 	{ "presence_penalty", J | C | H }, { "frequency_penalty", J | C | H },
 	{ "repetition_penalty", J | C | H },
+	{ "grammar", J | C | H }, { "response_format", J | C | H },
 };
 
 /* Not fields of anything: typos and other servers' names. */

@@ -377,15 +377,17 @@ static void test_create_layout(void **state)
 static void test_create_bad_params(void **state)
 {
 	static const struct shm_params bad[] = {
-		{ 0, 1, 16, 100, 0, 0, 0 },		/* no slots */
-		{ 4, 0, 16, 100, 0, 0, 0 },		/* no shards */
-		{ 4, 5, 16, 100, 0, 0, 0 },		/* more shards than slots */
-		{ 4, 1, 0, 100, 0, 0, 0 },			/* no context */
-		{ (1u << 16) + 1, 1, 16, 100, 0, 0, 0 },	/* too many slots */
-		{ 4, 1, (1u << 24) + 1, 100, 0, 0, 0 },	/* context too long */
-		{ 4, 1, 16, 100, 16, 0, 0 },		/* blocks of nothing */
-		{ 4, 1, 16, 100, (1u << 24) + 1, 8, 0 },	/* blocks too long */
-		{ 4, 1, 16, 100, 0, 0, SHM_MAX_EMIT + 1 },	/* results too wide */
+		{ 0, 1, 16, 100, 0, 0, 0, 0, 0 },		/* no slots */
+		{ 4, 0, 16, 100, 0, 0, 0, 0, 0 },		/* no shards */
+		{ 4, 5, 16, 100, 0, 0, 0, 0, 0 },		/* more shards than slots */
+		{ 4, 1, 0, 100, 0, 0, 0, 0, 0 },			/* no context */
+		{ (1u << 16) + 1, 1, 16, 100, 0, 0, 0, 0, 0 },	/* too many slots */
+		{ 4, 1, (1u << 24) + 1, 100, 0, 0, 0, 0, 0 },	/* context too long */
+		{ 4, 1, 16, 100, 16, 0, 0, 0, 0 },		/* blocks of nothing */
+		{ 4, 1, 16, 100, (1u << 24) + 1, 8, 0, 0, 0 },	/* blocks too long */
+		{ 4, 1, 16, 100, 0, 0, SHM_MAX_EMIT + 1, 0, 0 },	/* results too wide */
+		{ 4, 1, 16, 100, 0, 0, 0, SHM_MAX_GRAMMAR + 1, 0 },	/* grammars too long */
+		{ 4, 1, 16, 100, 0, 0, 0, 0, SHM_MAX_VOCAB_TABLE + 1 },	/* vocabulary too big */
 	};
 	int fds = count_fds();
 
@@ -922,7 +924,7 @@ static void test_wake_handshake(void **state)
 
 static void expect_fault(const char *faults, int want)
 {
-	struct shm_params p = { 16, 4, 128, 100, 0, 0, 0 };
+	struct shm_params p = { 16, 4, 128, 100, 0, 0, 0, 0, 0 };
 	struct shm_segment seg;
 	int fds = count_fds();
 	int rc;

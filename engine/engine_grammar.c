@@ -1,0 +1,115 @@
+/*
+ * engine_grammar.c - the coordinator's side of structured output
+ * (docs/DESIGN.md 2.8): what each token spells, from the tokenizer, for
+ * the workers (the shared vocabulary table) and for our own check, and
+ * that check: every token committed to a request with a grammar must be
+ * one its grammar allows, whatever a worker sent.
+ */
+#include "engine/engine_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/grammar.h"
+#include "grammar/token_mask.h"
+#include "ipc/shm_segment.h"
+#include "text/text_tokenizer.h"
+
+/* Token t's bytes as a grammar sees them: its piece after no token (the
+ * BOS rule that drops a leading space applies only right after BOS). */
+static const char *engine_token_bytes(const struct engine *e, uint32_t t,
+				      size_t *len)
+{
+	const char *p = text_tokenizer_piece(e->tok, -1, (int32_t)t, len);
+
+	if (!p)
+		*len = 0;
+	return p;
+}
+
+uint64_t engine_grammar_table_bytes(const struct engine *e)
+{
+	uint64_t total = 0;
+	size_t len;
+
+	if (!e->tok || !e->cfg->grammar_max_bytes)
+		return 0;
+	for (uint32_t t = 0; t < e->vocab; t++) {
+		engine_token_bytes(e, t, &len);
+		total += len;
+	}
+	return shm_vocab_table_bytes(e->vocab, total);
+}
+
+int engine_setup_grammar(struct engine *e)
+{
+	const uint8_t **bytes;
+	uint32_t *lens;
+	struct shm_vocab_table *table = NULL;
+	uint8_t *out = NULL;
+	size_t len;
+	int32_t eos;
+
+	if (!e->seg.hdr->vocab_table_size)
+		return 0;
+	bytes = malloc((size_t)e->vocab * sizeof(*bytes));
+	lens = malloc((size_t)e->vocab * sizeof(*lens));
+	if (!bytes || !lens) {
+		free(bytes);
+		free(lens);
+		return -ENOMEM;
+	}
+	eos = text_tokenizer_eos(e->tok);
+	if (eos >= (int32_t)e->vocab)
+		eos = -1;
+	table = shm_vocab_table(&e->seg);
+	table->n_tokens = e->vocab;
+	table->eos_id = eos;
+	out = (uint8_t *)&table->off[e->vocab + 1];
+	table->off[0] = 0;
+	for (uint32_t t = 0; t < e->vocab; t++) {
+		const char *p = engine_token_bytes(e, t, &len);
+
+		memcpy(out + table->off[t], p, len);
+		table->off[t + 1] = table->off[t] + (uint32_t)len;
+		bytes[t] = out + table->off[t];
+		lens[t] = (uint32_t)len;
+	}
+	e->grammar_vocab = grammar_vocab_create(bytes, lens, e->vocab, eos);
+	free(bytes);
+	free(lens);
+	if (!e->grammar_vocab)
+		return -ENOMEM;
+	if (e->runner)
+		model_runner_set_grammar_vocab(e->runner, e->grammar_vocab);
+	return 0;
+}
+
+void engine_grammar_free(struct engine *e)
+{
+	grammar_vocab_destroy(e->grammar_vocab);
+	e->grammar_vocab = NULL;
+}
+
+uint32_t engine_grammar_max(const struct engine *e)
+{
+	return e->grammar_vocab ? e->seg.hdr->grammar_slot_bytes ?
+	       shm_grammar_source_max(e->seg.hdr) : 0 : 0;
+}
+
+int engine_grammar_check(struct engine *e, struct live_request *lr,
+			 int32_t token)
+{
+	if (!lr->req.grammar)
+		return 0;
+	if (!lr->grammar_check) {
+		lr->grammar_check = grammar_matcher_create(lr->req.grammar->compiled);
+		if (!lr->grammar_check)
+			return -ENOMEM;
+	}
+	if (token < 0)
+		return -ENOENT;
+	return grammar_matcher_accept_token(lr->grammar_check, e->grammar_vocab,
+					    (uint32_t)token);
+}
