@@ -16,15 +16,20 @@
 #include "ipc/shm_segment.h"
 #include "text/text_tokenizer.h"
 
-/* Token t's bytes as a grammar sees them: its piece after no token (the
- * BOS rule that drops a leading space applies only right after BOS). */
+/* Token t's bytes as a grammar sees them: what it adds to the answer's
+ * text, its piece after no token (the BOS rule that drops a leading space
+ * applies only right after BOS); nothing for a token that ends the
+ * request (BOS, EOS: the grammar allows EOS when it is complete). */
 static const char *engine_token_bytes(const struct engine *e, uint32_t t,
 				      size_t *len)
 {
-	const char *p = text_tokenizer_piece(e->tok, -1, (int32_t)t, len);
+	const char *p = text_tokenizer_ends(e->tok, (int32_t)t) ? NULL :
+			text_tokenizer_piece(e->tok, -1, (int32_t)t, len);
 
-	if (!p)
+	if (!p) {
 		*len = 0;
+		return "";
+	}
 	return p;
 }
 

@@ -109,7 +109,8 @@ struct grammar_vocab *grammar_vocab_create(const uint8_t *const *bytes,
 		if (!v->bytes[i])
 			goto fail;
 		memcpy((void *)v->bytes[i], bytes[i], lens[i]);
-		if (lens[i]) {
+		/* EOS is the matcher's accepting, never its bytes */
+		if (lens[i] && (int64_t)i != eos_id) {
 			v->ids[n_ids++] = i;
 			total += lens[i];
 			if (lens[i] > v->max_len)

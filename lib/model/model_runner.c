@@ -371,8 +371,9 @@ static int runner_pick(struct model_runner *r, const struct runner_row *row,
 		return ret;
 	if (ret) {
 		res->outcome = RUNNER_REFUSED;
-		res->detail = ret == -ENOENT ? RUNNER_REFUSE_ALL_BANNED :
-			      RUNNER_REFUSE_SAMPLING;
+		res->detail = ret != -ENOENT ? RUNNER_REFUSE_SAMPLING :
+			      allowed ? RUNNER_REFUSE_GRAMMAR_NONE :
+			      RUNNER_REFUSE_ALL_BANNED;
 		return 0;
 	}
 	res->token = out->token;

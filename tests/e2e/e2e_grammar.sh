@@ -1,0 +1,135 @@
+#!/bin/bash
+# e2e_grammar.sh - structured output (issue 29 s.1): "grammar" (GBNF) and
+# response_format (json_object, json_schema) hold the output to the
+# grammar.  The sim model's random logits have no preference for valid
+# output, so only the mask makes it valid.  Random grammars and schemas
+# (tests/e2e/grammar_cases.py: each GBNF is written beside a Python
+# regex from the same random tree, each schema checked by a validator of
+# its own) with random sampling fields: every answer that ends with
+# "stop" parses and validates; the answers are the same bytes at workers
+# 0/1/2, batches 3..64, a step budget, speculation on, garbled results
+# and kill -9 / SIGSTOP; the coordinator refuses no token of an honest
+# worker.  Then the edges: a grammar that allows only EOS ends with
+# "stop", one that allows nothing (with logit_bias) fails clearly, and
+# bad grammars, schemas and combinations get errors that name them.
+. "$(dirname "$0")/e2e_lib.sh"
+
+T=$E2E_TMP
+TOK=$T/tok.bin
+SIM="sim:vocab=300,seed=$((SEED % 1000))"
+CASES="python3 $(dirname "$0")/grammar_cases.py"
+
+# a tokenizer whose merges are pieces of JSON and words (so tokens span
+# several characters of a grammar's terminals), byte tokens for the rest
+python3 - "$SEED" > "$T/corpus.txt" <<'PY'
+import random, sys
+r = random.Random(int(sys.argv[1]))
+w = ['{"a": 1}', '[1, 2, 3]', '"hello"', 'true', 'false', 'null',
+     '{"name": "x", "n": 42}', 'hello world', 'the quick brown fox', '{"k0": ',
+     '"k1": [', ', "k2": ', '"red"', '"green"', '"blue"', '0123456789', 'xyz']
+sys.stdout.write("".join(r.choice(w) + r.choice([" ", "\n", "", ", "]) for _ in range(3000)))
+PY
+"$BIN/make_tokenizer" --vocab 300 --out "$TOK" --input "$T/corpus.txt" > /dev/null ||
+	fail "make_tokenizer"
+
+$CASES gen "$SEED" 160 > "$T/cases.jsonl"
+$CASES strip < "$T/cases.jsonl" > "$T/in.jsonl"
+
+# run NAME OUT ARGS...: decode in.jsonl into OUT (sorted), stats beside it
+run() {
+	local name=$1 out=$2
+	shift 2
+	timeout 300 "$BIN/dynbatch" run --no-progress --model "$SIM" --tokenizer "$TOK" \
+		--input "$T/in.jsonl" --output "$T/raw.jsonl" --stats "$out.stats" "$@" \
+		2> "$T/run.err"
+	expect_eq "$name: exit 0" $? 0
+	sort "$T/raw.jsonl" > "$out"
+	expect_eq "$name: no token refused" "$(stats_field "$out.stats" grammar_refused)" 0
+}
+same() {
+	if cmp -s "$2" "$3"; then pass "$1: the same answers as in-process"
+	else fail "$1: answers differ"; diff "$2" "$3" | head -4; fi
+}
+
+echo "== random grammars and schemas: every answer is a sentence"
+run "in-process" "$T/ref" --workers 0 --batch 8
+if out=$($CASES check "$T/cases.jsonl" "$T/ref"); then
+	pass "every finished answer parses and validates ($out)"
+else
+	fail "an answer breaks its grammar: $out"
+fi
+stops=$(echo "$out" | awk '{print $2}')
+expect_gt "most answers finished (stop) rather than ran out" "${stops:-0}" 100
+
+for cfg in "--workers 1 --batch 16" "--workers 2 --batch 64" \
+	   "--workers 2 --batch 3 --step-tokens 2" "--workers 2 --batch 16 --speculate ngram" \
+	   "--workers 2 --batch 16 --garbage-every 5"; do
+	# shellcheck disable=SC2086
+	run "$cfg" "$T/got" $cfg
+	same "$cfg" "$T/ref" "$T/got"
+done
+
+timeout -k 5 120 "$BIN/fault_inject" --seed "$SEED" --first-kill-ms 30 --kill-rate 30 \
+	--stop-rate 8 -- "$BIN/dynbatch" run --model "$SIM" --tokenizer "$TOK" --workers 3 \
+	--batch 6 --step-timeout 2000 --input "$T/in.jsonl" --output "$T/kill.jsonl" \
+	2> "$T/kill.err"
+expect_eq "kill -9 and SIGSTOP: exit 0" $? 0
+sort "$T/kill.jsonl" | cmp -s - "$T/ref" && pass "kill -9 and SIGSTOP: the same answers" ||
+	fail "kill -9 and SIGSTOP: answers differ"
+grep -q "kills=[1-9]" "$T/kill.err" && pass "workers were killed" ||
+	fail "no worker was killed: $(tail -1 "$T/kill.err")"
+
+echo "== edges"
+# byte token of 0x01 (llama2.c ids 3..258 are the bytes): nothing else spells it
+cat > "$T/edge.jsonl" <<'EOF'
+{"id":"only-eos","prompt":"x","max_tokens":20,"grammar":"root ::= \"xyz\"","temperature":1.0,"seed":3}
+{"id":"nothing","prompt":"x","max_tokens":5,"grammar":"root ::= \"\\x01\"","logit_bias":{"4":-100}}
+{"id":"bad-gbnf","prompt":"x","grammar":"root ::= \"a\" | (\n"}
+{"id":"undefined","prompt":"x","grammar":"root ::= item"}
+{"id":"keyword","prompt":"x","response_format":{"type":"json_schema","json_schema":{"name":"s","schema":{"type":"string","pattern":"a+"}}}}
+{"id":"both","prompt":"x","grammar":"root ::= \"a\"","response_format":{"type":"json_object"}}
+{"id":"with-ignore-eos","prompt":"x","grammar":"root ::= \"a\"","ignore_eos":true}
+{"id":"format-type","prompt":"x","response_format":{"type":"yaml"}}
+{"id":"format-member","prompt":"x","response_format":{"type":"json_object","schema":{}}}
+{"id":"text-format","prompt":"x","max_tokens":3,"response_format":{"type":"text"}}
+{"id":"not-string","prompt":"x","grammar":["root"]}
+EOF
+timeout 60 "$BIN/dynbatch" run --no-progress --model "$SIM" --tokenizer "$TOK" --workers 1 \
+	--input "$T/edge.jsonl" --output "$T/edge.out" 2> /dev/null
+# edge ID FINISH PATTERN: the result of ID finished so, its text or error
+# matching PATTERN
+edge() {
+	local line
+	line=$(grep "\"id\":\"$1\"" "$T/edge.out")
+	if echo "$line" | grep -q "\"finish_reason\":\"$2\"" && echo "$line" | grep -q -- "$3"; then
+		pass "$1: $2"
+	else
+		fail "$1: wanted $2 and '$3': $line"
+	fi
+}
+edge only-eos stop '"text":"xyz"'
+edge nothing error "grammar allows none here"
+edge bad-gbnf error "field 'grammar': grammar line 1 column 16: ( without its )"
+edge undefined error "field 'grammar'.*item"
+edge keyword error "field 'response_format'.*pattern"
+edge both error "cannot both be given"
+edge with-ignore-eos error "ignore_eos"
+edge format-type error 'unknown type \\"yaml\\"'
+edge format-member error "unknown member 'schema'"
+edge text-format '[a-z]*' '"text":'
+edge not-string error "field 'grammar' must be a string"
+
+printf '%s\n' '{"id":"long","prompt":"x","grammar":"root ::= \"abcdefghijklmnopqrstuvwxyz\""}' |
+	timeout 30 "$BIN/dynbatch" run --no-progress --model "$SIM" --tokenizer "$TOK" \
+	--grammar-max-bytes 16 --workers 0 > "$T/long.out" 2> /dev/null
+grep -q "more than --grammar-max-bytes (16)" "$T/long.out" &&
+	pass "a grammar past --grammar-max-bytes is refused, naming the limit" ||
+	fail "long grammar: $(cat "$T/long.out")"
+printf '%s\n' '{"id":"off","prompt":[5],"grammar":"root ::= \"a\""}' |
+	timeout 30 "$BIN/dynbatch" run --no-progress --model "$SIM" --workers 0 \
+	> "$T/notok.out" 2> /dev/null
+grep -q "grammars need the model's tokenizer" "$T/notok.out" &&
+	pass "without a tokenizer a grammar is refused, saying why" ||
+	fail "no tokenizer: $(cat "$T/notok.out")"
+
+finish
