@@ -12,6 +12,9 @@
 # worker.  Then the edges: a grammar that allows only EOS ends with
 # "stop", one that allows nothing (with logit_bias) fails clearly, and
 # bad grammars, schemas and combinations get errors that name them.
+# Over HTTP the official openai client's structured-output helper
+# (beta.chat.completions.parse) gets valid objects, streams agree
+# (openai_grammar.mjs).
 . "$(dirname "$0")/e2e_lib.sh"
 
 T=$E2E_TMP
@@ -131,5 +134,29 @@ printf '%s\n' '{"id":"off","prompt":[5],"grammar":"root ::= \"a\""}' |
 grep -q "grammars need the model's tokenizer" "$T/notok.out" &&
 	pass "without a tokenizer a grammar is refused, saying why" ||
 	fail "no tokenizer: $(cat "$T/notok.out")"
+
+echo "== over HTTP, through the official openai client"
+serve_start http --model "$SIM" --tokenizer "$TOK" --chat-template chatml --workers 2 \
+	--batch 8
+code=$(curl -s -o "$T/bad.json" -w '%{http_code}' "$URL/v1/chat/completions" -d \
+	'{"model":"sim","messages":[{"role":"user","content":"x"}],"grammar":"root ::= x"}')
+if [ "$code" = 400 ] && grep -q '"param":"grammar"' "$T/bad.json"; then
+	pass "a bad grammar is a 400 whose param is grammar"
+else
+	fail "bad grammar over HTTP: $code $(cat "$T/bad.json")"
+fi
+openai_setup
+case $? in
+0)
+	ln -s "$(cd "$NODE_DIR" && pwd)/node_modules" "$T/node_modules"
+	cp "$(dirname "$0")/openai_grammar.mjs" "$T/"
+	if (cd "$T" && timeout -k 5 60 node openai_grammar.mjs "$URL/v1" sim) > "$T/node.out" 2>&1; then
+		pass "$(tail -n 1 "$T/node.out")"
+	else
+		fail "openai client: $(tail -n 5 "$T/node.out")"
+	fi ;;
+esac
+serve_stop
+expect_eq "serve exits 0 after SIGTERM" "$SRV_RC" 0
 
 finish

@@ -118,6 +118,66 @@ serve_stop() {
 
 stats_field() { grep -o "\"$2\":[0-9]*" "$1" 2>/dev/null | cut -d: -f2; }
 
+# openai_setup: the official openai npm package (v4), installed once into
+# $BUILD/node (from the npm registry), for the tests that drive the
+# server with it.  Sets NODE_DIR and OPENAI_VERSION.  Returns 0 when it
+# is there, 1 when the test is to be skipped (no node, no network: said
+# so), 2 when installing it failed (recorded).
+openai_setup() {
+	if ! command -v node >/dev/null 2>&1; then
+		echo "  skipped: node/npm not available"
+		return 1
+	fi
+
+
+	NODE_DIR="$BUILD/node"
+	openai_version() {
+		[ -f "$NODE_DIR/node_modules/openai/package.json" ] &&
+			node -e 'console.log(require(process.argv[1]).version)' \
+				"$(cd "$NODE_DIR" && pwd)/node_modules/openai/package.json" 2>/dev/null
+	}
+	OPENAI_VERSION=$(openai_version)
+	case "$OPENAI_VERSION" in
+	4.*) ;;
+	*)
+		if ! command -v npm >/dev/null 2>&1; then
+			echo "  skipped: cannot install the openai npm package (no npm)"
+			return 1
+		fi
+		# Into a folder of our own, then renamed: a test running beside us
+		# never sees half a package.
+		mkdir -p "$BUILD"
+		rc=0
+		timeout -k 5 120 npm install --prefix "$NODE_DIR.$$" openai@4 --no-audit \
+			--no-fund --loglevel=error --fetch-retries=1 --fetch-timeout=20000 \
+			> "$E2E_TMP/npm.log" 2>&1 || rc=$?
+		if [ $rc = 0 ]; then
+			rm -rf "$NODE_DIR"
+			mv -T "$NODE_DIR.$$" "$NODE_DIR" 2>/dev/null
+		fi
+		rm -rf "$NODE_DIR.$$"
+		if [ $rc != 0 ]; then
+			if [ $rc = 124 ] || grep -Eq 'ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENETUNREACH|EHOSTUNREACH|network' \
+				"$E2E_TMP/npm.log"; then
+				echo "  skipped: cannot install the openai npm package (no network)"
+				grep -E 'npm error (code|errno|network|request)' "$E2E_TMP/npm.log" |
+					head -n 3 | sed 's/^/       /'
+				return 1
+			fi
+			fail "npm install openai@4: exit $rc"
+			sed 's/^/       /' "$E2E_TMP/npm.log" | tail -n 20
+			return 2
+		fi
+		OPENAI_VERSION=$(openai_version)
+		;;
+	esac
+	case "$OPENAI_VERSION" in
+	4.*) pass "openai npm package $OPENAI_VERSION in $NODE_DIR/node_modules" ;;
+	*) fail "openai npm package: got version '$OPENAI_VERSION', want 4.x"; return 2 ;;
+	esac
+	return 0
+}
+
 finish() {
 	echo "$E2E_PASSED passed, $E2E_FAILED failed"
 	[ "$E2E_FAILED" -eq 0 ]
