@@ -196,7 +196,7 @@ raw_fields() {
 	for f in 'tools:[{"type":"function","function":{"name":"f"}}]' \
 		'tool_choice:"required"' 'functions:[{"name":"f"}]' \
 		'function_call:{"name":"f"}' 'parallel_tool_calls:"yes"' \
-		'response_format:{"type":"json_object"}' 'presence_penalty:[1]' \
+		'response_format:{"type":"yaml"}' 'presence_penalty:[1]' \
 		'frequency_penalty:true' 'repetition_penalty:-2' 'store:true' \
 		'metadata:{"a":"b"}' 'modalities:["text","audio"]' \
 		'audio:{"voice":"alloy","format":"wav"}' \
