@@ -82,6 +82,22 @@ sort "$T/kill.jsonl" | cmp -s - "$T/ref" && pass "kill -9 and SIGSTOP: the same 
 grep -q "kills=[1-9]" "$T/kill.err" && pass "workers were killed" ||
 	fail "no worker was killed: $(tail -1 "$T/kill.err")"
 
+echo "== a hostile worker breaks grammars: its requests end, none is answered wrong"
+DYNBATCH_WORKER="$BIN/dynbatch-hostile-worker" DYNBATCH_HOSTILE="grammar,shard=0,lives=2" \
+	DYNBATCH_HOSTILE_DIR="$T" timeout 120 "$BIN/dynbatch" run --no-progress --model "$SIM" \
+	--tokenizer "$TOK" --workers 2 --batch 8 --input "$T/in.jsonl" --output "$T/hostile.jsonl" \
+	--stats "$T/hostile.stats" 2> "$T/hostile.err"
+expect_eq "hostile worker: exit 0 or 1 (some requests fail)" "$(( $? <= 1 ))" 1
+if out=$($CASES check "$T/cases.jsonl" "$T/hostile.jsonl" "grammar"); then
+	pass "every answer is still a sentence, or ended with a grammar error ($out)"
+else
+	fail "hostile worker: $out"
+fi
+expect_gt "the coordinator refused the worker's tokens" \
+	"$(stats_field "$T/hostile.stats" grammar_refused)" 0
+expect_gt "requests still finished on the honest shard" \
+	"$(echo "$out" | awk '{print $2}')" 30
+
 echo "== edges"
 # byte token of 0x01 (llama2.c ids 3..258 are the bytes): nothing else spells it
 cat > "$T/edge.jsonl" <<'EOF'

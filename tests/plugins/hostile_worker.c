@@ -54,6 +54,14 @@
  *                     error for each request it runs (FNV-1a 64 of the
  *                     prompt's token ids as 4-byte little-endian words),
  *                     so the test knows which answers it may have spoilt
+ *   grammar           scribbles its shard's grammar entries (the source
+ *                     after the block tables, shm_grammar_at(): lengths
+ *                     past the entry, random bytes) and turns every
+ *                     token it posts into another (a token the request's
+ *                     grammar mostly refuses): the coordinator must end
+ *                     a constrained request rather than answer a token
+ *                     its grammar refuses, and the workers after it must
+ *                     compile the grammars the coordinator wrote
  * Channel-level modes attack whatever the process can reach, found the
  * generic way (/proc/self/maps, /proc/self/fd), from a thread beside the
  * honest loop, so they keep working whatever the segment's layout:
@@ -369,6 +377,41 @@ static void publish_sampling(void *arg, const struct shm_header *hdr,
 		}
 	}
 	r->n_rows = 0;
+	h->n_results++;
+	publish_at(ch, hdr, *pos, *pos + 1);
+	(*pos)++;
+}
+
+/*
+ * grammar: scribble the shard's grammar entries, then post the result
+ * with every token replaced by its neighbour (one the row's grammar
+ * mostly refuses: a constrained request must end, never be answered).
+ */
+static void publish_grammar(void *arg, const struct shm_header *hdr,
+			    struct shm_channel *ch, uint64_t *pos)
+{
+	struct hostile *h = arg;
+	struct shm_result *r = shm_result_at(hdr, ch, *pos);
+	uint32_t n = r->n_rows <= hdr->result_rows ? r->n_rows : 0;
+
+	if (hdr->grammar_slot_bytes)
+		for (uint32_t i = 0; i < hdr->shard_capacity; i++) {
+			struct shm_slot_grammar *g = (struct shm_slot_grammar *)
+				((char *)ch + hdr->channel_size + hdr->shard_tokens_size +
+				 hdr->shard_sampling_size + hdr->shard_kv_size +
+				 (size_t)i * hdr->grammar_slot_bytes);
+			uint32_t k = (uint32_t)(h->n_results + i);
+
+			if (k % 3 == 0)
+				g->len = UINT32_MAX - k % 7;
+			else if (g->len && g->len < hdr->grammar_slot_bytes)
+				g->source[k % g->len] ^= (char)(1 + k % 251);
+		}
+	for (uint32_t i = 0; i < n; i++)
+		if (r->rows[i].token >= 0)
+			r->rows[i].token = (int32_t)(((uint32_t)r->rows[i].token + 1 +
+						      (uint32_t)(h->n_results + i) % 5) %
+						     hdr->vocab);
 	h->n_results++;
 	publish_at(ch, hdr, *pos, *pos + 1);
 	(*pos)++;
@@ -729,6 +772,7 @@ static const struct mode modes[] = {
 	{ "logprobs", publish_logprobs, NULL, 0 },
 	{ "sampling", publish_sampling, NULL, 0 },
 	{ "kv-tables", publish_kv_tables, NULL, 0 },
+	{ "grammar", publish_grammar, NULL, 0 },
 	{ "scribble", publish_nothing, attack_scribble, 100 },
 	{ "steal-wakeups", NULL, attack_steal_wakeups, 0 },
 	{ "write-fds", NULL, attack_write_fds, 20000 },
