@@ -712,6 +712,9 @@ static int engine_setup(struct engine *e)
 
 	if (engine_setup_grammar(e))
 		goto nomem;
+	ret = engine_load_grammar_file(e);
+	if (ret != ENGINE_EXIT_OK)
+		return ret;
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGINT);
 	sigaddset(&sigs, SIGTERM);

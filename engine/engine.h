@@ -53,6 +53,7 @@ struct engine_config {
 	struct spec_config spec;	/* --speculate, --draft-tokens
 					 * (docs/DESIGN.md 2.7) */
 	uint32_t grammar_max_bytes;	/* --grammar-max-bytes; 0: no grammars */
+	const char *grammar_file;	/* --grammar-file; NULL: none */
 	uint32_t block_tokens;		/* --block-tokens: positions per KV
 					 * block of a paged model */
 	uint64_t kv_memory;		/* --kv-memory: KV bytes of all shards;
@@ -169,6 +170,9 @@ bool engine_has_logits(const struct engine *e);
 /* The longest grammar source a request may bring; 0: grammars are
  * refused (no tokenizer, or --grammar-max-bytes 0). */
 uint32_t engine_grammar_max(const struct engine *e);
+/* --grammar-file's grammar, compiled at start (NULL: none); the front
+ * ends take a reference for each request that brings no grammar. */
+struct request_grammar *engine_default_grammar(const struct engine *e);
 /* The model's vocabulary size (token ids are below it). */
 uint32_t engine_vocab(const struct engine *e);
 

@@ -8,6 +8,7 @@
 #include "engine/engine_internal.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,8 +92,74 @@ int engine_setup_grammar(struct engine *e)
 	return 0;
 }
 
+/* --grammar-file's bytes (malloc'd, *len), or NULL with errno set. */
+static char *engine_read_grammar_file(const char *path, size_t max, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf;
+
+	if (!f)
+		return NULL;
+	buf = malloc(max + 1);
+	if (!buf) {
+		fclose(f);
+		return NULL;
+	}
+	*len = fread(buf, 1, max + 1, f);
+	if (ferror(f)) {
+		free(buf);
+		buf = NULL;
+		errno = EIO;
+	}
+	fclose(f);
+	return buf;
+}
+
+int engine_load_grammar_file(struct engine *e)
+{
+	const char *path = e->cfg->grammar_file;
+	uint32_t max = engine_grammar_max(e);
+	struct grammar *g;
+	char *src, err[256];
+	size_t len;
+
+	if (!path)
+		return ENGINE_EXIT_OK;
+	if (!max) {
+		fprintf(stderr, "dynbatch: --grammar-file needs the model's tokenizer "
+			"(--tokenizer) and --grammar-max-bytes above 0\n");
+		return ENGINE_EXIT_USAGE;
+	}
+	src = engine_read_grammar_file(path, max, &len);
+	if (!src) {
+		fprintf(stderr, "dynbatch: --grammar-file %s: %s\n", path, strerror(errno));
+		return ENGINE_EXIT_USAGE;
+	}
+	if (len > max) {
+		fprintf(stderr, "dynbatch: --grammar-file %s: more than "
+			"--grammar-max-bytes (%u)\n", path, max);
+		free(src);
+		return ENGINE_EXIT_USAGE;
+	}
+	g = grammar_parse(src, len, err, sizeof(err));
+	if (!g) {
+		fprintf(stderr, "dynbatch: --grammar-file %s: %s\n", path, err);
+		free(src);
+		return ENGINE_EXIT_USAGE;
+	}
+	e->default_grammar = request_grammar_new(src, (uint32_t)len, g);
+	return e->default_grammar ? ENGINE_EXIT_OK : ENGINE_EXIT_FAILED;
+}
+
+struct request_grammar *engine_default_grammar(const struct engine *e)
+{
+	return e->default_grammar;
+}
+
 void engine_grammar_free(struct engine *e)
 {
+	request_grammar_put(e->default_grammar);
+	e->default_grammar = NULL;
 	grammar_vocab_destroy(e->grammar_vocab);
 	e->grammar_vocab = NULL;
 }

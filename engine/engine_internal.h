@@ -55,6 +55,7 @@ struct engine {
 	uint32_t kv_blocks;		/* per shard pool (engine_size_kv()) */
 	struct grammar_vocab *grammar_vocab;	/* what each token spells, for
 					 * grammars; NULL: grammars refused */
+	struct request_grammar *default_grammar;	/* --grammar-file's */
 	struct kv_pool kv_pool;		/* --workers 0: the pool itself */
 	struct shm_segment seg;
 	struct slot_table slots;
@@ -135,6 +136,8 @@ uint64_t engine_grammar_table_bytes(const struct engine *e);
  * 0 or -ENOMEM. */
 int engine_setup_grammar(struct engine *e);
 void engine_grammar_free(struct engine *e);
+/* --grammar-file into e->default_grammar.  Returns an exit status. */
+int engine_load_grammar_file(struct engine *e);
 /* Does lr's grammar allow token next (0), or not (-ENOENT)?  -ENOMEM. */
 int engine_grammar_check(struct engine *e, struct live_request *lr,
 			 int32_t token);

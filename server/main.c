@@ -78,6 +78,7 @@ static int run(const struct engine_config *cfg, struct http_config *http,
 					      .has_logits = engine_has_logits(e),
 					      .tok = engine_tokenizer(e),
 					      .grammar_max = engine_grammar_max(e),
+					      .default_grammar = engine_default_grammar(e),
 					      .default_temperature = http->default_temperature };
 
 		/* decided here, not with the options: the tokenizer (a
@@ -166,6 +167,7 @@ static void options_wire(const struct server_options *o, bool serve,
 			  .max_draft = o->draft_tokens, .ngram_min = SPEC_NGRAM_MIN,
 			  .ngram_max = SPEC_NGRAM_MAX },
 		.grammar_max_bytes = o->grammar_max_bytes,
+		.grammar_file = o->grammar_file,
 		.block_tokens = o->block_tokens,
 		.kv_memory = o->kv_memory,
 		.prefix_cache = !strcmp(o->prefix_cache, "on"),

@@ -77,6 +77,12 @@ const struct option_spec options_table[] = {
 		  "field's GBNF, or what its response_format compiles to); each "
 		  "batch slot reserves this much shared memory; 0 refuses "
 		  "grammars.  Grammars need the model's tokenizer" },
+	{ .name = "grammar-file", .arg = "FILE", .kind = OPTION_STRING,
+	  .modes = OPTION_BOTH, .def_doc = "none", .offset = FIELD(grammar_file),
+	  .help = "a GBNF grammar (llama.cpp's syntax) for every request that "
+		  "brings no \"grammar\" or response_format of its own; refused "
+		  "at start (exit 2) with its line and column when it does not "
+		  "compile" },
 	{ .name = "block-tokens", .arg = "N", .kind = OPTION_U32, .modes = OPTION_BOTH,
 	  .min = 1, .max = 1u << 16,
 	  .def = "16",		/* ENGINE_DEFAULT_BLOCK_TOKENS (test_options.c) */

@@ -59,6 +59,7 @@ struct server_options {
 	const char *speculate;		/* --speculate: "off" or "ngram" */
 	uint32_t draft_tokens;		/* --draft-tokens: most guesses a step */
 	uint32_t grammar_max_bytes;	/* --grammar-max-bytes; 0: none */
+	const char *grammar_file;	/* --grammar-file; NULL: none */
 	uint32_t block_tokens;		/* --block-tokens */
 	uint64_t kv_memory;		/* --kv-memory; 0: the default */
 	const char *prefix_cache;	/* --prefix-cache on|off */

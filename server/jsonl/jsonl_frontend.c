@@ -460,6 +460,7 @@ struct jsonl_frontend *jsonl_frontend_create(const struct jsonl_config *cfg,
 				      .has_logits = engine_has_logits(e),
 				      .tok = engine_tokenizer(e),
 				      .grammar_max = engine_grammar_max(e),
+				      .default_grammar = engine_default_grammar(e),
 				      .default_temperature = cfg->default_temperature };
 
 	*status = ENGINE_EXIT_FAILED;

@@ -139,8 +139,13 @@ int request_parse_grammar(const json_t *obj, const struct request_limits *lim,
 		gv = NULL;
 	if (rf && json_is_null(rf))
 		rf = NULL;
-	if (!gv && !rf)
+	if (!gv && !rf) {
+		if (lim->default_grammar && !req->ignore_eos) {
+			req->grammar = lim->default_grammar;
+			req->grammar->refs++;
+		}
 		return 0;
+	}
 	if (gv && rf)
 		return err_fail(why, why_len, "fields 'grammar' and "
 				"'response_format' cannot both be given: each "
@@ -155,6 +160,7 @@ int request_parse_grammar(const json_t *obj, const struct request_limits *lim,
 			return -ENOMEM;
 		memcpy(src, json_string_value(gv), len + 1);
 	} else {
+		/* {"type": "text"} asks for plain text: no default grammar */
 		src = format_source(rf, &none, why, why_len);
 		if (!src)
 			return none ? 0 : -EINVAL;

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+struct request_grammar;
 struct text_tokenizer;
 
 /* The front end a request comes from: each has its own set of fields
@@ -37,6 +38,9 @@ struct request_limits {
 	 * field, or what response_format compiles to); 0: grammars are
 	 * refused (no tokenizer, or --grammar-max-bytes 0) */
 	uint32_t grammar_max;
+	/* --grammar-file: the grammar of a request that brings none (a
+	 * reference is taken for each); NULL: none */
+	struct request_grammar *default_grammar;
 };
 
 #endif /* DYNBATCH_REQUEST_LIMITS_H */

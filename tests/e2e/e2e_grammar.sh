@@ -96,7 +96,7 @@ fi
 expect_gt "the coordinator refused the worker's tokens" \
 	"$(stats_field "$T/hostile.stats" grammar_refused)" 0
 expect_gt "requests still finished on the honest shard" \
-	"$(echo "$out" | awk '{print $2}')" 30
+	"$(echo "$out" | awk '{print $2}')" 10
 
 echo "== edges"
 # byte token of 0x01 (llama2.c ids 3..258 are the bytes): nothing else spells it
@@ -150,6 +150,25 @@ printf '%s\n' '{"id":"off","prompt":[5],"grammar":"root ::= \"a\""}' |
 grep -q "grammars need the model's tokenizer" "$T/notok.out" &&
 	pass "without a tokenizer a grammar is refused, saying why" ||
 	fail "no tokenizer: $(cat "$T/notok.out")"
+
+printf 'root ::= "yes" | "no"\n' > "$T/yn.gbnf"
+printf '%s\n' '{"id":"d","prompt":"x","max_tokens":9,"temperature":1,"seed":1}' \
+	'{"id":"own","prompt":"x","max_tokens":9,"grammar":"root ::= \"maybe\""}' \
+	'{"id":"plain","prompt":"x","max_tokens":5,"response_format":{"type":"text"}}' |
+	timeout 30 "$BIN/dynbatch" run --no-progress --model "$SIM" --tokenizer "$TOK" \
+	--grammar-file "$T/yn.gbnf" --workers 1 > "$T/gf.out" 2> /dev/null
+grep '"id":"d"' "$T/gf.out" | grep -Eq '"text":"(yes|no)"' &&
+	grep '"id":"own"' "$T/gf.out" | grep -q '"text":"maybe"' &&
+	grep '"id":"plain"' "$T/gf.out" | grep -q '"finish_reason":"length"' &&
+	pass "--grammar-file holds requests with no grammar of their own" ||
+	fail "--grammar-file: $(cat "$T/gf.out")"
+printf 'root ::= "yes" | (\n' > "$T/bad.gbnf"
+timeout 30 "$BIN/dynbatch" run --model "$SIM" --tokenizer "$TOK" --grammar-file "$T/bad.gbnf" \
+	< /dev/null > /dev/null 2> "$T/gf.err"
+expect_eq "a bad --grammar-file: exit 2" $? 2
+grep -q "grammar-file .*bad.gbnf: grammar line 1 column 18" "$T/gf.err" &&
+	pass "a bad --grammar-file is named with its line and column" ||
+	fail "bad --grammar-file: $(cat "$T/gf.err")"
 
 echo "== over HTTP, through the official openai client"
 serve_start http --model "$SIM" --tokenizer "$TOK" --chat-template chatml --workers 2 \
