@@ -55,7 +55,6 @@ int engine_setup_grammar(struct engine *e)
 	struct shm_vocab_table *table = NULL;
 	uint8_t *out = NULL;
 	size_t len;
-	int32_t eos;
 
 	if (!e->seg.hdr->vocab_table_size)
 		return 0;
@@ -66,12 +65,15 @@ int engine_setup_grammar(struct engine *e)
 		free(lens);
 		return -ENOMEM;
 	}
-	eos = text_tokenizer_eos(e->tok);
-	if (eos >= (int32_t)e->vocab)
-		eos = -1;
 	table = shm_vocab_table(&e->seg);
 	table->n_tokens = e->vocab;
-	table->eos_id = eos;
+	/* every token that ends a request may end a sentence: EOS, a
+	 * chat's end of turn (<|eot_id|>, <|im_end|>, what a chat model
+	 * ends with), llama2.c's BOS (what its stories end with) */
+	table->n_ends = 0;
+	for (uint32_t t = 0; t < e->vocab && table->n_ends < SHM_VOCAB_MAX_ENDS; t++)
+		if (text_tokenizer_ends(e->tok, (int32_t)t))
+			table->ends[table->n_ends++] = (int32_t)t;
 	out = (uint8_t *)&table->off[e->vocab + 1];
 	table->off[0] = 0;
 	for (uint32_t t = 0; t < e->vocab; t++) {
@@ -82,7 +84,8 @@ int engine_setup_grammar(struct engine *e)
 		bytes[t] = out + table->off[t];
 		lens[t] = (uint32_t)len;
 	}
-	e->grammar_vocab = grammar_vocab_create(bytes, lens, e->vocab, eos);
+	e->grammar_vocab = grammar_vocab_create_ends(bytes, lens, e->vocab,
+						     table->ends, table->n_ends);
 	free(bytes);
 	free(lens);
 	if (!e->grammar_vocab)

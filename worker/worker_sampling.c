@@ -65,9 +65,9 @@ static struct grammar_vocab *worker_vocab_load(const struct shm_segment *seg)
 	t = shm_vocab_table(seg);
 	n = t->n_tokens;
 	if (n != hdr->vocab || shm_vocab_table_bytes(n, 0) > hdr->vocab_table_size ||
-	    t->eos_id < -1 || (t->eos_id >= 0 && (uint32_t)t->eos_id >= n)) {
-		LOG(LOG_WARN, "vocabulary table: %u tokens (want %u), eos %d",
-		    n, hdr->vocab, t->eos_id);
+	    t->n_ends > SHM_VOCAB_MAX_ENDS) {
+		LOG(LOG_WARN, "vocabulary table: %u tokens (want %u), %u ends",
+		    n, hdr->vocab, t->n_ends);
 		return NULL;
 	}
 	base = (const uint8_t *)&t->off[n + 1];
@@ -85,7 +85,8 @@ static struct grammar_vocab *worker_vocab_load(const struct shm_segment *seg)
 		bytes[i] = base + t->off[i];
 		lens[i] = t->off[i + 1] - t->off[i];
 	}
-	v = grammar_vocab_create(bytes, lens, n, t->eos_id);
+	/* ends out of range are left out by the vocabulary itself */
+	v = grammar_vocab_create_ends(bytes, lens, n, t->ends, t->n_ends);
 out:
 	free(bytes);
 	free(lens);

@@ -12,6 +12,7 @@
  * parent's plus one byte: the cost is one byte step per live trie node.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,7 +30,10 @@ struct tnode {
 
 struct grammar_vocab {
 	uint32_t n_vocab;
-	int32_t eos_id;
+	/* the tokens that end a sentence (EOS, a chat's end of turn):
+	 * allowed iff the matcher accepts; never in the trie */
+	uint32_t ends[GRAMMAR_MAX_ENDS];
+	uint32_t n_ends;
 	struct tnode *nodes;
 	uint32_t n_nodes;
 	uint32_t *ids;		/* non-empty tokens sorted by bytes */
@@ -90,6 +94,25 @@ struct grammar_vocab *grammar_vocab_create(const uint8_t *const *bytes,
 					   const uint32_t *lens,
 					   uint32_t n_vocab, int32_t eos_id)
 {
+	return grammar_vocab_create_ends(bytes, lens, n_vocab, &eos_id,
+					 eos_id >= 0);
+}
+
+/* Is t one of v's end tokens? */
+static bool vocab_is_end(const struct grammar_vocab *v, uint32_t t)
+{
+	for (uint32_t i = 0; i < v->n_ends; i++)
+		if (v->ends[i] == t)
+			return true;
+	return false;
+}
+
+struct grammar_vocab *grammar_vocab_create_ends(const uint8_t *const *bytes,
+						const uint32_t *lens,
+						uint32_t n_vocab,
+						const int32_t *ends,
+						uint32_t n_ends)
+{
 	struct grammar_vocab *v = calloc(1, sizeof(*v));
 	uint32_t i, n_ids = 0, cap, *path = NULL, *last = NULL, prev = NONE;
 	size_t total = 1;
@@ -97,7 +120,10 @@ struct grammar_vocab *grammar_vocab_create(const uint8_t *const *bytes,
 	if (!v)
 		return NULL;
 	v->n_vocab = n_vocab;
-	v->eos_id = eos_id;
+	for (i = 0; i < n_ends && v->n_ends < GRAMMAR_MAX_ENDS; i++)
+		if (ends[i] >= 0 && (uint32_t)ends[i] < n_vocab &&
+		    !vocab_is_end(v, (uint32_t)ends[i]))
+			v->ends[v->n_ends++] = (uint32_t)ends[i];
 	v->bytes = calloc(n_vocab ? n_vocab : 1, sizeof(*v->bytes));
 	v->lens = calloc(n_vocab ? n_vocab : 1, sizeof(uint32_t));
 	v->ids = malloc((n_vocab ? n_vocab : 1) * sizeof(uint32_t));
@@ -109,8 +135,8 @@ struct grammar_vocab *grammar_vocab_create(const uint8_t *const *bytes,
 		if (!v->bytes[i])
 			goto fail;
 		memcpy((void *)v->bytes[i], bytes[i], lens[i]);
-		/* EOS is the matcher's accepting, never its bytes */
-		if (lens[i] && (int64_t)i != eos_id) {
+		/* an end token is the matcher's accepting, never its bytes */
+		if (lens[i] && !vocab_is_end(v, i)) {
 			v->ids[n_ids++] = i;
 			total += lens[i];
 			if (lens[i] > v->max_len)
@@ -259,9 +285,9 @@ int grammar_mask_compute(const struct grammar_vocab *v,
 	rc = walk(v, m, mask);
 	if (rc)
 		return rc;
-	if (v->eos_id >= 0 && (uint32_t)v->eos_id < v->n_vocab &&
-	    grammar_matcher_is_accepting(m))
-		mask[v->eos_id / 64] |= 1ull << (v->eos_id % 64);
+	if (grammar_matcher_is_accepting(m))
+		for (uint32_t e = 0; e < v->n_ends; e++)
+			mask[v->ends[e] / 64] |= 1ull << (v->ends[e] % 64);
 	if (s) {
 		if (!s->key)
 			s->key = malloc(KEY_MAX * sizeof(uint32_t));
@@ -282,7 +308,7 @@ int grammar_matcher_accept_token(struct grammar_matcher *m,
 {
 	if (t >= v->n_vocab)
 		return -ENOENT;
-	if (v->eos_id >= 0 && t == (uint32_t)v->eos_id)
+	if (vocab_is_end(v, t))
 		return grammar_matcher_is_accepting(m) ? 0 : -ENOENT;
 	if (!v->lens[t])
 		return -ENOENT;

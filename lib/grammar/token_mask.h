@@ -29,10 +29,21 @@
 struct grammar_vocab;
 struct grammar_mask_cache;
 
+/* The most end tokens a vocabulary has (EOS, end of turn, ...). */
+#define GRAMMAR_MAX_ENDS 16
+
 /* eos_id < 0: none.  NULL on allocation failure. */
 struct grammar_vocab *grammar_vocab_create(const uint8_t *const *bytes,
 					   const uint32_t *lens,
 					   uint32_t n_vocab, int32_t eos_id);
+/* The same with n_ends end tokens (ids out of range, and those past
+ * GRAMMAR_MAX_ENDS, are left out): each is allowed iff the matcher
+ * accepts, and accepting it leaves the matcher as it is. */
+struct grammar_vocab *grammar_vocab_create_ends(const uint8_t *const *bytes,
+						const uint32_t *lens,
+						uint32_t n_vocab,
+						const int32_t *ends,
+						uint32_t n_ends);
 void grammar_vocab_destroy(struct grammar_vocab *v);
 uint32_t grammar_vocab_size(const struct grammar_vocab *v);
 

@@ -358,13 +358,16 @@ struct shm_slot_grammar {
 /*
  * The vocabulary table: n_tokens, then n_tokens + 1 offsets into the
  * bytes that follow them (token t spells bytes[off[t] .. off[t + 1]);
- * empty for a control token).  The coordinator writes it before it
+ * empty for a control token and for an end token).  The coordinator writes it before it
  * starts a worker; a worker maps it read-only and checks the offsets.
  */
+#define SHM_VOCAB_MAX_ENDS 16u	/* GRAMMAR_MAX_ENDS */
 struct shm_vocab_table {
 	uint32_t n_tokens;
-	int32_t eos_id;			/* the token that ends a sentence of
-					 * the grammar; -1: none */
+	uint32_t n_ends;		/* <= SHM_VOCAB_MAX_ENDS */
+	int32_t ends[SHM_VOCAB_MAX_ENDS];	/* the tokens that end a request
+					 * (EOS, end of turn): a grammar
+					 * allows them when it is complete */
 	uint32_t off[];			/* n_tokens + 1, then the bytes */
 };
 

@@ -8,8 +8,9 @@
  * rewritten past a shared prefix (another choice of the walk), move to
  * a new generation or another grammar, and lose their grammar; the mask
  * the runner would apply must be the naive one after every change.  The
- * vocabulary has multi-byte pieces, byte tokens and an EOS with bytes of
- * its own (which must never be taken for them).  SEED=N replays.
+ * vocabulary has multi-byte pieces, byte tokens and two end tokens (EOS
+ * and an end of turn) with bytes of their own, which must never be taken
+ * for them.  SEED=N replays.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -31,6 +32,8 @@
 
 #define N_VOCAB 200
 #define EOS 2
+#define EOT 3	/* a second end token, as a chat's end of turn */
+#define IS_END(t) ((t) == EOS || (t) == EOT)
 #define MAX_LEN 80
 
 struct vocab {
@@ -51,6 +54,7 @@ static void make_vocab(struct vocab *v, struct rng *r)
 	v->b[t] = NULL, v->len[t++] = 0;		/* <unk>: empty */
 	v->b[t] = NULL, v->len[t++] = 0;		/* BOS: empty */
 	v->b[t] = (uint8_t *)strdup("</s>"), v->len[t++] = 4;	/* EOS */
+	v->b[t] = (uint8_t *)strdup("<|im_end|>"), v->len[t++] = 10;	/* EOT */
 	for (uint32_t i = 0; i < sizeof(pieces) / sizeof(pieces[0]); i++, t++) {
 		v->len[t] = (uint32_t)strlen(pieces[i]);
 		v->b[t] = (uint8_t *)strdup(pieces[i]);
@@ -78,7 +82,7 @@ static int naive_mask(const struct grammar *g, const struct vocab *v,
 
 	memset(mask, 0, grammar_mask_words(N_VOCAB) * sizeof(*mask));
 	for (uint32_t i = 0; i < n; i++) {
-		if (gen[i] == EOS || !v->len[gen[i]] ||
+		if (IS_END(gen[i]) || !v->len[gen[i]] ||
 		    grammar_matcher_accept_bytes(m, v->b[gen[i]], v->len[gen[i]])) {
 			grammar_matcher_destroy(m);
 			return -1;
@@ -86,7 +90,7 @@ static int naive_mask(const struct grammar *g, const struct vocab *v,
 	}
 	for (uint32_t t = 0; t < N_VOCAB; t++) {
 		struct grammar_matcher *c = grammar_matcher_clone(m);
-		int ok = t == EOS ? grammar_matcher_is_accepting(m) :
+		int ok = IS_END(t) ? grammar_matcher_is_accepting(m) :
 			 v->len[t] && !grammar_matcher_accept_bytes(c, v->b[t], v->len[t]);
 
 		if (ok)
@@ -109,7 +113,7 @@ static uint32_t walk(const struct grammar *g, const struct vocab *v,
 
 		assert_int_equal(naive_mask(g, v, gen, from, mask), 0);
 		for (uint32_t t = 0; t < N_VOCAB; t++)
-			if (t != EOS && (mask[t / 64] >> (t % 64) & 1))
+			if (!IS_END(t) && (mask[t / 64] >> (t % 64) & 1))
 				allowed[k++] = t;
 		if (!k)
 			break;
@@ -143,7 +147,8 @@ static void test_seq_follows_rows(void **state)
 
 	(void)state;
 	make_vocab(&v, &r);
-	gv = grammar_vocab_create((const uint8_t *const *)v.b, v.len, N_VOCAB, EOS);
+	gv = grammar_vocab_create_ends((const uint8_t *const *)v.b, v.len, N_VOCAB,
+				       (const int32_t[]){ EOS, EOT }, 2);
 	assert_non_null(gv);
 	for (uint32_t round = 0; round < 40; round++) {
 		struct grammar_seq *s = grammar_seq_create(g, gv, round % 2 ? 1 << 16 : 0);
@@ -182,7 +187,7 @@ static void test_seq_follows_rows(void **state)
 		 * the longest prefix that held */
 		if (n < MAX_LEN) {
 			assert_int_equal(naive_mask(g, &v, gen, n, want), 0);
-			for (uint32_t t = 3; t < N_VOCAB; t++)
+			for (uint32_t t = EOT + 1; t < N_VOCAB; t++)
 				if (!(want[t / 64] >> (t % 64) & 1)) {
 					gen[n] = (int32_t)t;
 					assert_int_equal(grammar_seq_sync(s, gen, n + 1), -ENOENT);
@@ -217,7 +222,8 @@ static void test_runner_slots(void **state)
 
 	(void)state;
 	make_vocab(&v, &r);
-	gv = grammar_vocab_create((const uint8_t *const *)v.b, v.len, N_VOCAB, EOS);
+	gv = grammar_vocab_create_ends((const uint8_t *const *)v.b, v.len, N_VOCAB,
+				       (const int32_t[]){ EOS, EOT }, 2);
 	runner_grammar_init(&rg, 4, N_VOCAB);
 	/* no vocabulary: a constrained row is refused */
 	assert_ptr_equal(runner_grammar_row(&rg, 1, 1, ga, tokens, 4, 4),
