@@ -118,6 +118,9 @@ struct conn {
 	uint64_t tenant_reserved;
 	uint32_t tenant_prompt;
 	uint64_t tenant_streamed;	/* tokens seen of its live choices */
+	char rate_headers[384];		/* its tenant's x-ratelimit-* at
+					 * admission, for the 200 answer
+					 * ("": no --tenants) */
 	uint64_t answer_reserved;	/* bytes of srv->answer_reserved its
 					 * non-streamed answer holds, until it
 					 * has been sent */

@@ -579,7 +579,7 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 		if (strbuf_printf(&c->out.fill, "HTTP/1.1 200 OK\r\n"
 				  "Content-Type: text/event-stream\r\n"
 				  "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n"
-				  "Transfer-Encoding: chunked\r\n") ||
+				  "Transfer-Encoding: chunked\r\n%s", c->rate_headers) ||
 		    conn_put_cors(c, &c->out.fill) ||
 		    strbuf_printf(&c->out.fill, "%s\r\n",
 				  c->keep_alive ? "" : "Connection: close\r\n")) {
@@ -894,7 +894,8 @@ static void http_on_finish(void *ctx, uint64_t cookie, const struct frontend_res
 		conn_drop(srv, c);
 		return;
 	}
-	respond(srv, c, 200, "application/json", NULL);
+	respond(srv, c, 200, "application/json",
+		c->rate_headers[0] ? c->rate_headers : NULL);
 }
 
 /* ------------------------------------------------------------------------

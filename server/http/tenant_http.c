@@ -25,32 +25,44 @@ static void put_duration(char *buf, size_t len, uint64_t ns)
 			 (unsigned long long)(ms % 1000));
 }
 
+/* OpenAI's x-ratelimit-* headers for what t's buckets say now (st),
+ * into buf (NUL-terminated, possibly cut short at len). */
+static void put_rate_headers(char *buf, size_t len, const struct tenant *t,
+			     const struct tenant_status *st)
+{
+	char reset_t[32], reset_r[32];
+	int n;
+
+	put_duration(reset_t, sizeof(reset_t), st->reset_tokens_ns);
+	put_duration(reset_r, sizeof(reset_r), st->reset_requests_ns);
+	n = snprintf(buf, len, "x-ratelimit-limit-tokens: %llu\r\n"
+		     "x-ratelimit-remaining-tokens: %llu\r\n"
+		     "x-ratelimit-reset-tokens: %s\r\n",
+		     (unsigned long long)st->limit_tokens,
+		     (unsigned long long)st->remaining_tokens, reset_t);
+	if (t->requests_per_minute && n > 0 && (size_t)n < len)
+		snprintf(buf + n, len - (size_t)n,
+			 "x-ratelimit-limit-requests: %llu\r\n"
+			 "x-ratelimit-remaining-requests: %llu\r\n"
+			 "x-ratelimit-reset-requests: %s\r\n",
+			 (unsigned long long)st->limit_requests,
+			 (unsigned long long)st->remaining_requests, reset_r);
+}
+
 /* 429 with what the tenant's buckets say now. */
 static void refuse(struct http_server *srv, struct conn *c, struct tenant *t,
 		   enum tenant_verdict v, uint64_t reserve, uint64_t now_ns)
 {
 	struct tenant_status st;
-	char headers[512], reset_t[32], reset_r[32], msg[256];
+	char headers[512], msg[256];
 	int n;
 
 	tenant_status(t, reserve, now_ns, &st);
-	put_duration(reset_t, sizeof(reset_t), st.reset_tokens_ns);
-	put_duration(reset_r, sizeof(reset_r), st.reset_requests_ns);
 	/* whole seconds, rounded up: a client waiting this long gets in */
-	n = snprintf(headers, sizeof(headers), "Retry-After: %llu\r\n"
-		     "x-ratelimit-limit-tokens: %llu\r\n"
-		     "x-ratelimit-remaining-tokens: %llu\r\n"
-		     "x-ratelimit-reset-tokens: %s\r\n",
-		     (unsigned long long)((st.retry_after_ns + 999999999) / 1000000000),
-		     (unsigned long long)st.limit_tokens,
-		     (unsigned long long)st.remaining_tokens, reset_t);
-	if (t->requests_per_minute && n > 0 && (size_t)n < sizeof(headers))
-		snprintf(headers + n, sizeof(headers) - (size_t)n,
-			 "x-ratelimit-limit-requests: %llu\r\n"
-			 "x-ratelimit-remaining-requests: %llu\r\n"
-			 "x-ratelimit-reset-requests: %s\r\n",
-			 (unsigned long long)st.limit_requests,
-			 (unsigned long long)st.remaining_requests, reset_r);
+	n = snprintf(headers, sizeof(headers), "Retry-After: %llu\r\n",
+		     (unsigned long long)((st.retry_after_ns + 999999999) / 1000000000));
+	if (n > 0 && (size_t)n < sizeof(headers))
+		put_rate_headers(headers + n, sizeof(headers) - (size_t)n, t, &st);
 	if (v == TENANT_TOKENS)
 		snprintf(msg, sizeof(msg), "tenant '%s': %llu tokens reserved "
 			 "(prompt + max_tokens x n), %llu left of tokens_per_minute "
@@ -77,10 +89,16 @@ bool tenant_http_admit(struct http_server *srv, struct conn *c,
 	enum tenant_verdict v;
 	char msg[256];
 
+	c->rate_headers[0] = '\0';
 	if (!t)
 		return true;
 	v = tenant_admit(t, reserve, now_ns);
 	if (v == TENANT_OK) {
+		struct tenant_status st;
+
+		/* its answer says what is left, as OpenAI's do */
+		tenant_status(t, 0, now_ns, &st);
+		put_rate_headers(c->rate_headers, sizeof(c->rate_headers), t, &st);
 		c->tenant_held = t;
 		c->tenant_reserved = reserve;
 		c->tenant_prompt = req->n_prompt;

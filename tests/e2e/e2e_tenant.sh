@@ -68,6 +68,15 @@ expect_eq "first fits" "$(status POST /v1/completions -H 'Authorization: Bearer 
 	-d '{"prompt": [1, 2, 3], "max_tokens": 40}')" 200
 expect_eq "second fits" "$(status POST /v1/completions -H 'Authorization: Bearer ka' \
 	-d '{"prompt": [1, 2, 3], "max_tokens": 40, "stop_token": 7}')" 200
+# a 200 says what is left too, as OpenAI's answers do
+expect_eq "200: limit-tokens header" "$(header x-ratelimit-limit-tokens)" 600
+expect_eq "200: remaining-requests header" "$(header x-ratelimit-remaining-requests)" 58
+rem200=$(header x-ratelimit-remaining-tokens)
+if [ -n "$rem200" ] && [ "$rem200" -lt 43 ]; then
+	pass "200: remaining-tokens $rem200 (two reservations of 43 from a burst of 100)"
+else
+	fail "200: remaining-tokens '$rem200'"
+fi
 code=$(status POST /v1/completions -H 'Authorization: Bearer ka' \
 	-d '{"prompt": [1, 2, 3], "max_tokens": 40}')
 expect_eq "third: 429" "$code" 429
@@ -89,6 +98,9 @@ expect_eq "after Retry-After: 200" "$(status POST /v1/completions -H 'Authorizat
 	-d '{"prompt": [1, 2, 3], "max_tokens": 40}')" 200
 expect_eq "other tenant unaffected" "$(status POST /v1/completions -H 'Authorization: Bearer kb' \
 	-d '{"prompt": [1, 2, 3], "max_tokens": 40}')" 200
+expect_eq "a stream's head: its tenant's limit" "$(status POST /v1/completions \
+	-H 'Authorization: Bearer kb' -d '{"prompt": [1, 2], "max_tokens": 4, "stream": true}' \
+	> /dev/null; header x-ratelimit-limit-tokens)" 60000
 expect_eq "admitted (a)" "$(metric 'dynbatch_tenant_admitted_total{tenant="a"}')" 3
 expect_eq "refused for tokens (a)" "$(metric 'dynbatch_tenant_refused_total{tenant="a",reason="tokens"}')" 1
 expect_eq "refused, never fits (a)" "$(metric 'dynbatch_tenant_refused_total{tenant="a",reason="never_fits"}')" 1
