@@ -187,6 +187,16 @@ def gen(seed, n):
                 q["top_p"] = 0.9
             if r.random() < 0.2:
                 q["frequency_penalty"] = 0.5
+            if r.random() < 0.2:
+                q["min_p"] = 0.05
+            if r.random() < 0.2:
+                q["presence_penalty"] = 0.8
+                q["repetition_penalty"] = 1.3
+        if r.random() < 0.2:
+            # favours some tokens (never bans: a ban could leave a
+            # grammar nothing, which is its own test)
+            q["logit_bias"] = {str(r.randint(3, 299)): r.choice([2.0, 5.0, 30.0])
+                               for _ in range(r.randint(1, 8))}
         if r.random() < 0.15:
             q["n"] = 2
             q.setdefault("seed", r.randint(0, 1 << 40))
