@@ -171,9 +171,11 @@ int mask_walk_ranges(const struct grammar_vocab *v, struct mask_dfa *d,
 /*
  * How many top positions of a stack key a table (the rest is its base):
  * 3 holds a JSON string's closing quote, so a string's inside is decided
- * by its table but for the tokens that close it.
+ * by its table but for the tokens that close it.  Any depth from 1 to
+ * SPLIT_DEPTH_MAX gives the same masks (the tests try them all).
  */
 #define SPLIT_DEPTH 3
+#define SPLIT_DEPTH_MAX 8
 
 struct mask_split;
 
@@ -181,6 +183,8 @@ struct mask_split *mask_split_create(uint32_t n_vocab, uint32_t n_ids,
 				     size_t max_bytes);
 void mask_split_destroy(struct mask_split *s);
 void mask_split_reset(struct mask_split *s);
+/* Tables of the top depth positions from now on (1..SPLIT_DEPTH_MAX). */
+void mask_split_set_depth(struct mask_split *s, uint32_t depth);
 /*
  * mask = the tokens the state key (of d's grammar) allows, but EOS,
  * from the tables of its stacks: 0, -ENOSPC (a table or a state did

@@ -37,7 +37,7 @@
 #include "grammar/mask_internal.h"
 
 /* a table's key: w0, w1, whole, n positions, the positions */
-#define TKEY_MAX (GR_KEY_HDR + 2 + SPLIT_DEPTH)
+#define TKEY_MAX (GR_KEY_HDR + 2 + SPLIT_DEPTH_MAX)
 
 struct table {
 	uint64_t hash;
@@ -52,6 +52,7 @@ struct table {
 
 struct mask_split {
 	uint32_t n_vocab, n_ids;
+	uint32_t depth;		/* positions a table holds */
 	struct table *t;
 	uint32_t n_t, cap_t;
 	uint32_t *tab;		/* open addressing: table + 1, 0 empty */
@@ -81,6 +82,7 @@ struct mask_split *mask_split_create(uint32_t n_vocab, uint32_t n_ids,
 		return NULL;
 	s->n_vocab = n_vocab;
 	s->n_ids = n_ids;
+	s->depth = SPLIT_DEPTH;
 	s->max_bytes = max_bytes;
 	s->sel = calloc((n_ids + 63) / 64 + 1, sizeof(uint64_t));
 	if (!s->sel) {
@@ -105,6 +107,13 @@ void mask_split_reset(struct mask_split *s)
 	s->used = ((size_t)s->n_ids + 63) / 64 * sizeof(uint64_t) +
 		  (size_t)s->cap_t * sizeof(struct table) +
 		  (s->tab ? ((size_t)s->tab_mask + 1) * sizeof(uint32_t) : 0);
+}
+
+void mask_split_set_depth(struct mask_split *s, uint32_t depth)
+{
+	/* tables of another depth have other keys: they may stay */
+	s->depth = depth < 1 ? 1 : depth > SPLIT_DEPTH_MAX ? SPLIT_DEPTH_MAX
+							  : depth;
 }
 
 void mask_split_destroy(struct mask_split *s)
@@ -319,7 +328,7 @@ int mask_split_compute(struct mask_split *s, const struct grammar_vocab *v,
 	sel_words = ((size_t)s->n_ids + 63) / 64;
 	memset(s->sel, 0, sel_words * sizeof(uint64_t));
 	for (i = 0; i < key[2]; i++) {
-		uint32_t len = key[o], k = len < SPLIT_DEPTH ? len : SPLIT_DEPTH;
+		uint32_t len = key[o], k = len < s->depth ? len : s->depth;
 		const uint32_t *pos = key + o + 1;
 		const struct table *t;
 

@@ -44,6 +44,7 @@ struct grammar_mask_cache {
 	struct mask_dfa *dfa;
 	struct mask_split *split;	/* made on first use (needs the vocab) */
 	size_t table_bytes;
+	uint32_t split_depth;	/* 0: the default */
 	uint64_t n_split, n_dfa, n_plain;
 };
 
@@ -281,6 +282,8 @@ static int fast_mask(const struct grammar_vocab *v,
 		c->split = mask_split_create(v->n_vocab, v->n_ids, c->table_bytes);
 		if (!c->split)
 			return -ENOMEM;
+		if (c->split_depth)
+			mask_split_set_depth(c->split, c->split_depth);
 	}
 	memset(mask, 0, grammar_mask_words(v->n_vocab) * sizeof(uint64_t));
 	rc = mask_split_compute(c->split, v, c->dfa, key, key_n, mask);
@@ -420,6 +423,14 @@ void grammar_mask_cache_stats(const struct grammar_mask_cache *c,
 {
 	*hits = c->hits;
 	*misses = c->misses;
+}
+
+void grammar_mask_cache_set_split_depth(struct grammar_mask_cache *c,
+					uint32_t depth)
+{
+	c->split_depth = depth ? depth : SPLIT_DEPTH;
+	if (c->split)
+		mask_split_set_depth(c->split, c->split_depth);
 }
 
 void grammar_mask_cache_get_stats(const struct grammar_mask_cache *c,

@@ -79,6 +79,14 @@ struct grammar_mask_cache *grammar_mask_cache_create_limits(
 	uint32_t n_vocab, size_t slot_bytes, size_t dfa_bytes,
 	size_t table_bytes);
 
+/*
+ * Per-suffix tables of the top depth positions of a stack from now on
+ * (0: the default, 3; at most 8).  Masks are the same at any depth; a
+ * tuning and test knob.
+ */
+void grammar_mask_cache_set_split_depth(struct grammar_mask_cache *c,
+					uint32_t depth);
+
 /* How a cache's misses were served, and what its parts hold. */
 struct grammar_mask_stats {
 	uint64_t hits, misses;	/* of the masks by state */
