@@ -1055,7 +1055,7 @@ static void test_masks_near_caps(void **state)
 	memset(&totals, 0, sizeof(totals));
 	check_overruled();
 	n = walk_to_cap("root ::= x*\nx ::= \"a\" | \"a\" \"a\" | \"a\" x \"b\"",
-			ab, 11, 1, 170, 5000);
+			ab, 11, 1, 185, 5000);
 	printf("caps: stacks blew up after %u a's; ", n);
 	n = walk_to_cap("root ::= \"(\" root \")\" | \"x\"", par, 13, 1, 490,
 			5000);
@@ -1143,7 +1143,7 @@ static void test_masks_json(void **state)
 	paths_init(&p, gv);
 	/* documents one after the other: long ones, closing more often as
 	 * they grow, a new one when one ends */
-	for (walk = 0, step = 0; step < 400; step++, walk++) {
+	for (walk = 0, step = 0; step < 300; step++, walk++) {
 		uint32_t t, n_allowed = 0, n_close = 0, pick;
 		int close;
 
