@@ -24,6 +24,8 @@
  *             precompute, on the first state that needs each one)
  *   tables    per-suffix tables built, and build_ms the CPU time spent
  *             building them, over all steps
+ *   states    matcher states in the cache's automaton at the end, and
+ *             cache_mb the memory of tables and automaton together
  *   samp_us   the batch's rows through sampler_sample() (temperature 1,
  *             top_p 0.9) on random logits
  *   ratio     step_us / samp_us
@@ -203,9 +205,10 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--seed"))
 			rs = strtoull(argv[i + 1], NULL, 0) | 1;
 	}
-	printf("%-7s %-6s %-5s %9s %9s %9s %6s %6s %8s %7s %6s %8s %9s %7s\n", "vocab",
-	       "props", "batch", "miss_us", "warm_us", "step_us", "hit%",
-	       "split%", "chk/miss", "bld_us", "tables", "build_ms", "samp_us", "ratio");
+	printf("%-7s %-6s %-5s %9s %9s %9s %6s %6s %8s %7s %6s %8s %6s %8s %9s %7s\n",
+	       "vocab", "props", "batch", "miss_us", "warm_us", "step_us", "hit%",
+	       "split%", "chk/miss", "bld_us", "tables", "build_ms", "states",
+	       "cache_mb", "samp_us", "ratio");
 	for (vi = 0; vi < 2; vi++) {
 		struct vocab v;
 		struct grammar_vocab *gv;
@@ -287,7 +290,7 @@ int main(int argc, char **argv)
 				samp = (cpu_s() - t0) / steps;
 				cached /= steps;
 				warm /= steps;
-				printf("%-7u %-6u %-5u %9.1f %9.1f %9.1f %6.1f %6.1f %8.1f %7.1f %6u %8.1f %9.1f %7.2f\n",
+				printf("%-7u %-6u %-5u %9.1f %9.1f %9.1f %6.1f %6.1f %8.1f %7.1f %6u %8.1f %6u %8.1f %9.1f %7.2f\n",
 				       v.n, sizes[si], b, miss / n_miss * 1e6,
 				       warm * 1e6, cached * 1e6,
 				       100.0 * (double)(h1 - h0) /
@@ -297,7 +300,8 @@ int main(int argc, char **argv)
 				       (double)(st1.n_checked - st0.n_checked) /
 				       (double)(m1 - m0 ? m1 - m0 : 1),
 				       (st1.build_s - st0.build_s) / steps * 1e6,
-				       st1.n_tables, st1.build_s * 1e3,
+				       st1.n_tables, st1.build_s * 1e3, st1.n_states,
+				       (double)(st1.table_bytes + st1.dfa_bytes) / (1 << 20),
 				       samp * 1e6, cached / samp);
 				fflush(stdout);
 				for (k = 0; k < b; k++)

@@ -228,7 +228,7 @@ static int get_table(struct mask_split *s, const struct grammar_vocab *v,
 		return rc;
 	t = &s->t[s->n_t];
 	memset(t, 0, sizeof(*t));
-	t->acc = calloc(words, sizeof(uint64_t));
+	t->acc = calloc(words ? words : 1, sizeof(uint64_t));
 	if (!t->acc)
 		return -ENOMEM;
 	ws.whole = tk[2];
