@@ -52,6 +52,9 @@ struct grammar_step_stats {
 	uint32_t max_len;	/* longest stack pushed */
 };
 
+/* The hash of n key words (grammar_matcher_hash() is that of m's key). */
+uint64_t grammar_key_hash(const uint32_t *key, uint32_t n_words);
+
 /* m's state = the key words (a key of a matcher of m's grammar). */
 int grammar_matcher_load(struct grammar_matcher *m, const uint32_t *key,
 			 uint32_t n_words);

@@ -367,16 +367,21 @@ const uint32_t *grammar_matcher_key(const struct grammar_matcher *m,
 	return m->key.w;
 }
 
-uint64_t grammar_matcher_hash(const struct grammar_matcher *m)
+uint64_t grammar_key_hash(const uint32_t *key, uint32_t n_words)
 {
 	uint64_t h = 0x243f6a8885a308d3ull;
 	uint32_t i;
 
-	for (i = 0; i < m->key.n; i++) {
-		h = (h + m->key.w[i]) * 0x9e3779b97f4a7c15ull;
+	for (i = 0; i < n_words; i++) {
+		h = (h + key[i]) * 0x9e3779b97f4a7c15ull;
 		h ^= h >> 29;
 	}
 	return h;
+}
+
+uint64_t grammar_matcher_hash(const struct grammar_matcher *m)
+{
+	return grammar_key_hash(m->key.w, m->key.n);
 }
 
 int grammar_matcher_load(struct grammar_matcher *m, const uint32_t *key,

@@ -74,18 +74,6 @@ int mask_dfa_bind(struct mask_dfa *d, const struct grammar_matcher *m)
 	return 0;
 }
 
-static uint64_t key_hash(const uint32_t *k, uint32_t n)
-{
-	uint64_t h = 0x243f6a8885a308d3ull;
-	uint32_t i;
-
-	for (i = 0; i < n; i++) {
-		h = (h + k[i]) * 0x9e3779b97f4a7c15ull;
-		h ^= h >> 29;
-	}
-	return h;
-}
-
 static size_t bytes_for(size_t cap_states, size_t cap_words)
 {
 	return cap_states * STATE_BYTES + cap_words * sizeof(uint32_t);
@@ -175,7 +163,7 @@ static int reserve(struct mask_dfa *d, uint32_t n)
 int mask_dfa_intern(struct mask_dfa *d, const uint32_t *key,
 		    uint32_t n_words, uint32_t *id)
 {
-	uint64_t h = key_hash(key, n_words);
+	uint64_t h = grammar_key_hash(key, n_words);
 	uint32_t i, s;
 	int rc;
 

@@ -137,18 +137,6 @@ void mask_split_counts(const struct mask_split *s, uint32_t *n_tables,
 	*n_checked = s ? s->n_checked : 0;
 }
 
-static uint64_t tkey_hash(const uint32_t *k, uint32_t n)
-{
-	uint64_t h = 0x452821e638d01377ull;
-	uint32_t i;
-
-	for (i = 0; i < n; i++) {
-		h = (h ^ k[i]) * 0x9e3779b97f4a7c15ull;
-		h ^= h >> 31;
-	}
-	return h;
-}
-
 static void tab_insert(struct mask_split *s, uint32_t i)
 {
 	uint32_t p = (uint32_t)s->t[i].hash & s->tab_mask;
@@ -198,7 +186,7 @@ static int get_table(struct mask_split *s, const struct grammar_vocab *v,
 		     const struct table **out)
 {
 	size_t words = mask_words(s->n_vocab);
-	uint64_t h = tkey_hash(tk, n);
+	uint64_t h = grammar_key_hash(tk, n);
 	struct walk_split ws = { 0 };
 	struct table *t;
 	uint32_t p, root, sk[TKEY_MAX];

@@ -46,10 +46,16 @@ static void note_max(struct walk_split *w, const struct mask_dfa *d,
 		w->max.max_len = d->out_max[s].max_len;
 }
 
-int mask_walk(const struct grammar_vocab *v, struct mask_dfa *d,
-	      uint32_t root, uint64_t *acc, struct walk_split *split)
+/*
+ * The walk of both: from state root, tokens accepted go into acc; split
+ * as mask_walk(); rng (n_rng ranges, NULL: all) limits it to the tokens
+ * of those ranges, skipping subtrees with none.
+ */
+static int trie_walk(const struct grammar_vocab *v, struct mask_dfa *d,
+		     uint32_t root, uint64_t *acc, struct walk_split *split,
+		     const uint32_t *rng, uint32_t n_rng)
 {
-	uint32_t depth = v->max_len + 1, dd = 0, i, n;
+	uint32_t depth = v->max_len + 1, dd = 0, i, n, r = 0;
 	uint32_t *st = malloc((size_t)depth * 2 * sizeof(uint32_t));
 	uint32_t *it = st + depth;
 	int rc = 0;
@@ -74,6 +80,16 @@ int mask_walk(const struct grammar_vocab *v, struct mask_dfa *d,
 		}
 		nd = &v->nodes[c];
 		it[dd] = nd->next_sibling;
+		if (rng) {
+			/* nodes come in preorder, so tok_begin only grows:
+			 * one cursor r into the ranges serves every test */
+			while (r < n_rng && rng[2 * r + 1] <= nd->tok_begin)
+				r++;
+			if (r == n_rng)
+				break;		/* no chosen token is left */
+			if (rng[2 * r] >= nd->sub_end)
+				continue;	/* none in this subtree */
+		}
 		rc = mask_dfa_next(d, st[dd], nd->byte, &n);
 		if (rc)
 			break;
@@ -95,8 +111,15 @@ int mask_walk(const struct grammar_vocab *v, struct mask_dfa *d,
 		} else if (n == DFA_TOOBIG) {
 			continue;
 		}
-		for (i = nd->tok_begin; i < nd->tok_end; i++)
+		for (i = nd->tok_begin; i < nd->tok_end; i++) {
+			if (rng) {
+				while (r < n_rng && rng[2 * r + 1] <= i)
+					r++;
+				if (r == n_rng || rng[2 * r] > i)
+					continue;
+			}
 			mask_set(acc, v->ids[i]);
+		}
 		if (nd->first_child != MASK_NONE) {
 			dd++;
 			st[dd] = n;
@@ -107,13 +130,17 @@ int mask_walk(const struct grammar_vocab *v, struct mask_dfa *d,
 	return rc;
 }
 
+int mask_walk(const struct grammar_vocab *v, struct mask_dfa *d,
+	      uint32_t root, uint64_t *acc, struct walk_split *split)
+{
+	return trie_walk(v, d, root, acc, split, NULL, 0);
+}
+
 int mask_walk_ranges(const struct grammar_vocab *v, struct mask_dfa *d,
 		     uint32_t root, const uint32_t *rng, uint32_t n_rng,
 		     uint64_t *mask)
 {
-	uint32_t depth = v->max_len + 1, dd = 0, i, n, r = 0;
-	uint32_t *st, *it;
-	int rc = 0;
+	uint32_t r, i;
 
 	/* the chosen tokens are decided here alone */
 	for (r = 0; r < n_rng; r++)
@@ -121,50 +148,5 @@ int mask_walk_ranges(const struct grammar_vocab *v, struct mask_dfa *d,
 			mask[v->ids[i] / 64] &= ~(1ull << (v->ids[i] % 64));
 	if (!n_rng)
 		return 0;
-	st = malloc((size_t)depth * 2 * sizeof(uint32_t));
-	if (!st)
-		return -ENOMEM;
-	it = st + depth;
-	st[0] = root;
-	it[0] = v->nodes[0].first_child;
-	r = 0;
-	/* nodes come in preorder, so tok_begin only grows: one cursor r
-	 * into the ranges (sorted, disjoint) serves every test */
-	for (;;) {
-		uint32_t c = it[dd];
-		const struct tnode *nd;
-
-		if (c == MASK_NONE) {
-			if (!dd)
-				break;
-			dd--;
-			continue;
-		}
-		nd = &v->nodes[c];
-		it[dd] = nd->next_sibling;
-		while (r < n_rng && rng[2 * r + 1] <= nd->tok_begin)
-			r++;
-		if (r == n_rng)
-			break;		/* no chosen token is left */
-		if (rng[2 * r] >= nd->sub_end)
-			continue;	/* none in this subtree */
-		rc = mask_dfa_next(d, st[dd], nd->byte, &n);
-		if (rc)
-			break;
-		if (n == DFA_NOENT || n == DFA_TOOBIG)
-			continue;
-		for (i = nd->tok_begin; i < nd->tok_end; i++) {
-			while (r < n_rng && rng[2 * r + 1] <= i)
-				r++;
-			if (r < n_rng && rng[2 * r] <= i)
-				mask_set(mask, v->ids[i]);
-		}
-		if (nd->first_child != MASK_NONE) {
-			dd++;
-			st[dd] = n;
-			it[dd] = nd->first_child;
-		}
-	}
-	free(st);
-	return rc;
+	return trie_walk(v, d, root, mask, NULL, rng, n_rng);
 }
