@@ -13,8 +13,19 @@
  * random allowed token (half the time among "closing" ones so documents
  * end; a finished row starts over).  Prints per step:
  *   miss_us   one mask computed from scratch (the trie walk), mean
- *   step_us   the batch's masks with a shared cache, after a warm-up of
- *             as many steps, and the hit rate
+ *   warm_us   the batch's masks with a shared cache, mean over the
+ *             warm-up steps (the cache's tables and states being built)
+ *   step_us   the same over as many steps after the warm-up, and the
+ *             hit rate of the cache's masks by state
+ *   split%    misses served by the per-suffix tables (the rest walk the
+ *             trie whole)
+ *   chk/miss  tokens no table decided, fed to the whole state, a miss
+ *   bld_us    of step_us, the part spent building tables (the lazy
+ *             precompute, on the first state that needs each one)
+ *   tables    per-suffix tables built, and build_ms the CPU time spent
+ *             building them, over all steps
+ *   states    matcher states in the cache's automaton at the end, and
+ *             cache_mb the memory of tables and automaton together
  *   samp_us   the batch's rows through sampler_sample() (temperature 1,
  *             top_p 0.9) on random logits
  *   ratio     step_us / samp_us
@@ -194,15 +205,17 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--seed"))
 			rs = strtoull(argv[i + 1], NULL, 0) | 1;
 	}
-	printf("%-7s %-6s %-5s %10s %10s %6s %10s %8s\n", "vocab", "props",
-	       "batch", "miss_us", "step_us", "hit%", "samp_us", "ratio");
+	printf("%-7s %-6s %-5s %9s %9s %9s %6s %6s %8s %7s %6s %8s %6s %8s %9s %7s\n",
+	       "vocab", "props", "batch", "miss_us", "warm_us", "step_us", "hit%",
+	       "split%", "chk/miss", "bld_us", "tables", "build_ms", "states",
+	       "cache_mb", "samp_us", "ratio");
 	for (vi = 0; vi < 2; vi++) {
 		struct vocab v;
 		struct grammar_vocab *gv;
 		struct sampler *smp;
 		float *logits;
 		size_t words;
-		uint64_t *mask;
+		uint64_t *mask, *masks;
 
 		make_vocab(&v, vocabs[vi]);
 		gv = grammar_vocab_create((const uint8_t *const *)v.b, v.len, v.n, 0);
@@ -210,6 +223,7 @@ int main(int argc, char **argv)
 		logits = malloc((size_t)v.n * sizeof(float));
 		words = grammar_mask_words(v.n);
 		mask = malloc(words * 8);
+		masks = malloc(words * 8 * 64);
 		for (i = 0; i < v.n; i++)
 			logits[i] = (float)rnd(1000) / 100.0f;
 		for (si = 0; si < 3; si++) {
@@ -228,7 +242,8 @@ int main(int argc, char **argv)
 				struct grammar_matcher **ms = calloc(b, sizeof(*ms));
 				struct grammar_mask_cache *cache =
 					grammar_mask_cache_create(v.n, 256u << 20);
-				double t0, miss = 0, cached = 0, samp;
+				double t0, miss = 0, cached = 0, warm = 0, samp;
+				struct grammar_mask_stats st0, st1;
 				uint32_t n_miss = 0;
 				uint64_t h0, m0, h1, m1;
 				struct sampling_params p = { .temperature = 1.0f,
@@ -246,17 +261,25 @@ int main(int argc, char **argv)
 				}
 				/* warm-up, then timed steps, with the cache */
 				for (i = 0; i < 2 * steps; i++) {
-					if (i == steps)
+					if (i == steps) {
 						grammar_mask_cache_stats(cache, &h0, &m0);
-					for (k = 0; k < b; k++) {
-						t0 = cpu_s();
-						grammar_mask_compute(gv, ms[k], cache, mask);
-						if (i >= steps)
-							cached += cpu_s() - t0;
-						advance(&v, gv, g, &ms[k], mask);
+						grammar_mask_cache_get_stats(cache, &st0);
 					}
+					/* the batch's masks timed as one (a clock
+					 * read per row would cost more than a hit) */
+					t0 = cpu_s();
+					for (k = 0; k < b; k++)
+						grammar_mask_compute(gv, ms[k], cache,
+								     masks + k * words);
+					if (i >= steps)
+						cached += cpu_s() - t0;
+					else
+						warm += cpu_s() - t0;
+					for (k = 0; k < b; k++)
+						advance(&v, gv, g, &ms[k], masks + k * words);
 				}
 				grammar_mask_cache_stats(cache, &h1, &m1);
+				grammar_mask_cache_get_stats(cache, &st1);
 				t0 = cpu_s();
 				for (i = 0; i < steps; i++)
 					for (k = 0; k < b; k++) {
@@ -266,11 +289,19 @@ int main(int argc, char **argv)
 					}
 				samp = (cpu_s() - t0) / steps;
 				cached /= steps;
-				printf("%-7u %-6u %-5u %10.1f %10.1f %6.1f %10.1f %8.2f\n",
+				warm /= steps;
+				printf("%-7u %-6u %-5u %9.1f %9.1f %9.1f %6.1f %6.1f %8.1f %7.1f %6u %8.1f %6u %8.1f %9.1f %7.2f\n",
 				       v.n, sizes[si], b, miss / n_miss * 1e6,
-				       cached * 1e6,
+				       warm * 1e6, cached * 1e6,
 				       100.0 * (double)(h1 - h0) /
 				       (double)(h1 - h0 + m1 - m0 ? h1 - h0 + m1 - m0 : 1),
+				       100.0 * (double)(st1.n_split - st0.n_split) /
+				       (double)(m1 - m0 ? m1 - m0 : 1),
+				       (double)(st1.n_checked - st0.n_checked) /
+				       (double)(m1 - m0 ? m1 - m0 : 1),
+				       (st1.build_s - st0.build_s) / steps * 1e6,
+				       st1.n_tables, st1.build_s * 1e3, st1.n_states,
+				       (double)(st1.table_bytes + st1.dfa_bytes) / (1 << 20),
 				       samp * 1e6, cached / samp);
 				fflush(stdout);
 				for (k = 0; k < b; k++)
@@ -287,6 +318,7 @@ int main(int argc, char **argv)
 		free(v.b);
 		free(v.len);
 		free(mask);
+		free(masks);
 		free(logits);
 		sampler_destroy(smp);
 		grammar_vocab_destroy(gv);

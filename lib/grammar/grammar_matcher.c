@@ -24,10 +24,9 @@
 #include "grammar/grammar.h"
 #include "grammar/grammar_internal.h"
 
-#define HDR 3
-/* raw expansion outputs (before duplicates go) and steps, per character */
-#define MAX_RAW (4 * GRAMMAR_MAX_STACKS)
-#define MAX_STEPS (64 * GRAMMAR_MAX_STACKS)
+#define HDR GR_KEY_HDR
+#define MAX_RAW GR_MAX_RAW
+#define MAX_STEPS GR_MAX_STEPS
 
 struct wbuf {
 	uint32_t *w;
@@ -42,6 +41,7 @@ struct grammar_matcher {
 	struct wbuf work;	/* expansion worklist, [positions, len] each */
 	uint32_t *offs;		/* out's stacks, for sorting */
 	uint32_t cap_offs;
+	struct grammar_step_stats st;	/* of the step under way */
 	uint32_t cur[GRAMMAR_MAX_DEPTH + 2];
 };
 
@@ -93,6 +93,8 @@ static int class_meets(const struct grammar *g, uint32_t c, uint32_t lo,
 static int push_work(struct grammar_matcher *m, const uint32_t *s,
 		     uint32_t len)
 {
+	if (len > m->st.max_len)
+		m->st.max_len = len;
 	if (len > GRAMMAR_MAX_DEPTH)
 		return -E2BIG;
 	if (wb_reserve(&m->work, len + 1))
@@ -241,6 +243,7 @@ static int step_cp(struct grammar_matcher *m, uint32_t cp)
 	}
 	if (!n_out)
 		return -ENOENT;
+	m->st.n_raw = n_out;
 	return collect(m, n_out, 0, 0);
 }
 
@@ -284,6 +287,7 @@ int grammar_matcher_accept_byte(struct grammar_matcher *m, uint8_t b)
 	uint32_t tot = m->key.w[1] >> 8, lo, hi;
 	int rc;
 
+	m->st = (struct grammar_step_stats){ 0, 0 };
 	if (!need) {
 		if (b < 0x80) {
 			rc = step_cp(m, b);
@@ -363,16 +367,43 @@ const uint32_t *grammar_matcher_key(const struct grammar_matcher *m,
 	return m->key.w;
 }
 
-uint64_t grammar_matcher_hash(const struct grammar_matcher *m)
+uint64_t grammar_key_hash(const uint32_t *key, uint32_t n_words)
 {
 	uint64_t h = 0x243f6a8885a308d3ull;
 	uint32_t i;
 
-	for (i = 0; i < m->key.n; i++) {
-		h = (h + m->key.w[i]) * 0x9e3779b97f4a7c15ull;
+	for (i = 0; i < n_words; i++) {
+		h = (h + key[i]) * 0x9e3779b97f4a7c15ull;
 		h ^= h >> 29;
 	}
 	return h;
+}
+
+uint64_t grammar_matcher_hash(const struct grammar_matcher *m)
+{
+	return grammar_key_hash(m->key.w, m->key.n);
+}
+
+int grammar_matcher_load(struct grammar_matcher *m, const uint32_t *key,
+			 uint32_t n_words)
+{
+	m->key.n = 0;
+	if (wb_reserve(&m->key, n_words))
+		return -ENOMEM;
+	memcpy(m->key.w, key, (size_t)n_words * sizeof(uint32_t));
+	m->key.n = n_words;
+	return 0;
+}
+
+const struct grammar *grammar_matcher_grammar(const struct grammar_matcher *m)
+{
+	return m->g;
+}
+
+void grammar_matcher_step_stats(const struct grammar_matcher *m,
+				struct grammar_step_stats *st)
+{
+	*st = m->st;
 }
 
 /* ------------------------------------------------------------------ */

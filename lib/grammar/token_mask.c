@@ -1,46 +1,35 @@
 /*
- * token_mask.c - the vocabulary trie, the masking walk and the mask
- * cache; see token_mask.h.
+ * token_mask.c - the vocabulary trie, the mask cache and the choice of
+ * how a mask is computed; see token_mask.h.
  *
  * The trie is built from the tokens sorted by their bytes: each token
  * shares the path of its longest common prefix with the one before, so
  * nodes are appended in depth-first order and a node's children are
  * chained in byte order.  A node's tokens (several ids may have the same
- * bytes) are a run of the sorted id array.
+ * bytes) are a run of the sorted id array, and so are its subtree's.
  *
- * The walk keeps one matcher per depth, so the matcher of a node is its
- * parent's plus one byte: the cost is one byte step per live trie node.
+ * A mask comes, fastest first, from the cache's slot for the state, from
+ * the per-suffix tables (mask_split.c), from a walk of the whole trie
+ * over the cache's state automaton (mask_dfa.c; without a cache, over
+ * one made for the call), or, when the automaton's memory cap is
+ * reached, from the plain walk: one matcher per depth, so the matcher of
+ * a node is its parent's plus one byte.  All give the same mask.
  */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/mask_internal.h"
 #include "grammar/token_mask.h"
 
-#define NONE UINT32_MAX
+#define NONE MASK_NONE
+
+_Static_assert(MASK_MAX_ENDS == GRAMMAR_MAX_ENDS, "end tokens");
 /* Keys longer than this many words are not cached (bounds a slot). */
 #define KEY_MAX 256
-
-struct tnode {
-	uint32_t first_child, next_sibling;
-	uint32_t tok_begin, tok_end;	/* into ids */
-	uint8_t byte;
-};
-
-struct grammar_vocab {
-	uint32_t n_vocab;
-	/* the tokens that end a sentence (EOS, a chat's end of turn):
-	 * allowed iff the matcher accepts; never in the trie */
-	uint32_t ends[GRAMMAR_MAX_ENDS];
-	uint32_t n_ends;
-	struct tnode *nodes;
-	uint32_t n_nodes;
-	uint32_t *ids;		/* non-empty tokens sorted by bytes */
-	uint32_t max_len;
-	const uint8_t **bytes;	/* copies */
-	uint32_t *lens;
-};
+/* The automaton of an uncached mask: one call's states. */
+#define LOCAL_DFA_BYTES (16u << 20)
 
 struct slot {
 	uint64_t hash;
@@ -54,6 +43,12 @@ struct grammar_mask_cache {
 	uint32_t n_slots;
 	struct slot *slots;
 	uint64_t hits, misses;
+	const struct grammar *g;	/* of dfa and split; NULL: none yet */
+	struct mask_dfa *dfa;
+	struct mask_split *split;	/* made on first use (needs the vocab) */
+	size_t table_bytes;
+	uint32_t split_depth;	/* 0: the default */
+	uint64_t n_split, n_dfa, n_plain;
 };
 
 /* ------------------------------------------------------------------ */
@@ -150,7 +145,8 @@ struct grammar_vocab *grammar_vocab_create_ends(const uint8_t *const *bytes,
 	last = malloc((size_t)cap * sizeof(uint32_t));
 	if (!v->nodes || !path || !last)
 		goto fail;
-	v->nodes[0] = (struct tnode){ NONE, NONE, 0, 0, 0 };
+	v->n_ids = n_ids;
+	v->nodes[0] = (struct tnode){ NONE, NONE, 0, 0, n_ids, 0 };
 	last[0] = NONE;
 	v->n_nodes = 1;
 	path[0] = 0;
@@ -167,7 +163,7 @@ struct grammar_vocab *grammar_vocab_create_ends(const uint8_t *const *bytes,
 		for (d = l; d < v->lens[t]; d++) {
 			uint32_t p = path[d], c = v->n_nodes++;
 
-			v->nodes[c] = (struct tnode){ NONE, NONE, i, i,
+			v->nodes[c] = (struct tnode){ NONE, NONE, i, i, i + 1,
 						      v->bytes[t][d] };
 			last[c] = NONE;
 			if (last[p] == NONE)
@@ -185,6 +181,9 @@ struct grammar_vocab *grammar_vocab_create_ends(const uint8_t *const *bytes,
 			v->nodes[path[v->lens[t]]].tok_begin = i;
 			v->nodes[path[v->lens[t]]].tok_end = i + 1;
 		}
+		/* the subtrees t is in now end after it */
+		for (d = 1; d <= l && d <= v->lens[t]; d++)
+			v->nodes[path[d]].sub_end = i + 1;
 		prev = t;
 	}
 	free(path);
@@ -258,6 +257,74 @@ out:
 	return rc;
 }
 
+/* A whole walk over d from key: 0, -ENOSPC (d full, even empty), -ENOMEM. */
+static int dfa_walk(const struct grammar_vocab *v, struct mask_dfa *d,
+		    const uint32_t *key, uint32_t key_n, uint64_t *mask)
+{
+	size_t words = grammar_mask_words(v->n_vocab);
+	uint32_t root, try;
+	int rc = -ENOSPC;
+
+	for (try = 0; try < 2 && rc == -ENOSPC; try++) {
+		if (try)
+			mask_dfa_reset(d);	/* full: this state alone */
+		memset(mask, 0, words * sizeof(uint64_t));
+		rc = mask_dfa_intern(d, key, key_n, &root);
+		if (!rc)
+			rc = mask_walk(v, d, root, mask, NULL);
+	}
+	return rc;
+}
+
+/* The mask of m without its slot: 0, -ENOSPC (walk it plainly), -ENOMEM. */
+static int fast_mask(const struct grammar_vocab *v,
+		     const struct grammar_matcher *m,
+		     struct grammar_mask_cache *c, const uint32_t *key,
+		     uint32_t key_n, uint64_t *mask)
+{
+	struct mask_dfa *local;
+	int rc;
+
+	if (!c) {
+		local = mask_dfa_create(LOCAL_DFA_BYTES);
+		if (!local)
+			return -ENOMEM;
+		rc = mask_dfa_bind(local, m);
+		if (!rc)
+			rc = dfa_walk(v, local, key, key_n, mask);
+		mask_dfa_destroy(local);
+		return rc;
+	}
+	if (c->g != grammar_matcher_grammar(m)) {
+		c->g = NULL;
+		if (c->split)
+			mask_split_reset(c->split);
+		rc = mask_dfa_bind(c->dfa, m);
+		if (rc)
+			return rc;
+		c->g = grammar_matcher_grammar(m);
+	}
+	if (!c->split) {
+		c->split = mask_split_create(v->n_vocab, v->n_ids, c->table_bytes);
+		if (!c->split)
+			return -ENOMEM;
+		if (c->split_depth)
+			mask_split_set_depth(c->split, c->split_depth);
+	}
+	memset(mask, 0, grammar_mask_words(v->n_vocab) * sizeof(uint64_t));
+	rc = mask_split_compute(c->split, v, c->dfa, key, key_n, mask);
+	if (!rc) {
+		c->n_split++;
+		return 0;
+	}
+	if (rc != -ENOSPC)
+		return rc;
+	rc = dfa_walk(v, c->dfa, key, key_n, mask);
+	if (!rc)
+		c->n_dfa++;
+	return rc;
+}
+
 int grammar_mask_compute(const struct grammar_vocab *v,
 			 const struct grammar_matcher *m,
 			 struct grammar_mask_cache *cache, uint64_t *mask)
@@ -269,8 +336,10 @@ int grammar_mask_compute(const struct grammar_vocab *v,
 	uint64_t h = 0;
 	int rc;
 
+	if (cache && cache->n_vocab != v->n_vocab)
+		cache = NULL;	/* not this vocabulary's: unusable */
 	key = grammar_matcher_key(m, &key_n);
-	if (cache && cache->n_vocab == v->n_vocab && key_n <= KEY_MAX) {
+	if (cache && key_n <= KEY_MAX) {
 		h = grammar_matcher_hash(m);
 		s = &cache->slots[h % cache->n_slots];
 		if (s->key_n == key_n && s->hash == h &&
@@ -281,13 +350,21 @@ int grammar_mask_compute(const struct grammar_vocab *v,
 		}
 		cache->misses++;
 	}
-	memset(mask, 0, words * sizeof(uint64_t));
-	rc = walk(v, m, mask);
+	rc = fast_mask(v, m, cache, key, key_n, mask);
+	if (rc == -ENOSPC) {
+		if (cache)
+			cache->n_plain++;
+		memset(mask, 0, words * sizeof(uint64_t));
+		rc = walk(v, m, mask);
+	}
 	if (rc)
 		return rc;
-	if (grammar_matcher_is_accepting(m))
-		for (uint32_t e = 0; e < v->n_ends; e++)
-			mask[v->ends[e] / 64] |= 1ull << (v->ends[e] % 64);
+	/* the end tokens by the state alone, whatever their bytes */
+	for (uint32_t e = 0; e < v->n_ends; e++) {
+		mask[v->ends[e] / 64] &= ~(1ull << (v->ends[e] % 64));
+		if (grammar_matcher_is_accepting(m))
+			mask_set(mask, v->ends[e]);
+	}
 	if (s) {
 		if (!s->key)
 			s->key = malloc(KEY_MAX * sizeof(uint32_t));
@@ -319,8 +396,9 @@ int grammar_matcher_accept_token(struct grammar_matcher *m,
 /* The cache                                                           */
 /* ------------------------------------------------------------------ */
 
-struct grammar_mask_cache *grammar_mask_cache_create(uint32_t n_vocab,
-						     size_t max_bytes)
+struct grammar_mask_cache *grammar_mask_cache_create_limits(
+	uint32_t n_vocab, size_t slot_bytes, size_t dfa_bytes,
+	size_t table_bytes)
 {
 	struct grammar_mask_cache *c = calloc(1, sizeof(*c));
 	size_t per = sizeof(struct slot) + KEY_MAX * sizeof(uint32_t) +
@@ -329,15 +407,25 @@ struct grammar_mask_cache *grammar_mask_cache_create(uint32_t n_vocab,
 	if (!c)
 		return NULL;
 	c->n_vocab = n_vocab;
-	c->n_slots = max_bytes / per > 0 ? (uint32_t)(max_bytes / per < 1u << 20
-						      ? max_bytes / per : 1u << 20)
-					 : 1;
+	c->n_slots = slot_bytes / per > 0 ? (uint32_t)(slot_bytes / per < 1u << 20
+						       ? slot_bytes / per : 1u << 20)
+					  : 1;
 	c->slots = calloc(c->n_slots, sizeof(struct slot));
-	if (!c->slots) {
-		free(c);
+	c->dfa = mask_dfa_create(dfa_bytes);
+	c->table_bytes = table_bytes;
+	if (!c->slots || !c->dfa) {
+		grammar_mask_cache_destroy(c);
 		return NULL;
 	}
 	return c;
+}
+
+struct grammar_mask_cache *grammar_mask_cache_create(uint32_t n_vocab,
+						     size_t max_bytes)
+{
+	/* half for masks by state, the rest for what makes misses cheap */
+	return grammar_mask_cache_create_limits(n_vocab, max_bytes / 2,
+						max_bytes / 4, max_bytes / 4);
 }
 
 void grammar_mask_cache_destroy(struct grammar_mask_cache *c)
@@ -346,11 +434,13 @@ void grammar_mask_cache_destroy(struct grammar_mask_cache *c)
 
 	if (!c)
 		return;
-	for (i = 0; i < c->n_slots; i++) {
+	for (i = 0; c->slots && i < c->n_slots; i++) {
 		free(c->slots[i].key);
 		free(c->slots[i].mask);
 	}
 	free(c->slots);
+	mask_dfa_destroy(c->dfa);
+	mask_split_destroy(c->split);
 	free(c);
 }
 
@@ -359,4 +449,28 @@ void grammar_mask_cache_stats(const struct grammar_mask_cache *c,
 {
 	*hits = c->hits;
 	*misses = c->misses;
+}
+
+void grammar_mask_cache_set_split_depth(struct grammar_mask_cache *c,
+					uint32_t depth)
+{
+	c->split_depth = depth ? depth : SPLIT_DEPTH;
+	if (c->split)
+		mask_split_set_depth(c->split, c->split_depth);
+}
+
+void grammar_mask_cache_get_stats(const struct grammar_mask_cache *c,
+				  struct grammar_mask_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->hits = c->hits;
+	st->misses = c->misses;
+	st->n_split = c->n_split;
+	st->n_dfa = c->n_dfa;
+	st->n_plain = c->n_plain;
+	mask_split_counts(c->split, &st->n_tables, &st->table_bytes,
+			  &st->build_s, &st->n_checked);
+	st->n_states = c->dfa->n_states;
+	st->dfa_bytes = c->dfa->used;
+	st->dfa_full = c->dfa->n_full;
 }

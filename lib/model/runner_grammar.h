@@ -17,8 +17,10 @@
 #include "grammar/grammar_seq.h"
 #include "grammar/token_mask.h"
 
-/* A mask cache per constrained slot (grammar_seq.h). */
-#define RUNNER_GRAMMAR_CACHE_BYTES (1u << 20)
+/* A mask cache per constrained slot (grammar_seq.h): a cap, filled as
+ * states come (bench-grammar: the tables and automaton of a JSON schema
+ * take up to 7 MB at 150K tokens). */
+#define RUNNER_GRAMMAR_CACHE_BYTES (16u << 20)
 
 struct runner_grammar {
 	const struct grammar_vocab *vocab;	/* the tokens' bytes; NULL:

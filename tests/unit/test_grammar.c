@@ -5,10 +5,16 @@
  * GBNF, and judged by an independent recognizer over the tree (the set
  * of end positions of each node, from the definition of each operator).
  * On them: the matcher accepts exactly what the recognizer accepts; the
- * trie mask (with and without a tiny cache, so slots are shared) equals
- * a naive mask (every token's bytes fed to a fresh copy); and random
- * walks, choosing uniformly among allowed tokens, end only in sentences
- * of the grammar.  Parser errors are checked for their line and column.
+ * trie mask equals a naive mask (every token's bytes fed to a fresh
+ * copy) on every path a mask can take: uncached (an automaton of the
+ * call), through a cache's per-suffix tables, with the tables or the
+ * automaton capped so that they fill and fall back, and with a one-byte
+ * cache (plain walk, one shared slot); and random walks, choosing
+ * uniformly among allowed tokens, end only in sentences of the grammar.
+ * The same masks are held to the naive one on JSON mode with a BPE-like
+ * vocabulary, and next to the matcher's caps (stacks that multiply past
+ * 1024, nesting past depth 512).  Parser errors are checked for their
+ * line and column.
  *
  * SEED=<n> replays a run (tests/unit/test_rng.h).
  */
@@ -24,6 +30,7 @@
 #include <cmocka.h>
 
 #include "grammar/grammar.h"
+#include "grammar/json_schema.h"
 #include "grammar/token_mask.h"
 #include "tests/unit/test_rng.h"
 
@@ -385,6 +392,30 @@ static struct node *random_grammar(struct rng *r, char **src)
 
 	n_rules_made = 0;
 	x = gen(r, 1 + (int)rng_below(r, 4));
+	/* half the time, nest it in up to 5 rules each followed by a
+	 * literal, so stacks are deeper than the mask's tables */
+	if (rng_below(r, 2)) {
+		uint32_t levels = 1 + rng_below(r, 5), i;
+
+		for (i = 0; i < levels; i++) {
+			struct node *rule = calloc(1, sizeof(*rule));
+			struct node *lit = calloc(1, sizeof(*lit));
+			struct node *seq = calloc(1, sizeof(*seq));
+
+			rule->type = N_RULE;
+			rule->n_kid = 1;
+			rule->kid[0] = x;
+			rule->rule_id = n_rules_made++;
+			lit->type = N_LIT;
+			lit->n_lit = 1;
+			lit->lit[0] = alphabet[rng_below(r, N_ALPHA)];
+			seq->type = N_SEQ;
+			seq->n_kid = 2;
+			seq->kid[0] = rule;
+			seq->kid[1] = lit;
+			x = seq;
+		}
+	}
 	tput(&rules, "# a random grammar\n");
 	tput(&t, "root ::= ");
 	emit(x, r, &t, &rules);
@@ -479,6 +510,136 @@ static void naive_mask(const struct vocab *v, const struct grammar_matcher *m,
 		if (ok)
 			mask[t / 64] |= 1ull << (t % 64);
 	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Every path to a mask, against the naive one                         */
+/* ------------------------------------------------------------------ */
+
+enum { C_TABLES, C_TABLES1, C_TABLES2, C_FEW_TABLES, C_FEW_STATES,
+       C_ONE_BYTE, N_CACHES };
+
+/* The caches of one (grammar, vocabulary), one per path a miss can take. */
+struct mask_paths {
+	const struct grammar_vocab *gv;
+	struct grammar_mask_cache *c[N_CACHES];
+	uint32_t n_vocab;
+	uint64_t *want, *got;
+	/* what the states checked were like */
+	uint32_t n_states, n_deep, n_partial, n_accepting;
+};
+
+/* Totals over a test's caches, for coverage asserts. */
+static struct grammar_mask_stats totals;
+
+static void paths_init(struct mask_paths *p, const struct grammar_vocab *gv)
+{
+	uint32_t n_vocab = grammar_vocab_size(gv);
+	size_t words = grammar_mask_words(n_vocab);
+
+	memset(p, 0, sizeof(*p));
+	p->gv = gv;
+	p->n_vocab = n_vocab;
+	/* tables and states with room to spare */
+	p->c[C_TABLES] = grammar_mask_cache_create_limits(n_vocab, 1 << 20,
+							  4 << 20, 4 << 20);
+	/* tables of the top position alone, then of two: far more tokens
+	 * are left undecided, and far more stacks are split */
+	p->c[C_TABLES1] = grammar_mask_cache_create_limits(n_vocab, 1 << 20,
+							   4 << 20, 4 << 20);
+	p->c[C_TABLES2] = grammar_mask_cache_create_limits(n_vocab, 1 << 20,
+							   4 << 20, 4 << 20);
+	/* room for about two tables: later states walk the automaton */
+	p->c[C_FEW_TABLES] = grammar_mask_cache_create_limits(
+		n_vocab, 1 << 20, 4 << 20, 2 * (words * 8 + 200) + words * 8);
+	/* about 12 states: walks fill it, reset it, and fall back */
+	p->c[C_FEW_STATES] = grammar_mask_cache_create_limits(
+		n_vocab, 1 << 20, 12 * 1200, 4 << 20);
+	/* one slot every state shares (keys must be compared), no room for
+	 * states or tables: the plain walk */
+	p->c[C_ONE_BYTE] = grammar_mask_cache_create(n_vocab, 1);
+	p->want = malloc(words * 8);
+	p->got = malloc(words * 8);
+	for (int i = 0; i < N_CACHES; i++)
+		assert_non_null(p->c[i]);
+	grammar_mask_cache_set_split_depth(p->c[C_TABLES1], 1);
+	grammar_mask_cache_set_split_depth(p->c[C_TABLES2], 2);
+}
+
+static void paths_free(struct mask_paths *p)
+{
+	for (int i = 0; i < N_CACHES; i++) {
+		struct grammar_mask_stats st;
+
+		grammar_mask_cache_get_stats(p->c[i], &st);
+		totals.n_split += st.n_split;
+		totals.n_dfa += st.n_dfa;
+		totals.n_plain += st.n_plain;
+		totals.n_checked += st.n_checked;
+		totals.dfa_full += st.dfa_full;
+		totals.n_tables += st.n_tables;
+		grammar_mask_cache_destroy(p->c[i]);
+	}
+	free(p->want);
+	free(p->got);
+}
+
+static void describe(const struct grammar_matcher *m, char *out, size_t n)
+{
+	const uint32_t *k;
+	uint32_t kn, i, o = 3;
+	size_t w;
+
+	k = grammar_matcher_key(m, &kn);
+	w = (size_t)snprintf(out, n, "cp %x need %x, %u stacks:", k[0], k[1],
+			     k[2]);
+	for (i = 0; i < k[2] && w < n; i++) {
+		w += (size_t)snprintf(out + w, n - w, " [%u]", k[o]);
+		o += k[o] + 1;
+	}
+}
+
+/*
+ * want = the naive mask of m; every path's mask must equal it (each
+ * cache is asked twice: the second answer is its slot's).
+ */
+static void check_paths(struct mask_paths *p, const struct vocab *v,
+			const struct grammar_matcher *m, const char *src)
+{
+	size_t words = grammar_mask_words(p->n_vocab);
+	const uint32_t *k;
+	uint32_t kn, i, o = 3, deepest = 0;
+	char why[256];
+	int c, rep;
+
+	k = grammar_matcher_key(m, &kn);
+	for (i = 0; i < k[2]; i++) {
+		if (k[o] > deepest)
+			deepest = k[o];
+		o += k[o] + 1;
+	}
+	p->n_states++;
+	p->n_deep += deepest > 3;
+	p->n_partial += k[1] != 0;
+	p->n_accepting += grammar_matcher_is_accepting(m);
+	naive_mask(v, m, p->want);
+	for (c = -1; c < N_CACHES; c++)
+		for (rep = 0; rep < (c < 0 ? 1 : 2); rep++) {
+			struct grammar_mask_cache *cache = c < 0 ? NULL : p->c[c];
+
+			assert_int_equal(grammar_mask_compute(p->gv, m, cache,
+							      p->got), 0);
+			if (!memcmp(p->want, p->got, words * 8))
+				continue;
+			describe(m, why, sizeof(why));
+			for (i = 0; i < p->n_vocab; i++)
+				if ((p->want[i / 64] ^ p->got[i / 64]) >> (i % 64) & 1)
+					break;
+			fail_msg("mask differs from naive (cache %d, pass %d) at "
+				 "token %u '%.*s' (naive %d); state %s\n%s", c, rep,
+				 i, (int)v->len[i], v->b[i],
+				 (int)(p->want[i / 64] >> (i % 64) & 1), why, src);
+		}
 }
 
 /* ------------------------------------------------------------------ */
@@ -680,30 +841,36 @@ static void test_random_languages(void **state)
 
 /*
  * Random walks with masks checked against the naive masker at every
- * step (cached and uncached); a walk that picks EOS must have produced
- * a sentence the recognizer accepts.
+ * step on every path (check_paths); a walk that picks EOS must have
+ * produced a sentence the recognizer accepts.  Every other grammar's EOS
+ * token has bytes (EOS is still decided by the state alone).
  */
 static void test_masks_and_walks(void **state)
 {
 	struct rng r = rng_for(2);
-	uint32_t it, finished = 0, steps_total = 0;
+	uint32_t it, finished = 0, steps_total = 0, deep = 0, partial = 0;
 
 	(void)state;
+	memset(&totals, 0, sizeof(totals));
 	for (it = 0; it < 150; it++) {
 		char *src;
 		struct node *x = random_grammar(&r, &src);
 		struct grammar *g = parse_ok(src);
 		struct vocab v = random_vocab(&r, 20 + rng_below(&r, 300));
-		struct grammar_vocab *gv = grammar_vocab_create(
-			(const uint8_t *const *)v.b, v.len, v.n, 0);
-		/* one slot: every state shares it, so keys must be compared */
-		struct grammar_mask_cache *c1 = grammar_mask_cache_create(v.n, 1);
-		struct grammar_mask_cache *cb = grammar_mask_cache_create(v.n, 1 << 20);
-		size_t words = grammar_mask_words(v.n);
-		uint64_t *want = malloc(words * 8), *got = malloc(words * 8);
+		struct grammar_vocab *gv;
+		struct mask_paths p;
 		uint32_t walk;
 
+		if (it % 2) {
+			free(v.b[0]);
+			v.b[0] = malloc(1);
+			v.b[0][0] = (uint8_t)alphabet[rng_below(&r, 6)];
+			v.len[0] = 1;
+		}
+		gv = grammar_vocab_create((const uint8_t *const *)v.b, v.len,
+					  v.n, 0);
 		assert_non_null(gv);
+		paths_init(&p, gv);
 		for (walk = 0; walk < 6; walk++) {
 			struct grammar_matcher *m = grammar_matcher_create(g);
 			uint8_t out[256];
@@ -713,24 +880,15 @@ static void test_masks_and_walks(void **state)
 			for (step = 0; step < 40; step++) {
 				uint32_t t, n_allowed = 0, pick;
 
-				naive_mask(&v, m, want);
-				assert_int_equal(grammar_mask_compute(gv, m, NULL, got), 0);
-				if (memcmp(want, got, words * 8))
-					fail_msg("trie mask differs from naive\n%s", src);
-				assert_int_equal(grammar_mask_compute(gv, m, c1, got), 0);
-				if (memcmp(want, got, words * 8))
-					fail_msg("1-slot cached mask differs\n%s", src);
-				assert_int_equal(grammar_mask_compute(gv, m, cb, got), 0);
-				if (memcmp(want, got, words * 8))
-					fail_msg("cached mask differs\n%s", src);
+				check_paths(&p, &v, m, src);
 				steps_total++;
 				for (t = 0; t < v.n; t++)
-					n_allowed += want[t / 64] >> (t % 64) & 1;
+					n_allowed += p.want[t / 64] >> (t % 64) & 1;
 				if (!n_allowed)
 					break;
 				pick = rng_below(&r, n_allowed);
 				for (t = 0; t < v.n; t++)
-					if ((want[t / 64] >> (t % 64) & 1) && !pick--)
+					if ((p.want[t / 64] >> (t % 64) & 1) && !pick--)
 						break;
 				assert_int_equal(grammar_matcher_accept_token(m, gv, t), 0);
 				if (t == 0) {
@@ -747,19 +905,286 @@ static void test_masks_and_walks(void **state)
 			}
 			grammar_matcher_destroy(m);
 		}
-		free(want);
-		free(got);
-		grammar_mask_cache_destroy(c1);
-		grammar_mask_cache_destroy(cb);
+		deep += p.n_deep;
+		partial += p.n_partial;
+		paths_free(&p);
 		grammar_vocab_destroy(gv);
 		free_vocab(&v);
 		grammar_destroy(g);
 		free_node(x);
 		free(src);
 	}
-	printf("masks: %u steps checked, %u walks finished\n", steps_total,
-	       finished);
+	printf("masks: %u steps checked (%u with a stack deeper than 3, %u "
+	       "inside a code point), %u walks finished; misses by tables "
+	       "%llu, whole walks %llu, plain walks %llu; %llu tokens checked "
+	       "whole, automaton full %llu times\n", steps_total, deep,
+	       partial, finished, (unsigned long long)totals.n_split,
+	       (unsigned long long)totals.n_dfa,
+	       (unsigned long long)totals.n_plain,
+	       (unsigned long long)totals.n_checked,
+	       (unsigned long long)totals.dfa_full);
 	assert_true(finished > 100);
+	/* every path was taken, on the states that make it hard */
+	assert_true(deep > 100);
+	assert_true(partial > 100);
+	assert_true(totals.n_split > 1000);
+	assert_true(totals.n_checked > 1000);
+	assert_true(totals.n_dfa > 100);
+	assert_true(totals.n_plain > 1000);
+	assert_true(totals.dfa_full > 10);
+}
+
+/* A vocabulary of the given strings; token 0 is EOS (empty). */
+static struct vocab strings_vocab(const char *const *strs, uint32_t n)
+{
+	struct vocab v = { calloc(n + 1, sizeof(uint8_t *)), calloc(n + 1, 4),
+			   n + 1 };
+	uint32_t i;
+
+	v.b[0] = malloc(1);
+	for (i = 0; i < n; i++) {
+		v.len[i + 1] = (uint32_t)strlen(strs[i]);
+		v.b[i + 1] = malloc(v.len[i + 1] + 1);
+		memcpy(v.b[i + 1], strs[i], v.len[i + 1]);
+	}
+	return v;
+}
+
+/*
+ * Walk the byte string path a token at a time (token ids in toks),
+ * checking every path's mask against the naive one at each step from
+ * step from on, until a token is refused (that must be a cap: -E2BIG).
+ */
+static uint32_t walk_to_cap(const char *src, const char *const *strs,
+			    uint32_t n_strs, uint32_t tok, uint32_t from,
+			    uint32_t max_steps)
+{
+	struct grammar *g = parse_ok(src);
+	struct vocab v = strings_vocab(strs, n_strs);
+	struct grammar_vocab *gv = grammar_vocab_create(
+		(const uint8_t *const *)v.b, v.len, v.n, 0);
+	struct grammar_matcher *m = grammar_matcher_create(g);
+	struct mask_paths p;
+	uint32_t step;
+	int rc = 0;
+
+	assert_non_null(gv);
+	assert_non_null(m);
+	paths_init(&p, gv);
+	for (step = 0; step < max_steps; step++) {
+		if (step >= from)
+			check_paths(&p, &v, m, src);
+		rc = grammar_matcher_accept_token(m, gv, tok);
+		if (rc)
+			break;
+	}
+	assert_int_equal(rc, -E2BIG);
+	paths_free(&p);
+	grammar_matcher_destroy(m);
+	grammar_vocab_destroy(gv);
+	free_vocab(&v);
+	grammar_destroy(g);
+	return step;
+}
+
+/*
+ * States whose stacks each take "b" alone while the state refuses it:
+ * one stack's expansion of "b" passes the raw-output cap beside one that
+ * accepts "b" and "bc" (so a table's acceptance must be overruled by the
+ * whole-state check), or two stacks' expansions pass it together though
+ * each stays under it and their outputs are few distinct stacks.
+ */
+static void check_overruled(void)
+{
+	static const char *const strs[] = { "a", "b", "bc", "bcd", "c", "d",
+					    "z", "ab", "cdz", "cz", "bcz" };
+	static const char *const srcs[] = {
+		"root ::= w \"z\"\n"
+		"w ::= \"a\" \"b\" \"c\" \"d\" | \"a\" q\n"
+		"q ::= \"b\" e\n"
+		"e ::= f | f | f | f\nf ::= g | g | g | g\ng ::= h | h | h | h\n"
+		"h ::= i | i | i | i\ni ::= j | j | j | j\nj ::= k | k | k | k\n"
+		"k ::= \"c\" | \"c\"\n",
+		"root ::= w \"z\"\n"
+		"w ::= \"a\" qa | \"a\" qb\n"
+		"qa ::= \"b\" e\nqb ::= \"b\" e\n"
+		"e ::= f | f | f\nf ::= g | g | g | g\ng ::= h | h | h | h\n"
+		"h ::= i | i | i | i\ni ::= j | j | j | j\n"
+		"j ::= \"c\" | \"c\" | \"c\" | \"c\"\n",
+	};
+	uint32_t i;
+
+	for (i = 0; i < 2; i++) {
+		struct grammar *g = parse_ok(srcs[i]);
+		struct vocab v = strings_vocab(strs, 11);
+		struct grammar_vocab *gv = grammar_vocab_create(
+			(const uint8_t *const *)v.b, v.len, v.n, 0);
+		struct grammar_matcher *m = grammar_matcher_create(g);
+		struct mask_paths p;
+
+		assert_non_null(gv);
+		paths_init(&p, gv);
+		check_paths(&p, &v, m, srcs[i]);
+		assert_int_equal(grammar_matcher_accept_token(m, gv, 1), 0);
+		check_paths(&p, &v, m, srcs[i]);
+		assert_int_equal(grammar_matcher_accept_token(m, gv, 2), -E2BIG);
+		paths_free(&p);
+		grammar_matcher_destroy(m);
+		grammar_vocab_destroy(gv);
+		free_vocab(&v);
+		grammar_destroy(g);
+	}
+}
+
+/*
+ * Next to the caps a state's stacks, each fine alone, blow up together
+ * (stacks that multiply, or one stack's expansion beside another that
+ * accepts), or a stack is too deep for a token that its table alone
+ * accepts (nesting): the fast paths must see it coming.
+ */
+static void test_masks_near_caps(void **state)
+{
+	static const char *const ab[] = { "a", "aa", "aaa", "aaaa", "aaaaaaaa",
+					  "b", "bb", "ab", "ba", "aab", "abb" };
+	static const char *const par[] = { "(", "((", "(((", "((((((((", ")",
+					   "))", ")))", "x", "x)", "x))", "(x",
+					   "(x)", "((x" };
+	uint32_t n;
+
+	(void)state;
+	memset(&totals, 0, sizeof(totals));
+	check_overruled();
+	n = walk_to_cap("root ::= x*\nx ::= \"a\" | \"a\" \"a\" | \"a\" x \"b\"",
+			ab, 11, 1, 185, 5000);
+	printf("caps: stacks blew up after %u a's; ", n);
+	n = walk_to_cap("root ::= \"(\" root \")\" | \"x\"", par, 13, 1, 490,
+			5000);
+	printf("nesting refused after %u ('s; misses by tables %llu, "
+	       "plain walks %llu\n", n, (unsigned long long)totals.n_split,
+	       (unsigned long long)totals.n_plain);
+	assert_true(totals.n_split > 10);
+}
+
+/*
+ * A BPE-like vocabulary for JSON: EOS, the printable bytes, punctuation
+ * runs, words with and without a leading space, digits, escapes, and
+ * multi-byte characters whole and cut (so tokens end inside one).
+ */
+static struct vocab json_vocab(struct rng *r, uint32_t n)
+{
+	static const char *const punct[] = { "\":", "\",", "{\"", "},", "\n  ",
+		"\":\"", "\"}", "\"]", "[", "]", ",\n", " {", "\":[", "null",
+		"true", "false", "\\n", "\\\"", ".", "-", "0.", "e+", "\\u00",
+		"\\u", "\"\"", "{}", "[]", " \"", "\"\n" };
+	static const char *const mb[] = { "\xc3\xa9", "\xe4\xb8\xad",
+					  "\xf0\x9f\x98\x80", "\xc3", "\xa9",
+					  "\xe4\xb8", "\xad\"", "\xf0\x9f" };
+	struct vocab v = { calloc(n, sizeof(uint8_t *)), calloc(n, 4), n };
+	uint32_t i, k;
+
+	for (i = 0; i < n; i++) {
+		char w[32];
+		size_t l = 0;
+		uint32_t kind = rng_below(r, 100);
+
+		if (i == 0) {
+			l = 0;
+		} else if (i <= 95) {
+			w[l++] = (char)(0x20 + i - 1);
+		} else if (kind < 50) {
+			uint32_t wl = 1 + rng_below(r, 6);
+
+			if (rng_below(r, 2))
+				w[l++] = ' ';
+			for (k = 0; k < wl; k++)
+				w[l++] = (char)('a' + rng_below(r, 26));
+		} else if (kind < 62) {
+			uint32_t dl = 1 + rng_below(r, 3);
+
+			for (k = 0; k < dl; k++)
+				w[l++] = (char)('0' + rng_below(r, 10));
+		} else if (kind < 80) {
+			const char *q = punct[rng_below(r, sizeof(punct) /
+							sizeof(punct[0]))];
+
+			l = strlen(q);
+			memcpy(w, q, l);
+		} else {
+			const char *q = mb[rng_below(r, sizeof(mb) / sizeof(mb[0]))];
+
+			if (rng_below(r, 2))
+				w[l++] = (char)('a' + rng_below(r, 26));
+			memcpy(w + l, q, strlen(q));
+			l += strlen(q);
+		}
+		v.len[i] = (uint32_t)l;
+		v.b[i] = malloc(l + 1);
+		memcpy(v.b[i], w, l);
+	}
+	return v;
+}
+
+/* JSON mode: every path's mask equals the naive one along random walks. */
+static void test_masks_json(void **state)
+{
+	struct rng r = rng_for(4);
+	char *src = json_mode_gbnf();
+	struct grammar *g = parse_ok(src);
+	struct vocab v = json_vocab(&r, 700);
+	struct grammar_vocab *gv = grammar_vocab_create(
+		(const uint8_t *const *)v.b, v.len, v.n, 0);
+	struct grammar_matcher *m = grammar_matcher_create(g);
+	struct mask_paths p;
+	uint32_t walk, step, finished = 0;
+
+	(void)state;
+	assert_non_null(gv);
+	memset(&totals, 0, sizeof(totals));
+	paths_init(&p, gv);
+	/* documents one after the other: long ones, closing more often as
+	 * they grow, a new one when one ends */
+	for (walk = 0, step = 0; step < 300; step++, walk++) {
+		uint32_t t, n_allowed = 0, n_close = 0, pick;
+		int close;
+
+		check_paths(&p, &v, m, "json mode");
+		for (t = 0; t < v.n; t++)
+			if (p.want[t / 64] >> (t % 64) & 1) {
+				n_allowed++;
+				n_close += v.len[t] && strchr("\"]}", v.b[t][0]);
+			}
+		assert_true(n_allowed > 0);
+		close = n_close && rng_below(&r, 100) < walk;
+		pick = rng_below(&r, close ? n_close : n_allowed);
+		for (t = 0; t < v.n; t++)
+			if ((p.want[t / 64] >> (t % 64) & 1) &&
+			    (!close || (v.len[t] && strchr("\"]}", v.b[t][0]))) &&
+			    !pick--)
+				break;
+		assert_int_equal(grammar_matcher_accept_token(m, gv, t), 0);
+		if (t == 0) {
+			finished++;
+			walk = 0;
+			grammar_matcher_destroy(m);
+			m = grammar_matcher_create(g);
+		}
+	}
+	grammar_matcher_destroy(m);
+	paths_free(&p);
+	printf("json: %u states (%u deeper than 3, %u inside a code point), "
+	       "%u documents ended; misses by tables %llu, %llu tokens "
+	       "checked whole\n", p.n_states, p.n_deep, p.n_partial, finished,
+	       (unsigned long long)totals.n_split,
+	       (unsigned long long)totals.n_checked);
+	assert_true(p.n_deep > 50);
+	assert_true(p.n_partial > 0);
+	assert_true(finished > 0);
+	assert_true(totals.n_split > 50);
+	assert_true(totals.n_checked > 50);
+	grammar_vocab_destroy(gv);
+	free_vocab(&v);
+	grammar_destroy(g);
+	free(src);
 }
 
 /* Transactional steps: a refused byte or token leaves the state. */
@@ -812,6 +1237,8 @@ int main(void)
 		cmocka_unit_test(test_hostile_bytes),
 		cmocka_unit_test(test_random_languages),
 		cmocka_unit_test(test_masks_and_walks),
+		cmocka_unit_test(test_masks_near_caps),
+		cmocka_unit_test(test_masks_json),
 		cmocka_unit_test(test_refusal_keeps_state),
 		cmocka_unit_test(test_explosion_capped),
 	};
