@@ -528,7 +528,10 @@ static void worker_step(struct worker *w, uint32_t n_rows)
 		w->step_rows[i].room = w->step[i].limit - w->step[i].n_tokens;
 		w->step_rows[i].no_spec = ws->valid && ws->no_spec;
 		w->step_grammar_bad[i] = ws->valid && ws->grammar_bad;
-		w->step_rows[i].grammar = ws->valid ? ws->grammar : NULL;
+		if (ws->valid && ws->grammar) {
+			w->step_rows[i].grammar = ws->grammar->grammar;
+			w->step_rows[i].grammar_cache = ws->grammar->cache;
+		}
 	}
 	/* built with the first grammar a slot brought */
 	model_runner_set_grammar_vocab(w->runner, w->sampling.vocab);

@@ -8,13 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/runner_grammar.h"
 #include "util/log.h"
 
-/* Drop a slot's grammar (its generation is over: the runner has already
- * left it, since a row of the new generation is what brought us here). */
-static void worker_grammar_drop(struct worker_slot_sampling *c)
+/* Let go of a slot's grammar (its generation is over); the pool keeps
+ * it a while for the next request that brings the same one. */
+static void worker_grammar_drop(struct worker_sampling *ws,
+				struct worker_slot_sampling *c)
 {
-	grammar_destroy(c->grammar);
+	grammar_pool_put(ws->pool, c->grammar);
 	c->grammar = NULL;
 }
 
@@ -34,7 +36,9 @@ int worker_sampling_init(struct worker_sampling *ws, uint32_t n_slots)
 void worker_sampling_free(struct worker_sampling *ws)
 {
 	for (uint32_t i = 0; ws->slots && i < ws->n_slots; i++)
-		worker_grammar_drop(&ws->slots[i]);
+		worker_grammar_drop(ws, &ws->slots[i]);
+	grammar_pool_destroy(ws->pool);
+	ws->pool = NULL;
 	grammar_vocab_destroy(ws->vocab);
 	ws->vocab = NULL;
 	free(ws->slots);
@@ -120,15 +124,18 @@ static void worker_grammar_load(struct worker_sampling *ws,
 	}
 	if (!ws->vocab && !ws->vocab_failed) {
 		ws->vocab = worker_vocab_load(seg);
-		ws->vocab_failed = !ws->vocab;
+		ws->pool = ws->vocab ? grammar_pool_create(seg->hdr->vocab,
+					RUNNER_GRAMMAR_CACHE_BYTES,
+					WORKER_GRAMMARS_IDLE) : NULL;
+		ws->vocab_failed = !ws->pool;
 	}
-	if (!ws->vocab)
+	if (!ws->pool)
 		return;
 	src = malloc(len);
 	if (!src)
 		return;
-	memcpy(src, e->source, len);	/* one read: parse our copy */
-	c->grammar = grammar_parse(src, len, err, sizeof(err));
+	memcpy(src, e->source, len);	/* one read: compile our copy */
+	c->grammar = grammar_pool_get(ws->pool, src, len, err, sizeof(err));
 	free(src);
 	if (!c->grammar) {
 		LOG(LOG_WARN, "slot %u: grammar refused: %s", slot, err);
@@ -150,7 +157,6 @@ static void worker_sampling_copy(struct worker_slot_sampling *c,
 	/* one read of shared memory: the fixed fields, then only the bias
 	 * entries the request has (most have none) */
 	memcpy(&e, shared, offsetof(struct shm_slot_sampling, bias));
-	worker_grammar_drop(c);
 	memset(c, 0, sizeof(*c));
 	c->generation = generation;
 	if (e.generation != generation || e.n_bias > SAMPLER_MAX_BIAS) {
@@ -188,6 +194,7 @@ worker_sampling_load(struct worker_sampling *ws, const struct shm_segment *seg,
 {
 	struct worker_slot_sampling *c = &ws->slots[local];
 
+	worker_grammar_drop(ws, c);
 	worker_sampling_copy(c, ws->bias + (size_t)local * SAMPLER_MAX_BIAS,
 			     seg, slot, generation);
 	if (c->valid)

@@ -17,7 +17,12 @@
 #include <stdint.h>
 
 #include "grammar/grammar.h"
+#include "grammar/grammar_pool.h"
 #include "grammar/token_mask.h"
+
+/* Grammars kept compiled, with their warm mask caches, when no slot
+ * holds them (grammar_pool.h). */
+#define WORKER_GRAMMARS_IDLE 8
 #include "sampling/sampler.h"
 #include "ipc/shm_segment.h"
 
@@ -39,7 +44,7 @@ struct worker_slot_sampling {
 	/* the request's grammar (docs/DESIGN.md 2.8), compiled from our
 	 * copy of the slot's entry (the runner follows it along the row);
 	 * NULL: unconstrained */
-	struct grammar *grammar;
+	const struct grammar_pool_entry *grammar;
 	bool grammar_bad;		/* the entry could not be compiled (or
 					 * the vocabulary table is damaged):
 					 * the row is refused */
@@ -54,6 +59,7 @@ struct worker_sampling {
 	/* the vocabulary's bytes for grammar masks, built from the shared
 	 * table on the first constrained request */
 	struct grammar_vocab *vocab;
+	struct grammar_pool *pool;	/* the compiled grammars, by source */
 	bool vocab_failed;		/* the table was damaged or missing */
 };
 

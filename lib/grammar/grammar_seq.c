@@ -4,6 +4,7 @@
 #include "grammar/grammar_seq.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,7 @@ struct grammar_seq {
 	const struct grammar_vocab *v;
 	struct grammar_matcher *m;	/* after fed[0 .. n_fed) */
 	struct grammar_mask_cache *cache;	/* NULL: none */
+	bool own_cache;			/* else borrowed (grammar_pool.h) */
 	int32_t *fed;			/* the tokens fed, to spot rewrites */
 	uint32_t n_fed, cap_fed;
 };
@@ -27,13 +29,26 @@ struct grammar_seq *grammar_seq_create(const struct grammar *g,
 	s->g = g;
 	s->v = v;
 	s->m = grammar_matcher_create(g);
-	if (cache_bytes)
+	if (cache_bytes) {
 		s->cache = grammar_mask_cache_create(grammar_vocab_size(v),
 						     cache_bytes);
+		s->own_cache = true;
+	}
 	if (!s->m || (cache_bytes && !s->cache)) {
 		grammar_seq_destroy(s);
 		return NULL;
 	}
+	return s;
+}
+
+struct grammar_seq *grammar_seq_create_shared(const struct grammar *g,
+					      const struct grammar_vocab *v,
+					      struct grammar_mask_cache *cache)
+{
+	struct grammar_seq *s = grammar_seq_create(g, v, 0);
+
+	if (s)
+		s->cache = cache;
 	return s;
 }
 
@@ -42,7 +57,8 @@ void grammar_seq_destroy(struct grammar_seq *s)
 	if (!s)
 		return;
 	grammar_matcher_destroy(s->m);
-	grammar_mask_cache_destroy(s->cache);
+	if (s->own_cache)
+		grammar_mask_cache_destroy(s->cache);
 	free(s->fed);
 	free(s);
 }

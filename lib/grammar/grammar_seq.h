@@ -27,6 +27,11 @@ struct grammar_seq;
 struct grammar_seq *grammar_seq_create(const struct grammar *g,
 				       const struct grammar_vocab *v,
 				       size_t cache_bytes);
+/* The same with a cache shared with other sequences of g (borrowed: it
+ * must outlive the sequence; NULL: none). */
+struct grammar_seq *grammar_seq_create_shared(const struct grammar *g,
+					      const struct grammar_vocab *v,
+					      struct grammar_mask_cache *cache);
 void grammar_seq_destroy(struct grammar_seq *s);
 
 /*

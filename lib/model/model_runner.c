@@ -774,8 +774,8 @@ int model_runner_step(struct model_runner *r, uint32_t n_rows,
 		if (rows[i].grammar || r->grammar.allowed)
 			runner_grammar_row(&r->grammar, rows[i].slot,
 					   rows[i].generation, rows[i].grammar,
-					   rows[i].tokens, rows[i].n_tokens,
-					   rows[i].n_prompt);
+					   rows[i].grammar_cache, rows[i].tokens,
+					   rows[i].n_tokens, rows[i].n_prompt);
 	return r->stateful ? runner_step_stateful(r, n_rows, rows, results) :
 			     runner_step_tokens(r, n_rows, rows, results);
 }

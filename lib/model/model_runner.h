@@ -34,6 +34,7 @@
 #include "spec/spec.h"
 
 struct grammar;
+struct grammar_mask_cache;
 struct grammar_vocab;
 struct model;
 struct model_runner;
@@ -70,6 +71,10 @@ struct runner_row {
 	 * field (it needs sampling set, and model_runner_set_grammar_vocab());
 	 * NULL: unconstrained.  A row with a grammar gets no guesses. */
 	const struct grammar *grammar;
+	/* a mask cache every row of that grammar shares (grammar_pool.h;
+	 * lives as long as the grammar); NULL: the runner keeps one for
+	 * the slot's request */
+	struct grammar_mask_cache *grammar_cache;
 	/* paged runners only: the row's block table (n_blocks entries,
 	 * read-only, valid in the call) and the positions [0, kv_cached)
 	 * its blocks hold for the request's first step in this runner */

@@ -63,6 +63,7 @@ static int runner_grammar_alloc(struct runner_grammar *g)
 const uint64_t *runner_grammar_row(struct runner_grammar *g, uint32_t slot,
 				   uint32_t generation,
 				   const struct grammar *grammar,
+				   struct grammar_mask_cache *cache,
 				   const int32_t *tokens, uint32_t n_tokens,
 				   uint32_t n_prompt)
 {
@@ -92,7 +93,8 @@ const uint64_t *runner_grammar_row(struct runner_grammar *g, uint32_t slot,
 			     g->of[slot] != grammar))
 		runner_grammar_drop(g, slot);
 	if (!g->seq[slot]) {
-		g->seq[slot] = grammar_seq_create(grammar, g->vocab,
+		g->seq[slot] = cache ? grammar_seq_create_shared(grammar, g->vocab, cache) :
+			       grammar_seq_create(grammar, g->vocab,
 						  RUNNER_GRAMMAR_CACHE_BYTES);
 		if (!g->seq[slot])
 			return runner_grammar_failed;

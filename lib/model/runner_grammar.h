@@ -47,11 +47,13 @@ void runner_grammar_free(struct runner_grammar *g);
 /*
  * Slot's mask for a row of generation that brings grammar (NULL: none)
  * over tokens[n_prompt .. n_tokens), the tokens it generated: into
- * g->allowed[slot], and returned.
+ * g->allowed[slot], and returned.  cache: the grammar's shared mask
+ * cache (NULL: the slot's request gets one of its own).
  */
 const uint64_t *runner_grammar_row(struct runner_grammar *g, uint32_t slot,
 				   uint32_t generation,
 				   const struct grammar *grammar,
+				   struct grammar_mask_cache *cache,
 				   const int32_t *tokens, uint32_t n_tokens,
 				   uint32_t n_prompt);
 

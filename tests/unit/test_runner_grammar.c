@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "grammar/grammar.h"
+#include "grammar/grammar_pool.h"
 #include "grammar/grammar_seq.h"
 #include "grammar/json_schema.h"
 #include "grammar/token_mask.h"
@@ -213,6 +214,7 @@ static void test_runner_slots(void **state)
 	struct vocab v;
 	struct grammar_vocab *gv;
 	struct grammar *ga = compile("root ::= \"{\" [a-c]* \"}\"");
+	struct grammar_mask_cache *shared = grammar_mask_cache_create(N_VOCAB, 1 << 18);
 	char *json = json_mode_gbnf();
 	struct grammar *gb = compile(json);
 	struct runner_grammar rg;
@@ -226,7 +228,7 @@ static void test_runner_slots(void **state)
 				       (const int32_t[]){ EOS, EOT }, 2);
 	runner_grammar_init(&rg, 4, N_VOCAB);
 	/* no vocabulary: a constrained row is refused */
-	assert_ptr_equal(runner_grammar_row(&rg, 1, 1, ga, tokens, 4, 4),
+	assert_ptr_equal(runner_grammar_row(&rg, 1, 1, ga, NULL, tokens, 4, 4),
 			 runner_grammar_failed);
 	rg.vocab = gv;
 	for (uint32_t step = 0; step < 300; step++) {
@@ -234,7 +236,10 @@ static void test_runner_slots(void **state)
 		const struct grammar *g = rng_below(&r, 5) ? (rng_below(&r, 2) ? ga : gb) : NULL;
 		uint32_t n = g ? walk(g, &v, &r, tokens + 4, 0, rng_below(&r, 12)) : 0;
 
-		got = runner_grammar_row(&rg, slot, gen_no, g, tokens, 4 + n, 4);
+		/* ga's rows share one cache half the time, as a pool's do */
+		got = runner_grammar_row(&rg, slot, gen_no, g,
+					 g == ga && step % 2 ? shared : NULL,
+					 tokens, 4 + n, 4);
 		if (!g) {
 			assert_null(got);
 			assert_null(rg.allowed[slot]);
@@ -247,9 +252,10 @@ static void test_runner_slots(void **state)
 			fail_msg("step %u slot %u: the runner's mask differs", step, slot);
 	}
 	/* a row shorter than its prompt is refused, not read before it */
-	assert_ptr_equal(runner_grammar_row(&rg, 0, 9, ga, tokens, 3, 4),
+	assert_ptr_equal(runner_grammar_row(&rg, 0, 9, ga, NULL, tokens, 3, 4),
 			 runner_grammar_failed);
 	runner_grammar_free(&rg);
+	grammar_mask_cache_destroy(shared);
 	grammar_vocab_destroy(gv);
 	grammar_destroy(ga);
 	grammar_destroy(gb);
@@ -257,11 +263,41 @@ static void test_runner_slots(void **state)
 	free_vocab(&v);
 }
 
+/* The pool: one entry per source (compared in full), kept while held
+ * and, idle, until max_idle others are idle. */
+static void test_pool(void **state)
+{
+	struct grammar_pool *p = grammar_pool_create(N_VOCAB, 1 << 16, 2);
+	const char *a = "root ::= \"a\"", *b = "root ::= \"b\"";
+	const struct grammar_pool_entry *e1, *e2, *e3, *eb;
+	char err[128];
+
+	(void)state;
+	e1 = grammar_pool_get(p, a, (uint32_t)strlen(a), err, sizeof(err));
+	e2 = grammar_pool_get(p, a, (uint32_t)strlen(a), err, sizeof(err));
+	eb = grammar_pool_get(p, b, (uint32_t)strlen(b), err, sizeof(err));
+	assert_non_null(e1);
+	assert_ptr_equal(e1, e2);
+	assert_ptr_not_equal(e1, eb);
+	assert_non_null(e1->cache);
+	/* a prefix of a source is another source */
+	e3 = grammar_pool_get(p, a, (uint32_t)strlen(a) - 1, err, sizeof(err));
+	assert_null(e3);	/* 'root ::= "a' does not compile */
+	assert_non_null(strstr(err, "line 1"));
+	grammar_pool_put(p, e1);
+	grammar_pool_put(p, e2);	/* idle now, kept */
+	assert_ptr_equal(grammar_pool_get(p, a, (uint32_t)strlen(a), err, sizeof(err)), e1);
+	grammar_pool_put(p, e1);
+	grammar_pool_put(p, eb);
+	grammar_pool_destroy(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_seq_follows_rows),
 		cmocka_unit_test(test_runner_slots),
+		cmocka_unit_test(test_pool),
 	};
 
 	test_seed_init("test_runner_grammar");
