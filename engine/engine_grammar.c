@@ -18,14 +18,15 @@
 #include "text/text_tokenizer.h"
 
 /* Token t's bytes as a grammar sees them: what it adds to the answer's
- * text, its piece after no token (the BOS rule that drops a leading space
- * applies only right after BOS); nothing for a token that ends the
- * request (BOS, EOS: the grammar allows EOS when it is complete). */
+ * text, its piece inside a text (the rule that drops a leading space
+ * applies only at a text's start or after a control token); nothing for
+ * a token that ends the request (the grammar allows those when it is
+ * complete). */
 static const char *engine_token_bytes(const struct engine *e, uint32_t t,
 				      size_t *len)
 {
 	const char *p = text_tokenizer_ends(e->tok, (int32_t)t) ? NULL :
-			text_tokenizer_piece(e->tok, -1, (int32_t)t, len);
+			text_tokenizer_piece_inside(e->tok, (int32_t)t, len);
 
 	if (!p) {
 		*len = 0;

@@ -334,6 +334,8 @@ static bool strips_space(const struct gguf_tokenizer *t, int32_t prev,
 {
 	if (!t->add_space_prefix || t->type[token] != GGUF_TOKEN_NORMAL)
 		return false;
+	if (prev == GGUF_PREV_ORDINARY)
+		return false;
 	if (prev < 0 || (uint32_t)prev >= t->n_tokens)
 		return true;
 	return t->type[prev] == GGUF_TOKEN_CONTROL ||

@@ -108,10 +108,14 @@ int gguf_tokenizer_encode(const struct gguf_tokenizer *t, const char *text,
 			  size_t len, bool add_special, bool parse_special,
 			  int32_t *out, size_t cap, size_t *n_out);
 
+/* A prev_token that stands for some ordinary token: the piece as it
+ * reads inside a text (no leading space dropped). */
+#define GGUF_PREV_ORDINARY (-2)
+
 /*
- * The bytes token decodes to after prev_token (-1: none), per DECODING
- * above; *len is set and the bytes are NUL-terminated past it.  NULL for
- * a token out of range.
+ * The bytes token decodes to after prev_token (-1: none;
+ * GGUF_PREV_ORDINARY), per DECODING above; *len is set and the bytes are
+ * NUL-terminated past it.  NULL for a token out of range.
  */
 const char *gguf_tokenizer_piece(const struct gguf_tokenizer *t,
 				 int32_t prev_token, int32_t token,

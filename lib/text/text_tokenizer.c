@@ -160,3 +160,13 @@ const char *text_tokenizer_piece(const struct text_tokenizer *t,
 		return gguf_tokenizer_piece(t->gguf, prev_token, token, false, len);
 	return tokenizer_piece(t->llama2c, prev_token, token, len);
 }
+
+const char *text_tokenizer_piece_inside(const struct text_tokenizer *t,
+					int32_t token, size_t *len)
+{
+	/* llama2.c drops a leading space only after BOS, so "no token"
+	 * reads as inside a text there */
+	return t->gguf ? gguf_tokenizer_piece(t->gguf, GGUF_PREV_ORDINARY, token,
+					      false, len) :
+	       tokenizer_piece(t->llama2c, -1, token, len);
+}

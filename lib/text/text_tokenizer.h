@@ -96,4 +96,9 @@ int text_tokenizer_encode(const struct text_tokenizer *t, const char *text,
 const char *text_tokenizer_piece(const struct text_tokenizer *t,
 				 int32_t prev_token, int32_t token, size_t *len);
 
+/* The bytes token adds inside a text, after an ordinary token (what a
+ * grammar matches: docs/DESIGN.md 2.8); as text_tokenizer_piece(). */
+const char *text_tokenizer_piece_inside(const struct text_tokenizer *t,
+					int32_t token, size_t *len);
+
 #endif /* DYNBATCH_TEXT_TOKENIZER_H */

@@ -82,6 +82,30 @@ sort "$T/kill.jsonl" | cmp -s - "$T/ref" && pass "kill -9 and SIGSTOP: the same 
 grep -q "kills=[1-9]" "$T/kill.err" && pass "workers were killed" ||
 	fail "no worker was killed: $(tail -1 "$T/kill.err")"
 
+echo "== real vocabularies (GGUF): SentencePiece's space prefix, byte-level BPE"
+# the vocabularies e2e_gguf_text.sh exports from the published tokenizers
+for v in llama2:llama qwen3:qwen2; do
+	name=${v%%:*} arch=${v#*:}
+	vocab=$BUILD/node-tok/$name.vocab
+	if [ ! -f "$vocab" ]; then
+		echo "  skipped: $name (no $vocab: e2e_gguf_text.sh makes it with node)"
+		continue
+	fi
+	"$BIN/make_gguf" --out "$T/$name.gguf" --vocab-file "$vocab" --arch "$arch" \
+		--dim 64 --hidden 96 --layers 2 --heads 4 --kv-heads 2 --seq-len 256 \
+		--type q8_0 --seed "$SEED" > /dev/null 2>&1 || { fail "$name: make_gguf"; continue; }
+	$CASES gen "$((SEED + 7))" 60 > "$T/$name.cases"
+	$CASES strip < "$T/$name.cases" > "$T/$name.in"
+	timeout 300 "$BIN/dynbatch" run --no-progress --model "gguf:$T/$name.gguf" --workers 2 \
+		--batch 16 --input "$T/$name.in" --output "$T/$name.out" 2> /dev/null
+	expect_eq "$name: exit 0" $? 0
+	if out=$($CASES check "$T/$name.cases" "$T/$name.out"); then
+		pass "$name: every finished answer parses and validates ($out)"
+	else
+		fail "$name: $out"
+	fi
+done
+
 echo "== a hostile worker breaks grammars: its requests end, none is answered wrong"
 DYNBATCH_WORKER="$BIN/dynbatch-hostile-worker" DYNBATCH_HOSTILE="grammar,shard=0,lives=2" \
 	DYNBATCH_HOSTILE_DIR="$T" timeout 120 "$BIN/dynbatch" run --no-progress --model "$SIM" \
