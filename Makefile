@@ -325,8 +325,9 @@ test-chat-templates: $(BIN)/chat_render
 # The grammar mask's cost per step for JSON-schema grammars of 3, 12 and
 # 40 properties at vocabularies 32000 and 150000, batch 1 and 64, against
 # an unconstrained sampler step (bench/bench_grammar.c).
-bench-grammar: $(BIN)/bench_grammar
+bench-grammar: $(BIN)/bench_grammar $(BIN)/dynbatch $(BIN)/dynbatch-worker $(BIN)/make_gguf
 	$(BIN)/bench_grammar
+	BIN=$(BIN) BUILD=$(BUILD) bash bench/bench_grammar_step.sh $(BUILD)/bench
 
 bench-sampler: $(BIN)/bench_sampler $(BIN)/make_checkpoint
 	BIN=$(BIN) bash bench/bench_sampler.sh $(BUILD)/bench
