@@ -990,15 +990,3 @@ out:
 	free(ps.cls_off);
 	return g;
 }
-
-void grammar_destroy(struct grammar *g)
-{
-	if (!g)
-		return;
-	free(g->elems);
-	free(g->alts);
-	free(g->alt_off);
-	free(g->cls_off);
-	free(g->ranges);
-	free(g);
-}

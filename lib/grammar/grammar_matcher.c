@@ -466,3 +466,16 @@ void grammar_matcher_destroy(struct grammar_matcher *m)
 	free(m->offs);
 	free(m);
 }
+
+/* A compiled grammar (gbnf_parse.c makes it) is its arrays. */
+void grammar_destroy(struct grammar *g)
+{
+	if (!g)
+		return;
+	free(g->elems);
+	free(g->alts);
+	free(g->alt_off);
+	free(g->cls_off);
+	free(g->ranges);
+	free(g);
+}

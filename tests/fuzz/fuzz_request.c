@@ -58,11 +58,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const struct request_limits lim_small = { .vocab = 1000,
 						 .max_context = 512,
-						 .has_logits = true };
+						 .has_logits = true,
+						 .grammar_max = 1u << 16 };
 /* The largest vocab every token of which still fits an int32_t. */
 static const struct request_limits lim_large = { .vocab = 1u << 31,
 						 .max_context = UINT32_MAX,
-						 .has_logits = true };
+						 .has_logits = true,
+						 .grammar_max = 1u << 16 };
 
 /* The line under test, printed when a check fails. */
 static const char *cur_line;
