@@ -129,7 +129,8 @@ struct grammar_vocab *grammar_vocab_create_ends(const uint8_t *const *bytes,
 		v->bytes[i] = malloc(lens[i] ? lens[i] : 1);
 		if (!v->bytes[i])
 			goto fail;
-		memcpy((void *)v->bytes[i], bytes[i], lens[i]);
+		if (lens[i])	/* an empty token may have no bytes at all */
+			memcpy((void *)v->bytes[i], bytes[i], lens[i]);
 		/* an end token is the matcher's accepting, never its bytes */
 		if (lens[i] && !vocab_is_end(v, i)) {
 			v->ids[n_ids++] = i;
