@@ -88,7 +88,7 @@ LIBS_TEST := $(call libs,$(LAYERS))
 
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 # tools/refdecode/ref_*.c are parts of bin/refdecode, not tools of their own.
-REFDECODE_PARTS := tools/refdecode/ref_llama.c tools/refdecode/ref_llama_check.c \
+REFDECODE_PARTS := tools/refdecode/ref_check.c tools/refdecode/ref_llama.c tools/refdecode/ref_llama_check.c \
 	tools/refdecode/ref_sampler.c tools/refdecode/ref_sim_logits.c tools/refdecode/ref_text.c
 # The user tools (tools/), the reference decoder and the benchmarks (bench/).
 # tools/refdecode/ref_tokenizer.c, the naive encoder, is part of
@@ -167,7 +167,7 @@ $(BIN)/refdecode: $(REFDECODE_PARTS:%.c=$(BUILD)/%.o) $(BUILD)/tools/refdecode/r
 # The benchmarks time the naive encoder and sampler against
 # lib/text/tokenizer.c and lib/sampling/.
 $(BIN)/bench_tokenizer: $(BUILD)/tools/refdecode/ref_tokenizer.o
-$(BIN)/loadgen: $(BUILD)/bench/loadgen/lg_http.o
+$(BIN)/loadgen: $(BUILD)/bench/loadgen/lg_http.o $(BUILD)/bench/loadgen/lg_workload.o $(BUILD)/bench/loadgen/lg_opts.o
 $(BIN)/bench_sampler: $(BUILD)/tools/refdecode/ref_sampler.o
 
 # Both read tests/tokenizers/export_vocab.js's vocabulary files.
