@@ -229,7 +229,7 @@ int load_input(struct lg_opts *o)
 
 /* Fill rq with the next request ("L<n>"), or a stall client's ("S<n>"). */
 int gen_request(struct lg *lg, struct lg_req *rq, bool stall,
-		       uint64_t n)
+		uint64_t n)
 {
 	int32_t *prompt;
 	json_t *r, *p;
@@ -314,7 +314,7 @@ static int check_usage(struct http_resp *r, const struct lg_req *rq,
  * it carried, or -1 (r->err set).
  */
 int check_completion(struct lg *lg, struct http_resp *r,
-			    struct lg_req *rq, json_t *obj, bool stream)
+		     struct lg_req *rq, json_t *obj, bool stream)
 {
 	const char *id = json_string_value(json_object_get(obj, "id"));
 	const char *ob = json_string_value(json_object_get(obj, "object"));
@@ -379,7 +379,7 @@ static int sse_data(const char *s, size_t n, struct strbuf *out)
 
 /* Check and account one event.  0, or -1 (r->err set). */
 int sse_event(struct lg *lg, struct lg_conn *c, const char *s,
-		     size_t n, struct strbuf *data)
+	      size_t n, struct strbuf *data)
 {
 	struct lg_req *rq = &c->req;
 	struct http_resp *r = &c->resp;

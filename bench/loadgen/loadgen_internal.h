@@ -161,27 +161,23 @@ struct lg {
 };
 
 
+/* lg_workload.c: random numbers and samples */
+uint64_t rnd(struct lg *lg);
 uint32_t rnd_below(struct lg *lg, uint32_t n);
-
-int sse_event(struct lg *lg, struct lg_conn *c, const char *s,
-		     size_t n, struct strbuf *data);
-
 void samples_add(struct samples *s, double x);
-
-const char *error_message(json_t *obj);
-
 double samples_pct(struct samples *s, double p);
 
-int gen_request(struct lg *lg, struct lg_req *rq, bool stall,
-		       uint64_t n);
-
+/* lg_workload.c: the requests, and the checks of their answers */
 int load_input(struct lg_opts *o);
-
+int gen_request(struct lg *lg, struct lg_req *rq, bool stall,
+		uint64_t n);
+const char *error_message(json_t *obj);
 int check_completion(struct lg *lg, struct http_resp *r,
-			    struct lg_req *rq, json_t *obj, bool stream);
+		     struct lg_req *rq, json_t *obj, bool stream);
+int sse_event(struct lg *lg, struct lg_conn *c, const char *s,
+	      size_t n, struct strbuf *data);
 
-uint64_t rnd(struct lg *lg);
-
+/* lg_opts.c */
 int parse_opts(int argc, char **argv, struct lg_opts *o);
 
 #endif /* DYNBATCH_LOADGEN_INTERNAL_H */

@@ -737,7 +737,7 @@ out:
 }
 
 int run_check(const struct ref_opts *o, FILE *in, FILE *res,
-		     int *exit_code)
+	      int *exit_code)
 {
 	struct ref_set rs = { 0 };
 	struct check_stats st = { 0 };

@@ -121,8 +121,8 @@ uint32_t ref_naive_stop(const struct request *req, const int32_t *gen,
  * so far.  0, -ENOMEM or -EINVAL.
  */
 int ref_after_token(const struct ref_text *rt, const struct request *req,
-			   const int32_t *gen, uint32_t n, bool *ended,
-			   uint32_t *n_out, struct strbuf *text)
+		    const int32_t *gen, uint32_t n, bool *ended,
+		    uint32_t *n_out, struct strbuf *text)
 {
 	enum ref_text_event ev = REF_TEXT_MORE;
 	uint32_t stop;
@@ -238,9 +238,9 @@ static void ref_keep_logprobs(struct ref_out *out, uint32_t k,
  * why on stderr (the two sims disagree, or the sampler failed).
  */
 int ref_decode_choice(const struct request *req,
-			     const struct sim_config *m,
-			     const struct ref_text *rt, uint64_t seed,
-			     uint32_t choice, struct ref_out *out)
+		      const struct sim_config *m,
+		      const struct ref_text *rt, uint64_t seed,
+		      uint32_t choice, struct ref_out *out)
 {
 	uint64_t cap = (uint64_t)req->n_prompt + req->max_tokens;
 	bool logits = request_needs_logits(req);
@@ -360,7 +360,7 @@ static int ref_text_prompt(const struct ref_opts *o, const char *line,
  * error line.  0 or -ENOMEM.
  */
 int ref_line(const struct ref_opts *o, const char *line, size_t len,
-		    uint64_t line_no, struct ref *rf, char *err, size_t err_len)
+	     uint64_t line_no, struct ref *rf, char *err, size_t err_len)
 {
 	struct request req;
 	int rc;

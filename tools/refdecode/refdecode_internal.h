@@ -107,25 +107,27 @@ struct check_stats {
 	struct ref_llama_tally llama;
 };
 
+/* refdecode.c: the reference decode, for the check */
 int ref_after_token(const struct ref_text *rt, const struct request *req,
-			   const int32_t *gen, uint32_t n, bool *ended,
-			   uint32_t *n_out, struct strbuf *text);
+		    const int32_t *gen, uint32_t n, bool *ended,
+		    uint32_t *n_out, struct strbuf *text);
 
 void ref_out_free(struct ref_out *out);
 
 int ref_decode_choice(const struct request *req,
-			     const struct sim_config *m,
-			     const struct ref_text *rt, uint64_t seed,
-			     uint32_t choice, struct ref_out *out);
+		      const struct sim_config *m,
+		      const struct ref_text *rt, uint64_t seed,
+		      uint32_t choice, struct ref_out *out);
 
 int ref_line(const struct ref_opts *o, const char *line, size_t len,
-		    uint64_t line_no, struct ref *rf, char *err, size_t err_len);
+	     uint64_t line_no, struct ref *rf, char *err, size_t err_len);
 
 void ref_free(struct ref *rf);
 
 size_t chomp(char *line, ssize_t n);
 
+/* ref_check.c: refdecode --check */
 int run_check(const struct ref_opts *o, FILE *in, FILE *res,
-		     int *exit_code);
+	      int *exit_code);
 
 #endif /* DYNBATCH_REFDECODE_INTERNAL_H */
