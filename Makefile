@@ -445,7 +445,8 @@ FUZZ_SRC := tests/fuzz/fuzz_request.c engine/request.c $(GRAMMAR_REQ_SRC) server
 	lib/text/stop_matcher.c lib/util/json_writer.c server/jsonl/line_reader.c
 FUZZ_HTTP_BIN := $(FUZZ_BUILD)/fuzz_http
 FUZZ_HTTP_SRC := tests/fuzz/fuzz_http.c server/http/http_reader.c lib/text/chat_template.c \
-	server/http/completion_api.c server/http/chat_api.c server/http/logprob_text.c lib/text/tokenizer_train.c engine/request.c $(GRAMMAR_REQ_SRC) server/request/request_json.c server/request/request_fields.c server/request/request_fast.c server/request/request_build.c \
+	server/http/completion_api.c server/http/chat_api.c server/http/chat_messages.c \
+	server/http/chat_tools.c server/request/json_py.c server/http/logprob_text.c lib/text/tokenizer_train.c engine/request.c $(GRAMMAR_REQ_SRC) server/request/request_json.c server/request/request_fields.c server/request/request_fast.c server/request/request_build.c \
 	server/jsonl/jsonl_result.c $(SAMPLER_SRC) lib/text/tokenizer.c lib/text/text_tokenizer.c $(GGUF_TOK_SRC) lib/text/text_stop.c lib/util/strbuf.c \
 	lib/text/stop_matcher.c lib/util/json_writer.c
 FUZZ_TOK_BIN := $(FUZZ_BUILD)/fuzz_tokenizer

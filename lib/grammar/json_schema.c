@@ -491,6 +491,12 @@ keep_id:
 char *json_schema_to_gbnf(const char *schema, size_t len, char *err,
 			  size_t err_len)
 {
+	return json_schema_to_gbnf_rule(schema, len, "root", err, err_len);
+}
+
+char *json_schema_to_gbnf_rule(const char *schema, size_t len,
+			       const char *rule, char *err, size_t err_len)
+{
 	struct conv c = { .err = err, .err_len = err_len };
 	json_error_t je;
 	char *res = NULL;
@@ -509,7 +515,8 @@ char *json_schema_to_gbnf(const char *schema, size_t len, char *err,
 	if (!c.refs)
 		goto out;
 	if (gen(&c, c.root, "", 0) ||
-	    strbuf_printf(&c.out, "root ::= s%u\n%s", c.n_rules - 1, JSON_RULES)) {
+	    strbuf_printf(&c.out, "%s ::= s%u\n%s", rule, c.n_rules - 1,
+			  JSON_RULES)) {
 		if (!c.failed)
 			cerr(&c, "", "out of memory");
 		goto out;

@@ -24,6 +24,10 @@
 
 char *json_schema_to_gbnf(const char *schema, size_t len, char *err,
 			  size_t err_len);
+/* The same with the schema's top rule named rule (a GBNF name) instead
+ * of root, so a caller can write a root of its own around it. */
+char *json_schema_to_gbnf_rule(const char *schema, size_t len,
+			       const char *rule, char *err, size_t err_len);
 char *json_mode_gbnf(void);
 
 #endif /* DYNBATCH_JSON_SCHEMA_H */

@@ -334,6 +334,7 @@ static const char *role_name(enum chat_msg_role r)
 	case CHAT_MSG_SYSTEM: return "system";
 	case CHAT_MSG_USER: return "user";
 	case CHAT_MSG_ASSISTANT: return "assistant";
+	case CHAT_MSG_TOOL: return "tool";
 	}
 	return "?";
 }
@@ -506,6 +507,104 @@ static void chatml_msg(struct out *o, const char *role, struct span content)
 	put_str(o, "<|im_end|>\n");
 }
 
+/* Hermes tool blocks (Qwen 2.5 and 3): the tools listing, after which
+ * the system block ends. */
+static const char TOOLS_HEAD[] = "# Tools\n\nYou may call one or more functions "
+	"to assist with the user query.\n\nYou are provided with function "
+	"signatures within <tools></tools> XML tags:\n<tools>";
+static const char TOOLS_TAIL[] = "\n</tools>\n\nFor each function call, return "
+	"a json object with function name and arguments within "
+	"<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+	"<function-name>, \"arguments\": <args-json-object>}\n"
+	"</tool_call><|im_end|>\n";
+
+static void hermes_tools(struct out *o, const struct chat_tools *t)
+{
+	put_str(o, TOOLS_HEAD);
+	for (size_t i = 0; i < t->n; i++) {
+		put_str(o, "\n");
+		put(o, t->json[i], t->len[i]);
+	}
+	put_str(o, TOOLS_TAIL);
+}
+
+/* '<tool_call>\n{"name": "' name '", "arguments": ' args '}\n</tool_call>' */
+static void hermes_call(struct out *o, const struct chat_call *c)
+{
+	put_str(o, "<tool_call>\n{\"name\": \"");
+	put(o, c->name, c->name_len);
+	put_str(o, "\", \"arguments\": ");
+	put(o, c->arguments, c->arguments_len);
+	put_str(o, "}\n</tool_call>");
+}
+
+/*
+ * Tool message i: a run of them is one user turn,
+ *   if first or messages[i-1].role != 'tool': '<|im_start|>user'
+ *   '\n<tool_response>\n' + content + '\n</tool_response>'
+ *   if last or messages[i+1].role != 'tool': '<|im_end|>\n'
+ */
+static void hermes_tool_msg(struct out *o, const struct chat_msg *msgs,
+			    size_t n, size_t i)
+{
+	if (!i || msgs[i - 1].role != CHAT_MSG_TOOL)
+		put_str(o, "<|im_start|>user");
+	put_str(o, "\n<tool_response>\n");
+	put_span(o, msg_span(&msgs[i]));
+	put_str(o, "\n</tool_response>");
+	if (i == n - 1 || msgs[i + 1].role != CHAT_MSG_TOOL)
+		put_str(o, "<|im_end|>\n");
+}
+
+/*
+ * Qwen2.5-Instruct with tools (or with tool messages or calls):
+ *   '<|im_start|>system\n' + (messages[0].content if a system message
+ *   else the default) + '\n\n' + the tools listing; without tools the
+ *   system message (or the default) as ChatML.  Then per message: user,
+ *   a later system, or an assistant without calls as ChatML; an
+ *   assistant with calls '<|im_start|>assistant' + ('\n' + content if
+ *   content) + per call '\n' + the call, then '<|im_end|>\n'; tool
+ *   messages by hermes_tool_msg().
+ */
+static void render_qwen25(const struct chat_msg *msgs, size_t n,
+			  const struct chat_tools *tools, bool gen, struct out *o)
+{
+	bool sys = msgs[0].role == CHAT_MSG_SYSTEM;
+	struct span first = sys ? msg_span(&msgs[0]) :
+		(struct span){ QWEN25_DEFAULT_SYSTEM, strlen(QWEN25_DEFAULT_SYSTEM) };
+
+	if (tools && tools->n) {
+		put_str(o, "<|im_start|>system\n");
+		put_span(o, first);
+		put_str(o, "\n\n");
+		hermes_tools(o, tools);
+	} else {
+		chatml_msg(o, "system", first);
+	}
+	for (size_t i = sys ? 1 : 0; i < n; i++) {
+		const struct chat_msg *m = &msgs[i];
+
+		if (m->role == CHAT_MSG_TOOL) {
+			hermes_tool_msg(o, msgs, n, i);
+		} else if (m->role != CHAT_MSG_ASSISTANT || !m->n_calls) {
+			chatml_msg(o, role_name(m->role), msg_span(m));
+		} else {
+			put_str(o, "<|im_start|>assistant");
+			if (m->len) {
+				put_str(o, "\n");
+				put_span(o, msg_span(m));
+			}
+			for (size_t k = 0; k < m->n_calls; k++) {
+				put_str(o, "\n");
+				hermes_call(o, &m->calls[k]);
+			}
+			put_str(o, "<|im_end|>\n");
+		}
+	}
+	if (gen)
+		put_str(o, "<|im_start|>assistant\n");
+}
+
 /*
  * ChatML: per message '<|im_start|>' + role + '\n' + content +
  * '<|im_end|>\n', then '<|im_start|>assistant\n' when asked.  With a
@@ -579,27 +678,48 @@ static void qwen3_assistant(struct out *o, const struct chat_msg *m,
 		put_str(o, "<think>\n");
 		put_span(o, strip_newlines(reasoning, true, true));
 		put_str(o, "\n</think>\n\n");
-		content = strip_newlines(content, true, false);
+		put_span(o, strip_newlines(content, true, false));
+	} else {
+		put_span(o, content);
 	}
-	put_span(o, content);
+	/* the '\n' before a call tests the content variable, not the
+	 * lstripped text written */
+	for (size_t k = 0; k < m->n_calls; k++) {
+		if (k || content.len)
+			put_str(o, "\n");
+		hermes_call(o, &m->calls[k]);
+	}
 	put_str(o, "<|im_end|>\n");
 }
 
 /*
- * Qwen/Qwen3-* (no tools): a first system message as ChatML, then users
- * and later system messages as ChatML, assistants by qwen3_assistant(),
- * then '<|im_start|>assistant\n' when asked (enable_thinking undefined).
+ * Qwen/Qwen3-*: with tools, '<|im_start|>system\n' + (messages[0].content
+ * + '\n\n' if a system message) + the tools listing; without, a first
+ * system message as ChatML.  Then users and later system messages as
+ * ChatML, assistants by qwen3_assistant(), tool messages by
+ * hermes_tool_msg(), then '<|im_start|>assistant\n' when asked
+ * (enable_thinking undefined).
  */
-static void render_qwen3(const struct chat_msg *msgs, size_t n, bool gen,
-			 struct out *o)
+static void render_qwen3(const struct chat_msg *msgs, size_t n,
+			 const struct chat_tools *tools, bool gen, struct out *o)
 {
 	size_t last_query = qwen3_last_query(msgs, n);
 
-	if (msgs[0].role == CHAT_MSG_SYSTEM)
+	if (tools && tools->n) {
+		put_str(o, "<|im_start|>system\n");
+		if (msgs[0].role == CHAT_MSG_SYSTEM) {
+			put_span(o, msg_span(&msgs[0]));
+			put_str(o, "\n\n");
+		}
+		hermes_tools(o, tools);
+	} else if (msgs[0].role == CHAT_MSG_SYSTEM) {
 		chatml_msg(o, "system", msg_span(&msgs[0]));
+	}
 	for (size_t i = 0; i < n; i++) {
 		if (msgs[i].role == CHAT_MSG_ASSISTANT)
 			qwen3_assistant(o, &msgs[i], i > last_query, i == n - 1);
+		else if (msgs[i].role == CHAT_MSG_TOOL)
+			hermes_tool_msg(o, msgs, n, i);
 		else if (msgs[i].role == CHAT_MSG_USER || i > 0)
 			chatml_msg(o, role_name(msgs[i].role), msg_span(&msgs[i]));
 	}
@@ -609,10 +729,44 @@ static void render_qwen3(const struct chat_msg *msgs, size_t n, bool gen,
 
 // ------------------------------------------------------------------------
 
+bool chat_family_has_tools(enum chat_family f)
+{
+	return f == CHAT_FAMILY_QWEN25 || f == CHAT_FAMILY_QWEN3;
+}
+
 int chat_template_render(enum chat_family f, const struct chat_msg *msgs,
 			 size_t n, const char *bos_text, const char *eos_text,
 			 bool add_generation_prompt, struct strbuf *out,
 			 char *err, size_t err_len)
+{
+	return chat_template_render_tools(f, msgs, n, NULL, bos_text, eos_text,
+					  add_generation_prompt, out, err,
+					  err_len);
+}
+
+/* A family without tools takes none, and no message of theirs. */
+static int check_no_tools(enum chat_family f, const struct chat_msg *msgs,
+			  size_t n, const struct chat_tools *tools, char *err,
+			  size_t err_len)
+{
+	if (chat_family_has_tools(f))
+		return 0;
+	if (tools && tools->n)
+		return err_fail(err, err_len, "tools: the chat template %s renders "
+				"no tools (qwen2.5 and qwen3 do)", chat_family_name(f));
+	for (size_t i = 0; i < n; i++)
+		if (msgs[i].role == CHAT_MSG_TOOL || msgs[i].n_calls)
+			return err_fail(err, err_len, "messages[%zu]: the chat template "
+					"%s renders no %s", i, chat_family_name(f),
+					msgs[i].n_calls ? "tool calls" : "tool messages");
+	return 0;
+}
+
+int chat_template_render_tools(enum chat_family f, const struct chat_msg *msgs,
+			       size_t n, const struct chat_tools *tools,
+			       const char *bos_text, const char *eos_text,
+			       bool add_generation_prompt, struct strbuf *out,
+			       char *err, size_t err_len)
 {
 	struct out o = { out, 0 };
 	int rc = 0;
@@ -621,8 +775,14 @@ int chat_template_render(enum chat_family f, const struct chat_msg *msgs,
 		return err_fail(err, err_len, "messages: the conversation is empty");
 	for (size_t i = 0; i < n; i++)
 		if (msgs[i].role != CHAT_MSG_SYSTEM && msgs[i].role != CHAT_MSG_USER &&
-		    msgs[i].role != CHAT_MSG_ASSISTANT)
+		    msgs[i].role != CHAT_MSG_ASSISTANT && msgs[i].role != CHAT_MSG_TOOL)
 			return err_fail(err, err_len, "messages[%zu]: unknown role", i);
+		else if (msgs[i].n_calls && msgs[i].role != CHAT_MSG_ASSISTANT)
+			return err_fail(err, err_len, "messages[%zu]: only an assistant "
+					"message makes tool calls", i);
+	rc = check_no_tools(f, msgs, n, tools, err, err_len);
+	if (rc)
+		return rc;
 	switch (f) {
 	case CHAT_FAMILY_LLAMA2:
 		rc = render_llama2(msgs, n, bos_text, eos_text, &o, err, err_len);
@@ -642,13 +802,13 @@ int chat_template_render(enum chat_family f, const struct chat_msg *msgs,
 		render_chatml(msgs, n, QWEN2_DEFAULT_SYSTEM, add_generation_prompt, &o);
 		break;
 	case CHAT_FAMILY_QWEN25:
-		render_chatml(msgs, n, QWEN25_DEFAULT_SYSTEM, add_generation_prompt, &o);
+		render_qwen25(msgs, n, tools, add_generation_prompt, &o);
 		break;
 	case CHAT_FAMILY_SMOLLM:
 		render_chatml(msgs, n, SMOLLM_DEFAULT_SYSTEM, add_generation_prompt, &o);
 		break;
 	case CHAT_FAMILY_QWEN3:
-		render_qwen3(msgs, n, add_generation_prompt, &o);
+		render_qwen3(msgs, n, tools, add_generation_prompt, &o);
 		break;
 	case CHAT_FAMILY_ZEPHYR:
 		render_zephyr(msgs, n, eos_text, add_generation_prompt, &o);

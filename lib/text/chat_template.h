@@ -48,13 +48,37 @@ enum chat_family {
 #define CHAT_FAMILY_NAMES \
 	"llama2|mistral-v1|mixtral|llama3|chatml|qwen2|qwen2.5|qwen3|smollm|zephyr"
 
-enum chat_msg_role { CHAT_MSG_SYSTEM, CHAT_MSG_USER, CHAT_MSG_ASSISTANT };
+enum chat_msg_role {
+	CHAT_MSG_SYSTEM,
+	CHAT_MSG_USER,
+	CHAT_MSG_ASSISTANT,
+	CHAT_MSG_TOOL,		/* a tool's result (only where tools render) */
+};
+
+/* A tool call an assistant message made: the function's name and its
+ * arguments as the template's tojson filter writes them (JSON text). */
+struct chat_call {
+	const char *name;
+	size_t name_len;
+	const char *arguments;
+	size_t arguments_len;
+};
 
 /* One message; content is len bytes, any bytes (NUL included). */
 struct chat_msg {
 	enum chat_msg_role role;
 	const char *content;
 	size_t len;
+	const struct chat_call *calls;	/* an assistant's calls, n_calls */
+	size_t n_calls;
+};
+
+/* The tools a request offers, each as tojson writes the request's tool
+ * object ({"type": "function", "function": {...}}): json[i], len[i]. */
+struct chat_tools {
+	const char *const *json;
+	const size_t *len;
+	size_t n;
 };
 
 /*
@@ -99,5 +123,25 @@ int chat_template_render(enum chat_family f, const struct chat_msg *msgs,
 			 size_t n, const char *bos_text, const char *eos_text,
 			 bool add_generation_prompt, struct strbuf *out,
 			 char *err, size_t err_len);
+
+/*
+ * Whether family f renders tools, tool calls and tool messages: the
+ * Hermes form of Qwen 2.5 and Qwen 3 (a "# Tools" system block listing
+ * the tools in <tools></tools>, each call as
+ * "<tool_call>\n{"name": N, "arguments": A}\n</tool_call>", a run of
+ * tool messages as one user turn of <tool_response> blocks).
+ */
+bool chat_family_has_tools(enum chat_family f);
+
+/*
+ * chat_template_render() with tools (NULL or tools->n == 0: none).  A
+ * family without tools (chat_family_has_tools()) refuses tools, calls
+ * and tool messages with -EINVAL naming them.
+ */
+int chat_template_render_tools(enum chat_family f, const struct chat_msg *msgs,
+			       size_t n, const struct chat_tools *tools,
+			       const char *bos_text, const char *eos_text,
+			       bool add_generation_prompt, struct strbuf *out,
+			       char *err, size_t err_len);
 
 #endif /* DYNBATCH_CHAT_TEMPLATE_H */

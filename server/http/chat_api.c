@@ -35,12 +35,8 @@
 #include "server/request/request_fields.h"
 #include "server/request/request_json.h"
 #include "text/chat_template.h"
-
-static const char *const role_names[] = {
-	[CHAT_ROLE_SYSTEM] = "system",
-	[CHAT_ROLE_USER] = "user",
-	[CHAT_ROLE_ASSISTANT] = "assistant",
-};
+#include "server/http/chat_messages.h"
+#include "server/http/chat_tools.h"
 
 int chat_template_from_name(const char *name, enum chat_template *out)
 {
@@ -114,8 +110,8 @@ static int llama2_check_order(const struct chat_message *msgs, size_t n,
 				    "the llama2 template needs '%s': it takes one "
 				    "optional system message first, then user and "
 				    "assistant messages in turn, the last one the "
-				    "user's", i, role_names[msgs[i].role],
-				    role_names[want]);
+				    "user's", i, chat_role_name(msgs[i].role),
+				    chat_role_name(want));
 	}
 	if (msgs[n - 1].role != CHAT_ROLE_USER)
 		return err_fail(err, err_len, "messages[%zu].role is 'assistant': the "
@@ -179,7 +175,7 @@ static int render_chatml(const struct chat_message *msgs, size_t n,
 			 struct chat_prompt *p)
 {
 	for (size_t i = 0; i < n; i++) {
-		const char *role = role_names[msgs[i].role];
+		const char *role = chat_role_name(msgs[i].role);
 
 		if (strbuf_append(&p->text, "<|im_start|>", 12) ||
 		    strbuf_append(&p->text, role, strlen(role)) ||
@@ -266,112 +262,6 @@ int chat_prompt_encode(const struct chat_prompt *p,
 /* ------------------------------------------------------------------------
  * Parsing
  * ---------------------------------------------------------------------- */
-
-/* "content": a string, or an array of {"type":"text","text":S} parts,
- * appended to store. */
-static int content_get(const json_t *v, size_t i, struct strbuf *store,
-		       char *err, size_t err_len)
-{
-	if (json_is_string(v))
-		return strbuf_append(store, json_string_value(v),
-				     json_string_length(v)) ? -ENOMEM : 0;
-	if (!json_is_array(v))
-		return err_fail(err, err_len, "messages[%zu].content must be a string "
-			    "or an array of text parts", i);
-	for (size_t j = 0; j < json_array_size(v); j++) {
-		const json_t *part = json_array_get(v, j);
-		const json_t *type = json_object_get(part, "type");
-		const json_t *text = json_object_get(part, "text");
-
-		if (!json_is_object(part))
-			return err_fail(err, err_len, "messages[%zu].content[%zu] must "
-				    "be an object {\"type\":\"text\",\"text\":...}",
-				    i, j);
-		if (!json_is_string(type) || strcmp(json_string_value(type), "text"))
-			return err_fail(err, err_len, "messages[%zu].content[%zu].type "
-				    "must be \"text\": only text parts are taken",
-				    i, j);
-		if (!json_is_string(text))
-			return err_fail(err, err_len, "messages[%zu].content[%zu].text "
-				    "must be a string", i, j);
-		if (strbuf_append(store, json_string_value(text),
-				  json_string_length(text)))
-			return -ENOMEM;
-	}
-	return 0;
-}
-
-/* "messages" into msgs[0..*n) (malloc'd); their contents live in store. */
-static int messages_get(const json_t *obj, struct chat_message **msgs,
-			size_t *n, struct strbuf *store, char *err,
-			size_t err_len)
-{
-	const json_t *arr = json_object_get(obj, "messages");
-	size_t *ends;
-	size_t count;
-	int rc = 0;
-
-	*msgs = NULL;
-	*n = 0;
-	if (!arr || json_is_null(arr))
-		return err_fail(err, err_len, "missing required field 'messages'");
-	if (!json_is_array(arr))
-		return err_fail(err, err_len, "field 'messages' must be an array of "
-			    "{\"role\":...,\"content\":...} objects");
-	count = json_array_size(arr);
-	if (!count)
-		return err_fail(err, err_len, "field 'messages' must not be empty");
-	*msgs = calloc(count, sizeof(**msgs));
-	ends = calloc(count, sizeof(*ends));
-	if (!*msgs || !ends) {
-		free(ends);
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < count && !rc; i++) {
-		const json_t *m = json_array_get(arr, i);
-		const json_t *role = json_object_get(m, "role");
-		const json_t *content = json_object_get(m, "content");
-		size_t r;
-
-		if (!json_is_object(m)) {
-			rc = err_fail(err, err_len, "messages[%zu] must be an object "
-				  "{\"role\":...,\"content\":...}", i);
-			break;
-		}
-		if (!json_is_string(role)) {
-			rc = err_fail(err, err_len, "messages[%zu].role must be one of "
-				  "\"system\", \"user\", \"assistant\"", i);
-			break;
-		}
-		for (r = 0; r < 3; r++)
-			if (!strcmp(json_string_value(role), role_names[r]))
-				break;
-		if (r == 3) {
-			rc = err_fail(err, err_len, "messages[%zu].role is '%.40s': it "
-				  "must be one of \"system\", \"user\", \"assistant\"",
-				  i, json_string_value(role));
-			break;
-		}
-		(*msgs)[i].role = (enum chat_role)r;
-		if (!content)
-			rc = err_fail(err, err_len, "messages[%zu].content is missing", i);
-		else
-			rc = content_get(content, i, store, err, err_len);
-		ends[i] = store->len;
-	}
-	if (!rc) {
-		/* store no longer moves: point into it */
-		for (size_t i = 0; i < count; i++) {
-			size_t from = i ? ends[i - 1] : 0;
-
-			(*msgs)[i].content = store->data ? store->data + from : "";
-			(*msgs)[i].len = ends[i] - from;
-		}
-		*n = count;
-	}
-	free(ends);
-	return rc;
-}
 
 /* chatml: "stop" (absent, a string, or an array) gets CHAT_CHATML_END
  * unless it holds it.  A non-string "stop" is left for request_parse()
@@ -470,6 +360,7 @@ static const char *special_text(const struct text_tokenizer *tok, int32_t id,
 }
 
 static int chat_family_encode(int family, const struct chat_message *msgs, size_t n,
+		       const struct chat_tools *tools,
 		       const struct text_tokenizer *tok, uint32_t max_context,
 		       int32_t **ids, size_t *n_ids, char *err, size_t err_len)
 {
@@ -488,10 +379,12 @@ static int chat_family_encode(int family, const struct chat_message *msgs, size_
 		m[i] = (struct chat_msg){
 			.role = msgs[i].role == CHAT_ROLE_SYSTEM ? CHAT_MSG_SYSTEM :
 				msgs[i].role == CHAT_ROLE_USER ? CHAT_MSG_USER :
+				msgs[i].role == CHAT_ROLE_TOOL ? CHAT_MSG_TOOL :
 				CHAT_MSG_ASSISTANT,
-			.content = msgs[i].content, .len = msgs[i].len };
-	rc = chat_template_render((enum chat_family)family, m, n, bos, eos, true,
-				  &text, err, err_len);
+			.content = msgs[i].content, .len = msgs[i].len,
+			.calls = msgs[i].calls, .n_calls = msgs[i].n_calls };
+	rc = chat_template_render_tools((enum chat_family)family, m, n, tools,
+					bos, eos, true, &text, err, err_len);
 	free(m);
 	if (rc)
 		goto out;
@@ -529,26 +422,33 @@ out:
 	return rc;
 }
 
-/* Render and encode the messages; put them in obj as "prompt". */
+/* Render and encode the messages (with tools' tools, when not NULL);
+ * put them in obj as "prompt". */
 static int set_prompt(json_t *obj, const struct chat_config *cc,
+		      const struct chat_tool_set *tools,
 		      const struct request_limits *lim, char *err,
 		      size_t err_len)
 {
-	struct strbuf store = { 0 };
-	struct chat_message *msgs = NULL;
+	struct chat_messages cm;
 	struct chat_prompt p = { 0 };
 	int32_t *ids = NULL;
 	json_t *arr = NULL;
-	size_t n = 0, n_ids = 0;
+	size_t n_ids = 0;
 	int rc;
 
-	rc = messages_get(obj, &msgs, &n, &store, err, err_len);
+	rc = chat_messages_get(obj, &cm, err, err_len);
 	if (!rc && cc->family >= 0)	/* a GGUF tokenizer's template */
-		rc = chat_family_encode(cc->family, msgs, n, lim->tok,
+		rc = chat_family_encode(cc->family, cm.msgs, cm.n,
+					tools ? &tools->render : NULL, lim->tok,
 					lim->max_context, &ids, &n_ids, err,
 					err_len);
+	else if (!rc && (tools || cm.has_tool_parts))
+		rc = err_fail(err, err_len, "%s: the %s chat template renders no "
+			      "tools (a GGUF model's qwen2.5 or qwen3 template "
+			      "does)", tools ? "tools" : "messages",
+			      chat_template_name(cc->builtin));
 	else if (!rc)
-		rc = chat_render(cc->builtin, msgs, n, &p, err, err_len);
+		rc = chat_render(cc->builtin, cm.msgs, cm.n, &p, err, err_len);
 	if (!rc && cc->family < 0) {
 		/* a prompt longer than the context is refused before the cost
 		 * of encoding it: no token stands for more text than the
@@ -576,9 +476,43 @@ static int set_prompt(json_t *obj, const struct chat_config *cc,
 	json_decref(arr);
 	free(ids);
 	chat_prompt_release(&p);
-	free(msgs);
-	strbuf_release(&store);
+	chat_messages_release(&cm);
 	return rc;
+}
+
+/*
+ * A required or named tool choice decodes under its call grammar, given
+ * to completion_parse() as the request's "grammar"; a grammar of the
+ * client's own would fight it, and so would response_format.  A stream
+ * holds back what may be a call, so its logprobs would come apart from
+ * its text: refused together.
+ */
+static int tools_fit(json_t *obj, const struct chat_tool_set *t, char *err,
+		     size_t err_len, const char **param)
+{
+	const json_t *rf = json_object_get(obj, "response_format");
+	const json_t *type = json_object_get(rf, "type");
+	const json_t *g = json_object_get(obj, "grammar");
+	const json_t *lp = json_object_get(obj, "logprobs");
+
+	if ((g && !json_is_null(g)) ||
+	    (rf && !json_is_null(rf) &&
+	     !(json_is_string(type) && !strcmp(json_string_value(type), "text")))) {
+		*param = g && !json_is_null(g) ? "grammar" : "response_format";
+		return err_fail(err, err_len, "field '%s' and tool calls both "
+				"constrain the answer: give one (or tool_choice "
+				"\"none\")", *param);
+	}
+	if (json_is_true(json_object_get(obj, "stream")) && json_is_true(lp)) {
+		*param = "logprobs";
+		return err_fail(err, err_len, "field 'logprobs' with tools: a "
+				"stream holds back what may be a tool call, so "
+				"its logprobs are only given unstreamed");
+	}
+	if (t->grammar &&
+	    json_object_set_new(obj, "grammar", json_string(t->grammar)))
+		return -ENOMEM;
+	return 0;
 }
 
 int chat_parse(const char *body, size_t len, const struct chat_config *cc,
@@ -589,6 +523,7 @@ int chat_parse(const char *body, size_t len, const struct chat_config *cc,
 	json_t *obj;
 	char *dumped = NULL;
 	bool renamed = false, defaulted = false;
+	struct chat_tool_set *tools = NULL;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
@@ -618,9 +553,14 @@ int chat_parse(const char *body, size_t len, const struct chat_config *cc,
 		*param = out->param;
 		goto out;
 	}
-	rc = set_prompt(obj, cc, lim, err, err_len);
+	rc = chat_tools_parse(obj, &tools, err, err_len, param);
+	if (!rc && tools)
+		rc = tools_fit(obj, tools, err, err_len, param);
+	if (rc)
+		goto out;
+	rc = set_prompt(obj, cc, tools, lim, err, err_len);
 	if (rc) {
-		*param = "messages";
+		*param = !strncmp(err, "tools", 5) ? "tools" : "messages";
 		goto out;
 	}
 	json_object_del(obj, "messages");
@@ -651,6 +591,8 @@ int chat_parse(const char *body, size_t len, const struct chat_config *cc,
 	}
 	rc = completion_parse(dumped, strlen(dumped), lim, out, err, err_len, param);
 	out->max_tokens_defaulted = defaulted;
+	out->tools = tools;		/* the request's now */
+	tools = NULL;
 	if (rc == -EINVAL && *param && !strcmp(*param, "prompt")) {
 		/* the prompt is the rendered messages: say so */
 		char why[256];
@@ -667,8 +609,12 @@ int chat_parse(const char *body, size_t len, const struct chat_config *cc,
 		snprintf(err, err_len, "max_completion_tokens (as max_tokens): %s",
 			 why);
 		*param = "max_completion_tokens";
+	} else if (rc == -EINVAL && out->tools && out->tools->grammar && *param &&
+		   !strcmp(*param, "grammar")) {
+		*param = "tools";	/* the call grammar is ours, from the tools */
 	}
 out:
+	chat_tools_free(tools);
 	free(dumped);
 	json_decref(obj);
 	if (rc == -ENOMEM)
@@ -753,6 +699,32 @@ static char *put_text(char *p, const struct completion_choice *c)
 	return json_put_strn(p, c->text ? c->text : "", c->text ? c->text_len : 0);
 }
 
+/* A message's "content":TEXT, or with calls the text before them (null
+ * for none) and ,"tool_calls":[..]. */
+static char *put_message(char *p, const struct completion_choice *c)
+{
+	p = JSON_PUT_LIT(p, "\"content\":");
+	if (!c->calls)
+		return put_text(p, c);
+	if (!c->calls->content_len)
+		p = JSON_PUT_LIT(p, "null");
+	else
+		p = json_put_strn(p, c->text, c->calls->content_len);
+	*p++ = ',';
+	return chat_put_tool_calls(p, c->tools, c->calls, false);
+}
+
+/* What the calls of choices add to an answer's bound. */
+static size_t calls_bound(const struct completion_choice *choices, uint32_t n)
+{
+	size_t sum = 0;
+
+	for (uint32_t i = 0; choices && i < n; i++)
+		if (choices[i].calls)
+			sum += chat_tool_calls_bound(choices[i].tools, choices[i].calls);
+	return sum;
+}
+
 /* {"id":..,"object":OBJECT,"created":..,"model":..,"choices":[ */
 static char *put_head(char *p, const struct completion_meta *m,
 		      const char *object)
@@ -784,6 +756,8 @@ int chat_format(struct strbuf *out, const struct completion_meta *m,
 	size_t need = completion_answer_bound(m, choices, n_choices, &chat_sizes);
 	char *p;
 
+	if (need != SIZE_MAX)
+		need += calls_bound(choices, n_choices);
 	if (need == SIZE_MAX || strbuf_reserve(out, need))
 		return -ENOMEM;
 	p = put_head(out->data + out->len, m, "chat.completion");
@@ -794,9 +768,8 @@ int chat_format(struct strbuf *out, const struct completion_meta *m,
 			*p++ = ',';
 		p = JSON_PUT_LIT(p, "{\"index\":");
 		p = json_put_u64(p, c->index);
-		p = JSON_PUT_LIT(p, ",\"message\":{\"role\":\"assistant\","
-				 "\"content\":");
-		p = put_text(p, c);
+		p = JSON_PUT_LIT(p, ",\"message\":{\"role\":\"assistant\",");
+		p = put_message(p, c);
 		p = JSON_PUT_LIT(p, "},");
 		p = put_logprobs(p, c);
 		p = JSON_PUT_LIT(p, ",\"finish_reason\":");
@@ -818,8 +791,9 @@ int chat_format_chunk(struct strbuf *out, const struct completion_meta *m,
 		      enum chat_chunk kind, const struct completion_choice *choice,
 		      const struct completion_usage *usage)
 {
-	char *p = api_event_open(out, completion_answer_bound(m, choice, 1,
-							       &chat_sizes));
+	size_t need = completion_answer_bound(m, choice, 1, &chat_sizes);
+	char *p = api_event_open(out, need == SIZE_MAX ? need :
+				 need + calls_bound(choice, 1));
 
 	if (!p)
 		return -ENOMEM;
@@ -838,6 +812,11 @@ int chat_format_chunk(struct strbuf *out, const struct completion_meta *m,
 		p = JSON_PUT_LIT(p, "},");
 		p = put_logprobs(p, choice);
 		p = JSON_PUT_LIT(p, ",\"finish_reason\":null}");
+		break;
+	case CHAT_CHUNK_TOOL_CALLS:
+		*p++ = '{';
+		p = chat_put_tool_calls(p, choice->tools, choice->calls, true);
+		p = JSON_PUT_LIT(p, "},\"logprobs\":null,\"finish_reason\":null}");
 		break;
 	case CHAT_CHUNK_FINISH:
 		p = JSON_PUT_LIT(p, "{},\"logprobs\":null,\"finish_reason\":");

@@ -67,6 +67,7 @@
 #include "engine/request.h"
 #include "util/strbuf.h"
 #include "server/request/request_json.h"
+#include "text/chat_template.h"
 
 struct text_tokenizer;
 
@@ -96,12 +97,23 @@ const char *chat_template_name(enum chat_template t);
 /* The text chatml stops at. */
 #define CHAT_CHATML_END "<|im_end|>"
 
-enum chat_role { CHAT_ROLE_SYSTEM, CHAT_ROLE_USER, CHAT_ROLE_ASSISTANT };
+enum chat_role {
+	CHAT_ROLE_SYSTEM,
+	CHAT_ROLE_USER,
+	CHAT_ROLE_ASSISTANT,
+	CHAT_ROLE_TOOL,		/* a tool's result (chat_messages.h) */
+};
+
+/* "system", "user", "assistant", "tool" (chat_messages.c). */
+const char *chat_role_name(enum chat_role r);
 
 struct chat_message {
 	enum chat_role role;
 	const char *content;	/* len bytes (may hold any byte but NUL) */
 	size_t len;
+	/* an assistant's tool calls (text/chat_template.h), n_calls */
+	const struct chat_call *calls;
+	size_t n_calls;
 };
 
 /*
@@ -160,7 +172,11 @@ int chat_parse(const char *body, size_t len, const struct chat_config *cc,
  *   {"content":[{"token":"token_id:7","logprob":-0.5,"bytes":null,
  *                "top_logprobs":[{"token":"token_id:9","logprob":-1.2,
  *                                 "bytes":null},..]},..]}
- * choices' tokens and logprobs are as completion_api.h's.
+ * choices' tokens and logprobs are as completion_api.h's.  A choice with
+ * calls (chat_tools.h) answers "content" with the text before them (null
+ * when there is none) and "tool_calls":[{"id":..,"type":"function",
+ * "function":{"name":..,"arguments":JSON_TEXT}},..]; its finish_reason
+ * is the caller's ("tool_calls").
  */
 int chat_format(struct strbuf *out, const struct completion_meta *m,
 		const struct completion_choice *choices, uint32_t n_choices,
@@ -171,6 +187,7 @@ int chat_format(struct strbuf *out, const struct completion_meta *m,
 enum chat_chunk {
 	CHAT_CHUNK_ROLE,	/* first: delta {"role":"assistant","content":""} */
 	CHAT_CHUNK_CONTENT,	/* delta {"content":TEXT}, with its logprobs */
+	CHAT_CHUNK_TOOL_CALLS,	/* delta {"tool_calls":[..]} of choice->calls */
 	CHAT_CHUNK_FINISH,	/* last: delta {}, the finish_reason */
 };
 

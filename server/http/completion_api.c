@@ -13,6 +13,7 @@
  * appears there as a whole word.
  */
 #include "server/http/completion_api.h"
+#include "server/http/chat_tools.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -293,6 +294,8 @@ void completion_request_release(struct completion_request *c)
 	c->model = NULL;
 	free(c->echo);
 	c->echo = NULL;
+	chat_tools_free(c->tools);
+	c->tools = NULL;
 }
 
 

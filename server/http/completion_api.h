@@ -36,6 +36,9 @@
  */
 #define COMPLETION_ID_PREFIX "cmpl-"
 
+struct chat_tool_set;
+struct chat_tool_calls;
+
 struct completion_request {
 	struct request req;	/* req.id is NULL when the body had none */
 	bool stream;		/* answer with Server-Sent Events */
@@ -52,6 +55,8 @@ struct completion_request {
 	bool echo_from_ids;	/* echo is the prompt's ids decoded */
 	/* a refused field's name, where an error's param points */
 	char param[REQUEST_FIELD_NAME_MAX];
+	/* chat's function tools (chat_tools.h), NULL: none; freed here */
+	struct chat_tool_set *tools;
 };
 
 /*
@@ -106,6 +111,10 @@ struct completion_choice {
 	/* completions' echo: prefix_len bytes written before text */
 	const char *prefix;
 	size_t prefix_len;
+	/* chat: the tool calls the text holds (chat_tools.h), NULL: none;
+	 * then text[0 .. calls->content_len) is the content */
+	const struct chat_tool_set *tools;
+	const struct chat_tool_calls *calls;
 };
 
 /* What an answer shape costs at most, for completion_answer_bound(). */

@@ -33,6 +33,8 @@
 #include "util/strbuf.h"
 #include "server/request/request_json.h"
 
+struct chat_tool_set;
+
 struct tenant;
 
 #define HTTP_STATUS_MAX 600
@@ -73,6 +75,11 @@ struct conn_choices {
 	 * (malloc'd, echo_len bytes); NULL: none */
 	char *echo;
 	size_t echo_len;
+	/* chat's function tools (chat_tools.h), NULL: none; and per choice
+	 * of a stream, the text held back because it may be a tool call
+	 * (n entries, malloc'd with the tools) */
+	struct chat_tool_set *tools;
+	struct strbuf *tool_held;
 };
 
 

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "server/http/chat_api.h"
+#include "server/http/chat_tools.h"
 #include "server/http/completion_api.h"
 #include "server/http/tokenize_api.h"
 #include "server/http/tenant_http.h"
@@ -363,6 +364,18 @@ static int echo_stream_start(struct http_server *srv, struct conn *c,
 	return 0;
 }
 
+/* c's request answers with tool calls (chat_tools.h): the connection
+ * owns tools from here on, and a stream holds text back per choice.
+ * 0, or -1 when out of memory (tools freed all the same). */
+static int conn_tools_start(struct conn *c, struct chat_tool_set *tools)
+{
+	c->ch.tools = tools;
+	if (!c->stream)
+		return 0;
+	c->ch.tool_held = calloc(c->ch.n ? c->ch.n : 1, sizeof(*c->ch.tool_held));
+	return c->ch.tool_held ? 0 : -1;
+}
+
 /* POST /v1/completions (chat false) or /v1/chat/completions (chat). */
 /*
  * The most bytes a non-streamed answer to req can reach, kept while its
@@ -465,6 +478,7 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 	struct completion_request cr;
 	const char *param;
 	char err[512], *chat_id = NULL;
+	struct chat_tool_set *tools;
 	struct logprob_ctx lp;
 	size_t before;
 	uint32_t n_choices;
@@ -570,6 +584,12 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 	c->ch.echo = cr.echo;		/* the connection's now */
 	c->ch.echo_len = cr.echo_len;
 	cr.echo = NULL;
+	tools = cr.tools;		/* the connection's now, too */
+	cr.tools = NULL;
+	if (tools && conn_tools_start(c, tools)) {
+		conn_drop(srv, c);
+		goto out;
+	}
 	c->created = (uint64_t)time(NULL);
 	c->request_start_ns = 0;
 	if (c->stream) {
@@ -621,6 +641,33 @@ static void conn_drop_later(struct http_server *srv, struct conn *c)
 	conn_mark(srv, c);
 }
 
+/*
+ * A stream with tools: one's text joins what choice holds back, and one
+ * becomes the part of it that is content for sure (chat_tools.h), taken
+ * out of the hold.  0, or -1 when out of memory.
+ */
+static int tools_hold(struct conn *c, uint32_t choice,
+		      struct completion_choice *one)
+{
+	struct strbuf *held = &c->ch.tool_held[choice];
+	size_t ready;
+
+	if (strbuf_append(held, one->text, one->text_len))
+		return -1;
+	ready = chat_tools_content_ready(c->ch.tools, held->data, held->len);
+	/* the chunk's text is copied out before the hold moves */
+	one->text = ready ? held->data : NULL;
+	one->text_len = ready;
+	return 0;
+}
+
+/* Take the first n bytes out of a hold once they were sent. */
+static void tools_sent(struct strbuf *held, size_t n)
+{
+	memmove(held->data, held->data + n, held->len - n);
+	held->len -= n;
+}
+
 /* n more tokens of one choice are final: one event. */
 static void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req,
 		    const int32_t *tokens, const struct sampler_logprob *logprobs,
@@ -648,6 +695,12 @@ static void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req
 	 * (a character cut between tokens) and carry no logprobs */
 	if (c->chat && !text_len && !logprobs)
 		return;
+	if (c->ch.tool_held && tools_hold(c, req->choice, &one)) {
+		conn_drop_later(srv, c);
+		return;
+	}
+	if (c->ch.tool_held && !one.text_len)
+		return;		/* all of it may be a call: held */
 	srv->body.len = 0;
 	before = conn_buffered(c);
 	if ((c->chat ? chat_format_chunk(&srv->body, &m, CHAT_CHUNK_CONTENT, &one, NULL) :
@@ -656,6 +709,8 @@ static void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req
 		conn_drop_later(srv, c);
 		return;
 	}
+	if (c->ch.tool_held)
+		tools_sent(&c->ch.tool_held[req->choice], one.text_len);
 	conn_note_output(c, before);
 	conn_mark(srv, c);
 	if (!c->paused && conn_buffered(c) >= srv->cfg->conn_buffer) {
@@ -663,6 +718,44 @@ static void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req
 		c->pause_due = true;
 		srv->n_pauses++;
 	}
+}
+
+/*
+ * The end of a streamed choice with tools: the rest of its text joins
+ * the hold, which is then split.  With calls: the content before them
+ * (if any), a chunk of the calls, and finish_reason "tool_calls";
+ * without, the hold as content and one's own finish.  0 or -1.
+ */
+static int tools_finish(struct conn *c, const struct completion_meta *m,
+			struct completion_choice *one, struct strbuf *body)
+{
+	struct strbuf *held = &c->ch.tool_held[one->index];
+	struct chat_tool_calls calls;
+	int rc;
+
+	if (strbuf_append(held, one->text, one->text_len))
+		return -1;
+	rc = chat_tools_split(c->ch.tools, held->data, held->len, m->id,
+			      one->index, &calls);
+	if (rc < 0)
+		return -1;
+	one->text = held->data;
+	one->text_len = rc ? calls.content_len : held->len;
+	one->tools = c->ch.tools;
+	one->calls = &calls;
+	if (one->text_len)
+		rc = chat_format_chunk(body, m, CHAT_CHUNK_CONTENT, one, NULL) ? -1 : rc;
+	if (rc > 0) {
+		one->finish_reason = "tool_calls";
+		rc = chat_format_chunk(body, m, CHAT_CHUNK_TOOL_CALLS, one, NULL) ?
+		     -1 : 0;
+	}
+	one->calls = NULL;
+	if (rc >= 0 && chat_format_chunk(body, m, CHAT_CHUNK_FINISH, one, NULL))
+		rc = -1;
+	chat_tool_calls_release(&calls);
+	held->len = 0;
+	return rc < 0 ? -1 : 0;
 }
 
 /* The last event of one choice of a stream; after the last choice's,
@@ -692,7 +785,10 @@ static int stream_finish(struct http_server *srv, struct conn *c,
 			.logprob_stride = stride,
 			.lp = choice < c->ch.n ? c->ch.lp[choice] : c->ch.lp[0] };
 
-		if (c->chat) {
+		if (c->chat && c->ch.tool_held && choice < c->ch.n) {
+			if (tools_finish(c, &m, &one, &srv->body))
+				return -1;
+		} else if (c->chat) {
 			/* the rest of the content, then the end */
 			if ((one.text_len || (one.logprobs && one.n_tokens)) &&
 			    chat_format_chunk(&srv->body, &m, CHAT_CHUNK_CONTENT,
@@ -769,6 +865,37 @@ static int conn_keep_choice(struct conn *c, const struct frontend_result *r)
 	return 0;
 }
 
+/* A chat answer with tools: each choice's text split into content and
+ * calls (chat_tools.h); a choice with calls finishes "tool_calls". */
+static int tools_answer(struct http_server *srv, struct conn *c,
+			const struct completion_meta *m,
+			struct completion_choice *choices, uint32_t n,
+			const struct completion_usage *u,
+			const struct frontend_result *r)
+{
+	struct chat_tool_calls calls[REQUEST_MAX_CHOICES];
+	int rc = 0;
+
+	memset(calls, 0, sizeof(calls));
+	for (uint32_t i = 0; i < n && !rc; i++) {
+		int found = chat_tools_split(c->ch.tools, choices[i].text,
+					     choices[i].text_len, m->id, i, &calls[i]);
+
+		if (found < 0)
+			rc = -1;
+		if (found > 0) {
+			choices[i].tools = c->ch.tools;
+			choices[i].calls = &calls[i];
+			choices[i].finish_reason = "tool_calls";
+		}
+	}
+	if (!rc)
+		rc = chat_format(&srv->body, m, choices, n, u, r->has_seed, r->seed);
+	for (uint32_t i = 0; i < n; i++)
+		chat_tool_calls_release(&calls[i]);
+	return rc;
+}
+
 /* The whole answer of a non-streaming request, from one result (n = 1)
  * or the kept choices.  0 or -1 (out of memory). */
 static int conn_answer(struct http_server *srv, struct conn *c,
@@ -802,6 +929,9 @@ static int conn_answer(struct http_server *srv, struct conn *c,
 		}
 	}
 	srv->body.len = 0;
+	if (c->chat && c->ch.tools)
+		return tools_answer(srv, c, &m, choices, c->ch.kept ? c->ch.n : 1,
+				    &u, r);
 	if (c->chat)
 		return chat_format(&srv->body, &m, choices, c->ch.kept ? c->ch.n : 1,
 				   &u, r->has_seed, r->seed);

@@ -59,6 +59,7 @@
  * write_timeout_ms cancels the request and closes the connection.
  */
 #include "server/http/http_server.h"
+#include "server/http/chat_tools.h"
 #include "server/http/http_cors.h"
 #include "server/http/http_conn.h"
 
@@ -174,6 +175,12 @@ void conn_choices_free(struct conn_choices *ch)
 	free(ch->echo);
 	ch->echo = NULL;
 	ch->echo_len = 0;
+	for (uint32_t i = 0; ch->tool_held && i < ch->n; i++)
+		strbuf_release(&ch->tool_held[i]);
+	free(ch->tool_held);
+	ch->tool_held = NULL;
+	chat_tools_free(ch->tools);
+	ch->tools = NULL;
 }
 
 /* Bearer-token check, in time independent of where the key differs.

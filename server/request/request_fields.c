@@ -15,8 +15,8 @@
  *
  * A refused field's neutral value is what OpenAI documents as its
  * default (echo false, best_of 1) or a value that
- * cannot change the answer here (best_of equal to n, tool_choice "auto"
- * with no tools).
+ * cannot change the answer here (best_of equal to n, function_call
+ * "auto" with no functions).
  */
 #include "server/request/request_fields.h"
 
@@ -104,11 +104,6 @@ static bool no_list(const json_t *obj, const char *key)
 }
 
 /* "none", or "auto" when there is nothing to call. */
-static bool tool_choice_neutral(const json_t *v, const json_t *obj)
-{
-	return str_is(v, "none") || (str_is(v, "auto") && no_list(obj, "tools"));
-}
-
 static bool function_call_neutral(const json_t *v, const json_t *obj)
 {
 	return str_is(v, "none") ||
@@ -191,8 +186,10 @@ static const struct field_rule rules[] = {
 	META("user", A_HTTP, T_STR, "a string"),
 	META("safety_identifier", A_CHAT, T_STR, "a string"),
 	META("prompt_cache_key", A_CHAT, T_STR, "a string"),
-	/* with no tools (refused unless empty) there is nothing to call */
-	META("parallel_tool_calls", A_CHAT, T_BOOL, "true or false"),
+	/* function tools (server/http/chat_tools.h, docs/DESIGN.md 2.9) */
+	PARSED("tools", A_CHAT),
+	PARSED("tool_choice", A_CHAT),
+	PARSED("parallel_tool_calls", A_CHAT),
 	/* not implemented: refused unless they ask for nothing */
 	/* completions echo the prompt's text (completion_api.c); a `run`
 	 * line's answer has no text field to put it in */
@@ -202,9 +199,6 @@ static const struct field_rule rules[] = {
 		"\"\" (no fill-in-the-middle model)"),
 	REFUSED("best_of", A_JSONL | A_CMPL, T_INT, "an integer",
 		best_of_neutral, "1 or n"),
-	REFUSED("tools", A_CHAT, T_ARR, "an array", is_empty, "[]"),
-	REFUSED("tool_choice", A_CHAT, T_STR | T_OBJ, "a string or an object",
-		tool_choice_neutral, "\"none\" (or \"auto\" with no tools)"),
 	REFUSED("functions", A_CHAT, T_ARR, "an array", is_empty, "[]"),
 	REFUSED("function_call", A_CHAT, T_STR | T_OBJ, "a string or an object",
 		function_call_neutral, "\"none\" (or \"auto\" with no functions)"),

@@ -9,8 +9,9 @@
 // fixtures.json beside this file (written from the model cards).  For
 // each, N seeded random conversations (roles in the order the family
 // takes plus some out of order for the [INST] families, unicode, spaces
-// at the ends, empty contents, <think> blocks), with and without the
-// generation prompt.  bin/chat_render detects each template's family from
+// at the ends, empty contents, <think> blocks; for Qwen 2.5 and 3 also
+// random tools, answers with tool calls and tool messages), with and
+// without the generation prompt.  bin/chat_render detects each template's family from
 // its source (checked against the expected one) and renders every case;
 // a case the template raises on must be refused by C too.
 //
@@ -120,6 +121,56 @@ function content(role, family) {
 	return s;
 }
 
+// ---- tools (the Hermes families only): random JSON with no reals (a
+// JavaScript engine writes 1.0 as "1", Python as "1.0": json_py.h)
+const TOOL_FAMILIES = ['qwen3', 'qwen2.5'];
+function jsonValue(depth) {
+	const k = below(depth > 2 ? 4 : 6);
+	if (k === 0) return below(1000) - 500;
+	if (k === 1) return pick(WORDS) + (below(3) ? '' : '"\\\u0001\t');
+	if (k === 2) return pick([true, false, null]);
+	if (k === 3) return pick(['', 'ünï', '🦙', 'a\nb']);
+	if (k === 4) return Array.from({ length: below(3) }, () => jsonValue(depth + 1));
+	const o = {};
+	for (let i = below(3); i > 0; i--)
+		o[pick(['a', 'city', 'ключ', 'x y', 'n'])] = jsonValue(depth + 1);
+	return o;
+}
+function randomTools() {
+	const n = below(4);
+	return Array.from({ length: n }, (_, i) => {
+		const fn = { name: pick(['get_weather', 'search', 'f' + i, 'do-it']) };
+		if (below(2)) fn.description = pick(WORDS);
+		if (below(3))
+			fn.parameters = { type: 'object', properties: { city: { type: 'string' },
+				extra: jsonValue(1) }, required: below(2) ? ['city'] : [] };
+		return { type: 'function', function: fn };
+	});
+}
+// Arguments are an object, as the server hands them to the template
+// (the request's JSON string parsed, as vLLM does).
+function randomCalls() {
+	const args = () => { const v = jsonValue(1); return v && typeof v === 'object' &&
+		!Array.isArray(v) ? v : { a: v }; };
+	return Array.from({ length: 1 + below(2) }, () => ({ type: 'function',
+		function: { name: pick(['get_weather', 'search']), arguments: args() } }));
+}
+// Tool messages and answers with calls mixed into a conversation.
+function withToolParts(msgs) {
+	const out = [];
+	for (const m of msgs) {
+		out.push(m);
+		if (m.role === 'assistant' && below(2)) {
+			m.tool_calls = randomCalls();
+			for (let i = below(3); i > 0; i--)
+				out.push({ role: 'tool', content: content('user', '') });
+		} else if (below(6) === 0) {
+			out.push({ role: 'tool', content: content('user', '') });
+		}
+	}
+	return out;
+}
+
 // Roles in an order the family takes (or, bad = true, any order).
 function roles(family, bad) {
 	const n = 1 + below(7);
@@ -185,9 +236,15 @@ function main() {
 		const inst = ['llama2', 'mistral-v1', 'mixtral'].includes(t.family);
 		for (let k = 0; k < nPer; k++) {
 			const bad = inst && below(5) === 0;
-			const msgs = roles(t.family, bad).map((r) => ({ role: r, content: content(r, t.family) }));
+			let msgs = roles(t.family, bad).map((r) => ({ role: r, content: content(r, t.family) }));
 			const gen = t.genAlways ? true : below(2) === 0;
+			const tooled = TOOL_FAMILIES.includes(t.family) && below(2) === 0;
+			const tools = tooled ? randomTools() : [];
+			if (tooled)
+				msgs = withToolParts(msgs);
 			const ctx = { messages: msgs, add_generation_prompt: gen };
+			if (tools.length)
+				ctx.tools = tools;
 			if (t.bos !== null) ctx.bos_token = t.bos;
 			if (t.eos !== null) ctx.eos_token = t.eos;
 			let ref;
@@ -197,7 +254,7 @@ function main() {
 				ref = { ok: false, error: String(e.message || e) };
 			}
 			input.cases.push({ template: t.id, bos: t.bos, eos: t.eos,
-					   add_generation_prompt: gen, messages: msgs });
+					   add_generation_prompt: gen, messages: msgs, tools });
 			expect.push({ t, ref });
 		}
 	}
@@ -227,8 +284,10 @@ function main() {
 			bad = `differ at ${d}:\n  jinja ${JSON.stringify(ref.text.slice(Math.max(0, d - 30), d + 40))}` +
 			      `\n  C     ${JSON.stringify(r.text.slice(Math.max(0, d - 30), d + 40))}`;
 		}
-		per[t.id] = per[t.id] || { n: 0, raised: 0 };
+		per[t.id] = per[t.id] || { n: 0, raised: 0, tooled: 0 };
 		per[t.id].n++;
+		if (c.tools.length || c.messages.some((x) => x.role === 'tool' || x.tool_calls))
+			per[t.id].tooled++;
 		if (!ref.ok) per[t.id].raised++;
 		if (bad) {
 			failed++;
@@ -239,7 +298,7 @@ function main() {
 		}
 	});
 	for (const [id, s] of Object.entries(per))
-		console.log(`test-chat-templates: ${id}: ${s.n} conversations (${s.raised} raised by the template)`);
+		console.log(`test-chat-templates: ${id}: ${s.n} conversations (${s.raised} raised by the template, ${s.tooled} with tools or tool messages)`);
 	console.log(`test-chat-templates: seed=${seed} (SEED=${seed} replays)`);
 	console.log(`${passed} passed, ${failed} failed`);
 	process.exit(failed ? 1 : 0);

@@ -136,7 +136,7 @@ static void test_names(void **state)
 /* Errors                                                              */
 /* ------------------------------------------------------------------ */
 
-#define M(r, s) { CHAT_MSG_##r, s, sizeof(s) - 1 }
+#define M(r, s) { .role = CHAT_MSG_##r, .content = s, .len = sizeof(s) - 1 }
 
 static int render(enum chat_family f, const struct chat_msg *m, size_t n,
 		  char *err, size_t err_len, struct strbuf *sb)
@@ -433,7 +433,8 @@ static void test_random_bytes(void **state)
 			n = base + 1, roles[base] = CHAT_MSG_USER;
 		for (size_t i = 0; i < n; i++) {
 			random_content(&r, &c[i]);
-			m[i] = (struct chat_msg){ roles[i], c[i].buf, c[i].len };
+			m[i] = (struct chat_msg){ .role = roles[i], .content = c[i].buf,
+						  .len = c[i].len };
 		}
 		assert_int_equal(chat_template_render(f, m, n, "<s>", "</s>", true, &got,
 						      err, sizeof(err)), 0);
@@ -467,8 +468,9 @@ static void test_hostile(void **state)
 			random_content(&r, &c[i]);
 			if (rng_below(&r, 3) == 0)
 				add(&c[i], "</think>", 8);
-			m[i] = (struct chat_msg){ (enum chat_msg_role)rng_below(&r, 3),
-						  c[i].buf, c[i].len };
+			m[i] = (struct chat_msg){
+				.role = (enum chat_msg_role)rng_below(&r, 3),
+				.content = c[i].buf, .len = c[i].len };
 			total += c[i].len;
 		}
 		rc = chat_template_render(f, m, n, rng_below(&r, 2) ? "<s>" : NULL,

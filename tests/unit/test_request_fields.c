@@ -56,14 +56,9 @@ static const struct ref_field ref_checked[] = {
 	{ "user", C | H, { "\"u-1\"", "\"\"" }, { NULL }, { "1", "[]" } },
 	{ "safety_identifier", H, { "\"x\"" }, { NULL }, { "true" } },
 	{ "prompt_cache_key", H, { "\"k\"" }, { NULL }, { "{}" } },
-	{ "parallel_tool_calls", H, { "true", "false" }, { NULL }, { "0" } },
 	{ "echo", J | C, { "false" }, { "true" }, { "0", "\"false\"" } },
 	{ "suffix", J | C, { "\"\"" }, { "\"end\"" }, { "1", "[]" } },
 	{ "best_of", J | C, { "1" }, { "2", "5" }, { "1.0", "\"1\"" } },
-	{ "tools", H, { "[]" }, { "[{\"type\":\"function\"}]" },
-	  { "{}", "\"none\"" } },
-	{ "tool_choice", H, { "\"none\"", "\"auto\"" },
-	  { "\"required\"", "{\"type\":\"function\"}" }, { "1", "[]" } },
 	{ "functions", H, { "[]" }, { "[{\"name\":\"f\"}]" }, { "{}" } },
 	{ "function_call", H, { "\"none\"", "\"auto\"" },
 	  { "{\"name\":\"f\"}", "\"f\"" }, { "false" } },
@@ -97,6 +92,8 @@ static const struct { const char *name; unsigned apis; } ref_parsed[] = {
 	{ "presence_penalty", J | C | H }, { "frequency_penalty", J | C | H },
 	{ "repetition_penalty", J | C | H },
 	{ "grammar", J | C | H }, { "response_format", J | C | H },
+	/* chat_tools.c judges these (test_chat_tools.c) */
+	{ "tools", H }, { "tool_choice", H }, { "parallel_tool_calls", H },
 };
 
 /* Not fields of anything: typos and other servers' names. */
@@ -208,7 +205,8 @@ static void test_each_field(void **state)
 	}
 }
 
-/* Fields that depend on another: best_of on n, tool_choice on tools. */
+/* Fields that depend on another: best_of on n, function_call on
+ * functions. */
 static void test_dependent_neutral(void **state)
 {
 	static const struct {
@@ -219,11 +217,6 @@ static void test_dependent_neutral(void **state)
 		{ "{\"n\":3,\"best_of\":3}", REQUEST_API_COMPLETIONS, NULL },
 		{ "{\"n\":3,\"best_of\":4}", REQUEST_API_COMPLETIONS, "best_of" },
 		{ "{\"best_of\":1,\"n\":2}", REQUEST_API_JSONL, NULL },
-		{ "{\"tools\":[],\"tool_choice\":\"auto\"}", REQUEST_API_CHAT, NULL },
-		{ "{\"tools\":null,\"tool_choice\":\"auto\"}", REQUEST_API_CHAT, NULL },
-		{ "{\"tools\":[{}],\"tool_choice\":\"none\"}", REQUEST_API_CHAT, "tools" },
-		{ "{\"tool_choice\":\"auto\",\"tools\":[{}]}", REQUEST_API_CHAT,
-		  "tool_choice" },
 		{ "{\"functions\":[{}],\"function_call\":\"auto\"}", REQUEST_API_CHAT,
 		  "functions" },
 		{ "{\"function_call\":\"auto\",\"functions\":[]}", REQUEST_API_CHAT, NULL },
@@ -300,7 +293,7 @@ static void test_random_bodies(void **state)
 			if (json_object_get(obj, f->name))
 				continue;
 			/* dependent neutrals are test_dependent_neutral's */
-			if (!strcmp(f->name, "best_of") || !strcmp(f->name, "tool_choice") ||
+			if (!strcmp(f->name, "best_of") ||
 			    !strcmp(f->name, "function_call"))
 				continue;
 			if (what < 5 && f->pass[0])
