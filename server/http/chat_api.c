@@ -35,7 +35,6 @@
 #include "server/request/request_fields.h"
 #include "server/request/request_json.h"
 #include "text/chat_template.h"
-#include "server/http/chat_messages.h"
 #include "server/http/chat_tools.h"
 
 int chat_template_from_name(const char *name, enum chat_template *out)

@@ -68,6 +68,7 @@
 #include "util/strbuf.h"
 #include "server/request/request_json.h"
 #include "text/chat_template.h"
+#include "server/http/chat_messages.h"
 
 struct text_tokenizer;
 
@@ -96,25 +97,6 @@ const char *chat_template_name(enum chat_template t);
 
 /* The text chatml stops at. */
 #define CHAT_CHATML_END "<|im_end|>"
-
-enum chat_role {
-	CHAT_ROLE_SYSTEM,
-	CHAT_ROLE_USER,
-	CHAT_ROLE_ASSISTANT,
-	CHAT_ROLE_TOOL,		/* a tool's result (chat_messages.h) */
-};
-
-/* "system", "user", "assistant", "tool" (chat_messages.c). */
-const char *chat_role_name(enum chat_role r);
-
-struct chat_message {
-	enum chat_role role;
-	const char *content;	/* len bytes (may hold any byte but NUL) */
-	size_t len;
-	/* an assistant's tool calls (text/chat_template.h), n_calls */
-	const struct chat_call *calls;
-	size_t n_calls;
-};
 
 /*
  * A rendered prompt: n_turns turns of text, turn i being

@@ -21,12 +21,33 @@
 #ifndef DYNBATCH_CHAT_MESSAGES_H
 #define DYNBATCH_CHAT_MESSAGES_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <jansson.h>
 
-#include "server/http/chat_api.h"
+#include "text/chat_template.h"
 #include "util/strbuf.h"
+
+enum chat_role {
+	CHAT_ROLE_SYSTEM,
+	CHAT_ROLE_USER,
+	CHAT_ROLE_ASSISTANT,
+	CHAT_ROLE_TOOL,		/* a tool's result (chat_messages.h) */
+};
+
+/* "system", "user", "assistant", "tool" (chat_messages.c). */
+const char *chat_role_name(enum chat_role r);
+
+struct chat_message {
+	enum chat_role role;
+	const char *content;	/* len bytes (may hold any byte but NUL) */
+	size_t len;
+	/* an assistant's tool calls (text/chat_template.h), n_calls */
+	const struct chat_call *calls;
+	size_t n_calls;
+};
+
 
 /* Most tool calls one message may carry. */
 #define CHAT_MAX_CALLS 128
