@@ -330,11 +330,13 @@ static int build_grammar(const json_t *tools, struct chat_tool_set *t,
 		     -ENOMEM;
 		goto out;
 	}
-	/* Hermes: calls one after another, "\n" between */
+	/* Hermes: calls one after another, "\n" between; a named choice
+	 * makes one call */
 	if (strbuf_printf(&sb, "root ::= tool-call%s\n"
 			  "tool-call ::= \"" OPEN_TAG "\\n\" tool-json \"\\n"
 			  CLOSE_TAG "\"\n%s",
-			  t->parallel ? " ( \"\\n\" tool-call )*" : "", rules)) {
+			  t->parallel && t->choice == CHAT_TOOLS_REQUIRED ?
+			  " ( \"\\n\" tool-call )*" : "", rules)) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -450,11 +452,9 @@ static void make_id(char id[32], const char *req_id, uint32_t choice, uint32_t k
 		h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
 	h = mix(h ^ ((uint64_t)choice << 32 | k));
 	memcpy(id, "call_", 5);
-	for (int i = 0; i < 24; i++) {
-		if (i == 12)
-			h = mix(h + 0x9e3779b97f4a7c15ull);
+	for (int i = 0; i < 24; i++) {	/* a fresh draw per letter */
+		h = mix(h + 0x9e3779b97f4a7c15ull);
 		id[5 + i] = abc[h % 62];
-		h /= 62;
 	}
 	id[29] = 0;
 }

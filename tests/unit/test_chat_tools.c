@@ -338,7 +338,8 @@ out:
 }
 
 /* The naive reading of an answer under a constrained choice: calls
- * "<tool_call>\n" JSON "\n</tool_call>" joined by "\n", each valid. */
+ * "<tool_call>\n" JSON "\n</tool_call>" joined by "\n", each valid;
+ * one for a named choice (only >= 0) or parallel false. */
 static bool ref_answer_ok(const char *s, size_t len, const struct fn *fns,
 			  int n_fns, int only, bool parallel)
 {
@@ -358,7 +359,7 @@ static bool ref_answer_ok(const char *s, size_t len, const struct fn *fns,
 		calls++;
 		if (i == len)
 			return true;
-		if (!parallel || s[i] != '\n')
+		if (!parallel || only >= 0 || s[i] != '\n')
 			return false;
 		i++;
 	}
