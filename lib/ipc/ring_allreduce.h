@@ -87,9 +87,13 @@
 #define RING_AR_MAX_RANKS 64u
 /* The most floats a group may reduce in one call (1 GiB). */
 #define RING_AR_MAX_FLOATS (1ull << 28)
-/* AUTO: DIRECT for vectors up to this many bytes, RING above (measured
- * at P = 2 on the 2-core dev machine: bench/bench_allreduce.c). */
-#define RING_AR_DIRECT_MAX_BYTES (64u * 1024u)
+/* AUTO: DIRECT for vectors up to this many bytes, RING above.  A
+ * constant measured at P = 2 on the 2-core dev machine with
+ * bench/bench_allreduce.c (make bench-allreduce): DIRECT wins at 64 and
+ * 128 B (0.31 against 0.43 us), they tie at 256 B, RING wins from 512 B
+ * (0.58 against 0.71 us) on: at P = 2 DIRECT saves a handshake but sums
+ * twice the elements.  A group may set its own at ring_ar_format(). */
+#define RING_AR_DIRECT_MAX_BYTES 256u
 /* How long a waiter spins before it sleeps. */
 #define RING_AR_SPIN_NS 20000u
 
