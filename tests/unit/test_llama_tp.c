@@ -41,11 +41,11 @@
 #include "model/llama_model.h"
 #include "model/llama_tp.h"
 #include "util/clock.h"
+#include "tests/unit/test_llama_ckpt.h"
 #include "tests/unit/test_rng.h"
 
 enum { DIM = 96, HIDDEN = 120, LAYERS = 2, HEADS = 12, KV_HEADS = 6,
        VOCAB = 97, SEQ = 128 };
-#define KV_DIM (KV_HEADS * (DIM / HEADS))
 #define ROWS 3u
 #define DECODE 6u		/* decode steps after the prefill */
 #define STEPS (1u + DECODE)
@@ -61,37 +61,13 @@ static uint32_t n_prompt[ROWS];
 
 /* ------------------------------------------------------------ fixture */
 
-static void put_rand(FILE *f, struct rng *r, size_t n, double mean, double std)
-{
-	for (size_t i = 0; i < n; i++) {
-		double u = (double)(rng_next(r) >> 11) / 9007199254740992.0;
-		float v = (float)(mean + (2 * u - 1) * std * sqrt(3.0));
-
-		assert_int_equal(fwrite(&v, sizeof(v), 1, f), 1);
-	}
-}
-
-/* A legacy llama2.c checkpoint (shared classifier) of the shape above. */
+/* The checkpoint of this test's shape, weights drawn from r. */
 static void write_checkpoint(const char *path, struct rng *r)
 {
-	int32_t hdr[7] = { DIM, HIDDEN, LAYERS, HEADS, KV_HEADS, VOCAB, SEQ };
-	size_t L = LAYERS, d = DIM, h = HIDDEN, kvd = KV_DIM;
-	FILE *f = fopen(path, "wb");
+	const struct test_ckpt_shape shape = { DIM, HIDDEN, LAYERS, HEADS, KV_HEADS,
+						 VOCAB, SEQ };
 
-	assert_non_null(f);
-	assert_int_equal(fwrite(hdr, sizeof(hdr), 1, f), 1);
-	put_rand(f, r, VOCAB * d, 0, 2.5 / sqrt(d));	/* embedding */
-	put_rand(f, r, L * d, 1, 0.05);			/* rms_att */
-	put_rand(f, r, L * d * d, 0, 3 / sqrt(d));	/* wq */
-	put_rand(f, r, L * kvd * d, 0, 3 / sqrt(d));	/* wk */
-	put_rand(f, r, L * kvd * d, 0, 1 / sqrt(d));	/* wv */
-	put_rand(f, r, L * d * d, 0, 1 / sqrt(d));	/* wo */
-	put_rand(f, r, L * d, 1, 0.05);			/* rms_ffn */
-	put_rand(f, r, L * h * d, 0, 1 / sqrt(d));	/* w1 */
-	put_rand(f, r, L * d * h, 0, 1 / sqrt(h));	/* w2 */
-	put_rand(f, r, L * h * d, 0, 1 / sqrt(d));	/* w3 */
-	put_rand(f, r, d, 1, 0.05);			/* rms_final */
-	assert_int_equal(fclose(f), 0);
+	test_ckpt_write(path, &shape, r);
 }
 
 static int setup(void **state)
