@@ -355,7 +355,10 @@ int ring_ar_reduce(struct ring_ar *ar, float *v, uint64_t n,
 	uint32_t p = ar->layout.n_ranks, stride = 2 * p;
 	uint32_t base = (uint32_t)(ar->n_calls * stride);
 	struct ring_ar_line *me = &ar->lines[ar->rank];
-	uint64_t deadline_ns = clock_now_ns() + timeout_ns, sent = 0;
+	uint64_t now = clock_now_ns(), sent = 0;
+	/* saturated: a timeout of "forever" must not wrap to the past */
+	uint64_t deadline_ns = timeout_ns > UINT64_MAX - now ? UINT64_MAX :
+			       now + timeout_ns;
 	int rc;
 
 	if (bytes_sent)

@@ -42,7 +42,9 @@
 #include <stdint.h>
 
 /* Replace v (n floats) by the group's sum of everyone's v; 0 or a
- * negative errno (the step then fails with it). */
+ * negative errno (the step then fails with it).  Called twice a layer
+ * per chunk with n = tokens x dim, at most LLAMA_CHUNK (64) x dim: the
+ * group's all-reduce must take that many. */
 typedef int (*llama_tp_sum_fn)(void *ctx, float *v, uint64_t n);
 
 /*
