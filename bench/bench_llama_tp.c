@@ -104,7 +104,7 @@ static int run_group(const char *args, uint32_t p, uint32_t n_prompt,
 		     uint32_t n_tokens, struct timing *t)
 {
 	const struct dynbatch_model_api *api = llama_model_api();
-	size_t bytes = ring_ar_segment_bytes(p, 64ull * 16384);
+	size_t bytes = ring_ar_segment_bytes(p, 64ull * 65536);
 	void *seg;
 	int rc = 0;
 
@@ -112,7 +112,7 @@ static int run_group(const char *args, uint32_t p, uint32_t n_prompt,
 		return rank_run(api, args, NULL, 1, n_prompt, n_tokens, t);
 	seg = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
 		   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (seg == MAP_FAILED || ring_ar_format(seg, bytes, p, 64ull * 16384, 0))
+	if (seg == MAP_FAILED || ring_ar_format(seg, bytes, p, 64ull * 65536, 0))
 		return -ENOMEM;
 	for (uint32_t r = 0; r < p; r++) {
 		pid_t pid = fork();

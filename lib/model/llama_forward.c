@@ -248,8 +248,12 @@ static void llama_chunk_logits(struct llama_model *m, uint32_t n)
 	for (uint32_t j = 1; j <= n_out; j++) {
 		if (j < n_out && rows[j] == rows[j - 1] + 1)
 			continue;
-		llama_matmul_w(m, m->logits + (size_t)rows[first] * vocab,
-			       m->xb + first * dim, j - first, &w->wcls, 0);
+		if (m->tp_ranks > 1)
+			llama_tp_logits(m, m->xb + first * dim, j - first,
+					m->logits + (size_t)rows[first] * vocab);
+		else
+			llama_matmul_w(m, m->logits + (size_t)rows[first] * vocab,
+				       m->xb + first * dim, j - first, &w->wcls, 0);
 		first = j;
 	}
 }

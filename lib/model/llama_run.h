@@ -62,6 +62,10 @@ struct llama_model {
 	void *tp_ctx;
 	int tp_failed;
 	float *tp_mem;
+	/* split: ck.w.wcls is rows [tp_vocab0, + its rows) of the
+	 * classifier; tp_logits (chunk, those rows) its output */
+	uint32_t tp_vocab0;
+	float *tp_logits;
 
 	/* ---- run state, made by bind() or bind_paged() */
 	bool bound;
@@ -165,6 +169,11 @@ void llama_split_attention(struct llama_model *m, uint32_t layer, uint32_t n,
 /* Replace v (n floats) by the group's sum when split; a failure is kept
  * in m->tp_failed (and the step fails with it). */
 void llama_tp_sum(struct llama_model *m, float *v, uint64_t n);
+
+/* Split: the logits of the n rows of x (final-normed, (n, dim)) into out
+ * (n, vocab): this rank's classifier rows, gathered over the group. */
+void llama_tp_logits(struct llama_model *m, const float *x, uint32_t n,
+		     float *out);
 
 /* ---- llama_forward.c */
 

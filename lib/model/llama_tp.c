@@ -72,6 +72,7 @@ int llama_tp_split(void *model, uint32_t rank, uint32_t n_ranks,
 	struct llama_config *c = &m->ck.cfg;
 	struct llama_weights *w = &m->ck.w;
 	uint32_t hs = c->head_size, q = 0, kv = 0, hid = 0, dim = c->dim;
+	uint32_t v0, vn;
 	const char *why;
 	size_t floats = 0;
 	float *mem, *at;
@@ -92,6 +93,8 @@ int llama_tp_split(void *model, uint32_t rank, uint32_t n_ranks,
 	q = c->n_heads / n_ranks * hs;
 	kv = c->n_kv_heads / n_ranks * hs;
 	hid = c->hidden_dim / n_ranks;
+	v0 = (uint32_t)((uint64_t)c->vocab * rank / n_ranks);
+	vn = (uint32_t)((uint64_t)c->vocab * (rank + 1) / n_ranks) - v0;
 	{
 		const struct tp_cut cuts[] = {
 			{ "wq", &w->wq, rank * q, q, 0, dim },
@@ -101,6 +104,7 @@ int llama_tp_split(void *model, uint32_t rank, uint32_t n_ranks,
 			{ "w1", &w->w1, rank * hid, hid, 0, dim },
 			{ "w3", &w->w3, rank * hid, hid, 0, dim },
 			{ "w2", &w->w2, 0, dim, rank * hid, hid },
+			{ "wcls", &w->wcls, v0, vn, 0, dim },
 		};
 		uint32_t n_cuts = sizeof(cuts) / sizeof(cuts[0]);
 
@@ -112,6 +116,8 @@ int llama_tp_split(void *model, uint32_t rank, uint32_t n_ranks,
 		for (uint32_t i = 0; i < n_cuts; i++)
 			floats += (size_t)cuts[i].rows * cuts[i].cols *
 				  cuts[i].t->n_layers;
+		/* then the classifier's output for a chunk */
+		floats += (size_t)LLAMA_CHUNK * vn;
 		mem = llama_alloc_floats(floats);
 		if (!mem) {
 			snprintf(err, err_len, "llama: tensor parallel: no memory for %zu floats of slices",
@@ -121,6 +127,7 @@ int llama_tp_split(void *model, uint32_t rank, uint32_t n_ranks,
 		at = mem;
 		for (uint32_t i = 0; i < n_cuts; i++)
 			at += tp_copy(&cuts[i], at);
+		m->tp_logits = at;
 	}
 	m->tp_mem = mem;
 	m->tp_rank = rank;
@@ -128,6 +135,7 @@ int llama_tp_split(void *model, uint32_t rank, uint32_t n_ranks,
 	m->tp_sum = sum;
 	m->tp_ctx = ctx;
 	m->q_dim = q;
+	m->tp_vocab0 = v0;
 	c->n_heads /= n_ranks;
 	c->n_kv_heads /= n_ranks;
 	c->kv_dim = kv;
@@ -144,4 +152,23 @@ void llama_tp_sum(struct llama_model *m, float *v, uint64_t n)
 	rc = m->tp_sum(m->tp_ctx, v, n);
 	if (rc)
 		m->tp_failed = rc;
+}
+
+void llama_tp_logits(struct llama_model *m, const float *x, uint32_t n,
+		     float *out)
+{
+	struct tensor cls = tensor_layer(&m->ck.w.wcls, 0);
+	size_t vocab = m->ck.cfg.vocab, vn = cls.rows;
+
+	m->ops[cls.type]->matmul(m->tp_logits, x, n, &cls);
+	/* our rows in place, zeros elsewhere: the group's sum is then an
+	 * all-gather, exact (x + 0 == x) */
+	for (uint32_t t = 0; t < n; t++) {
+		float *o = out + (size_t)t * vocab;
+
+		memset(o, 0, vocab * sizeof(float));
+		memcpy(o + m->tp_vocab0, m->tp_logits + (size_t)t * vn,
+		       vn * sizeof(float));
+	}
+	llama_tp_sum(m, out, (uint64_t)n * vocab);
 }

@@ -13,8 +13,12 @@
  *   wo          the columns of those query heads (a copy)
  *   w1, w3      rows [r, r + 1) x hidden_dim / P
  *   w2          the same columns (a copy)
- *   the rest    whole: embeddings, norms and the classifier, so every
- *               rank computes the same logits from the same residual
+ *   classifier  rows [r, r + 1) x vocab / P (rounded down at both ends;
+ *               a copy): each rank computes its share of every logit
+ *               row, zeros elsewhere, and the group's sum gathers them
+ *               (x + 0 == x: each logit is its row's one dot product)
+ *   the rest    whole: embeddings and norms, so every rank holds the
+ *               same residual
  * Its KV cache holds only its own KV heads.  After wo and after w2 the
  * partial (chunk, dim) is replaced by the group's sum, then added to the
  * residual as in the unsplit forward.
@@ -22,7 +26,8 @@
  * Bits.  Every rank gets the same logits (the sums are the same bits on
  * every rank, ring_allreduce.h's canonical order, and the rest is
  * computed whole).  P = 1 is the unsplit model, bit for bit (no slice
- * is made).  P >= 2 is not bit-identical to P = 1: the wo and w2 dot
+ * is made).  P >= 2 is not bit-identical to P = 1 (a logit of -0 may
+ * also come out +0 from the gather's sum with zeros): the wo and w2 dot
  * products are summed in P pieces, each piece by the kernel, then the
  * pieces added, where P = 1 sums each row in one kernel pass; the
  * difference is rounding, a few ulps of each partial, and it grows
@@ -43,8 +48,9 @@
 
 /* Replace v (n floats) by the group's sum of everyone's v; 0 or a
  * negative errno (the step then fails with it).  Called twice a layer
- * per chunk with n = tokens x dim, at most LLAMA_CHUNK (64) x dim: the
- * group's all-reduce must take that many. */
+ * per chunk with n = tokens x dim, and once per run of output rows with
+ * n = rows x vocab: at most LLAMA_CHUNK (64) x max(dim, vocab) floats,
+ * which the group's all-reduce must take. */
 typedef int (*llama_tp_sum_fn)(void *ctx, float *v, uint64_t n);
 
 /*
