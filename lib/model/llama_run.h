@@ -49,6 +49,23 @@ struct llama_model {
 	 * (llama_quant.h); mem NULL without it */
 	bool quant_q4;
 	struct llama_quant quant;
+	/* query width, n_heads x head_size: dim, or a rank's share */
+	uint32_t q_dim;
+	/* tensor parallel (llama_tp.c): rank tp_rank of tp_ranks (0: not
+	 * split) holds slices in tp_mem (ck's wq..w2 point there, ck.cfg's
+	 * heads, kv_dim and hidden_dim are its share); tp_sum(tp_ctx, ..)
+	 * sums a partial over the group; tp_failed its first error in a
+	 * step */
+	uint32_t tp_rank;
+	uint32_t tp_ranks;
+	int (*tp_sum)(void *ctx, float *v, uint64_t n);
+	void *tp_ctx;
+	int tp_failed;
+	float *tp_mem;
+	/* split: ck.w.wcls is rows [tp_vocab0, + its rows) of the
+	 * classifier; tp_logits (chunk, those rows) its output */
+	uint32_t tp_vocab0;
+	float *tp_logits;
 
 	/* ---- run state, made by bind() or bind_paged() */
 	bool bound;
@@ -146,6 +163,17 @@ void llama_paged_attention_head(struct llama_model *m, uint32_t layer,
  * by log-sum-exp; bind() or bind_paged(), cascade when m->cascade. */
 void llama_split_attention(struct llama_model *m, uint32_t layer, uint32_t n,
 			   float *out);
+
+/* ---- llama_tp.c */
+
+/* Replace v (n floats) by the group's sum when split; a failure is kept
+ * in m->tp_failed (and the step fails with it). */
+void llama_tp_sum(struct llama_model *m, float *v, uint64_t n);
+
+/* Split: the logits of the n rows of x (final-normed, (n, dim)) into out
+ * (n, vocab): this rank's classifier rows, gathered over the group. */
+void llama_tp_logits(struct llama_model *m, const float *x, uint32_t n,
+		     float *out);
 
 /* ---- llama_forward.c */
 

@@ -37,6 +37,7 @@
 
 #include "kernels/llama_kernels.h"
 #include "model/llama_model.h"
+#include "tests/unit/test_llama_ckpt.h"
 #include "tests/unit/test_rng.h"
 #include "tools/refdecode/ref_llama.h"
 
@@ -53,38 +54,13 @@ enum { DIM = 64, HIDDEN = 96, LAYERS = 2, HEADS = 4, KV_HEADS = 2,
 
 /* ------------------------------------------------------------ helpers */
 
-static void put_rand(FILE *f, struct rng *r, size_t n, double mean, double std)
-{
-	for (size_t i = 0; i < n; i++) {
-		double u = (double)(rng_next(r) >> 11) / 9007199254740992.0;
-		float v = (float)(mean + (2 * u - 1) * std * sqrt(3.0));
-
-		assert_int_equal(fwrite(&v, sizeof(v), 1, f), 1);
-	}
-}
-
-/* A legacy checkpoint with a shared classifier, weights drawn from r. */
+/* The checkpoint of this test's shape, weights drawn from r. */
 static void write_checkpoint(const char *path, struct rng *r)
 {
-	int32_t hdr[7] = { DIM, HIDDEN, LAYERS, HEADS, KV_HEADS, VOCAB, SEQ };
-	size_t L = LAYERS, d = DIM, h = HIDDEN, kvd = KV_DIM;
-	double s = 3 / sqrt(d);
-	FILE *f = fopen(path, "wb");
+	const struct test_ckpt_shape shape = { DIM, HIDDEN, LAYERS, HEADS, KV_HEADS,
+						 VOCAB, SEQ };
 
-	assert_non_null(f);
-	assert_int_equal(fwrite(hdr, sizeof(hdr), 1, f), 1);
-	put_rand(f, r, VOCAB * d, 0, 2.5 / sqrt(d));	/* embedding */
-	put_rand(f, r, L * d, 1, 0.05);			/* rms_att */
-	put_rand(f, r, L * d * d, 0, s);		/* wq */
-	put_rand(f, r, L * kvd * d, 0, s);		/* wk */
-	put_rand(f, r, L * kvd * d, 0, 1 / sqrt(d));	/* wv */
-	put_rand(f, r, L * d * d, 0, 1 / sqrt(d));	/* wo */
-	put_rand(f, r, L * d, 1, 0.05);			/* rms_ffn */
-	put_rand(f, r, L * h * d, 0, 1 / sqrt(d));	/* w1 */
-	put_rand(f, r, L * d * h, 0, 1 / sqrt(h));	/* w2 */
-	put_rand(f, r, L * h * d, 0, 1 / sqrt(d));	/* w3 */
-	put_rand(f, r, d, 1, 0.05);			/* rms_final */
-	assert_int_equal(fclose(f), 0);
+	test_ckpt_write(path, &shape, r);
 }
 
 static void *must_create(const char *args)
