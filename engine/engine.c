@@ -344,8 +344,10 @@ static void engine_on_signalfd(struct io_op *op, int32_t res)
 void engine_advance(struct engine *e, struct shard *s)
 {
 	shard_note_adopted(&e->sched, s);
-	if (!engine_preempt(e, s))
+	if (!engine_preempt(e, s)) {
+		engine_fair_preempt(e, s);
 		engine_refill(e, s);
+	}
 	shard_dispatch(&e->sched, s);
 }
 
@@ -392,8 +394,10 @@ static bool engine_step_in_process(struct engine *e, struct shard *s)
 
 	bool preempted = engine_preempt(e, s);
 
-	if (!preempted)
+	if (!preempted) {
+		engine_fair_preempt(e, s);
 		engine_refill(e, s);
+	}
 	ret = shard_step_in_process(&e->sched, s, &r);
 	if (r.timed)
 		histogram_record(&e->step_hist, r.took_ns);
@@ -475,7 +479,8 @@ static void engine_loop(struct engine *e)
 			progress |= engine_poll_shard(e, s);
 			if (worker_sup_running(&e->sup, i) &&
 			    (s->redispatch || s->n_active < s->n_slots ||
-			     sched_kv_starved(&e->sched.kv, s->index))) {
+			     sched_kv_starved(&e->sched.kv, s->index) ||
+			     engine_fair_due(e))) {
 				uint64_t sent = s->chan.issued_id;
 
 				engine_advance(e, s);
@@ -561,6 +566,7 @@ static void engine_teardown(struct engine *e)
 	model_close(e->model);
 	text_tokenizer_free(e->tok);
 	free(e->chat_template);
+	engine_fair_free(e);
 }
 
 /* After a failure: every live request gets an error answer (the front
@@ -936,6 +942,10 @@ int engine_metrics(const struct engine *e, struct strbuf *out)
 	ret = ret ? ret : metrics_counter(out, "dynbatch_model_steps_total",
 			"Model steps completed.", NULL, e->sched.counts.n_steps);
 	ret = ret ? ret : engine_kv_metrics(e, out);
+	if (wait_queue_classed(&e->queue))	/* tenants: engine_fair.c */
+		ret = ret ? ret : metrics_counter(out, "dynbatch_tenant_preemptions_total",
+				"Requests that gave their slot to a tenant under its share.",
+				NULL, e->n_fair_preemptions);
 	ret = ret ? ret : metrics_histogram(out, "dynbatch_step_seconds",
 			"Model step latency, dispatch to result.", &e->step_hist);
 	ret = ret ? ret : metrics_histogram(out, "dynbatch_request_seconds",

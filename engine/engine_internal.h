@@ -36,6 +36,8 @@
 #include "engine/wait_queue.h"
 #include "model/kv_pool.h"
 
+struct fair_slot;
+
 struct engine {
 	const struct engine_config *cfg;
 	struct model *model;
@@ -100,6 +102,10 @@ struct engine {
 	struct histogram request_hist;	/* admission -> finish (stop, length) */
 	struct histogram ttft_hist;	/* admission -> first token */
 	uint64_t n_prompt_tokens;	/* of requests admitted */
+	/* tenants' shares (engine_fair.c): scratch, NULL until first used */
+	struct fair_slot *fair_slots;	/* n_slots: the choice's view */
+	uint32_t *fair_counts;		/* WAIT_QUEUE_CLASSES zeros */
+	uint64_t n_fair_preemptions;	/* requests that gave way */
 };
 
 /* ---- engine_model.c, for engine.c ---- */
@@ -190,6 +196,18 @@ int engine_setup_kv(struct engine *e);
 void engine_sync_kv_stats(struct engine *e);
 /* The dynbatch_kv_* metrics (none when not paged).  0 or -ENOMEM. */
 int engine_kv_metrics(const struct engine *e, struct strbuf *out);
+
+/* ---- engine_fair.c, for engine.c: tenants' shares of the batch ---- */
+
+/* Could a tenant's waiting request take a slot from another tenant now
+ * (fair queueing on, the queue's turn, every slot busy)?  O(1). */
+bool engine_fair_due(const struct engine *e);
+/* Preempt the shard's request that gives way to the waiting request
+ * served next, if one is to (sched/fair_share.h): back to the waiting
+ * queue with its tokens.  True when one was. */
+bool engine_fair_preempt(struct engine *e, struct shard *s);
+/* Free the scratch arrays. */
+void engine_fair_free(struct engine *e);
 
 /* ---- engine_admit.c, for engine.c ---- */
 

@@ -78,21 +78,36 @@ static void remove_at(struct wait_queue *q, uint64_t i)
 	q->tail--;
 }
 
+/* The position pop serves next: the head, or the first smallest tag
+ * (FIFO among equals).  The queue is not empty. */
+static uint64_t next_pos(const struct wait_queue *q)
+{
+	uint64_t best = q->head;
+
+	if (q->starts)
+		for (uint64_t i = q->head + 1; i < q->tail; i++)
+			if (q->starts[i % q->capacity] < q->starts[best % q->capacity])
+				best = i;
+	return best;
+}
+
+int wait_queue_peek(const struct wait_queue *q, uint32_t *handle)
+{
+	if (q->head == q->tail)
+		return -ENOENT;
+	*handle = q->handles[next_pos(q) % q->capacity];
+	return 0;
+}
+
 int wait_queue_pop(struct wait_queue *q, uint32_t *handle)
 {
 	uint64_t best;
 
 	if (q->head == q->tail)
 		return -ENOENT;
-	best = q->head;
-	if (q->starts) {
-		/* the first smallest tag: FIFO among equals */
-		for (uint64_t i = q->head + 1; i < q->tail; i++)
-			if (q->starts[i % q->capacity] < q->starts[best % q->capacity])
-				best = i;
-		if (q->starts[best % q->capacity] > q->vtime)
-			q->vtime = q->starts[best % q->capacity];
-	}
+	best = next_pos(q);
+	if (q->starts && q->starts[best % q->capacity] > q->vtime)
+		q->vtime = q->starts[best % q->capacity];
 	*handle = q->handles[best % q->capacity];
 	if (best == q->head)
 		q->head++;

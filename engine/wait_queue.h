@@ -18,6 +18,7 @@
 #define DYNBATCH_WAIT_QUEUE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Classes 1 .. WAIT_QUEUE_CLASSES - 1 are queued fairly; 0 (and any
@@ -48,6 +49,11 @@ static inline bool wait_queue_full(const struct wait_queue *q)
 {
 	return wait_queue_len(q) >= q->capacity;
 }
+/* Has a class other than 0 been pushed (fair queueing on)? */
+static inline bool wait_queue_classed(const struct wait_queue *q)
+{
+	return q->starts != NULL;
+}
 /* Append to class 0; -ENOSPC when full. */
 int wait_queue_push(struct wait_queue *q, uint32_t handle);
 /* Append to a class, costing cost (tokens reserved; 0 counts as 1).
@@ -58,6 +64,9 @@ int wait_queue_push_class(struct wait_queue *q, uint32_t handle,
 /* Pop the next handle (the oldest, or the smallest start tag);
  * -ENOENT when empty. */
 int wait_queue_pop(struct wait_queue *q, uint32_t *handle);
+/* The handle pop would return now, left queued; -ENOENT when empty.
+ * O(length) with classes. */
+int wait_queue_peek(const struct wait_queue *q, uint32_t *handle);
 /* Take handle out wherever it is (a client gave up while waiting); order
  * of the rest is kept.  O(length).  0 or -ENOENT. */
 int wait_queue_remove(struct wait_queue *q, uint32_t handle);

@@ -3,20 +3,17 @@
 # (exit 2), keys of no tenant (401), a request that can never fit (400
 # naming both numbers), one that does not fit now (429 with Retry-After
 # and x-ratelimit-* headers that agree with the bucket), refunds seen on
-# /metrics, and fair queueing: tenant B's p99 time to first token alone,
-# then while tenant A floods, printed as a ratio beside the same flood
-# without tenants (one FIFO).  Timings are printed, not asserted (a shared
-# 2-core machine makes any timed bound flaky; test_wait_queue checks the
-# queue's order exactly): the issue's bound, under 2, held in about a
-# third of the runs here, as B still waits for one of A's running
-# requests to free a slot.  STRICT=1 asserts both comparisons.
+# /metrics, and fair shares of the batch: tenant B's p99 time to first
+# token alone, then while tenant A floods every slot, printed as a ratio
+# and asserted under RATIO_MAX (5; the issue's 2 with RATIO_MAX=2 or
+# STRICT=1: a shared 2-core machine makes a timed bound noisy, and the
+# floor is about 3 flooded steps, see below).  Every answer under the
+# flood, A's preempted ones included, must equal the same request's
+# answer with no flood, and B's its answer alone.
 set -u
 . "$(dirname "$0")/e2e_lib.sh"
 
 VOCAB=300
-# a cost per call (not per row or token: what A adds to a step is not
-# queueing), so that requests queue behind a full batch
-SLOW="sim:vocab=$VOCAB,mode=sleep,call_us=5000"
 PY=$(dirname "$0")/tenant_ttft.py
 
 status() {
@@ -115,42 +112,69 @@ fi
 expect_eq "none in flight" "$(metric 'dynbatch_tenant_in_flight{tenant="a"}')" 0
 serve_stop
 
-# ---- fair queueing
+# ---- fair shares: B alone, then while A floods every slot
+# A's 24 clients keep every one of the 8 slots busy with generations of
+# 64 tokens and the queue full behind them: without preemption B's
+# request waits for one of them to end (p99 about 30 times B alone here;
+# one FIFO about 200 times); with it, the newest of A's running requests
+# gives its slot up (engine_fair.c) and resumes later, exactly.
 N_B=${N_B:-100}
-N_FLOOD=${N_FLOOD:-16}
+N_FLOOD=${N_FLOOD:-24}
+FLOOD_TOKENS=${FLOOD_TOKENS:-64}
+# make serve's accelerator-like sim: 2 ms a step, 10 us a row
+FAIR_MODEL="sim:vocab=$VOCAB,mode=sleep,call_us=2000,row_us=10"
 cat > "$E2E_TMP/f.json" <<'JSON'
 {"tenants": [{"name": "a", "api_keys": ["ka"], "tokens_per_minute": 100000000,
   "burst_tokens": 100000000},
  {"name": "b", "api_keys": ["kb"], "tokens_per_minute": 100000000,
   "burst_tokens": 100000000}]}
 JSON
-p99() { python3 "$PY" "$URL" "$@" | sed -n 's/.*p99_ms=\([0-9.]*\).*/\1/p'; }
-serve_start fair --workers 1 --batch 8 --queue 4096 --model "$SLOW" --tenants "$E2E_TMP/f.json"
-alone=$(p99 kb "$N_B")
-flooded=$(p99 kb "$N_B" ka "$N_FLOOD")
-serve_stop
-serve_start fifo --workers 1 --batch 8 --queue 4096 --model "$SLOW"
-fifo_alone=$(p99 kb "$N_B")
-fifo=$(p99 kb "$N_B" ka "$N_FLOOD")
+field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p"; }
+serve_start fair --workers 1 --batch 8 --queue 4096 --model "$FAIR_MODEL" --tenants "$E2E_TMP/f.json"
+alone_out=$(python3 "$PY" "$URL" kb "$N_B")
+pre0=$(metric dynbatch_tenant_preemptions_total)
+steps0=$(metric dynbatch_model_steps_total)
+flood_out=$(python3 "$PY" "$URL" kb "$N_B" ka "$N_FLOOD" "$FLOOD_TOKENS" "$E2E_TMP/flood.jsonl")
+flood_rc=$?
+pre1=$(metric dynbatch_tenant_preemptions_total)
+steps1=$(metric dynbatch_model_steps_total)
+alone=$(echo "$alone_out" | field p99_ms)
+flooded=$(echo "$flood_out" | field p99_ms)
+expect_eq "B under the flood: every answer the same" "$flood_rc" 0
+expect_eq "B's answer under the flood is its answer alone" \
+	"$(echo "$flood_out" | field answer)" "$(echo "$alone_out" | field answer)"
+if [ -n "$pre1" ] && [ "$pre1" -gt "${pre0:-0}" ]; then
+	pass "the flood gave way $((pre1 - ${pre0:-0})) times"
+else
+	fail "no preemption under the flood ('$pre0' -> '$pre1')"
+fi
+# every answer of A's, the preempted ones too, against the same request
+# sent again with A alone (a lone tenant never gives way: none preempted)
+if python3 "$PY" replay "$URL" ka "$E2E_TMP/flood.jsonl" 8 > "$E2E_TMP/replay.log"; then
+	pass "flood answers unchanged by preemption: $(cat "$E2E_TMP/replay.log")"
+else
+	fail "flood answers: $(cat "$E2E_TMP/replay.log")"
+fi
+expect_eq "A alone: no preemption" "$(metric dynbatch_tenant_preemptions_total)" "$pre1"
 serve_stop
 ratio=$(python3 -c "print('%.2f' % ($flooded / $alone))" 2>/dev/null)
-fifo_ratio=$(python3 -c "print('%.2f' % ($fifo / $fifo_alone))" 2>/dev/null)
+# B's wait in the flood's steps (a step of 8 rows is slower than B's
+# alone): the floor is about 3 (docs/usage.md)
+step_ms=$(python3 -c "print('%.2f' % (1e3 * $(echo "$flood_out" | field elapsed_s) / ($steps1 - $steps0)))" 2>/dev/null)
 echo "  tenant B p99 TTFT: alone $alone ms, A flooding $flooded ms: ratio $ratio" \
-     "(one FIFO: $fifo_alone ms, $fifo ms: ratio $fifo_ratio)"
-if python3 -c "import sys; sys.exit(0 if $flooded / $alone < $fifo / $fifo_alone else 1)" 2>/dev/null; then
-	pass "fair queueing helps: ratio $ratio < one FIFO's $fifo_ratio"
-elif [ "${STRICT:-0}" = 1 ]; then
-	fail "fair queueing does not help: ratio '$ratio', one FIFO's '$fifo_ratio'"
-else
-	echo "  note fair queueing: ratio $ratio, one FIFO's $fifo_ratio (printed, not asserted)"
-fi
-# the issue's bound; RATIO_MAX= to study another
-RATIO_MAX=${RATIO_MAX:-2}
+     "(medians $(echo "$alone_out" | field median_ms) ms, $(echo "$flood_out" | field median_ms) ms;" \
+     "a flooded step $step_ms ms)"
+# The issue's bound is 2; what a preemption can reach is B's own step
+# plus the step in flight plus one for the victim's row to drain
+# (docs/usage.md), so 2 holds only where B's time alone is more than a
+# few steps.  RATIO_MAX=2 (or STRICT=1) asserts the issue's bound.
+[ "${STRICT:-0}" = 1 ] && RATIO_MAX=${RATIO_MAX:-2}
+RATIO_MAX=${RATIO_MAX:-5}
 if python3 -c "import sys; sys.exit(0 if $flooded / $alone < $RATIO_MAX else 1)" 2>/dev/null; then
 	pass "fair: p99 TTFT ratio $ratio < $RATIO_MAX"
-elif [ "${STRICT:-0}" = 1 ]; then
-	fail "fair: p99 TTFT ratio '$ratio' (alone '$alone', flooded '$flooded')"
 else
-	echo "  note fair: p99 TTFT ratio $ratio is not under $RATIO_MAX (printed, not asserted)"
+	fail "fair: p99 TTFT ratio '$ratio' (alone '$alone', flooded '$flooded') not under $RATIO_MAX"
 fi
+python3 -c "import sys; sys.exit(0 if $flooded / $alone < 2 else 1)" 2>/dev/null ||
+	echo "  note: ratio $ratio is not under the issue's 2 (RATIO_MAX=2 asserts it)"
 finish

@@ -11,7 +11,7 @@
  * contents and wait_queue_check() must agree with the reference.
  *
  * Fair queueing between classes against a per-class reference
- * (test_fair_vs_reference) and under a flood (test_fair_flood).
+ * (test_fair_vs_reference: peek too) and under a flood (test_fair_flood).
  *
  * The random tests print their seed; SEED=<n> replays a run.
  */
@@ -307,8 +307,18 @@ static void test_fair_vs_reference(void **state)
 				r.n[c]++;
 				len++;
 			} else if (what < 9) {
-				uint32_t got, best_c = FQ_CLASSES;
-				int ret = wait_queue_pop(&q, &got);
+				uint32_t got, peeked = 0, best_c = FQ_CLASSES;
+				uint32_t len_before = wait_queue_len(&q);
+				int peek_ret = wait_queue_peek(&q, &peeked);
+				int ret;
+
+				/* peek leaves the queue as it was and names
+				 * what pop serves */
+				assert_int_equal(wait_queue_len(&q), len_before);
+				ret = wait_queue_pop(&q, &got);
+				assert_int_equal(peek_ret, ret);
+				if (!ret)
+					assert_int_equal(peeked, got);
 
 				for (uint32_t c = 0; c < FQ_CLASSES; c++)
 					if (r.n[c] && (best_c == FQ_CLASSES ||
