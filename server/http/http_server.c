@@ -171,9 +171,11 @@ void conn_choices_free(struct conn_choices *ch)
 	}
 	free(ch->kept);
 	ch->kept = NULL;
-	free(ch->echo);
-	ch->echo = NULL;
-	ch->echo_len = 0;
+	for (uint32_t i = 0; i < REQUEST_MAX_CHOICES; i++) {
+		free(ch->echo[i]);
+		ch->echo[i] = NULL;
+		ch->echo_len[i] = 0;
+	}
 }
 
 /* Bearer-token check, in time independent of where the key differs.
