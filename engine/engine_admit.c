@@ -90,16 +90,17 @@ static int engine_submit_check(struct engine *e, struct request **reqs,
 		return -EIO;
 	if (request_pool_find_id(&e->pool, reqs[0]->id) != REQUEST_NONE)
 		return -EEXIST;
+	/* one prompt's choices are its n; the ring and the flat index
+	 * (request_flat_choice()) need the same n for all */
+	for (uint32_t p = 0; p < n_reqs; p++)
+		if ((reqs[p]->n_choices ? reqs[p]->n_choices : 1) != per)
+			return -EINVAL;
 	if (n > REQUEST_MAX_CHOICES || n > e->pool.capacity - e->cfg->n_slots)
 		return -E2BIG;		/* would never fit the queue */
 	if (wait_queue_len(&e->queue) + n > e->queue.capacity ||
 	    e->pool.n_free < n)
 		return -EAGAIN;
 	for (uint32_t p = 0; p < n_reqs; p++) {
-		/* one prompt's choices are its n; the ring and the flat
-		 * index (request_flat_choice()) need the same n for all */
-		if ((reqs[p]->n_choices ? reqs[p]->n_choices : 1) != per)
-			return -EINVAL;
 		/* one that can never fit its shard's KV pool fails now, not
 		 * by preempting everything else first (engine_kv_need()) */
 		if (engine_kv_need(e, reqs[p]->n_prompt + reqs[p]->max_tokens,
