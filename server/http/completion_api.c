@@ -7,6 +7,14 @@
  * "stream" and "model", once by request_parse); bodies are small and the
  * second parse is what keeps one set of rules.
  *
+ * A batch prompt ("prompt": a list of strings or of token lists) is
+ * parsed one prompt at a time: the body is written again with that
+ * prompt alone and handed to request_parse(), so every prompt is judged
+ * by the one set of rules, and an error of prompt i (any error but the
+ * other fields' of prompt 0, which all prompts share) is prefixed
+ * "prompt i of the batch: ".  The number of prompts x choices is checked
+ * first, so a long list costs nothing before it is refused.
+ *
  * OpenAI's errors name the offending field in "param".  request_parse()
  * names the field in its message ("field 'max_tokens' must be ...",
  * "prompt[3]: token ..."), so param is the first known field name that
