@@ -144,6 +144,22 @@ uint32_t engine_kv_need(const struct engine *e, uint32_t n_tokens,
  */
 int engine_submit(struct engine *e, struct request *req, uint64_t cookie,
 		  uint32_t *handles);
+/*
+ * A batch of prompts (OpenAI's "prompt": [..] lists): n_reqs requests of
+ * one id (reqs[0]'s is the one held live), each with the same n_choices
+ * n, admitted all or none as engine_submit() admits one request's
+ * choices.  handles[p * n + j] names prompt p's choice j (its
+ * request_flat_choice()); each request's prompt_index is p, and its
+ * choice j draws as choice j of that prompt alone would, so a prompt's
+ * answer in a batch is its answer alone.  Every choice of every prompt
+ * shares one seed and one ring (cancel, pause and resume reach them
+ * all).  Errors as engine_submit()'s, checked for every prompt, and
+ * -EINVAL when n_reqs is 0 or the n_choices differ; -E2BIG also when
+ * n_reqs * n exceeds REQUEST_MAX_CHOICES.  On 0 every reqs[p] is left
+ * zeroed; otherwise all are untouched.
+ */
+int engine_submit_batch(struct engine *e, struct request **reqs,
+			uint32_t n_reqs, uint64_t cookie, uint32_t *handles);
 /* The client is gone: finish the request as cancelled (its slot is freed
  * and refilled; a result still in flight for it is stale).  Pause,
  * resume and cancel act on every live choice of handle's request. */

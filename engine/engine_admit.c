@@ -2,8 +2,9 @@
  * engine_admit.c - the front ends' side of the engine's requests
  * (engine.h, frontend.h): admission (engine_submit(): a seed for a
  * request that samples without one, the n choices admitted all or none
- * and linked in a ring), and cancel, pause and resume, which reach every
- * live choice of a request.
+ * and linked in a ring; engine_submit_batch(): the same for the n
+ * choices of each prompt of a batch, all in one ring), and cancel,
+ * pause and resume, which reach every live choice of a request.
  */
 #include "engine/engine.h"
 #include "engine/engine_internal.h"
@@ -75,52 +76,89 @@ static int engine_alloc_logprobs(const struct request *req,
 	return *out ? 0 : -ENOMEM;
 }
 
-int engine_submit(struct engine *e, struct request *req, uint64_t cookie,
-		  uint32_t *handles)
+/* Why the batch reqs (n_reqs prompts of per choices each) cannot be
+ * taken now, before anything is touched: engine_submit_batch()'s
+ * errors, 0 when it can. */
+static int engine_submit_check(struct engine *e, struct request **reqs,
+			       uint32_t n_reqs, uint32_t per)
 {
-	uint32_t n = req->n_choices ? req->n_choices : 1;
-	/* on the stack: a request of one choice allocates nothing here */
-	struct request copies[REQUEST_MAX_CHOICES];
-	struct sampler_logprob *lps[REQUEST_MAX_CHOICES];
-	uint64_t now = clock_now_ns();
-	int ret = -ENOMEM;
+	uint32_t n = n_reqs * per;
 
 	if (e->n_signals || e->failed)
 		return -ESHUTDOWN;
-	if (e->workers_lost && req->max_tokens)	/* 0 needs no worker */
+	if (e->workers_lost && reqs[0]->max_tokens)	/* 0 needs no worker */
 		return -EIO;
-	if (request_pool_find_id(&e->pool, req->id) != REQUEST_NONE)
+	if (request_pool_find_id(&e->pool, reqs[0]->id) != REQUEST_NONE)
 		return -EEXIST;
-	if (n > e->pool.capacity - e->cfg->n_slots)
+	/* one prompt's choices are its n; the ring and the flat index
+	 * (request_flat_choice()) need the same n for all */
+	for (uint32_t p = 0; p < n_reqs; p++)
+		if ((reqs[p]->n_choices ? reqs[p]->n_choices : 1) != per)
+			return -EINVAL;
+	if (n > REQUEST_MAX_CHOICES || n > e->pool.capacity - e->cfg->n_slots)
 		return -E2BIG;		/* would never fit the queue */
 	if (wait_queue_len(&e->queue) + n > e->queue.capacity ||
 	    e->pool.n_free < n)
 		return -EAGAIN;
-	if (req->sampling.temperature > 0.0f && !req->seed_given) {
-		req->sampling.seed = engine_new_seed(e);
-		req->seed_given = true;	/* the choices share it */
+	for (uint32_t p = 0; p < n_reqs; p++) {
+		/* one that can never fit its shard's KV pool fails now, not
+		 * by preempting everything else first (engine_kv_need()) */
+		if (engine_kv_need(e, reqs[p]->n_prompt + reqs[p]->max_tokens,
+				   NULL) > e->kv_blocks)
+			return -ENOSPC;
 	}
-	if (n > REQUEST_MAX_CHOICES)
-		return -E2BIG;
-	/* one that can never fit its shard's KV pool fails now, not by
-	 * preempting everything else first (engine_kv_need() says more) */
-	if (engine_kv_need(e, req->n_prompt + req->max_tokens, NULL) > e->kv_blocks)
-		return -ENOSPC;
-	req->n_choices = n;
+	return 0;
+}
+
+int engine_submit(struct engine *e, struct request *req, uint64_t cookie,
+		  uint32_t *handles)
+{
+	return engine_submit_batch(e, &req, 1, cookie, handles);
+}
+
+int engine_submit_batch(struct engine *e, struct request **reqs,
+			uint32_t n_reqs, uint64_t cookie, uint32_t *handles)
+{
+	uint32_t per = n_reqs && reqs[0]->n_choices ? reqs[0]->n_choices : 1;
+	uint32_t n = n_reqs * per;
+	/* on the stack: a request of one choice allocates nothing here */
+	struct request copies[REQUEST_MAX_CHOICES];
+	struct sampler_logprob *lps[REQUEST_MAX_CHOICES];
+	uint64_t now = clock_now_ns();
+	int ret;
+
+	if (!n_reqs)
+		return -EINVAL;
+	ret = engine_submit_check(e, reqs, n_reqs, per);
+	if (ret)
+		return ret;
+	ret = -ENOMEM;
+	if (reqs[0]->sampling.temperature > 0.0f && !reqs[0]->seed_given) {
+		reqs[0]->sampling.seed = engine_new_seed(e);
+		reqs[0]->seed_given = true;	/* the choices share it */
+	}
+	for (uint32_t p = 0; p < n_reqs; p++) {
+		/* a batch's prompts share one seed, as its choices do */
+		reqs[p]->sampling.seed = reqs[0]->sampling.seed;
+		reqs[p]->seed_given = reqs[0]->seed_given;
+		reqs[p]->n_choices = per;
+		reqs[p]->prompt_index = p;
+		reqs[p]->choice = 0;
+	}
 	/* every allocation first: the choices are admitted all or none */
 	memset(lps, 0, n * sizeof(lps[0]));
-	for (uint32_t i = 1; i < n; i++)
-		memset(&copies[i], 0, sizeof(copies[i]));
-	for (uint32_t i = 1; i < n; i++) {
-		if (request_clone(&copies[i], req))
+	memset(copies, 0, n * sizeof(copies[0]));
+	for (uint32_t i = 0; i < n; i++) {
+		if (i % per && request_clone(&copies[i], reqs[i / per]))
 			goto out;
-		copies[i].choice = i;
+		copies[i].choice = i % per;
+		if (engine_alloc_logprobs(reqs[i / per], &lps[i]))
+			goto out;
 	}
-	for (uint32_t i = 0; i < n; i++)
-		if (engine_alloc_logprobs(req, &lps[i]))
-			goto out;
-	copies[0] = *req;
-	memset(req, 0, sizeof(*req));
+	for (uint32_t p = 0; p < n_reqs; p++) {
+		copies[p * per] = *reqs[p];
+		memset(reqs[p], 0, sizeof(*reqs[p]));
+	}
 	for (uint32_t i = 0; i < n; i++) {
 		struct live_request *lr;
 
@@ -144,8 +182,9 @@ int engine_submit(struct engine *e, struct request *req, uint64_t cookie,
 	ret = 0;
 out:
 	if (ret) {
-		for (uint32_t i = 1; i < n; i++)
-			request_release(&copies[i]);
+		for (uint32_t i = 0; i < n; i++)
+			if (i % per)
+				request_release(&copies[i]);
 	}
 	for (uint32_t i = 0; i < n; i++)
 		free(lps[i]);

@@ -63,7 +63,9 @@ bool engine_preempt(struct engine *e, struct shard *s)
 }
 
 
-/* Choice 0 of lr's request, if it is still live (NULL otherwise). */
+/* Choice 0 of lr's prompt, if it is still live (NULL otherwise): a
+ * batch's ring holds other prompts' choices 0 too, whose blocks are not
+ * this prompt's. */
 static const struct live_request *engine_first_choice(struct engine *e,
 						       uint32_t handle,
 						       const struct live_request *lr)
@@ -73,7 +75,8 @@ static const struct live_request *engine_first_choice(struct engine *e,
 
 		if (!c)
 			return NULL;
-		if (c->req.choice == 0)
+		if (c->req.choice == 0 &&
+		    c->req.prompt_index == lr->req.prompt_index)
 			return c;
 		h = c->next_choice;
 	}

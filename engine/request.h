@@ -67,6 +67,9 @@ struct request {
 	bool seed_given;	/* else the engine picks sampling.seed */
 	uint32_t n_choices;	/* "n": independent samples, >= 1 */
 	uint32_t choice;	/* which of them this is (engine_submit) */
+	/* which prompt of a batch this is (engine_submit_batch(); 0 for
+	 * one prompt): its choices are request_flat_choice() onwards */
+	uint32_t prompt_index;
 	/* Text (with a tokenizer): "stop" strings, matched on the decoded
 	 * text of the generated tokens (text_stop.h); NULL when none */
 	struct text_stop_set *text_stops;
@@ -90,6 +93,13 @@ static inline bool request_needs_logits(const struct request *req)
 	return req->sampling.temperature > 0.0f || req->sampling.n_bias ||
 	       req->grammar ||
 	       req->sampling.logprobs || sampling_params_penalized(&req->sampling);
+}
+
+/* Where a choice stands among all its request's choices, prompt-major
+ * (OpenAI's "index" of a batch: prompt_index * n + choice). */
+static inline uint32_t request_flat_choice(const struct request *req)
+{
+	return req->prompt_index * req->n_choices + req->choice;
 }
 
 /* Free every member; req is zeroed.  Accepts a zeroed request. */

@@ -7,6 +7,14 @@
  * "stream" and "model", once by request_parse); bodies are small and the
  * second parse is what keeps one set of rules.
  *
+ * A batch prompt ("prompt": a list of strings or of token lists) is
+ * parsed one prompt at a time: the body is written again with that
+ * prompt alone and handed to request_parse(), so every prompt is judged
+ * by the one set of rules, and an error of prompt i (any error but the
+ * other fields' of prompt 0, which all prompts share) is prefixed
+ * "prompt i of the batch: ".  The number of prompts x choices is checked
+ * first, so a long list costs nothing before it is refused.
+ *
  * OpenAI's errors name the offending field in "param".  request_parse()
  * names the field in its message ("field 'max_tokens' must be ...",
  * "prompt[3]: token ..."), so param is the first known field name that
@@ -106,104 +114,57 @@ static int parse_stream_options(const json_t *v, struct completion_request *out,
 	return 0;
 }
 
-/* The HTTP-only fields: stream, model and stream_options.  *is_json says whether the
- * body parsed as JSON at all. */
+/* The HTTP-only fields: stream, model and stream_options.  *objp is the
+ * body parsed (NULL when it is no JSON: request_parse() words that);
+ * the caller frees it. */
 static int parse_http_fields(const char *body, size_t len,
 			     struct completion_request *out, char *err,
-			     size_t err_len, const char **param, bool *is_json)
+			     size_t err_len, const char **param, json_t **objp)
 {
 	json_error_t jerr;
 	json_t *obj, *v;
-	int rc = 0;
+	int rc;
 
-	obj = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY |
-			 JSON_ALLOW_NUL, &jerr);
-	*is_json = obj != NULL;
-	if (!obj)	/* request_parse() words the syntax error */
+	obj = *objp = json_loadb(body, len, JSON_REJECT_DUPLICATES |
+				 JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+	if (!obj || !json_is_object(obj))
 		return 0;
-	if (!json_is_object(obj))
-		goto out;
 	rc = request_fields_check(obj, REQUEST_API_COMPLETIONS, err, err_len,
 				  out->param, sizeof(out->param));
 	if (rc) {
 		*param = out->param;
-		goto out;
+		return rc;
 	}
 	v = json_object_get(obj, "stream");
 	if (v && !json_is_null(v)) {
-		if (!json_is_boolean(v)) {
-			rc = body_error(err, err_len, param, "stream",
-					"field 'stream' must be true or false");
-			goto out;
-		}
+		if (!json_is_boolean(v))
+			return body_error(err, err_len, param, "stream",
+					  "field 'stream' must be true or false");
 		out->stream = json_is_true(v);
 	}
 	v = json_object_get(obj, "model");
-	if (v && !json_is_null(v) && !json_is_string(v)) {
-		rc = body_error(err, err_len, param, "model",
-				"field 'model' must be a string");
-		goto out;
-	}
-	if (json_is_string(v) && strlen(json_string_value(v)) != json_string_length(v)) {
-		rc = body_error(err, err_len, param, "model",
-				"field 'model' must not contain a NUL character");
-		goto out;
-	}
+	if (v && !json_is_null(v) && !json_is_string(v))
+		return body_error(err, err_len, param, "model",
+				  "field 'model' must be a string");
+	if (json_is_string(v) && strlen(json_string_value(v)) != json_string_length(v))
+		return body_error(err, err_len, param, "model",
+				  "field 'model' must not contain a NUL character");
 	/* the server judges the name (404 for one it does not serve) */
 	if (json_is_string(v) && !(out->model = strndup(json_string_value(v),
-							 json_string_length(v)))) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	rc = parse_stream_options(json_object_get(obj, "stream_options"), out,
-				  err, err_len, param);
-	if (rc)
-		goto out;
-	/* the table checked its type: true or false */
-	if (json_is_true(json_object_get(obj, "echo"))) {
-		v = json_object_get(obj, "prompt");
-		/* a string prompt is echoed as given; ids once decoded */
-		out->echo = json_is_string(v) ?
-			    malloc(json_string_length(v) + 1) : strdup("");
-		if (!out->echo) {
-			rc = -ENOMEM;
-			goto out;
-		}
-		if (json_is_string(v)) {
-			out->echo_len = json_string_length(v);
-			memcpy(out->echo, json_string_value(v), out->echo_len);
-		}
-		out->echo_from_ids = !json_is_string(v);
-	}
-out:
-	json_decref(obj);
-	return rc;
-}
-
-/* A body refused after request_parse() took it (field: msg): -EINVAL,
- * the request emptied as on any other error but its id kept for the
- * error answer. */
-static int refuse_parsed(struct completion_request *out, char *err,
-			 size_t err_len, const char **param, const char *field,
-			 const char *msg)
-{
-	char *id = out->req.id;
-
-	out->req.id = NULL;
-	request_release(&out->req);
-	out->req.id = id;
-	return body_error(err, err_len, param, field, msg);
+							 json_string_length(v))))
+		return -ENOMEM;
+	return parse_stream_options(json_object_get(obj, "stream_options"), out,
+				    err, err_len, param);
 }
 
 /*
- * The text of a token-id prompt, as /detokenize writes it: each piece
- * after the token before, end tokens (BOS) none.  Into c->echo.
- * 0 or -ENOMEM.
+ * The text of a token-id prompt r, as /detokenize writes it: each piece
+ * after the token before, end tokens (BOS) none.  Into *echo (malloc'd,
+ * *echo_len bytes).  0 or -ENOMEM.
  */
 static int decode_prompt(const struct text_tokenizer *tok,
-			 struct completion_request *c)
+			 const struct request *r, char **echo, size_t *echo_len)
 {
-	const struct request *r = &c->req;
 	size_t cap = 0, len, n = 0;
 	int32_t prev = -1;
 	const char *piece;
@@ -226,29 +187,225 @@ static int decode_prompt(const struct text_tokenizer *tok,
 		memcpy(buf + n, piece, len);
 		n += len;
 	}
-	free(c->echo);
-	c->echo = buf;
-	c->echo_len = n;
+	*echo = buf;
+	*echo_len = n;
 	return 0;
 }
 
-/* echo's rules, once request_parse() took the body. */
-static int check_echo(const struct request_limits *lim,
-		      struct completion_request *out, char *err,
+/*
+ * echo's rules, once request_parse() took one prompt v into *req: its
+ * text (v as given, or its ids decoded) into *echo, *echo_len.  0,
+ * -EINVAL (err, *param) or -ENOMEM.
+ */
+static int check_echo(const struct request_limits *lim, const json_t *v,
+		      const struct request *req, char **echo, size_t *echo_len,
+		      char *err, size_t err_len, const char **param)
+{
+	if (req->sampling.logprobs)
+		return body_error(err, err_len, param, "echo", "field 'echo' "
+				  "with 'logprobs' needs the prompt's logprobs, "
+				  "which this server does not compute: ask for "
+				  "one or the other");
+	if (!lim->tok)
+		return body_error(err, err_len, param, "echo", "field 'echo' "
+				  "needs a tokenizer to write the prompt's text, "
+				  "and this server has none (--tokenizer)");
+	if (!json_is_string(v))
+		return decode_prompt(lim->tok, req, echo, echo_len);
+	*echo = malloc(json_string_length(v) + 1);
+	if (!*echo)
+		return -ENOMEM;
+	*echo_len = json_string_length(v);
+	memcpy(*echo, json_string_value(v), *echo_len);
+	return 0;
+}
+
+/* Empty req but keep its id, for the error answer. */
+static void keep_only_id(struct request *req)
+{
+	char *id = req->id;
+
+	req->id = NULL;
+	request_release(req);
+	req->id = id;
+}
+
+/*
+ * One prompt's body (len bytes; the prompt is v, NULL when the body is
+ * no object) into *req and, with echo, *echo: request_parse()'s rules
+ * and the completions API's own (an id the server's, an empty prompt).
+ * 0, -EINVAL (err, *param) or -ENOMEM; req keeps only its id on error.
+ */
+static int parse_one(const char *body, size_t len, const struct request_limits *l,
+		     const json_t *v, bool echo, struct request *req,
+		     char **echo_text, size_t *echo_len, char *err,
+		     size_t err_len, const char **param)
+{
+	int rc = request_parse(body, len, 0, l, req, err, err_len);
+
+	if (rc == -EINVAL && v)
+		*param = field_named_in(err);
+	if (rc)
+		return rc;
+	if (req->id && !strncmp(req->id, COMPLETION_ID_PREFIX,
+				strlen(COMPLETION_ID_PREFIX)))
+		rc = body_error(err, err_len, param, "id", "field 'id' must "
+				"not start with '" COMPLETION_ID_PREFIX "': such ids "
+				"are the ones the server gives requests sent "
+				"without an id");
+	/* a `run` line may be empty (a model that can, continues nothing);
+	 * OpenAI's API needs a token, and a client must not retry this */
+	else if (!req->n_prompt)
+		rc = body_error(err, err_len, param, "prompt", "field "
+				"'prompt' is empty: a completion continues at "
+				"least one token");
+	else if (echo)
+		rc = check_echo(l, v, req, echo_text, echo_len, err, err_len, param);
+	if (rc)
+		keep_only_id(req);
+	return rc;
+}
+
+/* Is the prompt v a batch: a list of strings or of token lists? */
+static bool is_batch(const json_t *v)
+{
+	const json_t *first = json_array_get(v, 0);
+
+	return json_is_string(first) || json_is_array(first);
+}
+
+/* The body obj with prompt i of the batch as its prompt, parsed into
+ * out's prompt i.  Errors name the prompt's index. */
+static int parse_batch_prompt(json_t *obj, json_t *batch, uint32_t i,
+			      const struct request_limits *l, bool echo,
+			      struct completion_request *out, char *err,
+			      size_t err_len, const char **param)
+{
+	json_t *v = json_array_get(batch, i);
+	struct completion_prompt *p = i ? &out->more[i - 1] : NULL;
+	struct request *req = p ? &p->req : &out->req;
+	char why[448], *dumped;
+	int rc;
+
+	if ((!json_is_string(v) && !json_is_array(v)) ||
+	    json_is_string(v) != json_is_string(json_array_get(batch, 0))) {
+		snprintf(err, err_len, "field 'prompt': a batch is a list of "
+			 "strings or one of token lists, and its item %u is %s",
+			 i, request_json_kind(v));
+		*param = "prompt";
+		return -EINVAL;
+	}
+	if (json_object_set(obj, "prompt", v) ||
+	    !(dumped = json_dumps(obj, JSON_COMPACT)))
+		return -ENOMEM;
+	rc = parse_one(dumped, strlen(dumped), l, v, echo, req,
+		       p ? &p->echo : &out->echo, p ? &p->echo_len : &out->echo_len,
+		       why, sizeof(why), param);
+	free(dumped);
+	/* the other fields are prompt 0's: only its errors may be theirs */
+	if (rc == -EINVAL && (i || (*param && !strcmp(*param, "prompt")))) {
+		snprintf(err, err_len, "prompt %u of the batch: %s", i, why);
+		*param = "prompt";
+	} else if (rc == -EINVAL) {
+		snprintf(err, err_len, "%s", why);
+	}
+	return rc;
+}
+
+/* The most prompts x candidates one request's choices hold. */
+static int batch_fits(const json_t *obj, size_t n_prompts, char *err,
 		      size_t err_len, const char **param)
 {
-	if (!out->echo)
+	const json_t *n = json_object_get(obj, "n");
+	const json_t *b = json_object_get(obj, "best_of");
+	json_int_t per = json_is_integer(n) ? json_integer_value(n) : 1;
+
+	if (json_is_integer(b) && json_integer_value(b) > per)
+		per = json_integer_value(b);
+	if (per < 1 || per > REQUEST_MAX_CHOICES)
+		return 0;	/* request_parse() or best_of's rules word it */
+	if (n_prompts <= REQUEST_MAX_CHOICES / (size_t)per)
 		return 0;
-	if (out->req.sampling.logprobs)
-		return refuse_parsed(out, err, err_len, param, "echo", "field "
-				     "'echo' with 'logprobs' needs the prompt's "
-				     "logprobs, which this server does not compute: "
-				     "ask for one or the other");
-	if (!lim->tok)
-		return refuse_parsed(out, err, err_len, param, "echo", "field "
-				     "'echo' needs a tokenizer to write the prompt's "
-				     "text, and this server has none (--tokenizer)");
-	return out->echo_from_ids ? decode_prompt(lim->tok, out) : 0;
+	snprintf(err, err_len, "field 'prompt': a batch of %zu prompts x %lld "
+		 "choices each (n, or best_of) is more than the %u choices one "
+		 "request may have", n_prompts, (long long)per,
+		 REQUEST_MAX_CHOICES);
+	*param = "prompt";
+	return -EINVAL;
+}
+
+/* Every prompt of the batch ("prompt": a list) in obj, all or none. */
+static int parse_batch(json_t *obj, const struct request_limits *l, bool echo,
+		       struct completion_request *out, char *err,
+		       size_t err_len, const char **param)
+{
+	json_t *batch = json_incref(json_object_get(obj, "prompt"));
+	size_t n = json_array_size(batch);
+	int rc = batch_fits(obj, n, err, err_len, param);
+
+	if (rc)
+		goto out;
+	rc = -ENOMEM;
+	if (n > 1 && !(out->more = calloc(n - 1, sizeof(*out->more))))
+		goto out;
+	out->n_prompts = (uint32_t)n;
+	for (uint32_t i = 0; i < n; i++) {
+		rc = parse_batch_prompt(obj, batch, i, l, echo, out, err,
+					err_len, param);
+		if (rc)
+			goto out;
+	}
+out:
+	/* back as given: obj is read again for best_of */
+	if (json_object_set(obj, "prompt", batch))
+		rc = -ENOMEM;
+	json_decref(batch);
+	return rc;
+}
+
+/*
+ * "best_of" (obj's, null or absent: n): best_of candidates per prompt,
+ * of which the n with the highest cumulative logprob are answered
+ * (completion_rank()).  The candidates are the request's choices, so
+ * each prompt's n_choices becomes best_of; their logprobs are asked for
+ * (hidden from the answer when the client did not ask).
+ */
+static int parse_best_of(const json_t *obj, const struct request_limits *lim,
+			 struct completion_request *out, char *err,
+			 size_t err_len, const char **param)
+{
+	const json_t *v = json_object_get(obj, "best_of");
+	uint32_t n = out->req.n_choices;
+	json_int_t b;
+
+	if (!v || json_is_null(v))
+		return 0;
+	b = json_integer_value(v);	/* the table checked its type */
+	if (b < n || b > COMPLETION_MAX_BEST_OF) {
+		snprintf(err, err_len, "field 'best_of' must be an integer in "
+			 "[n, %u] (n is %u)", COMPLETION_MAX_BEST_OF, n);
+		*param = "best_of";
+		return -EINVAL;
+	}
+	if (b == n)
+		return 0;	/* every candidate is answered: nothing to rank */
+	if (out->stream)
+		return body_error(err, err_len, param, "best_of", "field "
+				  "'best_of' cannot be streamed: the best are "
+				  "known only once every candidate has ended");
+	if (!lim->has_logits)
+		return body_error(err, err_len, param, "best_of", "field "
+				  "'best_of' ranks by logprobs, and this model "
+				  "gives tokens, not logits");
+	out->n_best = n;
+	out->hide_logprobs = !out->req.sampling.logprobs;
+	for (uint32_t i = 0; i < out->n_prompts; i++) {
+		struct request *r = i ? &out->more[i - 1].req : &out->req;
+
+		r->n_choices = (uint32_t)b;
+		r->sampling.logprobs = true;
+	}
+	return 0;
 }
 
 int completion_parse(const char *body, size_t len,
@@ -257,38 +414,41 @@ int completion_parse(const char *body, size_t len,
 		     const char **param)
 {
 	struct request_limits l = *lim;
-	bool is_json;
+	json_t *obj = NULL, *v = NULL;
+	bool echo;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
 	*param = NULL;
+	out->n_prompts = 1;
 	l.api = REQUEST_API_COMPLETIONS;
-	rc = parse_http_fields(body, len, out, err, err_len, param, &is_json);
+	rc = parse_http_fields(body, len, out, err, err_len, param, &obj);
 	if (rc)
-		return rc;
-	rc = request_parse(body, len, 0, &l, &out->req, err, err_len);
-	/* A syntax error quotes the body ("near 'prompt'"), not a field. */
-	if (rc == -EINVAL && is_json)
-		*param = field_named_in(err);
-	if (!rc && out->req.id && !strncmp(out->req.id, COMPLETION_ID_PREFIX,
-					   strlen(COMPLETION_ID_PREFIX)))
-		rc = refuse_parsed(out, err, err_len, param, "id", "field 'id' must "
-				   "not start with '" COMPLETION_ID_PREFIX "': such ids "
-				   "are the ones the server gives requests sent "
-				   "without an id");
-	/* a `run` line may be empty (a model that can, continues nothing);
-	 * OpenAI's API needs a token, and a client must not retry this */
-	if (!rc && !out->req.n_prompt)
-		rc = refuse_parsed(out, err, err_len, param, "prompt", "field "
-				   "'prompt' is empty: a completion continues at "
-				   "least one token");
-	if (!rc)
-		rc = check_echo(lim, out, err, err_len, param);
+		goto out;
+	if (json_is_object(obj))
+		v = json_object_get(obj, "prompt");
+	/* the table checked its type: true or false */
+	echo = json_is_true(json_object_get(obj, "echo"));
+	if (json_is_array(v) && is_batch(v))
+		rc = parse_batch(obj, &l, echo, out, err, err_len, param);
+	else	/* a syntax error quotes the body ("near 'prompt'"), not a field */
+		rc = parse_one(body, len, &l, v ? v : obj, echo, &out->req,
+			       &out->echo, &out->echo_len, err, err_len, param);
+	if (!rc && obj)
+		rc = parse_best_of(obj, lim, out, err, err_len, param);
+out:
+	json_decref(obj);
 	return rc;
 }
 
 void completion_request_release(struct completion_request *c)
 {
+	for (uint32_t i = 0; c->more && i + 1 < c->n_prompts; i++) {
+		request_release(&c->more[i].req);
+		free(c->more[i].echo);
+	}
+	free(c->more);
+	c->more = NULL;
 	request_release(&c->req);
 	free(c->model);
 	c->model = NULL;
@@ -297,7 +457,6 @@ void completion_request_release(struct completion_request *c)
 	chat_tools_free(c->tools);
 	c->tools = NULL;
 }
-
 
 /* The completions shape: its fixed text, per choice, per token id, and
  * per logprob entry (two numbers and separators; the names are
@@ -562,4 +721,42 @@ int api_format_error(struct strbuf *out, const char *message, const char *type,
 	*p = '\0';
 	out->len = (size_t)(p - out->data);
 	return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * best_of
+ */
+
+/* Is candidate a (sum sa) ranked before b (sum sb)?  Higher first, the
+ * lower index on a tie; NaN never before a number. */
+static bool ranks_before(double sa, uint32_t a, double sb, uint32_t b)
+{
+	return sa > sb || (sa == sb && a < b) || (sb != sb && sa == sa);
+}
+
+void completion_rank(const struct completion_candidate *c, uint32_t n,
+		     uint32_t n_best, uint32_t *order)
+{
+	double sum[REQUEST_MAX_CHOICES];
+	uint32_t all[REQUEST_MAX_CHOICES];
+
+	if (n > REQUEST_MAX_CHOICES)
+		n = REQUEST_MAX_CHOICES;
+	for (uint32_t i = 0; i < n; i++) {
+		sum[i] = 0.0;
+		/* in token order, in double: a client summing the answer's
+		 * token_logprobs the same way gets the same number */
+		for (uint32_t t = 0; c[i].logprobs && t < c[i].n_tokens; t++)
+			sum[i] += (double)c[i].logprobs[(size_t)t * c[i].stride].logprob;
+		/* insertion: n is at most REQUEST_MAX_CHOICES */
+		uint32_t at = i;
+
+		while (at && ranks_before(sum[i], i, sum[all[at - 1]], all[at - 1])) {
+			all[at] = all[at - 1];
+			at--;
+		}
+		all[at] = i;
+	}
+	for (uint32_t i = 0; i < n_best && i < n; i++)
+		order[i] = all[i];
 }

@@ -9,6 +9,14 @@
  * logprobs it would need the prompt's logprobs, which the engine does
  * not compute: refused (400, param "echo").
  *
+ * "prompt" may be a batch (a list of strings, or of token-id lists):
+ * each prompt is parsed as if the body had it alone, all or none (the
+ * first bad one is a 400 naming its index, param "prompt"), and the
+ * answer has n choices per prompt, prompt-major (index = prompt * n +
+ * choice, as OpenAI numbers them).  "best_of" > n generates best_of
+ * candidates per prompt and answers the n of the highest cumulative
+ * logprob (completion_rank()); it cannot be streamed.
+ *
  * The body takes the docs/DESIGN.md 3.1 request fields (prompt as token ids,
  * max_tokens, stop_token, stop_token_ids, stop_sequence, stop_sequences,
  * include_stop, the sampling fields, and an optional id) plus "stream",
@@ -39,6 +47,16 @@
 struct chat_tool_set;
 struct chat_tool_calls;
 
+/* "best_of" is at most this (OpenAI's limit). */
+#define COMPLETION_MAX_BEST_OF 20u
+
+/* One prompt of a batch after the first (completion_request.more). */
+struct completion_prompt {
+	struct request req;
+	char *echo;		/* as completion_request's */
+	size_t echo_len;
+};
+
 struct completion_request {
 	struct request req;	/* req.id is NULL when the body had none */
 	bool stream;		/* answer with Server-Sent Events */
@@ -52,7 +70,18 @@ struct completion_request {
 	 * with (malloc'd, echo_len bytes); NULL: no echo */
 	char *echo;
 	size_t echo_len;
-	bool echo_from_ids;	/* echo is the prompt's ids decoded */
+	/* a batch ("prompt": a list of strings or of token lists): req and
+	 * echo are its prompt 0, more[i] its prompt i + 1, each parsed
+	 * from the body with that prompt alone; n_prompts >= 1 (1: more
+	 * is NULL) */
+	struct completion_prompt *more;
+	uint32_t n_prompts;
+	/* best_of > n: req.n_choices (each prompt's) is best_of, the
+	 * candidates, and n_best is n, the choices answered (0: no
+	 * ranking); hide_logprobs: the logprobs are best_of's, not asked
+	 * for, and left out of the answer */
+	uint32_t n_best;
+	bool hide_logprobs;
 	/* a refused field's name, where an error's param points */
 	char param[REQUEST_FIELD_NAME_MAX];
 	/* chat's function tools (chat_tools.h), NULL: none; freed here */
@@ -71,6 +100,22 @@ int completion_parse(const char *body, size_t len,
 		     struct completion_request *out, char *err, size_t err_len,
 		     const char **param);
 void completion_request_release(struct completion_request *c);
+
+/* One best_of candidate: its n_tokens logprobs, logprob_stride apart. */
+struct completion_candidate {
+	const struct sampler_logprob *logprobs;
+	uint32_t n_tokens;
+	uint32_t stride;
+};
+
+/*
+ * best_of's choice among n candidates (n <= REQUEST_MAX_CHOICES): into
+ * order[0 .. n_best) the indexes of the n_best with the highest
+ * cumulative logprob (the sum of their tokens' logprobs, in token order,
+ * in double), best first; on a tie the lower index first.
+ */
+void completion_rank(const struct completion_candidate *c, uint32_t n,
+		     uint32_t n_best, uint32_t *order);
 
 /* What every answer object carries. */
 struct completion_meta {

@@ -59,7 +59,7 @@ struct http_choice {
  * live ones (pause, resume and cancel reach them all through it).
  */
 struct conn_choices {
-	uint32_t n;			/* the request's n */
+	uint32_t n;			/* the request's choices, all prompts' */
 	uint32_t n_done;		/* choices that ended */
 	uint32_t handles[REQUEST_MAX_CHOICES];	/* REQUEST_NONE once ended */
 	uint32_t n_generated;		/* usage: all choices together */
@@ -71,10 +71,19 @@ struct conn_choices {
 	/* per choice, where its logprobs' next tokens start (a stream's
 	 * events go on from the last one's end) */
 	struct logprob_ctx lp[REQUEST_MAX_CHOICES];
-	/* completions' "echo": the prompt's text before each choice's
-	 * (malloc'd, echo_len bytes); NULL: none */
-	char *echo;
-	size_t echo_len;
+	/* a batch's prompts: n is n_prompts x per, prompt-major
+	 * (request_flat_choice()); per is each prompt's n, or best_of */
+	uint32_t n_prompts;
+	uint32_t per;
+	uint32_t n_prompt_tokens;	/* usage: every prompt once */
+	/* best_of: the n of each prompt's per candidates answered (0: all
+	 * are); hide_logprobs: their logprobs were not asked for */
+	uint32_t n_best;
+	bool hide_logprobs;
+	/* completions' "echo": prompt i's text before each of its choices'
+	 * (malloc'd, echo_len[i] bytes); NULL: none */
+	char *echo[REQUEST_MAX_CHOICES];
+	size_t echo_len[REQUEST_MAX_CHOICES];
 	/* chat's function tools (chat_tools.h), NULL: none; and per choice
 	 * of a stream, the text held back because it may be a tool call
 	 * (n entries, malloc'd with the tools) */
@@ -123,7 +132,7 @@ struct conn {
 	struct tenant *tenant;
 	struct tenant *tenant_held;
 	uint64_t tenant_reserved;
-	uint32_t tenant_prompt;
+	uint64_t tenant_prompt;
 	uint64_t tenant_streamed;	/* tokens seen of its live choices */
 	char rate_headers[384];		/* its tenant's x-ratelimit-* at
 					 * admission, for the 200 answer

@@ -88,14 +88,11 @@ static void route_health(struct http_server *srv, struct conn *c)
 }
 
 /* A new request of n choices on c: nothing sent, nothing kept; each
- * choice's logprobs start at lp. */
-static void conn_choices_start(struct conn *c, uint32_t n,
-			       const struct logprob_ctx *lp)
+ * choice's logprobs start at lp[i] (set by the caller), each prompt's
+ * after its last token. */
+static void conn_choices_start(struct conn *c, uint32_t n)
 {
 	struct conn_choices *ch = &c->ch;
-
-	for (uint32_t i = 0; i < n && i < REQUEST_MAX_CHOICES; i++)
-		ch->lp[i] = *lp;
 
 	c->handle = ch->handles[0];
 	ch->n = n;
@@ -353,7 +350,8 @@ static int echo_stream_start(struct http_server *srv, struct conn *c,
 	srv->body.len = 0;
 	for (uint32_t i = 0; i < c->ch.n; i++) {
 		struct completion_choice one = { .index = i,
-			.text = c->ch.echo, .text_len = c->ch.echo_len };
+			.text = c->ch.echo[i / c->ch.per],
+			.text_len = c->ch.echo_len[i / c->ch.per] };
 
 		if (completion_format_event(&srv->body, &m, &one, NULL))
 			return -1;
@@ -439,22 +437,28 @@ static void clamp_default_max_tokens(struct http_server *srv,
 }
 
 /*
- * Reserve a non-streamed answer's bytes, or answer 400 (it could never
- * fit) or 429 (too many large answers are being built now).  True when
- * reserved.
+ * Reserve a non-streamed answer's bytes (every prompt's, with its
+ * echo), or answer 400 (it could never fit) or 429 (too many large
+ * answers are being built now).  True when reserved.
  */
 static bool reserve_answer(struct http_server *srv, struct conn *c,
-			   const struct request *req, size_t echo_len)
+			   struct request *const *reqs, uint32_t n_reqs,
+			   const size_t *echo_len)
 {
-	uint64_t need = answer_bound(srv, req, echo_len);
+	const struct request *req = reqs[0];
+	uint64_t need = 0;
 	char err[320];
+
+	for (uint32_t i = 0; i < n_reqs; i++)
+		need += answer_bound(srv, reqs[i], echo_len[i]);
 
 	if (need > srv->cfg->max_answer_bytes) {
 		snprintf(err, sizeof(err), "the answer could reach %llu bytes "
-			 "(n %u x max_tokens %u, with its text and logprobs), more "
-			 "than this server builds (--max-answer-bytes %llu): ask "
-			 "for fewer, or set \"stream\": true",
-			 (unsigned long long)need, req->n_choices, req->max_tokens,
+			 "(%u prompts x n %u x max_tokens %u, with its text and "
+			 "logprobs), more than this server builds "
+			 "(--max-answer-bytes %llu): ask for fewer, or set "
+			 "\"stream\": true", (unsigned long long)need, n_reqs,
+			 req->n_choices, req->max_tokens,
 			 (unsigned long long)srv->cfg->max_answer_bytes);
 		respond_error(srv, c, 400, err, "invalid_request_error",
 			      "max_tokens", NULL);
@@ -472,16 +476,88 @@ static bool reserve_answer(struct http_server *srv, struct conn *c,
 	return true;
 }
 
+/*
+ * The request's prompts (a batch's, or its one) as engine_submit_batch()
+ * takes them, each with the id (a copy of prompt 0's) and each of its
+ * choices' logprobs starting after its last token (c->ch.lp, flat).
+ * The number of prompts, or 0 out of memory.
+ */
+static uint32_t conn_prompts(struct http_server *srv, struct conn *c,
+			     struct completion_request *cr,
+			     struct request **reqs, size_t *echo_len)
+{
+	uint32_t n = cr->n_prompts ? cr->n_prompts : 1;
+	struct request *r;
+
+	c->ch.n_prompt_tokens = 0;
+	for (uint32_t p = 0; p < n; p++) {
+		r = reqs[p] = p ? &cr->more[p - 1].req : &cr->req;
+		echo_len[p] = p ? cr->more[p - 1].echo_len : cr->echo_len;
+		if (!r->id && !(r->id = strdup(cr->req.id)))
+			return 0;
+		c->ch.n_prompt_tokens += r->n_prompt;
+		/* the first generated token's text follows the prompt's last */
+		for (uint32_t j = 0; j < r->n_choices; j++)
+			c->ch.lp[p * r->n_choices + j] = (struct logprob_ctx){
+				.tok = srv->lim.tok,
+				.prev_token = r->n_prompt ? r->prompt[r->n_prompt - 1] : -1,
+				.ignore_eos = r->ignore_eos };
+	}
+	return n;
+}
+
+/* 400 for the prompt of reqs that needs the most KV blocks, more than
+ * a shard's pool has (engine_submit_batch()'s -ENOSPC). */
+static void respond_no_kv(struct http_server *srv, struct conn *c,
+			  struct request *const *reqs, uint32_t n_reqs)
+{
+	struct engine_kv_pool pool;
+	uint32_t need = 0, at = 0;
+	char err[320], which[48] = "";
+
+	for (uint32_t p = 0; p < n_reqs; p++) {
+		uint32_t k = engine_kv_need(srv->e, reqs[p]->n_prompt +
+					    reqs[p]->max_tokens, &pool);
+
+		if (k > need) {
+			need = k;
+			at = p;
+		}
+	}
+	if (n_reqs > 1)
+		snprintf(which, sizeof(which), "prompt %u of the batch: ", at);
+	snprintf(err, sizeof(err), "%s%u prompt tokens + max_tokens %u need "
+		 "%u KV blocks of %u tokens, more than a shard's pool of %u "
+		 "blocks", which, reqs[at]->n_prompt, reqs[at]->max_tokens, need,
+		 pool.block_tokens, pool.blocks);
+	respond_error(srv, c, 400, err, "invalid_request_error",
+		      n_reqs > 1 ? "prompt" : "max_tokens", NULL);
+}
+
+/* The request's echoes (one per prompt) are the connection's now. */
+static void conn_take_echo(struct conn *c, struct completion_request *cr)
+{
+	c->ch.echo[0] = cr->echo;
+	c->ch.echo_len[0] = cr->echo_len;
+	cr->echo = NULL;
+	for (uint32_t p = 1; p < cr->n_prompts; p++) {
+		c->ch.echo[p] = cr->more[p - 1].echo;
+		c->ch.echo_len[p] = cr->more[p - 1].echo_len;
+		cr->more[p - 1].echo = NULL;
+	}
+}
+
 static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 {
 	const struct strbuf *body = &c->reader.msg.body;
+	struct request *reqs[REQUEST_MAX_CHOICES];
+	size_t echo_len[REQUEST_MAX_CHOICES];
 	struct completion_request cr;
 	const char *param;
 	char err[512], *chat_id = NULL;
 	struct chat_tool_set *tools;
-	struct logprob_ctx lp;
 	size_t before;
-	uint32_t n_choices;
+	uint32_t n_choices, n_reqs;
 	int ret;
 
 	if (chat)
@@ -519,18 +595,20 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 	}
 	c->req_serial++;
 	clamp_default_max_tokens(srv, &cr, &cr.req);
-	n_choices = cr.req.n_choices;
-	/* the first generated token's text follows the prompt's last */
-	lp = (struct logprob_ctx){ .tok = srv->lim.tok,
-		.prev_token = cr.req.n_prompt ? cr.req.prompt[cr.req.n_prompt - 1] : -1,
-		.ignore_eos = cr.req.ignore_eos };
-	if (!tenant_http_admit(srv, c, &cr.req))
+	n_reqs = conn_prompts(srv, c, &cr, reqs, echo_len);
+	if (!n_reqs) {
+		respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);
 		goto out;
-	if (!cr.stream && !reserve_answer(srv, c, &cr.req, cr.echo_len)) {
+	}
+	n_choices = n_reqs * cr.req.n_choices;
+	if (!tenant_http_admit(srv, c, reqs, n_reqs))
+		goto out;
+	if (!cr.stream && !reserve_answer(srv, c, reqs, n_reqs, echo_len)) {
 		tenant_http_unreserve(c);
 		goto out;
 	}
-	ret = engine_submit(srv->e, &cr.req, cookie_of(srv, c), c->ch.handles);
+	ret = engine_submit_batch(srv->e, reqs, n_reqs, cookie_of(srv, c),
+				  c->ch.handles);
 	if (ret) {	/* nothing admitted: nothing to build, nothing used */
 		conn_release_answer(srv, c);
 		tenant_http_unreserve(c);
@@ -556,22 +634,13 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 			      "server_error", NULL, NULL);
 		goto out;
 	case -E2BIG:
-		respond_error(srv, c, 400, "n is more than the server's waiting "
-			      "queue holds", "invalid_request_error", "n", NULL);
+		respond_error(srv, c, 400, "the request's choices (n, or best_of, "
+			      "per prompt) are more than the server's waiting queue "
+			      "holds", "invalid_request_error", "n", NULL);
 		goto out;
-	case -ENOSPC: {
-		struct engine_kv_pool pool;
-		uint32_t need = engine_kv_need(srv->e, cr.req.n_prompt +
-					       cr.req.max_tokens, &pool);
-
-		snprintf(err, sizeof(err), "%u prompt tokens + max_tokens %u need "
-			 "%u KV blocks of %u tokens, more than a shard's pool of %u "
-			 "blocks", cr.req.n_prompt, cr.req.max_tokens, need,
-			 pool.block_tokens, pool.blocks);
-		respond_error(srv, c, 400, err, "invalid_request_error",
-			      "max_tokens", NULL);
+	case -ENOSPC:
+		respond_no_kv(srv, c, reqs, n_reqs);
 		goto out;
-	}
 	default:
 		respond_error(srv, c, 500, "out of memory", "server_error", NULL, NULL);
 		goto out;
@@ -580,10 +649,12 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 	c->stream = cr.stream;
 	c->chat = chat;
 	c->include_usage = cr.include_usage;
-	conn_choices_start(c, n_choices, &lp);
-	c->ch.echo = cr.echo;		/* the connection's now */
-	c->ch.echo_len = cr.echo_len;
-	cr.echo = NULL;
+	conn_choices_start(c, n_choices);
+	c->ch.n_prompts = n_reqs;
+	c->ch.per = n_choices / n_reqs;
+	c->ch.n_best = cr.n_best;
+	c->ch.hide_logprobs = cr.hide_logprobs;
+	conn_take_echo(c, &cr);
 	tools = cr.tools;		/* the connection's now, too */
 	cr.tools = NULL;
 	if (tools && conn_tools_start(c, tools)) {
@@ -607,7 +678,7 @@ static void route_generate(struct http_server *srv, struct conn *c, bool chat)
 			goto out;
 		}
 		if ((chat && chat_stream_start(srv, c, chat_id, n_choices)) ||
-		    (c->ch.echo && echo_stream_start(srv, c, chat_id))) {
+		    (c->ch.echo[0] && echo_stream_start(srv, c, chat_id))) {
 			conn_drop(srv, c);
 			goto out;
 		}
@@ -677,20 +748,21 @@ static void http_on_tokens(void *ctx, uint64_t cookie, const struct request *req
 	struct conn *c = conn_of_cookie(srv, cookie);
 	struct completion_meta m;
 	struct completion_choice one;
+	uint32_t at = request_flat_choice(req);
 	size_t before;
 
 	if (c)		/* what a refund must not give back (tenant_http.h) */
 		c->tenant_streamed += n;
-	if (!c || !c->stream || c->drop_due || req->choice >= c->ch.n)
+	if (!c || !c->stream || c->drop_due || at >= c->ch.n)
 		return;
 	m = (struct completion_meta){ req->id, c->created, srv->cfg->model_name,
 				      c->include_usage };
-	one = (struct completion_choice){ .index = req->choice, .tokens = tokens,
+	one = (struct completion_choice){ .index = at, .tokens = tokens,
 		.n_tokens = n, .logprobs = logprobs,
 		.logprob_stride = 1 + req->sampling.top_logprobs,
-		.text = text, .text_len = text_len, .lp = c->ch.lp[req->choice] };
+		.text = text, .text_len = text_len, .lp = c->ch.lp[at] };
 	/* the next event's tokens follow these */
-	logprob_ctx_advance(&c->ch.lp[req->choice], tokens, n);
+	logprob_ctx_advance(&c->ch.lp[at], tokens, n);
 	/* a chat chunk is content: none when the tokens made no text yet
 	 * (a character cut between tokens) and carry no logprobs */
 	if (c->chat && !text_len && !logprobs)
@@ -765,8 +837,8 @@ static int stream_finish(struct http_server *srv, struct conn *c,
 {
 	struct completion_meta m = { r->req->id, c->created, srv->cfg->model_name,
 				     c->include_usage };
-	struct completion_usage u = { r->req->n_prompt, c->ch.n_generated };
-	uint32_t n = r->n_tokens, choice = r->req->choice;
+	struct completion_usage u = { c->ch.n_prompt_tokens, c->ch.n_generated };
+	uint32_t n = r->n_tokens, choice = request_flat_choice(r->req);
 	bool last = c->ch.n_done == c->ch.n;
 
 	srv->body.len = 0;
@@ -838,7 +910,9 @@ static int conn_keep_choice(struct conn *c, const struct frontend_result *r)
 
 	if (!ch->kept && !(ch->kept = calloc(ch->n, sizeof(*ch->kept))))
 		return -1;
-	k = &ch->kept[r->req->choice];
+	if (request_flat_choice(r->req) >= ch->n)
+		return -1;	/* not one of ours: cannot be */
+	k = &ch->kept[request_flat_choice(r->req)];
 	k->reason = r->reason;
 	k->n_tokens = r->n_tokens;
 	if (r->text_len) {
@@ -896,16 +970,59 @@ static int tools_answer(struct http_server *srv, struct conn *c,
 	return rc;
 }
 
-/* The whole answer of a non-streaming request, from one result (n = 1)
- * or the kept choices.  0 or -1 (out of memory). */
+/* Kept choice k as answer choice index (its prompt's echo first). */
+static struct completion_choice kept_choice(const struct conn *c, uint32_t k,
+					    uint32_t index, uint32_t stride)
+{
+	const struct http_choice *h = &c->ch.kept[k];
+	uint32_t p = k / c->ch.per;
+
+	return (struct completion_choice){ .index = index,
+		.text = h->text, .text_len = h->text_len,
+		.tokens = h->tokens, .n_tokens = h->n_tokens,
+		.finish_reason = finish_reason_names[h->reason],
+		.logprobs = c->ch.hide_logprobs ? NULL : h->logprobs,
+		.logprob_stride = stride, .lp = c->ch.lp[k],
+		.prefix = c->ch.echo[p], .prefix_len = c->ch.echo_len[p] };
+}
+
+/* The kept choices as answered: all, or best_of's n_best per prompt in
+ * rank order, numbered prompt-major.  Their number. */
+static uint32_t kept_answer(const struct conn *c, uint32_t stride,
+			    struct completion_choice *out)
+{
+	const struct conn_choices *ch = &c->ch;
+	struct completion_candidate cand[REQUEST_MAX_CHOICES];
+	uint32_t order[REQUEST_MAX_CHOICES], n = 0;
+
+	if (!ch->n_best) {
+		for (uint32_t i = 0; i < ch->n; i++)
+			out[i] = kept_choice(c, i, i, stride);
+		return ch->n;
+	}
+	for (uint32_t p = 0; p < ch->n_prompts; p++) {
+		const struct http_choice *k = ch->kept + p * ch->per;
+
+		for (uint32_t j = 0; j < ch->per; j++)
+			cand[j] = (struct completion_candidate){ k[j].logprobs,
+				k[j].n_tokens, stride };
+		completion_rank(cand, ch->per, ch->n_best, order);
+		for (uint32_t j = 0; j < ch->n_best; j++, n++)
+			out[n] = kept_choice(c, p * ch->per + order[j], n, stride);
+	}
+	return n;
+}
+
+/* The whole answer of a non-streaming request, from one result (one
+ * choice) or the kept choices.  0 or -1 (out of memory). */
 static int conn_answer(struct http_server *srv, struct conn *c,
 		       const struct frontend_result *r)
 {
 	struct completion_meta m = { r->req->id, c->created, srv->cfg->model_name,
 				     false };
-	struct completion_usage u = { r->req->n_prompt, c->ch.n_generated };
+	struct completion_usage u = { c->ch.n_prompt_tokens, c->ch.n_generated };
 	struct completion_choice choices[REQUEST_MAX_CHOICES];
-	uint32_t stride = 1 + r->req->sampling.top_logprobs;
+	uint32_t stride = 1 + r->req->sampling.top_logprobs, n = 1;
 
 	if (!c->ch.kept) {
 		choices[0] = (struct completion_choice){ .index = 0,
@@ -913,30 +1030,20 @@ static int conn_answer(struct http_server *srv, struct conn *c,
 			.tokens = r->tokens, .n_tokens = r->n_tokens,
 			.finish_reason = finish_reason_names[r->reason],
 			.logprobs = r->logprobs, .logprob_stride = stride,
-			.lp = c->ch.lp[0], .prefix = c->ch.echo,
-			.prefix_len = c->ch.echo_len };
+			.lp = c->ch.lp[0], .prefix = c->ch.echo[0],
+			.prefix_len = c->ch.echo_len[0] };
 	} else {
-		for (uint32_t i = 0; i < c->ch.n; i++) {
-			const struct http_choice *k = &c->ch.kept[i];
-
-			choices[i] = (struct completion_choice){ .index = i,
-				.text = k->text, .text_len = k->text_len,
-				.tokens = k->tokens, .n_tokens = k->n_tokens,
-				.finish_reason = finish_reason_names[k->reason],
-				.logprobs = k->logprobs, .logprob_stride = stride,
-				.lp = c->ch.lp[i], .prefix = c->ch.echo,
-				.prefix_len = c->ch.echo_len };
-		}
+		n = kept_answer(c, stride, choices);
 	}
 	srv->body.len = 0;
 	if (c->chat && c->ch.tools)
-		return tools_answer(srv, c, &m, choices, c->ch.kept ? c->ch.n : 1,
+		return tools_answer(srv, c, &m, choices, n,
 				    &u, r);
 	if (c->chat)
-		return chat_format(&srv->body, &m, choices, c->ch.kept ? c->ch.n : 1,
-				   &u, r->has_seed, r->seed);
-	return completion_format(&srv->body, &m, choices, c->ch.kept ? c->ch.n : 1,
-				 &u, r->has_seed, r->seed);
+		return chat_format(&srv->body, &m, choices, n, &u, r->has_seed,
+				   r->seed);
+	return completion_format(&srv->body, &m, choices, n, &u, r->has_seed,
+				 r->seed);
 }
 
 /* One choice of c's request ended: note it, and hand c->handle to a
@@ -945,8 +1052,8 @@ static bool conn_choice_ended(struct conn *c, const struct frontend_result *r)
 {
 	struct conn_choices *ch = &c->ch;
 
-	if (r->req->choice < ch->n)
-		ch->handles[r->req->choice] = REQUEST_NONE;
+	if (request_flat_choice(r->req) < ch->n)
+		ch->handles[request_flat_choice(r->req)] = REQUEST_NONE;
 	ch->n_done++;
 	ch->n_generated += r->n_generated;
 	if (r->reason != FINISH_STOP && r->reason != FINISH_LENGTH && !ch->failed) {

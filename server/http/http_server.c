@@ -172,9 +172,11 @@ void conn_choices_free(struct conn_choices *ch)
 	}
 	free(ch->kept);
 	ch->kept = NULL;
-	free(ch->echo);
-	ch->echo = NULL;
-	ch->echo_len = 0;
+	for (uint32_t i = 0; i < REQUEST_MAX_CHOICES; i++) {
+		free(ch->echo[i]);
+		ch->echo[i] = NULL;
+		ch->echo_len[i] = 0;
+	}
 	for (uint32_t i = 0; ch->tool_held && i < ch->n; i++)
 		strbuf_release(&ch->tool_held[i]);
 	free(ch->tool_held);

@@ -80,18 +80,22 @@ static void refuse(struct http_server *srv, struct conn *c, struct tenant *t,
 }
 
 bool tenant_http_admit(struct http_server *srv, struct conn *c,
-		       struct request *req)
+		       struct request **reqs, uint32_t n_reqs)
 {
 	struct tenant *t = c->tenant;
-	uint64_t reserve = (uint64_t)req->n_prompt +
-			   (uint64_t)req->max_tokens * req->n_choices;
+	const struct request *req = reqs[0];
+	uint64_t n_prompt = 0, reserve;
 	uint64_t now_ns = clock_now_ns();
 	enum tenant_verdict v;
-	char msg[256];
+	char msg[320];
 
 	c->rate_headers[0] = '\0';
 	if (!t)
 		return true;
+	/* a batch's prompts share max_tokens and n: each its own prompt */
+	for (uint32_t i = 0; i < n_reqs; i++)
+		n_prompt += reqs[i]->n_prompt;
+	reserve = n_prompt + (uint64_t)req->max_tokens * req->n_choices * n_reqs;
 	v = tenant_admit(t, reserve, now_ns);
 	if (v == TENANT_OK) {
 		struct tenant_status st;
@@ -101,17 +105,21 @@ bool tenant_http_admit(struct http_server *srv, struct conn *c,
 		put_rate_headers(c->rate_headers, sizeof(c->rate_headers), t, &st);
 		c->tenant_held = t;
 		c->tenant_reserved = reserve;
-		c->tenant_prompt = req->n_prompt;
+		c->tenant_prompt = n_prompt;
 		c->tenant_streamed = 0;
-		req->queue_class = (uint32_t)(t - srv->cfg->tenants->tenants) + 1;
+		for (uint32_t i = 0; i < n_reqs; i++)
+			reqs[i]->queue_class =
+				(uint32_t)(t - srv->cfg->tenants->tenants) + 1;
 		return true;
 	}
 	if (v == TENANT_NEVER_FITS) {
 		snprintf(msg, sizeof(msg), "this request reserves %llu tokens "
-			 "(%u prompt + max_tokens %u x n %u), more than tenant "
-			 "'%s''s burst_tokens %llu: it can never be admitted; "
-			 "lower max_tokens or n", (unsigned long long)reserve,
-			 req->n_prompt, req->max_tokens, req->n_choices, t->name,
+			 "(%llu prompt + max_tokens %u x n %u (best_of where "
+			 "given) x %u prompts), more than tenant '%s''s "
+			 "burst_tokens %llu: it can never be admitted; lower "
+			 "max_tokens or n", (unsigned long long)reserve,
+			 (unsigned long long)n_prompt, req->max_tokens,
+			 req->n_choices, n_reqs, t->name,
 			 (unsigned long long)t->burst_tokens);
 		respond_error(srv, c, 400, msg, "invalid_request_error",
 			      "max_tokens", NULL);

@@ -11,11 +11,13 @@
 
 #include "server/http/http_conn.h"
 
-/* Reserve req's tokens from c's tenant (prompt + max_tokens x n) and
- * put req in the tenant's class of the waiting queue: true when
- * admitted (or no --tenants), else the refusal has been answered. */
+/* Reserve the tokens of the n_reqs prompts of a request (a batch's;
+ * each prompt + max_tokens x n, n being best_of's candidates where it
+ * has them) from c's tenant and put every prompt in the tenant's class
+ * of the waiting queue: true when admitted (or no --tenants), else the
+ * refusal has been answered. */
 bool tenant_http_admit(struct http_server *srv, struct conn *c,
-		       struct request *req);
+		       struct request **reqs, uint32_t n_reqs);
 /* The request was never submitted: all it reserved goes back. */
 void tenant_http_unreserve(struct conn *c);
 /* c's request ended (answered, failed, cancelled, its client gone, or

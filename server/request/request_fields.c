@@ -197,8 +197,10 @@ static const struct field_rule rules[] = {
 		    "false", A_CMPL),
 	REFUSED("suffix", A_JSONL | A_CMPL, T_STR, "a string", is_empty,
 		"\"\" (no fill-in-the-middle model)"),
-	REFUSED("best_of", A_JSONL | A_CMPL, T_INT, "an integer",
-		best_of_neutral, "1 or n"),
+	/* completions rank best_of candidates (completion_api.c); a `run`
+	 * line has one answer per choice */
+	REFUSED_BUT("best_of", A_JSONL | A_CMPL, T_INT, "an integer",
+		    best_of_neutral, "1 or n", A_CMPL),
 	REFUSED("functions", A_CHAT, T_ARR, "an array", is_empty, "[]"),
 	REFUSED("function_call", A_CHAT, T_STR | T_OBJ, "a string or an object",
 		function_call_neutral, "\"none\" (or \"auto\" with no functions)"),

@@ -337,6 +337,13 @@ static int parse_prompt(const struct parse_ctx *pc, json_t *obj,
 				   "field 'prompt' must be a string or an array of "
 				   "integers, not %s", request_json_kind(v));
 	n = json_array_size(v);
+	/* a list of prompts: OpenAI's batch, which a line cannot answer
+	 * (its result has one list of tokens per choice) */
+	if (pc->lim->api == REQUEST_API_JSONL &&
+	    (json_is_string(json_array_get(v, 0)) || json_is_array(json_array_get(v, 0))))
+		return parse_error(pc, -EINVAL, "field 'prompt' is a list of "
+				   "prompts: a `run` line has one prompt (send a "
+				   "line per prompt; batches are /v1/completions')");
 	if (n > UINT32_MAX)
 		return parse_error(pc, -EINVAL,
 				   "prompt (%zu tokens) exceeds the context limit %u",

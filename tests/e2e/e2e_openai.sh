@@ -185,7 +185,7 @@ raw_fields() {
 	local P='"prompt":"Hi","max_tokens":2' M='"messages":[{"role":"user","content":"Hi"}],"max_tokens":2'
 	RAW_OK=0
 	for f in 'presence_penalty:2.5' 'frequency_penalty:-3' 'repetition_penalty:0' \
-		'suffix:"end"' 'best_of:2' 'presence_penalty:"x"' \
+		'suffix:"end"' 'best_of:21' 'presence_penalty:"x"' \
 		'echo:1' 'user:5' 'max_token:5' 'messages:[]' 'stream_option:{}' \
 		'stream_options:{"include_usage":true}'; do
 		refused /v1/completions "${f%%:*}" "{$P,\"${f%%:*}\":${f#*:}}"

@@ -288,7 +288,8 @@ async function errors() {
 		["stop_sequences token out of range", { stop_sequences: [[1], [2, 64]] }, "stop_sequences"],
 		// a 400, not a 500 a client would retry
 		["empty prompt", { prompt: [] }, "prompt"],
-		["a field we do not implement", { best_of: 3 }, "best_of"],
+		["best_of over OpenAI's 20", { best_of: 21 }, "best_of"],
+		["a batch with an empty prompt", { prompt: [[1], []] }, "prompt"],
 		["a penalty out of range", { presence_penalty: 2.5 }, "presence_penalty"],
 		["an unknown field", { max_token: 4 }, "max_token"],
 	];
@@ -337,6 +338,42 @@ async function pickedSeeds() {
 	return n;
 }
 
+// Batch prompts and best_of through the client's own types: a batch's
+// choice p * n + j is prompt p's choice j alone; best_of's choice is the
+// n = best_of answer's of the highest cumulative logprob (float32 sums,
+// the lower index on a tie).
+async function batchAndBestOf() {
+	const body = { model: MODEL, max_tokens: 6, n: 2, temperature: 1, seed: 11 };
+	let n = 0;
+	try {
+		const prompts = [[1, 2, 3], [4, 5], [6]];
+		const res = await client.completions.create({ ...body, prompt: prompts });
+		if (res.choices.length !== 6 || res.choices.some((c, i) => c.index !== i))
+			problem(`batch: indexes ${JSON.stringify(res.choices.map((c) => c.index))}`);
+		for (let p = 0; p < prompts.length; p++) {
+			const alone = await client.completions.create({ ...body, prompt: prompts[p] });
+			for (let j = 0; j < 2; j++, n++)
+				if (!same(res.choices[p * 2 + j].token_ids, alone.choices[j].token_ids))
+					problem(`batch prompt ${p} choice ${j}: not its answer alone`);
+		}
+		const one = { model: MODEL, prompt: [7, 8], max_tokens: 6, temperature: 1, seed: 12 };
+		const best = await client.completions.create({ ...one, best_of: 4 });
+		const all = await client.completions.create({ ...one, n: 4, logprobs: 0 });
+		const sum = (c) => c.logprobs.token_logprobs.reduce((a, x) => a + Math.fround(x), 0);
+		let top = 0;
+		for (let i = 1; i < 4; i++)
+			if (sum(all.choices[i]) > sum(all.choices[top]))
+				top = i;
+		if (best.choices.length !== 1 || best.choices[0].logprobs !== null ||
+		    !same(best.choices[0].token_ids, all.choices[top].token_ids))
+			problem(`best_of 4: ${JSON.stringify(best.choices)}, want candidate ${top}`);
+		n++;
+	} catch (err) {
+		problem(`batch and best_of: ${describe(err)}`);
+	}
+	return n;
+}
+
 // A user who stops reading (`break` out of the loop) aborts the request; the
 // server must cancel it and go on answering on other connections.
 async function abandonedStreams() {
@@ -365,12 +402,13 @@ async function main() {
 	const { results, events } = await completions(requests);
 	await errors();
 	const seeds = await pickedSeeds();
+	const batched = await batchAndBestOf();
 	await abandonedStreams();
 	const secs = ((performance.now() - t0) / 1000).toFixed(2);
 	const n_tokens = results.reduce((n, r) => n + r.tokens.length, 0);
 	console.log(`openai_client: ${requests.length} requests x (plain + stream), ` +
 		    `${results.length} results, ${n_tokens} tokens, ${events} stream events; ` +
-		    `models (${SERVED.length} names, 3 x 404), 3 x 401, 16 x 400, ${seeds} picked seeds replayed, 4 abandoned streams; openai ${VERSION}, ${secs} s`);
+		    `models (${SERVED.length} names, 3 x 404), 3 x 401, 18 x 400, ${seeds} picked seeds replayed, ${batched} batch and best_of choices, 4 abandoned streams; openai ${VERSION}, ${secs} s`);
 	if (problems.length) {
 		console.error(`openai_client: ${problems.length} problem(s)`);
 		process.exit(1);

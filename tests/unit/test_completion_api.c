@@ -9,7 +9,9 @@
  * fields of OpenAI's text_completion object (or error object), whatever
  * bytes the id, model or message hold.  A randomized test formats random
  * token arrays and reads them back; it prints its seed and honours SEED=
- * (test_rng.h).
+ * (test_rng.h).  Batch prompts: a random batch (some prompts bad) must
+ * parse as each prompt alone does, or name the first bad one's index;
+ * best_of's ranking against a naive selection.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -925,6 +927,267 @@ static void test_echo(void **state)
 	strbuf_release(&out);
 }
 
+/* ------------------------------------------------------------------------
+ * Batch prompts and best_of
+ */
+
+/* One prompt of a random batch: its tokens (some bad on purpose). */
+struct ref_prompt {
+	int32_t tok[8];
+	uint32_t n;
+	bool bad;		/* empty, or a token out of range */
+};
+
+static void random_prompt(struct rng *rng, struct ref_prompt *p)
+{
+	p->n = rng_below(rng, 9);
+	p->bad = !p->n;
+	for (uint32_t i = 0; i < p->n; i++) {
+		/* one token in 16 out of [0, vocab) */
+		p->tok[i] = rng_below(rng, 16) ? (int32_t)rng_below(rng, lim.vocab) :
+			    (int32_t)(lim.vocab + rng_below(rng, 5));
+		if (p->tok[i] >= (int32_t)lim.vocab)
+			p->bad = true;
+	}
+}
+
+static void put_prompt(struct strbuf *b, const struct ref_prompt *p)
+{
+	strbuf_append(b, "[", 1);
+	for (uint32_t i = 0; i < p->n; i++)
+		strbuf_printf(b, "%s%d", i ? "," : "", p->tok[i]);
+	strbuf_append(b, "]", 1);
+}
+
+/* A random batch against a naive reference: each prompt parsed alone
+ * (the one-prompt path), and the first bad one named by its index. */
+static void test_batch_prompts(void **state)
+{
+	struct rng rng = rng_for(4);
+	struct strbuf body = { 0 }, one = { 0 };
+
+	for (int round = 0; round < 400; round++) {
+		struct ref_prompt ps[12];
+		uint32_t k = 1 + rng_below(&rng, 12), n = 1 + rng_below(&rng, 8);
+		uint32_t max_tokens = rng_below(&rng, 6);
+		int first_bad = -1;
+		struct completion_request c, alone;
+		const char *param;
+		char err[512], want[64];
+		int rc;
+
+		body.len = 0;
+		strbuf_printf(&body, "{\"max_tokens\":%u,\"n\":%u,\"temperature\":0.5,"
+			      "\"prompt\":[", max_tokens, n);
+		for (uint32_t i = 0; i < k; i++) {
+			random_prompt(&rng, &ps[i]);
+			if (ps[i].bad && first_bad < 0)
+				first_bad = (int)i;
+			if (i)
+				strbuf_append(&body, ",", 1);
+			put_prompt(&body, &ps[i]);
+		}
+		strbuf_append(&body, "]}", 2);
+		rc = parse_str(body.data, &c, err, sizeof(err), &param);
+		if (k * n > REQUEST_MAX_CHOICES) {
+			if (rc != -EINVAL || !param || strcmp(param, "prompt") ||
+			    !strstr(err, "choices one request may have"))
+				fail_msg("round %d: %u x %u choices: rc %d (%s) (SEED=%llu)",
+					 round, k, n, rc, err, test_seed);
+			completion_request_release(&c);
+			continue;
+		}
+		if (first_bad >= 0) {
+			snprintf(want, sizeof(want), "prompt %d of the batch: ", first_bad);
+			if (rc != -EINVAL || !param || strcmp(param, "prompt") ||
+			    strncmp(err, want, strlen(want)))
+				fail_msg("round %d: '%s': rc %d param %s '%s', wanted '%s' "
+					 "(SEED=%llu)", round, body.data, rc,
+					 param ? param : "NULL", err, want, test_seed);
+			completion_request_release(&c);
+			continue;
+		}
+		if (rc || c.n_prompts != k)
+			fail_msg("round %d: '%s': rc %d (%s), %u prompts (SEED=%llu)",
+				 round, body.data, rc, err, c.n_prompts, test_seed);
+		for (uint32_t i = 0; i < k; i++) {
+			const struct request *r = i ? &c.more[i - 1].req : &c.req;
+
+			one.len = 0;
+			strbuf_printf(&one, "{\"max_tokens\":%u,\"n\":%u,"
+				      "\"temperature\":0.5,\"prompt\":", max_tokens, n);
+			put_prompt(&one, &ps[i]);
+			strbuf_append(&one, "}", 1);
+			assert_int_equal(parse_str(one.data, &alone, err, sizeof(err),
+						   &param), 0);
+			if (r->n_prompt != ps[i].n || r->n_choices != n ||
+			    r->max_tokens != alone.req.max_tokens ||
+			    memcmp(r->prompt, ps[i].tok, ps[i].n * sizeof(int32_t)) ||
+			    r->sampling.temperature != alone.req.sampling.temperature)
+				fail_msg("round %d prompt %u: not as parsed alone "
+					 "(SEED=%llu)", round, i, test_seed);
+			completion_request_release(&alone);
+		}
+		completion_request_release(&c);
+	}
+	strbuf_release(&body);
+	strbuf_release(&one);
+}
+
+/* The shapes a batch refuses, and a list of one prompt. */
+static void test_batch_shapes(void **state)
+{
+	static const struct {
+		const char *body;
+		const char *says;	/* NULL: taken */
+	} cases[] = {
+		{ "{\"prompt\":[[1,2],[3]]}", NULL },
+		{ "{\"prompt\":[[1]]}", NULL },
+		{ "{\"prompt\":[[1],5]}", "its item 1 is an integer" },
+		{ "{\"prompt\":[[1],{}]}", "its item 1 is an object" },
+		{ "{\"prompt\":[[1],[2],[]]}", "prompt 2 of the batch: field 'prompt' is empty" },
+		{ "{\"prompt\":[[1],[[2]]]}", "prompt 1 of the batch: prompt[0]" },
+		{ "{\"prompt\":[[1],[2,3,4,5,6,7,8,9,10]],\"max_tokens\":504}",
+		  "prompt 1 of the batch: prompt (9 tokens) + max_tokens" },
+		/* the strings need a tokenizer: the first is named */
+		{ "{\"prompt\":[\"a\",\"b\"]}", "prompt 0 of the batch: field 'prompt' is a string" },
+		{ "{\"prompt\":[\"a\",[1]]}", "prompt 0 of the batch" },
+	};
+	struct completion_request c;
+	const char *param;
+	char err[512];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int rc = parse_str(cases[i].body, &c, err, sizeof(err), &param);
+
+		if (!cases[i].says ? rc != 0 :
+		    rc != -EINVAL || !param || strcmp(param, "prompt") ||
+		    !strstr(err, cases[i].says))
+			fail_msg("'%s': rc %d param %s '%s', wanted '%s'", cases[i].body,
+				 rc, param ? param : "NULL", rc ? err : "",
+				 cases[i].says ? cases[i].says : "taken");
+		completion_request_release(&c);
+	}
+	assert_int_equal(parse_str("{\"prompt\":[[7,8]],\"max_tokens\":3}", &c, err,
+				   sizeof(err), &param), 0);
+	assert_int_equal(c.n_prompts, 1);
+	assert_int_equal(c.req.n_prompt, 2);
+	assert_int_equal(c.req.prompt[1], 8);
+	completion_request_release(&c);
+}
+
+static void test_best_of_parse(void **state)
+{
+	static const struct {
+		const char *body;
+		const char *param;	/* NULL: taken */
+		uint32_t n_choices, n_best;
+		bool hide;
+	} cases[] = {
+		{ "{\"prompt\":[1],\"n\":2,\"best_of\":5}", NULL, 5, 2, true },
+		{ "{\"prompt\":[[1],[2]],\"best_of\":3,\"logprobs\":1}", NULL, 3, 1, false },
+		{ "{\"prompt\":[1],\"n\":3,\"best_of\":3}", NULL, 3, 0, false },
+		{ "{\"prompt\":[1],\"best_of\":1,\"stream\":true}", NULL, 1, 0, false },
+		{ "{\"prompt\":[1],\"best_of\":null}", NULL, 1, 0, false },
+		{ "{\"prompt\":[1],\"n\":3,\"best_of\":2}", "best_of", 0, 0, false },
+		{ "{\"prompt\":[1],\"best_of\":21}", "best_of", 0, 0, false },
+		{ "{\"prompt\":[1],\"best_of\":0}", "best_of", 0, 0, false },
+		{ "{\"prompt\":[1],\"best_of\":2,\"stream\":true}", "best_of", 0, 0, false },
+		{ "{\"prompt\":[1],\"best_of\":2.0}", "best_of", 0, 0, false },
+		{ "{\"prompt\":[[1],[2],[3],[4]],\"best_of\":20}", "prompt", 0, 0, false },
+	};
+	struct completion_request c;
+	const char *param;
+	char err[512];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int rc = parse_str(cases[i].body, &c, err, sizeof(err), &param);
+
+		if (cases[i].param) {
+			if (rc != -EINVAL || !param || strcmp(param, cases[i].param))
+				fail_msg("'%s': rc %d param %s (%s)", cases[i].body, rc,
+					 param ? param : "NULL", err);
+			completion_request_release(&c);
+			continue;
+		}
+		if (rc)
+			fail_msg("'%s': %s", cases[i].body, err);
+		for (uint32_t p = 0; p < c.n_prompts; p++) {
+			const struct request *r = p ? &c.more[p - 1].req : &c.req;
+
+			assert_int_equal(r->n_choices, cases[i].n_choices);
+			assert_true(r->sampling.logprobs == (cases[i].n_best ||
+				    strstr(cases[i].body, "logprobs")));
+		}
+		assert_int_equal(c.n_best, cases[i].n_best);
+		assert_int_equal(c.hide_logprobs, cases[i].hide);
+		completion_request_release(&c);
+	}
+	/* a model without logits cannot rank */
+	{
+		struct request_limits nl = lim;
+		static const char body[] = "{\"prompt\":[1],\"best_of\":2}";
+
+		nl.has_logits = false;
+		assert_int_equal(completion_parse(body, strlen(body), &nl, &c, err,
+						  sizeof(err), &param), -EINVAL);
+		assert_string_equal(param, "best_of");
+		completion_request_release(&c);
+	}
+}
+
+/* completion_rank() against a naive selection: the best of those not
+ * yet taken, sums in token order, the lower index on a tie. */
+static void test_rank(void **state)
+{
+	struct rng rng = rng_for(5);
+	struct sampler_logprob lp[REQUEST_MAX_CHOICES][12 * 3];
+	struct completion_candidate cand[REQUEST_MAX_CHOICES];
+	uint32_t order[REQUEST_MAX_CHOICES];
+
+	for (int round = 0; round < 2000; round++) {
+		uint32_t n = 1 + rng_below(&rng, 24), n_best = 1 + rng_below(&rng, n);
+		uint32_t stride = 1 + rng_below(&rng, 3);
+		double sum[REQUEST_MAX_CHOICES];
+		bool taken[REQUEST_MAX_CHOICES] = { false };
+
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t len = rng_below(&rng, 13);
+
+			/* ties: a copy of an earlier candidate now and then */
+			if (i && !rng_below(&rng, 4)) {
+				uint32_t from = rng_below(&rng, i);
+
+				memcpy(lp[i], lp[from], sizeof(lp[i]));
+				cand[i] = cand[from];
+				cand[i].logprobs = lp[i];
+				continue;
+			}
+			for (uint32_t t = 0; t < len * stride; t++)
+				lp[i][t] = (struct sampler_logprob){ (int32_t)t,
+					-(float)rng_below(&rng, 1u << 20) / 65536.0f };
+			cand[i] = (struct completion_candidate){ lp[i], len, stride };
+		}
+		for (uint32_t i = 0; i < n; i++) {
+			sum[i] = 0;
+			for (uint32_t t = 0; t < cand[i].n_tokens; t++)
+				sum[i] += lp[i][t * stride].logprob;
+		}
+		completion_rank(cand, n, n_best, order);
+		for (uint32_t r = 0; r < n_best; r++) {
+			int best = -1;
+
+			for (uint32_t i = 0; i < n; i++)
+				if (!taken[i] && (best < 0 || sum[i] > sum[best]))
+					best = (int)i;
+			taken[best] = true;
+			if (order[r] != (uint32_t)best)
+				fail_msg("round %d rank %u: %u, wanted %d (SEED=%llu)",
+					 round, r, order[r], best, test_seed);
+		}
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -942,6 +1205,10 @@ int main(void)
 		cmocka_unit_test(test_random_roundtrip),
 		cmocka_unit_test(test_logprobs_text),
 		cmocka_unit_test(test_echo),
+		cmocka_unit_test(test_batch_prompts),
+		cmocka_unit_test(test_batch_shapes),
+		cmocka_unit_test(test_best_of_parse),
+		cmocka_unit_test(test_rank),
 	};
 
 	test_seed_init("completion_api");

@@ -21,7 +21,10 @@
  *   - max_tokens 0 finishes as length with no tokens, through the same
  *     path; a live id is refused with -EEXIST and is free again after;
  *   - the metrics count prompt tokens and time to first token once per
- *     request, whatever the front end.
+ *     request, whatever the front end;
+ *   - a batch (engine_submit_batch()) is admitted all or none: each
+ *     choice is answered once, at its own flat index, with its own
+ *     prompt's reference; a refused batch is left untouched.
  *
  * The random tests print their seed; SEED=<n> replays a run.
  */
@@ -473,11 +476,189 @@ static void test_one_admission_path(void **state)
 	engine_destroy(e);
 }
 
+/* ------------------------------------------------------------------ */
+/* Batches: engine_submit_batch()                                      */
+/* ------------------------------------------------------------------ */
+
+#define N_BATCHES 40u
+#define BATCH_MAX 4u
+
+struct batch_case {
+	int32_t prompt[BATCH_MAX][8];
+	uint32_t n_prompt[BATCH_MAX];
+	uint32_t k, n, max_tokens;
+	int want_rc;			/* 0, or the refusal it must get */
+	bool submitted;
+	uint32_t n_finished;
+	bool seen[REQUEST_MAX_CHOICES];
+};
+
+struct batch_fe {
+	struct engine *e;
+	struct batch_case cases[N_BATCHES];
+	uint32_t next;			/* the next case to submit */
+	uint32_t n_answers, n_due;
+	bool in_submit, callback_in_submit;
+};
+
+/* Case c's prompts as requests (greedy: every choice is its prompt's
+ * reference; n given for prompt p, skew: p's n one more). */
+static void batch_parse(const struct batch_case *c, uint32_t b,
+			struct request *reqs, bool skew)
+{
+	struct request_limits lim = { .vocab = VOCAB, .max_context = 4096 };
+	struct strbuf line = STRBUF_INIT;
+
+	for (uint32_t p = 0; p < c->k; p++) {
+		line.len = 0;
+		assert_int_equal(strbuf_printf(&line, "{\"id\":\"b%u\",\"max_tokens\":%u,"
+					       "\"n\":%u,\"prompt\":[", b,
+					       c->max_tokens, c->n + (skew && p == c->k - 1)), 0);
+		for (uint32_t i = 0; i < c->n_prompt[p]; i++)
+			assert_int_equal(strbuf_printf(&line, "%s%d", i ? "," : "",
+						       c->prompt[p][i]), 0);
+		assert_int_equal(strbuf_printf(&line, "]}"), 0);
+		assert_int_equal(request_parse(line.data, line.len, 0, &lim, &reqs[p],
+					       NULL, 0), 0);
+	}
+	strbuf_release(&line);
+}
+
+static bool batch_pump(void *ctx)
+{
+	struct batch_fe *f = ctx;
+	struct request reqs[BATCH_MAX], *ptrs[BATCH_MAX];
+	uint32_t handles[REQUEST_MAX_CHOICES];
+	struct batch_case *c;
+	int ret;
+
+	if (f->next == N_BATCHES)
+		return false;
+	c = &f->cases[f->next];
+	batch_parse(c, f->next, reqs, c->want_rc == -EINVAL);
+	for (uint32_t p = 0; p < c->k; p++)
+		ptrs[p] = &reqs[p];
+	f->in_submit = true;
+	ret = engine_submit_batch(f->e, ptrs, c->k, f->next, handles);
+	f->in_submit = false;
+	if (ret == -EAGAIN && c->want_rc != -EINVAL) {	/* the queue is full: later */
+		for (uint32_t p = 0; p < c->k; p++) {
+			if (!reqs[p].prompt)
+				fail_msg("batch %u: emptied by -EAGAIN (SEED=%llu)",
+					 f->next, test_seed);
+			request_release(&reqs[p]);
+		}
+		return false;
+	}
+	if (ret != c->want_rc)
+		fail_msg("batch %u (%u prompts x %u): rc %d, wanted %d (SEED=%llu)",
+			 f->next, c->k, c->n, ret, c->want_rc, test_seed);
+	/* all or none: a refused batch is left as it was, a taken one
+	 * belongs to the engine */
+	for (uint32_t p = 0; p < c->k; p++) {
+		if (ret ? !reqs[p].prompt || reqs[p].n_prompt != c->n_prompt[p] :
+		    reqs[p].prompt || reqs[p].id)
+			fail_msg("batch %u prompt %u: %s after rc %d (SEED=%llu)",
+				 f->next, p, ret ? "emptied" : "kept", ret, test_seed);
+		request_release(&reqs[p]);
+	}
+	c->submitted = !ret;
+	if (!ret)
+		f->n_due += c->k * c->n;
+	f->next++;
+	return true;
+}
+
+static void batch_on_finish(void *ctx, uint64_t cookie, const struct frontend_result *r)
+{
+	struct batch_fe *f = ctx;
+	struct batch_case *c = &f->cases[cookie];
+	uint32_t p = r->req->prompt_index, at = request_flat_choice(r->req);
+	struct request ref = { 0 };
+	struct expect x;
+
+	f->callback_in_submit |= f->in_submit;
+	if (cookie >= N_BATCHES || !c->submitted || p >= c->k ||
+	    r->req->choice >= c->n || r->req->n_choices != c->n || c->seen[at])
+		fail_msg("batch %llu: a result for prompt %u choice %u of %u "
+			 "(SEED=%llu)", (unsigned long long)cookie, p,
+			 r->req->choice, r->req->n_choices, test_seed);
+	c->seen[at] = true;
+	c->n_finished++;
+	f->n_answers++;
+	/* its own prompt, and that prompt's reference answer */
+	ref.prompt = c->prompt[p];
+	ref.n_prompt = c->n_prompt[p];
+	ref.max_tokens = c->max_tokens;
+	ref_decode(&ref, &x);
+	if (r->req->n_prompt != c->n_prompt[p] ||
+	    memcmp(r->req->prompt, c->prompt[p], c->n_prompt[p] * sizeof(int32_t)) ||
+	    r->reason != x.reason || r->n_tokens != x.n_out ||
+	    (x.n_out && memcmp(r->tokens, x.raw, x.n_out * sizeof(int32_t))))
+		fail_msg("batch %llu prompt %u choice %u: not its prompt's answer "
+			 "(SEED=%llu)", (unsigned long long)cookie, p,
+			 r->req->choice, test_seed);
+}
+
+static bool batch_done(void *ctx)
+{
+	struct batch_fe *f = ctx;
+
+	return f->next == N_BATCHES && f->n_answers == f->n_due;
+}
+
+/* Random batches, some refused on purpose (more choices than the queue
+ * holds, prompts of different n): each choice answered once with its
+ * own prompt's reference, a refused batch untouched. */
+static void test_batch_admission(void **state)
+{
+	static const struct frontend_ops ops = {
+		.on_finish = batch_on_finish,
+		.pump = batch_pump,
+		.on_signal = fake_on_signal,
+		.done = batch_done,
+	};
+	struct rng rng = rng_for(3);
+	struct engine_config cfg;
+	struct engine *e = make_engine(&cfg);
+	struct batch_fe *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	f->e = e;
+	for (uint32_t b = 0; b < N_BATCHES; b++) {
+		struct batch_case *c = &f->cases[b];
+		uint32_t what = rng_below(&rng, 8);
+
+		c->k = 1 + rng_below(&rng, BATCH_MAX);
+		c->n = 1 + rng_below(&rng, 3);
+		c->max_tokens = rng_below(&rng, 12);
+		/* the queue holds 8: more can never be taken */
+		c->want_rc = c->k * c->n > cfg.queue_capacity ? -E2BIG : 0;
+		if (!c->want_rc && what == 0 && c->k > 1)
+			c->want_rc = -EINVAL;
+		for (uint32_t p = 0; p < c->k; p++) {
+			c->n_prompt[p] = 1 + rng_below(&rng, 8);
+			for (uint32_t i = 0; i < c->n_prompt[p]; i++)
+				c->prompt[p][i] = (int32_t)rng_below(&rng, VOCAB);
+		}
+	}
+	engine_set_frontend(e, &ops, f);
+	assert_int_equal(engine_run(e), ENGINE_EXIT_OK);
+	for (uint32_t b = 0; b < N_BATCHES; b++)
+		if (f->cases[b].submitted)
+			assert_int_equal(f->cases[b].n_finished,
+					 f->cases[b].k * f->cases[b].n);
+	assert_false(f->callback_in_submit);
+	engine_destroy(e);
+	free(f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_final_tokens_vs_reference),
 		cmocka_unit_test(test_one_admission_path),
+		cmocka_unit_test(test_batch_admission),
 	};
 
 	test_seed_init("test_engine_frontend");

@@ -355,6 +355,11 @@ static const struct bad_case bad_cases[] = {
 	{ "{\"id\":\"a\",\"prompt\":[1,2,3,40000]}", "a",
 	  { "prompt[3]", "40000", "out of range [0, 32000)" } },
 	{ "{\"id\":\"a\",\"prompt\":[-1]}", "a", { "prompt[0]", "-1", "range" } },
+	/* OpenAI's batches are /v1/completions': a line has one prompt */
+	{ "{\"id\":\"a\",\"prompt\":[[1,2],[3]]}", "a",
+	  { "field 'prompt' is a list of prompts", "one prompt" } },
+	{ "{\"id\":\"a\",\"prompt\":[\"x\",\"y\"]}", "a",
+	  { "a list of prompts", "/v1/completions" } },
 	{ "{\"id\":\"a\",\"prompt\":[32000]}", "a", { "prompt[0]", "32000" } },
 	{ "{\"id\":\"a\",\"prompt\":[1],\"stop_token\":32000}", "a",
 	  { "stop_token", "32000", "range" } },
