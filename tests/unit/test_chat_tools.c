@@ -214,8 +214,11 @@ static void put_value(struct strbuf *sb, struct rng *r, const struct fn *f,
 		int n = (int)rng_below(r, (uint32_t)p->max_len + 1);
 
 		strbuf_append(sb, "\"", 1);
+		/* letters, a lone backslash or quote (bad JSON), or \n */
+		static const char chars[] = "ab\\\"z";
+
 		for (int k = 0; k < n; k++)
-			strbuf_append(sb, rng_below(r, 4) ? "ab\\\"z" + rng_below(r, 5) :
+			strbuf_append(sb, rng_below(r, 4) ? &chars[rng_below(r, 5)] :
 				      "\\n", rng_below(r, 4) ? 1 : 2);
 		strbuf_append(sb, "\"", 1);
 		break;
@@ -244,12 +247,12 @@ static void put_call_json(struct strbuf *sb, struct rng *r, const struct fn *fns
 	const char *sp = rng_below(r, 2) ? " " : "";
 	bool first = true;
 
-	if (m == 6)	/* keys out of order */
+	if (m == 6) {	/* keys out of order */
 		strbuf_printf(sb, "{\"arguments\":{},%s\"name\":\"%s\"}", sp, f->name);
-	strbuf_printf(sb, m == 6 ? "" : "{\"name\":%s\"%s\",%s\"arguments\":%s{",
-		      sp, m == 1 ? "nosuch" : f->name, sp, sp);
-	if (m == 6)
 		return;
+	}
+	strbuf_printf(sb, "{\"name\":%s\"%s\",%s\"arguments\":%s{", sp,
+		      m == 1 ? "nosuch" : f->name, sp, sp);
 	for (int j = 0; j < f->n_props; j++) {
 		const struct prop *p = &f->props[j];
 
