@@ -7,10 +7,9 @@
  * completion_api.h's api_format_error().
  *
  * A chat body is a completions body (completion_api.h) whose "prompt" is
- * replaced by "messages": an array of {"role":"system"|"user"|"assistant",
- * "content":TEXT}, TEXT a string or an array of {"type":"text","text":S}
- * parts (concatenated as they are, no separator).  Other message fields
- * ("name", ...) are ignored.  max_completion_tokens is accepted for
+ * replaced by "messages" (chat_messages.h: system, user, assistant and
+ * tool messages, an assistant's tool_calls), with chat's own "tools",
+ * "tool_choice" and "parallel_tool_calls" (chat_tools.h).  max_completion_tokens is accepted for
  * max_tokens (both given: the same value); with neither, max_tokens is
  * the rest of the context; every other field means what it means to
  * /v1/completions (max_tokens, temperature, top_p, n, stop, seed,
