@@ -704,13 +704,21 @@ void shard_result_end(struct sched *sc, struct shard *s, struct shard_result *r)
 	sc->counts.n_step_capacity += s->n_slots;
 }
 
-/* Before a refill: what the worker has adopted (wait_policy.c compares). */
+/*
+ * Before a refill: what the worker has adopted (wait_policy.c compares).
+ * Slots it is now past give their blocks back at once, not at the next
+ * refill: a shard left idle after cancellations would hold them (and
+ * /metrics would count them used) until a request came.
+ */
 void shard_note_adopted(struct sched *sc, struct shard *s)
 {
-	if (!sc->in_process)
-		s->adopted_seen = atomic_load_explicit(
-			&shm_channel_at(sc->seg, s->index)->dispatch_adopted,
-			memory_order_acquire);
+	if (sc->in_process)
+		return;
+	s->adopted_seen = atomic_load_explicit(
+		&shm_channel_at(sc->seg, s->index)->dispatch_adopted,
+		memory_order_acquire);
+	if (s->n_draining && sched_kv_on(&sc->kv))
+		shard_kv_reclaim(sc, s);
 }
 
 /* ------------------------------------------------------------------------
