@@ -63,8 +63,13 @@ const tools = [
 ];
 const user = [{ role: "user", content: "What is the weather in Oslo?" }];
 
+// Each part says when it starts, so a run cut off by the caller's
+// timeout (a sanitizer build is several times slower) tells where.
+const part = (name) => console.log(`${new Date().toISOString()} part ${name}`);
+
 // 1. named: one call, then the runner stops
-for (let seed = 1; seed <= 4; seed++) {
+part("named");
+for (let seed = 1; seed <= 3; seed++) {
 	calls.length = 0;
 	const runner = client.beta.chat.completions.runTools({
 		model, messages: user, tools, seed, temperature: 1, max_tokens: 400,
@@ -87,6 +92,7 @@ for (let seed = 1; seed <= 4; seed++) {
 }
 
 // 2. required, streamed, three rounds: history with calls and results
+part("required streamed");
 calls.length = 0;
 const streamed = client.beta.chat.completions.runTools({
 	model, messages: user, tools, seed: 7, temperature: 1, max_tokens: 400,
@@ -101,6 +107,7 @@ if (history.filter((m) => m.role === "tool").length !== calls.length)
 	fail("required stream: a tool message per call");
 
 // 3. the history answered with text
+part("history");
 const plain = await client.chat.completions.create({
 	model, messages: history, tools, tool_choice: "none", max_tokens: 8, seed: 3,
 });
@@ -108,7 +115,8 @@ if (typeof plain.choices[0].message.content !== "string" || plain.choices[0].mes
 	fail("tool_choice none after the history: " + JSON.stringify(plain.choices[0]));
 
 // 4. streamed and not: the same calls
-for (let seed = 11; seed <= 14; seed++) {
+part("stream equals");
+for (let seed = 11; seed <= 13; seed++) {
 	const req = { model, messages: user, tools: tools.map((t) => ({ type: "function",
 		function: { name: t.function.name, parameters: t.function.parameters } })),
 		tool_choice: "required", seed, temperature: 1, max_tokens: 1500 };
@@ -132,6 +140,6 @@ for (let seed = 11; seed <= 14; seed++) {
 }
 
 console.log(failures ? `${failures} failures` :
-	    `openai ${(await import("openai/version")).VERSION}: runTools named x4, required ` +
-	    `streamed x3 rounds (${calls.length} calls), history answered, 4 streams equal`);
+	    `openai ${(await import("openai/version")).VERSION}: runTools named x3, required ` +
+	    `streamed x3 rounds (${calls.length} calls), history answered, 3 streams equal`);
 process.exit(failures ? 1 : 0);
