@@ -263,6 +263,19 @@ int main(int argc, char **argv)
 		fprintf(stderr, "dynbatch run: HTTP options are for 'dynbatch serve'\n");
 		return ENGINE_EXIT_USAGE;
 	}
+	/* DESIGN 2.10: groups of P workers; the groups are not built yet */
+	if (o.tensor_parallel > 1) {
+		if (o.workers == 0 || o.workers % o.tensor_parallel) {
+			fprintf(stderr, "dynbatch: --tensor-parallel %u needs --workers "
+				"a multiple of %u (got %u)\n", o.tensor_parallel,
+				o.tensor_parallel, o.workers);
+			return ENGINE_EXIT_USAGE;
+		}
+		fprintf(stderr, "dynbatch: --tensor-parallel %u: worker groups "
+			"are not built yet (issue 28); only 1 runs\n",
+			o.tensor_parallel);
+		return ENGINE_EXIT_USAGE;
+	}
 	options_wire(&o, serve, &cfg, &http, &jsonl);
 	if (serve) {
 		if (!http.model_name && http.n_served_names) {

@@ -35,6 +35,11 @@ const struct option_spec options_table[] = {
 	  .offset = FIELD(workers),
 	  .help = "worker processes; 0 runs the same scheduler in one process, "
 		  "calling the model directly" },
+	{ .name = "tensor-parallel", .arg = "P", .kind = OPTION_U32,
+	  .modes = OPTION_BOTH, .min = 1, .max = 64, .def = "1",
+	  .offset = FIELD(tensor_parallel),
+	  .help = "workers per tensor-parallel group (DESIGN 2.10); --workers "
+		  "must be a multiple. Only 1 is built yet: P > 1 is refused" },
 	{ .name = "batch", .arg = "B", .kind = OPTION_U32, .modes = OPTION_BOTH,
 	  .min = 1, .max = 65536, .def = "64", .offset = FIELD(batch),
 	  .help = "total batch slots across all workers" },

@@ -53,6 +53,7 @@ struct server_options {
 	/* run and serve: the engine */
 	uint32_t workers;		/* --workers; 0: in-process */
 	uint32_t batch;			/* --batch: slots across workers */
+	uint32_t tensor_parallel;	/* --tensor-parallel: group size */
 	const char *model;		/* --model SPEC */
 	uint32_t max_context;		/* --max-context; 0: the model's */
 	uint32_t step_tokens;		/* --step-tokens; 0: no budget */
