@@ -365,6 +365,61 @@ ALWAYS_INLINE __m256 row_group8(const struct wblock8 *w,
 	return _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
 }
 
+/* Two Q8_0 weight rows against one group, block k (chain c = k % 4):
+ * block8x8 for each row, but each activation load serves both rows
+ * (performance.md O: the loads per maddubs were the limit).  The int32
+ * adds are exact, so their order is free; the float steps are
+ * block8x8's, so each row's lanes get its bits. */
+ALWAYS_INLINE void block8x8x2(const struct wblock8 *w0, const struct wblock8 *w1,
+			      const struct act8x32 *a, __m256 *acc0, __m256 *acc1)
+{
+	const __m256i ones = _mm256_set1_epi16(1);
+	__m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+
+#pragma GCC unroll 8
+	for (int t = 0; t < 8; t++) {
+		__m256i av = _mm256_loadu_si256((const __m256i *)a->q[t]);
+		int32_t aw0, aw1, x0, x1;
+
+		memcpy(&aw0, w0->aw + 4 * t, 4);
+		memcpy(&x0, w0->w + 4 * t, 4);
+		memcpy(&aw1, w1->aw + 4 * t, 4);
+		memcpy(&x1, w1->w + 4 * t, 4);
+		s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_maddubs_epi16(
+			_mm256_set1_epi32(aw0), _mm256_sign_epi8(av, _mm256_set1_epi32(x0))), ones));
+		s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_maddubs_epi16(
+			_mm256_set1_epi32(aw1), _mm256_sign_epi8(av, _mm256_set1_epi32(x1))), ones));
+	}
+	{
+		__m256 ad = _mm256_loadu_ps(a->d);
+
+		*acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0),
+					_mm256_mul_ps(_mm256_set1_ps(w0->d), ad), *acc0);
+		*acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1),
+					_mm256_mul_ps(_mm256_set1_ps(w1->d), ad), *acc1);
+	}
+}
+
+/* Two Q8_0 weight rows against one group: row_group8's chains for each. */
+ALWAYS_INLINE void row_group8x2(const struct wblock8 *w0, const struct wblock8 *w1,
+				const struct act8x32 *a, size_t n_blocks,
+				__m256 *out0, __m256 *out1)
+{
+	__m256 acc0[4], acc1[4];
+	size_t k = 0;
+
+	for (int c = 0; c < 4; c++)
+		acc0[c] = acc1[c] = _mm256_setzero_ps();
+	for (; k + 4 <= n_blocks; k += 4)
+#pragma GCC unroll 4
+		for (int c = 0; c < 4; c++)
+			block8x8x2(w0 + k + c, w1 + k + c, a + k + c, &acc0[c], &acc1[c]);
+	for (int c = 0; k + c < n_blocks; c++)
+		block8x8x2(w0 + k + c, w1 + k + c, a + k + c, &acc0[c], &acc1[c]);
+	*out0 = _mm256_add_ps(_mm256_add_ps(acc0[0], acc0[1]), _mm256_add_ps(acc0[2], acc0[3]));
+	*out1 = _mm256_add_ps(_mm256_add_ps(acc1[0], acc1[1]), _mm256_add_ps(acc1[2], acc1[3]));
+}
+
 /* ---------------------------------------------------------------- driver */
 
 /*
@@ -396,8 +451,26 @@ ALWAYS_INLINE void gemm8_run(enum dtype type, float *out, const struct tensor *t
 				else
 					unpack_block(type, b, (struct wblock *)wb + at);
 			}
-		for (size_t gi = 0; gi < n_groups; gi++)
-			for (size_t o = ob; o < oe; o++) {
+		for (size_t gi = 0; gi < n_groups; gi++) {
+			size_t o = ob;
+
+			/* Q8_0: weight rows in pairs, the odd one below */
+			for (; type == DTYPE_GGML_Q8_0 && o + 2 <= oe; o += 2) {
+				size_t at = (o - ob) * n_blocks, ga = gi * n_blocks;
+				float l0[8], l1[8];
+				__m256 v0, v1;
+
+				row_group8x2((const struct wblock8 *)wb + at,
+					     (const struct wblock8 *)wb + at + n_blocks,
+					     (const struct act8x32 *)g + ga, n_blocks, &v0, &v1);
+				_mm256_storeu_ps(l0, v0);
+				_mm256_storeu_ps(l1, v1);
+				for (int r = 0; r < 8; r++) {
+					out[(8 * gi + r) * n_out + o] = l0[r];
+					out[(8 * gi + r) * n_out + o + 1] = l1[r];
+				}
+			}
+			for (; o < oe; o++) {
 				size_t at = (o - ob) * n_blocks, ga = gi * n_blocks;
 				float lanes[8];
 
@@ -412,6 +485,7 @@ ALWAYS_INLINE void gemm8_run(enum dtype type, float *out, const struct tensor *t
 				for (int r = 0; r < 8; r++)
 					out[(8 * gi + r) * n_out + o] = lanes[r];
 			}
+		}
 	}
 }
 
